@@ -1,0 +1,45 @@
+# trashfire: `make run` sets everything up and runs the default pipeline; `make test` tests.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+CONF := $(shell find conf -name '*.yaml')
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(STAMP): requirements.lock pyproject.toml
+	@test -x $(PY) || python3.11 -m venv $(VENV)
+	@echo "installing the pinned stack into $(VENV) (first time: several minutes, ~5.6 GB)"
+	@$(PY) -m pip install -q --disable-pip-version-check -r requirements.lock 2>&1 | grep -v "^WARNING: Location" || true
+	@$(PY) -m pip install -q --disable-pip-version-check --no-deps -e . 2>&1 | grep -v "^WARNING: Location" || true
+	@$(PY) -c "import trashfire, torch, art, lifelines, hydra, dvc" || { echo "install failed: see pip's messages above"; exit 1; }
+	@touch $(STAMP)
+
+install: $(STAMP) ## create .venv with the pinned stack (idempotent)
+
+params.yaml: $(CONF) | $(STAMP)
+	$(PY) -m trashfire.params
+
+params: $(STAMP) ## compose conf/ into params.yaml (ARGS="model=[resnet18] ..." for overrides)
+	$(PY) -m trashfire.params $(ARGS)
+
+run: $(STAMP) params.yaml ## install, then run the embedded default pipeline (dvc repro)
+	@test -d .dvc || dvc init -q
+	dvc repro
+
+test: $(STAMP) ## install, then run the fast test suite
+	$(PY) -m pytest -m "not slow" -q
+
+test-slow: $(STAMP) ## the slow tests (full pipeline runs)
+	$(PY) -m pytest -m slow -q
+
+figures: $(STAMP) ## redraw figures and the report from recorded results
+	dvc repro figures
+
+clean: ## remove pipeline outputs (not .venv, not the DVC cache)
+	rm -rf data/processed models reports logs outputs multirun .sweeps
+
+.PHONY: help install params run test test-slow figures clean

@@ -1,0 +1,153 @@
+"""Stage `attack`: every model cell (a trained cell plus its predict-time defence) against
+every entry of the attack grid, skipping cells already recorded.
+
+Per model cell, a benign record (accuracy and prediction time on the test split, with the
+defence) is kept under `benign/`. Per attack cell, `<hash>.npz` holds per-sample outcomes
+(true label, benign and adversarial prediction, l0/l2/linf perturbation norms) and
+`<hash>.json` the cell's record, written after the arrays as its commit mark.
+"""
+
+from __future__ import annotations
+
+import logging
+from itertools import groupby
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+from tqdm import tqdm
+
+from trashfire.attacks import art_classifier, build_attack, perturbation_norms
+from trashfire.cli import run_cli
+from trashfire.clocks import Stopwatch
+from trashfire.datasets import Split, load_split
+from trashfire.errors import DataError
+from trashfire.grid import AttackCell, ModelCell, attack_cells
+from trashfire.models import resolve_device
+from trashfire.records import read_json, write_json, write_npz
+from trashfire.train import load_weights, record_path
+
+log = logging.getLogger("trashfire.attack")  # not __name__: it is __main__ under python -m
+
+
+def attack_record_path(folder: str | Path, cell_hash: str) -> Path:
+    return Path(folder) / f"{cell_hash}.json"
+
+
+def outcomes_path(folder: str | Path, cell_hash: str) -> Path:
+    return Path(folder) / f"{cell_hash}.npz"
+
+
+def benign_path(folder: str | Path, model_hash: str) -> Path:
+    return Path(folder) / "benign" / f"{model_hash}.json"
+
+
+def is_recorded(path: Path) -> bool:
+    try:
+        read_json(path)
+    except DataError:
+        return False
+    return True
+
+
+def _seed_everything(cell_hash: str) -> None:
+    """Gauss-out draws noise from NumPy's global generator: seed it per cell."""
+    seed = int(cell_hash[:8], 16)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def evaluate_benign(classifier, split: Split, cell: ModelCell, device) -> dict[str, Any]:
+    _seed_everything(cell.hash)
+    x_test = split.x_test.numpy()
+    with Stopwatch(device) as watch:
+        preds = classifier.predict(x_test, batch_size=256).argmax(1)
+    n = len(x_test)
+    return {
+        "model_hash": cell.hash,
+        "acc_ben": float((preds == split.y_test.numpy()).mean()),
+        "t_predict_process": watch.elapsed.process / n,
+        "t_predict_wall": watch.elapsed.wall / n,
+        "n_test": n,
+    }
+
+
+def run_attack_cell(classifier, split: Split, cell: AttackCell, device) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    _seed_everything(cell.hash)
+    x, y = split.x_attack.numpy(), split.y_attack.numpy()
+    y_ben = classifier.predict(x, batch_size=256).argmax(1)
+    attack = build_attack(classifier, cell.spec)
+    with Stopwatch(device) as watch:
+        x_adv = attack.generate(x=x, y=y)
+    y_adv = classifier.predict(x_adv, batch_size=256).argmax(1)
+    n = len(x)
+    outcomes = {"y_true": y, "y_pred_ben": y_ben, "y_pred_adv": y_adv, **perturbation_norms(x, x_adv)}
+    record = {
+        "attack_hash": cell.hash,
+        "attack": cell.attack,
+        "norm": cell.norm,
+        "attack_param": cell.param,
+        "attack_value": cell.value,
+        "config": cell.spec,
+        "n_attack": n,
+        "acc_ben_attack_subset": float((y_ben == y).mean()),
+        "acc_adv": float((y_adv == y).mean()),
+        "t_attack_process": watch.elapsed.process / n,
+        "t_attack_wall": watch.elapsed.wall / n,
+    }
+    return record, outcomes
+
+
+def attack_model_cell(cfg: DictConfig, model_cell: ModelCell, cells: list[AttackCell], split: Split, device) -> None:
+    folder = Path(cfg.paths.attacks)
+    train_record = read_json(record_path(cfg.paths.models, model_cell.train.hash))
+    classifier = art_classifier(load_weights(cfg.paths.models, model_cell.train, split).to(device), split, model_cell.defence, device)
+    benign_file = benign_path(folder, model_cell.hash)
+    if not is_recorded(benign_file):
+        write_json(benign_file, evaluate_benign(classifier, split, model_cell, device))
+    benign = read_json(benign_file)
+    shared = {
+        "train_hash": model_cell.train.hash,
+        "model_hash": model_cell.hash,
+        **{k: train_record[k] for k in ("dataset", "seed", "model", "depth", "epochs", "lr", "n_train", "t_train_process", "t_train_wall")},
+        "defence": model_cell.defence["name"],
+        "defence_param": model_cell.defence["param"],
+        "defence_value": model_cell.defence["value"],
+        **{k: benign[k] for k in ("acc_ben", "t_predict_process", "t_predict_wall")},
+        "device": str(device),
+    }
+    for cell in cells:
+        record, outcomes = run_attack_cell(classifier, split, cell, device)
+        write_npz(outcomes_path(folder, cell.hash), **outcomes)
+        write_json(attack_record_path(folder, cell.hash), shared | record)
+
+
+def run(cfg: DictConfig) -> int:
+    """Attack every pending cell; returns how many were computed."""
+    device = resolve_device(cfg.train.device)
+    folder = Path(cfg.paths.attacks)
+    cells = attack_cells(cfg)
+    pending = [cell for cell in cells if not is_recorded(attack_record_path(folder, cell.hash))]
+    log.info("%d attack cells, %d recorded, %d to run on %s", len(cells), len(cells) - len(pending), len(pending), device)
+    splits: dict[tuple[str, int], Split] = {}
+    progress = tqdm(total=len(pending), desc="attack cells", disable=not cfg.train.get("progress", True))
+    for model_cell, group in groupby(pending, key=lambda cell: cell.model):
+        group = list(group)
+        train = model_cell.train
+        key = (train.dataset, train.seed)
+        if key not in splits:
+            splits[key] = load_split(cfg.paths.processed, train.dataset, train.seed, cfg.data[train.dataset].n_classes)
+        attack_model_cell(cfg, model_cell, group, splits[key], device)
+        progress.update(len(group))
+    progress.close()
+    return len(pending)
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_cli("trashfire.attack", __doc__, run, argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,251 @@
+"""Compose, load and validate configuration.
+
+`conf/` is the one source of configuration; `params.yaml` is its composed snapshot that DVC
+tracks. Every config is validated here before any data is loaded: a bad value raises
+ConfigError, which the CLIs print as one line naming the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from numbers import Number
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from omegaconf import DictConfig, OmegaConf
+
+from trashfire.clocks import CLOCKS
+from trashfire.errors import ConfigError
+
+DATA_SOURCES = ("sklearn_digits", "torchvision_mnist")
+MODEL_ARCHS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
+DEFENCE_STAGES = ("none", "train", "predict")
+ATTACK_NORMS = {"fgm": ("inf", "1", "2"), "pgd": ("inf", "1", "2")}
+FITTERS = ("weibull", "exponential", "lognormal", "loglogistic", "cox")
+AFT_FITTERS = tuple(f for f in FITTERS if f != "cox")
+
+
+def config_dir() -> Path:
+    """conf/ of the project being run: $TRASHFIRE_CONFIG_DIR, else ./conf."""
+    return Path(os.environ.get("TRASHFIRE_CONFIG_DIR", "conf")).resolve()
+
+
+def compose(overrides: Sequence[str] = (), conf: Path | None = None) -> DictConfig:
+    """Compose conf/config.yaml with Hydra overrides, as `dvc exp run -S` does."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    conf = conf or config_dir()
+    if not (conf / "config.yaml").is_file():
+        raise ConfigError("config dir", f"{conf}/config.yaml not found; run from the project root")
+    check_group_options(overrides, conf)
+    try:
+        with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+            return hydra_compose(config_name="config", overrides=list(overrides))
+    except (HydraException, OmegaConfBaseException) as err:
+        raise ConfigError("overrides", str(err).strip().splitlines()[0]) from None
+
+
+def check_group_options(overrides: Iterable[str], conf: Path) -> None:
+    """Name the allowed options of a config group when an override picks an unknown one."""
+    for override in overrides:
+        key, sep, value = override.lstrip("+~").partition("=")
+        group_dir = conf / key
+        if not sep or not group_dir.is_dir():
+            continue
+        options = sorted(p.stem for p in group_dir.glob("*.yaml"))
+        for choice in value.strip("[]").split(","):
+            choice = choice.strip()
+            if choice and choice != "null" and choice not in options:
+                raise ConfigError(key, f"unknown option {choice!r}; available: {', '.join(options)}")
+
+
+def load_params(path: str | Path = "params.yaml") -> DictConfig:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("params", f"{path} not found; run `make params` to compose it from conf/")
+    try:
+        cfg = OmegaConf.load(path)
+    except Exception as err:  # yaml errors carry several lines; keep the first
+        raise ConfigError("params", f"{path} is not valid YAML: {str(err).splitlines()[0]}") from None
+    if not isinstance(cfg, DictConfig):
+        raise ConfigError("params", f"{path} must hold a mapping")
+    return cfg
+
+
+def as_list(value: Any) -> list:
+    """Grid values: a scalar is a one-value grid."""
+    if OmegaConf.is_list(value) or isinstance(value, (list, tuple)):
+        return list(value)
+    return [value]
+
+
+def validate(cfg: DictConfig) -> DictConfig:
+    """Check every value the pipeline reads; raise ConfigError on the first bad one."""
+    for section in ("data", "split", "model", "defence", "attack", "train", "timing", "paths"):
+        if section not in cfg or cfg[section] is None:
+            raise ConfigError(section, "missing section; compose params.yaml with `make params`")
+    _validate_data(cfg)
+    _validate_split(cfg.split)
+    _validate_models(cfg.model)
+    _validate_defences(cfg.defence)
+    _validate_attacks(cfg.attack)
+    _validate_train(cfg.train)
+    _choice("timing.clock", cfg.timing.get("clock"), CLOCKS)
+    if "survival" in cfg:
+        _validate_survival(cfg.survival)
+    if "metrics" in cfg:
+        _validate_metrics(cfg.metrics)
+    return cfg
+
+
+def _validate_data(cfg: DictConfig) -> None:
+    _nonempty_mapping("data", cfg.data)
+    for name, spec in cfg.data.items():
+        key = f"data.{name}"
+        _choice(f"{key}.source", spec.get("source"), DATA_SOURCES)
+        _integer(f"{key}.n_classes", spec.get("n_classes"), low=2)
+        if spec.get("subsample") is not None:
+            _integer(f"{key}.subsample", spec.subsample, low=cfg.split.get("n_attack", 1) * 2)
+
+
+def _validate_split(split: DictConfig) -> None:
+    seeds = _nonempty_list("split.seeds", split.get("seeds"))
+    for seed in seeds:
+        _integer("split.seeds", seed, low=0)
+    _number("split.test_size", split.get("test_size"), low=0, high=1, open_low=True, open_high=True)
+    _integer("split.n_attack", split.get("n_attack"), low=1)
+
+
+def _validate_models(models: DictConfig) -> None:
+    _nonempty_mapping("model", models)
+    for name, spec in models.items():
+        _choice(f"model.{name}.arch", spec.get("arch"), MODEL_ARCHS)
+        _integer(f"model.{name}.depth", spec.get("depth"), low=1)
+
+
+DEFENCE_VALUE_RULES = {
+    "gauss_in": dict(low=0, open_low=True),
+    "gauss_out": dict(low=0, open_low=True),
+    "conf": dict(low=0, high=1, open_low=True, open_high=True),
+}
+
+
+def _validate_defences(defences: DictConfig) -> None:
+    _nonempty_mapping("defence", defences)
+    for name, spec in defences.items():
+        key = f"defence.{name}"
+        stage = _choice(f"{key}.stage", spec.get("stage"), DEFENCE_STAGES)
+        values = _nonempty_list(f"{key}.values", spec.get("values"))
+        if stage == "none":
+            continue
+        if not spec.get("_target_"):
+            raise ConfigError(f"{key}._target_", "missing; name the ART defence class to build")
+        for value in values:
+            if name == "fsq":
+                _integer(f"{key}.values", value, low=1, high=64)
+            else:
+                _number(f"{key}.values", value, **DEFENCE_VALUE_RULES.get(name, {}))
+
+
+def _validate_attacks(attacks: DictConfig) -> None:
+    _nonempty_mapping("attack", attacks)
+    for name, spec in attacks.items():
+        key = f"attack.{name}"
+        if name not in ATTACK_NORMS:
+            raise ConfigError(key, f"unknown attack; available: {', '.join(ATTACK_NORMS)}")
+        for norm in _nonempty_list(f"{key}.norms", spec.get("norms")):
+            _choice(f"{key}.norms", str(norm), ATTACK_NORMS[name])
+        for value in _nonempty_list(f"{key}.values", spec.get("values")):
+            _number(f"{key}.values", value, low=0, open_low=True)
+        _integer(f"{key}.batch_size", spec.get("batch_size"), low=1)
+        if "max_iter" in spec:
+            _integer(f"{key}.max_iter", spec.max_iter, low=1)
+        if "step_scale" in spec:
+            _number(f"{key}.step_scale", spec.step_scale, low=0, open_low=True)
+
+
+def _validate_train(train: DictConfig) -> None:
+    for epochs in _nonempty_list("train.epochs", train.get("epochs")):
+        _integer("train.epochs", epochs, low=1)
+    for lr in _nonempty_list("train.lr", train.get("lr")):
+        _number("train.lr", lr, low=0, open_low=True)
+    _number("train.momentum", train.get("momentum"), low=0, high=1, open_high=True)
+    _number("train.weight_decay", train.get("weight_decay"), low=0)
+    _integer("train.batch_size", train.get("batch_size"), low=1)
+    device = train.get("device")
+    if not isinstance(device, str) or not (device in ("auto", "cpu") or device.startswith("cuda")):
+        raise ConfigError("train.device", f"got {device!r}; allowed: auto, cpu, cuda, cuda:N")
+
+
+def _validate_survival(survival: DictConfig) -> None:
+    fitters = _nonempty_list("survival.fitters", survival.get("fitters"))
+    for fitter in fitters:
+        _choice("survival.fitters", fitter, FITTERS)
+    _choice("survival.chosen", survival.get("chosen"), tuple(f for f in fitters if f in AFT_FITTERS))
+    _number("survival.penalizer", survival.get("penalizer"), low=0)
+    _number("survival.test_size", survival.get("test_size"), low=0, high=1, open_low=True, open_high=True)
+    _number("survival.t0_quantile", survival.get("t0_quantile"), low=0, high=1, open_low=True, open_high=True)
+
+
+def _validate_metrics(metrics: DictConfig) -> None:
+    _number("metrics.evp.w", metrics.evp.get("w"), low=0, open_low=True)
+    if metrics.evp.get("tau") is not None:
+        _number("metrics.evp.tau", metrics.evp.tau, low=0, high=1, open_low=True)
+    eps0 = _number("metrics.auc.eps0", metrics.auc.get("eps0"), low=0)
+    _number("metrics.auc.eps1", metrics.auc.get("eps1"), low=eps0, open_low=True)
+    if metrics.trash.get("eps_max") is not None:
+        _number("metrics.trash.eps_max", metrics.trash.eps_max, low=0, open_low=True)
+
+
+# --- primitive checks: each names the key and what is allowed ----------------------------
+
+
+def _nonempty_mapping(key: str, value: Any) -> None:
+    if not isinstance(value, DictConfig) or len(value) == 0:
+        raise ConfigError(key, "select at least one option (an empty grid runs nothing)")
+
+
+def _nonempty_list(key: str, value: Any) -> list:
+    values = as_list(value)
+    if not values or values == [None]:
+        raise ConfigError(key, "must be a non-empty list (an empty grid runs nothing)")
+    return values
+
+
+def _choice(key: str, value: Any, allowed: Sequence[str]) -> Any:
+    if value not in allowed:
+        raise ConfigError(key, f"got {value!r}; allowed: {', '.join(map(str, allowed))}")
+    return value
+
+
+def _integer(key: str, value: Any, low: int | None = None, high: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(key, f"got {value!r}; must be an integer{_range(low, high)}")
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise ConfigError(key, f"got {value}; must be an integer{_range(low, high)}")
+    return value
+
+
+def _number(key, value, low=None, high=None, open_low=False, open_high=False) -> float:
+    bounds = _range(low, high, open_low, open_high)
+    if isinstance(value, bool) or not isinstance(value, Number) or not math.isfinite(value):
+        raise ConfigError(key, f"got {value!r}; must be a finite number{bounds}")
+    too_low = low is not None and (value <= low if open_low else value < low)
+    too_high = high is not None and (value >= high if open_high else value > high)
+    if too_low or too_high:
+        raise ConfigError(key, f"got {value}; must be a finite number{bounds}")
+    return float(value)
+
+
+def _range(low, high, open_low=False, open_high=False) -> str:
+    if low is not None and high is not None:
+        return f" in {'(' if open_low else '['}{low}, {high}{')' if open_high else ']'}"
+    if low is not None:
+        return f" {'>' if open_low else '>='} {low}"
+    if high is not None:
+        return f" {'<' if open_high else '<='} {high}"
+    return ""

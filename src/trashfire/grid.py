@@ -1,0 +1,158 @@
+"""The experiment grid: training cells, model cells (a trained cell plus a predict-time
+defence) and attack cells, each keyed by a hash of exactly the config that affects it.
+
+A predict-time defence (gauss_out, conf, fsq) reuses the weights of the undefended training
+cell; a train-time defence (gauss_in) is its own training cell. So adding a value to any
+grid adds only new cells, and changing an attack parameter changes no training hash.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from trashfire.config import as_list
+from trashfire.records import config_hash
+
+# Bump when a change to the code changes what a cell computes: old records then miss.
+TRAIN_VERSION = 1
+ATTACK_VERSION = 1
+
+UNDEFENDED = {"name": "none", "stage": "none", "param": None, "value": 0}
+
+
+@dataclass(frozen=True)
+class TrainCell:
+    dataset: str
+    seed: int
+    model: str
+    depth: int
+    epochs: int
+    lr: float
+    defence: dict[str, Any]  # UNDEFENDED or one train-time defence value
+    spec: dict[str, Any] = field(repr=False, compare=False)
+
+    @property
+    def hash(self) -> str:
+        return config_hash(self.spec)
+
+
+@dataclass(frozen=True)
+class ModelCell:
+    train: TrainCell
+    defence: dict[str, Any]  # the defence this model is evaluated with (any stage)
+
+    @property
+    def hash(self) -> str:
+        predict = self.defence if self.defence["stage"] == "predict" else UNDEFENDED
+        return config_hash({"train": self.train.hash, "predict_defence": predict})
+
+
+@dataclass(frozen=True)
+class AttackCell:
+    model: ModelCell
+    attack: str
+    norm: str
+    param: str
+    value: float
+    spec: dict[str, Any] = field(repr=False, compare=False)
+
+    @property
+    def hash(self) -> str:
+        return config_hash({"model": self.model.hash, "attack": self.spec, "v": ATTACK_VERSION})
+
+
+def _plain(node: Any) -> Any:
+    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+
+
+def defence_values(name: str, spec: DictConfig) -> list[dict[str, Any]]:
+    """One dict per value of a defence's grid."""
+    if spec.stage == "none":
+        return [dict(UNDEFENDED)]
+    return [
+        {
+            "name": name,
+            "stage": spec.stage,
+            "param": spec.param,
+            "value": value,
+            "target": spec._target_,
+            "kwargs": _plain(spec.get("kwargs")) or {},
+        }
+        for value in as_list(spec["values"])
+    ]
+
+
+def training_cells(cfg: DictConfig) -> list[TrainCell]:
+    train_defences = [dict(UNDEFENDED)]
+    for name, spec in cfg.defence.items():
+        if spec.stage == "train":
+            train_defences += defence_values(name, spec)
+    hyper = {k: _plain(cfg.train[k]) for k in ("momentum", "weight_decay", "batch_size")}
+    cells = []
+    for (dname, dspec), seed, (mname, mspec), epochs, lr, defence in itertools.product(
+        cfg.data.items(),
+        as_list(cfg.split.seeds),
+        cfg.model.items(),
+        as_list(cfg.train.epochs),
+        as_list(cfg.train.lr),
+        train_defences,
+    ):
+        spec = {
+            "data": {"name": dname, "source": dspec.source, "subsample": dspec.get("subsample")},
+            "split": {"seed": seed, "test_size": cfg.split.test_size},
+            "model": _plain(mspec),
+            "train": {"epochs": epochs, "lr": lr, **hyper},
+            "defence": defence,
+            "v": TRAIN_VERSION,
+        }
+        cells.append(TrainCell(dname, seed, mname, mspec.depth, epochs, float(lr), defence, spec))
+    return cells
+
+
+def model_cells(cfg: DictConfig) -> list[ModelCell]:
+    predict_defences = [
+        value
+        for name, spec in cfg.defence.items()
+        if spec.stage == "predict"
+        for value in defence_values(name, spec)
+    ]
+    cells = []
+    for train in training_cells(cfg):
+        cells.append(ModelCell(train, train.defence))
+        if train.defence["stage"] == "none":
+            cells += [ModelCell(train, defence) for defence in predict_defences]
+    return cells
+
+
+def attack_specs(cfg: DictConfig) -> list[dict[str, Any]]:
+    """One dict per (attack, norm, strength) of the attack grid."""
+    specs = []
+    for name, spec in cfg.attack.items():
+        extra = {k: _plain(spec[k]) for k in ("max_iter", "step_scale", "batch_size") if k in spec}
+        for norm, value in itertools.product(as_list(spec.norms), as_list(spec["values"])):
+            specs.append(
+                {
+                    "name": name,
+                    "target": spec._target_,
+                    "norm": str(norm),
+                    "param": spec.param,
+                    "value": value,
+                    "n_attack": cfg.split.n_attack,
+                    "kwargs": _plain(spec.get("kwargs")) or {},
+                    **extra,
+                }
+            )
+    return specs
+
+
+def attack_cells(cfg: DictConfig) -> list[AttackCell]:
+    specs = attack_specs(cfg)
+    return [
+        AttackCell(model, s["name"], s["norm"], s["param"], float(s["value"]), s)
+        for model in model_cells(cfg)
+        for s in specs
+    ]

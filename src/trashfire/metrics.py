@@ -1,0 +1,79 @@
+"""Metric definitions (DESIGN.md, "Metrics"): pure functions on numbers and arrays."""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+from trashfire.errors import ConfigError
+
+
+def accuracy(y_true: Sequence[int], y_pred: Sequence[int]) -> float:
+    """Acc = 1 - false / N."""
+    y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
+    return 1.0 - float(np.sum(y_true != y_pred)) / len(y_true)
+
+
+def failure_rate(acc: float, seconds_per_sample: float) -> float:
+    """f = (1 - Acc) / t (TRASHFIRE eq. 3), with t the per-sample time of the query."""
+    return (1.0 - acc) / seconds_per_sample
+
+
+def trash(t_train: float, expected_survival: float) -> float:
+    """C_adv = t_train / E[T | 0 < eps <= eps*] (TRASHFIRE eq. 9); > 1: cheaper to break than to train."""
+    return t_train / expected_survival
+
+
+def trash_benign(t_train: float, acc_ben: float, t_predict: float) -> float:
+    """The benign analogue: t_train over the expected time to a benign failure, which for
+    i.i.d. queries of t_predict each failing with 1 - Acc_ben is t_predict / (1 - Acc_ben)."""
+    return t_train * failure_rate(acc_ben, t_predict)
+
+
+def viability_threshold(n_classes: int, w: float = 0.5) -> float:
+    """tau(K) = 1/K + w sqrt(K - 1) / K: Cohen's w effect size against chance for K classes."""
+    if n_classes < 2:
+        raise ConfigError("n_classes", f"got {n_classes}; the viability threshold needs K >= 2 classes")
+    return 1.0 / n_classes + w * math.sqrt(n_classes - 1) / n_classes
+
+
+def evp(eps: Sequence[float], performance: Sequence[float], tau: float) -> float:
+    """Expected viable performance: the trapezoid integral over eps / eps_max in [0, 1] of
+    g(eps) = P(eps) where P(eps) >= tau, else 0. The grid must start at eps_0 = 0."""
+    eps, performance = _curve(eps, performance)
+    if eps[0] != 0:
+        raise ValueError(f"EVP needs the grid to start at eps_0 = 0 (benign performance); got {eps[0]}")
+    viable = np.where(performance >= tau, performance, 0.0)
+    return float(np.trapezoid(viable, eps / eps[-1]))
+
+
+def robustness_auc(eps: Sequence[float], performance: Sequence[float], eps0: float, eps1: float) -> float:
+    """Normalised robustness AUC R = int_{eps0}^{eps1} f de / (f(eps0) (eps1 - eps0)) by the
+    trapezoid rule on the curve, linearly interpolated at eps0 and eps1. S = 1 - R."""
+    if not eps1 > eps0:
+        raise ValueError(f"normalised AUC needs eps1 > eps0; got [{eps0}, {eps1}]")
+    eps, performance = _curve(eps, performance)
+    if eps0 < eps[0] or eps1 > eps[-1]:
+        raise ValueError(f"[{eps0}, {eps1}] lies outside the measured eps range [{eps[0]}, {eps[-1]}]")
+    inside = (eps > eps0) & (eps < eps1)
+    grid = np.concatenate([[eps0], eps[inside], [eps1]])
+    values = np.interp(grid, eps, performance)
+    if not values[0] > 0:
+        raise ValueError(f"normalised AUC needs f(eps0) > 0; got f({eps0}) = {values[0]}")
+    return float(np.trapezoid(values, grid) / (values[0] * (eps1 - eps0)))
+
+
+def bic(log_likelihood: float, n_params: int, n_samples: float) -> float:
+    """BIC = -2 loglik + k ln n, k counting every estimated coefficient."""
+    return -2.0 * log_likelihood + n_params * math.log(n_samples)
+
+
+def _curve(eps: Sequence[float], performance: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    eps, performance = np.asarray(eps, dtype=float), np.asarray(performance, dtype=float)
+    if eps.shape != performance.shape or eps.ndim != 1 or len(eps) < 2:
+        raise ValueError("a curve needs matching 1-d eps and performance arrays of at least two points")
+    if np.any(np.diff(eps) <= 0):
+        raise ValueError("eps must be strictly increasing")
+    return eps, performance

@@ -1,0 +1,51 @@
+"""Compose conf/ into params.yaml, the snapshot DVC tracks (`make params`).
+
+    python -m trashfire.params [hydra overrides ...] [--out params.yaml] [--check]
+
+The composition is the one `dvc exp run -S` performs (compose, resolve, dump), so the two
+never disagree. `--check` exits 1 when the file on disk is stale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from trashfire.config import compose, validate
+from trashfire.errors import TrashfireError
+from trashfire.records import atomic_path
+
+
+def composed_yaml(overrides: list[str]) -> str:
+    cfg = compose(overrides)
+    OmegaConf.resolve(cfg)
+    validate(cfg)
+    return OmegaConf.to_yaml(cfg)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="trashfire.params", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. model=[resnet18] attack.pgd.values=[0.1]")
+    parser.add_argument("--out", default="params.yaml")
+    parser.add_argument("--check", action="store_true", help="exit 1 if --out differs from a fresh composition")
+    args = parser.parse_args(argv)
+    try:
+        text = composed_yaml(args.overrides)
+    except TrashfireError as err:
+        print(f"trashfire.params: {err}", file=sys.stderr)
+        sys.exit(err.exit_code)
+    out = Path(args.out)
+    if args.check:
+        if not out.is_file() or out.read_text() != text:
+            print(f"trashfire.params: {out} is stale; run `make params`", file=sys.stderr)
+            sys.exit(1)
+        return
+    with atomic_path(out) as tmp:
+        tmp.write_text(text)
+
+
+if __name__ == "__main__":
+    main()

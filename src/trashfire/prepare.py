@@ -1,0 +1,81 @@
+"""Stage `prepare`: load each data set, split it 80/20 (stratified) per permutation seed,
+compute per-channel training statistics and pick a class-balanced attack subset."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+from omegaconf import DictConfig
+from sklearn.model_selection import train_test_split
+
+from trashfire.cli import run_cli
+from trashfire.config import as_list
+from trashfire.datasets import LOADERS, RawDataset, dataset_dir
+from trashfire.errors import DataError
+from trashfire.records import atomic_path
+
+log = logging.getLogger("trashfire.prepare")  # not __name__: it is __main__ under python -m
+
+
+def subsample(data: RawDataset, n: int | None) -> RawDataset:
+    """A stratified subset of n images, the same for every permutation seed."""
+    if n is None or n >= len(data.labels):
+        return data
+    keep, _ = train_test_split(np.arange(len(data.labels)), train_size=n, stratify=data.labels, random_state=0)
+    keep = np.sort(keep)
+    return RawDataset(data.images[keep], data.labels[keep], data.pixel_max)
+
+
+def balanced_subset(labels: np.ndarray, n: int, n_classes: int, rng: np.random.Generator) -> np.ndarray:
+    """Positions of n samples with (as nearly as n allows) equal counts per class."""
+    per_class = [n // n_classes + (k < n % n_classes) for k in range(n_classes)]
+    picks = []
+    for k, count in enumerate(per_class):
+        members = np.flatnonzero(labels == k)
+        if len(members) < count:
+            raise DataError(f"class {k} has {len(members)} test samples, fewer than the {count} the attack subset needs; lower split.n_attack")
+        picks.append(rng.choice(members, size=count, replace=False))
+    return np.sort(np.concatenate(picks))
+
+
+def split_permutation(data: RawDataset, seed: int, test_size: float, n_attack: int, n_classes: int) -> dict[str, np.ndarray]:
+    index = np.arange(len(data.labels))
+    train, test = train_test_split(index, test_size=test_size, stratify=data.labels, random_state=seed)
+    pixels = data.images[train].astype(np.float64) / data.pixel_max
+    mean = pixels.mean(axis=(0, 2, 3))
+    std = pixels.std(axis=(0, 2, 3))
+    attack = test[balanced_subset(data.labels[test], n_attack, n_classes, np.random.default_rng(seed))]
+    return {"train": np.sort(train), "test": np.sort(test), "attack": attack, "mean": mean, "std": std, "pixel_max": np.float64(data.pixel_max)}
+
+
+def prepare_dataset(name: str, spec: DictConfig, split: DictConfig, processed: Path) -> Path:
+    data = subsample(LOADERS[spec.source](root=spec.get("root"), download=spec.get("download", False)), spec.get("subsample"))
+    n_labels = len(np.unique(data.labels))
+    if n_labels != spec.n_classes:
+        raise DataError(f"data.{name}.n_classes is {spec.n_classes} but the data hold {n_labels} classes")
+    folder = dataset_dir(processed, name)
+    for array_name, array in (("images", data.images), ("labels", data.labels)):
+        with atomic_path(folder / f"{array_name}.npy") as tmp:
+            with open(tmp, "wb") as handle:
+                np.save(handle, array)
+    for seed in as_list(split.seeds):
+        arrays = split_permutation(data, seed, split.test_size, split.n_attack, spec.n_classes)
+        with atomic_path(folder / f"split_{seed}.npz") as tmp:
+            with open(tmp, "wb") as handle:
+                np.savez(handle, **arrays)
+    log.info("%s: %d images, %d permutation(s) -> %s", name, len(data.labels), len(as_list(split.seeds)), folder)
+    return folder
+
+
+def run(cfg: DictConfig) -> list[Path]:
+    return [prepare_dataset(name, spec, cfg.split, Path(cfg.paths.processed)) for name, spec in cfg.data.items()]
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_cli("trashfire.prepare", __doc__, run, argv)
+
+
+if __name__ == "__main__":
+    main()

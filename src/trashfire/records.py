@@ -1,0 +1,89 @@
+"""Atomic files: a record appears whole or not at all, so a killed run never leaves a half
+file that a rerun trusts. Each writer writes a temp file beside the target, then renames."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from trashfire.errors import DataError
+
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
+@contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temp path in the target's folder; rename it onto `path` only on success."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp's 0600 would make results private to one user
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_json(path: str | Path, data: dict[str, Any]) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=_jsonable) + "\n")
+
+
+def read_json(path: str | Path) -> dict[str, Any]:
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise DataError(f"record not found: {path}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise DataError(f"corrupt record {path}: {err}; delete it and rerun to recompute") from None
+
+
+def write_npz(path: str | Path, **arrays: np.ndarray) -> None:
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as handle:
+            np.savez_compressed(handle, **arrays)
+
+
+def read_npz(path: str | Path) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path) as data:
+            return {key: data[key] for key in data.files}
+    except FileNotFoundError:
+        raise DataError(f"array file not found: {path}") from None
+    except (OSError, ValueError, EOFError) as err:
+        raise DataError(f"corrupt array file {path}: {err}; delete it and rerun") from None
+
+
+def file_sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def config_hash(config: Any) -> str:
+    """A short stable hash of a JSON-able config: the cache key of a cell."""
+    text = json.dumps(config, sort_keys=True, default=_jsonable, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"not JSON-serialisable: {type(value).__name__}")

@@ -1,0 +1,40 @@
+"""Fixtures compose the real conf/ and shrink it, so tests exercise the configs users run."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from trashfire.config import compose, validate
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_MNIST = ROOT.parent / "shared" / "data" / "mnist"
+
+# Every defence family, both FGM norms and PGD, two strengths each, on 400 digits.
+TINY = [
+    "model=[resnet18]",
+    "data.digits.subsample=400",
+    "split.n_attack=20",
+    "train.epochs=[1]",
+    "train.progress=false",
+    "attack.fgm.values=[0.1,1.0]",
+    "attack.pgd.values=[0.1,1.0]",
+]
+
+
+def tiny_overrides(tmp: Path, *extra: str) -> list[str]:
+    paths = {"raw": "data/raw", "processed": "data/processed", "models": "models", "attacks": "reports/attacks", "reports": "reports"}
+    return TINY + [f"paths.{k}={tmp / v}" for k, v in paths.items()] + list(extra)
+
+
+@pytest.fixture
+def tiny_cfg(tmp_path):
+    os.environ.setdefault("TRASHFIRE_CONFIG_DIR", str(ROOT / "conf"))
+    return validate(compose(tiny_overrides(tmp_path), conf=ROOT / "conf"))
+
+
+@pytest.fixture(scope="session")
+def conf_dir() -> Path:
+    return ROOT / "conf"

@@ -1,0 +1,65 @@
+"""The composed configs validate, bad values name their key, and params.yaml is fresh."""
+
+import subprocess
+import sys
+
+import pytest
+
+from trashfire.config import compose, validate
+from trashfire.errors import ConfigError
+from tests.conftest import ROOT
+
+
+def test_default_config_composes_and_validates(conf_dir):
+    cfg = validate(compose([], conf=conf_dir))
+    assert set(cfg.model) == {"resnet18", "resnet34"}
+    assert set(cfg.defence) == {"none", "gauss_in", "gauss_out", "conf", "fsq"}
+    assert set(cfg.attack) == {"fgm", "pgd"}
+    assert set(cfg.data) == {"digits"}
+
+
+def test_one_option_and_a_list_compose_to_the_same_shape(conf_dir):
+    single = compose(["model=resnet34"], conf=conf_dir)
+    listed = compose(["model=[resnet34]"], conf=conf_dir)
+    assert single.model == listed.model and list(single.model) == ["resnet34"]
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("attack.pgd.values=[-0.1]", "attack.pgd.values"),
+        ("attack.fgm.values=[.nan]", "attack.fgm.values"),
+        ("attack.fgm.values=[]", "attack.fgm.values"),
+        ("attack.pgd.norms=[0]", "attack.pgd.norms"),
+        ("train.epochs=[0]", "train.epochs"),
+        ("train.epochs=[2.5]", "train.epochs"),
+        ("train.lr=[0]", "train.lr"),
+        ("train.batch_size=0", "train.batch_size"),
+        ("train.device=tpu", "train.device"),
+        ("defence.fsq.values=[65]", "defence.fsq.values"),
+        ("defence.conf.values=[1.0]", "defence.conf.values"),
+        ("defence.gauss_in.values=[-1]", "defence.gauss_in.values"),
+        ("split.test_size=1.5", "split.test_size"),
+        ("split.seeds=[]", "split.seeds"),
+        ("timing.clock=sundial", "timing.clock"),
+        ("survival.chosen=cox", "survival.chosen"),
+        ("survival.fitters=[gompertz]", "survival.fitters"),
+        ("metrics.auc.eps1=0", "metrics.auc.eps1"),
+    ],
+)
+def test_bad_values_name_their_key(conf_dir, override, key):
+    with pytest.raises(ConfigError) as err:
+        validate(compose([override], conf=conf_dir))
+    assert err.value.key == key
+    assert "\n" not in str(err.value)
+
+
+def test_unknown_group_option_lists_the_available_ones(conf_dir):
+    with pytest.raises(ConfigError, match="unknown option 'cw'; available: fgm, pgd"):
+        compose(["attack=[fgm,cw]"], conf=conf_dir)
+
+
+def test_params_yaml_is_fresh():
+    """params.yaml must be `make params` of conf/: a stale snapshot misleads DVC."""
+    result = subprocess.run([sys.executable, "-m", "trashfire.params", "--check"], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr

@@ -1,0 +1,54 @@
+"""The DVC pipeline on a tiny grid: a second `dvc repro` does nothing, a new attack eps
+re-runs attack and later stages but trains nothing, and a new epoch value trains only the
+new cells. Runs the real `dvc repro` in a scratch copy of the project."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trashfire.params import composed_yaml
+from tests.conftest import ROOT, TINY
+
+
+@pytest.fixture
+def project(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for item in ("dvc.yaml", "conf", "src"):
+        source = ROOT / item
+        (shutil.copytree if source.is_dir() else shutil.copy)(source, repo / item)
+    env = os.environ | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "TRASHFIRE_CONFIG_DIR": str(repo / "conf")}
+
+    def repro(*overrides: str) -> str:
+        (repo / "params.yaml").write_text(composed_yaml(TINY + list(overrides)))
+        result = subprocess.run(["dvc", "repro"], cwd=repo, env=env, capture_output=True, text=True, timeout=900)
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout + result.stderr
+
+    subprocess.run(["dvc", "init", "--no-scm", "-q"], cwd=repo, env=env, check=True)
+    return repro
+
+
+def stages_run(output: str) -> set[str]:
+    return set(re.findall(r"Running stage '(\w+)'", output))
+
+
+def test_repro_caches_at_stage_and_cell_level(project):
+    first = project()
+    assert stages_run(first) == {"prepare", "train", "attack", "timing", "survival", "aggregate", "figures"}
+
+    assert stages_run(project()) == set()
+
+    new_eps = project("attack.pgd.values=[0.1,0.5,1.0]")
+    assert "train" not in stages_run(new_eps) and "prepare" not in stages_run(new_eps)
+    assert {"attack", "timing", "survival", "aggregate", "figures"} <= stages_run(new_eps)
+    assert "5 to run" in new_eps  # one new PGD eps for each of the 5 model cells
+
+    new_epoch = project("attack.pgd.values=[0.1,0.5,1.0]", "train.epochs=[1,2]")
+    assert "train" in stages_run(new_epoch)
+    assert "4 training cells, 2 cached, 2 to train" in new_epoch

@@ -1,0 +1,89 @@
+"""Each stage's function on a tiny real config, end to end, and the per-cell caches."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from trashfire import aggregate, attack, figures, prepare, survival, timing, train
+from trashfire.grid import attack_cells, training_cells
+from trashfire.records import read_npz
+
+
+@pytest.fixture
+def pipeline(tiny_cfg):
+    """prepare -> train -> attack on the tiny grid; returns the config."""
+    prepare.run(tiny_cfg)
+    train.run(tiny_cfg)
+    attack.run(tiny_cfg)
+    return tiny_cfg
+
+
+def test_prepare_splits_and_standardises_with_training_statistics(tiny_cfg):
+    folder = prepare.run(tiny_cfg)[0]
+    meta = np.load(folder / "split_0.npz")
+    labels = np.load(folder / "labels.npy")
+    assert len(meta["train"]) == 320 and len(meta["test"]) == 80
+    assert set(meta["train"]).isdisjoint(meta["test"])
+    assert set(meta["attack"]) <= set(meta["test"])
+    assert np.bincount(labels[meta["attack"]], minlength=10).tolist() == [2] * 10
+    images = np.load(folder / "images.npy")[meta["train"]] / 16.0
+    assert meta["mean"] == pytest.approx([images.mean()]) and meta["std"] == pytest.approx([images.std()])
+
+
+def test_train_records_both_clocks_and_is_cached(tiny_cfg):
+    prepare.run(tiny_cfg)
+    records = train.run(tiny_cfg)
+    assert {r["defence"] for r in records} == {"none", "gauss_in"}
+    for record in records:
+        assert record["n_train"] == 320 and 0 <= record["acc_ben"] <= 1
+        for quantity in ("t_train", "t_predict"):
+            assert record[f"{quantity}_process"] > 0 and record[f"{quantity}_wall"] > 0
+    def weight_stamps():
+        return sorted(p.stat().st_mtime_ns for p in Path(tiny_cfg.paths.models).glob("*.pt"))
+
+    stamps = weight_stamps()
+    train.run(tiny_cfg)  # everything cached: nothing is rewritten
+    assert weight_stamps() == stamps
+
+
+def test_attack_outcomes_agree_with_accuracy_and_budgets(pipeline):
+    for cell in attack_cells(pipeline):
+        record = json.loads((attack.attack_record_path(pipeline.paths.attacks, cell.hash)).read_text())
+        outcomes = read_npz(attack.outcomes_path(pipeline.paths.attacks, cell.hash))
+        assert record["acc_adv"] == pytest.approx(np.mean(outcomes["y_pred_adv"] == outcomes["y_true"]))
+        assert record["t_attack_process"] > 0 and record["t_attack_wall"] > 0
+        budget = {"inf": outcomes["norm_linf"], "2": outcomes["norm_l2"]}[cell.norm]
+        assert budget.max() <= cell.value * (1 + 1e-4) + 1e-5
+
+
+def test_attack_stage_reruns_only_new_cells(pipeline):
+    assert attack.run(pipeline) == 0
+    wider = OmegaConf.merge(pipeline, {"attack": {"pgd": {"values": [0.1, 0.3, 1.0]}}})
+    assert attack.run(wider) == len(training_cells(pipeline)) + 3  # model cells x one new eps
+    assert train.run(wider) and all(train.is_cached(wider.paths.models, c.hash) for c in training_cells(wider))
+
+
+def test_downstream_stages_write_every_table_and_figure(pipeline, tmp_path):
+    experiments, survival_data = timing.run(pipeline)
+    assert len(experiments) == len(attack_cells(pipeline))
+    assert {"t_train", "t_predict", "t_attack", "t_attack_wall", "t_attack_process", "acc_adv", "train_hash"} <= set(experiments)
+    # two weighted rows per attack cell at most; weights add up to the attacked samples
+    assert survival_data.groupby("attack_hash")["weight"].sum().eq(20).all()
+    assert (survival_data.groupby("attack_hash")["event"].apply(lambda e: e.tolist())).isin([[0, 1], [0], [1]]).all()
+    comparison = survival.run(pipeline)
+    assert set(comparison["fitter"]) == {"weibull", "lognormal", "loglogistic", "cox"}
+    summary = aggregate.run(pipeline)
+    assert summary["n_attack_cells"] == len(experiments)
+    written = figures.run(pipeline)
+    reports = tmp_path / "reports"
+    for name in ("experiments.csv", "survival_data.csv", "trash.csv", "robustness.csv", "metrics.json", "report.html",
+                 "survival/aft_comparison.csv", "survival/calibration.png", "survival/coefficients.png",
+                 "figures/accuracy_by_attack_and_defence.png", "figures/trash_by_depth.pdf"):
+        assert (reports / name).is_file(), name
+    assert len(written) == 5
+    trash = pd.read_csv(reports / "trash.csv")
+    assert np.allclose(trash["trash_adv"], trash["t_train"] / trash["E_T"])
