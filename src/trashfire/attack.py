@@ -26,22 +26,22 @@ from trashfire.datasets import Split, load_split
 from trashfire.errors import DataError
 from trashfire.grid import AttackCell, ModelCell, attack_cells
 from trashfire.models import resolve_device
-from trashfire.records import read_json, write_json, write_npz
+from trashfire.records import cell_file, read_json, write_json, write_npz
 from trashfire.train import load_weights, record_path
 
 log = logging.getLogger("trashfire.attack")  # not __name__: it is __main__ under python -m
 
 
 def attack_record_path(folder: str | Path, cell_hash: str) -> Path:
-    return Path(folder) / f"{cell_hash}.json"
+    return cell_file(folder, cell_hash, ".json")
 
 
 def outcomes_path(folder: str | Path, cell_hash: str) -> Path:
-    return Path(folder) / f"{cell_hash}.npz"
+    return cell_file(folder, cell_hash, ".npz")
 
 
 def benign_path(folder: str | Path, model_hash: str) -> Path:
-    return Path(folder) / "benign" / f"{model_hash}.json"
+    return cell_file(Path(folder) / "benign", model_hash, ".json")
 
 
 def is_recorded(path: Path) -> bool:

@@ -35,6 +35,11 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
             os.unlink(tmp)
 
 
+def cell_file(folder: str | Path, cell_hash: str, suffix: str) -> Path:
+    """Where a cell's file lives: named by its config hash."""
+    return Path(folder) / f"{cell_hash}{suffix}"
+
+
 def write_json(path: str | Path, data: dict[str, Any]) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=_jsonable) + "\n")

@@ -25,17 +25,17 @@ from trashfire.defences import augment
 from trashfire.errors import DataError
 from trashfire.grid import TrainCell, training_cells
 from trashfire.models import build_model, resolve_device
-from trashfire.records import atomic_path, file_sha256, read_json, write_json
+from trashfire.records import atomic_path, cell_file, file_sha256, read_json, write_json
 
 log = logging.getLogger("trashfire.train")  # not __name__: it is __main__ under python -m
 
 
 def weights_path(models: str | Path, cell_hash: str) -> Path:
-    return Path(models) / f"{cell_hash}.pt"
+    return cell_file(models, cell_hash, ".pt")
 
 
 def record_path(models: str | Path, cell_hash: str) -> Path:
-    return Path(models) / f"{cell_hash}.json"
+    return cell_file(models, cell_hash, ".json")
 
 
 def is_cached(models: str | Path, cell_hash: str) -> bool:
