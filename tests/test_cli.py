@@ -52,3 +52,14 @@ def test_bad_values_stop_params_composition(tmp_path):
 def test_missing_params_file_names_the_fix(tmp_path):
     result = run("trashfire.train", "--params", str(tmp_path / "nope.yaml"))
     assert_one_line_error(result, "nope.yaml", "make params")
+
+
+def test_unwritable_output_folder_is_one_line(tmp_path):
+    params = tmp_path / "params.yaml"
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    (locked / "processed").write_text("a file where a folder must go")
+    params.write_text(composed_yaml(tiny_overrides(tmp_path, f"paths.processed={locked / 'processed'}")))
+    result = run("trashfire.prepare", "--params", str(params))
+    assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "cannot access" in result.stderr and "processed" in result.stderr

@@ -45,6 +45,7 @@ def test_one_option_and_a_list_compose_to_the_same_shape(conf_dir):
         ("survival.chosen=cox", "survival.chosen"),
         ("survival.fitters=[gompertz]", "survival.fitters"),
         ("metrics.auc.eps1=0", "metrics.auc.eps1"),
+        ("model.resnet18.depth=34", "model.resnet18.depth"),
     ],
 )
 def test_bad_values_name_their_key(conf_dir, override, key):
@@ -63,3 +64,15 @@ def test_params_yaml_is_fresh():
     """params.yaml must be `make params` of conf/: a stale snapshot misleads DVC."""
     result = subprocess.run([sys.executable, "-m", "trashfire.params", "--check"], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_dvc_hydra_composition_equals_make_params(tmp_path, conf_dir):
+    """`dvc exp run -S` composes params.yaml itself; it must write what `make params` writes."""
+    from dvc.utils.hydra import compose_and_dump
+
+    from trashfire.params import composed_yaml
+
+    overrides = ["model=resnet34", "attack.pgd.values=[0.1,0.2]"]
+    out = tmp_path / "params.yaml"
+    compose_and_dump(out, str(conf_dir), None, "config", str(tmp_path / "no_plugins"), overrides)
+    assert out.read_text() == composed_yaml(overrides)

@@ -34,3 +34,11 @@ def test_predict_time_defences_reuse_the_undefended_weights(conf_dir):
     assert by_defence["gauss_in"].isdisjoint(by_defence["none"])
     # 2 models x 2 epochs x (none, gauss_in) trained; 5 defences evaluated each
     assert len(training_cells(cfg)) == 8 and len(model_cells(cfg)) == 20
+
+
+def test_a_lone_predict_time_defence_evaluates_only_itself(conf_dir):
+    cfg = compose(["defence=fsq", "model=resnet18", "train.epochs=[1]"], conf=conf_dir)
+    assert [c.defence["name"] for c in training_cells(cfg)] == ["none"]  # its weights
+    assert [c.defence["name"] for c in model_cells(cfg)] == ["fsq"]
+    only_train_time = compose(["defence=gauss_in", "model=resnet18", "train.epochs=[1]"], conf=conf_dir)
+    assert [c.defence["name"] for c in training_cells(only_train_time)] == ["gauss_in"]

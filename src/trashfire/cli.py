@@ -37,6 +37,7 @@ def configure_logging(prog: str) -> None:
     package.handlers[:] = [handler]
     package.setLevel(logging.INFO)
     package.propagate = False
+    logging.getLogger("art").setLevel(logging.WARNING)  # per-batch "success rate" lines
     for name, logger in logging.Logger.manager.loggerDict.items():
         if name.startswith("trashfire") and isinstance(logger, logging.Logger):
             logger.disabled = False
@@ -54,6 +55,9 @@ def run_cli(prog: str, description: str, run: Callable[[DictConfig], Any], argv:
     except TrashfireError as err:
         print(f"{prog}: {err}", file=sys.stderr)
         sys.exit(err.exit_code)
+    except OSError as err:  # an unwritable folder or a full disk: the user's to fix
+        print(f"{prog}: cannot access {err.filename or 'a file'}: {err.strerror or err}", file=sys.stderr)
+        sys.exit(1)
     except KeyboardInterrupt:
         print(f"{prog}: interrupted; finished cells are kept, rerun to continue", file=sys.stderr)
         sys.exit(130)

@@ -8,6 +8,7 @@ ConfigError, which the CLIs print as one line naming the key and what is allowed
 from __future__ import annotations
 
 import math
+import re
 import os
 from numbers import Number
 from pathlib import Path
@@ -57,6 +58,11 @@ def check_group_options(overrides: Iterable[str], conf: Path) -> None:
         if not sep or not group_dir.is_dir():
             continue
         options = sorted(p.stem for p in group_dir.glob("*.yaml"))
+        sweep = re.fullmatch(r"(\w+)\((.*)\)", value)  # choice(a,b) of a sweeper
+        if sweep:
+            if sweep.group(1) != "choice":
+                continue
+            value = sweep.group(2)
         for choice in value.strip("[]").split(","):
             choice = choice.strip()
             if choice and choice != "null" and choice not in options:
@@ -123,8 +129,10 @@ def _validate_split(split: DictConfig) -> None:
 def _validate_models(models: DictConfig) -> None:
     _nonempty_mapping("model", models)
     for name, spec in models.items():
-        _choice(f"model.{name}.arch", spec.get("arch"), MODEL_ARCHS)
-        _integer(f"model.{name}.depth", spec.get("depth"), low=1)
+        arch = _choice(f"model.{name}.arch", spec.get("arch"), MODEL_ARCHS)
+        depth = _integer(f"model.{name}.depth", spec.get("depth"), low=1)
+        if arch != f"resnet{depth}":
+            raise ConfigError(f"model.{name}.depth", f"got {depth}; {arch} has {arch.removeprefix('resnet')} layers")
 
 
 DEFENCE_VALUE_RULES = {

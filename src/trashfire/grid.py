@@ -86,8 +86,13 @@ def defence_values(name: str, spec: DictConfig) -> list[dict[str, Any]]:
     ]
 
 
+def _stages(cfg: DictConfig) -> set[str]:
+    return {spec.stage for spec in cfg.defence.values()}
+
+
 def training_cells(cfg: DictConfig) -> list[TrainCell]:
-    train_defences = [dict(UNDEFENDED)]
+    """Undefended weights are trained when `none` or a predict-time defence needs them."""
+    train_defences = [dict(UNDEFENDED)] if _stages(cfg) & {"none", "predict"} else []
     for name, spec in cfg.defence.items():
         if spec.stage == "train":
             train_defences += defence_values(name, spec)
@@ -120,11 +125,15 @@ def model_cells(cfg: DictConfig) -> list[ModelCell]:
         if spec.stage == "predict"
         for value in defence_values(name, spec)
     ]
+    evaluate_undefended = "none" in _stages(cfg)
     cells = []
     for train in training_cells(cfg):
-        cells.append(ModelCell(train, train.defence))
-        if train.defence["stage"] == "none":
-            cells += [ModelCell(train, defence) for defence in predict_defences]
+        if train.defence["stage"] == "train":
+            cells.append(ModelCell(train, train.defence))
+            continue
+        if evaluate_undefended:
+            cells.append(ModelCell(train, train.defence))
+        cells += [ModelCell(train, defence) for defence in predict_defences]
     return cells
 
 
