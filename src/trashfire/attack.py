@@ -25,6 +25,7 @@ from trashfire.clocks import Stopwatch
 from trashfire.datasets import Split, load_split
 from trashfire.errors import DataError
 from trashfire.grid import AttackCell, ModelCell, attack_cells
+from trashfire.metrics import accuracy
 from trashfire.models import resolve_device
 from trashfire.records import cell_file, read_json, write_json, write_npz
 from trashfire.train import load_weights, record_path
@@ -67,7 +68,7 @@ def evaluate_benign(classifier, split: Split, cell: ModelCell, device) -> dict[s
     n = len(x_test)
     return {
         "model_hash": cell.hash,
-        "acc_ben": float((preds == split.y_test.numpy()).mean()),
+        "acc_ben": accuracy(split.y_test.numpy(), preds),
         "t_predict_process": watch.elapsed.process / n,
         "t_predict_wall": watch.elapsed.wall / n,
         "n_test": n,
@@ -92,8 +93,8 @@ def run_attack_cell(classifier, split: Split, cell: AttackCell, device) -> tuple
         "attack_value": cell.value,
         "config": cell.spec,
         "n_attack": n,
-        "acc_ben_attack_subset": float((y_ben == y).mean()),
-        "acc_adv": float((y_adv == y).mean()),
+        "acc_ben_attack_subset": accuracy(y, y_ben),
+        "acc_adv": accuracy(y, y_adv),
         "t_attack_process": watch.elapsed.process / n,
         "t_attack_wall": watch.elapsed.wall / n,
     }

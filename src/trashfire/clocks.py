@@ -16,12 +16,6 @@ class Elapsed:
     process: float = 0.0
     wall: float = 0.0
 
-    def per_sample(self, n: int) -> "Elapsed":
-        return Elapsed(self.process / n, self.wall / n)
-
-    def __add__(self, other: "Elapsed") -> "Elapsed":
-        return Elapsed(self.process + other.process, self.wall + other.wall)
-
 
 class Stopwatch:
     """`with Stopwatch(device) as watch: ...` then `watch.elapsed`."""

@@ -24,6 +24,7 @@ from trashfire.datasets import Split, load_split
 from trashfire.defences import augment
 from trashfire.errors import DataError
 from trashfire.grid import TrainCell, training_cells
+from trashfire.metrics import accuracy
 from trashfire.models import build_model, resolve_device
 from trashfire.records import atomic_path, cell_file, file_sha256, read_json, write_json
 
@@ -100,7 +101,7 @@ def train_cell(cell: TrainCell, split: Split, cfg: DictConfig, device: torch.dev
         "defence_value": cell.defence["value"],
         "n_train": n_train,
         "n_test": n_test,
-        "acc_ben": float((preds == split.y_test.numpy()).mean()),
+        "acc_ben": accuracy(split.y_test.numpy(), preds),
         # per sample: the whole training run over the training-set size (TRASHFIRE eq. 7)
         "t_train_process": train_time.process / n_train,
         "t_train_wall": train_time.wall / n_train,
