@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from trashfire.clocks import CLOCKS
 from trashfire.errors import ConfigError
 
-DATA_SOURCES = ("sklearn_digits", "torchvision_mnist")
+DATA_SOURCES = ("sklearn_digits", "torchvision_mnist", "torchvision_fashion_mnist", "torchvision_cifar")
 MODEL_ARCHS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
 DEFENCE_STAGES = ("none", "train", "predict")
 ATTACK_NORMS = {"fgm": ("inf", "1", "2"), "pgd": ("inf", "1", "2")}
@@ -114,6 +114,11 @@ def _validate_data(cfg: DictConfig) -> None:
         key = f"data.{name}"
         _choice(f"{key}.source", spec.get("source"), DATA_SOURCES)
         _integer(f"{key}.n_classes", spec.get("n_classes"), low=2)
+        for option in ("size", "channels"):
+            if spec.get(option) is not None:
+                _integer(f"{key}.{option}", spec[option], low=1)
+        if spec.source == "torchvision_cifar":
+            _choice(f"{key}.classes", spec.get("classes"), (10, 100))
         if spec.get("subsample") is not None:
             _integer(f"{key}.subsample", spec.subsample, low=cfg.split.get("n_attack", 1) * 2)
 
@@ -129,10 +134,13 @@ def _validate_split(split: DictConfig) -> None:
 def _validate_models(models: DictConfig) -> None:
     _nonempty_mapping("model", models)
     for name, spec in models.items():
-        arch = _choice(f"model.{name}.arch", spec.get("arch"), MODEL_ARCHS)
+        if not isinstance(spec.get("_target_"), str):
+            raise ConfigError(f"model.{name}._target_", "missing; name the builder, e.g. trashfire.models.resnet")
         depth = _integer(f"model.{name}.depth", spec.get("depth"), low=1)
-        if arch != f"resnet{depth}":
-            raise ConfigError(f"model.{name}.depth", f"got {depth}; {arch} has {arch.removeprefix('resnet')} layers")
+        if "arch" in spec:
+            arch = _choice(f"model.{name}.arch", spec.arch, MODEL_ARCHS)
+            if arch != f"resnet{depth}":
+                raise ConfigError(f"model.{name}.depth", f"got {depth}; {arch} has {arch.removeprefix('resnet')} layers")
 
 
 DEFENCE_VALUE_RULES = {

@@ -90,6 +90,11 @@ def _stages(cfg: DictConfig) -> set[str]:
     return {spec.stage for spec in cfg.defence.values()}
 
 
+def _shape_keys(dspec: DictConfig) -> dict[str, Any]:
+    """Options that change the images; absent ones stay out so older hashes hold."""
+    return {key: dspec[key] for key in ("size", "channels", "classes") if dspec.get(key) is not None}
+
+
 def training_cells(cfg: DictConfig) -> list[TrainCell]:
     """Undefended weights are trained when `none` or a predict-time defence needs them."""
     train_defences = [dict(UNDEFENDED)] if _stages(cfg) & {"none", "predict"} else []
@@ -107,7 +112,7 @@ def training_cells(cfg: DictConfig) -> list[TrainCell]:
         train_defences,
     ):
         spec = {
-            "data": {"name": dname, "source": dspec.source, "subsample": dspec.get("subsample")},
+            "data": {"name": dname, "source": dspec.source, "subsample": dspec.get("subsample"), **_shape_keys(dspec)},
             "split": {"seed": seed, "test_size": cfg.split.test_size},
             "model": _plain(mspec),
             "train": {"epochs": epochs, "lr": lr, **hyper},

@@ -1,8 +1,10 @@
-"""Models: torchvision architectures adapted to small inputs."""
+"""Models: torchvision ResNets adapted to small inputs, and the small nets of the companion
+papers. Every builder takes (n_classes, input_shape) and returns a module whose forward
+casts its input to float32. `depth` in the configs is the number of weight layers."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 import torchvision
@@ -23,19 +25,63 @@ class Float32Input(nn.Module):
         return self.net(x.float())
 
 
-def resnet(arch: str, n_classes: int, in_channels: int, depth: int | None = None) -> nn.Module:
+def resnet(arch: str, n_classes: int, input_shape: Sequence[int]) -> nn.Module:
     """torchvision's ResNet with a 3x3 stride-1 stem and no max-pool, so that 8x8 and 28x28
     inputs keep spatial extent through the four stages."""
-    if depth is not None and arch != f"resnet{depth}":
-        raise ConfigError("model.depth", f"{depth} does not match arch {arch}")
     net = getattr(torchvision.models, arch)(weights=None, num_classes=n_classes)
-    net.conv1 = nn.Conv2d(in_channels, 64, kernel_size=3, stride=1, padding=1, bias=False)
+    net.conv1 = nn.Conv2d(input_shape[0], 64, kernel_size=3, stride=1, padding=1, bias=False)
     net.maxpool = nn.Identity()
     return Float32Input(net)
 
 
-def build_model(spec: dict[str, Any], n_classes: int, in_channels: int) -> nn.Module:
-    return instantiate(spec, n_classes=n_classes, in_channels=in_channels)
+def lenet(n_classes: int, input_shape: Sequence[int]) -> nn.Module:
+    """LeNet-5 (LeCun et al.): two 5x5 convolutions with max-pooling, then 120-84-K. Padded
+    convolutions keep it valid from 8x8 inputs up."""
+    channels, height, width = input_shape
+    features = nn.Sequential(
+        nn.Conv2d(channels, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(6, 16, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+    )
+    flat = 16 * (height // 4) * (width // 4)
+    head = nn.Sequential(nn.Flatten(), nn.Linear(flat, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, n_classes))
+    return Float32Input(nn.Sequential(features, head))
+
+
+def mlp(n_classes: int, input_shape: Sequence[int], hidden: Sequence[int]) -> nn.Module:
+    """Fully connected: one Linear+ReLU per hidden width, then the classifier. 004's
+    FullyConnectedNet is hidden=[7500]; 002's 2-layer MLP is one hidden layer too."""
+    widths = [int(torch.tensor(input_shape).prod())] + list(hidden)
+    layers: list[nn.Module] = [nn.Flatten()]
+    for n_in, n_out in zip(widths, widths[1:]):
+        layers += [nn.Linear(n_in, n_out), nn.ReLU()]
+    layers.append(nn.Linear(widths[-1], n_classes))
+    return Float32Input(nn.Sequential(*layers))
+
+
+def cnn(n_classes: int, input_shape: Sequence[int], channels: Sequence[int]) -> nn.Module:
+    """3x3 convolutions with ReLU, a 2x2 max-pool after every second one while the map is at
+    least 2x2, then one linear classifier: 002's 3-layer CNN is channels=[32, 64], its
+    5-layer CNN channels=[32, 32, 64, 64]."""
+    n_in, height, width = input_shape
+    layers: list[nn.Module] = []
+    for index, n_out in enumerate(channels):
+        layers += [nn.Conv2d(n_in, n_out, 3, padding=1), nn.ReLU()]
+        if index % 2 == 1 and min(height, width) >= 2:
+            layers.append(nn.MaxPool2d(2))
+            height, width = height // 2, width // 2
+        n_in = n_out
+    layers += [nn.Flatten(), nn.Linear(n_in * height * width, n_classes)]
+    return Float32Input(nn.Sequential(*layers))
+
+
+def count_weight_layers(model: nn.Module) -> int:
+    return sum(isinstance(m, (nn.Conv2d, nn.Linear)) for m in model.modules())
+
+
+def build_model(spec: dict[str, Any], n_classes: int, input_shape: Sequence[int]) -> nn.Module:
+    """`depth` is recorded for the analysis, not a builder argument."""
+    builder = {key: value for key, value in spec.items() if key != "depth"}
+    return instantiate(builder, n_classes=n_classes, input_shape=list(input_shape))
 
 
 def resolve_device(name: str) -> torch.device:

@@ -12,7 +12,7 @@ from sklearn.model_selection import train_test_split
 
 from trashfire.cli import run_cli
 from trashfire.config import as_list
-from trashfire.datasets import LOADERS, RawDataset, dataset_dir
+from trashfire.datasets import LOADERS, RawDataset, dataset_dir, to_shape
 from trashfire.errors import DataError
 from trashfire.records import atomic_path
 
@@ -51,7 +51,9 @@ def split_permutation(data: RawDataset, seed: int, test_size: float, n_attack: i
 
 
 def prepare_dataset(name: str, spec: DictConfig, split: DictConfig, processed: Path) -> Path:
-    data = subsample(LOADERS[spec.source](root=spec.get("root"), download=spec.get("download", False)), spec.get("subsample"))
+    loader_args = {key: spec[key] for key in ("root", "download", "classes", "verify") if key in spec}
+    data = subsample(LOADERS[spec.source](**loader_args), spec.get("subsample"))
+    data = to_shape(data, spec.get("size"), spec.get("channels"))
     n_labels = len(np.unique(data.labels))
     if n_labels != spec.n_classes:
         raise DataError(f"data.{name}.n_classes is {spec.n_classes} but the data hold {n_labels} classes")

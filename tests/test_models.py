@@ -1,0 +1,40 @@
+"""Every model of conf/model builds and trains one step on every data set's shape."""
+
+import pytest
+import torch
+from torch import nn
+
+from trashfire.config import compose, validate
+from trashfire.models import build_model, count_weight_layers
+from tests.conftest import ROOT
+
+MODELS = sorted(p.stem for p in (ROOT / "conf" / "model").glob("*.yaml"))
+SHAPES = {"digits": (1, 8, 8), "mnist": (1, 28, 28), "cifar": (3, 32, 32)}
+
+
+def model_spec(name: str) -> dict:
+    cfg = validate(compose([f"model=[{name}]"], conf=ROOT / "conf"))
+    return dict(cfg.model[name])
+
+
+@pytest.mark.parametrize("shape", SHAPES.values(), ids=SHAPES.keys())
+@pytest.mark.parametrize("name", MODELS)
+def test_model_builds_and_trains_one_step(name, shape):
+    torch.manual_seed(0)
+    model = build_model(model_spec(name), n_classes=10, input_shape=shape)
+    x, y = torch.randn(4, *shape, dtype=torch.float64), torch.tensor([0, 1, 2, 3])  # ART may pass float64
+    before = [p.detach().clone() for p in model.parameters()]
+    optimiser = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loss = nn.CrossEntropyLoss()(model(x), y)
+    loss.backward()
+    optimiser.step()
+    assert model(x).shape == (4, 10) and torch.isfinite(loss)
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+@pytest.mark.parametrize("name", [m for m in MODELS if not m.startswith("resnet")])
+def test_depth_is_the_number_of_weight_layers(name):
+    spec = model_spec(name)
+    assert count_weight_layers(build_model(spec, 10, (1, 28, 28))) == spec["depth"]
+
+
