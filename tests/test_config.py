@@ -44,7 +44,8 @@ def test_one_option_and_a_list_compose_to_the_same_shape(conf_dir):
         ("timing.clock=sundial", "timing.clock"),
         ("survival.chosen=cox", "survival.chosen"),
         ("survival.fitters=[gompertz]", "survival.fitters"),
-        ("metrics.auc.eps1=0", "metrics.auc.eps1"),
+        ("metrics.auc.eps1=0.0", "metrics.auc.eps1"),
+        ("metrics.auc.eps1=5.0", "metrics.auc.eps1"),
         ("model.resnet18.depth=34", "model.resnet18.depth"),
     ],
 )
@@ -76,3 +77,12 @@ def test_dvc_hydra_composition_equals_make_params(tmp_path, conf_dir):
     out = tmp_path / "params.yaml"
     compose_and_dump(out, str(conf_dir), None, "config", str(tmp_path / "no_plugins"), overrides)
     assert out.read_text() == composed_yaml(overrides)
+
+
+def test_experiment_presets_override_the_root_config(conf_dir):
+    smoke = validate(compose(["experiment=smoke"], conf=conf_dir))
+    assert smoke.split.n_attack == 20 and smoke.data.digits.subsample == 300
+    assert len(smoke.model) == 10 and "adv_train" in smoke.defence
+    paper = validate(compose(["experiment=trashfire_paper"], conf=conf_dir))
+    assert paper.split.seeds == list(range(10)) and set(paper.data) == {"mnist", "cifar10", "cifar100"}
+    assert list(paper.defence.fsq["values"]) == [2, 4, 8, 16, 32, 64]

@@ -40,15 +40,16 @@ def stages_run(output: str) -> set[str]:
 
 def test_repro_caches_at_stage_and_cell_level(project):
     first = project()
-    assert stages_run(first) == {"prepare", "train", "attack", "timing", "survival", "aggregate", "figures"}
+    assert stages_run(first) == {"prepare", "train", "attack", "timing", "survival", "aggregate", "figures"}, first
 
-    assert stages_run(project()) == set()
+    again = project()
+    assert stages_run(again) == set(), again
 
     new_eps = project("attack.pgd.values=[0.1,0.5,1.0]")
-    assert "train" not in stages_run(new_eps) and "prepare" not in stages_run(new_eps)
-    assert {"attack", "timing", "survival", "aggregate", "figures"} <= stages_run(new_eps)
-    assert "5 to run" in new_eps  # one new PGD eps for each of the 5 model cells
+    assert "train" not in stages_run(new_eps) and "prepare" not in stages_run(new_eps), new_eps
+    assert {"attack", "timing", "survival", "aggregate", "figures"} <= stages_run(new_eps), new_eps
+    assert "5 to run" in new_eps, new_eps  # one new PGD eps for each of the 5 model cells
 
     new_epoch = project("attack.pgd.values=[0.1,0.5,1.0]", "train.epochs=[1,2]")
-    assert "train" in stages_run(new_epoch)
-    assert "4 training cells, 2 cached, 2 to train" in new_epoch
+    assert "train" in stages_run(new_epoch), new_epoch
+    assert "4 training cells, 2 cached, 2 to train" in new_epoch, new_epoch

@@ -16,7 +16,6 @@ from omegaconf import DictConfig
 
 from trashfire import metrics
 from trashfire.cli import run_cli
-from trashfire.errors import ConfigError
 from trashfire.records import atomic_path, write_json
 from trashfire.timing import read_experiments
 
@@ -41,7 +40,8 @@ def trash_table(experiments: pd.DataFrame, expected: pd.DataFrame, eps_max: floa
     return table
 
 
-def robustness_table(experiments: pd.DataFrame, w: float, tau: float | None, eps0: float, eps1: float) -> pd.DataFrame:
+def robustness_table(experiments: pd.DataFrame, w: float, tau: float | None, eps0: float, eps1: float | None) -> pd.DataFrame:
+    """EVP and R per (model cell x attack family); eps1 None integrates R up to the family's largest eps."""
     rows = []
     for key, cell in experiments.groupby(CELL_COLUMNS, dropna=False):
         cell = cell.sort_values("attack_value")
@@ -49,15 +49,14 @@ def robustness_table(experiments: pd.DataFrame, w: float, tau: float | None, eps
         acc = np.concatenate([[cell["acc_ben_attack_subset"].iloc[0]], cell["acc_adv"].to_numpy(float)])
         n_classes = int(cell["n_classes"].iloc[0])
         threshold = tau if tau is not None else metrics.viability_threshold(n_classes, w)
-        if eps1 > eps[-1]:
-            raise ConfigError("metrics.auc.eps1", f"{eps1} exceeds the largest eps {eps[-1]} of {key[-2]}_{key[-1]}; lower it or extend the grid")
+        upper = eps[-1] if eps1 is None else eps1
         try:
-            auc, note = metrics.robustness_auc(eps, acc, eps0, eps1), ""
+            auc, note = metrics.robustness_auc(eps, acc, eps0, upper), ""
         except ValueError as err:  # e.g. a model with no benign accuracy on the subset
             auc, note = float("nan"), str(err)
         rows.append(dict(zip(CELL_COLUMNS, key)) | {
             "n_classes": n_classes, "acc_ben": acc[0], "tau": threshold, "evp": metrics.evp(eps, acc, threshold),
-            "auc_R": auc, "auc_S": 1 - auc, "eps0": eps0, "eps1": eps1, "note": note,
+            "auc_R": auc, "auc_S": 1 - auc, "eps0": eps0, "eps1": upper, "note": note,
         })
     return pd.DataFrame(rows)
 

@@ -105,7 +105,19 @@ def validate(cfg: DictConfig) -> DictConfig:
         _validate_survival(cfg.survival)
     if "metrics" in cfg:
         _validate_metrics(cfg.metrics)
+        _check_auc_interval(cfg)
     return cfg
+
+
+def _check_auc_interval(cfg: DictConfig) -> None:
+    """R integrates each attack family's curve up to eps1: the grid must reach it."""
+    eps1 = cfg.metrics.auc.get("eps1")
+    if eps1 is None:
+        return
+    for name, spec in cfg.attack.items():
+        largest = max(as_list(spec["values"]))
+        if eps1 > largest:
+            raise ConfigError("metrics.auc.eps1", f"{eps1} exceeds the largest eps {largest} of attack.{name}; lower it or extend the grid")
 
 
 def _validate_data(cfg: DictConfig) -> None:
@@ -145,6 +157,7 @@ def _validate_models(models: DictConfig) -> None:
 
 DEFENCE_VALUE_RULES = {
     "gauss_in": dict(low=0, open_low=True),
+    "adv_train": dict(low=0, high=1, open_low=True),
     "gauss_out": dict(low=0, open_low=True),
     "conf": dict(low=0, high=1, open_low=True, open_high=True),
 }
@@ -212,7 +225,8 @@ def _validate_metrics(metrics: DictConfig) -> None:
     if metrics.evp.get("tau") is not None:
         _number("metrics.evp.tau", metrics.evp.tau, low=0, high=1, open_low=True)
     eps0 = _number("metrics.auc.eps0", metrics.auc.get("eps0"), low=0)
-    _number("metrics.auc.eps1", metrics.auc.get("eps1"), low=eps0, open_low=True)
+    if metrics.auc.get("eps1") is not None:
+        _number("metrics.auc.eps1", metrics.auc.eps1, low=eps0, open_low=True)
     if metrics.trash.get("eps_max") is not None:
         _number("metrics.trash.eps_max", metrics.trash.eps_max, low=0, open_low=True)
 

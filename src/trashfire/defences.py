@@ -44,3 +44,32 @@ def augment(defence: dict[str, Any], x: np.ndarray, y: np.ndarray, clip_values, 
     """Apply a train-time defence (GaussianAugmentation) to one epoch's training data."""
     np.random.seed(seed)  # ART draws its noise from NumPy's global generator
     return _build(defence, clip_values)(x, y)
+
+
+def is_trainer(defence: dict[str, Any]) -> bool:
+    """A defence that replaces the training loop (ART's trainers), not the training data."""
+    return defence["stage"] == "train" and ".trainer." in defence["target"]
+
+
+def adversarial_trainer(defence: dict[str, Any], model, optimiser, split, device) -> Any:
+    """ART's AdversarialTrainer with the configured attack (PGD by default).
+
+    The budget `value` is in pixel units (002: linf eps = 8/255 of the [0, 1] range) and is
+    converted to the standardised scale the model sees by dividing by the mean per-channel
+    training std (exact for grey images)."""
+    from art.estimators.classification import PyTorchClassifier
+    from torch import nn
+
+    classifier = PyTorchClassifier(
+        model=model, loss=nn.CrossEntropyLoss(), optimizer=optimiser, input_shape=split.input_shape,
+        nb_classes=split.n_classes, clip_values=split.clip_values, device_type="gpu" if device.type == "cuda" else "cpu",
+    )
+    kwargs = dict(defence.get("kwargs", {}))
+    attack_spec = dict(kwargs.pop("attack"))
+    eps = float(defence["value"]) / float(np.mean(split.std))
+    max_iter, step_scale = attack_spec.pop("max_iter"), attack_spec.pop("step_scale")
+    norm = {"inf": np.inf, "1": 1, "2": 2}[str(attack_spec.pop("norm"))]
+    attack = get_class(attack_spec.pop("_target_"))(
+        classifier, norm=norm, eps=eps, eps_step=eps * step_scale / max_iter, max_iter=max_iter, verbose=False, **attack_spec
+    )
+    return get_class(defence["target"])(classifier, attack, **kwargs)

@@ -21,7 +21,7 @@ from tqdm import tqdm
 from trashfire.cli import run_cli
 from trashfire.clocks import Elapsed, Stopwatch
 from trashfire.datasets import Split, load_split
-from trashfire.defences import augment
+from trashfire.defences import adversarial_trainer, augment, is_trainer
 from trashfire.errors import DataError
 from trashfire.grid import TrainCell, training_cells
 from trashfire.metrics import accuracy
@@ -65,6 +65,8 @@ def fit(model: nn.Module, cell: TrainCell, split: Split, hyper: DictConfig, devi
     optimiser = torch.optim.SGD(model.parameters(), lr=cell.lr, momentum=hyper.momentum, weight_decay=hyper.weight_decay)
     loss_fn = nn.CrossEntropyLoss()
     model.to(device).train()
+    if is_trainer(cell.defence):
+        return fit_with_trainer(model, optimiser, cell, split, hyper, device)
     with Stopwatch(device) as watch:
         for epoch in tqdm(range(cell.epochs), desc=f"train {cell.model} {cell.defence['name']}", disable=not progress, leave=False):
             x, y = split.x_train, split.y_train
@@ -86,6 +88,15 @@ def initial_model(cell: TrainCell, split: Split) -> nn.Module:
     the same shape (004 matches them across MNIST upscaled and CIFAR-10)."""
     torch.manual_seed(cell.seed)
     return build_model(cell.spec["model"], split.n_classes, split.input_shape)
+
+
+def fit_with_trainer(model: nn.Module, optimiser, cell: TrainCell, split: Split, hyper: DictConfig, device) -> Elapsed:
+    """Adversarial training: ART's trainer runs the epochs (its own progress bar)."""
+    np.random.seed(cell.seed)  # ART shuffles and picks its random starts with NumPy
+    trainer = adversarial_trainer(cell.defence, model, optimiser, split, device)
+    with Stopwatch(device) as watch:
+        trainer.fit(split.x_train.numpy(), split.y_train.numpy(), nb_epochs=cell.epochs, batch_size=hyper.batch_size)
+    return watch.elapsed
 
 
 def train_cell(cell: TrainCell, split: Split, cfg: DictConfig, device: torch.device) -> tuple[nn.Module, dict[str, Any]]:
