@@ -42,3 +42,10 @@ def test_a_lone_predict_time_defence_evaluates_only_itself(conf_dir):
     assert [c.defence["name"] for c in model_cells(cfg)] == ["fsq"]
     only_train_time = compose(["defence=gauss_in", "model=resnet18", "train.epochs=[1]"], conf=conf_dir)
     assert [c.defence["name"] for c in training_cells(only_train_time)] == ["gauss_in"]
+
+
+def test_step_decay_is_its_own_cell_and_constant_keeps_older_hashes(conf_dir):
+    constant = hashes(training_cells(compose([], conf=conf_dir)))
+    explicit = hashes(training_cells(compose(["train.lr_schedule=constant"], conf=conf_dir)))
+    decayed = hashes(training_cells(compose(["train.lr_schedule=step_half"], conf=conf_dir)))
+    assert constant == explicit and constant.isdisjoint(decayed)

@@ -6,9 +6,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from omegaconf import OmegaConf
 
 from trashfire import aggregate, attack, figures, prepare, survival, timing, train
+from trashfire.datasets import load_split
 from trashfire.grid import attack_cells, model_cells, training_cells
 from trashfire.records import read_npz
 
@@ -87,3 +89,20 @@ def test_downstream_stages_write_every_table_and_figure(pipeline, tmp_path):
     assert len(written) == 5
     trash = pd.read_csv(reports / "trash.csv")
     assert np.allclose(trash["trash_adv"], trash["t_train"] / trash["E_T"])
+
+
+def test_step_half_divides_the_learning_rate_by_ten_from_half_of_training():
+    assert [train.scheduled_lr(0.1, "step_half", p) for p in (0.0, 0.49, 0.5, 0.99)] == pytest.approx([0.1, 0.1, 0.01, 0.01])
+    assert train.scheduled_lr(0.1, "constant", 0.9) == 0.1
+
+
+def test_a_step_decay_cell_trains_to_different_weights(tiny_cfg):
+    prepare.run(tiny_cfg)
+    decayed = OmegaConf.merge(tiny_cfg, {"train": {"lr_schedule": "step_half"}})
+    split = load_split(tiny_cfg.paths.processed, "digits", 0, 10)
+    weights = {}
+    for name, cfg in (("constant", tiny_cfg), ("step_half", decayed)):
+        undefended = training_cells(cfg)[0]
+        model, _ = train.train_cell(undefended, split, cfg, torch.device("cpu"))
+        weights[name] = model.state_dict()
+    assert any(not torch.equal(weights["constant"][k], weights["step_half"][k]) for k in weights["constant"] if k.endswith("weight"))

@@ -23,6 +23,7 @@ DATA_SOURCES = ("sklearn_digits", "torchvision_mnist", "torchvision_fashion_mnis
 MODEL_ARCHS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
 DEFENCE_STAGES = ("none", "train", "predict")
 ATTACK_NORMS = {"fgm": ("inf", "1", "2"), "pgd": ("inf", "1", "2")}
+LR_SCHEDULES = ("constant", "step_half")
 FITTERS = ("weibull", "exponential", "lognormal", "loglogistic", "cox")
 AFT_FITTERS = tuple(f for f in FITTERS if f != "cox")
 
@@ -205,6 +206,7 @@ def _validate_train(train: DictConfig) -> None:
     _number("train.momentum", train.get("momentum"), low=0, high=1, open_high=True)
     _number("train.weight_decay", train.get("weight_decay"), low=0)
     _integer("train.batch_size", train.get("batch_size"), low=1)
+    _choice("train.lr_schedule", train.get("lr_schedule", "constant"), LR_SCHEDULES)
     device = train.get("device")
     if not isinstance(device, str) or not (device in ("auto", "cpu") or device.startswith("cuda")):
         raise ConfigError("train.device", f"got {device!r}; allowed: auto, cpu, cuda, cuda:N")

@@ -102,6 +102,8 @@ def training_cells(cfg: DictConfig) -> list[TrainCell]:
         if spec.stage == "train":
             train_defences += defence_values(name, spec)
     hyper = {k: _plain(cfg.train[k]) for k in ("momentum", "weight_decay", "batch_size")}
+    if cfg.train.get("lr_schedule", "constant") != "constant":  # absent when constant: older hashes hold
+        hyper["lr_schedule"] = cfg.train.lr_schedule
     cells = []
     for (dname, dspec), seed, (mname, mspec), epochs, lr, defence in itertools.product(
         cfg.data.items(),

@@ -67,6 +67,7 @@ def fit(model: nn.Module, cell: TrainCell, split: Split, hyper: DictConfig, devi
     model.to(device).train()
     if is_trainer(cell.defence):
         return fit_with_trainer(model, optimiser, cell, split, hyper, device)
+    schedule = cell.spec["train"].get("lr_schedule", "constant")
     with Stopwatch(device) as watch:
         for epoch in tqdm(range(cell.epochs), desc=f"train {cell.model} {cell.defence['name']}", disable=not progress, leave=False):
             x, y = split.x_train, split.y_train
@@ -76,11 +77,19 @@ def fit(model: nn.Module, cell: TrainCell, split: Split, hyper: DictConfig, devi
             order = torch.randperm(len(x), generator=generator)
             for start in range(0, len(x), hyper.batch_size):
                 batch = order[start : start + hyper.batch_size]
+                for group in optimiser.param_groups:
+                    group["lr"] = scheduled_lr(cell.lr, schedule, (epoch + start / len(x)) / cell.epochs)
                 optimiser.zero_grad(set_to_none=True)
                 loss = loss_fn(model(x[batch].to(device)), y[batch].to(device))
                 loss.backward()
                 optimiser.step()
     return watch.elapsed
+
+
+def scheduled_lr(base: float, schedule: str, progress: float) -> float:
+    """constant, or step_half: divided by 10 from half of training on (004). progress is
+    the fraction of training done, so a one-epoch run decays too."""
+    return base * 0.1 if schedule == "step_half" and progress >= 0.5 else base
 
 
 def initial_model(cell: TrainCell, split: Split) -> nn.Module:
