@@ -47,6 +47,12 @@ def test_one_option_and_a_list_compose_to_the_same_shape(conf_dir):
         ("metrics.auc.eps1=0.0", "metrics.auc.eps1"),
         ("metrics.auc.eps1=5.0", "metrics.auc.eps1"),
         ("model.resnet18.depth=34", "model.resnet18.depth"),
+        ("train.lr_schedule=cosine", "train.lr_schedule"),
+        ("attack.fgm.units=percent", "attack.fgm.units"),
+        ("+train.pretrained_on.digits=[digits]", "train.pretrained_on.digits"),
+        ("+train.pretrained_on.digits=[]", "train.pretrained_on.digits"),
+        ("+train.per_model.resnet18={lr:[-1]}", "train.per_model.resnet18.lr"),
+        ("+train.per_model.resnet18={momentum:0.5}", "train.per_model.resnet18"),
     ],
 )
 def test_bad_values_name_their_key(conf_dir, override, key):
@@ -86,3 +92,5 @@ def test_experiment_presets_override_the_root_config(conf_dir):
     paper = validate(compose(["experiment=trashfire_paper"], conf=conf_dir))
     assert paper.split.seeds == list(range(10)) and set(paper.data) == {"mnist", "cifar10", "cifar100"}
     assert list(paper.defence.fsq["values"]) == [2, 4, 8, 16, 32, 64]
+    reduced = validate(compose(["experiment=auc_paper", "data=[mnist]", "train.pretrained_on.mnist=[null]", "model=[lenet]"], conf=conf_dir))
+    assert list(reduced.model) == ["lenet"] and list(reduced.train.per_model.lenet.epochs)[-1] == 300

@@ -29,7 +29,7 @@ def test_grid_sweep_runs_each_cell_once_into_a_sqlite_study(tmp_path):
     trials = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert sorted(t.params["defence"] for t in trials) == ["fsq", "none"]
     assert all(0 <= t.value <= 1 for t in trials)
-    assert len(list((tmp_path / "models").glob("*.pt"))) == 1  # fsq reused the undefended weights
+    assert len(list((tmp_path / "models").glob("*.json"))) == 1  # fsq reused the undefended weights
 
 
 def test_single_run_with_an_unknown_attack_stops_with_one_line(tmp_path):

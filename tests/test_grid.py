@@ -1,6 +1,9 @@
 """Cache keys: what changes a hash, and what must not."""
 
-from trashfire.config import compose
+import pytest
+from omegaconf import OmegaConf
+
+from trashfire.config import compose, validate
 from trashfire.grid import attack_cells, model_cells, training_cells
 
 
@@ -49,3 +52,35 @@ def test_step_decay_is_its_own_cell_and_constant_keeps_older_hashes(conf_dir):
     explicit = hashes(training_cells(compose(["train.lr_schedule=constant"], conf=conf_dir)))
     decayed = hashes(training_cells(compose(["train.lr_schedule=step_half"], conf=conf_dir)))
     assert constant == explicit and constant.isdisjoint(decayed)
+
+
+@pytest.mark.parametrize("preset, n_train, n_attack", [("auc_paper", 6 * 20 * 3 * 6, 6 * 20 * 3 * 6 * 8), ("brittle_paper", 6, 6 * 7)])
+def test_paper_presets_state_their_grids(conf_dir, preset, n_train, n_attack):
+    """auc_paper: 6 data conditions (MNIST, CIFAR-10, both fine-tuning directions, fusion
+    digit and object) x 20 seeds x 3 models x 6 checkpoints, 8 FGSM eps; brittle_paper:
+    3 models, standard and PGD-trained, 7 PGD eps."""
+    cfg = validate(compose([f"experiment={preset}"], conf=conf_dir))
+    cells = training_cells(cfg)
+    assert len(cells) == n_train and len(attack_cells(cfg)) == n_attack
+    if preset == "auc_paper":
+        assert {(c.model, c.lr, c.spec["train"]["horizon"]) for c in cells} == {("lenet", 0.01, 300), ("fcnet", 0.01, 300), ("resnet50", 0.1, 125)}
+        assert {(c.dataset, c.pretrained_on) for c in cells} >= {("mnist", "cifar10"), ("cifar10", "mnist"), ("mnist", None)}
+        assert len({c.run_key for c in cells}) == n_train // 6  # every epoch is a checkpoint of one run
+
+
+def test_pixel_unit_budgets_are_their_own_cells_and_standardised_keeps_older_hashes(conf_dir):
+    cells = attack_cells(compose([], conf=conf_dir))
+    without_units = compose([], conf=conf_dir)
+    OmegaConf.set_struct(without_units, False)
+    for spec in without_units.attack.values():
+        del spec["units"]
+    assert hashes(cells) == hashes(attack_cells(without_units))
+    pixel = hashes(attack_cells(compose(["attack.fgm.units=pixel"], conf=conf_dir)))
+    assert hashes(cells) & pixel == {c.hash for c in cells if c.attack == "pgd"}
+
+
+def test_pixel_units_divide_by_the_mean_training_std():
+    from trashfire.attacks import attack_strength
+
+    assert attack_strength({"value": 0.3, "units": "pixel"}, pixel_std=0.3) == pytest.approx(1.0)
+    assert attack_strength({"value": 0.3}, pixel_std=0.3) == 0.3

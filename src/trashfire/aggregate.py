@@ -21,7 +21,7 @@ from trashfire.timing import read_experiments
 
 log = logging.getLogger("trashfire.aggregate")  # not __name__: it is __main__ under python -m
 
-CELL_COLUMNS = ["model_hash", "dataset", "seed", "model", "depth", "epochs", "lr", "defence", "defence_param", "defence_value", "attack", "norm"]
+CELL_COLUMNS = ["model_hash", "dataset", "pretrained_on", "seed", "model", "depth", "epochs", "lr", "defence", "defence_param", "defence_value", "attack", "norm"]
 
 
 def trash_table(experiments: pd.DataFrame, expected: pd.DataFrame, eps_max: float | None) -> pd.DataFrame:

@@ -19,7 +19,7 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from trashfire.attacks import art_classifier, build_attack, perturbation_norms
+from trashfire.attacks import art_classifier, attack_strength, build_attack, perturbation_norms
 from trashfire.cli import run_cli
 from trashfire.clocks import Stopwatch
 from trashfire.datasets import Split, load_split
@@ -79,7 +79,7 @@ def run_attack_cell(classifier, split: Split, cell: AttackCell, device) -> tuple
     _seed_everything(cell.hash)
     x, y = split.x_attack.numpy(), split.y_attack.numpy()
     y_ben = classifier.predict(x, batch_size=256).argmax(1)
-    attack = build_attack(classifier, cell.spec)
+    attack = build_attack(classifier, cell.spec, float(np.mean(split.std)))
     with Stopwatch(device) as watch:
         x_adv = attack.generate(x=x, y=y)
     y_adv = classifier.predict(x_adv, batch_size=256).argmax(1)
@@ -91,6 +91,8 @@ def run_attack_cell(classifier, split: Split, cell: AttackCell, device) -> tuple
         "norm": cell.norm,
         "attack_param": cell.param,
         "attack_value": cell.value,
+        "attack_units": cell.spec.get("units", "standardised"),
+        "attack_value_standardised": attack_strength(cell.spec, float(np.mean(split.std))),
         "config": cell.spec,
         "n_attack": n,
         "acc_ben_attack_subset": accuracy(y, y_ben),
@@ -113,6 +115,7 @@ def attack_model_cell(cfg: DictConfig, model_cell: ModelCell, cells: list[Attack
         "train_hash": model_cell.train.hash,
         "model_hash": model_cell.hash,
         **{k: train_record[k] for k in ("dataset", "seed", "model", "depth", "epochs", "lr", "n_train", "t_train_process", "t_train_wall")},
+        "pretrained_on": train_record.get("pretrained_on"),
         "defence": model_cell.defence["name"],
         "defence_param": model_cell.defence["param"],
         "defence_value": model_cell.defence["value"],

@@ -19,11 +19,13 @@ from omegaconf import DictConfig, OmegaConf
 from trashfire.clocks import CLOCKS
 from trashfire.errors import ConfigError
 
-DATA_SOURCES = ("sklearn_digits", "torchvision_mnist", "torchvision_fashion_mnist", "torchvision_cifar")
+DATA_SOURCES = ("sklearn_digits", "torchvision_mnist", "torchvision_fashion_mnist", "torchvision_cifar", "fusion")
+FUSION_TASKS = ("digit", "object")
 MODEL_ARCHS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
 DEFENCE_STAGES = ("none", "train", "predict")
 ATTACK_NORMS = {"fgm": ("inf", "1", "2"), "pgd": ("inf", "1", "2")}
 LR_SCHEDULES = ("constant", "step_half")
+ATTACK_UNITS = ("standardised", "pixel")
 FITTERS = ("weibull", "exponential", "lognormal", "loglogistic", "cox")
 AFT_FITTERS = tuple(f for f in FITTERS if f != "cox")
 
@@ -101,6 +103,8 @@ def validate(cfg: DictConfig) -> DictConfig:
     _validate_defences(cfg.defence)
     _validate_attacks(cfg.attack)
     _validate_train(cfg.train)
+    _validate_per_model(cfg)
+    _validate_pretraining(cfg)
     _choice("timing.clock", cfg.timing.get("clock"), CLOCKS)
     if "survival" in cfg:
         _validate_survival(cfg.survival)
@@ -132,6 +136,11 @@ def _validate_data(cfg: DictConfig) -> None:
                 _integer(f"{key}.{option}", spec[option], low=1)
         if spec.source == "torchvision_cifar":
             _choice(f"{key}.classes", spec.get("classes"), (10, 100))
+        if spec.source == "fusion":
+            _choice(f"{key}.task", spec.get("task"), FUSION_TASKS)
+            for option in ("digits_root", "objects_root"):
+                if not isinstance(spec.get(option), str):
+                    raise ConfigError(f"{key}.{option}", f"got {spec.get(option)!r}; allowed: a folder path")
         if spec.get("subsample") is not None:
             _integer(f"{key}.subsample", spec.subsample, low=cfg.split.get("n_attack", 1) * 2)
 
@@ -196,6 +205,7 @@ def _validate_attacks(attacks: DictConfig) -> None:
             _integer(f"{key}.max_iter", spec.max_iter, low=1)
         if "step_scale" in spec:
             _number(f"{key}.step_scale", spec.step_scale, low=0, open_low=True)
+        _choice(f"{key}.units", spec.get("units", "standardised"), ATTACK_UNITS)
 
 
 def _validate_train(train: DictConfig) -> None:
@@ -210,6 +220,34 @@ def _validate_train(train: DictConfig) -> None:
     device = train.get("device")
     if not isinstance(device, str) or not (device in ("auto", "cpu") or device.startswith("cuda")):
         raise ConfigError("train.device", f"got {device!r}; allowed: auto, cpu, cuda, cuda:N")
+
+
+def _validate_per_model(cfg: DictConfig) -> None:
+    for name, own in (cfg.train.get("per_model") or {}).items():
+        if name not in cfg.model:
+            continue  # a preset's entry for a model this run leaves out
+        key = f"train.per_model.{name}"
+        unknown = set(own or {}) - {"epochs", "lr"}
+        if unknown:
+            raise ConfigError(key, f"unknown keys {sorted(unknown)}; allowed: epochs, lr")
+        for epochs in _nonempty_list(f"{key}.epochs", own["epochs"]) if "epochs" in own else []:
+            _integer(f"{key}.epochs", epochs, low=1)
+        for lr in _nonempty_list(f"{key}.lr", own["lr"]) if "lr" in own else []:
+            _number(f"{key}.lr", lr, low=0, open_low=True)
+
+
+def _validate_pretraining(cfg: DictConfig) -> None:
+    for name, bases in (cfg.train.get("pretrained_on") or {}).items():
+        if name not in cfg.data:
+            continue  # a preset's entry for a data set this run leaves out
+        key = f"train.pretrained_on.{name}"
+        bases = as_list(bases)
+        if not bases:
+            raise ConfigError(key, "must be a non-empty list; [null] trains from scratch")
+        allowed = [other for other in cfg.data if other != name]
+        for base in bases:
+            if base is not None and base not in allowed:
+                raise ConfigError(key, f"got {base!r}; allowed: null (from scratch), {', '.join(allowed) or 'another selected data set'}")
 
 
 def _validate_survival(survival: DictConfig) -> None:

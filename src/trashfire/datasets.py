@@ -12,6 +12,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -167,6 +168,11 @@ class Split:
     mean: np.ndarray  # per channel, pixel units
     std: np.ndarray
     n_classes: int
+    redraw: Callable[[int], tuple[torch.Tensor, torch.Tensor]] | None = None  # per-epoch training data (fusion)
+
+    def train_epoch(self, epoch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The training data of one epoch: fixed, or redrawn when the data set says so."""
+        return self.redraw(epoch) if self.redraw is not None else (self.x_train, self.y_train)
 
     @property
     def clip_values(self) -> tuple[float, float]:
@@ -183,7 +189,11 @@ def dataset_dir(processed: str | Path, name: str) -> Path:
 
 
 def load_split(processed: str | Path, name: str, seed: int, n_classes: int) -> Split:
+    from trashfire.fusion import is_fusion, load_fusion_split
+
     folder = dataset_dir(processed, name)
+    if is_fusion(folder):
+        return load_fusion_split(folder, seed, n_classes)
     try:
         images = np.load(folder / "images.npy")
         labels = np.load(folder / "labels.npy")

@@ -9,7 +9,7 @@ grid adds only new cells, and changing an attack parameter changes no training h
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -34,10 +34,25 @@ class TrainCell:
     lr: float
     defence: dict[str, Any]  # UNDEFENDED or one train-time defence value
     spec: dict[str, Any] = field(repr=False, compare=False)
+    base: "TrainCell | None" = field(default=None, repr=False, compare=False)  # pretrained on another data set
+
+    @property
+    def pretrained_on(self) -> str | None:
+        return self.base.dataset if self.base is not None else None
 
     @property
     def hash(self) -> str:
         return config_hash(self.spec)
+
+    @property
+    def run_key(self) -> str:
+        """Equal for the cells that are checkpoints of one training run."""
+        return config_hash({**self.spec, "train": {k: v for k, v in self.spec["train"].items() if k != "epochs"}})
+
+    def at_epochs(self, epochs: int) -> "TrainCell":
+        """The same run's checkpoint at another epoch."""
+        spec = {**self.spec, "train": {**self.spec["train"], "epochs": epochs}}
+        return replace(self, epochs=epochs, spec=spec)
 
 
 @dataclass(frozen=True)
@@ -92,37 +107,58 @@ def _stages(cfg: DictConfig) -> set[str]:
 
 def _shape_keys(dspec: DictConfig) -> dict[str, Any]:
     """Options that change the images; absent ones stay out so older hashes hold."""
-    return {key: dspec[key] for key in ("size", "channels", "classes") if dspec.get(key) is not None}
+    return {key: dspec[key] for key in ("size", "channels", "classes", "task") if dspec.get(key) is not None}
 
 
 def training_cells(cfg: DictConfig) -> list[TrainCell]:
-    """Undefended weights are trained when `none` or a predict-time defence needs them."""
+    """Undefended weights are trained when `none` or a predict-time defence needs them.
+    `train.per_model` replaces the epoch and lr grids for a model (004 trains LeNet at 0.01
+    for 300 epochs, ResNet-50 at 0.1 for 125); `train.pretrained_on` adds cells fine-tuned
+    from another data set's final weights."""
     train_defences = [dict(UNDEFENDED)] if _stages(cfg) & {"none", "predict"} else []
     for name, spec in cfg.defence.items():
         if spec.stage == "train":
             train_defences += defence_values(name, spec)
+    cells = []
+    for (dname, dspec), seed, (mname, mspec), defence in itertools.product(cfg.data.items(), as_list(cfg.split.seeds), cfg.model.items(), train_defences):
+        epochs_grid, lr_grid = model_grids(cfg, mname)
+        for base_data, epochs, lr in itertools.product(bases_of(cfg, dname), epochs_grid, lr_grid):
+            base = None
+            if base_data is not None:
+                base = _train_cell(cfg, base_data, seed, mname, max(epochs_grid), lr, defence, None)
+            cells.append(_train_cell(cfg, dname, seed, mname, epochs, lr, defence, base))
+    return cells
+
+
+def model_grids(cfg: DictConfig, mname: str) -> tuple[list[int], list[float]]:
+    own = (cfg.train.get("per_model") or {}).get(mname) or {}
+    return as_list(own.get("epochs", cfg.train.epochs)), as_list(own.get("lr", cfg.train.lr))
+
+
+def bases_of(cfg: DictConfig, dname: str) -> list[str | None]:
+    """None (from scratch) and the data sets whose final weights a cell fine-tunes."""
+    return as_list((cfg.train.get("pretrained_on") or {}).get(dname, [None]))
+
+
+def _train_cell(cfg: DictConfig, dname: str, seed: int, mname: str, epochs: int, lr: float, defence: dict, base: TrainCell | None) -> TrainCell:
+    dspec, mspec = cfg.data[dname], cfg.model[mname]
     hyper = {k: _plain(cfg.train[k]) for k in ("momentum", "weight_decay", "batch_size")}
     if cfg.train.get("lr_schedule", "constant") != "constant":  # absent when constant: older hashes hold
+        # the decay comes at half of the run, whose length is the model's largest epoch:
+        # the other epochs are that run's checkpoints (004)
         hyper["lr_schedule"] = cfg.train.lr_schedule
-    cells = []
-    for (dname, dspec), seed, (mname, mspec), epochs, lr, defence in itertools.product(
-        cfg.data.items(),
-        as_list(cfg.split.seeds),
-        cfg.model.items(),
-        as_list(cfg.train.epochs),
-        as_list(cfg.train.lr),
-        train_defences,
-    ):
-        spec = {
-            "data": {"name": dname, "source": dspec.source, "subsample": dspec.get("subsample"), **_shape_keys(dspec)},
-            "split": {"seed": seed, "test_size": cfg.split.test_size},
-            "model": _plain(mspec),
-            "train": {"epochs": epochs, "lr": lr, **hyper},
-            "defence": defence,
-            "v": TRAIN_VERSION,
-        }
-        cells.append(TrainCell(dname, seed, mname, mspec.depth, epochs, float(lr), defence, spec))
-    return cells
+        hyper["horizon"] = max(model_grids(cfg, mname)[0])
+    spec = {
+        "data": {"name": dname, "source": dspec.source, "subsample": dspec.get("subsample"), **_shape_keys(dspec)},
+        "split": {"seed": seed, "test_size": cfg.split.test_size},
+        "model": _plain(mspec),
+        "train": {"epochs": epochs, "lr": lr, **hyper},
+        "defence": defence,
+        "v": TRAIN_VERSION,
+    }
+    if base is not None:
+        spec["pretrained"] = base.hash
+    return TrainCell(dname, seed, mname, mspec.depth, epochs, float(lr), defence, spec, base)
 
 
 def model_cells(cfg: DictConfig) -> list[ModelCell]:
@@ -149,6 +185,8 @@ def attack_specs(cfg: DictConfig) -> list[dict[str, Any]]:
     specs = []
     for name, spec in cfg.attack.items():
         extra = {k: _plain(spec[k]) for k in ("max_iter", "step_scale", "batch_size") if k in spec}
+        if spec.get("units", "standardised") != "standardised":  # absent when standardised: older hashes hold
+            extra["units"] = spec.units
         for norm, value in itertools.product(as_list(spec.norms), as_list(spec["values"])):
             specs.append(
                 {

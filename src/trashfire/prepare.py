@@ -14,6 +14,7 @@ from trashfire.cli import run_cli
 from trashfire.config import as_list
 from trashfire.datasets import LOADERS, RawDataset, dataset_dir, to_shape
 from trashfire.errors import DataError
+from trashfire.fusion import prepare_fusion
 from trashfire.records import atomic_path
 
 log = logging.getLogger("trashfire.prepare")  # not __name__: it is __main__ under python -m
@@ -51,6 +52,10 @@ def split_permutation(data: RawDataset, seed: int, test_size: float, n_attack: i
 
 
 def prepare_dataset(name: str, spec: DictConfig, split: DictConfig, processed: Path) -> Path:
+    if spec.source == "fusion":
+        folder = prepare_fusion(name, spec, split, processed, as_list(split.seeds), subsample)
+        log.info("%s: fusion (%s task), %d permutation(s) -> %s", name, spec.task, len(as_list(split.seeds)), folder)
+        return folder
     loader_args = {key: spec[key] for key in ("root", "download", "classes", "verify") if key in spec}
     data = subsample(LOADERS[spec.source](**loader_args), spec.get("subsample"))
     data = to_shape(data, spec.get("size"), spec.get("channels"))

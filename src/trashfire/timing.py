@@ -25,7 +25,7 @@ from trashfire.records import atomic_path, read_json, read_npz
 log = logging.getLogger("trashfire.timing")  # not __name__: it is __main__ under python -m
 
 EXPERIMENT_COLUMNS = [
-    "dataset", "seed", "model", "depth", "epochs", "lr", "defence", "defence_param", "defence_value",
+    "dataset", "pretrained_on", "seed", "model", "depth", "epochs", "lr", "defence", "defence_param", "defence_value",
     "attack", "norm", "attack_param", "attack_value", "n_train", "n_attack", "n_classes", "n_failed",
     "acc_ben", "acc_adv", "t_train", "t_predict", "t_attack", "clock",
     "t_train_process", "t_predict_process", "t_attack_process", "t_train_wall", "t_predict_wall", "t_attack_wall",
@@ -45,6 +45,7 @@ def experiments_table(cfg: DictConfig) -> pd.DataFrame:
         record = read_json(path)
         outcomes = read_npz(outcomes_path(cfg.paths.attacks, cell.hash))
         record.pop("config")
+        record.setdefault("pretrained_on", None)  # records from before fine-tuning existed
         record["n_failed"] = int((outcomes["y_pred_adv"] != outcomes["y_true"]).sum())
         record["n_classes"] = cfg.data[record["dataset"]].n_classes
         rows.append(record)

@@ -3,12 +3,17 @@
 A cell is cached as `models/<hash>.pt` (weights) and `models/<hash>.json` (its record),
 written in that order, each atomically: the record is the commit mark, so a run killed
 mid-cell leaves nothing a rerun trusts. Predict-time defences need no training cell.
+
+Cells that differ only in epochs are checkpoints of one run: it trains to the largest and
+saves each on the way. The last checkpoint also keeps `<hash>.resume.pt` (optimiser and
+generator state), so a grid that later asks for more epochs trains on from it.
 """
 
 from __future__ import annotations
 
 import io
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +44,11 @@ def record_path(models: str | Path, cell_hash: str) -> Path:
     return cell_file(models, cell_hash, ".json")
 
 
+def resume_path(models: str | Path, cell_hash: str) -> Path:
+    """Optimiser and generator state of a run's last checkpoint, to train on from it."""
+    return cell_file(models, cell_hash, ".resume.pt")
+
+
 def is_cached(models: str | Path, cell_hash: str) -> bool:
     """A record that parses and names weights of the recorded size: a finished cell."""
     try:
@@ -59,36 +69,85 @@ def predict(model: nn.Module, x: torch.Tensor, device: torch.device, batch_size:
     return torch.cat(preds).numpy(), watch.elapsed
 
 
-def fit(model: nn.Module, cell: TrainCell, split: Split, hyper: DictConfig, device: torch.device, progress: bool) -> Elapsed:
-    """SGD with momentum over the cell's epochs; the time includes the train-time defence."""
-    generator = torch.Generator().manual_seed(cell.seed)
+@dataclass
+class Run:
+    """One training run shared by the cells that differ only in epochs: weights, optimiser,
+    generators and clocks carry from one checkpoint to the next, so a study's epochs
+    (1, 10, 25, ...) cost one run to the largest, not one run each."""
+
+    model: nn.Module
+    optimiser: torch.optim.Optimizer
+    generator: torch.Generator  # the batch order
+    trainer: Any = None  # ART's AdversarialTrainer for adv_train cells
+    epoch: int = 0
+    train_time: Elapsed = field(default_factory=Elapsed)  # cumulative, training only
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "optimiser": self.optimiser.state_dict(),
+            "generator": self.generator.get_state(),
+            "torch": torch.get_rng_state(),
+            "numpy": np.random.get_state(),
+            "epoch": self.epoch,
+            "train_time": [self.train_time.process, self.train_time.wall],
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.optimiser.load_state_dict(state["optimiser"])
+        self.generator.set_state(state["generator"])
+        torch.set_rng_state(state["torch"])
+        np.random.set_state(state["numpy"])
+        self.epoch = int(state["epoch"])
+        self.train_time = Elapsed(*state["train_time"])
+
+
+def start_run(cell: TrainCell, split: Split, hyper: DictConfig, device: torch.device, models: Path | None = None) -> Run:
+    model = initial_model(cell, split)
+    if cell.base is not None:
+        model.load_state_dict(pretrained_weights(models, cell, split))
+    model = model.to(device)
     optimiser = torch.optim.SGD(model.parameters(), lr=cell.lr, momentum=hyper.momentum, weight_decay=hyper.weight_decay)
-    loss_fn = nn.CrossEntropyLoss()
-    model.to(device).train()
-    if is_trainer(cell.defence):
-        return fit_with_trainer(model, optimiser, cell, split, hyper, device)
+    np.random.seed(cell.seed)  # ART shuffles and draws its random starts with NumPy
+    trainer = adversarial_trainer(cell.defence, model, optimiser, split, device) if is_trainer(cell.defence) else None
+    return Run(model, optimiser, torch.Generator().manual_seed(cell.seed), trainer)
+
+
+def advance(run: Run, cell: TrainCell, split: Split, hyper: DictConfig, device: torch.device, progress: bool) -> None:
+    """Train from the run's epoch to the cell's; the time includes the train-time defence."""
+    run.model.train()
     schedule = cell.spec["train"].get("lr_schedule", "constant")
+    horizon = cell.spec["train"].get("horizon", cell.epochs)
+    loss_fn = nn.CrossEntropyLoss()
     with Stopwatch(device) as watch:
-        for epoch in tqdm(range(cell.epochs), desc=f"train {cell.model} {cell.defence['name']}", disable=not progress, leave=False):
-            x, y = split.x_train, split.y_train
+        for epoch in tqdm(range(run.epoch, cell.epochs), desc=f"train {cell.model} {cell.defence['name']}", disable=not progress, leave=False):
+            if run.trainer is not None:  # ART's loop: the learning rate steps per epoch
+                set_lr(run.optimiser, scheduled_lr(cell.lr, schedule, epoch / horizon))
+                x, y = split.train_epoch(epoch)
+                run.trainer.fit(x.numpy(), y.numpy(), nb_epochs=1, batch_size=hyper.batch_size)
+                continue
+            x, y = split.train_epoch(epoch)
             if cell.defence["stage"] == "train":
                 x_aug, y_aug = augment(cell.defence, x.numpy(), y.numpy(), split.clip_values, seed=cell.seed * 1000 + epoch)
                 x, y = torch.from_numpy(x_aug).float(), torch.from_numpy(np.asarray(y_aug)).long()
-            order = torch.randperm(len(x), generator=generator)
+            order = torch.randperm(len(x), generator=run.generator)
             for start in range(0, len(x), hyper.batch_size):
                 batch = order[start : start + hyper.batch_size]
-                for group in optimiser.param_groups:
-                    group["lr"] = scheduled_lr(cell.lr, schedule, (epoch + start / len(x)) / cell.epochs)
-                optimiser.zero_grad(set_to_none=True)
-                loss = loss_fn(model(x[batch].to(device)), y[batch].to(device))
-                loss.backward()
-                optimiser.step()
-    return watch.elapsed
+                set_lr(run.optimiser, scheduled_lr(cell.lr, schedule, (epoch + start / len(x)) / horizon))
+                run.optimiser.zero_grad(set_to_none=True)
+                loss_fn(run.model(x[batch].to(device)), y[batch].to(device)).backward()
+                run.optimiser.step()
+    run.epoch = cell.epochs
+    run.train_time = Elapsed(run.train_time.process + watch.elapsed.process, run.train_time.wall + watch.elapsed.wall)
+
+
+def set_lr(optimiser: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimiser.param_groups:
+        group["lr"] = lr
 
 
 def scheduled_lr(base: float, schedule: str, progress: float) -> float:
     """constant, or step_half: divided by 10 from half of training on (004). progress is
-    the fraction of training done, so a one-epoch run decays too."""
+    the fraction of the run's horizon done, so a one-epoch run decays too."""
     return base * 0.1 if schedule == "step_half" and progress >= 0.5 else base
 
 
@@ -99,21 +158,24 @@ def initial_model(cell: TrainCell, split: Split) -> nn.Module:
     return build_model(cell.spec["model"], split.n_classes, split.input_shape)
 
 
-def fit_with_trainer(model: nn.Module, optimiser, cell: TrainCell, split: Split, hyper: DictConfig, device) -> Elapsed:
-    """Adversarial training: ART's trainer runs the epochs (its own progress bar)."""
-    np.random.seed(cell.seed)  # ART shuffles and picks its random starts with NumPy
-    trainer = adversarial_trainer(cell.defence, model, optimiser, split, device)
-    with Stopwatch(device) as watch:
-        trainer.fit(split.x_train.numpy(), split.y_train.numpy(), nb_epochs=cell.epochs, batch_size=hyper.batch_size)
-    return watch.elapsed
+def pretrained_weights(models: Path | None, cell: TrainCell, split: Split) -> dict[str, torch.Tensor]:
+    """The base cell's final weights; fine-tuning reuses every layer, the head included
+    (004 fine-tunes between ten-class data sets of one shape)."""
+    if models is None or not is_cached(models, cell.base.hash):
+        raise DataError(f"{cell.dataset} {cell.model} is fine-tuned from {cell.pretrained_on}, whose weights are not trained yet")
+    try:
+        return load_weights(models, cell.base, split).state_dict()
+    except RuntimeError as err:  # shapes differ
+        raise DataError(
+            f"cannot fine-tune {cell.model} on {cell.dataset} from {cell.pretrained_on}: the data sets' shapes or classes "
+            f"differ ({str(err).splitlines()[0]}); give both size/channels alike (e.g. data.mnist.size=32 data.mnist.channels=3)"
+        ) from None
 
 
-def train_cell(cell: TrainCell, split: Split, cfg: DictConfig, device: torch.device) -> tuple[nn.Module, dict[str, Any]]:
-    model = initial_model(cell, split)
-    train_time = fit(model, cell, split, cfg.train, device, cfg.train.get("progress", True))
-    preds, predict_time = predict(model, split.x_test, device)
+def checkpoint_record(run: Run, cell: TrainCell, split: Split, device: torch.device) -> dict[str, Any]:
+    preds, predict_time = predict(run.model, split.x_test, device)
     n_train, n_test = len(split.y_train), len(split.y_test)
-    record = {
+    return {
         "train_hash": cell.hash,
         "config": cell.spec,
         "dataset": cell.dataset,
@@ -125,28 +187,71 @@ def train_cell(cell: TrainCell, split: Split, cfg: DictConfig, device: torch.dev
         "defence": cell.defence["name"],
         "defence_param": cell.defence["param"],
         "defence_value": cell.defence["value"],
+        "pretrained_on": cell.pretrained_on,
+        "pretrain_hash": cell.base.hash if cell.base is not None else None,
         "n_train": n_train,
         "n_test": n_test,
         "acc_ben": accuracy(split.y_test.numpy(), preds),
-        # per sample: the whole training run over the training-set size (TRASHFIRE eq. 7)
-        "t_train_process": train_time.process / n_train,
-        "t_train_wall": train_time.wall / n_train,
+        # per sample: the whole training run up to this epoch over the training-set size (eq. 7)
+        "t_train_process": run.train_time.process / n_train,
+        "t_train_wall": run.train_time.wall / n_train,
         "t_predict_process": predict_time.process / n_test,
         "t_predict_wall": predict_time.wall / n_test,
         "device": str(device),
         "torch": torch.__version__,
     }
-    return model, record
 
 
-def save_cell(models: str | Path, model: nn.Module, record: dict[str, Any]) -> None:
+def train_cell(cell: TrainCell, split: Split, cfg: DictConfig, device: torch.device, models: Path | None = None) -> tuple[nn.Module, dict[str, Any]]:
+    """One cell trained in a run of its own (what a run's checkpoint at this epoch equals)."""
+    run = start_run(cell, split, cfg.train, device, models)
+    advance(run, cell, split, cfg.train, device, cfg.train.get("progress", True))
+    return run.model, checkpoint_record(run, cell, split, device)
+
+
+def resume_point(models: Path, cell: TrainCell) -> TrainCell | None:
+    """The latest finished checkpoint of the same run, at or before the cell's epoch, that
+    kept its optimiser state: training goes on from there."""
+    for epochs in range(cell.epochs, 0, -1):
+        earlier = cell.at_epochs(epochs)
+        if is_cached(models, earlier.hash) and resume_path(models, earlier.hash).is_file():
+            return earlier
+    return None
+
+
+def train_group(cells: list[TrainCell], split: Split, cfg: DictConfig, device: torch.device, models: Path) -> None:
+    """The pending cells of one run, by ascending epochs: train once, save each checkpoint."""
+    run = start_run(cells[0], split, cfg.train, device, models)
+    earlier = resume_point(models, cells[0])
+    if earlier is not None:
+        run.model.load_state_dict(load_weights(models, earlier, split).state_dict())
+        run.restore(torch.load(resume_path(models, earlier.hash), map_location="cpu", weights_only=False))
+        log.info("resuming %s %s %s from epoch %d", cells[0].dataset, cells[0].model, cells[0].defence["name"], run.epoch)
+    for cell in cells:
+        advance(run, cell, split, cfg.train, device, cfg.train.get("progress", True))
+        record = checkpoint_record(run, cell, split, device)
+        save_cell(models, run.model, record, run.state() if cell is cells[-1] else None)
+        log.info("trained %s %s epochs=%d lr=%g %s: acc_ben=%.3f", cell.dataset, cell.model, cell.epochs, cell.lr, cell.defence["name"], record["acc_ben"])
+    if earlier is not None:
+        resume_path(models, earlier.hash).unlink(missing_ok=True)  # the run's state lives on in the last checkpoint
+
+
+def save_cell(models: str | Path, model: nn.Module, record: dict[str, Any], run_state: dict[str, Any] | None = None) -> None:
+    """Weights, then the run's state (the last checkpoint of a run), then the record, which
+    marks the cell finished."""
     path = weights_path(models, record["train_hash"])
-    buffer = io.BytesIO()
-    torch.save({k: v.cpu() for k, v in model.state_dict().items()}, buffer)
-    with atomic_path(path) as tmp:
-        tmp.write_bytes(buffer.getvalue())
+    _save_atomically({k: v.cpu() for k, v in model.state_dict().items()}, path)
+    if run_state is not None:
+        _save_atomically(run_state, resume_path(models, record["train_hash"]))
     record = record | {"weights": path.name, "weights_bytes": path.stat().st_size, "weights_sha256": file_sha256(path)}
     write_json(record_path(models, record["train_hash"]), record)
+
+
+def _save_atomically(obj: Any, path: Path) -> None:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(buffer.getvalue())
 
 
 def load_weights(models: str | Path, cell: TrainCell, split: Split) -> nn.Module:
@@ -159,20 +264,29 @@ def load_weights(models: str | Path, cell: TrainCell, split: Split) -> nn.Module
     return model
 
 
+def runs(cells: list[TrainCell]) -> list[list[TrainCell]]:
+    """Cells grouped by run (all but epochs equal), each group by ascending epochs."""
+    groups: dict[str, list[TrainCell]] = {}
+    for cell in cells:
+        groups.setdefault(cell.run_key, []).append(cell)
+    return [sorted(group, key=lambda c: c.epochs) for group in groups.values()]
+
+
 def run(cfg: DictConfig) -> list[dict[str, Any]]:
     device = resolve_device(cfg.train.device)
     models = Path(cfg.paths.models)
     cells = training_cells(cfg)
-    pending = [cell for cell in cells if not is_cached(models, cell.hash)]
-    log.info("%d training cells, %d cached, %d to train on %s", len(cells), len(cells) - len(pending), len(pending), device)
+    bases = {cell.base.hash: cell.base for cell in cells if cell.base is not None}
+    # pretraining first: a base that is not itself in the grid is trained all the same
+    ordered = list(({**bases, **{c.hash: c for c in cells if c.base is None}} | {c.hash: c for c in cells}).values())
+    pending = [cell for cell in ordered if not is_cached(models, cell.hash)]
+    log.info("%d training cells, %d cached, %d to train on %s", len(ordered), len(ordered) - len(pending), len(pending), device)
     splits: dict[tuple[str, int], Split] = {}
-    for cell in tqdm(pending, desc="train cells", disable=not cfg.train.get("progress", True)):
-        key = (cell.dataset, cell.seed)
+    for group in tqdm(runs(pending), desc="training runs", disable=not cfg.train.get("progress", True)):
+        key = (group[0].dataset, group[0].seed)
         if key not in splits:
-            splits[key] = load_split(cfg.paths.processed, cell.dataset, cell.seed, cfg.data[cell.dataset].n_classes)
-        model, record = train_cell(cell, splits[key], cfg, device)
-        save_cell(models, model, record)
-        log.info("trained %s %s epochs=%d lr=%g %s: acc_ben=%.3f", cell.dataset, cell.model, cell.epochs, cell.lr, cell.defence["name"], record["acc_ben"])
+            splits[key] = load_split(cfg.paths.processed, group[0].dataset, group[0].seed, cfg.data[group[0].dataset].n_classes)
+        train_group(group, splits[key], cfg, device, models)
     return [read_json(record_path(models, cell.hash)) for cell in cells]
 
 
