@@ -12,9 +12,11 @@ from trashfire.config import compose, validate
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_MNIST = ROOT.parent / "shared" / "data" / "mnist"
 
-# Every defence family, both FGM norms and PGD, two strengths each, on 400 digits.
+# Every defence family, both FGM norms and PGD, two strengths each, on 400 digits (the other
+# attack families have their own tests).
 TINY = [
     "model=[resnet18]",
+    "attack=[fgm,pgd]",
     "data.digits.subsample=400",
     "split.n_attack=20",
     "train.epochs=[1]",

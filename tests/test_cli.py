@@ -25,7 +25,7 @@ def assert_one_line_error(result, *needles):
 
 def test_unknown_attack_name_stops_params(tmp_path):
     result = run("trashfire.params", "attack=[fgm,carlini]", "--out", str(tmp_path / "p.yaml"))
-    assert_one_line_error(result, "attack", "carlini", "available: fgm, pgd")
+    assert_one_line_error(result, "attack", "carlini", "available: deepfool, fgm, hsj, pgd, pixel, threshold")
     assert not (tmp_path / "p.yaml").exists()
 
 

@@ -14,7 +14,7 @@ def test_default_config_composes_and_validates(conf_dir):
     cfg = validate(compose([], conf=conf_dir))
     assert set(cfg.model) == {"resnet18", "resnet34"}
     assert set(cfg.defence) == {"none", "gauss_in", "gauss_out", "conf", "fsq"}
-    assert set(cfg.attack) == {"fgm", "pgd"}
+    assert set(cfg.attack) == {"fgm", "pgd", "deepfool", "pixel", "threshold", "hsj"}
     assert set(cfg.data) == {"digits"}
 
 
@@ -63,7 +63,7 @@ def test_bad_values_name_their_key(conf_dir, override, key):
 
 
 def test_unknown_group_option_lists_the_available_ones(conf_dir):
-    with pytest.raises(ConfigError, match="unknown option 'cw'; available: fgm, pgd"):
+    with pytest.raises(ConfigError, match="unknown option 'cw'; available: deepfool, fgm, hsj, pgd, pixel, threshold"):
         compose(["attack=[fgm,cw]"], conf=conf_dir)
 
 
@@ -94,3 +94,9 @@ def test_experiment_presets_override_the_root_config(conf_dir):
     assert list(paper.defence.fsq["values"]) == [2, 4, 8, 16, 32, 64]
     reduced = validate(compose(["experiment=auc_paper", "data=[mnist]", "train.pretrained_on.mnist=[null]", "model=[lenet]"], conf=conf_dir))
     assert list(reduced.model) == ["lenet"] and list(reduced.train.per_model.lenet.epochs)[-1] == 300
+
+
+def test_narrowing_a_preset_drops_the_members_it_only_gave_values(conf_dir):
+    cfg = validate(compose(["experiment=trashfire_paper", "attack=[fgm]", "defence=[none,fsq]"], conf=conf_dir))
+    assert list(cfg.attack) == ["fgm"] and list(cfg.defence) == ["none", "fsq"]
+    assert list(cfg.defence.fsq["values"]) == [2, 4, 8, 16, 32, 64]  # the preset's values still apply

@@ -35,5 +35,5 @@ def test_grid_sweep_runs_each_cell_once_into_a_sqlite_study(tmp_path):
 def test_single_run_with_an_unknown_attack_stops_with_one_line(tmp_path):
     result = experiment(tmp_path, "attack=[fgm,nosuch]")
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == ["trashfire.experiment: config error: attack: unknown option 'nosuch'; available: fgm, pgd"]
+    assert result.stderr.strip().splitlines() == ["trashfire.experiment: config error: attack: unknown option 'nosuch'; available: deepfool, fgm, hsj, pgd, pixel, threshold"]
     assert not (tmp_path / "models").exists()

@@ -43,6 +43,7 @@ def trash_table(experiments: pd.DataFrame, expected: pd.DataFrame, eps_max: floa
 def robustness_table(experiments: pd.DataFrame, w: float, tau: float | None, eps0: float, eps1: float | None) -> pd.DataFrame:
     """EVP and R per (model cell x attack family); eps1 None integrates R up to the family's largest eps."""
     rows = []
+    experiments = experiments[experiments["attack_param"] == "eps"]  # EVP and R are curves over eps
     for key, cell in experiments.groupby(CELL_COLUMNS, dropna=False):
         cell = cell.sort_values("attack_value")
         eps = np.concatenate([[0.0], cell["attack_value"].to_numpy(float)])

@@ -3,13 +3,15 @@ every entry of the attack grid, skipping cells already recorded.
 
 Per model cell, a benign record (accuracy and prediction time on the test split, with the
 defence) is kept under `benign/`. Per attack cell, `<hash>.npz` holds per-sample outcomes
-(true label, benign and adversarial prediction, l0/l2/linf perturbation norms) and
+(attack-subset position, true label, benign and adversarial prediction, l0/l1/l2/linf
+perturbation norms) and
 `<hash>.json` the cell's record, written after the arrays as its commit mark.
 """
 
 from __future__ import annotations
 
 import logging
+import warnings
 from itertools import groupby
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from trashfire.attacks import art_classifier, attack_strength, build_attack, perturbation_norms
+from trashfire.attacks import art_classifier, attack_strength, budget_subset, build_attack, perturbation_norms
 from trashfire.cli import run_cli
 from trashfire.clocks import Stopwatch
 from trashfire.datasets import Split, load_split
@@ -77,14 +79,16 @@ def evaluate_benign(classifier, split: Split, cell: ModelCell, device) -> dict[s
 
 def run_attack_cell(classifier, split: Split, cell: AttackCell, device) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     _seed_everything(cell.hash)
-    x, y = split.x_attack.numpy(), split.y_attack.numpy()
+    keep = budget_subset(split.y_attack.numpy(), cell.spec.get("samples"))
+    x, y = split.x_attack.numpy()[keep], split.y_attack.numpy()[keep]
     y_ben = classifier.predict(x, batch_size=256).argmax(1)
     attack = build_attack(classifier, cell.spec, float(np.mean(split.std)))
-    with Stopwatch(device) as watch:
+    with Stopwatch(device) as watch, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", module="cma")  # CMA-ES's note on ART's fitness arrays, once per image
         x_adv = attack.generate(x=x, y=y)
     y_adv = classifier.predict(x_adv, batch_size=256).argmax(1)
     n = len(x)
-    outcomes = {"y_true": y, "y_pred_ben": y_ben, "y_pred_adv": y_adv, **perturbation_norms(x, x_adv)}
+    outcomes = {"position": keep, "y_true": y, "y_pred_ben": y_ben, "y_pred_adv": y_adv, **perturbation_norms(x, x_adv)}
     record = {
         "attack_hash": cell.hash,
         "attack": cell.attack,

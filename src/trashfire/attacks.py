@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import numpy as np
@@ -11,7 +12,7 @@ from torch import nn
 
 from trashfire.defences import predict_defences
 
-NORMS = {"inf": np.inf, "1": 1, "2": 2}
+NORMS = {"inf": np.inf, "1": 1, "2": 2, "0": 0}
 
 
 def art_classifier(model: nn.Module, split, defence: dict[str, Any], device) -> PyTorchClassifier:
@@ -38,25 +39,42 @@ def attack_strength(spec: dict[str, Any], pixel_std: float) -> float:
 
 
 def build_attack(classifier: PyTorchClassifier, spec: dict[str, Any], pixel_std: float = 1.0) -> Any:
-    """PGD's step is eps*step_scale/max_iter."""
+    """One grid entry as an ART attack. The strength goes to `param`; norm, batch_size and
+    max_iter only to the attacks that take them (DeepFool, PixelAttack and ThresholdAttack
+    have one fixed norm); PGD's step is eps*step_scale/max_iter."""
+    cls = get_class(spec["target"])
+    accepted = inspect.signature(cls.__init__).parameters
     value = attack_strength(spec, pixel_std)
-    kwargs = {
-        "norm": NORMS[spec["norm"]],
-        spec["param"]: value,
-        "batch_size": spec.get("batch_size", 100),
-        **spec.get("kwargs", {}),
-    }
-    if "max_iter" in spec:
-        kwargs["max_iter"] = spec["max_iter"]
+    if spec["param"] != "eps":
+        value = int(value)  # counts: classes, pixels, 255-levels, queries
+    kwargs = {spec["param"]: value, **spec.get("kwargs", {})}
+    optional = {"norm": NORMS.get(spec["norm"]), "batch_size": spec.get("batch_size"), "max_iter": spec.get("max_iter")}
+    kwargs |= {k: v for k, v in optional.items() if k in accepted and v is not None}
     if "step_scale" in spec:
         kwargs["eps_step"] = value * spec["step_scale"] / spec["max_iter"]
-    return get_class(spec["target"])(estimator=classifier, **kwargs)
+    estimator = "classifier" if "classifier" in accepted else "estimator"
+    return cls(**{estimator: classifier}, **kwargs)
+
+
+def budget_subset(labels: np.ndarray, n: int | None) -> np.ndarray:
+    """Positions of the first n samples taken round-robin over classes: the slow black-box
+    attacks run on a class-balanced part of the attack subset."""
+    if n is None or n >= len(labels):
+        return np.arange(len(labels))
+    by_class = [list(np.flatnonzero(labels == k)) for k in np.unique(labels)]
+    picked: list[int] = []
+    while len(picked) < n:
+        for members in by_class:
+            if members and len(picked) < n:
+                picked.append(members.pop(0))
+    return np.sort(np.array(picked))
 
 
 def perturbation_norms(x: np.ndarray, x_adv: np.ndarray) -> dict[str, np.ndarray]:
     delta = (x_adv - x).reshape(len(x), -1)
     return {
         "norm_l0": (np.abs(delta) > 1e-6).sum(axis=1).astype(np.int64),
+        "norm_l1": np.abs(delta).sum(axis=1),
         "norm_l2": np.linalg.norm(delta, axis=1),
         "norm_linf": np.abs(delta).max(axis=1),
     }

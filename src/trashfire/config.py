@@ -14,7 +14,7 @@ from numbers import Number
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from trashfire.clocks import CLOCKS
 from trashfire.errors import ConfigError
@@ -23,7 +23,10 @@ DATA_SOURCES = ("sklearn_digits", "torchvision_mnist", "torchvision_fashion_mnis
 FUSION_TASKS = ("digit", "object")
 MODEL_ARCHS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
 DEFENCE_STAGES = ("none", "train", "predict")
-ATTACK_NORMS = {"fgm": ("inf", "1", "2"), "pgd": ("inf", "1", "2")}
+ATTACK_NORMS = {
+    "fgm": ("inf", "1", "2"), "pgd": ("inf", "1", "2"), "deepfool": ("2",), "pixel": ("0",), "threshold": ("inf",), "hsj": ("2", "inf"),
+}
+COUNT_ATTACKS = ("deepfool", "pixel", "threshold", "hsj")  # strengths are counts, not eps
 LR_SCHEDULES = ("constant", "step_half")
 ATTACK_UNITS = ("standardised", "pixel")
 FITTERS = ("weibull", "exponential", "lognormal", "loglogistic", "cox")
@@ -48,7 +51,7 @@ def compose(overrides: Sequence[str] = (), conf: Path | None = None) -> DictConf
     check_group_options(overrides, conf)
     try:
         with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
-            return hydra_compose(config_name="config", overrides=list(overrides))
+            return drop_unselected(hydra_compose(config_name="config", overrides=list(overrides)))
     except (HydraException, OmegaConfBaseException) as err:
         raise ConfigError("overrides", str(err).strip().splitlines()[0]) from None
 
@@ -92,11 +95,29 @@ def as_list(value: Any) -> list:
     return [value]
 
 
+GRID_GROUPS = ("data", "model", "defence", "attack")
+OPTION_KEYS = ("_target_", "source", "stage")  # every option of a grid group has one
+
+
+def drop_unselected(cfg: DictConfig) -> DictConfig:
+    """Remove grid members that only a preset's values created: `experiment=trashfire_paper
+    attack=[fgm]` leaves `attack.pgd: {values: ...}` behind, which is no option at all."""
+    for group in GRID_GROUPS:
+        members = cfg.get(group)
+        if not OmegaConf.is_dict(members):
+            continue
+        for name in [n for n, spec in members.items() if OmegaConf.is_dict(spec) and not any(k in spec for k in OPTION_KEYS)]:
+            with open_dict(members):
+                del members[name]
+    return cfg
+
+
 def validate(cfg: DictConfig) -> DictConfig:
     """Check every value the pipeline reads; raise ConfigError on the first bad one."""
     for section in ("data", "split", "model", "defence", "attack", "train", "timing", "paths"):
         if section not in cfg or cfg[section] is None:
             raise ConfigError(section, "missing section; compose params.yaml with `make params`")
+    drop_unselected(cfg)
     _validate_data(cfg)
     _validate_split(cfg.split)
     _validate_models(cfg.model)
@@ -115,11 +136,14 @@ def validate(cfg: DictConfig) -> DictConfig:
 
 
 def _check_auc_interval(cfg: DictConfig) -> None:
-    """R integrates each attack family's curve up to eps1: the grid must reach it."""
+    """R integrates each eps family's curve up to eps1: the grid must reach it. (EVP and R
+    are defined over eps; the count-strength attacks have none.)"""
     eps1 = cfg.metrics.auc.get("eps1")
     if eps1 is None:
         return
     for name, spec in cfg.attack.items():
+        if spec.get("param") != "eps":
+            continue
         largest = max(as_list(spec["values"]))
         if eps1 > largest:
             raise ConfigError("metrics.auc.eps1", f"{eps1} exceeds the largest eps {largest} of attack.{name}; lower it or extend the grid")
@@ -199,8 +223,14 @@ def _validate_attacks(attacks: DictConfig) -> None:
         for norm in _nonempty_list(f"{key}.norms", spec.get("norms")):
             _choice(f"{key}.norms", str(norm), ATTACK_NORMS[name])
         for value in _nonempty_list(f"{key}.values", spec.get("values")):
-            _number(f"{key}.values", value, low=0, open_low=True)
-        _integer(f"{key}.batch_size", spec.get("batch_size"), low=1)
+            if name in COUNT_ATTACKS:
+                _integer(f"{key}.values", value, low=1)
+            else:
+                _number(f"{key}.values", value, low=0, open_low=True)
+        if "batch_size" in spec:
+            _integer(f"{key}.batch_size", spec.batch_size, low=1)
+        if spec.get("samples") is not None:
+            _integer(f"{key}.samples", spec.samples, low=1)
         if "max_iter" in spec:
             _integer(f"{key}.max_iter", spec.max_iter, low=1)
         if "step_scale" in spec:

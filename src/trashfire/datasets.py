@@ -168,6 +168,7 @@ class Split:
     mean: np.ndarray  # per channel, pixel units
     std: np.ndarray
     n_classes: int
+    clip: tuple[float, float]  # the standardised image of the pixel range [0, 1], over all channels
     redraw: Callable[[int], tuple[torch.Tensor, torch.Tensor]] | None = None  # per-epoch training data (fusion)
 
     def train_epoch(self, epoch: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -176,12 +177,19 @@ class Split:
 
     @property
     def clip_values(self) -> tuple[float, float]:
-        """The standardised image of the pixel range [0, 1], over all channels."""
-        return float(np.min(-self.mean / self.std)), float(np.max((1 - self.mean) / self.std))
+        return self.clip
 
     @property
     def input_shape(self) -> tuple[int, ...]:
         return tuple(self.x_train.shape[1:])
+
+
+def standardised_range(standardise: Callable[[np.ndarray], torch.Tensor], channels: int) -> tuple[float, float]:
+    """Pixel 0 and pixel 1 through the very arithmetic that standardised the data: bounds
+    computed another way can miss the data's extremes by a rounding step, which ART's
+    PixelAttack and ThresholdAttack reject."""
+    ends = standardise(np.stack([np.zeros((channels, 1, 1), np.float32), np.ones((channels, 1, 1), np.float32)]))
+    return float(ends[0].min()), float(ends[1].max())
 
 
 def dataset_dir(processed: str | Path, name: str) -> Path:
@@ -205,9 +213,11 @@ def load_split(processed: str | Path, name: str, seed: int, n_classes: int) -> S
     mean, std = meta["mean"], meta["std"]
     pixel_max = float(meta["pixel_max"])
 
-    def standardised(index: np.ndarray) -> torch.Tensor:
-        x = images[index].astype(np.float32) / pixel_max
+    def standardise(x: np.ndarray) -> torch.Tensor:
         return torch.from_numpy((x - mean[None, :, None, None]) / std[None, :, None, None]).float()
+
+    def standardised(index: np.ndarray) -> torch.Tensor:
+        return standardise(images[index].astype(np.float32) / pixel_max)
 
     def targets(index: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(labels[index])
@@ -216,5 +226,5 @@ def load_split(processed: str | Path, name: str, seed: int, n_classes: int) -> S
         standardised(meta["train"]), targets(meta["train"]),
         standardised(meta["test"]), targets(meta["test"]),
         standardised(meta["attack"]), targets(meta["attack"]),
-        mean.astype(np.float32), std.astype(np.float32), n_classes,
+        mean.astype(np.float32), std.astype(np.float32), n_classes, standardised_range(standardise, len(mean)),
     )

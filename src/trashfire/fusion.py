@@ -18,7 +18,7 @@ import torch
 from omegaconf import DictConfig
 from sklearn.model_selection import train_test_split
 
-from trashfire.datasets import RawDataset, Split, load_torchvision_cifar, load_torchvision_mnist, to_shape
+from trashfire.datasets import RawDataset, Split, load_torchvision_cifar, load_torchvision_mnist, standardised_range, to_shape
 from trashfire.errors import DataError
 from trashfire.records import atomic_path
 
@@ -104,9 +104,11 @@ def load_fusion_split(folder: Path, seed: int, n_classes: int) -> Split:
     images, labels = own
     mean, std = meta["mean"].astype(np.float32), meta["std"].astype(np.float32)
 
-    def standardised(index: np.ndarray, partners: np.ndarray) -> torch.Tensor:
-        x = fuse(images[index], other_images[partners])
+    def standardise(x: np.ndarray) -> torch.Tensor:
         return torch.from_numpy((x - mean[None, :, None, None]) / std[None, :, None, None])
+
+    def standardised(index: np.ndarray, partners: np.ndarray) -> torch.Tensor:
+        return standardise(fuse(images[index], other_images[partners]))
 
     def train_epoch(epoch: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Fresh partners for every epoch, the same for a given (seed, epoch)."""
@@ -119,5 +121,5 @@ def load_fusion_split(folder: Path, seed: int, n_classes: int) -> Split:
         x_train, y_train,
         standardised(meta["test"], meta["test_partner"]), torch.from_numpy(labels[meta["test"]]),
         standardised(meta["attack"], attack_partner), torch.from_numpy(labels[meta["attack"]]),
-        mean, std, n_classes, redraw=train_epoch,
+        mean, std, n_classes, standardised_range(standardise, len(mean)), redraw=train_epoch,
     )

@@ -185,6 +185,8 @@ def attack_specs(cfg: DictConfig) -> list[dict[str, Any]]:
     specs = []
     for name, spec in cfg.attack.items():
         extra = {k: _plain(spec[k]) for k in ("max_iter", "step_scale", "batch_size") if k in spec}
+        if spec.get("samples") is not None:  # absent when all: older hashes hold
+            extra["samples"] = spec.samples
         if spec.get("units", "standardised") != "standardised":  # absent when standardised: older hashes hold
             extra["units"] = spec.units
         for norm, value in itertools.product(as_list(spec.norms), as_list(spec["values"])):

@@ -1,0 +1,88 @@
+"""All six attack families through the attack stage on a tiny model: each runs, stays within
+its budget, and its per-sample outcomes agree with its accuracy; PGD's accuracy does not
+rise with eps."""
+
+import numpy as np
+import pytest
+import torch
+
+from trashfire import attack, prepare, train
+from trashfire.attacks import art_classifier, budget_subset, build_attack
+from trashfire.config import compose, validate
+from trashfire.datasets import load_split
+from trashfire.grid import UNDEFENDED, attack_cells
+from trashfire.records import read_json, read_npz
+from tests.conftest import ROOT, tiny_overrides
+
+FAMILIES = ["fgm", "pgd", "deepfool", "pixel", "threshold", "hsj"]
+
+
+@pytest.fixture(scope="module")
+def attacked(tmp_path_factory):
+    """A 3-layer CNN on 400 digits, attacked once by every family with a small budget."""
+    tmp = tmp_path_factory.mktemp("attacks")
+    cfg = validate(compose(tiny_overrides(
+        tmp, "model=[cnn3]", "defence=[none]", f"attack=[{','.join(FAMILIES)}]", "train.epochs=[3]",
+        "attack.fgm.norms=[inf,1,2]", "attack.fgm.values=[0.5]", "attack.pgd.norms=[inf,1,2]", "attack.pgd.values=[0.5]",
+        "attack.deepfool.values=[3]", "attack.deepfool.max_iter=3",
+        "attack.pixel.values=[4]", "attack.pixel.max_iter=2", "attack.pixel.samples=6",
+        "attack.threshold.values=[16]", "attack.threshold.max_iter=2", "attack.threshold.samples=6",
+        "attack.hsj.values=[50]", "attack.hsj.max_iter=2", "attack.hsj.samples=6",
+        "attack.hsj.kwargs.init_eval=10", "attack.hsj.kwargs.init_size=20",
+    ), conf=ROOT / "conf"))
+    prepare.run(cfg)
+    train.run(cfg)
+    attack.run(cfg)
+    return cfg
+
+
+def outcomes_of(cfg):
+    for cell in attack_cells(cfg):
+        record = read_json(attack.attack_record_path(cfg.paths.attacks, cell.hash))
+        yield cell, record, read_npz(attack.outcomes_path(cfg.paths.attacks, cell.hash))
+
+
+def test_every_family_runs_and_its_outcomes_agree_with_its_accuracy(attacked):
+    seen = set()
+    for cell, record, out in outcomes_of(attacked):
+        seen.add((cell.attack, cell.norm))
+        assert record["acc_adv"] == pytest.approx(np.mean(out["y_pred_adv"] == out["y_true"]))
+        assert record["n_attack"] == len(out["y_true"]) == (6 if cell.attack in ("pixel", "threshold", "hsj") else 20)
+        assert record["t_attack_process"] > 0 and record["t_attack_wall"] > 0
+    assert seen == {("fgm", n) for n in ("inf", "1", "2")} | {("pgd", n) for n in ("inf", "1", "2")} | {
+        ("deepfool", "2"), ("pixel", "0"), ("threshold", "inf"), ("hsj", "2")}
+
+
+def test_perturbations_stay_within_each_attacks_budget(attacked):
+    split = load_split(attacked.paths.processed, "digits", 0, 10)
+    clip_low, clip_high = split.clip_values
+    for cell, _, out in outcomes_of(attacked):
+        if cell.attack in ("fgm", "pgd"):
+            norm = out[{"inf": "norm_linf", "1": "norm_l1", "2": "norm_l2"}[cell.norm]]
+            assert norm.max() <= cell.value * (1 + 1e-4) + 1e-5, (cell.attack, cell.norm)
+        elif cell.attack == "threshold":  # th of 255 levels of the clip range
+            assert out["norm_linf"].max() <= cell.value / 255 * (clip_high - clip_low) + 1e-4
+        elif cell.attack == "pixel":  # th pixels (one channel here)
+            assert out["norm_l0"].max() <= cell.value
+
+
+def test_pgd_accuracy_does_not_rise_with_eps(attacked):
+    split = load_split(attacked.paths.processed, "digits", 0, 10)
+    cell = attack_cells(attacked)[0].model.train
+    model = train.load_weights(attacked.paths.models, cell, split)
+    classifier = art_classifier(model, split, dict(UNDEFENDED), torch.device("cpu"))
+    x, y = split.x_attack.numpy(), split.y_attack.numpy()
+    correct = []
+    for eps in (0.05, 0.1, 0.2, 0.4, 0.8, 1.6):
+        spec = {"target": "art.attacks.evasion.ProjectedGradientDescent", "norm": "inf", "param": "eps", "value": eps,
+                "max_iter": 10, "step_scale": 2.5, "batch_size": 100, "kwargs": {"num_random_init": 0, "verbose": False}}
+        x_adv = build_attack(classifier, spec).generate(x=x, y=y)
+        correct.append(int((classifier.predict(x_adv).argmax(1) == y).sum()))
+    assert all(later <= earlier + 1 for earlier, later in zip(correct, correct[1:])), correct
+    assert correct[-1] < correct[0]
+
+
+def test_budget_subset_takes_classes_in_turn():
+    labels = np.array([0, 0, 0, 1, 1, 2, 2, 2])
+    assert budget_subset(labels, 4).tolist() == [0, 1, 3, 5]
+    assert budget_subset(labels, None).tolist() == list(range(8))
