@@ -34,12 +34,17 @@ def pixels(x, split):
     return x.numpy() * split.std[None, :, None, None] + split.mean[None, :, None, None]
 
 
-def test_fusion_images_are_half_digit_half_object(tmp_path, components):
-    digits, objects = components
+@pytest.fixture
+def digit_task(tmp_path, components):
+    """The prepared digit task: its split of seed 0 and the stored pairing."""
     cfg = fusion_cfg(tmp_path)
     prepare.run(cfg)
-    split = load_split(cfg.paths.processed, "fusion_digit", 0, 10)
-    meta = np.load(tmp_path / "processed" / "fusion_digit" / "split_0.npz")
+    return load_split(cfg.paths.processed, "fusion_digit", 0, 10), np.load(tmp_path / "processed" / "fusion_digit" / "split_0.npz")
+
+
+def test_fusion_images_are_half_digit_half_object(components, digit_task):
+    digits, objects = components
+    split, meta = digit_task
     expected = 0.5 * digits[meta["test"]] + 0.5 * objects[meta["test_partner"]]
     assert split.input_shape == (3, 32, 32)
     assert np.allclose(pixels(split.x_test, split), expected, atol=1e-5)
@@ -48,12 +53,9 @@ def test_fusion_images_are_half_digit_half_object(tmp_path, components):
     assert np.allclose(pixels(split.x_attack, split), expected[attack_rows], atol=1e-5)
 
 
-def test_training_partners_are_drawn_afresh_each_epoch_from_the_training_objects(tmp_path, components):
+def test_training_partners_are_drawn_afresh_each_epoch_from_the_training_objects(components, digit_task):
     digits, objects = components
-    cfg = fusion_cfg(tmp_path)
-    prepare.run(cfg)
-    split = load_split(cfg.paths.processed, "fusion_digit", 0, 10)
-    meta = np.load(tmp_path / "processed" / "fusion_digit" / "split_0.npz")
+    split, meta = digit_task
     (x0, y0), (x1, y1) = split.train_epoch(0), split.train_epoch(1)
     assert np.array_equal(y0, y1) and not np.allclose(x0, x1)
     assert np.array_equal(split.train_epoch(1)[0], x1)  # reproducible per (seed, epoch)
