@@ -276,9 +276,9 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
     device = resolve_device(cfg.train.device)
     models = Path(cfg.paths.models)
     cells = training_cells(cfg)
-    bases = {cell.base.hash: cell.base for cell in cells if cell.base is not None}
-    # pretraining first: a base that is not itself in the grid is trained all the same
-    ordered = list(({**bases, **{c.hash: c for c in cells if c.base is None}} | {c.hash: c for c in cells}).values())
+    # bases first, and a base that is not itself in the grid is trained all the same
+    bases = [cell.base for cell in cells if cell.base is not None]
+    ordered = list({cell.hash: cell for cell in bases + cells}.values())
     pending = [cell for cell in ordered if not is_cached(models, cell.hash)]
     log.info("%d training cells, %d cached, %d to train on %s", len(ordered), len(ordered) - len(pending), len(pending), device)
     splits: dict[tuple[str, int], Split] = {}
