@@ -44,6 +44,7 @@ def test_one_option_and_a_list_compose_to_the_same_shape(conf_dir):
         ("timing.clock=sundial", "timing.clock"),
         ("survival.chosen=cox", "survival.chosen"),
         ("survival.fitters=[gompertz]", "survival.fitters"),
+        ("survival.fitters=[exponential]", "survival.fitters"),  # listed once it is fitted, not before
         ("metrics.auc.eps1=0.0", "metrics.auc.eps1"),
         ("metrics.auc.eps1=5.0", "metrics.auc.eps1"),
         ("model.resnet18.depth=34", "model.resnet18.depth"),

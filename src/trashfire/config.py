@@ -29,7 +29,7 @@ ATTACK_NORMS = {
 COUNT_ATTACKS = ("deepfool", "pixel", "threshold", "hsj")  # strengths are counts, not eps
 LR_SCHEDULES = ("constant", "step_half")
 ATTACK_UNITS = ("standardised", "pixel")
-FITTERS = ("weibull", "exponential", "lognormal", "loglogistic", "cox")
+FITTERS = ("weibull", "lognormal", "loglogistic", "cox")  # Exponential and Generalised Gamma: issue 5
 AFT_FITTERS = tuple(f for f in FITTERS if f != "cox")
 
 
