@@ -82,7 +82,8 @@ def run_attack_cell(classifier, split: Split, cell: AttackCell, device) -> tuple
     keep = budget_subset(split.y_attack.numpy(), cell.spec.get("samples"))
     x, y = split.x_attack.numpy()[keep], split.y_attack.numpy()[keep]
     y_ben = classifier.predict(x, batch_size=256).argmax(1)
-    attack = build_attack(classifier, cell.spec, float(np.mean(split.std)))
+    pixel_std = float(np.mean(split.std))
+    attack = build_attack(classifier, cell.spec, pixel_std)
     with Stopwatch(device) as watch, warnings.catch_warnings():
         warnings.filterwarnings("ignore", module="cma")  # CMA-ES's note on ART's fitness arrays, once per image
         x_adv = attack.generate(x=x, y=y)
@@ -96,7 +97,7 @@ def run_attack_cell(classifier, split: Split, cell: AttackCell, device) -> tuple
         "attack_param": cell.param,
         "attack_value": cell.value,
         "attack_units": cell.spec.get("units", "standardised"),
-        "attack_value_standardised": attack_strength(cell.spec, float(np.mean(split.std))),
+        "attack_value_standardised": attack_strength(cell.spec, pixel_std),
         "config": cell.spec,
         "n_attack": n,
         "acc_ben_attack_subset": accuracy(y, y_ben),

@@ -147,6 +147,18 @@ def to_shape(data: RawDataset, size: int | None, channels: int | None) -> RawDat
     return RawDataset(images.numpy(), data.labels, data.pixel_max)
 
 
+def balanced_subset(labels: np.ndarray, n: int, n_classes: int, rng: np.random.Generator) -> np.ndarray:
+    """Positions of n samples with (as nearly as n allows) equal counts per class."""
+    per_class = [n // n_classes + (k < n % n_classes) for k in range(n_classes)]
+    picks = []
+    for k, count in enumerate(per_class):
+        members = np.flatnonzero(labels == k)
+        if len(members) < count:
+            raise DataError(f"class {k} has {len(members)} test samples, fewer than the {count} the attack subset needs; lower split.n_attack")
+        picks.append(rng.choice(members, size=count, replace=False))
+    return np.sort(np.concatenate(picks))
+
+
 LOADERS = {
     "sklearn_digits": load_sklearn_digits,
     "torchvision_mnist": load_torchvision_mnist,

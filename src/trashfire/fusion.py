@@ -18,11 +18,10 @@ import torch
 from omegaconf import DictConfig
 from sklearn.model_selection import train_test_split
 
-from trashfire.datasets import RawDataset, Split, load_torchvision_cifar, load_torchvision_mnist, standardised_range, to_shape
+from trashfire.datasets import RawDataset, Split, balanced_subset, load_torchvision_cifar, load_torchvision_mnist, standardised_range, to_shape
 from trashfire.errors import DataError
-from trashfire.records import atomic_path
+from trashfire.records import atomic_path, write_npy, write_npz
 
-TASKS = ("digit", "object")
 PIXEL_MAX = 255.0
 
 
@@ -47,8 +46,6 @@ def _split(labels: np.ndarray, seed: int, test_size: float) -> tuple[np.ndarray,
 
 
 def split_permutation(components: dict[str, RawDataset], task: str, seed: int, test_size: float, n_attack: int, n_classes: int) -> dict[str, np.ndarray]:
-    from trashfire.prepare import balanced_subset  # prepare imports this module
-
     rng = np.random.default_rng(seed)
     own, other = components[task], components[partner_of(task)]
     train, test = _split(own.labels, seed, test_size)
@@ -70,21 +67,13 @@ def prepare_fusion(name: str, spec: DictConfig, split: DictConfig, processed: Pa
     folder = Path(processed) / name
     for component, data in components.items():
         for kind, array in (("images", data.images), ("labels", data.labels)):
-            _save(folder / f"{component}_{kind}.npy", array)
+            write_npy(folder / f"{component}_{kind}.npy", array)
     for seed in seeds:
         arrays = split_permutation(components, spec.task, seed, split.test_size, split.n_attack, spec.n_classes)
-        with atomic_path(folder / f"split_{seed}.npz") as tmp:
-            with open(tmp, "wb") as handle:
-                np.savez(handle, **arrays)
+        write_npz(folder / f"split_{seed}.npz", compressed=False, **arrays)
     with atomic_path(folder / "fusion.json") as tmp:
         tmp.write_text(json.dumps({"task": spec.task}))
     return folder
-
-
-def _save(path: Path, array: np.ndarray) -> None:
-    with atomic_path(path) as tmp:
-        with open(tmp, "wb") as handle:
-            np.save(handle, array)
 
 
 def is_fusion(folder: Path) -> bool:

@@ -12,10 +12,10 @@ from sklearn.model_selection import train_test_split
 
 from trashfire.cli import run_cli
 from trashfire.config import as_list
-from trashfire.datasets import LOADERS, RawDataset, dataset_dir, to_shape
+from trashfire.datasets import LOADERS, RawDataset, balanced_subset, dataset_dir, to_shape
 from trashfire.errors import DataError
 from trashfire.fusion import prepare_fusion
-from trashfire.records import atomic_path
+from trashfire.records import write_npy, write_npz
 
 log = logging.getLogger("trashfire.prepare")  # not __name__: it is __main__ under python -m
 
@@ -27,18 +27,6 @@ def subsample(data: RawDataset, n: int | None) -> RawDataset:
     keep, _ = train_test_split(np.arange(len(data.labels)), train_size=n, stratify=data.labels, random_state=0)
     keep = np.sort(keep)
     return RawDataset(data.images[keep], data.labels[keep], data.pixel_max)
-
-
-def balanced_subset(labels: np.ndarray, n: int, n_classes: int, rng: np.random.Generator) -> np.ndarray:
-    """Positions of n samples with (as nearly as n allows) equal counts per class."""
-    per_class = [n // n_classes + (k < n % n_classes) for k in range(n_classes)]
-    picks = []
-    for k, count in enumerate(per_class):
-        members = np.flatnonzero(labels == k)
-        if len(members) < count:
-            raise DataError(f"class {k} has {len(members)} test samples, fewer than the {count} the attack subset needs; lower split.n_attack")
-        picks.append(rng.choice(members, size=count, replace=False))
-    return np.sort(np.concatenate(picks))
 
 
 def split_permutation(data: RawDataset, seed: int, test_size: float, n_attack: int, n_classes: int) -> dict[str, np.ndarray]:
@@ -64,14 +52,9 @@ def prepare_dataset(name: str, spec: DictConfig, split: DictConfig, processed: P
         raise DataError(f"data.{name}.n_classes is {spec.n_classes} but the data hold {n_labels} classes")
     folder = dataset_dir(processed, name)
     for array_name, array in (("images", data.images), ("labels", data.labels)):
-        with atomic_path(folder / f"{array_name}.npy") as tmp:
-            with open(tmp, "wb") as handle:
-                np.save(handle, array)
+        write_npy(folder / f"{array_name}.npy", array)
     for seed in as_list(split.seeds):
-        arrays = split_permutation(data, seed, split.test_size, split.n_attack, spec.n_classes)
-        with atomic_path(folder / f"split_{seed}.npz") as tmp:
-            with open(tmp, "wb") as handle:
-                np.savez(handle, **arrays)
+        write_npz(folder / f"split_{seed}.npz", compressed=False, **split_permutation(data, seed, split.test_size, split.n_attack, spec.n_classes))
     log.info("%s: %d images, %d permutation(s) -> %s", name, len(data.labels), len(as_list(split.seeds)), folder)
     return folder
 

@@ -54,10 +54,16 @@ def read_json(path: str | Path) -> dict[str, Any]:
         raise DataError(f"corrupt record {path}: {err}; delete it and rerun to recompute") from None
 
 
-def write_npz(path: str | Path, **arrays: np.ndarray) -> None:
+def write_npz(path: str | Path, compressed: bool = True, **arrays: np.ndarray) -> None:
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as handle:
-            np.savez_compressed(handle, **arrays)
+            (np.savez_compressed if compressed else np.savez)(handle, **arrays)
+
+
+def write_npy(path: str | Path, array: np.ndarray) -> None:
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as handle:
+            np.save(handle, array)
 
 
 def read_npz(path: str | Path) -> dict[str, np.ndarray]:
