@@ -5,10 +5,12 @@ import math
 import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
+from omegaconf import OmegaConf
 
 from trashfire import metrics
 from trashfire.errors import ConfigError
-from trashfire.survival import fit, score
+from trashfire.fitters import fit_one
+from trashfire.survival import score
 
 
 @pytest.mark.parametrize(
@@ -70,7 +72,7 @@ def test_trash_failure_rate_and_benign_trash():
     assert metrics.accuracy([1, 2, 3, 4], [1, 2, 0, 0]) == 0.5
 
 
-def test_bic_counts_every_coefficient_on_a_small_weibull_fit():
+def test_bic_counts_every_coefficient_on_a_small_weighted_weibull_fit(conf_dir):
     data = pd.DataFrame(
         {
             "duration": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 2.5, 3.5],
@@ -79,13 +81,14 @@ def test_bic_counts_every_coefficient_on_a_small_weibull_fit():
             "x": [0.1, 0.4, 0.3, 0.8, 0.9, 0.5, 0.2, 0.7],
         }
     )
-    fitter = fit("weibull", data, penalizer=0.0)
+    spec = OmegaConf.create({"fitter": {"_target_": "lifelines.WeibullAFTFitter", "penalizer": 0.0}, "aft": True})
+    fit = fit_one("weibull", spec, data)
     # Weibull AFT: lambda_ (x, Intercept) and rho_ (Intercept): k = 3; n = 12 weighted samples
-    assert len(fitter.params_) == 3
-    expected = -2 * fitter.log_likelihood_ + 3 * math.log(12)
+    assert len(fit.fitter.params_) == 3
+    expected = -2 * fit.fitter.log_likelihood_ + 3 * math.log(12)
     _, axes = plt.subplots(1, 2)
-    row = score("weibull", fitter, data, data, t0=3.0, axes=axes)
+    row = score(fit, data, data, t0=3.0, axes=axes)
     plt.close("all")
-    assert (row["k"], row["n"]) == (3, 12)
+    assert (row["k"], row["n"], row["n_events"]) == (3, 12, 10)
     assert row["BIC"] == pytest.approx(expected)
     assert metrics.bic(-10.0, 3, math.e**2) == pytest.approx(26.0)

@@ -73,17 +73,21 @@ def test_downstream_stages_write_every_table_and_figure(pipeline, tmp_path):
     experiments, survival_data = timing.run(pipeline)
     assert len(experiments) == len(attack_cells(pipeline))
     assert {"t_train", "t_predict", "t_attack", "t_attack_wall", "t_attack_process", "acc_adv", "train_hash"} <= set(experiments)
-    # two weighted rows per attack cell at most; weights add up to the attacked samples
+    # up to three weighted rows per attack cell; weights add up to the attacked samples
     assert survival_data.groupby("attack_hash")["weight"].sum().eq(20).all()
-    assert (survival_data.groupby("attack_hash")["event"].apply(lambda e: e.tolist())).isin([[0, 1], [0], [1]]).all()
+    assert len(survival_data) <= 3 * len(experiments) and set(survival_data["event"]) == {0, 1}
+    counts = experiments[["n_misclassified_before", "n_broken", "n_survived"]].sum(axis=1)
+    assert counts.eq(experiments["n_attack"]).all()
     comparison = survival.run(pipeline)
-    assert set(comparison["fitter"]) == {"weibull", "lognormal", "loglogistic", "cox"}
+    assert list(comparison["fitter"]) == ["weibull", "lognormal", "loglogistic", "exponential", "gengamma", "cox"]
+    assert comparison["selected"].sum() == 1
     summary = aggregate.run(pipeline)
     assert summary["n_attack_cells"] == len(experiments)
     written = figures.run(pipeline)
     reports = tmp_path / "reports"
     for name in ("experiments.csv", "survival_data.csv", "trash.csv", "robustness.csv", "metrics.json", "report.html",
-                 "survival/aft_comparison.csv", "survival/calibration.png", "survival/coefficients.png",
+                 "survival/aft_comparison.csv", "survival/aft_comparison.tex", "survival/calibration.png",
+                 "survival/coefficients.png", "survival/expected_times.csv", "survival/models.pkl",
                  "figures/accuracy_by_attack_and_defence.png", "figures/trash_by_depth.pdf"):
         assert (reports / name).is_file(), name
     assert len(written) == 5

@@ -62,8 +62,8 @@ def robustness_table(experiments: pd.DataFrame, w: float, tau: float | None, eps
     return pd.DataFrame(rows)
 
 
-def headline(experiments: pd.DataFrame, trash: pd.DataFrame, robustness: pd.DataFrame, comparison: pd.DataFrame, chosen: str) -> dict:
-    survival = comparison.set_index("fitter").loc[chosen]
+def headline(experiments: pd.DataFrame, trash: pd.DataFrame, robustness: pd.DataFrame, comparison: pd.DataFrame) -> dict:
+    survival = comparison[comparison["selected"].astype(bool)].iloc[0]
     return {
         "n_train_cells": int(experiments["train_hash"].nunique()),
         "n_model_cells": int(experiments["model_hash"].nunique()),
@@ -71,7 +71,7 @@ def headline(experiments: pd.DataFrame, trash: pd.DataFrame, robustness: pd.Data
         "clock": str(experiments["clock"].iloc[0]),
         "acc_ben_mean": float(experiments.drop_duplicates("model_hash")["acc_ben"].mean()),
         "acc_adv_mean": float(experiments["acc_adv"].mean()),
-        "survival_model": chosen,
+        "survival_model": str(survival["fitter"]),
         "survival_test_concordance": float(survival["test_concordance"]),
         "survival_test_ici": float(survival["test_ICI"]),
         "trash_adv_median": float(trash["trash_adv"].median()),
@@ -93,7 +93,7 @@ def run(cfg: DictConfig) -> dict:
     for name, table in (("trash.csv", trash), ("robustness.csv", robustness)):
         with atomic_path(reports / name) as tmp:
             table.to_csv(tmp, index=False)
-    summary = headline(experiments, trash, robustness, comparison, cfg.survival.chosen)
+    summary = headline(experiments, trash, robustness, comparison)
     write_json(reports / "metrics.json", summary)
     log.info("%s", ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in summary.items()))
     return summary

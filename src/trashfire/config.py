@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from trashfire.clocks import CLOCKS
 from trashfire.errors import ConfigError
+from trashfire.survival_data import BEFORE_ATTACK_POLICIES, DUMMY_SOURCES, NONPOSITIVE_POLICIES, NUMERIC_COVARIATES
 
 DATA_SOURCES = ("sklearn_digits", "torchvision_mnist", "torchvision_fashion_mnist", "torchvision_cifar", "fusion")
 FUSION_TASKS = ("digit", "object")
@@ -29,8 +30,8 @@ ATTACK_NORMS = {
 COUNT_ATTACKS = ("deepfool", "pixel", "threshold", "hsj")  # strengths are counts, not eps
 LR_SCHEDULES = ("constant", "step_half")
 ATTACK_UNITS = ("standardised", "pixel")
-FITTERS = ("weibull", "lognormal", "loglogistic", "cox")  # Exponential and Generalised Gamma: issue 5
-AFT_FITTERS = tuple(f for f in FITTERS if f != "cox")
+SURVIVAL_SCORES = ("test_ICI", "ICI", "test_E50", "E50", "AIC", "BIC", "test_concordance", "concordance")
+OPTIMISERS = ("BFGS", "L-BFGS-B", "SLSQP", "CG", "TNC")  # scipy methods that use lifelines' gradient
 
 
 def config_dir() -> Path:
@@ -281,13 +282,58 @@ def _validate_pretraining(cfg: DictConfig) -> None:
 
 
 def _validate_survival(survival: DictConfig) -> None:
+    data = survival.get("data")
+    if not isinstance(data, DictConfig):
+        raise ConfigError("survival.data", "missing; compose params.yaml with `make params`")
+    for covariate in as_list(data.get("covariates") or []):
+        _choice("survival.data.covariates", covariate, NUMERIC_COVARIATES)
+    for kind in as_list(data.get("dummies") or []):
+        _choice("survival.data.dummies", kind, tuple(DUMMY_SOURCES))
+    _choice("survival.data.misclassified_before_attack", data.get("misclassified_before_attack"), BEFORE_ATTACK_POLICIES)
+    _choice("survival.data.nonpositive_durations", data.get("nonpositive_durations"), NONPOSITIVE_POLICIES)
+    models = survival.get("models")
+    _nonempty_mapping("survival.models", models)
     fitters = _nonempty_list("survival.fitters", survival.get("fitters"))
     for fitter in fitters:
-        _choice("survival.fitters", fitter, FITTERS)
-    _choice("survival.chosen", survival.get("chosen"), tuple(f for f in fitters if f in AFT_FITTERS))
-    _number("survival.penalizer", survival.get("penalizer"), low=0)
+        _choice("survival.fitters", fitter, tuple(models))
+        _validate_survival_model(f"survival.models.{fitter}", models[fitter])
+    for number, retry in enumerate(as_list(survival.get("retries") or [])):
+        _validate_retry(f"survival.retries[{number}]", retry)
+    aft = tuple(f for f in fitters if models[f].get("aft"))
+    if survival.get("chosen") is not None:
+        _choice("survival.chosen", survival.chosen, aft)
+    _choice("survival.select_by", survival.get("select_by"), SURVIVAL_SCORES)
     _number("survival.test_size", survival.get("test_size"), low=0, high=1, open_low=True, open_high=True)
+    _integer("survival.seed", survival.get("seed"), low=0)
     _number("survival.t0_quantile", survival.get("t0_quantile"), low=0, high=1, open_low=True, open_high=True)
+
+
+def _validate_survival_model(key: str, spec: Any) -> None:
+    if not isinstance(spec, DictConfig) or not isinstance(spec.get("fitter"), DictConfig) or not isinstance(spec.fitter.get("_target_"), str):
+        raise ConfigError(f"{key}.fitter._target_", "missing; name the lifelines fitter class, e.g. lifelines.WeibullAFTFitter")
+    _number(f"{key}.fitter.penalizer", spec.fitter.get("penalizer", 0.0), low=0)
+    if not isinstance(spec.get("aft"), bool):
+        raise ConfigError(f"{key}.aft", f"got {spec.get('aft')!r}; allowed: true (an AFT model, gives E[T]), false")
+    if spec.get("optimiser") is not None:
+        _choice(f"{key}.optimiser", spec.optimiser, OPTIMISERS)
+    if spec.get("t0_quantile") is not None:
+        _number(f"{key}.t0_quantile", spec.t0_quantile, low=0, high=1, open_low=True, open_high=True)
+    _fit_options(f"{key}.fit_options", spec.get("fit_options"))
+
+
+def _fit_options(key: str, options: Any) -> None:
+    if options is not None and not isinstance(options, DictConfig):
+        raise ConfigError(key, f"got {options!r}; allowed: a mapping of the optimiser's options, e.g. {{maxiter: 500}}")
+
+
+def _validate_retry(key: str, retry: Any) -> None:
+    if not isinstance(retry, DictConfig) or not set(retry) or set(retry) - {"optimiser", "penalizer", "fit_options"}:
+        raise ConfigError(key, f"got {retry!r}; allowed: a mapping of optimiser ({', '.join(OPTIMISERS)}), penalizer (>= 0), fit_options")
+    if retry.get("optimiser") is not None:
+        _choice(f"{key}.optimiser", retry.optimiser, OPTIMISERS)
+    if "penalizer" in retry:
+        _number(f"{key}.penalizer", retry.penalizer, low=0)
+    _fit_options(f"{key}.fit_options", retry.get("fit_options"))
 
 
 def _validate_metrics(metrics: DictConfig) -> None:

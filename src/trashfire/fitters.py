@@ -1,0 +1,356 @@
+"""lifelines survival fitters as the survival stage uses them: built from config, fitted with
+retries, scored per sample.
+
+lifelines has every model TRASHFIRE compares but two as regression AFT models: the Exponential
+(no regression fitter) and the Generalised Gamma (a general `ParametricRegressionFitter` whose
+covariates must be mapped by hand, whose `concordance_index_` fails and whose median and mean
+are numerical approximations over the training timeline). The two classes below are lifelines
+fitters with covariates on the location (an accelerated failure time model) and closed-form
+median, percentiles and E[T].
+
+Survival data arrive compactly, one row per attack cell and outcome with a `weight` (samples).
+Scores must not depend on that storage. The parametric log-likelihoods and the calibration
+spline's are weighted sums, exact on weighted rows; concordance and Cox PH (whose Efron
+correction for tied times counts a weighted row as one subject) are computed on one row per
+sample.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from hydra.utils import instantiate
+from lifelines import CoxPHFitter, CRCSplineFitter, GeneralizedGammaRegressionFitter
+from lifelines.calibration import survival_probability_calibration
+from lifelines.exceptions import ConvergenceError
+from lifelines.fitters import ParametricRegressionFitter
+from lifelines.utils import _get_index, concordance_index
+from lifelines.utils.safe_exp import safe_exp
+from scipy.special import gammainccinv, gammaincinv, gammaln
+
+from trashfire.metrics import bic
+
+DURATION, EVENT, WEIGHT = "duration", "event", "weight"
+NEWTON_FALLBACK = {"step_size": 0.1, "max_steps": 1000}  # Cox PH's "other optimiser": shorter Newton steps
+CALIBRATION_SPLINE = {"beta_": ["ccl"], "gamma0_": "1", "gamma1_": "1", "gamma2_": "1"}  # lifelines' calibration model
+
+
+class ExponentialAFTFitter(ParametricRegressionFitter):
+    """Exponential AFT model: S(t | x) = exp(-t / exp(x·b)), the Weibull AFT with its shape
+    fixed at 1 (TRASHFIRE III-B.1). The scale exp(x·b) is the mean survival time."""
+
+    _fitted_parameter_names = ["lambda_"]
+    _FAST_MEDIAN_PREDICT = True  # lifelines then computes the training concordance from our median
+    fit_intercept = True
+
+    def fit(self, df: pd.DataFrame, duration_col: str, event_col: str | None = None, weights_col: str | None = None, **kwargs):
+        covariates = _covariate_columns(df, duration_col, event_col, weights_col)
+        regressors = {"lambda_": covariates}  # lifelines appends the intercept (fit_intercept)
+        return super().fit(df, duration_col, event_col, regressors=regressors, weights_col=weights_col, **kwargs)
+
+    def _cumulative_hazard(self, params, T, Xs):
+        return T / safe_exp(Xs["lambda_"] @ params["lambda_"])
+
+    def _log_hazard(self, params, T, Xs):
+        return -(Xs["lambda_"] @ params["lambda_"]) + 0.0 * T
+
+    def _scale(self, df: pd.DataFrame) -> np.ndarray:
+        return np.exp(self.regressors.transform_df(df)["lambda_"].to_numpy(float) @ self.params_.loc["lambda_"].to_numpy())
+
+    def predict_percentile(self, df, *, p: float = 0.5, conditional_after=None) -> pd.Series:
+        _no_conditioning(conditional_after)
+        return pd.Series(self._scale(df) * -np.log(p), index=_get_index(df))
+
+    def predict_median(self, df, *, conditional_after=None) -> pd.Series:
+        return self.predict_percentile(df, p=0.5, conditional_after=conditional_after)
+
+    def predict_expectation(self, df, conditional_after=None) -> pd.Series:
+        _no_conditioning(conditional_after)
+        return pd.Series(self._scale(df), index=_get_index(df))
+
+
+class GeneralizedGammaAFTFitter(GeneralizedGammaRegressionFitter):
+    """lifelines' Generalised Gamma with the covariates on the location mu (an AFT model:
+    log T = mu(x) + (sigma/lambda) log(lambda^2 U), U ~ Gamma(1/lambda^2)); sigma and lambda are
+    intercepts. Median, percentiles and E[T] in closed form from that representation."""
+
+    _FAST_MEDIAN_PREDICT = True
+    fit_intercept = True
+
+    def fit(self, df: pd.DataFrame, duration_col: str, event_col: str | None = None, weights_col: str | None = None, **kwargs):
+        covariates = _covariate_columns(df, duration_col, event_col, weights_col)
+        # each gets lifelines' intercept; in sorted order, as autograd flattens the parameters in
+        # score() (another order scores with the coefficients shuffled)
+        regressors = {"lambda_": [], "mu_": covariates, "sigma_": []}
+        return super().fit(df, duration_col, event_col, regressors=regressors, weights_col=weights_col, **kwargs)
+
+    def _location_and_shapes(self, df: pd.DataFrame) -> tuple[np.ndarray, float, float]:
+        mu = self.regressors.transform_df(df)["mu_"].to_numpy(float) @ self.params_.loc["mu_"].to_numpy()
+        sigma = float(np.exp(self.params_.loc[("sigma_", "Intercept")]))
+        return mu, sigma, float(self.params_.loc[("lambda_", "Intercept")])
+
+    def predict_percentile(self, df, *, p: float = 0.5, conditional_after=None) -> pd.Series:
+        """The time t with S(t | x) = p."""
+        _no_conditioning(conditional_after)
+        mu, sigma, lam = self._location_and_shapes(df)
+        k = 1.0 / lam**2
+        u = gammainccinv(k, p) if lam > 0 else gammaincinv(k, p)  # U at the p-th survival quantile
+        return pd.Series(np.exp(mu + sigma / lam * np.log(lam**2 * u)), index=_get_index(df))
+
+    def predict_median(self, df, *, conditional_after=None) -> pd.Series:
+        return self.predict_percentile(df, p=0.5, conditional_after=conditional_after)
+
+    def predict_expectation(self, df, conditional_after=None) -> pd.Series:
+        """E[T] = e^mu (lambda^2)^(sigma/lambda) Gamma(k + sigma/lambda) / Gamma(k), k = 1/lambda^2;
+        infinite where k + sigma/lambda <= 0."""
+        _no_conditioning(conditional_after)
+        mu, sigma, lam = self._location_and_shapes(df)
+        k, power = 1.0 / lam**2, sigma / lam
+        if k + power <= 0:
+            return pd.Series(np.inf, index=_get_index(df))
+        log_mean = mu + power * math.log(lam**2) + gammaln(k + power) - gammaln(k)
+        return pd.Series(np.exp(log_mean), index=_get_index(df))
+
+
+def _covariate_columns(df: pd.DataFrame, *special: str | None) -> list[str]:
+    return [c for c in df.columns if c not in special]
+
+
+def _no_conditioning(conditional_after) -> None:
+    if conditional_after is not None:
+        raise NotImplementedError("conditional_after is not supported by this fitter")
+
+
+# --- fitting with retries -------------------------------------------------------------------
+
+
+class FitFailed(Exception):
+    """Every attempt of one fitter failed; the message lists each attempt's reason."""
+
+
+@dataclass
+class Fit:
+    """A fitted model and how it got there."""
+
+    name: str
+    fitter: Any
+    penalizer: float
+    optimiser: str
+    attempts: int
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def is_cox(self) -> bool:
+        return isinstance(self.fitter, CoxPHFitter)
+
+
+def attempts(spec: Any, retries: list) -> list[dict[str, Any]]:
+    """The configured settings first, then each retry: another optimiser, a larger penalizer
+    (a retry's penalizer applies where it exceeds the configured one), other fit options."""
+    base = {
+        "penalizer": float(spec.fitter.get("penalizer", 0.0)),
+        "optimiser": spec.get("optimiser"),
+        "fit_options": dict(spec.get("fit_options") or {}),
+    }
+    ladder = [base]
+    for retry in retries:
+        ladder.append({
+            "penalizer": max(base["penalizer"], float(retry.get("penalizer") or 0.0)),
+            "optimiser": retry.get("optimiser", base["optimiser"]),
+            "fit_options": dict(retry["fit_options"]) if retry.get("fit_options") is not None else base["fit_options"],
+        })
+    return ladder
+
+
+def build(spec: Any, penalizer: float, optimiser: str | None):
+    """The lifelines fitter of `spec.fitter` (`_target_` + its arguments) with these settings."""
+    fitter = instantiate(spec.fitter, penalizer=penalizer)
+    if optimiser and isinstance(fitter, ParametricRegressionFitter):
+        fitter._scipy_fit_method = optimiser  # lifelines' own advice when BFGS does not converge
+    return fitter
+
+
+def fit_one(name: str, spec: Any, data: pd.DataFrame, retries: list = ()) -> Fit:
+    """Fit `data` (duration, event, optional weight, covariates) with the configured settings,
+    then each retry in turn; raise FitFailed with every attempt's reason if none converges."""
+    reasons = []
+    for number, settings in enumerate(attempts(spec, list(retries)), start=1):
+        fitter = build(spec, settings["penalizer"], settings["optimiser"])
+        fit_options = settings["fit_options"]
+        if settings["optimiser"] and isinstance(fitter, CoxPHFitter):
+            fit_options = NEWTON_FALLBACK | fit_options
+        try:
+            caught = _fit_quietly(fitter, data, fit_options)
+        except Exception as err:  # lifelines raises ConvergenceError, ValueError, LinAlgError, ...
+            reasons.append(f"attempt {number} ({_describe(settings)}): {type(err).__name__}: {_first_line(err)}")
+            continue
+        if not (np.isfinite(fitter.log_likelihood_) and np.all(np.isfinite(fitter.params_))):
+            reasons.append(f"attempt {number} ({_describe(settings)}): non-finite log-likelihood or coefficients")
+            continue
+        optimiser = settings["optimiser"] or ("Newton" if isinstance(fitter, CoxPHFitter) else fitter._scipy_fit_method)
+        return Fit(name, fitter, settings["penalizer"], optimiser, number, caught)
+    raise FitFailed("; ".join(reasons))
+
+
+def _fit_quietly(fitter, data: pd.DataFrame, fit_options: dict) -> list[str]:
+    """Fit, returning lifelines' warnings (convergence notes) instead of printing them."""
+    if isinstance(fitter, CoxPHFitter):
+        data = per_sample(data)  # see log_likelihood
+    weights = WEIGHT if WEIGHT in data else None
+    options = {"fit_options": fit_options} if fit_options else {}
+    with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("always")
+        fitter.fit(data, duration_col=DURATION, event_col=EVENT, weights_col=weights, **options)
+    notes = {_first_sentence(w.message) for w in caught if "onvergence" in type(w.message).__name__ or "Hessian" in str(w.message)}
+    return sorted(notes)
+
+
+def _first_sentence(message: Any) -> str:
+    line = _first_line(message)
+    return line.split(". ")[0].rstrip(".") + "."
+
+
+def _describe(settings: dict[str, Any]) -> str:
+    options = f", fit_options {settings['fit_options']}" if settings["fit_options"] else ""
+    return f"penalizer {settings['penalizer']:g}, optimiser {settings['optimiser'] or 'default'}{options}"
+
+
+def _first_line(message: Any) -> str:
+    lines = [line.strip() for line in str(message).strip().splitlines() if line.strip()]
+    return lines[0] if lines else type(message).__name__
+
+
+# --- scores --------------------------------------------------------------------------------
+
+
+def covariates_of(data: pd.DataFrame) -> pd.DataFrame:
+    return data.drop(columns=[c for c in (DURATION, EVENT, WEIGHT) if c in data])
+
+
+def sample_weights(data: pd.DataFrame) -> np.ndarray:
+    """Samples per row: the weight column, or one sample per row without one."""
+    if WEIGHT not in data:
+        return np.ones(len(data), dtype=int)
+    return data[WEIGHT].to_numpy().astype(int)
+
+
+def per_sample(data: pd.DataFrame) -> pd.DataFrame:
+    """One row per sample (what lifelines' unweighted calibration needs)."""
+    repeated = data.loc[data.index.repeat(sample_weights(data))].reset_index(drop=True)
+    return repeated.assign(**{WEIGHT: 1}) if WEIGHT in data else repeated
+
+
+def n_parameters(fit: Fit) -> int:
+    """k of AIC and BIC: every estimated coefficient (lifelines' BIC_ counts parameter names)."""
+    return int(np.size(fit.fitter.params_))
+
+
+def survival_ranking(fit: Fit, covariates: pd.DataFrame) -> np.ndarray:
+    """Higher = longer predicted survival: the predicted median for AFT models, minus the
+    partial hazard for Cox PH (what lifelines' concordance_index_ uses for each)."""
+    if fit.is_cox:
+        return -fit.fitter.predict_partial_hazard(covariates).to_numpy(float).ravel()
+    return fit.fitter.predict_median(covariates).to_numpy(float).ravel()
+
+
+def concordance(fit: Fit, data: pd.DataFrame) -> float:
+    """Harrell's C over samples: each row counts as many times as it has samples."""
+    weights = sample_weights(data)
+    ranking = survival_ranking(fit, covariates_of(data))
+    return float(concordance_index(
+        np.repeat(data[DURATION].to_numpy(float), weights), np.repeat(ranking, weights), np.repeat(data[EVENT].to_numpy(), weights)
+    ))
+
+
+def calibration(fit: Fit, data: pd.DataFrame, t0: float, ax=None) -> tuple[float, float]:
+    """ICI and E50 of the smoothed calibration curve at t0 (Austin et al. 2020), over samples;
+    draws the curve on ax.
+
+    This is lifelines' `survival_probability_calibration` (the same complementary log-log
+    transform, CRC spline with 3 knots and penalizer, ICI = mean and E50 = median absolute
+    difference) fitted to the weighted rows, whose likelihood is the per-sample one: lifelines'
+    function ignores weights, and on one row per sample costs time in proportion to samples.
+    Where the spline does not converge with lifelines' SLSQP, L-BFGS-B is tried, then lifelines'
+    own function on one row per sample."""
+    weights = sample_weights(data)
+    predicted = np.clip(1 - fit.fitter.predict_survival_function(data, times=[t0]).to_numpy().ravel(), 1e-10, 1 - 1e-10)
+    frame = pd.DataFrame({"ccl": _ccl(predicted), DURATION: data[DURATION].to_numpy(), EVENT: data[EVENT].to_numpy(), WEIGHT: weights})
+    for optimiser in ("SLSQP", "L-BFGS-B"):
+        spline = CRCSplineFitter(n_baseline_knots=3, penalizer=0.000001)
+        spline._scipy_fit_method = optimiser
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                spline.fit_right_censoring(frame, DURATION, EVENT, regressors=CALIBRATION_SPLINE, weights_col=WEIGHT)
+        except ConvergenceError:
+            continue
+        observed = 1 - spline.predict_survival_function(frame[["ccl"]], times=[t0]).to_numpy().ravel()
+        deltas = np.repeat(np.abs(observed - predicted), weights)
+        if ax is not None:
+            _draw_calibration(ax, spline, predicted, weights, t0)
+        return float(deltas.mean()), float(np.percentile(deltas, 50))
+    return _lifelines_calibration(fit, data, t0, ax)
+
+
+def _lifelines_calibration(fit: Fit, data: pd.DataFrame, t0: float, ax) -> tuple[float, float]:
+    scratch = plt.figure(figsize=(1, 1))  # lifelines calls plt.tight_layout() on the current figure
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _, ici, e50 = survival_probability_calibration(fit.fitter, per_sample(data), t0=t0, ax=ax if ax is not None else scratch.gca())
+    finally:
+        plt.close(scratch)
+    return float(ici), float(e50)
+
+
+def _ccl(p: np.ndarray) -> np.ndarray:
+    return np.log(-np.log(1 - p))
+
+
+def _draw_calibration(ax, spline, predicted: np.ndarray, weights: np.ndarray, t0: float) -> None:
+    """lifelines' calibration plot: the smoothed curve, the diagonal, a histogram of predictions."""
+    grid = np.linspace(max(predicted.min() - 0.01, 0), min(predicted.max() + 0.01, 1), 100)
+    curve = 1 - spline.predict_survival_function(pd.DataFrame({"ccl": _ccl(np.clip(grid, 1e-10, 1 - 1e-10))}), times=[t0]).to_numpy().ravel()
+    ax.plot(grid, curve, color="tab:red", label="smoothed calibration curve")
+    ax.plot(grid, grid, c="k", ls="--")
+    ax.tick_params(axis="y", labelcolor="tab:red")
+    twin = ax.twinx()
+    bins = int(min(50, max(1, np.ceil(np.sqrt(weights.sum())))))  # numpy's "sqrt" rule, which it refuses for weights
+    twin.hist(predicted, weights=weights, bins=bins, alpha=0.3, color="tab:blue")
+    twin.set_ylabel("samples", color="tab:blue")
+    twin.tick_params(axis="y", labelcolor="tab:blue")
+
+
+def log_likelihood(fit: Fit, data: pd.DataFrame) -> float:
+    """The unpenalised (weighted) log-likelihood of `data` at the fitted coefficients; Cox PH's
+    partial one. lifelines' log_likelihood_ includes the penalty, and its score() is a mean over
+    the weights for parametric fitters but over the rows for Cox PH. Cox PH is fitted and scored
+    on one row per sample: lifelines' Efron correction for tied times counts a weighted row as
+    one subject, and a cell's samples all tie."""
+    if fit.is_cox:
+        samples = per_sample(data)
+        return float(fit.fitter.score(samples, scoring_method="log_likelihood")) * len(samples)
+    return float(fit.fitter.score(data, scoring_method="log_likelihood")) * float(sample_weights(data).sum())
+
+
+def information_criteria(fit: Fit, data: pd.DataFrame) -> dict[str, float]:
+    """AIC and BIC = -2 loglik + k ln n, k = every coefficient, n = samples; Cox PH's from its
+    partial likelihood."""
+    loglik, k, n = log_likelihood(fit, data), n_parameters(fit), float(sample_weights(data).sum())
+    return {"log_likelihood": loglik, "k": k, "n": n, "AIC": -2.0 * loglik + 2.0 * k, "BIC": bic(loglik, k, n)}
+
+
+def expected_time(fit: Fit, covariates: pd.DataFrame) -> np.ndarray:
+    """E[T | x] in the data's time unit; NaN or inf where the model's mean does not exist."""
+    return fit.fitter.predict_expectation(covariates).to_numpy(float).ravel()

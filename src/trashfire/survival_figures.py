@@ -1,0 +1,101 @@
+"""The survival stage's figures: calibration curves of every fitter on train and test
+(TRASHFIRE Fig. 2) and coefficient plots with 95% intervals, dummies and covariates in
+separate panels (Fig. 3)."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from trashfire.records import atomic_path
+from trashfire.survival_data import DUMMY_SOURCES, NUMERIC_COVARIATES
+
+FITTERS_PER_ROW = 2
+DUMMY_LABELS = {"attack": "Atk", "defence": "Def", "data": "Data"}
+
+
+def calibration_grid(labels: list[str], names: list[str]):
+    """A train and a test panel per fitter, two fitters to a row."""
+    rows = math.ceil(len(names) / FITTERS_PER_ROW)
+    columns = 2 * min(len(names), FITTERS_PER_ROW)
+    fig, grid = plt.subplots(rows, columns, figsize=(4.6 * columns, 4.0 * rows), squeeze=False)
+    axes = {name: (grid.flat[2 * i], grid.flat[2 * i + 1]) for i, name in enumerate(names)}
+    for ax in grid.flat[2 * len(names):]:
+        ax.set_visible(False)
+    return fig, axes
+
+
+def finish_calibration(fig, axes: dict, comparison: pd.DataFrame):
+    """Titles with each panel's ICI; a fitter without a fit gets its reason instead of a curve."""
+    for _, row in comparison.iterrows():
+        for ax, part in zip(axes[row["fitter"]], ("train", "test")):
+            if row["status"] != "fitted" or not ax.lines:
+                ax.cla()
+                ax.set_axis_off()
+                reason = row["note"] if row["status"] != "fitted" else "no calibration curve (see the table's note)"
+                ax.text(0.5, 0.5, textwrap.fill(str(reason), 40)[:600], ha="center", va="center", fontsize=8, transform=ax.transAxes)
+                ax.set_title(f"{row['model']} ({part}): {row['status']}")
+                continue
+            prefix = "test_" if part == "test" else ""
+            ax.set_title(f"{row['model']} ({part}): ICI {row[f'{prefix}ICI']:.3f}, E50 {row[f'{prefix}E50']:.3f}", fontsize=10)
+            ax.set_xlabel("predicted P(T <= t0)")  # lifelines prints t0 with %d: 0 for sub-second t0
+            ax.set_ylabel("observed P(T <= t0), smoothed", color="tab:red")
+            if ax.get_legend():
+                ax.get_legend().remove()
+    t0 = comparison["t0"].dropna()
+    span = f"t0 = {t0.min():.3g} s" if t0.nunique() <= 1 else f"t0 = {t0.min():.3g} to {t0.max():.3g} s"
+    fig.suptitle(f"Calibration at {span}: observed (red, smoothed) vs predicted failure probability; dashed = perfect; bars = predictions")
+    fig.tight_layout()
+    return fig
+
+
+def coefficient_figure(coefficients: pd.DataFrame, label: str, is_cox: bool, path: Path) -> None:
+    """Fig. 3: dummies (effect of the level against the reference) on the left, covariates
+    (effect of +1 SD, so that seconds and epochs share an axis) on the right."""
+    primary = coefficients[coefficients["covariate"] != "Intercept"]
+    if not primary.empty:
+        primary = primary[primary["param"] == primary["param"].value_counts().idxmax()]
+    is_dummy = ~primary["covariate"].isin(NUMERIC_COVARIATES)
+    effect = "log hazard ratio" if is_cox else "effect on log survival time"
+    panels = (
+        (primary[is_dummy], False, f"dummies: {effect} vs reference level"),
+        (primary[~is_dummy], True, f"covariates: {effect} per +1 SD"),
+    )
+    height = 0.32 * max(len(primary), 8) + 1.5
+    fig, axes = plt.subplots(1, 2, figsize=(12, height))
+    for ax, (part, per_sd, title) in zip(axes, panels):
+        y = np.arange(len(part))
+        scale = part["sd"] if per_sd else 1.0
+        coef, lower, upper = ((part[c] * scale).to_numpy(float) for c in ("coef", "lower", "upper"))
+        ax.errorbar(coef, y, xerr=[coef - lower, upper - coef], fmt="o", capsize=3)
+        ax.set_yticks(y, [_pretty(c) for c in part["covariate"]])
+        ax.axvline(0, color="k", ls="--", lw=0.8)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("coefficient x SD, 95% CI" if per_sd else "coefficient, 95% CI")
+        ax.grid(axis="x", alpha=0.3)
+    positive = "higher hazard" if is_cox else "longer survival"
+    fig.suptitle(f"{label}: coefficients (> 0: {positive})")
+    fig.tight_layout()
+    save(fig, path)
+
+
+def _pretty(covariate: str) -> str:
+    for kind in DUMMY_SOURCES:
+        if covariate.startswith(f"{kind}_") and covariate not in NUMERIC_COVARIATES:
+            return f"{DUMMY_LABELS[kind]}: {covariate.removeprefix(kind + '_')}"
+    return covariate
+
+
+def save(fig, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format=path.suffix.lstrip("."), dpi=110)
+    plt.close(fig)

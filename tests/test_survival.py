@@ -1,0 +1,356 @@
+"""Survival analysis: the fitters against lifelines' own numbers on its rossi data, the
+survival data set from hand-made records, and the stage's diagnostics, retries and outputs."""
+
+import logging
+import math
+import warnings
+import subprocess
+import sys
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import pytest
+from lifelines import (
+    CoxPHFitter,
+    ExponentialFitter,
+    GeneralizedGammaRegressionFitter,
+    LogLogisticAFTFitter,
+    LogNormalAFTFitter,
+    WeibullAFTFitter,
+)
+from lifelines.calibration import survival_probability_calibration
+from lifelines.datasets import load_rossi
+from omegaconf import OmegaConf
+from scipy.optimize import minimize
+
+from trashfire import fitters as F
+from trashfire import survival, timing
+from trashfire.config import compose, validate
+from trashfire.errors import ConfigError, DataError
+from trashfire.params import composed_yaml
+from trashfire.survival_data import diagnose, survival_table
+from tests.conftest import ROOT, tiny_overrides
+
+ROSSI_COVARIATES = ["fin", "age", "race", "wexp", "mar", "paro", "prio"]
+LIFELINES_CLASSES = {
+    "weibull": WeibullAFTFitter, "lognormal": LogNormalAFTFitter, "loglogistic": LogLogisticAFTFitter, "cox": CoxPHFitter,
+}
+# k by hand: 7 covariates + intercept on the location, plus each ancillary parameter's intercept
+K_ON_ROSSI = {"weibull": 9, "lognormal": 9, "loglogistic": 9, "exponential": 8, "gengamma": 10, "cox": 7}
+
+
+@pytest.fixture(scope="module")
+def settings():
+    return validate(compose([], conf=ROOT / "conf")).survival
+
+
+@pytest.fixture(scope="module")
+def rossi():
+    return load_rossi().rename(columns={"week": "duration", "arrest": "event"})
+
+
+@pytest.fixture(scope="module")
+def rossi_fits(settings, rossi):
+    return {name: F.fit_one(name, settings.models[name], rossi, settings.retries) for name in settings.fitters}
+
+
+@pytest.mark.parametrize("name", ["weibull", "lognormal", "loglogistic", "cox"])
+def test_fits_reproduce_lifelines_on_rossi(settings, rossi, rossi_fits, name):
+    penalizer = settings.models[name].fitter.penalizer
+    reference = LIFELINES_CLASSES[name](penalizer=penalizer).fit(load_rossi(), "week", "arrest")
+    fit = rossi_fits[name]
+    assert fit.attempts == 1
+    assert fit.fitter.log_likelihood_ == pytest.approx(reference.log_likelihood_, rel=1e-7)
+    # AIC and BIC use the unpenalised log-likelihood: lifelines' score() x n
+    unpenalised = reference.score(load_rossi(), scoring_method="log_likelihood") * 432
+    assert F.log_likelihood(fit, rossi) == pytest.approx(unpenalised, rel=1e-7)
+    assert F.concordance(fit, rossi) == pytest.approx(reference.concordance_index_, abs=1e-12)
+
+
+@pytest.mark.parametrize("name", list(LIFELINES_CLASSES) + ["exponential", "gengamma"])
+def test_unpenalised_fits_report_lifelines_log_likelihood(settings, rossi, name):
+    spec = OmegaConf.merge(settings.models[name], {"fitter": {"penalizer": 0.0}})
+    fit = F.fit_one(name, spec, rossi)
+    assert F.log_likelihood(fit, rossi) == pytest.approx(fit.fitter.log_likelihood_, rel=1e-9)
+
+
+def test_generalised_gamma_is_lifelines_regression_fitter_with_covariates_on_mu(settings, rossi, rossi_fits):
+    reference = GeneralizedGammaRegressionFitter(penalizer=settings.models.gengamma.fitter.penalizer).fit(
+        load_rossi().assign(Intercept=1.0), "week", "arrest",
+        regressors={"lambda_": ["Intercept"], "mu_": ROSSI_COVARIATES + ["Intercept"], "sigma_": ["Intercept"]},
+        timeline=np.geomspace(1, 2000, 5_000),  # lifelines reads medians off this curve; rossi's 52 weeks leave most infinite
+    )
+    fit = rossi_fits["gengamma"]
+    assert fit.fitter.log_likelihood_ == pytest.approx(reference.log_likelihood_, rel=1e-9)
+    assert fit.fitter.params_.to_numpy() == pytest.approx(reference.params_.to_numpy(), rel=1e-6)
+    # lifelines' GG median is read off its survival curve; ours is exact
+    lifelines_c = reference.score(load_rossi().assign(Intercept=1.0), scoring_method="concordance_index")
+    assert F.concordance(fit, rossi) == pytest.approx(lifelines_c, abs=1e-3)
+    assert F.concordance(fit, rossi) == pytest.approx(fit.fitter.concordance_index_, abs=1e-12)
+
+
+def test_exponential_without_covariates_is_lifelines_exponential_fitter(rossi):
+    spec = OmegaConf.create({"fitter": {"_target_": "trashfire.fitters.ExponentialAFTFitter", "penalizer": 0.0}})
+    fit = F.fit_one("exponential", spec, rossi[["duration", "event"]])
+    reference = ExponentialFitter().fit(rossi["duration"], rossi["event"])
+    assert fit.fitter.log_likelihood_ == pytest.approx(reference.log_likelihood_, rel=1e-9)
+    mean = F.expected_time(fit, pd.DataFrame(index=[0]))[0]
+    assert mean == pytest.approx(reference.lambda_, rel=1e-5)  # lifelines' lambda_ is the mean
+
+
+def weibull_log_likelihood(beta, log_rho, x, t, d):
+    """TRASHFIRE III-B.2 by hand: S(t) = exp(-(t/lambda)^rho), lambda = exp(x b)."""
+    log_lambda = x @ beta
+    z = np.log(t) - log_lambda
+    rho = np.exp(log_rho)
+    return np.sum(d * (log_rho - log_lambda + (rho - 1) * z) - np.exp(rho * z))
+
+
+def test_exponential_equals_a_weibull_fit_with_shape_one(rossi):
+    spec = OmegaConf.create({"fitter": {"_target_": "trashfire.fitters.ExponentialAFTFitter", "penalizer": 0.0}})
+    fit = F.fit_one("exponential", spec, rossi)
+    x = np.column_stack([rossi[ROSSI_COVARIATES].to_numpy(float), np.ones(len(rossi))])
+    t, d = rossi["duration"].to_numpy(float), rossi["event"].to_numpy(float)
+    start = np.r_[np.zeros(len(ROSSI_COVARIATES)), np.log(t.mean())]
+    shape_one = minimize(lambda b: -weibull_log_likelihood(b, 0.0, x, t, d), start, method="BFGS", options={"gtol": 1e-8})
+    ours = fit.fitter.params_.loc["lambda_"][ROSSI_COVARIATES + ["Intercept"]].to_numpy()
+    assert ours == pytest.approx(shape_one.x, abs=2e-4)
+    assert fit.fitter.log_likelihood_ == pytest.approx(-shape_one.fun, rel=1e-8)
+    # the hand-written likelihood is lifelines' Weibull AFT: with the shape free it reaches the same maximum
+    free = minimize(lambda p: -weibull_log_likelihood(p[:-1], p[-1], x, t, d), np.r_[start, 0.0], method="BFGS")
+    assert -free.fun == pytest.approx(WeibullAFTFitter().fit(load_rossi(), "week", "arrest").log_likelihood_, rel=1e-6)
+
+
+@pytest.mark.parametrize("name", list(K_ON_ROSSI))
+def test_bic_counts_every_estimated_coefficient(rossi, rossi_fits, name):
+    fit = rossi_fits[name]
+    scores = F.information_criteria(fit, rossi)
+    assert (scores["k"], scores["n"]) == (K_ON_ROSSI[name], 432)
+    assert scores["BIC"] == pytest.approx(-2 * scores["log_likelihood"] + K_ON_ROSSI[name] * math.log(432))
+    assert scores["AIC"] == pytest.approx(-2 * scores["log_likelihood"] + 2 * K_ON_ROSSI[name])
+    if name != "cox":  # lifelines' BIC_ counts parameter names, not coefficients
+        assert fit.fitter.BIC_ < scores["BIC"]
+
+
+@pytest.mark.parametrize("name", ["exponential", "gengamma"])
+def test_closed_form_mean_and_median_match_the_survival_curve(rossi, rossi_fits, name):
+    fitter = rossi_fits[name].fitter
+    covariates = rossi[ROSSI_COVARIATES].head(4)
+    times = np.geomspace(1e-4, 1e6, 400_001)
+    curves = fitter.predict_survival_function(covariates, times=times)
+    integrated = np.trapezoid(curves.to_numpy().T, times)
+    assert fitter.predict_expectation(covariates).to_numpy() == pytest.approx(integrated, rel=1e-3)
+    medians = fitter.predict_median(covariates).to_numpy()
+    at_median = [fitter.predict_survival_function(covariates.iloc[[i]], times=[m]).iloc[0, 0] for i, m in enumerate(medians)]
+    assert at_median == pytest.approx([0.5] * 4, abs=1e-6)
+
+
+# --- the survival data set -------------------------------------------------------------------
+
+def hand_made_record(attack, value, epochs, t_attack, y_true, y_ben, y_adv):
+    record = {
+        "attack_hash": f"{attack}-{value}", "model_hash": "m", "train_hash": "t", "dataset": "digits", "pretrained_on": None,
+        "seed": 0, "model": "resnet18", "depth": 18, "epochs": epochs, "lr": 0.05, "n_train": 320,
+        "defence": "none", "defence_param": None, "defence_value": 0.0,
+        "attack": attack, "norm": "inf", "attack_param": "eps", "attack_value": value, "n_attack": len(y_true),
+        "acc_ben": 0.9, "t_train_process": 0.5, "t_train_wall": 0.4, "t_predict_process": 0.001, "t_predict_wall": 0.002,
+        "t_attack_process": t_attack, "t_attack_wall": 2 * t_attack, "config": {"values": [value]},
+    }
+    outcomes = {"y_true": np.array(y_true), "y_pred_ben": np.array(y_ben), "y_pred_adv": np.array(y_adv)}
+    return timing.experiment_row(record, outcomes, n_classes=10)
+
+
+@pytest.fixture
+def two_cells():
+    rows = [
+        # one wrong before the attack, two broken by it, two survive
+        hand_made_record("fgm", 0.1, 1, 0.02, [0, 1, 2, 3, 4], [0, 1, 2, 3, 9], [0, 7, 2, 8, 9]),
+        # all four survive
+        hand_made_record("pgd", 0.3, 2, 0.03, [5, 6, 7, 8], [5, 6, 7, 8], [5, 6, 7, 8]),
+    ]
+    return timing.with_clock(pd.DataFrame(rows), "process")
+
+
+def rows_of(table):
+    return sorted(map(tuple, table[["attack_hash", "duration", "event", "weight"]].to_numpy().tolist()))
+
+
+def test_survival_data_from_two_hand_made_records(two_cells, caplog):
+    logging.getLogger("trashfire.survival_data").addHandler(caplog.handler)
+    with caplog.at_level(logging.INFO, logger="trashfire.survival_data"):
+        table = survival_table(two_cells)
+    assert rows_of(table) == [
+        ("fgm-0.1", 0.02, 0, 2),  # two survivors
+        ("fgm-0.1", 0.02, 1, 3),  # two broken by the attack, one wrong before it (attack_time)
+        ("pgd-0.3", 0.03, 0, 4),  # no failure: one censored row
+    ]
+    # two cells: beside the intercept, epochs spans them; the rest is constant or collinear
+    assert list(table.columns[4:]) == ["epochs"]
+    assert "dropping covariate depth: it takes one value" in caplog.text
+    assert "dropping covariate attack_pgd_inf: collinear with intercept, epochs" in caplog.text
+    assert table.groupby("attack_hash")["weight"].sum().to_dict() == {"fgm-0.1": 5, "pgd-0.3": 4}
+
+
+def test_policies_for_samples_misclassified_before_the_attack(two_cells):
+    predict_time = survival_table(two_cells, misclassified_before_attack="predict_time")
+    assert rows_of(predict_time)[:3] == [("fgm-0.1", 0.001, 1, 1), ("fgm-0.1", 0.02, 0, 2), ("fgm-0.1", 0.02, 1, 2)]
+    dropped = survival_table(two_cells, misclassified_before_attack="drop")
+    assert rows_of(dropped)[:2] == [("fgm-0.1", 0.02, 0, 2), ("fgm-0.1", 0.02, 1, 2)]
+
+
+def test_durations_below_the_clock_resolution(two_cells):
+    two_cells.loc[1, "t_attack"] = 0.0
+    assert rows_of(survival_table(two_cells))[-1] == ("pgd-0.3", 0.01, 0, 4)  # half the smallest measured
+    assert "pgd-0.3" not in set(survival_table(two_cells, nonpositive_durations="drop")["attack_hash"])
+
+
+def test_all_censored_data_is_a_reported_diagnostic(two_cells):
+    survivors = two_cells.assign(n_misclassified_before=0, n_broken=0, n_survived=two_cells["n_attack"])
+    with pytest.raises(DataError, match="all 9 attacked samples survived"):
+        diagnose(survival_table(survivors))
+
+
+# --- the stage on synthetic cells ------------------------------------------------------------
+
+def synthetic_cells(n_cells=60, samples=20, seed=0):
+    """Attack cells whose survival follows a Weibull AFT in epochs, depth and an attack dummy."""
+    rng = np.random.default_rng(seed)
+    epochs = rng.integers(1, 6, n_cells).astype(float)
+    depth = rng.choice([18.0, 34.0], n_cells)
+    pgd = rng.integers(0, 2, n_cells).astype(float)
+    t_attack = np.exp(-5 + 0.3 * pgd + rng.normal(0, 0.2, n_cells))
+    scale = np.exp(-4.5 + 0.15 * epochs + 0.02 * depth - 0.8 * pgd)
+    failed = [(rng.weibull(1.5, samples) * s < t).sum() for s, t in zip(scale, t_attack)]
+    rows = []
+    for cell, (t, n_failed) in enumerate(zip(t_attack, failed)):
+        covariates = {"epochs": epochs[cell], "depth": depth[cell], "attack_pgd_inf": pgd[cell]}
+        rows += [{"attack_hash": f"c{cell}", "duration": t, "event": 1, "weight": n_failed, **covariates},
+                 {"attack_hash": f"c{cell}", "duration": t, "event": 0, "weight": samples - n_failed, **covariates}]
+    return pd.DataFrame(rows).query("weight > 0").reset_index(drop=True)
+
+
+def stage_cfg(tmp_path, data, *overrides):
+    cfg = validate(compose(tiny_overrides(tmp_path, *overrides), conf=ROOT / "conf"))
+    (tmp_path / "reports").mkdir(exist_ok=True)
+    data.to_csv(tmp_path / "reports" / "survival_data.csv", index=False)
+    return cfg
+
+
+def test_stage_fits_scores_and_saves_all_six_models(tmp_path):
+    data = synthetic_cells()
+    cfg = stage_cfg(tmp_path, data)
+    comparison = survival.run(cfg).set_index("fitter")
+    assert list(comparison.index) == ["weibull", "lognormal", "loglogistic", "exponential", "gengamma", "cox"]
+    assert (comparison["status"] == "fitted").all()
+    assert comparison[survival.SCORE_COLUMNS].notna().all().all(), comparison[survival.SCORE_COLUMNS]
+    assert comparison.loc["weibull", "concordance"] > 0.55  # ties within a cell cap it; chance is 0.5
+    # the selection rule: the AFT model with the lowest test ICI
+    aft = comparison[comparison["aft"]]
+    assert comparison["selected"].sum() == 1 and comparison.loc[aft["test_ICI"].idxmin(), "selected"]
+    out = tmp_path / "reports" / "survival"
+    for name in ("aft_comparison.tex", "calibration.png", "coefficients.png", "coefficients.csv", "coefficients/gengamma.png"):
+        assert (out / name).is_file(), name
+    latex = (out / "aft_comparison.tex").read_text()
+    assert "AIC & BIC & Concordance & Test Concordance & ICI & Test ICI & E50 & Test E50" in latex
+    assert "Cox PH" in latex and "partial likelihood" in latex
+    times = pd.read_csv(out / "expected_times.csv").set_index("attack_hash")
+    assert len(times) == data["attack_hash"].nunique() and np.isfinite(times["E_T"]).all()
+    selected = comparison.index[comparison["selected"]][0]
+    models = survival.load_models(out / "models.pkl")
+    assert set(models) == set(comparison.index)
+    covariates = data.drop_duplicates("attack_hash").set_index("attack_hash")[["epochs", "depth", "attack_pgd_inf"]]
+    assert models[selected].predict_expectation(covariates).to_numpy() == pytest.approx(times.loc[covariates.index, "E_T"].to_numpy())
+
+
+def test_weighted_rows_score_as_one_row_per_sample(tmp_path, settings):
+    compact = synthetic_cells(n_cells=30)
+    expanded = F.per_sample(compact)
+    train = {form: d.drop(columns="attack_hash") for form, d in (("compact", compact), ("expanded", expanded))}
+    for name in ("weibull", "cox"):
+        fits = {form: F.fit_one(name, settings.models[name], d) for form, d in train.items()}
+        scores = {form: F.information_criteria(fits[form], d) for form, d in train.items()}
+        assert scores["compact"]["BIC"] == pytest.approx(scores["expanded"]["BIC"], rel=1e-5)
+        assert F.concordance(fits["compact"], train["compact"]) == pytest.approx(F.concordance(fits["expanded"], train["expanded"]), abs=1e-6)
+    plt.close("all")
+
+
+@pytest.mark.parametrize("name", ["weibull", "cox"])
+def test_weighted_calibration_is_lifelines_calibration_on_one_row_per_sample(settings, name):
+    data = synthetic_cells(n_cells=30).drop(columns="attack_hash")
+    fit = F.fit_one(name, settings.models[name], data)
+    t0 = float(np.median(np.repeat(data["duration"], data["weight"])))
+    ours = F.calibration(fit, data, t0)
+    _, ax = plt.subplots()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _, ici, e50 = survival_probability_calibration(fit.fitter, F.per_sample(data), t0=t0, ax=ax)
+    plt.close("all")
+    assert ours == pytest.approx((ici, e50), abs=2e-4)
+
+
+def only(settings, *fitters, **changes):
+    return OmegaConf.merge(settings, {"fitters": list(fitters), **changes})
+
+
+def test_constant_covariates_leave_intercept_only_models_and_a_cox_note(settings):
+    data = synthetic_cells().assign(epochs=3.0, depth=18.0, attack_pgd_inf=0.0)
+    train, test = survival.usable_covariates(*survival.split_cells(data, 0.2, 0))
+    assert list(F.covariates_of(train)) == []
+    comparison, fits = survival.compare(train, test, only(settings, "weibull", "cox"))
+    comparison = comparison.set_index("fitter")
+    assert comparison.loc["weibull", "status"] == "fitted" and comparison.loc["weibull", "k"] == 2  # intercept and shape
+    assert comparison.loc["cox", "status"] == "skipped" and "needs a covariate" in comparison.loc["cox", "note"]
+    assert set(fits) == {"weibull"}
+
+
+def test_a_fitter_that_never_converges_is_reported_and_the_others_go_on(settings):
+    train, test = survival.split_cells(synthetic_cells(), 0.2, 0)
+    never = only(settings, "gengamma", "exponential", retries=[], models={"gengamma": {"fit_options": {"maxiter": 1}}})
+    comparison, fits = survival.compare(train, test, never)
+    rows = comparison.set_index("fitter")
+    assert rows.loc["gengamma", "status"] == "failed" and set(fits) == {"exponential"}
+    assert "attempt 1" in rows.loc["gengamma", "note"] and "ConvergenceError" in rows.loc["gengamma", "note"]
+    assert rows.loc["exponential", survival.SCORE_COLUMNS].notna().all()
+    latex = survival.latex_table(comparison, 0.2)
+    assert "Generalised Gamma & -- & -- & -- & -- & -- & -- & -- & -- \\\\" in latex
+    assert "Generalised Gamma: every fit attempt failed" in latex
+
+
+def test_a_failed_fit_is_retried_with_the_next_settings(settings):
+    spec = OmegaConf.merge(settings.models.weibull, {"fit_options": {"maxiter": 1}})
+    retries = OmegaConf.create([{"optimiser": "L-BFGS-B"}, {"penalizer": 0.01, "fit_options": {}}])
+    fit = F.fit_one("weibull", spec, synthetic_cells().drop(columns="attack_hash"), retries)
+    assert (fit.attempts, fit.penalizer, fit.optimiser) == (3, 0.01, WeibullAFTFitter._scipy_fit_method)
+
+
+def test_selection_rule_and_chosen_model():
+    comparison = pd.DataFrame({
+        "fitter": ["weibull", "loglogistic", "lognormal", "cox"],
+        "test_ICI": [0.05, 0.01, 0.03, 0.001], "BIC": [10.0, 30.0, 20.0, 1.0], "test_concordance": [0.8, 0.7, 0.9, 0.95],
+    })
+    times = pd.DataFrame({"E_T_weibull": [1.0, 2.0], "E_T_loglogistic": [1.0, np.nan], "E_T_lognormal": [3.0, 4.0]})
+    # log-logistic has the best test ICI but no mean for one cell; Cox PH gives no E[T]
+    assert survival.select(comparison, times, None, "test_ICI") == "lognormal"
+    assert survival.select(comparison, times, None, "BIC") == "weibull"
+    assert survival.select(comparison, times, None, "test_concordance") == "lognormal"
+    assert survival.select(comparison, times, "weibull", "test_ICI") == "weibull"
+    with pytest.raises(DataError, match="survival.chosen = loglogistic: its E.T. is infinite or undefined"):
+        survival.select(comparison, times, "loglogistic", "test_ICI")
+
+
+def test_survival_cli_reports_all_censored_data_in_one_line(tmp_path):
+    params = tmp_path / "params.yaml"
+    params.write_text(composed_yaml(tiny_overrides(tmp_path)))
+    (tmp_path / "reports").mkdir()
+    synthetic_cells().assign(event=0).to_csv(tmp_path / "reports" / "survival_data.csv", index=False)
+    result = subprocess.run([sys.executable, "-m", "trashfire.survival", "--params", str(params)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()] and "survived (no failure event, all censored)" in result.stderr
+    assert not (tmp_path / "reports" / "survival").exists()
+
+
+def test_a_fitter_class_that_does_not_exist_stops_before_reading_data(tmp_path):
+    cfg = validate(compose(tiny_overrides(tmp_path, "survival.models.weibull.fitter._target_=lifelines.NoSuchFitter"), conf=ROOT / "conf"))
+    with pytest.raises(ConfigError, match="survival.models.weibull.fitter"):
+        survival.run(cfg)
