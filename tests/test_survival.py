@@ -117,6 +117,7 @@ def test_exponential_equals_a_weibull_fit_with_shape_one(rossi):
     ours = fit.fitter.params_.loc["lambda_"][ROSSI_COVARIATES + ["Intercept"]].to_numpy()
     assert ours == pytest.approx(shape_one.x, abs=2e-4)
     assert fit.fitter.log_likelihood_ == pytest.approx(-shape_one.fun, rel=1e-8)
+    assert F.concordance(fit, rossi) == pytest.approx(fit.fitter.concordance_index_, abs=1e-12)  # lifelines' own, from our median
     # the hand-written likelihood is lifelines' Weibull AFT: with the shape free it reaches the same maximum
     free = minimize(lambda p: -weibull_log_likelihood(p[:-1], p[-1], x, t, d), np.r_[start, 0.0], method="BFGS")
     assert -free.fun == pytest.approx(WeibullAFTFitter().fit(load_rossi(), "week", "arrest").log_likelihood_, rel=1e-6)
