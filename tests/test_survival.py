@@ -75,6 +75,7 @@ def test_unpenalised_fits_report_lifelines_log_likelihood(settings, rossi, name)
     assert F.log_likelihood(fit, rossi) == pytest.approx(fit.fitter.log_likelihood_, rel=1e-9)
 
 
+@pytest.mark.filterwarnings("ignore::lifelines.exceptions.ApproximationWarning")  # the reference's median is approximated
 def test_generalised_gamma_is_lifelines_regression_fitter_with_covariates_on_mu(settings, rossi, rossi_fits):
     reference = GeneralizedGammaRegressionFitter(penalizer=settings.models.gengamma.fitter.penalizer).fit(
         load_rossi().assign(Intercept=1.0), "week", "arrest",

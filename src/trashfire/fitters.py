@@ -193,7 +193,7 @@ def fit_one(name: str, spec: Any, data: pd.DataFrame, retries: list = ()) -> Fit
         try:
             caught = _fit_quietly(fitter, data, fit_options)
         except Exception as err:  # lifelines raises ConvergenceError, ValueError, LinAlgError, ...
-            reasons.append(f"attempt {number} ({_describe(settings)}): {type(err).__name__}: {_first_line(err)}")
+            reasons.append(f"attempt {number} ({_describe(settings)}): {type(err).__name__}: {first_line(err)}")
             continue
         if not (np.isfinite(fitter.log_likelihood_) and np.all(np.isfinite(fitter.params_))):
             reasons.append(f"attempt {number} ({_describe(settings)}): non-finite log-likelihood or coefficients")
@@ -217,7 +217,7 @@ def _fit_quietly(fitter, data: pd.DataFrame, fit_options: dict) -> list[str]:
 
 
 def _first_sentence(message: Any) -> str:
-    line = _first_line(message)
+    line = first_line(message)
     return line.split(". ")[0].rstrip(".") + "."
 
 
@@ -226,7 +226,7 @@ def _describe(settings: dict[str, Any]) -> str:
     return f"penalizer {settings['penalizer']:g}, optimiser {settings['optimiser'] or 'default'}{options}"
 
 
-def _first_line(message: Any) -> str:
+def first_line(message: Any) -> str:
     lines = [line.strip() for line in str(message).strip().splitlines() if line.strip()]
     return lines[0] if lines else type(message).__name__
 

@@ -92,7 +92,7 @@ def compare(train: pd.DataFrame, test: pd.DataFrame, settings: Any, axes: dict |
         spec = settings.models[name]
         row: dict[str, Any] = {"fitter": name, "model": spec.label, "aft": bool(spec.aft)}
         if not spec.aft and F.covariates_of(train).empty:
-            rows.append(row | {"status": "skipped", "note": "not fitted: Cox PH needs a covariate that varies, and none does"})
+            rows.append(row | {"status": "skipped", "note": f"not fitted: {spec.label} needs a covariate that varies, and none does"})
             continue
         try:
             fit = F.fit_one(name, spec, train, settings.retries)
@@ -129,7 +129,7 @@ def _guarded(notes: list[str], what: str, function, *args):
     try:
         return function(*args)
     except Exception as err:  # e.g. a test part without events, a calibration spline that fails
-        notes.append(f"{what}: {type(err).__name__}: {F._first_line(err) or 'no comparable pairs'}")
+        notes.append(f"{what}: {type(err).__name__}: {F.first_line(err) or 'no comparable pairs'}")
         return math.nan
 
 
@@ -207,7 +207,7 @@ def check_fitters(settings: Any) -> None:
             F.build(settings.models[name], 0.0, None)
         except Exception as err:
             target = settings.models[name].fitter.get("_target_")
-            raise ConfigError(f"survival.models.{name}.fitter", f"cannot build {target!r}: {F._first_line(err)}") from None
+            raise ConfigError(f"survival.models.{name}.fitter", f"cannot build {target!r}: {F.first_line(err)}") from None
 
 
 def save_models(fits: dict[str, F.Fit], path: Path) -> None:
