@@ -188,16 +188,23 @@ def _latex_escape(text: str) -> str:
 
 def coefficient_table(fits: dict[str, F.Fit], train: pd.DataFrame) -> pd.DataFrame:
     """Every fitted coefficient with its 95% interval, and the covariate's SD over samples."""
-    expanded = F.covariates_of(F.per_sample(train))
+    sd = sample_sd(F.covariates_of(train), F.sample_weights(train))
     frames = []
     for name, fit in fits.items():
         summary = fit.fitter.summary.reset_index()
         if "param" not in summary:
             summary.insert(0, "param", "log_hazard")
         summary = summary.rename(columns={"se(coef)": "se", "coef lower 95%": "lower", "coef upper 95%": "upper"})
-        summary["sd"] = summary["covariate"].map(expanded.std()).fillna(0.0)
+        summary["sd"] = summary["covariate"].map(sd).fillna(0.0)
         frames.append(summary[["param", "covariate", "coef", "se", "lower", "upper", "p", "sd"]].assign(fitter=name))
     return pd.concat(frames, ignore_index=True)[["fitter", "param", "covariate", "coef", "se", "lower", "upper", "p", "sd"]]
+
+
+def sample_sd(covariates: pd.DataFrame, weights: np.ndarray) -> pd.Series:
+    """Each column's SD over samples (ddof 1), from rows weighted by their samples."""
+    mean = np.average(covariates, axis=0, weights=weights)
+    variance = np.average((covariates - mean) ** 2, axis=0, weights=weights) * weights.sum() / max(weights.sum() - 1, 1)
+    return pd.Series(np.sqrt(variance), index=covariates.columns)
 
 
 def check_fitters(settings: Any) -> None:
