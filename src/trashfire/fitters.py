@@ -246,7 +246,8 @@ def sample_weights(data: pd.DataFrame) -> np.ndarray:
 
 
 def per_sample(data: pd.DataFrame) -> pd.DataFrame:
-    """One row per sample (what lifelines' unweighted calibration needs)."""
+    """One row per sample: for what lifelines computes without weights (Cox PH's tied times,
+    concordance, its own calibration function)."""
     repeated = data.loc[data.index.repeat(sample_weights(data))].reset_index(drop=True)
     return repeated.assign(**{WEIGHT: 1}) if WEIGHT in data else repeated
 

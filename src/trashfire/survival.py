@@ -44,8 +44,7 @@ from trashfire.survival_figures import calibration_grid, coefficient_figure, fin
 
 log = logging.getLogger("trashfire.survival")  # not __name__: it is __main__ under python -m
 
-LOWER_IS_BETTER = ("test_ICI", "ICI", "test_E50", "E50", "AIC", "BIC")
-HIGHER_IS_BETTER = ("test_concordance", "concordance")
+HIGHER_IS_BETTER = ("test_concordance", "concordance")  # the other select_by scores are errors
 SCORE_COLUMNS = ["log_likelihood", "k", "n", "n_events", "AIC", "BIC", "concordance", "test_concordance", "t0", "ICI", "test_ICI", "E50", "test_E50"]
 COX_NOTE = "AIC and BIC from the partial likelihood: comparable among Cox fits only"
 
