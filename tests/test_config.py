@@ -56,7 +56,11 @@ def test_one_option_and_a_list_compose_to_the_same_shape(conf_dir):
         ("survival.retries=[{tries:3}]", "survival.retries[0]"),
         ("survival.test_size=0", "survival.test_size"),
         ("metrics.auc.eps1=0.0", "metrics.auc.eps1"),
-        ("metrics.auc.eps1=5.0", "metrics.auc.eps1"),
+        ("metrics.auc.units=percent", "metrics.auc.units"),
+        ("metrics.evp.tau_grid=1", "metrics.evp.tau_grid"),
+        ("metrics.evp.table_classes=[1]", "metrics.evp.table_classes"),
+        ("metrics.evp.tau=1.5", "metrics.evp.tau"),
+        ("metrics.trash.bootstrap=0", "metrics.trash.bootstrap"),
         ("model.resnet18.depth=34", "model.resnet18.depth"),
         ("train.lr_schedule=cosine", "train.lr_schedule"),
         ("attack.fgm.units=percent", "attack.fgm.units"),
@@ -71,6 +75,12 @@ def test_bad_values_name_their_key(conf_dir, override, key):
         validate(compose([override], conf=conf_dir))
     assert err.value.key == key
     assert "\n" not in str(err.value)
+
+
+def test_an_auc_interval_past_a_grid_in_the_same_units_is_rejected(conf_dir):
+    with pytest.raises(ConfigError, match=r"exceeds the largest eps 1.0 of attack.fgm \(standardised units\)"):
+        validate(compose(["metrics.auc.units=standardised", "metrics.auc.eps1=5.0"], conf=conf_dir))
+    validate(compose(["metrics.auc.units=pixel", "metrics.auc.eps1=0.3"], conf=conf_dir))  # checked per data set later
 
 
 def test_unknown_group_option_lists_the_available_ones(conf_dir):

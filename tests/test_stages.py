@@ -9,7 +9,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from trashfire import aggregate, attack, figures, prepare, survival, timing, train
+from trashfire import aggregate, attack, brittle, figures, prepare, survival, timing, train
 from trashfire.datasets import load_split
 from trashfire.grid import attack_cells, model_cells, training_cells
 from trashfire.records import read_npz
@@ -81,18 +81,29 @@ def test_downstream_stages_write_every_table_and_figure(pipeline, tmp_path):
     comparison = survival.run(pipeline)
     assert list(comparison["fitter"]) == ["weibull", "lognormal", "loglogistic", "exponential", "gengamma", "cox"]
     assert comparison["selected"].sum() == 1
+    assert brittle.run(pipeline) == len(model_cells(pipeline))
     summary = aggregate.run(pipeline)
     assert summary["n_attack_cells"] == len(experiments)
     written = figures.run(pipeline)
     reports = tmp_path / "reports"
-    for name in ("experiments.csv", "survival_data.csv", "trash.csv", "robustness.csv", "metrics.json", "report.html",
+    for name in ("experiments.csv", "survival_data.csv", "trash.csv", "trash_summary.csv", "robustness.csv", "auc_table.csv",
+                 "tau_table.csv", "evp_tau.csv", "evp_convergence.csv", "curves.csv", "brittle.csv", "metrics.json", "report.html",
                  "survival/aft_comparison.csv", "survival/aft_comparison.tex", "survival/calibration.png",
-                 "survival/coefficients.png", "survival/expected_times.csv", "survival/models.pkl",
-                 "figures/accuracy_by_attack_and_defence.png", "figures/trash_by_depth.pdf"):
+                 "survival/coefficients.png", "survival/expected_times.csv", "survival/models.pkl"):
         assert (reports / name).is_file(), name
-    assert len(written) == 5
+    for stem in ("accuracy_by_attack_and_defence", "trash_by_depth_and_defence", "evp_vs_tau", "evp_convergence",
+                 "accuracy_eps_curves", "brittle_vs_robust_acc"):
+        assert (reports / "figures" / f"{stem}.png").is_file() and (reports / "figures" / f"{stem}.pdf").is_file(), stem
+    assert (reports / "report.html") in written
     trash = pd.read_csv(reports / "trash.csv")
     assert np.allclose(trash["trash_adv"], trash["t_train"] / trash["E_T"])
+    robustness = pd.read_csv(reports / "robustness.csv")
+    # digits' pixel std is about 0.4 (of 16 levels): [0, 0.3] pixel units lies inside the grid's 1.0 standardised
+    assert robustness["auc_R"].notna().all() and robustness["eps1"].eq(0.3).all(), robustness["note"].tolist()
+    cards = sorted((reports / "cards").glob("*.json"))
+    assert len(cards) == len(training_cells(pipeline))
+    card = json.loads(cards[0].read_text())
+    assert {"brittle_score", "acc_ben", "attacks", "evp_and_auc", "survival_and_trash"} <= set(card["model_cells"][0])
 
 
 def test_step_half_divides_the_learning_rate_by_ten_from_half_of_training():

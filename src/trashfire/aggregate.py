@@ -1,8 +1,11 @@
-"""Stage `aggregate`: TRASH, failure rates, EVP and normalised AUC R per (model cell x attack
-family), and the headline metrics DVC tracks.
+"""Stage `aggregate`: every robustness metric of the four papers from the recorded runs.
 
-An attack family is an attack with one norm (fgm_inf, fgm_2, pgd_inf): its strength grid is
-one eps axis. P(0) for EVP and R is the benign accuracy on the same attacked subset.
+Per model cell and attack family (an attack with one norm: fgm linf, fgm l2, pgd linf ...):
+TRASH and its benign analogue with failure rates (003), EVP (001) and the normalised AUC R
+(004), plus their curves over tau, over grid refinement and over eps. Per model cell, the
+brittle-score (002) with its relative improvement. Over seeds (permutations), bootstrap
+intervals of TRASH and 004's mean/SD tables of R. One JSON card per trained cell, and the
+headline metrics DVC tracks. P(0) for EVP and R is the benign accuracy on the attacked subset.
 """
 
 from __future__ import annotations
@@ -13,18 +16,32 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from omegaconf import DictConfig
+from scipy import stats
 
 from trashfire import metrics
+from trashfire.brittle import brittle_hash, brittle_record_path, brittle_settings
+from trashfire.cards import write_cards
 from trashfire.cli import run_cli
-from trashfire.records import atomic_path, write_json
+from trashfire.errors import DataError
+from trashfire.records import atomic_path, read_json, write_json
 from trashfire.timing import read_experiments
 
 log = logging.getLogger("trashfire.aggregate")  # not __name__: it is __main__ under python -m
 
-CELL_COLUMNS = ["model_hash", "dataset", "pretrained_on", "seed", "model", "depth", "epochs", "lr", "defence", "defence_param", "defence_value", "attack", "norm"]
+LABEL_COLUMNS = ["model_hash", "dataset", "pretrained_on", "seed", "model", "depth", "epochs", "lr", "defence", "defence_param", "defence_value"]
+FAMILY_COLUMNS = ["attack", "norm", "attack_family"]
+CELL_COLUMNS = LABEL_COLUMNS + FAMILY_COLUMNS
+OVER_SEEDS = [c for c in CELL_COLUMNS if c not in ("model_hash", "seed")]
+UNDEFENDED_PEER = ["dataset", "pretrained_on", "seed", "model", "depth", "epochs", "lr"]
+
+
+def with_family(experiments: pd.DataFrame) -> pd.DataFrame:
+    family = experiments["attack"] + " l" + experiments["norm"].astype(str)
+    return experiments.assign(attack_family=family)
 
 
 def trash_table(experiments: pd.DataFrame, expected: pd.DataFrame, eps_max: float | None) -> pd.DataFrame:
+    """TRASH (003 eq. 9) per model cell and attack family: t_train / E[T | 0 < eps <= eps_max]."""
     cells = experiments.merge(expected[["attack_hash", "E_T"]], on="attack_hash", how="left")
     if eps_max is not None:
         cells = cells[cells["attack_value"] <= eps_max]
@@ -40,29 +57,151 @@ def trash_table(experiments: pd.DataFrame, expected: pd.DataFrame, eps_max: floa
     return table
 
 
-def robustness_table(experiments: pd.DataFrame, w: float, tau: float | None, eps0: float, eps1: float | None) -> pd.DataFrame:
-    """EVP and R per (model cell x attack family); eps1 None integrates R up to the family's largest eps."""
+def trash_summary(trash: pd.DataFrame, resamples: int, seed: int) -> pd.DataFrame:
+    """Mean TRASH over seeds (permutations) with 95% percentile-bootstrap intervals."""
     rows = []
-    experiments = experiments[experiments["attack_param"] == "eps"]  # EVP and R are curves over eps
-    for key, cell in experiments.groupby(CELL_COLUMNS, dropna=False):
-        cell = cell.sort_values("attack_value")
-        eps = np.concatenate([[0.0], cell["attack_value"].to_numpy(float)])
-        acc = np.concatenate([[cell["acc_ben_attack_subset"].iloc[0]], cell["acc_adv"].to_numpy(float)])
-        n_classes = int(cell["n_classes"].iloc[0])
-        threshold = tau if tau is not None else metrics.viability_threshold(n_classes, w)
-        upper = eps[-1] if eps1 is None else eps1
-        try:
-            auc, note = metrics.robustness_auc(eps, acc, eps0, upper), ""
-        except ValueError as err:  # e.g. a model with no benign accuracy on the subset
-            auc, note = float("nan"), str(err)
+    for key, group in trash.groupby(OVER_SEEDS, dropna=False):
+        row = dict(zip(OVER_SEEDS, key)) | {"n_seeds": len(group)}
+        for column in ("trash_adv", "trash_ben"):
+            mean, lo, hi = metrics.bootstrap_mean(group[column], resamples, seed)
+            row |= {f"{column}_mean": mean, f"{column}_lo": lo, f"{column}_hi": hi}
+        rows.append(row | {"f_ben_mean": group["f_ben"].mean(), "f_adv_mean": group["f_adv"].mean()})
+    return pd.DataFrame(rows)
+
+
+def eps_curves(experiments: pd.DataFrame) -> pd.DataFrame:
+    """Accuracy against eps per model cell and eps family, the benign point at eps = 0 first,
+    in the configured, standardised and pixel units, raw and normalised by the benign point."""
+    attacked = experiments[experiments["attack_param"] == "eps"]
+    if attacked.empty:
+        return pd.DataFrame(columns=CELL_COLUMNS + ["n_classes", "eps", "eps_standardised", "eps_pixel", "acc", "acc_norm"])
+    benign = attacked.drop_duplicates(CELL_COLUMNS).assign(attack_value=0.0, attack_value_standardised=0.0)
+    benign["acc_adv"] = benign["acc_ben_attack_subset"]
+    curves = pd.concat([benign, attacked]).sort_values(CELL_COLUMNS + ["attack_value"], kind="stable")
+    curves = curves.rename(columns={"attack_value": "eps", "attack_value_standardised": "eps_standardised", "acc_adv": "acc"})
+    curves["eps_pixel"] = curves["eps_standardised"] * curves["pixel_std"]
+    start = curves.groupby(CELL_COLUMNS, dropna=False)["acc"].transform("first")
+    curves["acc_norm"] = curves["acc"] / start.where(start > 0)
+    return curves[CELL_COLUMNS + ["n_classes", "eps", "eps_standardised", "eps_pixel", "acc", "acc_norm"]].reset_index(drop=True)
+
+
+def robustness_table(curves: pd.DataFrame, evp: DictConfig, auc: DictConfig) -> pd.DataFrame:
+    """EVP and R = 1 - S per model cell and eps family. R is computed on the eps axis of
+    `auc.units` (R is scale-free, so this equals R on the other axis over the converted bounds)."""
+    rows = []
+    for key, curve in curves.groupby(CELL_COLUMNS, dropna=False):
+        threshold = _threshold(int(curve["n_classes"].iloc[0]), evp)
+        r, s, upper, note = _auc(curve, auc)
         rows.append(dict(zip(CELL_COLUMNS, key)) | {
-            "n_classes": n_classes, "acc_ben": acc[0], "tau": threshold, "evp": metrics.evp(eps, acc, threshold),
-            "auc_R": auc, "auc_S": 1 - auc, "eps0": eps0, "eps1": upper, "note": note,
+            "n_classes": int(curve["n_classes"].iloc[0]), "acc_ben": curve["acc"].iloc[0], "tau": threshold,
+            "evp": metrics.evp(curve["eps_standardised"], curve["acc"], threshold),
+            "auc_R": r, "auc_S": s, "auc_units": auc.units, "eps0": auc.eps0, "eps1": upper, "note": note,
         })
     return pd.DataFrame(rows)
 
 
-def headline(experiments: pd.DataFrame, trash: pd.DataFrame, robustness: pd.DataFrame, comparison: pd.DataFrame) -> dict:
+def _threshold(n_classes: int, evp: DictConfig) -> float:
+    return evp.tau if evp.tau is not None else metrics.viability_threshold(n_classes, evp.w)
+
+
+def _auc(curve: pd.DataFrame, auc: DictConfig) -> tuple[float, float, float, str]:
+    eps = curve[f"eps_{auc.units}"].to_numpy(float)
+    upper = eps[-1] if auc.eps1 is None else auc.eps1
+    if np.isnan(eps).any():
+        return np.nan, np.nan, upper, "pixel_std not recorded for this cell (an older attack record): delete reports/attacks and rerun"
+    try:
+        r = metrics.robustness_auc(eps, curve["acc"], auc.eps0, upper)
+    except ValueError as err:  # e.g. no benign accuracy on the subset, or a grid short of eps1
+        return np.nan, np.nan, upper, str(err)
+    return r, 1 - r, upper, ""
+
+
+def evp_tau_table(curves: pd.DataFrame, points: int) -> pd.DataFrame:
+    """EVP as a function of the viability threshold (001 Fig. 7)."""
+    taus = np.linspace(0.0, 1.0, points)
+    frames = []
+    for key, curve in curves.groupby(CELL_COLUMNS, dropna=False):
+        values = metrics.evp_over_thresholds(curve["eps_standardised"], curve["acc"], taus)
+        frames.append(pd.DataFrame(dict(zip(CELL_COLUMNS, key)) | {"tau": taus, "evp": values}))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=CELL_COLUMNS + ["tau", "evp"])
+
+
+def evp_convergence_table(curves: pd.DataFrame, evp: DictConfig) -> pd.DataFrame:
+    """EVP on nested sub-grids of each recorded eps grid (001 Fig. 8)."""
+    rows = []
+    for key, curve in curves.groupby(CELL_COLUMNS, dropna=False):
+        threshold = _threshold(int(curve["n_classes"].iloc[0]), evp)
+        for intervals, value in metrics.evp_convergence(curve["eps_standardised"], curve["acc"], threshold):
+            rows.append(dict(zip(CELL_COLUMNS, key)) | {"n_intervals": intervals, "evp": value, "tau": threshold})
+    return pd.DataFrame(rows, columns=CELL_COLUMNS + ["n_intervals", "evp", "tau"])
+
+
+def tau_table(classes: list[int], w: float, datasets: dict[str, int]) -> pd.DataFrame:
+    """tau(K) for 001's Table I and for each data set's K."""
+    rows = [{"n_classes": k, "tau": t, "w": w, "source": "001 Table I"} for k, t in metrics.viability_table(classes, w)]
+    rows += [{"n_classes": k, "tau": metrics.viability_threshold(k, w), "w": w, "source": name} for name, k in datasets.items()]
+    return pd.DataFrame(rows)
+
+
+def auc_table(robustness: pd.DataFrame) -> pd.DataFrame:
+    """004's appendix tables: R and S, mean and SD across seeds (SD is NaN for one seed)."""
+    columns = [c for c in OVER_SEEDS if c not in ("attack", "norm")]
+    grouped = robustness.groupby(columns, dropna=False)
+    table = grouped.agg(n_seeds=("auc_R", "size"), R_mean=("auc_R", "mean"), R_sd=("auc_R", "std"),
+                        S_mean=("auc_S", "mean"), S_sd=("auc_S", "std"))
+    return table.reset_index()
+
+
+def read_brittle(folder: Path, model_hashes, settings: dict) -> pd.DataFrame:
+    """The brittle stage's record of each model cell under the current LIME settings."""
+    rows = []
+    for model_hash in model_hashes:
+        path = brittle_record_path(folder, brittle_hash(model_hash, settings))
+        if not path.is_file():
+            raise DataError(f"brittle-score record missing: {path}; run the brittle stage first (dvc repro brittle)")
+        rows.append(read_json(path))
+    return pd.DataFrame(rows)
+
+
+def brittle_table(brittle: pd.DataFrame, experiments: pd.DataFrame, robust: DictConfig) -> pd.DataFrame:
+    """The brittle-score per model cell, R.I. against the undefended model cell of the same
+    trained configuration (002 eq. 3), and the accuracy under the attack 002 Fig. 4 plots."""
+    undefended = brittle[brittle["defence"] == "none"].set_index(UNDEFENDED_PEER)["brittle_score"]
+    peers = brittle.set_index(UNDEFENDED_PEER).index
+    standard = undefended.reindex(peers).to_numpy() if undefended.index.is_unique else np.full(len(brittle), np.nan)
+    table = brittle.assign(brittle_ri=[metrics.relative_improvement(s, b) for s, b in zip(standard, brittle["brittle_score"])])
+    robust_acc = robust_accuracy(experiments, robust)
+    table = table.merge(robust_acc.rename("robust_acc"), left_on="model_hash", right_index=True, how="left")
+    return table.assign(robust_attack=_robust_label(robust))
+
+
+def robust_accuracy(experiments: pd.DataFrame, robust: DictConfig) -> pd.Series:
+    """Per model cell: accuracy under `robust.attack` in `robust.norm`, at `robust.eps` or
+    averaged over that attack's grid."""
+    chosen = experiments[(experiments["attack"] == robust.attack) & (experiments["norm"].astype(str) == str(robust.norm))]
+    if robust.eps is not None:
+        chosen = chosen[np.isclose(chosen["attack_value"], robust.eps)]
+    return chosen.groupby("model_hash")["acc_adv"].mean()
+
+
+def _robust_label(robust: DictConfig) -> str:
+    where = "mean over its grid" if robust.eps is None else f"eps {robust.eps}"
+    return f"{robust.attack} l{robust.norm}, {where}"
+
+
+def spearman_by_dataset(brittle: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """002 Fig. 4's rank correlation of brittle-score and robust accuracy, within each data set."""
+    result = {}
+    for dataset, group in brittle.dropna(subset=["brittle_score", "robust_acc"]).groupby("dataset"):
+        if len(group) < 3 or group["brittle_score"].nunique() < 2 or group["robust_acc"].nunique() < 2:
+            result[dataset] = {"rho": float("nan"), "p": float("nan"), "n": len(group)}
+            continue
+        rho, p = stats.spearmanr(group["brittle_score"], group["robust_acc"])
+        result[dataset] = {"rho": float(rho), "p": float(p), "n": len(group)}
+    return result
+
+
+def headline(experiments, trash, robustness, brittle, comparison) -> dict:
     survival = comparison[comparison["selected"].astype(bool)].iloc[0]
     return {
         "n_train_cells": int(experiments["train_hash"].nunique()),
@@ -79,21 +218,38 @@ def headline(experiments: pd.DataFrame, trash: pd.DataFrame, robustness: pd.Data
         "trash_ben_median": float(trash["trash_ben"].median()),
         "evp_mean": float(robustness["evp"].mean()),
         "auc_R_mean": float(robustness["auc_R"].mean()),
+        "brittle_score_mean": float(brittle["brittle_score"].mean()),
+        "brittle_spearman": spearman_by_dataset(brittle),
     }
+
+
+def write_tables(reports: Path, tables: dict[str, pd.DataFrame]) -> None:
+    for name, table in tables.items():
+        with atomic_path(reports / name) as tmp:
+            table.to_csv(tmp, index=False)
 
 
 def run(cfg: DictConfig) -> dict:
     reports = Path(cfg.paths.reports)
-    experiments = read_experiments(reports)
+    experiments = with_family(read_experiments(reports))
     expected = pd.read_csv(reports / "survival" / "expected_times.csv")
     comparison = pd.read_csv(reports / "survival" / "aft_comparison.csv")
     m = cfg.metrics
     trash = trash_table(experiments, expected, m.trash.eps_max)
-    robustness = robustness_table(experiments, m.evp.w, m.evp.tau, m.auc.eps0, m.auc.eps1)
-    for name, table in (("trash.csv", trash), ("robustness.csv", robustness)):
-        with atomic_path(reports / name) as tmp:
-            table.to_csv(tmp, index=False)
-    summary = headline(experiments, trash, robustness, comparison)
+    curves = eps_curves(experiments)
+    robustness = robustness_table(curves, m.evp, m.auc)
+    records = read_brittle(reports / "brittle", experiments["model_hash"].unique(), brittle_settings(cfg))
+    brittle = brittle_table(records, experiments, m.brittle.robust_acc)
+    classes = experiments.groupby("dataset")["n_classes"].first().astype(int).to_dict()
+    write_tables(reports, {
+        "trash.csv": trash, "trash_summary.csv": trash_summary(trash, m.trash.bootstrap, m.trash.seed),
+        "robustness.csv": robustness, "auc_table.csv": auc_table(robustness), "curves.csv": curves,
+        "tau_table.csv": tau_table(list(m.evp.table_classes), m.evp.w, classes),
+        "evp_tau.csv": evp_tau_table(curves, m.evp.tau_grid), "evp_convergence.csv": evp_convergence_table(curves, m.evp),
+        "brittle.csv": brittle,
+    })
+    write_cards(reports / "cards", experiments, trash, robustness, brittle)
+    summary = headline(experiments, trash, robustness, brittle, comparison)
     write_json(reports / "metrics.json", summary)
     log.info("%s", ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in summary.items()))
     return summary

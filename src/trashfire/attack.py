@@ -98,6 +98,7 @@ def run_attack_cell(classifier, split: Split, cell: AttackCell, device) -> tuple
         "attack_value": cell.value,
         "attack_units": cell.spec.get("units", "standardised"),
         "attack_value_standardised": attack_strength(cell.spec, pixel_std),
+        "pixel_std": pixel_std,  # converts eps between pixel and standardised units downstream
         "config": cell.spec,
         "n_attack": n,
         "acc_ben_attack_subset": accuracy(y, y_ben),

@@ -30,6 +30,7 @@ ATTACK_NORMS = {
 COUNT_ATTACKS = ("deepfool", "pixel", "threshold", "hsj")  # strengths are counts, not eps
 LR_SCHEDULES = ("constant", "step_half")
 ATTACK_UNITS = ("standardised", "pixel")
+AUC_UNITS = ATTACK_UNITS
 SURVIVAL_SCORES = ("test_ICI", "ICI", "test_E50", "E50", "AIC", "BIC", "test_concordance", "concordance")
 OPTIMISERS = ("BFGS", "L-BFGS-B", "SLSQP", "CG", "TNC")  # scipy methods that use lifelines' gradient
 
@@ -137,17 +138,17 @@ def validate(cfg: DictConfig) -> DictConfig:
 
 
 def _check_auc_interval(cfg: DictConfig) -> None:
-    """R integrates each eps family's curve up to eps1: the grid must reach it. (EVP and R
-    are defined over eps; the count-strength attacks have none.)"""
-    eps1 = cfg.metrics.auc.get("eps1")
-    if eps1 is None:
+    """R integrates each eps family's curve up to eps1: a grid in the same units must reach it.
+    (A grid in the other units is checked per data set by `aggregate`, which knows its std.)"""
+    auc = cfg.metrics.auc
+    if auc.get("eps1") is None:
         return
     for name, spec in cfg.attack.items():
-        if spec.get("param") != "eps":
+        if spec.get("param") != "eps" or spec.get("units", "standardised") != auc.get("units"):
             continue
         largest = max(as_list(spec["values"]))
-        if eps1 > largest:
-            raise ConfigError("metrics.auc.eps1", f"{eps1} exceeds the largest eps {largest} of attack.{name}; lower it or extend the grid")
+        if auc.eps1 > largest:
+            raise ConfigError("metrics.auc.eps1", f"{auc.eps1} exceeds the largest eps {largest} of attack.{name} ({auc.units} units); lower it or extend the grid")
 
 
 def _validate_data(cfg: DictConfig) -> None:
@@ -340,11 +341,41 @@ def _validate_metrics(metrics: DictConfig) -> None:
     _number("metrics.evp.w", metrics.evp.get("w"), low=0, open_low=True)
     if metrics.evp.get("tau") is not None:
         _number("metrics.evp.tau", metrics.evp.tau, low=0, high=1, open_low=True)
+    _integer("metrics.evp.tau_grid", metrics.evp.get("tau_grid"), low=2)
+    for k in _nonempty_list("metrics.evp.table_classes", metrics.evp.get("table_classes")):
+        _integer("metrics.evp.table_classes", k, low=2)
+    _choice("metrics.auc.units", metrics.auc.get("units"), AUC_UNITS)
     eps0 = _number("metrics.auc.eps0", metrics.auc.get("eps0"), low=0)
     if metrics.auc.get("eps1") is not None:
         _number("metrics.auc.eps1", metrics.auc.eps1, low=eps0, open_low=True)
     if metrics.trash.get("eps_max") is not None:
         _number("metrics.trash.eps_max", metrics.trash.eps_max, low=0, open_low=True)
+    _integer("metrics.trash.bootstrap", metrics.trash.get("bootstrap"), low=100)
+    _integer("metrics.trash.seed", metrics.trash.get("seed"), low=0)
+    _validate_brittle(metrics.get("brittle"))
+
+
+def _validate_brittle(brittle: Any) -> None:
+    """002's LIME settings for the brittle stage."""
+    key = "metrics.brittle"
+    if not isinstance(brittle, DictConfig):
+        raise ConfigError(key, "missing; compose params.yaml with `make params`")
+    _integer(f"{key}.n_samples", brittle.get("n_samples"), low=1)
+    _integer(f"{key}.lime_samples", brittle.get("lime_samples"), low=2)  # a fit needs two points at least
+    _integer(f"{key}.perturbations_per_eval", brittle.get("perturbations_per_eval"), low=1)
+    _integer(f"{key}.seed", brittle.get("seed"), low=0)
+    segments = brittle.get("segments")
+    _nonempty_mapping(f"{key}.segments", segments)
+    _choice(f"{key}.segments.kind", segments.get("kind"), ("slic", "grid"))
+    _integer(f"{key}.segments.n_segments", segments.get("n_segments"), low=2)
+    _number(f"{key}.segments.compactness", segments.get("compactness"), low=0, open_low=True)
+    _integer(f"{key}.segments.patch", segments.get("patch"), low=1)
+    robust = brittle.get("robust_acc")
+    _nonempty_mapping(f"{key}.robust_acc", robust)
+    if not isinstance(robust.get("attack"), str):
+        raise ConfigError(f"{key}.robust_acc.attack", f"got {robust.get('attack')!r}; allowed: an attack name, e.g. pgd")
+    if robust.get("eps") is not None:
+        _number(f"{key}.robust_acc.eps", robust.eps, low=0, open_low=True)
 
 
 # --- primitive checks: each names the key and what is allowed ----------------------------

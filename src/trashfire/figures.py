@@ -1,5 +1,13 @@
-"""Stage `figures`: figures (PNG and PDF) and a single self-contained HTML report, drawn
-from the recorded tables only, so a plotting change never re-runs an experiment."""
+"""Stage `figures`: every paper figure (PNG and PDF) and a single self-contained HTML report,
+drawn from the tables `aggregate`, `timing` and `survival` recorded, so that a plotting change
+never re-runs an experiment.
+
+Figures (reports/figures/): accuracy by attack and defence and TRASH by depth and defence
+(TRASHFIRE Fig. 1, 4), EVP against the viability threshold and against the number of eps
+intervals (EVP paper Fig. 7, 8), accuracy and normalised accuracy against eps (normalised-AUC
+paper Fig. 2, 4), brittle-score against robust accuracy (brittle-score paper Fig. 4).
+A figure with nothing to draw is skipped, and the report says why.
+"""
 
 from __future__ import annotations
 
@@ -7,20 +15,144 @@ import base64
 import html
 import json
 import logging
+import math
+import warnings
 from pathlib import Path
+from typing import Callable, Iterable
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
+from matplotlib import cbook, mlab
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 from omegaconf import DictConfig
+from scipy import stats
 
 from trashfire.cli import run_cli
+from trashfire.errors import DataError
 from trashfire.records import atomic_path
 from trashfire.timing import read_experiments
 
 log = logging.getLogger("trashfire.figures")  # not __name__: it is __main__ under python -m
+
+# The tables aggregate writes; any of them missing means aggregate has not run.
+AGGREGATE_TABLES = ("trash", "trash_summary", "robustness", "tau_table", "evp_tau", "evp_convergence", "auc_table", "curves")
+# A model cell without its seed: the lines of the per-cell figures average over seeds.
+LINE_KEY = ["dataset", "pretrained_on", "model", "depth", "epochs", "lr", "defence", "defence_param", "defence_value"]
+MAX_LINES = 10  # more lines than this in one panel cannot be told apart
+STRING_COLUMNS = {"norm": str, "defence_param": str, "pretrained_on": str, "attack_family": str}
+
+CAPTIONS = {
+    "accuracy_by_attack_and_defence": "Benign accuracy by defence, adversarial accuracy by defence and by attack family: violins over cells, diamonds the pooled accuracy over every attacked sample with its 95% Wilson interval (TRASHFIRE Fig. 1).",
+    "trash_by_depth_and_defence": "TRASH score (training time over expected time to failure) by model depth and defence, benign and adversarial, and adversarial by attack family, on a log axis; above 1 a model is cheaper to break than to train (TRASHFIRE Fig. 4).",
+    "evp_vs_tau": "Expected viable performance against the viability threshold tau, one line per model cell (mean over seeds); the dotted line is the default tau(K) of the data set (EVP paper Fig. 7).",
+    "evp_convergence": "EVP on nested sub-grids of the recorded eps grid against the number of eps intervals: a flat tail means the grid is fine enough (EVP paper Fig. 8).",
+    "accuracy_eps_curves": "Accuracy (top) and accuracy normalised by the benign accuracy (bottom) against eps in pixel units, mean over seeds with a ±1 SD band; the shaded interval is the one R integrates over (normalised-AUC paper Fig. 2, 4).",
+    "brittle_vs_robust_acc": "Brittle-score against robust accuracy, one colour per defence, with Spearman's rank correlation per data set (brittle-score paper Fig. 4).",
+    "calibration": "Calibration of every survival model on the training and test splits: observed against predicted failure probability (TRASHFIRE Fig. 2).",
+    "coefficients": "Coefficients of the selected survival model with 95% intervals (TRASHFIRE Fig. 3).",
+}
+
+
+class Skipped(Exception):
+    """A figure with nothing to draw; the message says why and lands in the report."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading the recorded tables
+
+
+def read_table(reports: Path, name: str, *, stage: str = "aggregate", required: bool = True) -> pd.DataFrame | None:
+    """A recorded CSV with label columns kept as strings and empty labels as ''. A required
+    table that is missing is the user's to produce: one line naming the stage to run."""
+    path = reports / name
+    if not path.is_file():
+        if required:
+            raise DataError(f"{path} not found; run `dvc repro {stage}` first")
+        return None
+    try:
+        table = pd.read_csv(path, dtype=STRING_COLUMNS)
+    except pd.errors.EmptyDataError:
+        return pd.DataFrame()
+    except (pd.errors.ParserError, UnicodeDecodeError) as err:
+        raise DataError(f"corrupt table {path}: {str(err).splitlines()[0]}; rerun `dvc repro {stage}`") from None
+    labels = [c for c in ("pretrained_on", "defence_param") if c in table]
+    return table.fillna({c: "" for c in labels})
+
+
+def read_metrics(reports: Path) -> dict:
+    path = reports / "metrics.json"
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DataError(f"{path} not found; run `dvc repro aggregate` first") from None
+    except json.JSONDecodeError as err:
+        raise DataError(f"corrupt {path}: {err}; rerun `dvc repro aggregate`") from None
+
+
+def read_tables(reports: Path) -> dict[str, pd.DataFrame | None]:
+    """Every table the figures and the report need; brittle.csv is optional (its stage may not have run)."""
+    if not (reports / "experiments.csv").is_file():
+        raise DataError(f"{reports / 'experiments.csv'} not found; run `dvc repro timing` first")
+    experiments = read_experiments(reports).fillna({"pretrained_on": "", "defence_param": ""})
+    tables = {"experiments": experiments}
+    tables |= {name: read_table(reports, f"{name}.csv") for name in AGGREGATE_TABLES}
+    tables["brittle"] = read_table(reports, "brittle.csv", required=False)
+    tables["survival"] = read_table(reports, "survival/aft_comparison.csv", stage="survival")
+    return tables
+
+
+def attack_family(attack: pd.Series, norm: pd.Series) -> pd.Series:
+    """'fgm linf', 'pgd l2': aggregate's name for an attack with one norm."""
+    return attack.astype(str) + " l" + norm.astype(str)
+
+
+# ---------------------------------------------------------------------------------------------
+# Statistics
+
+
+def wilson_interval(successes: float, n: float, level: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion: unlike the normal approximation it
+    stays inside [0, 1] and is sensible at accuracies near 0 or 1."""
+    if not n > 0:
+        return math.nan, math.nan
+    z = stats.norm.ppf(0.5 + level / 2)
+    p = successes / n
+    denominator = 1 + z**2 / n
+    centre = (p + z**2 / (2 * n)) / denominator
+    half = z * math.sqrt(p * (1 - p) / n + z**2 / (4 * n**2)) / denominator
+    return centre - half, centre + half
+
+
+def pooled_accuracy(accuracy: pd.Series, n_samples: pd.Series) -> tuple[float, float, float]:
+    """Accuracy over every examined sample of a group of cells, with its 95% Wilson interval."""
+    n = float(n_samples.sum())
+    correct = float((accuracy * n_samples).sum())
+    if not n > 0:
+        return math.nan, math.nan, math.nan
+    return (correct / n, *wilson_interval(correct, n))
+
+
+def spearman_text(x: pd.Series, y: pd.Series) -> str:
+    keep = x.notna() & y.notna()
+    if keep.sum() < 3:
+        return f"Spearman: n < 3 (n = {int(keep.sum())})"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # constant input: rho is NaN, said below
+        rho, p = stats.spearmanr(x[keep], y[keep])
+    if not np.isfinite(rho):
+        return f"Spearman: undefined, constant input (n = {int(keep.sum())})"
+    p_text = f"p = {p:.2g}" if p >= 1e-4 else "p < 0.0001"
+    return f"Spearman ρ = {rho:.3f}, {p_text} (n = {int(keep.sum())})"
+
+
+# ---------------------------------------------------------------------------------------------
+# Drawing helpers
 
 
 def save_figure(fig, folder: Path, stem: str) -> list[Path]:
@@ -34,78 +166,644 @@ def save_figure(fig, folder: Path, stem: str) -> list[Path]:
     return paths
 
 
-def _boxes(ax, groups: dict[str, pd.Series], ylabel: str, title: str) -> None:
-    labels = list(groups)
-    ax.boxplot([groups[k].dropna() for k in labels], showmeans=True)
-    ax.set_xticks(range(1, len(labels) + 1), labels, rotation=30, ha="right")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
+def defence_order(defences: Iterable[str]) -> list[str]:
+    """The undefended control first, so that it sits leftmost and keeps its colour."""
+    unique = sorted(set(defences))
+    return sorted(unique, key=lambda d: (d != "none", d))
+
+
+def defence_colours(defences: Iterable[str]) -> dict[str, str]:
+    return {d: f"C{i % 10}" for i, d in enumerate(defence_order(defences))}
+
+
+def violin(ax, values: np.ndarray, x: float, colour: str, width: float, log: bool = False) -> None:
+    """One violin of per-cell values with the cells as dots. On a log axis the density is
+    estimated on log10 values, so that the violin is not squashed into one end. A group
+    with one value, or with all values equal, has no density and is drawn as its dots only."""
+    values = np.asarray(values, dtype=float)
+    if len(values) == 0:
+        return
+    shown = np.log10(values) if log else values
+    if len(values) >= 2 and np.ptp(shown) > 0:
+        vpstats = cbook.violin_stats(shown, lambda data, coords: mlab.GaussianKDE(data, "scott").evaluate(coords))
+        if log:
+            for stat in vpstats:
+                for key in ("coords", "mean", "median", "min", "max"):
+                    stat[key] = 10 ** np.asarray(stat[key])
+        parts = ax.violin(vpstats, positions=[x], widths=width, showextrema=False)
+        for body in parts["bodies"]:
+            body.set_facecolor(colour)
+            body.set_edgecolor(colour)
+            body.set_alpha(0.3)
+    jitter = np.random.default_rng(0).uniform(-width / 8, width / 8, len(values))
+    ax.scatter(x + jitter, values, s=9, color=colour, alpha=0.8, linewidths=0, zorder=3)
+
+
+def group_ticks(ax, labels: list[str]) -> None:
+    long = any(len(str(label)) > 8 for label in labels) or len(labels) > 4
+    ax.set_xticks(range(len(labels)), labels, rotation=25 if long else 0, ha="right" if long else "center")
+    ax.set_xlim(-0.6, len(labels) - 0.4)
     ax.grid(axis="y", alpha=0.3)
 
 
+def panel_grid(rows: int, columns: int, width: float = 4.3, height: float = 3.4, **kwargs):
+    fig, axes = plt.subplots(rows, columns, figsize=(width * columns, height * rows), squeeze=False, **kwargs)
+    return fig, axes
+
+
+def hide_unused(axes) -> None:
+    for ax in axes.flat:
+        if not ax.has_data():
+            ax.set_visible(False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Labels for model cells
+
+
+def format_value(value) -> str:
+    """3-4 significant digits for numbers, '' for missing, the text for anything else."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, (bool, np.bool_)):
+        return str(bool(value))
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        return f"{float(value):.4g}"
+    return str(value)
+
+
+def cell_label(row) -> str:
+    """'resnet18 · conf 0.5 · 1 ep': what tells one model cell from another in a legend."""
+    defence = "no defence" if row["defence"] == "none" else f"{row['defence']} {format_value(row['defence_value'])}"
+    parts = [str(row["model"]), defence, f"{format_value(row['epochs'])} ep"]
+    if row.get("pretrained_on", ""):
+        parts.append(f"from {row['pretrained_on']}")
+    return " · ".join(parts)
+
+
+def line_labels(lines: pd.DataFrame) -> list[str]:
+    """cell_label for each line, with the learning rate added where labels would collide."""
+    labels = [cell_label(row) for _, row in lines.iterrows()]
+    if len(set(labels)) < len(labels):
+        labels = [f"{label} · lr {format_value(row['lr'])}" for label, (_, row) in zip(labels, lines.iterrows())]
+    return labels
+
+
+def sorted_lines(table: pd.DataFrame) -> pd.DataFrame:
+    """The distinct model cells (seed left out) of a table, control first."""
+    lines = table[LINE_KEY].drop_duplicates().copy()
+    lines["_control_last"] = lines["defence"] != "none"
+    order = ["dataset", "model", "depth", "epochs", "lr", "_control_last", "defence", "defence_value", "pretrained_on"]
+    return lines.sort_values(order).drop(columns="_control_last").reset_index(drop=True)
+
+
+def capped_lines(table: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """At most MAX_LINES lines: past that, the cells of the first model and depth (its
+    defences, the comparison the papers draw), cut at MAX_LINES. The note says so."""
+    lines = sorted_lines(table)
+    if len(lines) <= MAX_LINES:
+        return lines, ""
+    first = lines.iloc[0]
+    kept = lines[(lines["model"] == first["model"]) & (lines["depth"] == first["depth"])].head(MAX_LINES)
+    return kept, f"{len(kept)} of {len(lines)} cells shown: {first['model']}"
+
+
+def line_rows(table: pd.DataFrame, line: pd.Series) -> pd.DataFrame:
+    """The rows of one model cell, every seed (compared as text: NaN labels match NaN)."""
+    mask = np.logical_and.reduce([table[k].astype(str) == str(line[k]) for k in LINE_KEY])
+    return table[mask]
+
+
+def panels_by_dataset_and_family(table: pd.DataFrame) -> tuple[list[str], list[str]]:
+    return sorted(table["dataset"].unique()), sorted(table["attack_family"].unique())
+
+
+# ---------------------------------------------------------------------------------------------
+# Figure 1: accuracy (TRASHFIRE Fig. 1)
+
+
+def accuracy_panel(ax, cells: pd.DataFrame, by: str, accuracy: str, title: str, colours: dict[str, str] | None) -> None:
+    groups = defence_order(cells[by]) if by == "defence" else sorted(cells[by].unique())
+    for x, group in enumerate(groups):
+        part = cells[cells[by] == group]
+        colour = colours[group] if colours else "C7"
+        violin(ax, part[accuracy].dropna().to_numpy(), x, colour, width=0.7)
+        pooled, lo, hi = pooled_accuracy(part[accuracy], part["n_attack"])
+        ax.errorbar(x, pooled, yerr=[[pooled - lo], [hi - pooled]], fmt="D", color="black", ms=5, capsize=4, zorder=4)
+    group_ticks(ax, groups)
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel(by.replace("_", " "))
+
+
 def accuracy_figure(experiments: pd.DataFrame, folder: Path) -> list[Path]:
-    """TRASHFIRE Fig. 1: benign accuracy by defence, adversarial accuracy by defence and by attack."""
-    cells = experiments.assign(attack_family=experiments["attack"] + " " + experiments["norm"].map(lambda n: f"l{n}"))
-    benign = cells.drop_duplicates("model_hash")
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4.5), sharey=True)
-    _boxes(axes[0], {k: g["acc_ben"] for k, g in benign.groupby("defence")}, "accuracy", "benign, by defence")
-    _boxes(axes[1], {k: g["acc_adv"] for k, g in cells.groupby("defence")}, "accuracy", "adversarial, by defence")
-    _boxes(axes[2], {k: g["acc_adv"] for k, g in cells.groupby("attack_family")}, "accuracy", "adversarial, by attack")
-    axes[0].set_ylim(-0.02, 1.02)
-    fig.suptitle("Benign and adversarial accuracy (boxes over cells; triangle = mean)")
+    """TRASHFIRE Fig. 1: benign accuracy by defence, adversarial accuracy by defence and by attack family."""
+    if experiments.empty:
+        raise Skipped("experiments.csv has no rows")
+    cells = experiments.assign(attack_family=attack_family(experiments["attack"], experiments["norm"]))
+    benign = cells.drop_duplicates("model_hash")  # one benign measurement per model cell
+    colours = defence_colours(cells["defence"])
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.8), sharey=True)
+    accuracy_panel(axes[0], benign, "defence", "acc_ben_attack_subset", f"benign, by defence ({len(benign)} model cells)", colours)
+    accuracy_panel(axes[1], cells, "defence", "acc_adv", f"adversarial, by defence ({len(cells)} attack cells)", colours)
+    accuracy_panel(axes[2], cells, "attack_family", "acc_adv", "adversarial, by attack family", None)
+    axes[0].set_ylim(-0.03, 1.03)
+    axes[0].set_ylabel("accuracy (fraction correct)")
+    handles = [Patch(color="C7", alpha=0.4, label="violin + dots: per-cell accuracy"),
+               Line2D([], [], marker="D", color="black", ls="", label="pooled accuracy, 95% Wilson interval")]
+    axes[2].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8)
+    fig.suptitle("Benign and adversarial accuracy of every cell, by defence and by attack family")
+    fig.tight_layout()
     return save_figure(fig, folder, "accuracy_by_attack_and_defence")
 
 
+# ---------------------------------------------------------------------------------------------
+# Figure 2: TRASH (TRASHFIRE Fig. 4)
+
+
+def positive_finite(values: pd.Series) -> tuple[pd.Series, int]:
+    """The values a log axis can show, and how many were dropped."""
+    keep = np.isfinite(values) & (values > 0)
+    return values[keep], int((~keep).sum())
+
+
+def depth_label(cells: pd.DataFrame, depth) -> str:
+    models = ", ".join(sorted(cells.loc[cells["depth"] == depth, "model"].astype(str).unique()))
+    return f"{format_value(depth)} layers\n({models})"
+
+
+def plain_number(value: float, _position=None) -> str:
+    """0.01, 3, 200 rather than 10^-2, 3x10^0: TRASH is read against 1."""
+    return f"{value:g}"
+
+
+def few_decades(ax) -> bool:
+    """Label the minor ticks of a log axis only when it spans too few decades to have majors."""
+    low, high = ax.get_ylim()
+    return low > 0 and high / low < 30
+
+
+def trash_panel(ax, cells: pd.DataFrame, column: str, by: str, colours: dict[str, str] | None) -> int:
+    """Violins of one TRASH column per `by` group, one per defence within a group when
+    colours are given; returns how many values the log axis could not show."""
+    groups = sorted(cells[by].unique())
+    defences = list(colours) if colours else [None]
+    width = 0.8 / len(defences)
+    dropped = 0
+    for x, group in enumerate(groups):
+        for i, defence in enumerate(defences):
+            part = cells[(cells[by] == group) & ((cells["defence"] == defence) if defence else True)]
+            values, n_dropped = positive_finite(part[column].astype(float))
+            dropped += n_dropped
+            offset = (i - (len(defences) - 1) / 2) * width
+            violin(ax, values.to_numpy(), x + offset, colours[defence] if defence else "C7", width * 0.9, log=True)
+    labels = [depth_label(cells, g) for g in groups] if by == "depth" else groups
+    group_ticks(ax, labels)
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(plain_number))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: plain_number(v) if few_decades(ax) else ""))
+    ax.axhline(1.0, color="tab:red", ls="--", lw=1)
+    ax.set_xlabel("model depth" if by == "depth" else "attack family")
+    return dropped
+
+
 def trash_figure(trash: pd.DataFrame, folder: Path) -> list[Path]:
-    """TRASHFIRE Fig. 4: TRASH by model depth, benign and adversarial, log axis, line at 1."""
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
-    for ax, column, title in ((axes[0], "trash_ben", "benign"), (axes[1], "trash_adv", "adversarial")):
-        _boxes(ax, {f"ResNet-{d}": g[column] for d, g in trash.groupby("depth")}, "TRASH = t_train / E[T]", title)
-        ax.set_yscale("log")
-        ax.axhline(1.0, color="tab:red", ls="--", lw=1, label="1: as cheap to break as to train")
-    axes[1].legend(loc="best", fontsize=8)
-    fig.suptitle("TRASH score by model depth (> 1: cheaper to attack than to train)")
-    return save_figure(fig, folder, "trash_by_depth")
+    """TRASHFIRE Fig. 4: benign and adversarial TRASH by depth with a violin per defence, and
+    adversarial TRASH by attack family; log axis, a dashed line at 1."""
+    if trash.empty:
+        raise Skipped("trash.csv has no rows")
+    benign = trash.drop_duplicates("model_hash")  # trash_ben does not depend on the attack
+    colours = defence_colours(trash["defence"])
+    fig, axes = plt.subplots(1, 3, figsize=(16, 5.2), sharey=True)
+    panels = ((axes[0], benign, "trash_ben", "depth", colours, "benign TRASH, by depth and defence"),
+              (axes[1], trash, "trash_adv", "depth", colours, "adversarial TRASH, by depth and defence"),
+              (axes[2], trash, "trash_adv", "attack_family", None, "adversarial TRASH, by attack family"))
+    for ax, cells, column, by, panel_colours, title in panels:
+        dropped = trash_panel(ax, cells, column, by, panel_colours)
+        ax.set_title(title + (f"\n({dropped} non-positive or non-finite dropped)" if dropped else ""), fontsize=10)
+    axes[0].set_ylabel("TRASH = t_train / E[T] (both s per sample)")
+    handles = [Patch(color=c, alpha=0.5, label=d) for d, c in colours.items()]
+    handles.append(Line2D([], [], color="tab:red", ls="--", label="1: as cheap to break as to train"))
+    axes[2].legend(handles=handles, title="defence", loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8)
+    fig.suptitle("TRASH score by model depth, defence and attack family (> 1: cheaper to break than to train)")
+    fig.tight_layout()
+    return save_figure(fig, folder, "trash_by_depth_and_defence")
 
 
-def _embed(path: Path) -> str:
+# ---------------------------------------------------------------------------------------------
+# Figures 3, 4: EVP (EVP paper Fig. 7, 8)
+
+
+def default_tau(tau_table: pd.DataFrame, dataset: str) -> tuple[float, int] | None:
+    """tau(K) and K of a data set from the tau table, if it lists the data set."""
+    rows = tau_table[tau_table["source"].astype(str) == dataset] if "source" in tau_table else tau_table.iloc[:0]
+    if rows.empty:
+        return None
+    return float(rows["tau"].iloc[0]), int(rows["n_classes"].iloc[0])
+
+
+def line_panels(table: pd.DataFrame) -> dict[tuple[str, str], tuple[pd.DataFrame, list[str], str]]:
+    """Per (data set, attack family) panel: its model cells (capped), their labels and the cap note."""
+    panels = {}
+    for (dataset, family), panel in table.groupby(["dataset", "attack_family"], sort=True):
+        lines, note = capped_lines(panel)
+        panels[(dataset, family)] = (lines, line_labels(lines), note)
+    return panels
+
+
+def label_colours(panels: dict) -> dict[str, tuple]:
+    """One colour per model-cell label across the figure, so one legend serves every panel."""
+    labels = list(dict.fromkeys(label for _, labels, _ in panels.values() for label in labels))
+    palette = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20").colors
+    return {label: palette[i % len(palette)] for i, label in enumerate(labels)}
+
+
+def figure_legend(fig, colours: dict[str, tuple], extra: list | None = None) -> None:
+    handles = [Line2D([], [], color=c, marker="o", ms=3, label=label) for label, c in colours.items()] + (extra or [])
+    fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 0.95), fontsize=8, title="model cell (mean over seeds)")
+
+
+def evp_line_figure(table: pd.DataFrame, x: str, xlabel: str, title: str, stem: str, folder: Path,
+                    decorate: Callable | None = None, extra: list | None = None) -> list[Path]:
+    """One panel per data set (rows) and attack family (columns), one line per model cell
+    with EVP averaged over seeds at each x."""
+    datasets, families = panels_by_dataset_and_family(table)
+    panels = line_panels(table)
+    colours = label_colours(panels)
+    fig, axes = panel_grid(len(datasets), len(families))
+    for (dataset, family), (lines, labels, note) in panels.items():
+        ax = axes[datasets.index(dataset), families.index(family)]
+        panel = table[(table["dataset"] == dataset) & (table["attack_family"] == family)]
+        for label, (_, line) in zip(labels, lines.iterrows()):
+            points = line_rows(panel, line).groupby(x)["evp"].mean()  # mean over seeds
+            ax.plot(points.index, points.to_numpy(), color=colours[label], lw=1.4, marker="o" if len(points) < 15 else None, ms=3)
+        subtitle = decorate(ax, dataset) if decorate else ""
+        ax.set_title("\n".join(filter(None, [f"{dataset} · {family}", subtitle, note and f"({note})"])), fontsize=10)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("EVP (expected viable accuracy)")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+    hide_unused(axes)
+    fig.suptitle(title)
+    fig.tight_layout()
+    figure_legend(fig, colours, extra)
+    return save_figure(fig, folder, stem)
+
+
+def evp_tau_figure(evp_tau: pd.DataFrame, tau_table: pd.DataFrame, folder: Path) -> list[Path]:
+    """EVP paper Fig. 7: EVP against the viability threshold tau."""
+    if evp_tau.empty:
+        raise Skipped("evp_tau.csv has no rows (no attack with an eps grid)")
+
+    def mark_default(ax, dataset) -> str:
+        found = default_tau(tau_table, dataset)
+        if not found:
+            return ""
+        tau, k = found
+        ax.axvline(tau, color="black", ls=":", lw=1.2)
+        return f"default τ(K={k}) = {tau:.3f}"
+
+    marker = [Line2D([], [], color="black", ls=":", label="default τ(K) of the data set")]
+    return evp_line_figure(evp_tau, "tau", "viability threshold τ (accuracy)",
+                           "Expected viable performance against the viability threshold τ", "evp_vs_tau", folder, mark_default, marker)
+
+
+def evp_convergence_figure(evp_convergence: pd.DataFrame, folder: Path) -> list[Path]:
+    """EVP paper Fig. 8: EVP on nested sub-grids against the number of eps intervals."""
+    if evp_convergence.empty:
+        raise Skipped("evp_convergence.csv has no rows (no attack with an eps grid)")
+
+    def integer_ticks(ax, dataset) -> str:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        return ""
+
+    return evp_line_figure(evp_convergence, "n_intervals", "number of eps intervals in the grid",
+                           "Convergence of EVP as the eps grid gets finer (rightmost point: the full grid)",
+                           "evp_convergence", folder, integer_ticks)
+
+
+# ---------------------------------------------------------------------------------------------
+# Figure 5: accuracy against eps (normalised-AUC paper Fig. 2, 4)
+
+
+def eps_axis(panel: pd.DataFrame) -> tuple[str, str]:
+    """Pixel units as the normalised-AUC paper plots them, or the standardised units the model
+    sees where the records predate the pixel std (pixel eps is then unknown)."""
+    if panel["eps_pixel"].notna().all():
+        return "eps_pixel", "ε (pixel units, images in [0, 1])"
+    return "eps_standardised", "ε (standardised units; pixel std not recorded)"
+
+
+def r_interval(robustness: pd.DataFrame, panel: pd.DataFrame, dataset: str, family: str, axis: str) -> tuple[float, float] | None:
+    """The [eps0, eps1] that R integrates over, on the panel's eps axis; None where R has
+    no interval or it cannot be converted to that axis."""
+    rows = robustness[(robustness["dataset"] == dataset) & (robustness["attack_family"] == family)]
+    rows = rows.dropna(subset=["eps0", "eps1"])
+    if rows.empty:
+        return None
+    eps0, eps1 = rows["eps0"].median(), rows["eps1"].median()
+    if f"eps_{rows['auc_units'].iloc[0]}" != axis:
+        # pixel = standardised x the data set's pixel std: the ratio of the curves' two axes
+        attacked = panel[panel["eps_standardised"] > 0]
+        ratios = (attacked["eps_pixel"] / attacked["eps_standardised"]).dropna()
+        if ratios.empty:
+            return None
+        scale = ratios.median() if axis == "eps_pixel" else 1 / ratios.median()
+        eps0, eps1 = eps0 * scale, eps1 * scale
+    return (float(eps0), float(eps1)) if np.isfinite([eps0, eps1]).all() else None
+
+
+def curve_lines(ax_raw, ax_norm, panel: pd.DataFrame, lines: pd.DataFrame, labels: list[str], colours: dict, axis: str) -> None:
+    """Mean over seeds at each configured eps (pixel eps differs by a split's std), ±1 SD band."""
+    for label, (_, line) in zip(labels, lines.iterrows()):
+        points = line_rows(panel, line).groupby("eps").agg(
+            x=(axis, "mean"), acc=("acc", "mean"), acc_sd=("acc", "std"),
+            norm=("acc_norm", "mean"), norm_sd=("acc_norm", "std"), seeds=("acc", "count"),
+        ).sort_values("x")
+        for ax, y, sd in ((ax_raw, "acc", "acc_sd"), (ax_norm, "norm", "norm_sd")):
+            ax.plot(points["x"], points[y], color=colours[label], lw=1.4, marker="o", ms=3)
+            if points["seeds"].max() >= 2:
+                ax.fill_between(points["x"], points[y] - points[sd], points[y] + points[sd], color=colours[label], alpha=0.15, lw=0)
+
+
+def curves_figure(curves: pd.DataFrame, robustness: pd.DataFrame, folder: Path) -> list[Path]:
+    """Normalised-AUC paper Fig. 2 and Fig. 4: raw (top) and normalised (bottom) accuracy
+    against eps, a column per data set and attack family."""
+    if curves.empty:
+        raise Skipped("curves.csv has no rows (no attack with an eps grid)")
+    panels = line_panels(curves)
+    colours = label_colours(panels)
+    fig, axes = panel_grid(2, len(panels), height=3.6)
+    shaded = False
+    for c, ((dataset, family), (lines, labels, note)) in enumerate(panels.items()):
+        panel = curves[(curves["dataset"] == dataset) & (curves["attack_family"] == family)]
+        ax_raw, ax_norm = axes[0, c], axes[1, c]
+        axis, xlabel = eps_axis(panel)
+        curve_lines(ax_raw, ax_norm, panel, lines, labels, colours, axis)
+        interval = r_interval(robustness, panel, dataset, family, axis)
+        for ax in (ax_raw, ax_norm):
+            if interval:
+                ax.axvspan(*interval, color="grey", alpha=0.15, lw=0)
+                shaded = True
+            ax.set_xlabel(xlabel)
+            ax.grid(alpha=0.3)
+        span = f"R over ε ∈ [{interval[0]:.3g}, {interval[1]:.3g}]" if interval else "no R interval"
+        ax_raw.set_title("\n".join(filter(None, [f"{dataset} · {family}", span, note and f"({note})"])), fontsize=10)
+        ax_raw.set_ylim(-0.02, 1.02)
+    axes[0, 0].set_ylabel("accuracy")
+    axes[1, 0].set_ylabel("accuracy / accuracy at ε = 0")
+    fig.suptitle("Accuracy (top) and normalised accuracy (bottom) against attack strength ε; band: ±1 SD over seeds")
+    fig.tight_layout()
+    figure_legend(fig, colours, [Patch(color="grey", alpha=0.3, label="ε interval of R")] if shaded else [])
+    return save_figure(fig, folder, "accuracy_eps_curves")
+
+
+# ---------------------------------------------------------------------------------------------
+# Figure 6: brittle-score (brittle-score paper Fig. 4)
+
+
+def brittle_figure(brittle: pd.DataFrame | None, folder: Path) -> list[Path]:
+    """Brittle-score paper Fig. 4: brittle-score against robust accuracy, one panel per data set."""
+    if brittle is None:
+        raise Skipped("brittle.csv not found (run `dvc repro brittle`)")
+    if brittle.empty or not {"brittle_score", "robust_acc"} <= set(brittle):
+        raise Skipped("brittle.csv has no brittle-scores (no brittle records)")
+    brittle = brittle.dropna(subset=["brittle_score", "robust_acc"])
+    if brittle.empty:
+        raise Skipped("brittle.csv has no cell with both a brittle-score and a robust accuracy")
+    datasets = sorted(brittle["dataset"].unique())
+    colours = defence_colours(brittle["defence"])
+    fig, axes = panel_grid(1, len(datasets), width=5.0, height=4.2)
+    for ax, dataset in zip(axes[0], datasets):
+        panel = brittle[brittle["dataset"] == dataset]
+        for defence, colour in colours.items():
+            part = panel[panel["defence"] == defence]
+            if not part.empty:
+                ax.scatter(part["brittle_score"], part["robust_acc"], color=colour, s=28, label=defence, alpha=0.85)
+        ax.set_title(f"{dataset}\n{spearman_text(panel['brittle_score'], panel['robust_acc'])}", fontsize=10)
+        ax.set_xlabel("brittle-score (mean |LIME weight| per feature)")
+        attacks = ", ".join(sorted(panel["robust_attack"].astype(str).unique()))
+        ax.set_ylabel(f"robust accuracy\nunder {attacks}")
+        ax.grid(alpha=0.3)
+        ax.legend(title="defence", fontsize=8)
+    fig.suptitle("Brittle-score against robust accuracy (the paper expects a negative correlation)")
+    fig.tight_layout()
+    return save_figure(fig, folder, "brittle_vs_robust_acc")
+
+
+# ---------------------------------------------------------------------------------------------
+# The report
+
+
+def html_table(table: pd.DataFrame) -> str:
+    """An escaped HTML table with 3-4 significant digits; long tables fold away."""
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in table.columns)
+    body = "".join("<tr>" + "".join(table_cell(v) for v in row.values) + "</tr>" for _, row in table.iterrows())
+    markup = f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+    if len(table) > 100:
+        markup = f"<details><summary>{len(table)} rows</summary>{markup}</details>"
+    return markup
+
+
+def table_cell(value) -> str:
+    """Numbers right-aligned so that digits line up; text (labels, notes) left-aligned."""
+    text = html.escape(format_value(value))
+    return f'<td class="t">{text}</td>' if isinstance(value, str) else f"<td>{text}</td>"
+
+
+def interval_text(mean: float, lo: float, hi: float) -> str:
+    if not np.isfinite(mean):
+        return ""
+    return f"{mean:.3g} [{lo:.3g}, {hi:.3g}]"
+
+
+def spread_text(mean: float, sd: float) -> str:
+    if not np.isfinite(mean):
+        return ""
+    return f"{mean:.3g} ± {sd:.2g}" if np.isfinite(sd) else f"{mean:.3g}"
+
+
+def drop_empty(table: pd.DataFrame) -> pd.DataFrame:
+    """Label columns with nothing in them (pretrained_on without fine-tuning) only take room."""
+    empty = [c for c in table.columns if table[c].isna().all() or (table[c].astype(str) == "").all()]
+    return table.drop(columns=empty)
+
+
+def flat_metrics(metrics: dict, prefix: str = "") -> dict:
+    """Nested headline metrics (a Spearman test per data set) as dotted keys, one per row."""
+    flat = {}
+    for key, value in metrics.items():
+        if isinstance(value, dict):
+            flat |= flat_metrics(value, f"{prefix}{key}.")
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def headline_section(metrics: dict) -> str:
+    flat = flat_metrics(metrics)
+    values = [json.dumps(v) if isinstance(v, list) else format_value(v) for v in flat.values()]
+    return html_table(pd.DataFrame({"metric": list(flat), "value": values}))
+
+
+def trash_summary_section(summary: pd.DataFrame) -> str:
+    if summary.empty:
+        return not_computed("trash_summary.csv has no rows")
+    shown = summary.assign(
+        trash_adv=[interval_text(*v) for v in summary[["trash_adv_mean", "trash_adv_lo", "trash_adv_hi"]].to_numpy(float)],
+        trash_ben=[interval_text(*v) for v in summary[["trash_ben_mean", "trash_ben_lo", "trash_ben_hi"]].to_numpy(float)],
+    )
+    columns = [c for c in LINE_KEY if c != "defence_param"] + ["attack_family", "n_seeds", "trash_adv", "trash_ben", "f_ben_mean", "f_adv_mean"]
+    return "<p>TRASH as mean [95% bootstrap interval over seeds]; f in failures per second.</p>" + html_table(drop_empty(shown[columns]))
+
+
+def auc_section(auc: pd.DataFrame) -> str:
+    if auc.empty:
+        return not_computed("auc_table.csv has no rows (no attack with an eps grid)")
+    shown = auc.assign(R=[spread_text(*v) for v in auc[["R_mean", "R_sd"]].to_numpy(float)],
+                       S=[spread_text(*v) for v in auc[["S_mean", "S_sd"]].to_numpy(float)])
+    columns = [c for c in LINE_KEY if c != "defence_param"] + ["attack_family", "n_seeds", "R", "S"]
+    return "<p>Normalised robustness AUC R and sensitivity S = 1 − R, mean ± SD over seeds.</p>" + html_table(drop_empty(shown[columns]))
+
+
+def robustness_section(robustness: pd.DataFrame) -> str:
+    if robustness.empty:
+        return not_computed("robustness.csv has no rows (no attack with an eps grid)")
+    columns = ["dataset", "pretrained_on", "model", "epochs", "lr", "defence", "defence_value", "seed", "attack_family",
+               "acc_ben", "tau", "evp", "auc_R", "eps0", "eps1", "auc_units", "note"]
+    return html_table(drop_empty(robustness[[c for c in columns if c in robustness]]))
+
+
+def brittle_section(brittle: pd.DataFrame | None) -> str:
+    if brittle is None:
+        return not_computed("brittle.csv not found (run `dvc repro brittle`)")
+    if brittle.empty:
+        return not_computed("brittle.csv has no rows")
+    columns = ["dataset", "pretrained_on", "model", "epochs", "lr", "defence", "defence_value", "seed",
+               "brittle_score", "brittle_ri", "robust_acc", "robust_attack"]
+    return "<p>R.I.: % by which the brittle-score is below the undefended model's.</p>" + html_table(drop_empty(brittle[[c for c in columns if c in brittle]]))
+
+
+CARD_FIELDS = ("dataset", "pretrained_on", "model", "depth", "epochs", "lr", "seed")
+
+
+def card_row(path: Path, reports: Path) -> dict:
+    """A card's training configuration and the defences of the model cells built on it."""
+    try:
+        card = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        card = {}
+    card = card if isinstance(card, dict) else {}
+    training = card.get("training") if isinstance(card.get("training"), dict) else card
+    cells = card.get("model_cells") if isinstance(card.get("model_cells"), list) else []
+    defences = {str(c["defence"].get("defence")) if isinstance(c.get("defence"), dict) else str(c.get("defence"))
+                for c in cells if isinstance(c, dict)}
+    return ({"card": str(path.relative_to(reports))} | {k: training.get(k) for k in CARD_FIELDS}
+            | {"model cells": len(cells), "defences": ", ".join(defence_order(defences))})
+
+
+def cards_section(reports: Path) -> str:
+    paths = sorted((reports / "cards").glob("*.json"))
+    if not paths:
+        return not_computed("no model cards in cards/")
+    return html_table(drop_empty(pd.DataFrame([card_row(p, reports) for p in paths])))
+
+
+def not_computed(reason: str) -> str:
+    return f'<p class="missing">not computed: {html.escape(reason)}</p>'
+
+
+def caption_for(path: Path) -> str:
+    if path.stem in CAPTIONS:
+        return CAPTIONS[path.stem]
+    if path.parent.name == "coefficients":
+        return f"Coefficients of the {path.stem} survival model with 95% intervals: dummies against their reference level, covariates per +1 SD (TRASHFIRE Fig. 3)."
+    return f"{path.stem.replace('_', ' ')} (survival stage)."
+
+
+def figure_section(path: Path, reports: Path) -> str:
     data = base64.b64encode(path.read_bytes()).decode()
-    return f'<figure><img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}"><figcaption>{html.escape(path.name)}</figcaption></figure>'
+    name = html.escape(str(path.relative_to(reports)) if path.is_relative_to(reports) else path.name)
+    return (f'<h3 id="fig-{html.escape(path.stem)}">{name}</h3><p>{html.escape(caption_for(path))}</p>'
+            f'<img alt="{name}" src="data:image/png;base64,{data}">')
 
 
-def report_html(reports: Path, images: list[Path]) -> Path:
-    """One offline page: headline metrics, the survival model comparison and every figure."""
-    headline = json.loads((reports / "metrics.json").read_text())
-    comparison = pd.read_csv(reports / "survival" / "aft_comparison.csv")
-    robustness = pd.read_csv(reports / "robustness.csv")
-    summary = robustness.groupby(["model", "defence", "attack", "norm"])[["evp", "auc_R"]].mean().reset_index()
-    rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{v:.4g}</td></tr>" if isinstance(v, float) else f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in headline.items())
-    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>trashfire report</title>
-<style>body{{font-family:sans-serif;max-width:1200px;margin:2em auto}}table{{border-collapse:collapse;margin:1em 0}}
-td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}img{{max-width:100%}}</style></head><body>
-<h1>trashfire report</h1>
-<h2>Headline metrics</h2><table>{rows}</table>
-<h2>Survival models (TRASHFIRE Table I)</h2>{comparison.to_html(index=False, float_format=lambda v: f"{v:.3g}", na_rep="")}
-<h2>EVP and normalised AUC R (mean over cells)</h2>{summary.to_html(index=False, float_format=lambda v: f"{v:.3f}")}
-<h2>Figures</h2>{"".join(_embed(p) for p in images)}
-</body></html>"""
+STYLE = """body{font-family:sans-serif;max-width:1280px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:0.85em}
+td,th{border:1px solid #ccc;padding:2px 6px;text-align:right;max-width:26em}th{background:#f3f3f3}
+.wide{overflow-x:auto}td.t{text-align:left}
+img{max-width:100%;border:1px solid #eee}.missing{color:#a33;font-style:italic}
+h2{border-bottom:1px solid #ccc;margin-top:2em}nav li{margin:0.15em 0}"""
+
+
+def report_html(reports: Path, images: list[Path], skipped: dict[str, str] | None = None) -> Path:
+    """One offline page: tables of contents, headline metrics, every table and every figure,
+    images inlined as data URIs so the page can be mailed or archived on its own."""
+    reports = Path(reports)
+    tables = read_tables(reports)
+    sections = [
+        ("headline", "Headline metrics", headline_section(read_metrics(reports))),
+        ("tau", "Viability threshold τ(K) (EVP paper Table I)", html_table(tables["tau_table"])),
+        ("trash", "TRASH score over seeds", trash_summary_section(tables["trash_summary"])),
+        ("auc", "Normalised robustness AUC R and sensitivity S (normalised-AUC paper, appendix tables)", auc_section(tables["auc_table"])),
+        ("robustness", "EVP and R per cell", robustness_section(tables["robustness"])),
+        ("brittle", "Brittle-score and relative improvement (brittle-score paper Table 1)", brittle_section(tables["brittle"])),
+        ("survival", "Survival model comparison (TRASHFIRE Table I)", html_table(drop_empty(tables["survival"]))),
+        ("cards", "Model cards", cards_section(reports)),
+    ]
+    figures = "".join(figure_section(p, reports) for p in images)
+    figures += "".join(f"<h3>{html.escape(stem)}</h3>{not_computed(reason)}" for stem, reason in (skipped or {}).items())
+    sections.append(("figures", "Figures", figures))
+    toc = "".join(f'<li><a href="#{key}">{html.escape(title)}</a></li>' for key, title, _ in sections)
+    body = "".join(f'<h2 id="{key}">{html.escape(title)}</h2>{content}' for key, title, content in sections)
+    page = (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>trashfire report</title>'
+            f"<style>{STYLE}</style></head><body><h1>trashfire report</h1><nav><h2>Contents</h2><ol>{toc}</ol></nav>{body}</body></html>\n")
     path = reports / "report.html"
     with atomic_path(path) as tmp:
-        tmp.write_text(page)
+        tmp.write_text(page, encoding="utf-8")
     return path
+
+
+# ---------------------------------------------------------------------------------------------
+# The stage
+
+
+def draw_figures(tables: dict, folder: Path) -> tuple[list[Path], dict[str, str]]:
+    """Every paper figure; one with nothing to draw is logged and its reason kept for the report."""
+    drawings = {
+        "accuracy_by_attack_and_defence": lambda: accuracy_figure(tables["experiments"], folder),
+        "trash_by_depth_and_defence": lambda: trash_figure(tables["trash"], folder),
+        "evp_vs_tau": lambda: evp_tau_figure(tables["evp_tau"], tables["tau_table"], folder),
+        "evp_convergence": lambda: evp_convergence_figure(tables["evp_convergence"], folder),
+        "accuracy_eps_curves": lambda: curves_figure(tables["curves"], tables["robustness"], folder),
+        "brittle_vs_robust_acc": lambda: brittle_figure(tables["brittle"], folder),
+    }
+    written, skipped = [], {}
+    for stem, draw in drawings.items():
+        try:
+            written += draw()
+        except Skipped as reason:
+            log.info("skipped %s: %s", stem, reason)
+            skipped[stem] = str(reason)
+    return written, skipped
+
+
+def survival_images(reports: Path) -> list[Path]:
+    folder = reports / "survival"
+    return sorted(folder.glob("*.png")) + sorted((folder / "coefficients").glob("*.png"))
 
 
 def run(cfg: DictConfig) -> list[Path]:
     reports = Path(cfg.paths.reports)
     folder = reports / "figures"
     folder.mkdir(parents=True, exist_ok=True)
-    experiments = read_experiments(reports)
-    trash = pd.read_csv(reports / "trash.csv")
-    written = accuracy_figure(experiments, folder) + trash_figure(trash, folder)
-    survival_figures = sorted((reports / "survival").glob("*.png"))
-    images = [p for p in written if p.suffix == ".png"] + survival_figures
-    written.append(report_html(reports, images))
-    log.info("wrote %s", ", ".join(str(p) for p in written))
+    tables = read_tables(reports)  # every missing input is reported before anything is drawn
+    read_metrics(reports)
+    written, skipped = draw_figures(tables, folder)
+    drawn = [p for p in written if p.suffix == ".png"]
+    written.append(report_html(reports, drawn + survival_images(reports), skipped))
+    log.info("wrote %d figures (PNG and PDF) to %s and %s", len(drawn), folder, written[-1])
     return written
 
 

@@ -65,6 +65,49 @@ def robustness_auc(eps: Sequence[float], performance: Sequence[float], eps0: flo
     return float(np.trapezoid(values, grid) / (values[0] * (eps1 - eps0)))
 
 
+def viability_table(classes: Sequence[int], w: float = 0.5) -> list[tuple[int, float]]:
+    """(K, tau(K)) for each K: 001's Table I for K = 2, 5, 10, 100, 1000 and w = 0.5."""
+    return [(int(k), viability_threshold(int(k), w)) for k in classes]
+
+
+def evp_over_thresholds(eps: Sequence[float], performance: Sequence[float], taus: Sequence[float]) -> np.ndarray:
+    """EVP as a function of the viability threshold (001 Fig. 7): a step function of tau that
+    falls at each measured performance."""
+    return np.array([evp(eps, performance, tau) for tau in taus])
+
+
+def evp_convergence(eps: Sequence[float], performance: Sequence[float], tau: float) -> list[tuple[int, float]]:
+    """(intervals, EVP) on nested sub-grids of the measured grid (001 Fig. 8): every s-th eps
+    for s = n ... 1, always keeping eps_0 = 0 and eps_max so that the scaling is the same."""
+    eps, performance = _curve(eps, performance)
+    n = len(eps) - 1
+    points = {}
+    for stride in range(n, 0, -1):
+        keep = sorted(set(range(0, n + 1, stride)) | {n})
+        points[len(keep) - 1] = evp(eps[keep], performance[keep], tau)
+    return sorted(points.items())
+
+
+def bootstrap_mean(values: Sequence[float], resamples: int = 2000, seed: int = 0, level: float = 0.95) -> tuple[float, float, float]:
+    """The mean and its percentile bootstrap interval; NaNs are left out. With one value the
+    interval is that value: there is no spread to resample."""
+    values = np.asarray(values, dtype=float)
+    values = values[~np.isnan(values)]
+    if len(values) == 0:
+        return math.nan, math.nan, math.nan
+    means = np.random.default_rng(seed).choice(values, size=(resamples, len(values))).mean(axis=1)
+    tail = 100 * (1 - level) / 2
+    return float(values.mean()), float(np.percentile(means, tail)), float(np.percentile(means, 100 - tail))
+
+
+def relative_improvement(standard: float, model: float) -> float:
+    """R.I. = (brittle(standard) - brittle(model)) / brittle(standard) * 100 (002 eq. 3): the
+    percentage by which a model's brittle-score is below the undefended model's."""
+    if not standard > 0:
+        return math.nan
+    return (standard - model) / standard * 100.0
+
+
 def bic(log_likelihood: float, n_params: int, n_samples: float) -> float:
     """BIC = -2 loglik + k ln n, k counting every estimated coefficient."""
     return -2.0 * log_likelihood + n_params * math.log(n_samples)

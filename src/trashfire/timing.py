@@ -51,7 +51,15 @@ def experiment_row(record: dict, outcomes: dict, n_classes: int) -> dict:
     row["n_failed"] = int((outcomes["y_pred_adv"] != outcomes["y_true"]).sum())
     row |= outcome_counts(outcomes["y_true"], outcomes["y_pred_ben"], outcomes["y_pred_adv"])
     row["n_classes"] = n_classes
+    row.setdefault("pixel_std", _pixel_std_of(record))
     return row
+
+
+def _pixel_std_of(record: dict) -> float:
+    """Records from before pixel_std was kept: a pixel-unit strength still holds the ratio."""
+    if record.get("attack_units") == "pixel" and record.get("attack_value_standardised"):
+        return record["attack_value"] / record["attack_value_standardised"]
+    return float("nan")
 
 
 def read_experiments(reports: str | Path) -> pd.DataFrame:

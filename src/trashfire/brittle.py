@@ -1,0 +1,275 @@
+"""Stage `brittle`: 002's black-box brittle-score of every model cell (a trained cell plus
+its predict-time defence), skipping cells already recorded.
+
+brittle-score = (1/(n·d)) Σ_i ‖LIME(M(x_i))‖₁ (002 eq. 2): captum's Lime explains the
+predicted class's probability on n unlabelled test images, each cut into d_i superpixels;
+the score is the mean over the images of ‖w_i‖₁ / d_i. The black box M is the model as a
+user queries it: ART's classifier with the defence's pre/post-processing. One record per
+model cell, `<reports>/brittle/<hash>.json`, keyed by the model cell and the LIME settings.
+"""
+
+from __future__ import annotations
+
+import logging
+from itertools import groupby
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import torch
+from captum._utils.models.linear_model import SkLearnLinearRegression
+from captum.attr import Lime
+from omegaconf import DictConfig, OmegaConf
+from skimage.segmentation import slic
+from torch import nn
+from tqdm import tqdm
+
+from trashfire.attacks import art_classifier
+from trashfire.cli import run_cli
+from trashfire.clocks import Stopwatch
+from trashfire.datasets import Split, load_split
+from trashfire.defences import Softmax
+from trashfire.errors import ConfigError, DataError
+from trashfire.grid import ModelCell, model_cells
+from trashfire.models import resolve_device
+from trashfire.records import cell_file, config_hash, read_json, write_json
+from trashfire.train import load_weights, record_path
+
+log = logging.getLogger("trashfire.brittle")  # not __name__: it is __main__ under python -m
+
+Forward = Callable[[torch.Tensor], torch.Tensor]
+
+
+# --- superpixels: LIME's interpretable features --------------------------------------------
+
+
+def superpixels(images: np.ndarray, segments: Mapping[str, Any]) -> torch.Tensor:
+    """Integer feature masks (N, 1, H, W), labels 0..d_i-1 per image, for pixel-unit images
+    (N, C, H, W) in [0, 1]. One mask serves every channel: a superpixel is switched off in
+    all of them at once, as lime's image explainer does."""
+    images = np.asarray(images, dtype=np.float64)
+    if segments["kind"] == "grid":
+        labels = np.tile(grid_labels(*images.shape[2:], segments["patch"]), (len(images), 1, 1))
+    elif segments["kind"] == "slic":
+        labels = np.stack([slic_labels(image, segments["n_segments"], segments["compactness"]) for image in images])
+    else:
+        raise ConfigError("metrics.brittle.segments.kind", f"got {segments['kind']!r}; allowed: slic, grid")
+    return torch.from_numpy(labels.astype(np.int64)).unsqueeze(1)
+
+
+def grid_labels(height: int, width: int, patch: int) -> np.ndarray:
+    """Square patches of side `patch`, row-major; the last row/column may be narrower."""
+    rows, cols = np.arange(height) // patch, np.arange(width) // patch
+    return rows[:, None] * (cols[-1] + 1) + cols[None, :]
+
+
+def slic_labels(image: np.ndarray, n_segments: int, compactness: float) -> np.ndarray:
+    """SLIC on one (C, H, W) image in [0, 1]. Colour stays in RGB (no Lab conversion) so that
+    one compactness means the same on grey and colour data sets."""
+    grey = image.shape[0] == 1
+    pixels = image[0] if grey else np.moveaxis(image, 0, -1)
+    labels = slic(
+        pixels, n_segments=n_segments, compactness=compactness, start_label=0,
+        channel_axis=None if grey else -1, convert2lab=False,
+    )
+    return consecutive(labels)
+
+
+def consecutive(labels: np.ndarray) -> np.ndarray:
+    """Relabel to 0..d-1: captum counts max+1 features, so a gap would be a dead feature."""
+    return np.unique(labels, return_inverse=True)[1].reshape(labels.shape)
+
+
+def n_features(masks: torch.Tensor) -> np.ndarray:
+    """d_i of each image: its number of superpixels."""
+    return np.array([len(torch.unique(mask)) for mask in masks])
+
+
+# --- the black box -----------------------------------------------------------------------
+
+
+def returns_probabilities(classifier) -> bool:
+    """A postprocessing defence (conf, gauss_out) runs after our Softmax, so ART already
+    returns (defended) probabilities; otherwise it returns the model's logits."""
+    return any(isinstance(step, Softmax) for step in classifier.postprocessing_defences or [])
+
+
+def black_box(classifier) -> Forward:
+    """ART's classifier as a torch forward that returns class probabilities: the output a
+    user of the defended model sees (HighConfidence's zeroed, GaussianNoise's noisy ones)."""
+    probabilities = returns_probabilities(classifier)
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        out = torch.from_numpy(classifier.predict(x.detach().cpu().numpy(), batch_size=max(len(x), 1)))
+        return out if probabilities else out.softmax(dim=1)
+
+    return forward
+
+
+# --- the score ---------------------------------------------------------------------------
+
+
+def coin_flips(generator: torch.Generator) -> Callable[..., torch.Tensor]:
+    """captum's default sampler (each superpixel on with probability 1/2), drawn from our own
+    generator so that a run is reproducible and leaves torch's global one alone."""
+
+    def perturb(original: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        probs = torch.full((1, int(kwargs["num_interp_features"])), 0.5)
+        return torch.bernoulli(probs, generator=generator).long().to(original.device)
+
+    return perturb
+
+
+def brittle_scores(
+    forward: Forward, images: torch.Tensor, masks: torch.Tensor, targets: torch.Tensor | np.ndarray,
+    lime_samples: int, perturbations_per_eval: int, seed: int,
+) -> np.ndarray:
+    """‖w_i‖₁ / d_i per image: w_i are the LIME weights of the target class's probability
+    over image i's d_i superpixels. A superpixel that is off takes the value 0, the training
+    mean in the standardised space. The surrogate is weighted least squares (002: "simply
+    performing linear regression"), not captum's default Lasso(alpha=0.01), whose penalty
+    shrinks the very weights the score sums. Images are explained one at a time so that
+    each has its own d_i; captum would give a batch the largest d of all of them."""
+    generator = torch.Generator().manual_seed(seed)
+    lime = Lime(forward, interpretable_model=SkLearnLinearRegression(), perturb_func=coin_flips(generator))
+    scores = np.empty(len(images))
+    for i, (image, mask, target) in enumerate(zip(images, masks, targets)):
+        weights = lime.attribute(
+            image[None], target=int(target), feature_mask=mask[None], baselines=0.0,
+            n_samples=lime_samples, perturbations_per_eval=perturbations_per_eval, return_input_shape=False,
+        )
+        scores[i] = float(weights.abs().sum()) / weights.numel()
+    return scores
+
+
+def predicted_classes(forward: Forward, images: torch.Tensor) -> torch.Tensor:
+    """The class each image's explanation is about: the black box's own prediction (the
+    samples are unlabelled, 002)."""
+    with torch.no_grad():
+        return forward(images).argmax(dim=1)
+
+
+def sample_positions(n_test: int, n: int, seed: int) -> np.ndarray:
+    """A fixed seeded choice of test-split positions: the same images for every model cell
+    of a (data set, permutation), so that cells are compared on one sample."""
+    return np.sort(np.random.default_rng(seed).choice(n_test, size=min(n, n_test), replace=False))
+
+
+def pixel_units(x: torch.Tensor, split: Split) -> np.ndarray:
+    """Standardised images back to [0, 1] pixel units, where SLIC's compactness is meant."""
+    pixels = x.numpy() * split.std[None, :, None, None] + split.mean[None, :, None, None]
+    return np.clip(pixels, 0.0, 1.0)
+
+
+# --- the stage ---------------------------------------------------------------------------
+
+
+def brittle_settings(cfg: DictConfig) -> dict[str, Any]:
+    """The LIME settings a record depends on (robust_acc only says what `aggregate` plots
+    the score against)."""
+    brittle = (cfg.get("metrics") or {}).get("brittle")
+    if brittle is None:
+        raise ConfigError("metrics.brittle", "missing; compose params.yaml with `make params`")
+    settings = OmegaConf.to_container(brittle, resolve=True)
+    settings.pop("robust_acc", None)
+    return settings
+
+
+def brittle_hash(model_hash: str, settings: dict[str, Any]) -> str:
+    """A record's cache key: the model cell and the LIME settings that change its scores
+    (perturbations_per_eval only batches the forward passes)."""
+    scored = {k: v for k, v in settings.items() if k != "perturbations_per_eval"}
+    return config_hash({"model": model_hash, "brittle": scored})
+
+
+def brittle_record_path(folder: str | Path, cell_hash: str) -> Path:
+    return cell_file(folder, cell_hash, ".json")
+
+
+def is_recorded(path: Path) -> bool:
+    try:
+        read_json(path)
+    except DataError:
+        return False
+    return True
+
+
+class Samples:
+    """The n images of one (data set, permutation) and their superpixels, shared by its cells."""
+
+    def __init__(self, split: Split, settings: dict[str, Any]):
+        self.split = split
+        self.positions = sample_positions(len(split.x_test), settings["n_samples"], settings["seed"])
+        self.images = split.x_test[self.positions]
+        self.masks = superpixels(pixel_units(self.images, split), settings["segments"])
+        self.features = n_features(self.masks)
+
+
+def score_model_cell(model: nn.Module, train_record: dict[str, Any], model_cell: ModelCell, samples: Samples, settings: dict[str, Any], device) -> dict[str, Any]:
+    """One cell's record; its clocks time the LIME runs (predictions and explanations)."""
+    forward = black_box(art_classifier(model, samples.split, model_cell.defence, device))
+    np.random.seed(settings["seed"])  # GaussianNoise draws from NumPy's global generator
+    with Stopwatch(device) as watch:
+        targets = predicted_classes(forward, samples.images)
+        scores = brittle_scores(
+            forward, samples.images, samples.masks, targets,
+            settings["lime_samples"], settings["perturbations_per_eval"], settings["seed"],
+        )
+    return {
+        "brittle_hash": brittle_hash(model_cell.hash, settings),
+        "model_hash": model_cell.hash,
+        "train_hash": model_cell.train.hash,
+        **{k: train_record[k] for k in ("dataset", "seed", "model", "depth", "epochs", "lr")},
+        "pretrained_on": train_record.get("pretrained_on"),
+        "defence": model_cell.defence["name"],
+        "defence_param": model_cell.defence["param"],
+        "defence_value": model_cell.defence["value"],
+        "n_samples": len(scores),
+        "n_features_mean": float(samples.features.mean()),
+        "brittle_score": float(scores.mean()),
+        "brittle_score_sd": float(scores.std(ddof=1)) if len(scores) > 1 else 0.0,
+        "image_scores": scores.tolist(),
+        "positions": samples.positions.tolist(),
+        "lime_samples": settings["lime_samples"],
+        "perturbations_per_eval": settings["perturbations_per_eval"],
+        "brittle_seed": settings["seed"],
+        "segments": settings["segments"],
+        "t_brittle_process": watch.elapsed.process,
+        "t_brittle_wall": watch.elapsed.wall,
+        "device": str(device),
+    }
+
+
+def run(cfg: DictConfig) -> int:
+    """Score every pending model cell; returns how many were computed."""
+    device = resolve_device(cfg.train.device)
+    folder = Path(cfg.paths.reports) / "brittle"
+    settings = brittle_settings(cfg)
+    cells = model_cells(cfg)
+    pending = [cell for cell in cells if not is_recorded(brittle_record_path(folder, brittle_hash(cell.hash, settings)))]
+    log.info("%d model cells, %d scored, %d to score on %s", len(cells), len(cells) - len(pending), len(pending), device)
+    samples: dict[tuple[str, int], Samples] = {}
+    progress = tqdm(total=len(pending), desc="brittle cells", disable=not cfg.train.get("progress", True))
+    # the predict-time defences of one training cell share its weights: load them once
+    for _, group in groupby(pending, key=lambda cell: cell.train.hash):
+        group = list(group)
+        train = group[0].train
+        key = (train.dataset, train.seed)
+        if key not in samples:
+            samples[key] = Samples(load_split(cfg.paths.processed, train.dataset, train.seed, cfg.data[train.dataset].n_classes), settings)
+        train_record = read_json(record_path(cfg.paths.models, train.hash))
+        model = load_weights(cfg.paths.models, train, samples[key].split).to(device)
+        for cell in group:
+            record = score_model_cell(model, train_record, cell, samples[key], settings, device)
+            write_json(brittle_record_path(folder, record["brittle_hash"]), record)
+            progress.update()
+    progress.close()
+    return len(pending)
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_cli("trashfire.brittle", __doc__, run, argv)
+
+
+if __name__ == "__main__":
+    main()

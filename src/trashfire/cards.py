@@ -1,0 +1,73 @@
+"""One JSON card per trained cell, in the spirit of 002's model cards: what a user of that
+model needs to judge its robustness and its cost, with every model cell (predict-time
+defence) built on it. Cards of cells no longer in the grid are removed."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from trashfire.records import cell_file, write_json
+
+TRAINING = ["dataset", "pretrained_on", "seed", "model", "depth", "epochs", "lr", "n_train"]
+TIMES = ["clock", "t_train", "t_train_process", "t_train_wall"]
+ATTACK = ["attack", "norm", "attack_family", "attack_param", "attack_value", "attack_units", "attack_value_standardised",
+          "n_attack", "acc_ben_attack_subset", "acc_adv", "t_attack", "t_attack_process", "t_attack_wall", "attack_hash"]
+FAMILY = ["attack_family", "E_T", "trash_adv", "trash_ben", "f_adv", "f_ben"]
+ROBUSTNESS = ["attack_family", "tau", "evp", "auc_R", "auc_S", "auc_units", "eps0", "eps1"]
+
+
+def card(train_hash: str, experiments: pd.DataFrame, trash: pd.DataFrame, robustness: pd.DataFrame, brittle: pd.DataFrame) -> dict[str, Any]:
+    rows = experiments[experiments["train_hash"] == train_hash]
+    first = rows.iloc[0]
+    return {
+        "train_hash": train_hash,
+        "training": _plain(first[TRAINING]),
+        "times_per_sample_seconds": _plain(first[TIMES]),
+        "model_cells": [_model_cell(group, trash, robustness, brittle) for _, group in rows.groupby("model_hash", sort=False)],
+    }
+
+
+def _model_cell(rows: pd.DataFrame, trash: pd.DataFrame, robustness: pd.DataFrame, brittle: pd.DataFrame) -> dict[str, Any]:
+    model_hash = rows["model_hash"].iloc[0]
+    first = rows.iloc[0]
+    mine = brittle[brittle["model_hash"] == model_hash]
+    return {
+        "model_hash": model_hash,
+        "defence": _plain(first[["defence", "defence_param", "defence_value"]]),
+        "acc_ben": _number(first["acc_ben"]),
+        "t_predict": _number(first["t_predict"]),
+        "brittle_score": _number(mine["brittle_score"].iloc[0]) if len(mine) else None,
+        "brittle_ri_percent": _number(mine["brittle_ri"].iloc[0]) if len(mine) else None,
+        "attacks": [_plain(r) for _, r in rows[ATTACK].iterrows()],
+        "survival_and_trash": [_plain(r) for _, r in trash.loc[trash["model_hash"] == model_hash, FAMILY].iterrows()],
+        "evp_and_auc": [_plain(r) for _, r in robustness.loc[robustness["model_hash"] == model_hash, ROBUSTNESS].iterrows()],
+    }
+
+
+def write_cards(folder: Path, experiments: pd.DataFrame, trash: pd.DataFrame, robustness: pd.DataFrame, brittle: pd.DataFrame) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for train_hash in experiments["train_hash"].unique():
+        path = cell_file(folder, train_hash, ".json")
+        write_json(path, card(train_hash, experiments, trash, robustness, brittle))
+        written.append(path)
+    for stale in set(folder.glob("*.json")) - set(written):
+        stale.unlink()
+    return written
+
+
+def _plain(row: pd.Series) -> dict[str, Any]:
+    return {key: _number(value) for key, value in row.items()}
+
+
+def _number(value: Any) -> Any:
+    """JSON has no NaN: missing values are null; numpy scalars become Python numbers."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

@@ -1,0 +1,158 @@
+"""The aggregate's metrics on hand-made cells, each against values computed by hand."""
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from trashfire import aggregate, metrics
+from trashfire.cards import write_cards
+
+LABELS = {"dataset": "digits", "pretrained_on": None, "seed": 0, "model": "resnet18", "depth": 18, "epochs": 1, "lr": 0.05,
+          "defence": "none", "defence_param": None, "defence_value": 0.0}
+EVP = OmegaConf.create({"w": 0.5, "tau": None})
+PIXEL_AUC = OmegaConf.create({"units": "pixel", "eps0": 0.0, "eps1": 0.3})
+
+
+def attack_rows(model_hash="m0", eps=(0.5, 1.0), acc=(0.6, 0.2), acc_ben=0.8, pixel_std=0.4, **labels):
+    """One model cell's FGM linf cells: eps in standardised units."""
+    base = LABELS | labels | {"model_hash": model_hash, "train_hash": f"t{model_hash}", "attack": "fgm", "norm": "inf",
+                              "attack_param": "eps", "attack_units": "standardised", "n_classes": 10, "n_attack": 100,
+                              "acc_ben": acc_ben, "acc_ben_attack_subset": acc_ben, "pixel_std": pixel_std}
+    return [base | {"attack_value": e, "attack_value_standardised": e, "acc_adv": a, "attack_hash": f"{model_hash}-{e}"}
+            for e, a in zip(eps, acc)]
+
+
+def experiments(*cells):
+    return aggregate.with_family(pd.DataFrame([row for cell in cells for row in cell]))
+
+
+def test_curves_start_at_the_benign_point_in_three_units_and_normalise():
+    curves = aggregate.eps_curves(experiments(attack_rows()))
+    assert list(curves["eps_standardised"]) == [0.0, 0.5, 1.0]
+    assert list(curves["eps_pixel"]) == pytest.approx([0.0, 0.2, 0.4])
+    assert list(curves["acc"]) == [0.8, 0.6, 0.2]
+    assert list(curves["acc_norm"]) == pytest.approx([1.0, 0.75, 0.25])
+    assert set(curves["attack_family"]) == {"fgm linf"}
+
+
+def test_auc_over_a_pixel_interval_converts_by_the_training_std():
+    # eps_pixel [0, .2, .4], acc [.8, .6, .2]; f(.3) = .4 by interpolation
+    # area = .2 (.8 + .6) / 2 + .1 (.6 + .4) / 2 = .19; R = .19 / (.8 * .3)
+    row = aggregate.robustness_table(aggregate.eps_curves(experiments(attack_rows())), EVP, PIXEL_AUC).iloc[0]
+    assert row["auc_R"] == pytest.approx(0.19 / 0.24)
+    assert row["auc_S"] == pytest.approx(1 - 0.19 / 0.24)
+    standardised = OmegaConf.create({"units": "standardised", "eps0": 0.0, "eps1": 0.75})  # = 0.3 / 0.4
+    same = aggregate.robustness_table(aggregate.eps_curves(experiments(attack_rows())), EVP, standardised).iloc[0]
+    assert same["auc_R"] == pytest.approx(row["auc_R"])
+    # tau(10) = .25: g = [.8, .6, 0] on x = [0, .5, 1] -> .5 (1.4) / 2 + .5 (.6) / 2
+    assert row["tau"] == pytest.approx(0.25) and row["evp"] == pytest.approx(0.5)
+
+
+def test_auc_notes_a_cell_it_cannot_score_instead_of_failing():
+    zero = attack_rows(acc_ben=0.0, acc=(0.0, 0.0))
+    short = attack_rows("m1", eps=(0.25, 0.5))  # reaches eps_pixel 0.2 < 0.3
+    unknown = attack_rows("m2", pixel_std=float("nan"))
+    table = aggregate.robustness_table(aggregate.eps_curves(experiments(zero, short, unknown)), EVP, PIXEL_AUC).set_index("model_hash")
+    assert table["auc_R"].isna().all()
+    assert "f(eps0) > 0" in table.loc["m0", "note"]
+    assert "outside the measured eps range" in table.loc["m1", "note"]
+    assert "pixel_std not recorded" in table.loc["m2", "note"]
+
+
+def test_evp_over_thresholds_steps_down_at_each_measured_accuracy():
+    # eps [0, .5, 1], P [.9, .2, .5]: tau 0 -> all viable (.275 + .175); .3 -> g [.9, 0, .5]; .6 -> g [.9, 0, 0]
+    values = metrics.evp_over_thresholds([0, 0.5, 1.0], [0.9, 0.2, 0.5], [0.0, 0.3, 0.6, 0.95])
+    assert values == pytest.approx([0.45, 0.35, 0.225, 0.0])
+
+
+def test_evp_dips_below_tau_and_recovers_over_four_intervals():
+    # P falls below tau = .42 at eps 2, recovers at eps 3, falls again at 4: g = [1, .9, 0, .45, 0]
+    # on x = [0, .25, .5, .75, 1]: .25 (.95 + .45 + .225 + .225) = .4625
+    assert metrics.evp([0, 1, 2, 3, 4], [1.0, 0.9, 0.3, 0.45, 0.4], tau=0.42) == pytest.approx(0.4625)
+
+
+def test_evp_convergence_on_nested_subgrids():
+    # P = [1, .9, .5, .45, .4] on eps 0..4, all viable:
+    # 1 interval [0, 4]: (1 + .4) / 2 = .7; 2 intervals [0, 2, 4]: .5 (1.5) / 2 + .5 (.9) / 2 = .6;
+    # 4 intervals: .25 (.95 + .7 + .475 + .425) = .6375
+    points = metrics.evp_convergence([0, 1, 2, 3, 4], [1.0, 0.9, 0.5, 0.45, 0.4], tau=0.1)
+    assert [n for n, _ in points] == [1, 2, 4]
+    assert [v for _, v in points] == pytest.approx([0.7, 0.6, 0.6375])
+
+
+def test_tau_table_reproduces_001_table_i():
+    table = aggregate.tau_table([2, 5, 10, 100, 1000], 0.5, {"digits": 10, "cifar100": 100})
+    paper = table[table["source"] == "001 Table I"].set_index("n_classes")["tau"]
+    # 75%, 40%, 25%, 6%, 1.7% as printed (rounded there)
+    assert paper.round(3).to_dict() == {2: 0.75, 5: 0.4, 10: 0.25, 100: 0.06, 1000: 0.017}
+    assert table.set_index("source").loc["cifar100", "tau"] == pytest.approx(0.01 + 0.5 * math.sqrt(99) / 100)
+
+
+def test_trash_summary_bootstraps_over_seeds():
+    trash = pd.DataFrame([LABELS | {"model_hash": f"m{s}", "seed": s, "attack": "fgm", "norm": "inf", "attack_family": "fgm linf",
+                                    "trash_adv": t, "trash_ben": 1.0, "f_ben": 1.0, "f_adv": 2.0} for s, t in ((0, 2.0), (1, 4.0))])
+    row = aggregate.trash_summary(trash, 2000, 0).iloc[0]
+    assert row["n_seeds"] == 2 and row["trash_adv_mean"] == 3.0
+    # two values: the 2.5% and 97.5% resample means are the all-2 and all-4 resamples (each 1/4 likely)
+    assert (row["trash_adv_lo"], row["trash_adv_hi"]) == (2.0, 4.0)
+    assert (row["trash_ben_lo"], row["trash_ben_hi"]) == (1.0, 1.0)
+    assert metrics.bootstrap_mean([5.0]) == (5.0, 5.0, 5.0)
+    assert metrics.bootstrap_mean([1.0, 2.0, 7.0], seed=3) == metrics.bootstrap_mean([1.0, 2.0, 7.0], seed=3)
+
+
+def test_auc_table_mean_and_sd_across_seeds():
+    robustness = pd.DataFrame([LABELS | {"model_hash": f"m{s}", "seed": s, "attack": "fgm", "norm": "inf", "attack_family": "fgm linf",
+                                         "auc_R": r, "auc_S": 1 - r} for s, r in ((0, 0.6), (1, 0.8))])
+    row = aggregate.auc_table(robustness).iloc[0]
+    assert (row["n_seeds"], row["R_mean"], row["S_mean"]) == (2, pytest.approx(0.7), pytest.approx(0.3))
+    assert row["R_sd"] == pytest.approx(math.sqrt(0.02)) and row["S_sd"] == pytest.approx(math.sqrt(0.02))
+
+
+def test_relative_improvement_against_the_undefended_model():
+    assert metrics.relative_improvement(0.5, 0.1) == pytest.approx(80.0)
+    assert metrics.relative_improvement(0.5, 0.6) == pytest.approx(-20.0)
+    assert math.isnan(metrics.relative_improvement(0.0, 0.1))
+    brittle = pd.DataFrame([LABELS | {"model_hash": h, "defence": d, "brittle_score": b}
+                            for h, d, b in (("a", "none", 0.5), ("b", "conf", 0.1), ("c", "fsq", 0.6))]
+                           + [LABELS | {"model_hash": "d", "seed": 1, "defence": "conf", "brittle_score": 0.2}])
+    exp = experiments(attack_rows("a", acc=(0.5, 0.3)), attack_rows("b", acc=(0.9, 0.7)))
+    exp = pd.concat([exp, exp.assign(attack="pgd", attack_family="pgd linf", acc_adv=exp["acc_adv"] - 0.1)])
+    robust = OmegaConf.create({"attack": "pgd", "norm": "inf", "eps": None})
+    table = aggregate.brittle_table(brittle, exp, robust).set_index("model_hash")
+    assert table.loc[["a", "b", "c"], "brittle_ri"].tolist() == pytest.approx([0.0, 80.0, -20.0])
+    assert math.isnan(table.loc["d", "brittle_ri"])  # no undefended model with seed 1
+    assert table.loc["a", "robust_acc"] == pytest.approx(0.3) and table.loc["b", "robust_acc"] == pytest.approx(0.7)
+    at_one = aggregate.robust_accuracy(exp, OmegaConf.create({"attack": "pgd", "norm": "inf", "eps": 1.0}))
+    assert at_one["a"] == pytest.approx(0.2)
+
+
+def test_spearman_within_each_dataset():
+    brittle = pd.DataFrame({"dataset": ["digits"] * 4 + ["mnist"] * 2, "brittle_score": [0.1, 0.2, 0.3, 0.4, 0.1, 0.2],
+                            "robust_acc": [0.9, 0.7, 0.5, 0.1, 0.3, 0.2]})
+    result = aggregate.spearman_by_dataset(brittle)
+    assert result["digits"]["rho"] == pytest.approx(-1.0) and result["digits"]["n"] == 4
+    assert math.isnan(result["mnist"]["rho"])  # fewer than three cells
+
+
+def test_cards_hold_each_model_cell_and_drop_stale_ones(tmp_path):
+    exp = experiments(attack_rows("a"), attack_rows("b", defence="conf"))
+    exp = exp.assign(train_hash="t0", t_train=0.01, t_train_process=0.01, t_train_wall=0.02, clock="process", n_train=1000,
+                     t_predict=1e-4, t_attack=1e-3, t_attack_process=1e-3, t_attack_wall=2e-3)
+    trash = aggregate.trash_table(exp, pd.DataFrame({"attack_hash": exp["attack_hash"], "E_T": 0.002}), None)
+    robustness = aggregate.robustness_table(aggregate.eps_curves(exp), EVP, PIXEL_AUC)
+    brittle = pd.DataFrame({"model_hash": ["a", "b"], "brittle_score": [0.4, 0.1], "brittle_ri": [0.0, 75.0]})
+    (tmp_path / "gone.json").write_text("{}")
+    [path] = write_cards(tmp_path, exp, trash, robustness, brittle)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t0.json"]
+    card = json.loads(path.read_text())
+    assert card["training"]["model"] == "resnet18" and card["times_per_sample_seconds"]["t_train"] == 0.01
+    cells = {c["defence"]["defence"]: c for c in card["model_cells"]}
+    assert cells["conf"]["brittle_ri_percent"] == 75.0 and cells["none"]["acc_ben"] == 0.8
+    assert [a["acc_adv"] for a in cells["none"]["attacks"]] == [0.6, 0.2]
+    assert cells["none"]["survival_and_trash"][0]["trash_adv"] == pytest.approx(0.01 / 0.002)
+    assert cells["none"]["evp_and_auc"][0]["auc_R"] == pytest.approx(0.19 / 0.24)
+    assert np.isfinite(cells["none"]["evp_and_auc"][0]["evp"])

@@ -1,0 +1,320 @@
+"""The figures stage on small synthetic tables in aggregate's schema: every figure and the
+report are written, the report is self-contained, and missing inputs are handled."""
+
+import json
+import re
+import shutil
+
+import matplotlib.image as mpimg
+import numpy as np
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from trashfire import figures
+from trashfire.config import compose, validate
+from trashfire.errors import DataError
+from tests.conftest import ROOT, tiny_overrides
+
+STEMS = ["accuracy_by_attack_and_defence", "trash_by_depth_and_defence", "evp_vs_tau", "evp_convergence",
+         "accuracy_eps_curves", "brittle_vs_robust_acc"]
+EPS = [0.1, 0.3, 1.0]
+FAMILIES = [("fgm", "inf"), ("pgd", "inf"), ("deepfool", "2")]  # deepfool has no eps grid
+PIXEL_STD = {"digits": 0.3, "mnist": 0.31}
+N_CLASSES = {"digits": 10, "mnist": 10}
+
+
+def model_cells() -> list[dict]:
+    """Two data sets, two depths, two defences; the undefended digits resnet18 has two seeds."""
+    cells = []
+    for dataset in ("digits", "mnist"):
+        for model, depth in (("resnet18", 18), ("resnet34", 34)):
+            for defence, param, value in (("none", "", 0.0), ("conf", "confidence", 0.5)):
+                seeds = (0, 1) if (dataset, model, defence) == ("digits", "resnet18", "none") else (0,)
+                for seed in seeds:
+                    cells.append({
+                        "model_hash": f"{dataset[:2]}{depth}{defence}{seed}", "dataset": dataset, "pretrained_on": "",
+                        "seed": seed, "model": model, "depth": depth, "epochs": 1, "lr": 0.05, "defence": defence,
+                        "defence_param": param, "defence_value": value,
+                    })
+    return cells
+
+
+def family_name(attack: str, norm: str) -> str:
+    return f"{attack} l{norm}"
+
+
+def accuracy_at(cell: dict, eps: float) -> float:
+    base = 0.9 - 0.1 * (cell["defence"] == "conf") - 0.05 * cell["seed"]
+    return max(base * (1 - 0.7 * eps), 0.05)
+
+
+def experiments_table(cells: list[dict]) -> pd.DataFrame:
+    rows = []
+    for cell in cells:
+        for attack, norm in FAMILIES:
+            values = EPS if attack != "deepfool" else [50]
+            param = "eps" if attack != "deepfool" else "max_iter"
+            for value in values:
+                eps = value if param == "eps" else 1.0
+                rows.append(cell | {
+                    "attack": attack, "norm": norm, "attack_param": param, "attack_value": value, "attack_units": "standardised",
+                    "attack_value_standardised": value, "n_attack": 20, "n_classes": 10, "acc_ben": accuracy_at(cell, 0),
+                    "acc_ben_attack_subset": accuracy_at(cell, 0), "acc_adv": accuracy_at(cell, eps), "t_train": 0.01,
+                    "t_predict": 0.003, "t_attack": 0.01, "train_hash": f"t{cell['model_hash']}", "attack_hash": f"a{len(rows)}",
+                })
+    return pd.DataFrame(rows)
+
+
+def trash_table(cells: list[dict]) -> pd.DataFrame:
+    rows = []
+    for cell in cells:
+        for attack, norm in FAMILIES:
+            rows.append(cell | {
+                "attack": attack, "norm": norm, "attack_family": family_name(attack, norm), "t_train": 0.01, "t_predict": 0.003,
+                "t_attack": 0.01, "acc_ben": 0.9, "acc_adv": 0.4, "E_T": 0.02 * (1 + cell["depth"] / 18), "f_ben": 30.0,
+                "f_adv": 60.0, "trash_adv": 0.5 * cell["depth"] / 18 * (1 + 0.5 * cell["seed"]) * (3 if attack == "deepfool" else 1),
+                "trash_ben": 2.0 + cell["depth"] / 18, "eps_max": 1.0,
+            })
+    table = pd.DataFrame(rows)
+    table.loc[0, "trash_adv"] = 0.0  # a log axis cannot show these: dropped and counted
+    table.loc[1, "trash_adv"] = np.nan
+    return table
+
+
+def over_seeds(table: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    return table.groupby(keys, dropna=False)
+
+
+SUMMARY_KEYS = ["dataset", "pretrained_on", "model", "depth", "epochs", "lr", "defence", "defence_param", "defence_value"]
+
+
+def trash_summary(trash: pd.DataFrame) -> pd.DataFrame:
+    keys = SUMMARY_KEYS + ["attack", "norm", "attack_family"]
+    summary = over_seeds(trash, keys).agg(
+        n_seeds=("seed", "count"), trash_adv_mean=("trash_adv", "mean"), trash_ben_mean=("trash_ben", "mean"),
+        f_ben_mean=("f_ben", "mean"), f_adv_mean=("f_adv", "mean"),
+    ).reset_index()
+    for column in ("trash_adv", "trash_ben"):
+        summary[f"{column}_lo"] = summary[f"{column}_mean"] * 0.9
+        summary[f"{column}_hi"] = summary[f"{column}_mean"] * 1.1
+    return summary
+
+
+def curves_table(cells: list[dict]) -> pd.DataFrame:
+    rows = []
+    for cell in cells:
+        for attack, norm in FAMILIES[:2]:
+            for eps in [0.0] + EPS:
+                acc = accuracy_at(cell, eps)
+                rows.append(cell | {
+                    "attack": attack, "norm": norm, "attack_family": family_name(attack, norm), "eps": eps,
+                    "eps_pixel": eps * PIXEL_STD[cell["dataset"]], "eps_standardised": eps, "acc": acc,
+                    "acc_norm": acc / accuracy_at(cell, 0.0),
+                })
+    return pd.DataFrame(rows)
+
+
+def robustness_table(cells: list[dict]) -> pd.DataFrame:
+    rows = []
+    for cell in cells:
+        for attack, norm in FAMILIES[:2]:
+            rows.append(cell | {
+                "attack": attack, "norm": norm, "attack_family": family_name(attack, norm), "n_classes": 10,
+                "acc_ben": accuracy_at(cell, 0), "tau": 0.25, "evp": 0.5, "auc_R": 0.7, "auc_S": 0.3, "auc_units": "pixel",
+                "eps0": 0.0, "eps1": 0.1, "note": "",
+            })
+    rows[-1] |= {"auc_R": np.nan, "auc_S": np.nan, "note": "f(eps0) = 0"}
+    return pd.DataFrame(rows)
+
+
+def evp_tau_table(cells: list[dict]) -> pd.DataFrame:
+    rows = []
+    for cell in cells:
+        for attack, norm in FAMILIES[:2]:
+            for tau in np.linspace(0, 1, 11):
+                rows.append(cell | {"attack": attack, "norm": norm, "attack_family": family_name(attack, norm), "tau": tau,
+                                    "evp": max(accuracy_at(cell, 0.3) - tau * 0.5, 0.0)})
+    return pd.DataFrame(rows)
+
+
+def evp_convergence_table(cells: list[dict]) -> pd.DataFrame:
+    rows = []
+    for cell in cells:
+        for attack, norm in FAMILIES[:2]:
+            for n in (1, 2, 3):
+                rows.append(cell | {"attack": attack, "norm": norm, "attack_family": family_name(attack, norm),
+                                    "n_intervals": n, "evp": 0.5 + 0.1 / n, "tau": 0.25})
+    return pd.DataFrame(rows)
+
+
+def auc_table(robustness: pd.DataFrame) -> pd.DataFrame:
+    table = over_seeds(robustness, SUMMARY_KEYS + ["attack_family"]).agg(
+        n_seeds=("seed", "count"), R_mean=("auc_R", "mean"), R_sd=("auc_R", "std"), S_mean=("auc_S", "mean"), S_sd=("auc_S", "std"))
+    return table.reset_index()
+
+
+def brittle_table(cells: list[dict]) -> pd.DataFrame:
+    rows = [cell | {"brittle_score": 0.02 + 0.01 * i % 3, "brittle_ri": np.nan if cell["defence"] == "none" else 12.5,
+                    "robust_acc": 0.3 + 0.02 * i, "robust_attack": "pgd linf (mean over eps)"} for i, cell in enumerate(cells)]
+    return pd.DataFrame(rows)
+
+
+def write_reports(reports) -> None:
+    """Every table aggregate, timing and survival write, small and in their schema."""
+    cells = model_cells()
+    trash = trash_table(cells)
+    robustness = robustness_table(cells)
+    tables = {
+        "experiments.csv": experiments_table(cells), "trash.csv": trash, "trash_summary.csv": trash_summary(trash),
+        "robustness.csv": robustness, "curves.csv": curves_table(cells), "evp_tau.csv": evp_tau_table(cells),
+        "evp_convergence.csv": evp_convergence_table(cells), "auc_table.csv": auc_table(robustness),
+        "brittle.csv": brittle_table(cells),
+        "tau_table.csv": pd.DataFrame({"n_classes": [2, 10, 10, 10], "tau": [0.75, 0.25, 0.25, 0.25], "w": 0.5,
+                                       "source": ["001 Table I", "001 Table I", "digits", "mnist"]}),
+        "survival/aft_comparison.csv": pd.DataFrame({"fitter": ["weibull", "cox"], "AIC": [123.456789, 130.1], "selected": [True, False]}),
+    }
+    for name, table in tables.items():
+        (reports / name).parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(reports / name, index=False)
+    (reports / "metrics.json").write_text(json.dumps({"trash_adv_median": 0.0179831, "evp_mean": 0.285, "survival_model": "weibull",
+                                                      "brittle_spearman": {"digits": {"rho": -0.81234, "p": 0.04}}}))
+    (reports / "cards").mkdir()
+    card = {"train_hash": "tdi18none0", "training": {"dataset": "digits", "model": "resnet18", "depth": 18, "seed": 0},
+            "model_cells": [{"defence": {"defence": "conf", "defence_value": 0.5}}, {"defence": {"defence": "none"}}]}
+    (reports / "cards" / "tdi18none0.json").write_text(json.dumps(card))
+    for name in ("survival/calibration.png", "survival/coefficients/weibull.png"):
+        image = np.random.default_rng(0).uniform(size=(40, 60, 3))
+        (reports / name).parent.mkdir(parents=True, exist_ok=True)
+        mpimg.imsave(reports / name, image)
+
+
+def only_draw(monkeypatch, *kept: str) -> None:
+    """Stub the figures a test is not about: drawing them is most of a run's time."""
+    for name in ("accuracy_figure", "trash_figure", "evp_tau_figure", "evp_convergence_figure", "curves_figure", "brittle_figure"):
+        if name not in kept:
+            monkeypatch.setattr(figures, name, lambda *args: [])
+
+
+def cfg_for(tmp_path):
+    return validate(compose(tiny_overrides(tmp_path), conf=ROOT / "conf"))
+
+
+@pytest.fixture(scope="module")
+def drawn(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("figures")
+    cfg = cfg_for(tmp_path)
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    write_reports(reports)
+    return cfg, reports, figures.run(cfg)
+
+
+def test_every_figure_is_written_as_png_and_pdf(drawn):
+    _, reports, written = drawn
+    for stem in STEMS:
+        png, pdf = reports / "figures" / f"{stem}.png", reports / "figures" / f"{stem}.pdf"
+        assert png in written and pdf in written, stem
+        height, width, _ = mpimg.imread(png).shape
+        assert height > 300 and width > 500, (stem, height, width)
+        assert pdf.read_bytes().startswith(b"%PDF") and pdf.stat().st_size > 5000, stem
+    assert reports / "report.html" in written
+
+
+def test_report_is_self_contained_and_holds_every_figure(drawn):
+    _, reports, _ = drawn
+    page = (reports / "report.html").read_text()
+    uris = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
+    assert len(uris) == len(STEMS) + 2  # plus the two survival images
+    outside = re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", page)  # base64 may spell "http" by chance
+    for external in ("http", 'src="/', "url(", "<link", "<script", "@import"):
+        assert external not in outside, external
+    for text in ("Headline metrics", "0.01798", "τ(K)", "3 [2.7, 3.3]", "0.7 ± 0", "12.5", "weibull", "123.5",
+                 "cards/tdi18none0.json", "none, conf", "brittle_spearman.digits.rho", "-0.8123", "f(eps0) = 0"):
+        assert text in page, text
+    assert "not computed" not in page
+
+
+def test_wilson_interval_matches_hand_computed_values():
+    assert figures.wilson_interval(8, 10) == pytest.approx((0.4902, 0.9433), abs=1e-4)
+    assert figures.wilson_interval(0, 20) == pytest.approx((0.0, 0.1611), abs=1e-4)
+    pooled, lo, hi = figures.pooled_accuracy(pd.Series([0.5, 1.0]), pd.Series([10, 10]))
+    assert (pooled, lo, hi) == pytest.approx((0.75, *figures.wilson_interval(15, 20)))
+
+
+def test_cell_label_names_model_defence_and_epochs():
+    row = {"model": "resnet18", "defence": "conf", "defence_value": 0.5, "epochs": 1, "pretrained_on": ""}
+    assert figures.cell_label(row) == "resnet18 · conf 0.5 · 1 ep"
+    assert figures.cell_label(row | {"defence": "none", "pretrained_on": "mnist"}) == "resnet18 · no defence · 1 ep · from mnist"
+
+
+def test_missing_brittle_scores_are_reported_as_not_computed(tmp_path, monkeypatch):
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    write_reports(reports)
+    (reports / "brittle.csv").unlink()
+    shutil.rmtree(reports / "cards")
+    only_draw(monkeypatch, "brittle_figure")
+    written = figures.run(cfg_for(tmp_path))
+    assert not (reports / "figures" / "brittle_vs_robust_acc.png").exists()
+    assert written == [reports / "report.html"]
+    page = (reports / "report.html").read_text()
+    assert "not computed: brittle.csv not found" in page
+    assert "not computed: no model cards" in page
+
+
+def test_a_brittle_table_without_records_skips_its_figure(tmp_path, monkeypatch):
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    write_reports(reports)
+    pd.DataFrame().to_csv(reports / "brittle.csv", index=False)  # what aggregate writes with no brittle records
+    only_draw(monkeypatch, "brittle_figure")
+    figures.run(cfg_for(tmp_path))
+    assert "not computed: brittle.csv has no" in (reports / "report.html").read_text()
+
+
+def test_an_empty_eps_table_skips_its_figures(tmp_path, monkeypatch):
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    write_reports(reports)
+    for name in ("curves.csv", "evp_tau.csv", "evp_convergence.csv"):
+        table = pd.read_csv(reports / name)
+        table.iloc[:0].to_csv(reports / name, index=False)
+    only_draw(monkeypatch, "evp_tau_figure", "evp_convergence_figure", "curves_figure")
+    figures.run(cfg_for(tmp_path))
+    assert not (reports / "figures" / "evp_vs_tau.png").exists()
+    assert "not computed: curves.csv has no rows" in (reports / "report.html").read_text()
+
+
+def test_a_missing_trash_table_names_the_file_and_the_stage(tmp_path):
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    write_reports(reports)
+    (reports / "trash.csv").unlink()
+    with pytest.raises(DataError, match=r"trash\.csv not found; run `dvc repro aggregate` first"):
+        figures.run(cfg_for(tmp_path))
+
+
+def test_the_figures_command_exits_with_one_line_when_a_table_is_missing(tmp_path, capsys):
+    cfg = cfg_for(tmp_path)
+    (tmp_path / "reports").mkdir()
+    params = tmp_path / "params.yaml"
+    params.write_text(OmegaConf.to_yaml(cfg))
+    with pytest.raises(SystemExit) as exit_info:
+        figures.main(["--params", str(params)])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and "experiments.csv not found" in error
+
+
+def test_crowded_panels_keep_the_first_model_and_say_so():
+    cells = pd.DataFrame([
+        {"dataset": "digits", "pretrained_on": "", "model": model, "depth": depth, "epochs": 1, "lr": 0.05, "defence": "conf",
+         "defence_param": "confidence", "defence_value": value, "seed": seed}
+        for model, depth in (("resnet34", 34), ("resnet18", 18)) for value in range(7) for seed in (0, 1)
+    ])
+    lines, note = figures.capped_lines(cells)
+    assert len(lines) == 7 and set(lines["model"]) == {"resnet18"}
+    assert note == "7 of 14 cells shown: resnet18"
+    few, none_noted = figures.capped_lines(cells[cells["defence_value"] < 3])
+    assert len(few) == 6 and none_noted == ""
