@@ -1,14 +1,40 @@
 """Both clocks for every timed call: process CPU time (TRASHFIRE's) and wall time with a
-device synchronise (the right one on a GPU, where the CPU only queues kernels)."""
+device synchronise (the right one on a GPU, where the CPU only queues kernels).
+
+The process clock counts every thread of the process (torch's compute threads are what it
+is for), so threads that serve the sweep rather than the trial, such as the study's
+heartbeat, register with `exclude_thread_cpu` and their CPU time is taken out."""
 
 from __future__ import annotations
 
+import threading
 import time
+import weakref
 from dataclasses import dataclass
 
 import torch
 
 CLOCKS = ("process", "wall")
+
+
+_EXCLUDED: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
+
+
+def exclude_thread_cpu(thread: threading.Thread) -> None:
+    """Leave a started thread's CPU time out of the process clock while it runs."""
+    _EXCLUDED.add(thread)
+
+
+def _thread_cpu(thread: threading.Thread) -> float:
+    try:
+        return time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+    except (OSError, TypeError, ValueError, AttributeError):  # finished, or not a POSIX thread
+        return 0.0
+
+
+def process_cpu_time() -> float:
+    """CPU seconds of this process, less those of the excluded threads."""
+    return time.process_time() - sum(_thread_cpu(t) for t in list(_EXCLUDED) if t.is_alive())
 
 
 @dataclass
@@ -30,10 +56,10 @@ class Stopwatch:
 
     def __enter__(self) -> "Stopwatch":
         self._sync()
-        self._process = time.process_time()
+        self._process = process_cpu_time()
         self._wall = time.perf_counter()
         return self
 
     def __exit__(self, *exc) -> None:
         self._sync()
-        self.elapsed = Elapsed(time.process_time() - self._process, time.perf_counter() - self._wall)
+        self.elapsed = Elapsed(process_cpu_time() - self._process, time.perf_counter() - self._wall)

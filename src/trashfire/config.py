@@ -114,12 +114,40 @@ def drop_unselected(cfg: DictConfig) -> DictConfig:
     return cfg
 
 
+def select_defence_cell(cfg: DictConfig) -> DictConfig:
+    """`defence_cell: <defence>@<value>` keeps that one defence at that one value: a sweep's
+    defence x value axis as a single parameter."""
+    cell = cfg.get("defence_cell")
+    if cell is None:
+        return cfg
+    name, sep, text = str(cell).partition("@")
+    allowed = f"<defence>@<value> with a selected defence ({', '.join(cfg.defence)}), e.g. fsq@4 or none@0"
+    if not sep or name not in cfg.defence or not text:
+        raise ConfigError("defence_cell", f"got {cell!r}; allowed: {allowed}")
+    value = _parse_scalar(text)
+    spec = cfg.defence[name]
+    with open_dict(cfg):
+        spec["values"] = [value]
+        cfg.defence = {name: spec}
+    return cfg
+
+
+def _parse_scalar(text: str) -> int | float | str:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text
+
+
 def validate(cfg: DictConfig) -> DictConfig:
     """Check every value the pipeline reads; raise ConfigError on the first bad one."""
     for section in ("data", "split", "model", "defence", "attack", "train", "timing", "paths"):
         if section not in cfg or cfg[section] is None:
             raise ConfigError(section, "missing section; compose params.yaml with `make params`")
     drop_unselected(cfg)
+    select_defence_cell(cfg)
     _validate_data(cfg)
     _validate_split(cfg.split)
     _validate_models(cfg.model)

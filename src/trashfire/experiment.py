@@ -1,67 +1,129 @@
 """Hydra entry point: prepare, train and attack the grid a composed config selects, in this
-process, writing to the same per-cell caches the DVC stages use. With the Optuna sweeper
-each trial is one cell of a grid:
+process, writing to the same per-cell caches the DVC stages use. With a sweeper each trial
+is one cell (or a few) of a grid:
 
     python -m trashfire.experiment                                  # the default grid, once
     python -m trashfire.experiment model=resnet34 defence=fsq       # one model, one defence
-    python -m trashfire.experiment --multirun hparams_search=training_grid
+    python -m trashfire.experiment --multirun hparams_search=paper_grid
+    python -m trashfire.experiment --multirun hparams_search=search objective=[acc_adv,trash]
 
-A trial returns its objective (`objective`: acc_adv or acc_ben, mean over its cells). A
-trial with a bad config logs one line and returns NaN, which Optuna records as failed.
+A trial returns its objective(s) (`objective`, one name or a list; see OBJECTIVES), each a
+mean over the trial's attack cells. A trial that fails raises; the sweeper records its
+error in the study and goes on.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import sys
+import threading
 from pathlib import Path
 
 import hydra
 import numpy as np
+import pandas as pd
+import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, ListConfig
 
-from trashfire import attack, prepare, train
+from trashfire import aggregate, attack, metrics, prepare, timing, train
 from trashfire.cli import configure_logging
 from trashfire.config import check_group_options, config_dir, validate
 from trashfire.datasets import dataset_dir
 from trashfire.errors import ConfigError, TrashfireError
-from trashfire.grid import attack_cells
-from trashfire.records import read_json
 
 log = logging.getLogger("trashfire.experiment")  # not __name__: it is __main__ under python -m
-OBJECTIVES = ("acc_adv", "acc_ben")
+
+OBJECTIVES = {
+    "acc_adv": "mean adversarial accuracy (maximise)",
+    "acc_ben": "mean benign accuracy (maximise)",
+    "trash": "mean t_train * f_adv, TRASH with the cell's constant-hazard E[T] = t_attack / (1 - Acc_adv) (minimise)",
+    "evp": "mean EVP over the eps attack families (maximise)",
+    "auc_r": "mean normalised robustness AUC R over the eps attack families (maximise)",
+}
+EPS_OBJECTIVES = ("evp", "auc_r")
 
 
-def run_experiment(cfg: DictConfig) -> float:
+def objective_names(cfg: DictConfig) -> list[str]:
+    chosen = cfg.get("objective", "acc_adv")
+    names = list(chosen) if isinstance(chosen, (list, ListConfig)) else [chosen]
+    for name in names:
+        if name not in OBJECTIVES:
+            raise ConfigError("objective", f"got {name!r}; allowed: {', '.join(OBJECTIVES)} (one, or a list for a multi-objective sampler)")
+    if not names:
+        raise ConfigError("objective", "empty list; name at least one of " + ", ".join(OBJECTIVES))
+    if any(n in EPS_OBJECTIVES for n in names) and not any(spec.param == "eps" for spec in cfg.attack.values()):
+        raise ConfigError("objective", f"{'/'.join(EPS_OBJECTIVES)} need an eps-grid attack (fgm or pgd) in `attack`")
+    return names
+
+
+def objective_values(cfg: DictConfig, names: list[str]) -> list[float]:
+    """The trial's objectives from its attack records."""
+    return objectives_of(timing.experiments_table(cfg), names, cfg.metrics)
+
+
+def objectives_of(table: pd.DataFrame, names: list[str], metric_cfg: DictConfig) -> list[float]:
+    """Each objective as a mean over the rows of an experiments table (one per attack cell)."""
+    def robustness() -> pd.DataFrame:
+        return aggregate.robustness_table(aggregate.eps_curves(aggregate.with_family(table)), metric_cfg.evp, metric_cfg.auc)
+
+    values = {
+        "acc_adv": lambda: table["acc_adv"].mean(),
+        "acc_ben": lambda: table["acc_ben"].mean(),
+        "trash": lambda: np.mean([metrics.trash(r.t_train, r.t_attack / (1 - r.acc_adv)) if r.acc_adv < 1 else 0.0 for r in table.itertuples()]),
+        "evp": lambda: robustness()["evp"].mean(),
+        "auc_r": lambda: robustness()["auc_R"].mean(),
+    }
+    return [float(values[name]()) for name in names]
+
+
+def set_threads(threads: int | None) -> None:
+    if threads is None:
+        return
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+        raise ConfigError("threads", f"got {threads!r}; allowed: a whole number >= 1 of torch CPU threads per trial, or null for torch's default")
+    torch.set_num_threads(threads)
+
+
+def run_experiment(cfg: DictConfig) -> list[float]:
     validate(cfg)
-    objective = cfg.get("objective", "acc_adv")
-    if objective not in OBJECTIVES:
-        raise ConfigError("objective", f"got {objective!r}; allowed: {', '.join(OBJECTIVES)}")
+    names = objective_names(cfg)
+    set_threads(cfg.get("threads"))
     unprepared = {name: spec for name, spec in cfg.data.items() if not all((dataset_dir(cfg.paths.processed, name) / f"split_{s}.npz").is_file() for s in cfg.split.seeds)}
     if unprepared:
         prepare.run(cfg)
     train.run(cfg)
     attack.run(cfg)
-    values = [read_json(attack.attack_record_path(cfg.paths.attacks, cell.hash))[objective] for cell in attack_cells(cfg)]
-    return float(np.mean(values))
+    return objective_values(cfg, names)
+
+
+def _refuse_thread_launchers() -> None:
+    """Trials in threads of one process would share its CPU clock, and each trial's t_train
+    and t_attack would count the others' work."""
+    if threading.current_thread() is not threading.main_thread():
+        raise ConfigError("hydra.launcher", "trials run as threads of one process, whose CPU clock would count every trial's work; use the joblib launcher's processes (launcher=joblib) or the basic launcher")
 
 
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")
-def hydra_main(cfg: DictConfig) -> float:
+def hydra_main(cfg: DictConfig) -> float | list[float]:
     configure_logging("trashfire.experiment")
+    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
-        value = run_experiment(cfg)
+        _refuse_thread_launchers()
+        values = run_experiment(cfg)
     except TrashfireError as err:
-        if HydraConfig.get().mode == RunMode.MULTIRUN:
+        if multirun:
             log.error("trial failed: %s", err)
-            return math.nan
+            raise  # the sweeper records the error with the trial and goes on
         print(f"trashfire.experiment: {err}", file=sys.stderr)
         sys.exit(err.exit_code)
-    log.info("%s = %.4f", cfg.get("objective", "acc_adv"), value)
-    return value
+    except Exception:
+        if multirun:
+            log.exception("trial failed")
+        raise
+    log.info("%s", ", ".join(f"{name} = {value:.4g}" for name, value in zip(objective_names(cfg), values)))
+    return values[0] if len(values) == 1 else values
 
 
 def main() -> None:

@@ -1,0 +1,346 @@
+"""Optuna sweeps that resume and share a study: the logic behind the `trashfire` Hydra sweeper
+(`hydra/sweeper=trashfire`, see hydra_plugins/trashfire_sweeper).
+
+Hydra's own Optuna sweeper asks `n_trials` new trials on every run, so a rerun repeats a
+finished grid, a killed run leaves its trial RUNNING for ever, and two processes on one
+study may pick the same grid point. Here:
+
+- Grid sampler: every point of the grid is queued once in the study (under a lock held on
+  the storage, so concurrent sweepers queue it once between them), and every sweeper pops
+  queued trials until none is left. Optuna's pop is atomic in the database, so no point
+  runs twice. A rerun queues only the points with no COMPLETE trial (failed ones again).
+- Other samplers: `n_trials` is the study's total; a rerun runs what is missing.
+- Each running trial beats a heartbeat in the storage; a trial whose process died (no beat
+  for `grace_period` s) is marked FAIL and its parameters queued again, by whichever sweeper
+  sees it first. A sweeper waits for the trials other processes are running, so every
+  sweeper returns once the whole grid is done.
+- A trial that raises or returns NaN is marked FAIL with its error as the user attribute
+  `error`, and the sweep goes on (up to `max_failure_rate` of a batch).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import logging
+import math
+import threading
+import time
+import warnings
+import zlib
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import optuna
+from hydra.core.utils import JobReturn, JobStatus
+from hydra_plugins.hydra_optuna_sweeper._impl import OptunaSweeperImpl, create_params_from_overrides
+from omegaconf import OmegaConf
+from optuna.distributions import BaseDistribution
+from optuna.storages import RDBStorage
+from optuna.trial import TrialState
+
+from trashfire.clocks import exclude_thread_cpu
+
+log = logging.getLogger(__name__)
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # enqueue_trial, stable in 2.10 as used here
+
+STALE_NOTE = "stale: its process stopped beating (killed?); queued again"
+
+
+@contextlib.contextmanager
+def study_lock(url: str | None, study_name: str) -> Iterator[None]:
+    """A lock across processes and machines for one study, released when its holder dies:
+    a file lock beside an SQLite database, an advisory lock on PostgreSQL."""
+    if url is None or url == "sqlite:///:memory:":
+        yield
+        return
+    if url.startswith("sqlite:///"):
+        with open(Path(url[len("sqlite:///"):]).with_suffix(".lock"), "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+        return
+    if url.startswith("postgresql"):
+        import sqlalchemy
+        from sqlalchemy.pool import NullPool
+
+        key = zlib.crc32(f"trashfire:{study_name}".encode())
+        engine = sqlalchemy.create_engine(url, poolclass=NullPool)
+        with engine.connect() as connection:
+            connection.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": key})
+            try:
+                yield
+            finally:
+                connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), {"key": key})
+        engine.dispose()
+        return
+    log.warning("no study lock for %s: start concurrent sweepers on a fresh study one at a time", url.split(":")[0])
+    yield
+
+
+class Heartbeat:
+    """Beats for the running trials every `interval` s from a thread whose CPU time the
+    process clock of the trials leaves out."""
+
+    def __init__(self, storage: RDBStorage, interval: int):
+        self.storage, self.interval = storage, interval
+        self.trial_ids: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="trashfire-heartbeat", daemon=True)
+
+    def __enter__(self) -> "Heartbeat":
+        for trial_id in self.trial_ids:
+            self.storage.record_heartbeat(trial_id)
+        self._thread.start()
+        exclude_thread_cpu(self._thread)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            for trial_id in self.trial_ids:
+                try:
+                    self.storage.record_heartbeat(trial_id)
+                except Exception as err:  # a lost connection must not kill the trial; the next beat retries
+                    log.warning("heartbeat for trial %d failed: %s", trial_id, err)
+
+
+def grid_points(grid: dict[str, Sequence[Any]]) -> list[dict[str, Any]]:
+    """Every combination of the grid's choices, in a stable order."""
+    points: list[dict[str, Any]] = [{}]
+    for name, choices in grid.items():
+        points = [point | {name: choice} for point in points for choice in choices]
+    return points
+
+
+def point_key(params: dict[str, Any], names: Sequence[str]) -> tuple | None:
+    if set(params) != set(names):
+        return None
+    return tuple((name, str(params[name])) for name in sorted(names))
+
+
+def trial_params(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
+    """A trial's parameters, also for a queued trial that has not suggested them yet."""
+    return trial.params or dict(trial.system_attrs.get("fixed_params", {}))
+
+
+def stale_trial_ids(storage: RDBStorage, study_id: int, grace: int) -> list[int]:
+    """RUNNING trials whose last beat is older than `grace` s, and those that never beat
+    (killed between pop and first beat) started longer ago than that."""
+    from optuna.storages._rdb import models
+
+    stale = list(storage._get_stale_trial_ids(study_id))
+    cutoff = datetime.now() - timedelta(seconds=grace)
+    with contextlib.closing(storage.scoped_session()) as session:
+        for trial in session.query(models.TrialModel).filter(models.TrialModel.study_id == study_id, models.TrialModel.state == TrialState.RUNNING):
+            if not trial.heartbeats and trial.datetime_start is not None and trial.datetime_start < cutoff:
+                stale.append(trial.trial_id)
+    return stale
+
+
+def rdb_backend(study: optuna.Study) -> RDBStorage | None:
+    """The study's RDB storage (Optuna wraps it in a cache), or None for an in-memory study."""
+    storage = study._storage
+    storage = getattr(storage, "_backend", storage)
+    return storage if isinstance(storage, RDBStorage) else None
+
+
+class ResumableOptunaSweeper(OptunaSweeperImpl):
+    def __init__(self, *args: Any, heartbeat_interval: int, grace_period: int | None, poll_interval: float, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        if heartbeat_interval <= 0:
+            raise ValueError(f"hydra.sweeper.heartbeat_interval must be a positive whole number of seconds, got {heartbeat_interval}")
+        self.heartbeat_interval = int(heartbeat_interval)
+        self.grace_period = int(grace_period or 3 * heartbeat_interval)
+        self.poll_interval = poll_interval
+
+    # --- set-up -------------------------------------------------------------------------
+    def _search_space(self, arguments: list[str]) -> tuple[dict[str, BaseDistribution], dict[str, Any]]:
+        self._process_searchspace_config()
+        space, fixed = create_params_from_overrides(self._parse_sweeper_params_config() + list(arguments))
+        if self.search_space_distributions:
+            space = self.search_space_distributions | space
+        return {k: v for k, v in space.items() if k not in fixed}, fixed
+
+    def _is_grid(self) -> bool:
+        return isinstance(self.sampler, functools.partial) and self.sampler.func == optuna.samplers.GridSampler
+
+    def _storage(self) -> RDBStorage | None:
+        if self.storage is None:
+            return None
+        url = str(self.storage)
+        return RDBStorage(url, heartbeat_interval=self.heartbeat_interval, grace_period=self.grace_period)
+
+    def _study(self, storage: RDBStorage | None, directions: list[str], sampler: optuna.samplers.BaseSampler) -> optuna.Study:
+        if storage is None:
+            log.warning("hydra.sweeper.storage is null: the study lives in memory and cannot resume")
+            storage = optuna.storages.InMemoryStorage()
+        with study_lock(self._url(), self.study_name or ""):
+            return optuna.create_study(study_name=self.study_name, storage=storage, sampler=sampler, directions=directions, load_if_exists=True)
+
+    def _url(self) -> str | None:
+        return None if self.storage is None else str(self.storage)
+
+    # --- the sweep ----------------------------------------------------------------------
+    def sweep(self, arguments: list[str]) -> None:
+        space, fixed = self._search_space(arguments)
+        directions = self._get_directions()
+        storage = self._storage()
+        grid = self._is_grid()
+        if grid:
+            choices = {name: self._to_grid_sampler_choices(dist) for name, dist in space.items()}
+            sampler: optuna.samplers.BaseSampler = optuna.samplers.RandomSampler()  # queued trials carry their params
+        else:
+            sampler = self.sampler
+        study = self._study(storage, directions, sampler)
+        log.info("study %s in %s, sampler %s, directions %s", study.study_name, self._url() or "memory", "grid (queued)" if grid else type(sampler).__name__, directions)
+        if grid:
+            points = grid_points(choices)
+            self._sweep_queue(study, space, fixed, directions, lambda: self._queue_grid(study, points, retry_failed=True), points)
+        else:
+            self._sweep_sampled(study, space, fixed, directions)
+        self._save_results(study, directions)
+
+    def _queue_grid(self, study: optuna.Study, points: list[dict[str, Any]], retry_failed: bool) -> int:
+        """Queue the grid points that have no trial COMPLETE, RUNNING or WAITING (nor FAIL,
+        unless `retry_failed`); under the study lock, so that concurrent sweepers queue each once."""
+        names = list(points[0]) if points else []
+        with study_lock(self._url(), study.study_name):
+            self._fail_stale(study, requeue=False)
+            taken = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING) + (() if retry_failed else (TrialState.FAIL,))
+            done = {point_key(trial_params(t), names) for t in study.get_trials(deepcopy=False) if t.state in taken}
+            missing = [p for p in points if point_key(p, names) not in done]
+            for point in missing:
+                study.enqueue_trial(point)
+        return len(missing)
+
+    def _fail_stale(self, study: optuna.Study, requeue: bool) -> int:
+        backend, storage = rdb_backend(study), study._storage
+        if backend is None:
+            return 0
+        failed = []
+        for trial_id in stale_trial_ids(backend, study._study_id, self.grace_period):
+            try:
+                storage.set_trial_user_attr(trial_id, "error", STALE_NOTE)
+                if storage.set_trial_state(trial_id, TrialState.FAIL):
+                    failed.append(storage.get_trial(trial_id))
+            except RuntimeError:  # another sweeper finished or failed it meanwhile
+                continue
+        for trial in failed:
+            log.warning("trial %d %s", trial.number, STALE_NOTE)
+            if requeue:
+                study.enqueue_trial(trial_params(trial))
+        return len(failed)
+
+    def _pop_queued(self, study: optuna.Study, n: int) -> list[optuna.Trial]:
+        trials = []
+        for frozen in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            if len(trials) == n:
+                break
+            try:
+                popped = study._storage.set_trial_state(frozen._trial_id, TrialState.RUNNING)
+            except RuntimeError:  # finished by another sweeper since the listing
+                continue
+            if popped:
+                trials.append(optuna.Trial(study, frozen._trial_id))
+        return trials
+
+    def _sweep_queue(self, study, space, fixed, directions, queue_missing, points) -> None:
+        queued = queue_missing()
+        log.info("grid of %d points: %d queued by this run, %d already done", len(points), queued, self._count(study, TrialState.COMPLETE))
+        batch_size = max(1, self.n_jobs)
+        while True:
+            trials = self._pop_queued(study, batch_size)
+            if trials:
+                self._run_batch(study, trials, space, fixed, directions)
+                continue
+            if not self._count(study, TrialState.RUNNING):
+                break
+            self._wait_for_others(study)
+
+    def _sweep_sampled(self, study, space, fixed, directions) -> None:
+        """`n_trials` is the study's total: trials done (complete, or failed with an error),
+        running or queued count towards it, so a rerun and a second sweeper add only the rest."""
+        with study_lock(self._url(), study.study_name):
+            self._fail_stale(study, requeue=True)
+        while True:
+            trials = self._pop_queued(study, max(1, self.n_jobs))
+            counted = self._count_failed(study) + sum(self._count(study, s) for s in (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING))
+            trials += [study.ask() for _ in range(min(max(1, self.n_jobs) - len(trials), self.n_trials - counted))]
+            if trials:
+                self._run_batch(study, trials, space, fixed, directions)
+            elif self._count(study, TrialState.RUNNING):
+                self._wait_for_others(study)
+            else:
+                break
+
+    def _wait_for_others(self, study: optuna.Study) -> None:
+        """Other sweepers' trials are running: wait, and take over those whose process died."""
+        time.sleep(self.poll_interval)
+        with study_lock(self._url(), study.study_name):
+            self._fail_stale(study, requeue=True)
+
+    @staticmethod
+    def _count(study: optuna.Study, state: TrialState) -> int:
+        return len(study.get_trials(deepcopy=False, states=(state,)))
+
+    @staticmethod
+    def _count_failed(study: optuna.Study) -> int:
+        """Failed trials that ran to an error (stale ones are queued again instead)."""
+        return sum(t.user_attrs.get("error") != STALE_NOTE for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)))
+
+    def _run_batch(self, study, trials, space, fixed, directions) -> None:
+        overrides = self._configure_trials(trials, space, fixed)
+        backend = rdb_backend(study)
+        beat = Heartbeat(backend, self.heartbeat_interval) if backend else contextlib.nullcontext()
+        if isinstance(beat, Heartbeat):
+            beat.trial_ids = [t._trial_id for t in trials]
+        with beat:
+            returns = self.launcher.launch(overrides, initial_job_idx=self.job_idx)
+        self.job_idx += len(returns)
+        failures = sum(not self._tell(study, trial, ret, len(directions)) for trial, ret in zip(trials, returns))
+        if failures / len(returns) > self.max_failure_rate:
+            raise RuntimeError(f"{failures} of {len(returns)} trials failed, above hydra.sweeper.max_failure_rate={self.max_failure_rate}; see the errors above")
+
+    def _tell(self, study: optuna.Study, trial: optuna.Trial, ret: JobReturn, n_objectives: int) -> bool:
+        error = None
+        values: list[float] | None = None
+        if ret.status == JobStatus.FAILED:
+            err = ret._return_value
+            error = str(err) if type(err).__module__.startswith("trashfire") else f"{type(err).__name__}: {err}"
+        else:
+            returned = ret.return_value
+            values = [float(v) for v in (returned if n_objectives > 1 else [returned])]
+            if len(values) != n_objectives or any(math.isnan(v) for v in values):
+                error, values = f"the trial returned {returned!r}; expected {n_objectives} number(s), none NaN", None
+        if error is not None:
+            study._storage.set_trial_user_attr(trial._trial_id, "error", error)
+            study.tell(trial, state=TrialState.FAIL)
+            log.warning("trial %d failed (%s): %s", trial.number, " ".join(ret.overrides), error)
+            return False
+        study.tell(trial, values=values)
+        return True
+
+    def _save_results(self, study: optuna.Study, directions: list[str]) -> None:
+        complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        failed = self._count(study, TrialState.FAIL)
+        log.info("study %s: %d trials complete, %d failed", study.study_name, len(complete), failed)
+        if not complete:
+            results: dict[str, Any] = {"name": "optuna", "complete": 0, "failed": failed}
+        elif len(directions) == 1:
+            best = study.best_trial
+            log.info("best value %s at %s", best.value, best.params)
+            results = {"name": "optuna", "best_params": best.params, "best_value": best.value, "complete": len(complete), "failed": failed}
+        else:
+            front = [{"params": t.params, "values": t.values} for t in study.best_trials]
+            log.info("%d Pareto-optimal trials", len(front))
+            results = {"name": "optuna", "solutions": front, "complete": len(complete), "failed": failed}
+        Path(self.config.hydra.sweep.dir).mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(OmegaConf.create(results), Path(self.config.hydra.sweep.dir) / "optimization_results.yaml")

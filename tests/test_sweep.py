@@ -1,0 +1,176 @@
+"""Sweeps through the trashfire sweeper: a killed grid sweep resumes and runs every cell once,
+a failed trial is recorded and the sweep goes on, joblib-parallel trials give the sequential
+records, two sweepers share a PostgreSQL study, and submitit's local executor runs a sweep."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import optuna
+import pytest
+
+from tests.conftest import ROOT
+from trashfire.sweep import STALE_NOTE, grid_points, study_lock
+
+CELL = [
+    "data.digits.subsample=400", "split.n_attack=20", "train.progress=false",
+    "attack=[fgm,pgd]", "attack.fgm.values=[0.3]", "attack.pgd.values=[0.3]",
+]
+GRID = ["model=choice(fcnet,mlp2)", "defence=choice(none,fsq)", "train.epochs=choice(1)"]
+FAST_BEATS = ["hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=2", "hydra.sweeper.poll_interval=0.5"]
+TIMING_KEYS = ("t_", "device")
+
+
+def sweep_command(tmp_path: Path, storage: str | None, *args: str, preset: str = "training_grid") -> list[str]:
+    """storage None: the preset's, i.e. $TRASHFIRE_STUDY_URL."""
+    paths = [f"paths.{k}={tmp_path / k}" for k in ("processed", "models", "attacks")]
+    return [sys.executable, "-m", "trashfire.experiment", "--multirun", f"hparams_search={preset}", *CELL, *paths,
+            *([f"hydra.sweeper.storage='{storage}'"] if storage else []), f"hydra.sweep.dir={tmp_path / 'sweep'}", *FAST_BEATS, *args]
+
+
+def env(**extra: str) -> dict[str, str]:
+    return os.environ | {"TRASHFIRE_CONFIG_DIR": str(ROOT / "conf")} | extra
+
+
+def run_sweep(tmp_path: Path, storage: str, *args: str, preset: str = "training_grid") -> str:
+    """The sweep's log (Hydra logs the sweeper on stdout, the trials log on stderr)."""
+    result = subprocess.run(sweep_command(tmp_path, storage, *args, preset=preset), cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result.stdout + result.stderr
+
+
+def trials_of(storage: str, name: str = "training_grid") -> list[optuna.trial.FrozenTrial]:
+    return optuna.load_study(study_name=name, storage=storage).get_trials()
+
+
+def completed_points(trials) -> list[tuple]:
+    return sorted(tuple(sorted(t.params.items())) for t in trials if t.state == optuna.trial.TrialState.COMPLETE)
+
+
+def records(folder: Path) -> dict[str, dict]:
+    """Record files by name, timings and device left out."""
+    return {p.name: {k: v for k, v in json.loads(p.read_text()).items() if not k.startswith(TIMING_KEYS)} for p in sorted(folder.glob("*.json"))}
+
+
+EXPECTED_POINTS = sorted(tuple(sorted(p.items())) for p in grid_points({"model": ["fcnet", "mlp2"], "defence": ["none", "fsq"], "train.epochs": [1]}))
+
+
+def test_grid_points_cover_the_product_in_order():
+    assert grid_points({"a": [1, 2], "b": ["x"]}) == [{"a": 1, "b": "x"}, {"a": 2, "b": "x"}]
+    assert len(EXPECTED_POINTS) == 4
+
+
+def sqlite_states(db: Path) -> list[str]:
+    try:
+        with sqlite3.connect(db, timeout=1) as connection:
+            return [row[0] for row in connection.execute("SELECT state FROM trials")]
+    except sqlite3.Error:
+        return []
+
+
+def test_killed_grid_sweep_reruns_to_every_cell_exactly_once(tmp_path):
+    db = tmp_path / "optuna.db"
+    storage = f"sqlite:///{db}"
+    process = subprocess.Popen(sweep_command(tmp_path, storage, *GRID), cwd=tmp_path, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while not (sqlite_states(db).count("COMPLETE") >= 1 and "RUNNING" in sqlite_states(db)):
+        assert process.poll() is None and time.monotonic() < deadline, "the sweep ended before it could be killed midway"
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    states = sqlite_states(db)
+    assert "RUNNING" in states and 1 <= states.count("COMPLETE") < 4, states
+    before = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "attacks").glob("*.json")}
+
+    rerun = run_sweep(tmp_path, storage, *GRID)
+    assert STALE_NOTE in rerun
+    trials = trials_of(storage)
+    assert completed_points(trials) == EXPECTED_POINTS  # each grid point complete exactly once
+    assert [t.user_attrs["error"] for t in trials if t.state == optuna.trial.TrialState.FAIL] == [STALE_NOTE]
+    after = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "attacks").glob("*.json")}
+    assert {name: after[name] for name in before} == before  # cells recorded before the kill were not redone
+    assert len(after) == 4 * 3 + 2 * 0 and len(list((tmp_path / "models").glob("*.json"))) == 2  # 4 model cells x 3 attack cells; 2 trained
+
+    again = run_sweep(tmp_path, storage, *GRID)
+    assert "0 queued by this run, 4 already done" in again
+    assert len(trials_of(storage)) == len(trials)
+
+
+def test_a_failing_trial_is_recorded_and_the_sweep_goes_on(tmp_path):
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    args = ["model=choice(fcnet)", "train.epochs=choice(1)", "defence_cell=choice(fsq@4,fsq@0)", "~hydra.sweeper.params.defence"]
+    result = run_sweep(tmp_path, storage, *args)
+    trials = trials_of(storage)
+    failed = [t for t in trials if t.state == optuna.trial.TrialState.FAIL]
+    assert [t.params["defence_cell"] for t in failed] == ["fsq@0"]
+    assert failed[0].user_attrs["error"] == "config error: defence.fsq.values: got 0; must be an integer in [1, 64]"
+    assert completed_points(trials) == [(("defence_cell", "fsq@4"), ("model", "fcnet"), ("train.epochs", 1))]
+    assert "1 trials complete, 1 failed" in result
+
+    rerun = run_sweep(tmp_path, storage, *args)  # a rerun retries the failure only
+    assert "1 queued by this run, 1 already done" in rerun
+
+
+def test_joblib_parallel_sweep_gives_the_sequential_records(tmp_path):
+    sequential, parallel = tmp_path / "sequential", tmp_path / "parallel"
+    for folder, extra in ((sequential, ["threads=1"]), (parallel, ["launcher=joblib"])):
+        folder.mkdir()
+        run_sweep(folder, f"sqlite:///{folder / 'optuna.db'}", *GRID, *extra)
+    assert records(sequential / "models") == records(parallel / "models")
+    assert records(sequential / "attacks") and records(sequential / "attacks") == records(parallel / "attacks")
+    values = [{tuple(sorted(t.params.items())): t.value for t in trials_of(f"sqlite:///{f / 'optuna.db'}")} for f in (sequential, parallel)]
+    assert len(values[0]) == 4 and values[0] == values[1]
+
+
+def test_sqlite_study_lock_excludes_a_second_holder(tmp_path):
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    code = f"from trashfire.sweep import study_lock\nwith study_lock({url!r}, 's'):\n    print('got it', flush=True)\n"
+    with study_lock(url, "s"):
+        waiting = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        time.sleep(3)
+        assert waiting.poll() is None  # blocked while this process holds the lock
+    assert waiting.communicate(timeout=60)[0] == "got it\n"
+
+
+@pytest.fixture
+def postgres(tmp_path):
+    try:
+        import pgserver
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR is not set
+            server = pgserver.get_server(tmp_path / "pg", cleanup_mode="delete")
+    except Exception as err:  # noqa: BLE001 - any failure to start means: no server here
+        pytest.skip(f"cannot start a PostgreSQL server here with pgserver: {err}")
+    yield server.get_uri()
+    server.cleanup()
+
+
+def test_two_sweepers_share_one_postgresql_study(tmp_path, postgres):
+    grid = ["model=choice(fcnet,mlp2)", "defence=choice(none,fsq,gauss_out)", "train.epochs=choice(1)"]
+    commands = [sweep_command(tmp_path, None, *grid) for _ in range(2)]  # the study URL from the environment
+    shared = env(TRASHFIRE_STUDY_URL=postgres)
+    processes = [subprocess.Popen(c, cwd=tmp_path, env=shared, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for c in commands]
+    outputs = [p.communicate(timeout=900)[0] for p in processes]
+    assert [p.returncode for p in processes] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+    trials = trials_of(postgres)
+    assert len(trials) == 6 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials), [(t.state, t.params) for t in trials]
+    assert len(set(completed_points(trials))) == 6  # no grid point lost or run twice
+    queued = [int(out.split(" queued by this run")[0].rsplit(" ", 1)[-1]) for out in outputs]
+    assert sorted(queued) == [0, 6], outputs  # one sweeper queued the grid, the other found it queued
+
+
+def test_submitit_local_runs_a_two_trial_sweep(tmp_path):
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    run_sweep(tmp_path, storage, "model=choice(fcnet)", "defence=choice(none,fsq)", "train.epochs=choice(1)", "launcher=submitit_local")
+    trials = trials_of(storage)
+    assert len(trials) == 2 and all(t.state == optuna.trial.TrialState.COMPLETE and 0 <= t.value <= 1 for t in trials)
+    assert list((tmp_path / "sweep" / ".submitit").glob("*/*_result.pkl"))  # the trials ran as submitit jobs
