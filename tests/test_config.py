@@ -121,3 +121,15 @@ def test_narrowing_a_preset_drops_the_members_it_only_gave_values(conf_dir):
     cfg = validate(compose(["experiment=trashfire_paper", "attack=[fgm]", "defence=[none,fsq]"], conf=conf_dir))
     assert list(cfg.attack) == ["fgm"] and list(cfg.defence) == ["none", "fsq"]
     assert list(cfg.defence.fsq["values"]) == [2, 4, 8, 16, 32, 64]  # the preset's values still apply
+
+
+def test_defence_cell_keeps_one_defence_at_one_value(conf_dir):
+    fsq = validate(compose(["defence_cell=fsq@4"], conf=conf_dir))
+    assert list(fsq.defence) == ["fsq"] and list(fsq.defence.fsq["values"]) == [4]
+    gauss = validate(compose(["defence_cell=gauss_in@0.001"], conf=conf_dir))
+    assert list(gauss.defence) == ["gauss_in"] and list(gauss.defence.gauss_in["values"]) == [0.001]
+    for bad in ("fsq", "nosuch@1", "fsq@"):
+        with pytest.raises(ConfigError, match=r"defence_cell: got .*; allowed: <defence>@<value> with a selected defence \(none, gauss_in, gauss_out, conf, fsq\)"):
+            validate(compose([f"defence_cell={bad}"], conf=conf_dir))
+    with pytest.raises(ConfigError, match="defence.fsq.values: got 0"):
+        validate(compose(["defence_cell=fsq@0"], conf=conf_dir))

@@ -130,6 +130,14 @@ def test_joblib_parallel_sweep_gives_the_sequential_records(tmp_path):
     assert len(values[0]) == 4 and values[0] == values[1]
 
 
+def test_trials_as_threads_are_refused_because_they_would_share_one_process_clock(tmp_path):
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    run_sweep(tmp_path, storage, "model=choice(fcnet)", "defence=choice(none)", "train.epochs=choice(1)", "launcher=joblib", "hydra.launcher.backend=threading")
+    (trial,) = trials_of(storage)
+    assert trial.state == optuna.trial.TrialState.FAIL and "trials run as threads of one process" in trial.user_attrs["error"]
+    assert not (tmp_path / "models").exists()
+
+
 def test_sqlite_study_lock_excludes_a_second_holder(tmp_path):
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
     code = f"from trashfire.sweep import study_lock\nwith study_lock({url!r}, 's'):\n    print('got it', flush=True)\n"
@@ -174,3 +182,60 @@ def test_submitit_local_runs_a_two_trial_sweep(tmp_path):
     trials = trials_of(storage)
     assert len(trials) == 2 and all(t.state == optuna.trial.TrialState.COMPLETE and 0 <= t.value <= 1 for t in trials)
     assert list((tmp_path / "sweep" / ".submitit").glob("*/*_result.pkl"))  # the trials ran as submitit jobs
+
+
+def compose_with_hydra(*overrides: str):
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        return compose("config", overrides=list(overrides), return_hydra_config=True)
+
+
+def test_paper_grid_preset_is_trashfires_grid_of_4800_cells():
+    from hydra_plugins.hydra_optuna_sweeper._impl import create_params_from_overrides
+
+    cfg = compose_with_hydra("experiment=trashfire_paper", "hparams_search=paper_grid")
+    space, _ = create_params_from_overrides([f"{k}={v}" for k, v in cfg.hydra.sweeper.params.items()])
+    choices = {name: list(dist.choices) for name, dist in space.items()}
+    cells = [c for c in choices["defence_cell"] if c != "none@0"]
+    assert cells == [f"{d}@{v}" for d in ("gauss_in", "gauss_out", "conf", "fsq") for v in cfg.defence[d]["values"]]  # the preset's value grids
+    assert choices["train.epochs"] == list(cfg.train.epochs) and choices["train.lr"] == list(cfg.train.lr)
+    assert len(grid_points(choices)) == 24 * 5 * 5 * 8
+    assert cfg.hydra.sweeper._target_.endswith("TrashfireSweeper") and cfg.hydra.sweeper.sampler._target_ == "optuna.samplers.GridSampler"
+
+
+def test_launcher_presets_compose_to_their_hydra_launchers():
+    slurm = compose_with_hydra("hparams_search=paper_grid", "launcher=slurm")
+    assert slurm.hydra.launcher._target_.endswith("SlurmLauncher") and slurm.hydra.sweeper.n_jobs == 32
+    joblib = compose_with_hydra("hparams_search=training_grid", "launcher=joblib")
+    assert joblib.hydra.launcher._target_.endswith("JoblibLauncher") and joblib.threads == 1 and joblib.hydra.sweeper.n_jobs == 2
+
+
+def test_a_direction_per_objective_is_required_before_any_trial(tmp_path):
+    command = sweep_command(tmp_path, f"sqlite:///{tmp_path / 'optuna.db'}", "objective=[acc_adv,trash]", preset="search")
+    result = subprocess.run(command, cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "trashfire.experiment: config error: hydra.sweeper.direction: 1 direction(s) ['maximize'] for 2 objective(s) ['acc_adv', 'trash']; give one per objective")
+    assert not (tmp_path / "models").exists()
+
+
+def test_the_sweep_config_cache_composes_what_hydra_composes():
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.types import RunMode
+    from omegaconf import OmegaConf
+
+    from trashfire.sweep import SweepConfigCache
+
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        master = loader.load_configuration("config", overrides=["hparams_search=training_grid", "hydra.sweeper.n_jobs=3"], run_mode=RunMode.MULTIRUN)
+        cache = SweepConfigCache(loader)
+        trials = [["model=fcnet", "defence=fsq", "train.epochs=1", "data.digits.subsample=400", "attack=[fgm,pgd]", "defence_cell=fsq@4"],
+                  ["model=fcnet", "defence=none", "train.epochs=2", "data.digits.subsample=400", "attack=[fgm,pgd]", "defence_cell=null"],
+                  ["model=mlp2", "defence=fsq", "train.epochs=1", "data.digits.subsample=300", "attack=[fgm]", "+extra.key=1"]]
+        for overrides in trials + trials:  # the second round comes from the cache
+            direct, cached = loader.load_sweep_config(master, overrides), cache.load_sweep_config(master, overrides)
+            assert OmegaConf.to_yaml(cached) == OmegaConf.to_yaml(direct), overrides
+        assert len(cache._composed) == 3  # one composition per distinct set of group choices

@@ -21,6 +21,7 @@ study may pick the same grid point. Here:
 from __future__ import annotations
 
 import contextlib
+import copy
 import fcntl
 import functools
 import logging
@@ -34,14 +35,20 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import optuna
+from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
+from hydra.core.plugins import Plugins
 from hydra.core.utils import JobReturn, JobStatus
+from hydra.types import HydraContext, TaskFunction
 from hydra_plugins.hydra_optuna_sweeper._impl import OptunaSweeperImpl, create_params_from_overrides
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from optuna.distributions import BaseDistribution
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
 from trashfire.clocks import exclude_thread_cpu
+from trashfire.errors import ConfigError
 
 log = logging.getLogger(__name__)
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # enqueue_trial, stable in 2.10 as used here
@@ -80,6 +87,41 @@ def study_lock(url: str | None, study_name: str) -> Iterator[None]:
         return
     log.warning("no study lock for %s: start concurrent sweepers on a fresh study one at a time", url.split(":")[0])
     yield
+
+
+class SweepConfigCache:
+    """Hydra composes every trial's config from scratch: each YAML file parsed again and the
+    defaults tree rebuilt, about half a second per trial here, more than a tiny cell costs.
+    Only the config-group choices shape that work; Hydra applies value overrides to the
+    composed result. So: compose once per distinct set of group choices, and apply each
+    trial's value overrides to a copy, as Hydra does. Wraps the loader every launcher uses."""
+
+    def __init__(self, loader: Any):
+        self._loader = loader
+        self._composed: dict[tuple[str, ...], DictConfig] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+    def _is_value_override(self, override: Override) -> bool:
+        if override.is_hydra_override() or override.is_sweep_override():
+            return False
+        return isinstance(override.value(), dict) or not self._loader.repository.group_exists(override.key_or_group)
+
+    def load_sweep_config(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
+        parsed = OverridesParser.create().parse_overrides(list(sweep_overrides))
+        values = [o for o in parsed if self._is_value_override(o)]
+        key = tuple(o.input_line for o in parsed if o not in values)
+        if key not in self._composed:
+            self._composed[key] = self._loader.load_sweep_config(master_config, list(key))
+        cfg = copy.deepcopy(self._composed[key])
+        ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
+        task = [o for o in parsed if not o.is_hydra_override()]
+        dirname = cfg.hydra.job.config.override_dirname
+        with open_dict(cfg.hydra):
+            cfg.hydra.overrides.task = [o.input_line for o in task]
+            cfg.hydra.job.override_dirname = get_overrides_dirname(task, exclude_keys=list(dirname.exclude_keys), item_sep=dirname.item_sep, kv_sep=dirname.kv_sep)
+        return cfg
 
 
 class Heartbeat:
@@ -145,6 +187,22 @@ def stale_trial_ids(storage: RDBStorage, study_id: int, grace: int) -> list[int]
     return stale
 
 
+def _fast_sqlite(engine: Any) -> None:
+    """Write-ahead logging, synced at checkpoints: a commit (each trial attribute, each beat)
+    stops costing an fsync, and readers stop blocking the writer. (SQLite on a network file
+    system supports neither: use PostgreSQL there.)"""
+    import sqlalchemy
+
+    @sqlalchemy.event.listens_for(engine, "connect")
+    def _pragmas(connection, _record) -> None:
+        cursor = connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    engine.dispose()  # pooled connections opened before the listener get it on reconnect
+
+
 def rdb_backend(study: optuna.Study) -> RDBStorage | None:
     """The study's RDB storage (Optuna wraps it in a cache), or None for an in-memory study."""
     storage = study._storage
@@ -162,6 +220,11 @@ class ResumableOptunaSweeper(OptunaSweeperImpl):
         self.poll_interval = poll_interval
 
     # --- set-up -------------------------------------------------------------------------
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
+        cached = HydraContext(config_loader=SweepConfigCache(hydra_context.config_loader), callbacks=hydra_context.callbacks)
+        self.launcher = Plugins.instance().instantiate_launcher(config=config, hydra_context=cached, task_function=task_function)
+
     def _search_space(self, arguments: list[str]) -> tuple[dict[str, BaseDistribution], dict[str, Any]]:
         self._process_searchspace_config()
         space, fixed = create_params_from_overrides(self._parse_sweeper_params_config() + list(arguments))
@@ -176,22 +239,39 @@ class ResumableOptunaSweeper(OptunaSweeperImpl):
         if self.storage is None:
             return None
         url = str(self.storage)
-        return RDBStorage(url, heartbeat_interval=self.heartbeat_interval, grace_period=self.grace_period)
+        storage = RDBStorage(url, heartbeat_interval=self.heartbeat_interval, grace_period=self.grace_period)
+        if url.startswith("sqlite"):
+            _fast_sqlite(storage.engine)
+        return storage
 
     def _study(self, storage: RDBStorage | None, directions: list[str], sampler: optuna.samplers.BaseSampler) -> optuna.Study:
         if storage is None:
             log.warning("hydra.sweeper.storage is null: the study lives in memory and cannot resume")
             storage = optuna.storages.InMemoryStorage()
         with study_lock(self._url(), self.study_name or ""):
-            return optuna.create_study(study_name=self.study_name, storage=storage, sampler=sampler, directions=directions, load_if_exists=True)
+            try:
+                return optuna.create_study(study_name=self.study_name, storage=storage, sampler=sampler, directions=directions, load_if_exists=True)
+            except ValueError as err:
+                if "direction" not in str(err):
+                    raise
+                raise ConfigError("hydra.sweeper.study_name", f"study {self.study_name!r} exists with other directions than {directions}; name a new study for these objectives") from None
 
     def _url(self) -> str | None:
         return None if self.storage is None else str(self.storage)
 
     # --- the sweep ----------------------------------------------------------------------
+    def _check_directions(self, directions: list[str]) -> None:
+        objective = self.config.get("objective")
+        if objective is None:
+            return
+        n = len(objective) if OmegaConf.is_list(objective) else 1
+        if n != len(directions):
+            raise ConfigError("hydra.sweeper.direction", f"{len(directions)} direction(s) {directions} for {n} objective(s) {OmegaConf.to_container(objective) if n > 1 else objective}; give one per objective")
+
     def sweep(self, arguments: list[str]) -> None:
         space, fixed = self._search_space(arguments)
         directions = self._get_directions()
+        self._check_directions(directions)
         storage = self._storage()
         grid = self._is_grid()
         if grid:
@@ -240,17 +320,30 @@ class ResumableOptunaSweeper(OptunaSweeperImpl):
         return len(failed)
 
     def _pop_queued(self, study: optuna.Study, n: int) -> list[optuna.Trial]:
+        """Up to n queued trials, each moved to RUNNING by an atomic update (a trial another
+        sweeper takes first is skipped)."""
         trials = []
-        for frozen in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        for trial_id in self._waiting_ids(study):
             if len(trials) == n:
                 break
             try:
-                popped = study._storage.set_trial_state(frozen._trial_id, TrialState.RUNNING)
+                popped = study._storage.set_trial_state(trial_id, TrialState.RUNNING)
             except RuntimeError:  # finished by another sweeper since the listing
                 continue
             if popped:
-                trials.append(optuna.Trial(study, frozen._trial_id))
+                trials.append(optuna.Trial(study, trial_id))
         return trials
+
+    @staticmethod
+    def _waiting_ids(study: optuna.Study) -> list[int]:
+        backend = rdb_backend(study)
+        if backend is None:
+            return [t._trial_id for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))]
+        from optuna.storages._rdb import models  # one indexed query, not every trial of the study
+
+        with contextlib.closing(backend.scoped_session()) as session:
+            rows = session.query(models.TrialModel.trial_id).filter(models.TrialModel.study_id == study._study_id, models.TrialModel.state == TrialState.WAITING)
+            return [row[0] for row in rows.order_by(models.TrialModel.trial_id)]
 
     def _sweep_queue(self, study, space, fixed, directions, queue_missing, points) -> None:
         queued = queue_missing()
@@ -295,6 +388,24 @@ class ResumableOptunaSweeper(OptunaSweeperImpl):
     def _count_failed(study: optuna.Study) -> int:
         """Failed trials that ran to an error (stale ones are queued again instead)."""
         return sum(t.user_attrs.get("error") != STALE_NOTE for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)))
+
+    def _configure_trials(self, trials, space, fixed) -> list[tuple[str, ...]]:
+        """Each trial's overrides; the fixed (non-swept) ones are recorded with the trial in
+        one write rather than one per parameter as Hydra's sweeper does."""
+        overrides = []
+        for trial in trials:
+            for name, distribution in space.items():
+                trial._suggest(name, distribution)
+            if self.custom_search_space_extender:
+                self.custom_search_space_extender(self.config, trial)
+            backend = rdb_backend(trial.study)
+            if backend is not None and fixed:
+                backend._update_trial(trial._trial_id, user_attrs=dict(fixed))
+            else:
+                for name, value in fixed.items():
+                    trial.set_user_attr(name, value)
+            overrides.append(tuple(f"{name}={value}" for name, value in (dict(trial.params) | fixed).items()))
+        return overrides
 
     def _run_batch(self, study, trials, space, fixed, directions) -> None:
         overrides = self._configure_trials(trials, space, fixed)

@@ -4,6 +4,7 @@ plugins only under the `hydra_plugins` package, hence this thin module."""
 
 
 import logging
+import sys
 from dataclasses import dataclass
 from typing import Any, List, Optional
 
@@ -45,4 +46,10 @@ class TrashfireSweeper(Sweeper):
         self.sweeper.setup(hydra_context=hydra_context, task_function=task_function, config=config)
 
     def sweep(self, arguments: List[str]) -> None:
-        return self.sweeper.sweep(arguments)
+        from trashfire.errors import TrashfireError
+
+        try:
+            return self.sweeper.sweep(arguments)
+        except TrashfireError as err:  # one line and exit 2, as every trashfire command
+            print(f"trashfire.experiment: {err}", file=sys.stderr)
+            sys.exit(err.exit_code)
