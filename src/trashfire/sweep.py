@@ -101,7 +101,14 @@ class SweepConfigCache:
         self._composed: dict[tuple[str, ...], DictConfig] = {}
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("_loader", "_composed"):
+            raise AttributeError(name)
         return getattr(self._loader, name)
+
+    def __reduce__(self):
+        """Launchers that ship the loader to worker processes (joblib, submitit) ship Hydra's
+        own: a worker composes its one trial and has nothing to cache."""
+        return copy.copy, (self._loader,)
 
     def _is_value_override(self, override: Override) -> bool:
         if override.is_hydra_override() or override.is_sweep_override():
