@@ -24,6 +24,7 @@ import contextlib
 import copy
 import fcntl
 import functools
+import itertools
 import logging
 import math
 import threading
@@ -135,9 +136,8 @@ class Heartbeat:
     """Beats for the running trials every `interval` s from a thread whose CPU time the
     process clock of the trials leaves out."""
 
-    def __init__(self, storage: RDBStorage, interval: int):
-        self.storage, self.interval = storage, interval
-        self.trial_ids: list[int] = []
+    def __init__(self, storage: RDBStorage, interval: int, trial_ids: list[int]):
+        self.storage, self.interval, self.trial_ids = storage, interval, trial_ids
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="trashfire-heartbeat", daemon=True)
 
@@ -163,10 +163,7 @@ class Heartbeat:
 
 def grid_points(grid: dict[str, Sequence[Any]]) -> list[dict[str, Any]]:
     """Every combination of the grid's choices, in a stable order."""
-    points: list[dict[str, Any]] = [{}]
-    for name, choices in grid.items():
-        points = [point | {name: choice} for point in points for choice in choices]
-    return points
+    return [dict(zip(grid, combination)) for combination in itertools.product(*grid.values())]
 
 
 def point_key(params: dict[str, Any], names: Sequence[str]) -> tuple | None:
@@ -290,18 +287,18 @@ class ResumableOptunaSweeper(OptunaSweeperImpl):
         log.info("study %s in %s, sampler %s, directions %s", study.study_name, self._url() or "memory", "grid (queued)" if grid else type(sampler).__name__, directions)
         if grid:
             points = grid_points(choices)
-            self._sweep_queue(study, space, fixed, directions, lambda: self._queue_grid(study, points, retry_failed=True), points)
+            self._sweep_queue(study, space, fixed, directions, points)
         else:
             self._sweep_sampled(study, space, fixed, directions)
         self._save_results(study, directions)
 
-    def _queue_grid(self, study: optuna.Study, points: list[dict[str, Any]], retry_failed: bool) -> int:
-        """Queue the grid points that have no trial COMPLETE, RUNNING or WAITING (nor FAIL,
-        unless `retry_failed`); under the study lock, so that concurrent sweepers queue each once."""
+    def _queue_grid(self, study: optuna.Study, points: list[dict[str, Any]]) -> int:
+        """Queue the grid points that have no trial COMPLETE, RUNNING or WAITING (failed ones
+        are retried); under the study lock, so that concurrent sweepers queue each once."""
         names = list(points[0]) if points else []
         with study_lock(self._url(), study.study_name):
             self._fail_stale(study, requeue=False)
-            taken = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING) + (() if retry_failed else (TrialState.FAIL,))
+            taken = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING)
             done = {point_key(trial_params(t), names) for t in study.get_trials(deepcopy=False) if t.state in taken}
             missing = [p for p in points if point_key(p, names) not in done]
             for point in missing:
@@ -352,8 +349,8 @@ class ResumableOptunaSweeper(OptunaSweeperImpl):
             rows = session.query(models.TrialModel.trial_id).filter(models.TrialModel.study_id == study._study_id, models.TrialModel.state == TrialState.WAITING)
             return [row[0] for row in rows.order_by(models.TrialModel.trial_id)]
 
-    def _sweep_queue(self, study, space, fixed, directions, queue_missing, points) -> None:
-        queued = queue_missing()
+    def _sweep_queue(self, study, space, fixed, directions, points) -> None:
+        queued = self._queue_grid(study, points)
         log.info("grid of %d points: %d queued by this run, %d already done", len(points), queued, self._count(study, TrialState.COMPLETE))
         batch_size = max(1, self.n_jobs)
         while True:
@@ -417,9 +414,7 @@ class ResumableOptunaSweeper(OptunaSweeperImpl):
     def _run_batch(self, study, trials, space, fixed, directions) -> None:
         overrides = self._configure_trials(trials, space, fixed)
         backend = rdb_backend(study)
-        beat = Heartbeat(backend, self.heartbeat_interval) if backend else contextlib.nullcontext()
-        if isinstance(beat, Heartbeat):
-            beat.trial_ids = [t._trial_id for t in trials]
+        beat = Heartbeat(backend, self.heartbeat_interval, [t._trial_id for t in trials]) if backend else contextlib.nullcontext()
         with beat:
             returns = self.launcher.launch(overrides, initial_job_idx=self.job_idx)
         self.job_idx += len(returns)
