@@ -16,6 +16,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+import yaml
 
 from tests.conftest import ROOT
 from trashfire.sweep import STALE_NOTE, grid_points, study_lock
@@ -118,6 +119,11 @@ def test_a_failing_trial_is_recorded_and_the_sweep_goes_on(tmp_path):
     rerun = run_sweep(tmp_path, storage, *args)  # a rerun retries the failure only
     assert "1 queued by this run, 1 already done" in rerun
 
+    sweep_dir = tmp_path / "sweep"  # trial_configs: overrides, the default
+    assert "hparams_search" in (sweep_dir / "multirun.yaml").read_text()
+    assert sorted(p.name for p in (sweep_dir / "0" / ".hydra").iterdir()) == ["overrides.yaml"]
+    assert yaml.safe_load((sweep_dir / "0" / ".hydra" / "overrides.yaml").read_text())[:3] == ["model=fcnet", "train.epochs=1", "defence_cell=fsq@0"]  # the rerun's trial
+
 
 def test_joblib_parallel_sweep_gives_the_sequential_records(tmp_path):
     sequential, parallel = tmp_path / "sequential", tmp_path / "parallel"
@@ -185,10 +191,12 @@ def test_two_sweepers_share_one_postgresql_study(tmp_path, postgres):
 
 def test_submitit_local_runs_a_two_trial_sweep(tmp_path):
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
-    run_sweep(tmp_path, storage, "model=choice(fcnet)", "defence=choice(none,fsq)", "train.epochs=choice(1)", "launcher=submitit_local")
+    run_sweep(tmp_path, storage, "model=choice(fcnet)", "defence=choice(none,fsq)", "train.epochs=choice(1)", "launcher=submitit_local",
+              "hydra.sweeper.trial_configs=full")
     trials = trials_of(storage)
     assert len(trials) == 2 and all(t.state == optuna.trial.TrialState.COMPLETE and 0 <= t.value <= 1 for t in trials)
     assert list((tmp_path / "sweep" / ".submitit").glob("*/*_result.pkl"))  # the trials ran as submitit jobs
+    assert sorted(p.name for p in (tmp_path / "sweep" / "1" / ".hydra").iterdir()) == ["config.yaml", "hydra.yaml", "overrides.yaml"]
 
 
 def compose_with_hydra(*overrides: str):
@@ -218,12 +226,15 @@ def test_launcher_presets_compose_to_their_hydra_launchers():
     assert joblib.hydra.launcher._target_.endswith("JoblibLauncher") and joblib.threads == 1 and joblib.hydra.sweeper.n_jobs == 2
 
 
-def test_a_direction_per_objective_is_required_before_any_trial(tmp_path):
-    command = sweep_command(tmp_path, f"sqlite:///{tmp_path / 'optuna.db'}", "objective=[acc_adv,trash]", preset="search")
+@pytest.mark.parametrize("override, line", [
+    ("objective=[acc_adv,trash]", "hydra.sweeper.direction: 1 direction(s) ['maximize'] for 2 objective(s) ['acc_adv', 'trash']; give one per objective"),
+    ("hydra.sweeper.trial_configs=all", "hydra.sweeper.trial_configs: got 'all'; allowed: overrides, full"),
+])
+def test_sweeper_config_errors_end_in_one_line_before_any_trial(tmp_path, override, line):
+    command = sweep_command(tmp_path, f"sqlite:///{tmp_path / 'optuna.db'}", override, preset="search")
     result = subprocess.run(command, cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=300)
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1] == (
-        "trashfire.experiment: config error: hydra.sweeper.direction: 1 direction(s) ['maximize'] for 2 objective(s) ['acc_adv', 'trash']; give one per objective")
+    assert result.stderr.strip().splitlines()[-1] == f"trashfire.experiment: config error: {line}"
     assert not (tmp_path / "models").exists()
 
 
@@ -241,7 +252,7 @@ def test_the_sweep_config_cache_composes_what_hydra_composes():
         cache = SweepConfigCache(loader)
         trials = [["model=fcnet", "defence=fsq", "train.epochs=1", "data.digits.subsample=400", "attack=[fgm,pgd]", "defence_cell=fsq@4"],
                   ["model=fcnet", "defence=none", "train.epochs=2", "data.digits.subsample=400", "attack=[fgm,pgd]", "defence_cell=null"],
-                  ["model=mlp2", "defence=fsq", "train.epochs=1", "data.digits.subsample=300", "attack=[fgm]", "+extra.key=1"]]
+                  ["model=mlp2", "defence=fsq", "train.epochs=1", "data.digits.subsample=300", "attack=[fgm]", "+extra.key=1", "hydra.output_subdir=null"]]
         for overrides in trials + trials:  # the second round comes from the cache
             direct, cached = loader.load_sweep_config(master, overrides), cache.load_sweep_config(master, overrides)
             assert OmegaConf.to_yaml(cached) == OmegaConf.to_yaml(direct), overrides

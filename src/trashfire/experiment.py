@@ -60,7 +60,7 @@ def objective_names(cfg: DictConfig) -> list[str]:
 
 def objective_values(cfg: DictConfig, names: list[str]) -> list[float]:
     """The trial's objectives from its attack records."""
-    return objectives_of(timing.experiments_table(cfg), names, cfg.metrics)
+    return objectives_of(timing.experiments_table(cfg, outcomes=False), names, cfg.metrics)
 
 
 def objectives_of(table: pd.DataFrame, names: list[str], metric_cfg: DictConfig) -> list[float]:

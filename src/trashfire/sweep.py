@@ -27,6 +27,7 @@ import functools
 import itertools
 import logging
 import math
+import pickle
 import threading
 import time
 import warnings
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import optuna
+import yaml
 from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
@@ -46,6 +48,7 @@ from hydra_plugins.hydra_optuna_sweeper._impl import OptunaSweeperImpl, create_p
 from omegaconf import DictConfig, OmegaConf, open_dict
 from optuna.distributions import BaseDistribution
 from optuna.storages import RDBStorage
+from optuna.storages._cached_storage import _CachedStorage
 from optuna.trial import TrialState
 
 from trashfire.clocks import exclude_thread_cpu
@@ -90,6 +93,9 @@ def study_lock(url: str | None, study_name: str) -> Iterator[None]:
     yield
 
 
+TRIAL_CONFIGS = ("overrides", "full")
+
+
 class SweepConfigCache:
     """Hydra composes every trial's config from scratch: each YAML file parsed again and the
     defaults tree rebuilt, about half a second per trial here, more than a tiny cell costs.
@@ -99,10 +105,12 @@ class SweepConfigCache:
 
     def __init__(self, loader: Any):
         self._loader = loader
-        self._composed: dict[tuple[str, ...], DictConfig] = {}
+        self._composed: dict[tuple[str, ...], bytes] = {}
+        self._parsed: dict[str, Override] = {}
+        self._parser = OverridesParser.create()
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in ("_loader", "_composed"):
+        if name.startswith("__") or name in ("_loader", "_composed", "_parsed", "_parser"):
             raise AttributeError(name)
         return getattr(self._loader, name)
 
@@ -116,13 +124,19 @@ class SweepConfigCache:
             return False
         return isinstance(override.value(), dict) or not self._loader.repository.group_exists(override.key_or_group)
 
+    def _parse(self, line: str) -> Override:
+        if line not in self._parsed:
+            self._parsed[line] = self._parser.parse_override(line)
+        return self._parsed[line]
+
     def load_sweep_config(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
-        parsed = OverridesParser.create().parse_overrides(list(sweep_overrides))
+        parsed = [self._parse(line) for line in sweep_overrides]
         values = [o for o in parsed if self._is_value_override(o)]
         key = tuple(o.input_line for o in parsed if o not in values)
         if key not in self._composed:
-            self._composed[key] = self._loader.load_sweep_config(master_config, list(key))
-        cfg = copy.deepcopy(self._composed[key])
+            # pickled: a copy unpickles in a third of a deepcopy's time (OmegaConf nodes)
+            self._composed[key] = pickle.dumps(self._loader.load_sweep_config(master_config, list(key)))
+        cfg = pickle.loads(self._composed[key])
         ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
         task = [o for o in parsed if not o.is_hydra_override()]
         dirname = cfg.hydra.job.config.override_dirname
@@ -207,6 +221,21 @@ def _fast_sqlite(engine: Any) -> None:
     engine.dispose()  # pooled connections opened before the listener get it on reconnect
 
 
+@contextlib.contextmanager
+def one_write(storage: Any, trial_id: int) -> Iterator[None]:
+    """Optuna's cache writes a running trial's update to the database at every parameter and
+    attribute, a transaction each; within this block they are gathered into one."""
+    if not isinstance(storage, _CachedStorage):
+        yield
+        return
+    storage._flush_trial = lambda _trial_id: True  # the instance attribute shadows the method
+    try:
+        yield
+    finally:
+        del storage._flush_trial
+    storage._flush_trial(trial_id)
+
+
 def rdb_backend(study: optuna.Study) -> RDBStorage | None:
     """The study's RDB storage (Optuna wraps it in a cache), or None for an in-memory study."""
     storage = study._storage
@@ -215,13 +244,14 @@ def rdb_backend(study: optuna.Study) -> RDBStorage | None:
 
 
 class ResumableOptunaSweeper(OptunaSweeperImpl):
-    def __init__(self, *args: Any, heartbeat_interval: int, grace_period: int | None, poll_interval: float, **kwargs: Any):
+    def __init__(self, *args: Any, heartbeat_interval: int, grace_period: int | None, poll_interval: float, trial_configs: str = "overrides", **kwargs: Any):
         super().__init__(*args, **kwargs)
         if heartbeat_interval <= 0:
             raise ValueError(f"hydra.sweeper.heartbeat_interval must be a positive whole number of seconds, got {heartbeat_interval}")
         self.heartbeat_interval = int(heartbeat_interval)
         self.grace_period = int(grace_period or 3 * heartbeat_interval)
         self.poll_interval = poll_interval
+        self.trial_configs = trial_configs
 
     # --- set-up -------------------------------------------------------------------------
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
@@ -273,6 +303,8 @@ class ResumableOptunaSweeper(OptunaSweeperImpl):
             raise ConfigError("hydra.sweeper.direction", f"{len(directions)} direction(s) {directions} for {n} objective(s) {OmegaConf.to_container(objective) if n > 1 else objective}; give one per objective")
 
     def sweep(self, arguments: list[str]) -> None:
+        if self.trial_configs not in TRIAL_CONFIGS:
+            raise ConfigError("hydra.sweeper.trial_configs", f"got {self.trial_configs!r}; allowed: {', '.join(TRIAL_CONFIGS)}")
         space, fixed = self._search_space(arguments)
         directions = self._get_directions()
         self._check_directions(directions)
@@ -284,6 +316,7 @@ class ResumableOptunaSweeper(OptunaSweeperImpl):
         else:
             sampler = self.sampler
         study = self._study(storage, directions, sampler)
+        self._save_sweep_config()
         log.info("study %s in %s, sampler %s, directions %s", study.study_name, self._url() or "memory", "grid (queued)" if grid else type(sampler).__name__, directions)
         if grid:
             points = grid_points(choices)
@@ -291,6 +324,13 @@ class ResumableOptunaSweeper(OptunaSweeperImpl):
         else:
             self._sweep_sampled(study, space, fixed, directions)
         self._save_results(study, directions)
+
+    def _save_sweep_config(self) -> None:
+        """The sweep's own config, as Hydra's basic sweeper keeps it: with a trial's
+        overrides it gives the trial's config (`trial_configs: overrides`)."""
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
 
     def _queue_grid(self, study: optuna.Study, points: list[dict[str, Any]]) -> int:
         """Queue the grid points that have no trial COMPLETE, RUNNING or WAITING (failed ones
@@ -394,22 +434,32 @@ class ResumableOptunaSweeper(OptunaSweeperImpl):
         return sum(t.user_attrs.get("error") != STALE_NOTE for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)))
 
     def _configure_trials(self, trials, space, fixed) -> list[tuple[str, ...]]:
-        """Each trial's overrides; the fixed (non-swept) ones are recorded with the trial in
-        one write rather than one per parameter as Hydra's sweeper does."""
+        """Each trial's overrides; its parameters and the fixed (non-swept) overrides are
+        recorded with the trial in one write, not one per parameter as Hydra's sweeper does."""
         overrides = []
         for trial in trials:
-            for name, distribution in space.items():
-                trial._suggest(name, distribution)
-            if self.custom_search_space_extender:
-                self.custom_search_space_extender(self.config, trial)
-            backend = rdb_backend(trial.study)
-            if backend is not None and fixed:
-                backend._update_trial(trial._trial_id, user_attrs=dict(fixed))
-            else:
+            with one_write(trial.study._storage, trial._trial_id):
+                for name, distribution in space.items():
+                    trial._suggest(name, distribution)
+                if self.custom_search_space_extender:
+                    self.custom_search_space_extender(self.config, trial)
                 for name, value in fixed.items():
                     trial.set_user_attr(name, value)
-            overrides.append(tuple(f"{name}={value}" for name, value in (dict(trial.params) | fixed).items()))
+            overrides.append(tuple(f"{name}={value}" for name, value in (dict(trial.params) | fixed).items()) + self._trial_hydra_overrides())
         return overrides
+
+    def _trial_hydra_overrides(self) -> tuple[str, ...]:
+        # Hydra writes three YAML files per trial (config, hydra, overrides): a tenth of a
+        # tiny cell's cost here; `overrides` keeps only the last (see _save_trial_overrides)
+        return ("hydra.output_subdir=null",) if self.trial_configs == "overrides" else ()
+
+    def _save_trial_overrides(self, returns: Sequence[JobReturn]) -> None:
+        if self.trial_configs != "overrides":
+            return
+        for ret in returns:
+            folder = Path(ret.hydra_cfg.hydra.runtime.output_dir) / ".hydra"
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "overrides.yaml").write_text(yaml.safe_dump(list(ret.overrides), default_flow_style=False))
 
     def _run_batch(self, study, trials, space, fixed, directions) -> None:
         overrides = self._configure_trials(trials, space, fixed)
@@ -418,6 +468,7 @@ class ResumableOptunaSweeper(OptunaSweeperImpl):
         with beat:
             returns = self.launcher.launch(overrides, initial_job_idx=self.job_idx)
         self.job_idx += len(returns)
+        self._save_trial_overrides(returns)
         failures = sum(not self._tell(study, trial, ret, len(directions)) for trial, ret in zip(trials, returns))
         if failures / len(returns) > self.max_failure_rate:
             raise RuntimeError(f"{failures} of {len(returns)} trials failed, above hydra.sweeper.max_failure_rate={self.max_failure_rate}; see the errors above")

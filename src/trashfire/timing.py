@@ -32,24 +32,27 @@ EXPERIMENT_COLUMNS = [
     "t_train_process", "t_predict_process", "t_attack_process", "t_train_wall", "t_predict_wall", "t_attack_wall",
     "device", "train_hash", "model_hash", "attack_hash",
 ]
-def experiments_table(cfg: DictConfig) -> pd.DataFrame:
+def experiments_table(cfg: DictConfig, outcomes: bool = True) -> pd.DataFrame:
+    """One row per attack cell of the grid; `outcomes=False` leaves out the counts from the
+    per-sample arrays (a sweep's objectives need only the records)."""
     rows = []
     for cell in attack_cells(cfg):
         path = attack_record_path(cfg.paths.attacks, cell.hash)
         if not path.is_file():
             raise DataError(f"attack record missing: {path}; run the attack stage first")
         record = read_json(path)
-        outcomes = read_npz(outcomes_path(cfg.paths.attacks, cell.hash))
-        rows.append(experiment_row(record, outcomes, cfg.data[record["dataset"]].n_classes))
+        arrays = read_npz(outcomes_path(cfg.paths.attacks, cell.hash)) if outcomes else None
+        rows.append(experiment_row(record, arrays, cfg.data[record["dataset"]].n_classes))
     return with_clock(pd.DataFrame(rows), cfg.timing.clock)
 
 
-def experiment_row(record: dict, outcomes: dict, n_classes: int) -> dict:
-    """An attack cell's record with its outcome counts from the per-sample arrays."""
+def experiment_row(record: dict, outcomes: dict | None, n_classes: int) -> dict:
+    """An attack cell's record with its outcome counts from the per-sample arrays, if given."""
     row = {k: v for k, v in record.items() if k != "config"}
     row.setdefault("pretrained_on", None)  # records from before fine-tuning existed
-    row["n_failed"] = int((outcomes["y_pred_adv"] != outcomes["y_true"]).sum())
-    row |= outcome_counts(outcomes["y_true"], outcomes["y_pred_ben"], outcomes["y_pred_adv"])
+    if outcomes is not None:
+        row["n_failed"] = int((outcomes["y_pred_adv"] != outcomes["y_true"]).sum())
+        row |= outcome_counts(outcomes["y_true"], outcomes["y_pred_ben"], outcomes["y_pred_adv"])
     row["n_classes"] = n_classes
     row.setdefault("pixel_std", _pixel_std_of(record))
     return row

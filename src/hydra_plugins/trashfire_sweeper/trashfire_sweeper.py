@@ -26,6 +26,7 @@ class TrashfireSweeperConf(OptunaSweeperConf):
     heartbeat_interval: int = 10          # s between a running trial's beats in the storage
     grace_period: Optional[int] = None    # s without a beat before a trial counts as dead (3 beats)
     poll_interval: float = 5.0            # s between looks at other sweepers' running trials
+    trial_configs: str = "overrides"      # per trial folder: .hydra/overrides.yaml, or Hydra's "full" .hydra/
 
 
 ConfigStore.instance().store(group="hydra/sweeper", name="trashfire", node=TrashfireSweeperConf, provider="trashfire")
@@ -34,12 +35,13 @@ ConfigStore.instance().store(group="hydra/sweeper", name="trashfire", node=Trash
 class TrashfireSweeper(Sweeper):
     def __init__(self, sampler: Any, direction: Any, storage: Optional[Any], study_name: Optional[str], n_trials: int, n_jobs: int,
                  max_failure_rate: float, search_space: Optional[DictConfig], custom_search_space: Optional[str], params: Optional[DictConfig],
-                 heartbeat_interval: int, grace_period: Optional[int], poll_interval: float) -> None:
+                 heartbeat_interval: int, grace_period: Optional[int], poll_interval: float, trial_configs: str = "overrides") -> None:
         from trashfire.sweep import ResumableOptunaSweeper
 
         self.sweeper = ResumableOptunaSweeper(
             sampler, direction, storage, study_name, n_trials, n_jobs, max_failure_rate, search_space, custom_search_space, params,
             heartbeat_interval=heartbeat_interval, grace_period=grace_period, poll_interval=poll_interval,
+            trial_configs=trial_configs,
         )
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
