@@ -36,10 +36,16 @@ test: $(STAMP) ## install, then run the fast test suite
 test-slow: $(STAMP) ## the slow tests (full pipeline runs)
 	$(PY) -m pytest -m slow -q
 
+test-kill: $(STAMP) ## SIGKILL train and attack at random moments; reruns must match an uninterrupted run (CI runs it)
+	$(PY) -m pytest -q -s tests/test_crash_safety.py
+
+bench: $(STAMP) ## time the default pipeline, no-op repro, attack and sweep overheads, survival scaling -> reports/bench.json
+	$(PY) bench/suite.py
+
 figures: $(STAMP) ## redraw figures and the report from recorded results
 	dvc repro figures
 
 clean: ## remove pipeline outputs (not .venv, not the DVC cache)
 	rm -rf data/processed models reports logs outputs multirun .sweeps
 
-.PHONY: help install params run test test-slow figures clean
+.PHONY: help install params run test test-slow test-kill bench figures clean

@@ -7,14 +7,16 @@ For ResNet-18 on the digits (1x8x8) and MNIST (1x28x28) shapes, in one process, 
   FGM, 10 for PGD-10) plus one forward pass, same model, same batch;
 and prints pipeline / lower bound on both clocks (median of --repeats runs each).
 
-    python bench/attack_overhead.py [--batch 100] [--repeats 5] [--threads N]
+    python bench/attack_overhead.py [--batch 100] [--repeats 5] [--threads N] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import types
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -61,27 +63,41 @@ def median_seconds(run, repeats: int) -> tuple[float, float]:
     return statistics.median(t.process for t in times), statistics.median(t.wall for t in times)
 
 
+def measure(batch: int, repeats: int) -> list[dict]:
+    rows = []
+    for shape_name, shape in SHAPES.items():
+        torch.manual_seed(0)
+        model = resnet("resnet18", 10, shape)
+        x = torch.randn(batch, *shape).numpy()
+        y = np.arange(batch) % 10
+        split = types.SimpleNamespace(input_shape=shape, n_classes=10, clip_values=(float(x.min()), float(x.max())))
+        for name, spec in ATTACKS.items():
+            ours = median_seconds(lambda: pipeline(model, split, spec, x, y), repeats)
+            bound = median_seconds(lambda: lower_bound(model, x, y, GRADIENT_PASSES[name]), repeats)
+            rows.append({"shape": shape_name, "attack": name, "pipeline_process_ms": round(ours[0] * 1e3, 2), "pipeline_wall_ms": round(ours[1] * 1e3, 2),
+                         "bound_process_ms": round(bound[0] * 1e3, 2), "bound_wall_ms": round(bound[1] * 1e3, 2),
+                         "ratio_process": round(ours[0] / bound[0], 3), "ratio_wall": round(ours[1] / bound[1], 3)})
+            row = rows[-1]
+            print(f"{shape_name:6s} {name:6s} pipeline {row['pipeline_process_ms']:8.1f} ms CPU {row['pipeline_wall_ms']:8.1f} ms wall | "
+                  f"lower bound {row['bound_process_ms']:8.1f} ms CPU {row['bound_wall_ms']:8.1f} ms wall | "
+                  f"ratio {row['ratio_process']:.2f} CPU, {row['ratio_wall']:.2f} wall", flush=True)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"resnet18, batch {args.batch}, {torch.get_num_threads()} torch threads, median of {args.repeats}; ratio = pipeline / lower bound")
-    for shape_name, shape in SHAPES.items():
-        torch.manual_seed(0)
-        model = resnet("resnet18", 10, shape)
-        x = torch.randn(args.batch, *shape).numpy()
-        y = np.arange(args.batch) % 10
-        split = types.SimpleNamespace(input_shape=shape, n_classes=10, clip_values=(float(x.min()), float(x.max())))
-        for name, spec in ATTACKS.items():
-            ours = median_seconds(lambda: pipeline(model, split, spec, x, y), args.repeats)
-            bound = median_seconds(lambda: lower_bound(model, x, y, GRADIENT_PASSES[name]), args.repeats)
-            print(f"{shape_name:6s} {name:6s} pipeline {ours[0] * 1e3:8.1f} ms CPU {ours[1] * 1e3:8.1f} ms wall | "
-                  f"lower bound {bound[0] * 1e3:8.1f} ms CPU {bound[1] * 1e3:8.1f} ms wall | "
-                  f"ratio {ours[0] / bound[0]:.2f} CPU, {ours[1] / bound[1]:.2f} wall")
+    rows = measure(args.batch, args.repeats)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"batch": args.batch, "threads": torch.get_num_threads(), "repeats": args.repeats, "cells": rows}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -55,11 +55,11 @@ def test_missing_params_file_names_the_fix(tmp_path):
 
 
 def test_unwritable_output_folder_is_one_line(tmp_path):
+    """A file where an output folder must go is a config error, found before any work."""
     params = tmp_path / "params.yaml"
     locked = tmp_path / "locked"
     locked.mkdir()
-    (locked / "processed").write_text("a file where a folder must go")
     params.write_text(composed_yaml(tiny_overrides(tmp_path, f"paths.processed={locked / 'processed'}")))
+    (locked / "processed").write_text("a file where a folder must go")
     result = run("trashfire.prepare", "--params", str(params))
-    assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1, result.stderr
-    assert "cannot access" in result.stderr and "processed" in result.stderr
+    assert_one_line_error(result, "paths.processed", "locked/processed is a file", "allowed: a folder path")

@@ -29,7 +29,7 @@ from trashfire.errors import DataError
 from trashfire.grid import AttackCell, ModelCell, attack_cells
 from trashfire.metrics import accuracy
 from trashfire.models import resolve_device
-from trashfire.records import cell_file, read_json, write_json, write_npz
+from trashfire.records import cell_file, read_json, remove_dead_temps, write_json, write_npz
 from trashfire.train import load_weights, record_path
 
 log = logging.getLogger("trashfire.attack")  # not __name__: it is __main__ under python -m
@@ -139,6 +139,8 @@ def run(cfg: DictConfig) -> int:
     device = resolve_device(cfg.train.device)
     folder = Path(cfg.paths.attacks)
     cells = attack_cells(cfg)
+    if folder.is_dir():
+        remove_dead_temps(folder)
     pending = [cell for cell in cells if not is_recorded(attack_record_path(folder, cell.hash))]
     log.info("%d attack cells, %d recorded, %d to run on %s", len(cells), len(cells) - len(pending), len(pending), device)
     splits: dict[tuple[str, int], Split] = {}

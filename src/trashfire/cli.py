@@ -18,14 +18,44 @@ from trashfire.config import load_params, validate
 from trashfire.errors import ConfigError, TrashfireError
 
 
+_ABSENT = object()
+
+
 def parse_overrides(cfg: DictConfig, overrides: list[str]) -> DictConfig:
-    for override in overrides:
-        if "=" not in override:
-            raise ConfigError(override, "overrides take the form key=value")
+    """Apply `key=value` overrides to keys params.yaml has; `+key=value` adds a key, as in
+    Hydra, so that a misspelt key is refused instead of passing silently for a new one."""
+    updates = [_parse(cfg, override) for override in overrides]
     try:
-        return OmegaConf.merge(cfg, OmegaConf.from_dotlist(overrides))
+        return OmegaConf.merge(cfg, *(update for _, update in updates))  # one merge: each costs a copy of cfg
+    except Exception:  # find the override that does not fit, and name it
+        for key, update in updates:
+            try:
+                cfg = OmegaConf.merge(cfg, update)
+            except Exception as err:  # OmegaConf's messages are several lines
+                raise ConfigError(key, f"cannot set it: {str(err).splitlines()[0]}") from None
+        raise
+
+
+def _parse(cfg: DictConfig, override: str) -> tuple[str, DictConfig]:
+    key, sep, value = override.partition("=")
+    adding, key = key.startswith("+"), key.lstrip("+")
+    if not sep or not key:
+        raise ConfigError(override, "overrides take the form key=value (+key=value adds a key)")
+    if not adding and OmegaConf.select(cfg, key, default=_ABSENT, throw_on_missing=False) is _ABSENT:
+        raise ConfigError(key, f"no such key in the params file; {_keys_beside(cfg, key)} (+{key}=<value> adds a new one)")
+    try:
+        return key, OmegaConf.from_dotlist([f"{key}={value}"])
     except Exception as err:  # OmegaConf's parse errors are several lines
-        raise ConfigError("overrides", str(err).splitlines()[0]) from None
+        raise ConfigError(key, f"cannot parse {value!r}: {str(err).splitlines()[0]}; lists are written [a,b], mappings {{k: v}}") from None
+
+
+def _keys_beside(cfg: DictConfig, key: str) -> str:
+    """The keys of the deepest mapping on the way to `key` that exists."""
+    parent = key.rpartition(".")[0]
+    while parent and not OmegaConf.is_dict(OmegaConf.select(cfg, parent, default=None, throw_on_missing=False)):
+        parent = parent.rpartition(".")[0]
+    node = OmegaConf.select(cfg, parent) if parent else cfg
+    return f"allowed {'in ' + parent if parent else 'at the top'}: {', '.join(map(str, node))}"
 
 
 def configure_logging(prog: str) -> None:

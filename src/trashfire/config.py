@@ -50,12 +50,38 @@ def compose(overrides: Sequence[str] = (), conf: Path | None = None) -> DictConf
     conf = conf or config_dir()
     if not (conf / "config.yaml").is_file():
         raise ConfigError("config dir", f"{conf}/config.yaml not found; run from the project root")
+    check_override_form(overrides)
     check_group_options(overrides, conf)
     try:
         with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
             return drop_unselected(hydra_compose(config_name="config", overrides=list(overrides)))
     except (HydraException, OmegaConfBaseException) as err:
-        raise ConfigError("overrides", str(err).strip().splitlines()[0]) from None
+        raise composition_error(err) from None
+
+
+def check_override_form(overrides: Iterable[str]) -> None:
+    """Hydra's own message for `train.epochs` (no value) names no key and spans three lines."""
+    for override in overrides:
+        key, sep, _ = override.partition("=")
+        if not override.startswith("~") and (not sep or not key.lstrip("+")):
+            raise ConfigError(override, "overrides take the form key=value (+key=value adds a key, ~key removes one)")
+
+
+def composition_error(err: Exception) -> ConfigError:
+    """One line from Hydra's several: the override it could not parse, or the key that is not
+    there with the keys that are (a misspelt key must not pass for a new one)."""
+    from hydra.errors import OverrideParseException
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+    if isinstance(err, OverrideParseException):
+        lines = [line for line in err.message.splitlines() if line.strip() and not line.startswith(("See ", "Error parsing"))]
+        reason = lines[0] if lines else "not Hydra's override grammar"
+        return ConfigError(err.override.partition("=")[0], f"cannot parse {err.override!r}: {reason}; lists are written [a,b]")
+    cause, parent = err.__cause__, getattr(err.__cause__, "parent_node", None)
+    if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and isinstance(parent, DictConfig) and cause.full_key:
+        known = ", ".join(key for key in parent if key != "hydra")
+        return ConfigError(cause.full_key, f"no such key; allowed here: {known} (+{cause.full_key}=<value> adds a new one)")
+    return ConfigError("overrides", str(err).strip().splitlines()[0])
 
 
 def check_group_options(overrides: Iterable[str], conf: Path) -> None:
@@ -144,12 +170,13 @@ def _parse_scalar(text: str) -> int | float | str:
 def validate(cfg: DictConfig) -> DictConfig:
     """Check every value the pipeline reads; raise ConfigError on the first bad one."""
     for section in ("data", "split", "model", "defence", "attack", "train", "timing", "paths"):
-        if section not in cfg or cfg[section] is None:
-            raise ConfigError(section, "missing section; compose params.yaml with `make params`")
+        if not isinstance(cfg.get(section), DictConfig):
+            raise ConfigError(section, _missing_section(section, cfg.get(section)))
+    _validate_paths(cfg.paths)
     drop_unselected(cfg)
     select_defence_cell(cfg)
+    _validate_split(cfg.split)  # first: the data check compares subsample with split.n_attack
     _validate_data(cfg)
-    _validate_split(cfg.split)
     _validate_models(cfg.model)
     _validate_defences(cfg.defence)
     _validate_attacks(cfg.attack)
@@ -163,6 +190,36 @@ def validate(cfg: DictConfig) -> DictConfig:
         _validate_metrics(cfg.metrics)
         _check_auc_interval(cfg)
     return cfg
+
+
+def _missing_section(section: str, value: Any) -> str:
+    """`model=[]` composes to no model section at all: say so as an empty grid."""
+    if value is not None:
+        return f"got {value!r}; allowed: a mapping, as `make params` composes it"
+    if section in GRID_GROUPS:
+        return "missing or empty; select at least one option (an empty grid runs nothing), and compose params.yaml with `make params`"
+    return "missing section; compose params.yaml with `make params`"
+
+
+def _validate_paths(paths: DictConfig) -> None:
+    """A path that is no string, or a file where a folder must go, would otherwise fail only
+    when the first result is written, after the training it was to keep."""
+    allowed = "a folder path (an existing folder, or one that can be created)"
+    for key in paths:
+        value = paths.get(key)
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"paths.{key}", f"got {value!r}; allowed: {allowed}")
+        blocker = _file_in_the_way(Path(value))
+        if blocker is not None:
+            raise ConfigError(f"paths.{key}", f"{blocker} is a file; allowed: {allowed}")
+
+
+def _file_in_the_way(folder: Path) -> Path | None:
+    """The folder itself or its nearest existing ancestor, where that is not a folder."""
+    for candidate in (folder, *folder.parents):
+        if candidate.exists():
+            return None if candidate.is_dir() else candidate
+    return None
 
 
 def _check_auc_interval(cfg: DictConfig) -> None:

@@ -8,8 +8,10 @@ eps = 1 is one standard deviation of pixel intensity (TRASHFIRE V-A).
 from __future__ import annotations
 
 import gzip
+import pickle
 import shutil
 import tempfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -72,8 +74,10 @@ def _load_idx(root: str, name: str, dataset_class, download: bool) -> RawDataset
             reader = read_image_file if "images" in stem else read_label_file
             try:
                 arrays[stem] = reader(str(path)).numpy()
-            except (RuntimeError, ValueError, AssertionError, OSError) as err:
-                raise DataError(f"corrupt {name} file {folder / stem}: {err}") from None
+            except (RuntimeError, ValueError, AssertionError, OSError, KeyError) as err:
+                # torchvision asserts on a bad magic number, without a message
+                reason = str(err).splitlines()[0] if str(err) else "bad magic number"
+                raise DataError(f"corrupt {name} file {folder / stem}: {reason}; expected an IDX file, MNIST's format") from None
     images = np.concatenate([arrays["train-images-idx3-ubyte"], arrays["t10k-images-idx3-ubyte"]])[:, None]
     labels = np.concatenate([arrays["train-labels-idx1-ubyte"], arrays["t10k-labels-idx1-ubyte"]])
     return RawDataset(images.astype(np.uint8), labels.astype(np.int64), pixel_max=255.0)
@@ -116,8 +120,9 @@ def load_torchvision_cifar(root: str, download: bool = False, classes: int = 10,
         raise DataError(f"CIFAR-{classes} files missing in {folder}/: {', '.join(missing)}; point data.cifar{classes}.root at the folder holding {base.base_folder}/, or set download=true when online")
     try:
         parts = [dataset_class(str(root), train=train, download=download) for train in (True, False)]
-    except (RuntimeError, OSError, ValueError, KeyError, EOFError) as err:
-        raise DataError(f"cannot read CIFAR-{classes} in {folder}/: {err}") from None
+    except (RuntimeError, OSError, ValueError, KeyError, EOFError, TypeError, pickle.UnpicklingError) as err:
+        # the batches are pickles: garbage fails to unpickle, or unpickles to the wrong type
+        raise DataError(f"cannot read CIFAR-{classes} in {folder}/: {err}; expected torchvision's python batches ({base.base_folder}/)") from None
     images = np.concatenate([p.data for p in parts]).transpose(0, 3, 1, 2)  # NHWC -> NCHW
     labels = np.concatenate([np.asarray(p.targets) for p in parts])
     return RawDataset(np.ascontiguousarray(images, dtype=np.uint8), labels.astype(np.int64), pixel_max=255.0)
@@ -196,6 +201,26 @@ class Split:
         return tuple(self.x_train.shape[1:])
 
 
+SPLIT_ARRAYS = ("train", "test", "attack", "mean", "std", "pixel_max")  # what prepare writes per seed
+
+
+def _prepared(path: Path, load: Callable[[Path], object]):
+    """One file of the prepare stage's output, or a DataError that names it and the fix."""
+    if not path.is_file():
+        raise DataError(f"prepared data missing: {path}; run the prepare stage (dvc repro prepare)")
+    try:
+        return load(path)
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:  # a truncated .npz is a bad zip
+        raise DataError(f"corrupt prepared data {path}: {err}; rerun the prepare stage") from None
+
+
+def _arrays(path: Path) -> dict[str, np.ndarray]:
+    """Every array of an .npz read now: np.load reads lazily, and a damaged member would
+    otherwise fail later, outside the check."""
+    with np.load(path) as data:
+        return {key: data[key] for key in data.files}
+
+
 def standardised_range(standardise: Callable[[np.ndarray], torch.Tensor], channels: int) -> tuple[float, float]:
     """Pixel 0 and pixel 1 through the very arithmetic that standardised the data: bounds
     computed another way can miss the data's extremes by a rounding step, which ART's
@@ -214,14 +239,12 @@ def load_split(processed: str | Path, name: str, seed: int, n_classes: int) -> S
     folder = dataset_dir(processed, name)
     if is_fusion(folder):
         return load_fusion_split(folder, seed, n_classes)
-    try:
-        images = np.load(folder / "images.npy")
-        labels = np.load(folder / "labels.npy")
-        meta = np.load(folder / f"split_{seed}.npz")
-    except FileNotFoundError as err:
-        raise DataError(f"prepared data missing: {err.filename}; run the prepare stage (dvc repro prepare)") from None
-    except (ValueError, OSError, EOFError) as err:
-        raise DataError(f"corrupt prepared data in {folder}: {err}; rerun the prepare stage") from None
+    images = _prepared(folder / "images.npy", np.load)
+    labels = _prepared(folder / "labels.npy", np.load)
+    meta = _prepared(folder / f"split_{seed}.npz", _arrays)
+    missing = sorted(set(SPLIT_ARRAYS) - set(meta))
+    if missing:
+        raise DataError(f"corrupt prepared data {folder / f'split_{seed}.npz'}: arrays {missing} missing; rerun the prepare stage")
     mean, std = meta["mean"], meta["std"]
     pixel_max = float(meta["pixel_max"])
 

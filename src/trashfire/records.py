@@ -6,7 +6,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import socket
 import tempfile
+import zipfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -19,12 +22,21 @@ _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 
+_TEMP_SUFFIX = ".tmp"
+
+
+def _temp_owner() -> str:
+    """Who writes a temp file: host and process, so a later run can tell a dead writer's
+    leftover from a live writer's file in a folder that sweepers on several hosts share."""
+    return f"{socket.gethostname()}~{os.getpid()}"
+
+
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temp path in the target's folder; rename it onto `path` only on success."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{_temp_owner()}.", suffix=_TEMP_SUFFIX)
     os.close(fd)
     os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp's 0600 would make results private to one user
     try:
@@ -33,6 +45,29 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def remove_dead_temps(folder: str | Path) -> int:
+    """Delete temp files whose writer, a process on this host, is gone (a killed run's
+    leftovers: never read, since only a finished file is renamed onto its name)."""
+    host = socket.gethostname()
+    removed = 0
+    for tmp in Path(folder).glob(f".*{_TEMP_SUFFIX}"):
+        writer = re.search(r"~(\d+)\.[^.]*\.tmp$", tmp.name)  # .<name>.<host>~<pid>.<random>.tmp
+        if writer and f".{host}~{writer[1]}." in tmp.name and not _alive(int(writer[1])):
+            tmp.unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
 
 
 def cell_file(folder: str | Path, cell_hash: str, suffix: str) -> Path:
@@ -47,11 +82,14 @@ def write_json(path: str | Path, data: dict[str, Any]) -> None:
 
 def read_json(path: str | Path) -> dict[str, Any]:
     try:
-        return json.loads(Path(path).read_text())
+        record = json.loads(Path(path).read_text())
     except FileNotFoundError:
-        raise DataError(f"record not found: {path}") from None
+        raise DataError(f"record not found: {path}; run the stage that writes it first (dvc repro)") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise DataError(f"corrupt record {path}: {err}; delete it and rerun to recompute") from None
+    if not isinstance(record, dict):  # every record is an object; a list would fail deep in a stage
+        raise DataError(f"corrupt record {path}: holds a JSON {type(record).__name__}, not a JSON object; delete it and rerun to recompute")
+    return record
 
 
 def write_npz(path: str | Path, compressed: bool = True, **arrays: np.ndarray) -> None:
@@ -72,7 +110,7 @@ def read_npz(path: str | Path) -> dict[str, np.ndarray]:
             return {key: data[key] for key in data.files}
     except FileNotFoundError:
         raise DataError(f"array file not found: {path}") from None
-    except (OSError, ValueError, EOFError) as err:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:  # a truncated .npz is a bad zip
         raise DataError(f"corrupt array file {path}: {err}; delete it and rerun") from None
 
 

@@ -213,7 +213,9 @@ def check_fitters(settings: Any) -> None:
             F.build(settings.models[name], 0.0, None)
         except Exception as err:
             target = settings.models[name].fitter.get("_target_")
-            raise ConfigError(f"survival.models.{name}.fitter", f"cannot build {target!r}: {F.first_line(err)}") from None
+            reason = F.first_line(err).split(", set env var HYDRA_FULL_ERROR")[0]  # Hydra's hint is no help here
+            raise ConfigError(f"survival.models.{name}.fitter", f"cannot build {target!r}: {reason}; allowed: a lifelines fitter class "
+                                                                 "and its arguments, e.g. lifelines.WeibullAFTFitter") from None
 
 
 def save_models(fits: dict[str, F.Fit], path: Path) -> None:

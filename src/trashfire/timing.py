@@ -32,6 +32,10 @@ EXPERIMENT_COLUMNS = [
     "t_train_process", "t_predict_process", "t_attack_process", "t_train_wall", "t_predict_wall", "t_attack_wall",
     "device", "train_hash", "model_hash", "attack_hash",
 ]
+# what the tables downstream read from an attack record
+RECORD_KEYS = ("dataset", "attack", "acc_ben", "acc_adv", *(f"t_{q}_{clock}" for q in ("train", "predict", "attack") for clock in ("process", "wall")))
+
+
 def experiments_table(cfg: DictConfig, outcomes: bool = True) -> pd.DataFrame:
     """One row per attack cell of the grid; `outcomes=False` leaves out the counts from the
     per-sample arrays (a sweep's objectives need only the records)."""
@@ -41,6 +45,9 @@ def experiments_table(cfg: DictConfig, outcomes: bool = True) -> pd.DataFrame:
         if not path.is_file():
             raise DataError(f"attack record missing: {path}; run the attack stage first")
         record = read_json(path)
+        lacking = [key for key in RECORD_KEYS if key not in record]
+        if lacking:
+            raise DataError(f"corrupt record {path}: no {', '.join(lacking)}; delete it and rerun the attack stage to recompute it")
         arrays = read_npz(outcomes_path(cfg.paths.attacks, cell.hash)) if outcomes else None
         rows.append(experiment_row(record, arrays, cfg.data[record["dataset"]].n_classes))
     return with_clock(pd.DataFrame(rows), cfg.timing.clock)

@@ -31,7 +31,7 @@ from trashfire.errors import DataError
 from trashfire.grid import TrainCell, training_cells
 from trashfire.metrics import accuracy
 from trashfire.models import build_model, resolve_device
-from trashfire.records import atomic_path, cell_file, file_sha256, read_json, write_json
+from trashfire.records import atomic_path, cell_file, file_sha256, read_json, remove_dead_temps, write_json
 
 log = logging.getLogger("trashfire.train")  # not __name__: it is __main__ under python -m
 
@@ -279,6 +279,8 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
     # bases first, and a base that is not itself in the grid is trained all the same
     bases = [cell.base for cell in cells if cell.base is not None]
     ordered = list({cell.hash: cell for cell in bases + cells}.values())
+    if models.is_dir():
+        remove_dead_temps(models)
     pending = [cell for cell in ordered if not is_cached(models, cell.hash)]
     log.info("%d training cells, %d cached, %d to train on %s", len(ordered), len(ordered) - len(pending), len(pending), device)
     splits: dict[tuple[str, int], Split] = {}

@@ -1,0 +1,141 @@
+"""`make bench`: the speed figures we track, each measured in one run on this machine, printed
+and written to reports/bench.json.
+
+- pipeline: the default pipeline (`dvc repro` of `make run`, in a scratch copy of the
+  project, every cell computed) wall time and peak memory (the largest process's RSS), then
+  the no-op `dvc repro` that follows (target < 5 s; peak memory target < 3 GiB);
+- attack overhead: the attack stage's cost over plain-torch gradient passes (bench/attack_overhead.py);
+- sweep overhead: a 20-trial in-process sweep's cost over its cells' compute (bench/sweep_overhead.py; target < 0.10);
+- survival scaling: every configured fitter at 1k, 10k and 100k rows and the growth
+  exponent of the total (bench/survival_scaling.py; target < 1.2).
+
+Each part runs as its own process, so none inherits another's threads or caches.
+
+    python bench/suite.py [--only pipeline attack sweep survival] [--experiment default|tiny] [--out reports/bench.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
+PARTS = ("pipeline", "attack", "sweep", "survival")
+TINY_DEFAULT = """# @package _global_
+defaults:
+  - override /model: [fcnet]
+  - override /attack: [fgm, pgd]
+data: {digits: {subsample: 400}}
+split: {n_attack: 20}
+train: {epochs: [1], progress: false}
+attack: {fgm: {values: [0.1, 1.0]}, pgd: {values: [0.1, 1.0]}}
+"""
+
+
+def run(command: list[str], cwd: Path, env: dict[str, str]) -> str:
+    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"bench: {' '.join(command)} failed (exit {result.returncode}):\n{result.stderr[-3000:]}")
+    return result.stdout + result.stderr
+
+
+def scratch_project(experiment: str) -> tuple[Path, dict[str, str]]:
+    """dvc.yaml, conf/ and src/ in a fresh git + DVC folder, so every cell is computed."""
+    work = Path(tempfile.mkdtemp(prefix="trashfire-bench-"))
+    for item in ("dvc.yaml", "conf", "src"):
+        (shutil.copytree if (ROOT / item).is_dir() else shutil.copy)(ROOT / item, work / item)
+    if experiment == "tiny":
+        (work / "conf" / "experiment" / "default.yaml").write_text(TINY_DEFAULT)
+    env = os.environ | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "TRASHFIRE_CONFIG_DIR": str(work / "conf")}
+    for command in (["git", "init", "-q"], ["dvc", "init", "-q"], [sys.executable, "-m", "trashfire.params"]):
+        run(command, work, env)
+    return work, env
+
+
+def measure_pipeline(experiment: str) -> dict:
+    work, env = scratch_project(experiment)
+    print(f"pipeline: `dvc repro` of the {experiment} experiment in {work}", flush=True)
+    start = time.perf_counter()
+    run(["dvc", "repro"], work, env)
+    wall = time.perf_counter() - start
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # the largest finished descendant
+    start = time.perf_counter()
+    noop = run(["dvc", "repro"], work, env)
+    noop_wall = time.perf_counter() - start
+    reran = re.findall(r"Running stage '(\w+)'", noop)
+    shutil.rmtree(work)
+    return {"experiment": experiment, "wall_s": round(wall, 1), "peak_rss_gib": round(peak_kib / 2**20, 3),
+            "noop_repro_s": round(noop_wall, 2), "noop_stages_rerun": reran}
+
+
+def measure_script(script: str, *args: str) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "figures.json"
+        print(f"{script}:", flush=True)
+        completed = subprocess.run([sys.executable, str(BENCH / script), *args, "--json", str(out)], cwd=ROOT, text=True, capture_output=True)
+        if completed.returncode != 0:
+            sys.exit(f"bench: {script} failed:\n{completed.stderr[-3000:]}")
+        print("\n".join("  " + line for line in completed.stdout.strip().splitlines()[-12:]), flush=True)
+        return json.loads(out.read_text())
+
+
+def targets(figures: dict) -> dict[str, bool]:
+    checks = {}
+    if "pipeline" in figures:
+        checks["no-op dvc repro < 5 s"] = figures["pipeline"]["noop_repro_s"] < 5 and not figures["pipeline"]["noop_stages_rerun"]
+        checks["pipeline peak memory < 3 GiB"] = figures["pipeline"]["peak_rss_gib"] < 3
+    if "sweep_overhead" in figures:
+        checks["sweep overhead per trial < 10% of compute"] = figures["sweep_overhead"]["overhead_ratio"] < 0.10
+    if "survival_scaling" in figures:
+        checks["survival fit growth exponent < 1.2"] = figures["survival_scaling"]["growth_exponent_total"] < 1.2
+    return checks
+
+
+def machine() -> dict:
+    import torch
+
+    return {"date": datetime.datetime.now().isoformat(timespec="seconds"), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS))
+    parser.add_argument("--experiment", choices=("default", "tiny"), default="default", help="the pipeline to time (tiny: a quick check of the bench itself)")
+    parser.add_argument("--out", type=Path, default=ROOT / "reports" / "bench.json")
+    args = parser.parse_args()
+    figures: dict = {"machine": machine()}
+    if "pipeline" in args.only:  # first: its peak memory is the largest child process so far
+        figures["pipeline"] = measure_pipeline(args.experiment)
+        print(f"  wall {figures['pipeline']['wall_s']} s, peak RSS {figures['pipeline']['peak_rss_gib']} GiB, no-op repro {figures['pipeline']['noop_repro_s']} s", flush=True)
+    if "attack" in args.only:
+        figures["attack_overhead"] = measure_script("attack_overhead.py")
+    if "sweep" in args.only:
+        figures["sweep_overhead"] = measure_script("sweep_overhead.py")
+    if "survival" in args.only:
+        figures["survival_scaling"] = measure_script("survival_scaling.py")
+    figures["targets"] = targets(figures)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(figures, indent=2) + "\n")
+    tmp.replace(args.out)
+    print(f"targets ({args.out}):")
+    for name, met in figures["targets"].items():
+        print(f"  {'met   ' if met else 'MISSED'} {name}")
+    sys.exit(0 if all(figures["targets"].values()) else 1)
+
+
+if __name__ == "__main__":
+    main()

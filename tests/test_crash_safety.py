@@ -1,0 +1,113 @@
+"""Crash safety: the train and attack stages, SIGKILLed at random moments of their compute
+several times over, each rerun to completion, leave records identical (timings aside) to an
+uninterrupted run's, and no file a kill left half-written is ever read or kept.
+
+Slow (a few minutes): `make test-kill` runs it, and CI calls that target."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT, tiny_overrides
+from trashfire.params import composed_yaml
+
+pytestmark = pytest.mark.slow
+
+GRID = ["train.epochs=[1,2]", "attack.fgm.values=[0.3]", "attack.pgd.values=[0.3]"]
+STARTED = {"train": "to train on", "attack": "to run on"}  # the log line before a stage's compute
+KILLS = 3
+TIMING_KEYS = ("t_", "device")
+
+
+def project(folder: Path) -> Path:
+    folder.mkdir()
+    params = folder / "params.yaml"
+    params.write_text(composed_yaml(tiny_overrides(folder, *GRID)))
+    return params
+
+
+def stage(name: str, params: Path) -> subprocess.Popen:
+    env = os.environ | {"TRASHFIRE_CONFIG_DIR": str(ROOT / "conf"), "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, "-m", f"trashfire.{name}", "--params", str(params)], cwd=params.parent, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_compute(process: subprocess.Popen, name: str) -> list[str]:
+    """Read the stage's log up to the line that says its compute begins."""
+    lines = []
+    for line in process.stderr:
+        lines.append(line)
+        if STARTED[name] in line:
+            return lines
+    raise AssertionError(f"{name} ended before its compute began:\n{''.join(lines)[-3000:]}")
+
+
+def run_to_end(name: str, params: Path) -> float:
+    """Runs the stage uninterrupted; returns the seconds of its compute."""
+    process = stage(name, params)
+    wait_for_compute(process, name)
+    start = time.monotonic()
+    rest = process.stderr.read()
+    assert process.wait() == 0, rest[-3000:]
+    return time.monotonic() - start
+
+
+def kill_at(name: str, params: Path, seconds: float) -> None:
+    process = stage(name, params)
+    wait_for_compute(process, name)
+    time.sleep(seconds)
+    process.send_signal(signal.SIGKILL)
+    process.communicate()
+
+
+def records(folder: Path) -> dict[str, object]:
+    """Every record, weights digest and outcome array by file name, timings left out."""
+    found: dict[str, object] = {}
+    for path in sorted(folder.iterdir()):
+        if path.suffix == ".json":
+            found[path.name] = {k: v for k, v in json.loads(path.read_text()).items() if not k.startswith(TIMING_KEYS)}
+        elif path.suffix == ".npz":
+            with np.load(path) as arrays:
+                found[path.name] = {k: arrays[k].tolist() for k in arrays.files}
+    return found
+
+
+def temp_files(*folders: Path) -> list[str]:
+    return [p.name for folder in folders if folder.is_dir() for p in folder.glob(".*.tmp")]
+
+
+def test_killed_train_and_attack_rerun_to_the_uninterrupted_records(tmp_path):
+    reference = project(tmp_path / "reference")
+    subprocess.run([sys.executable, "-m", "trashfire.prepare", "--params", str(reference)], cwd=reference.parent, check=True, capture_output=True)
+    compute = {name: run_to_end(name, reference) for name in ("train", "attack")}
+
+    killed = project(tmp_path / "killed")
+    subprocess.run([sys.executable, "-m", "trashfire.prepare", "--params", str(killed)], cwd=killed.parent, check=True, capture_output=True)
+    seed = random.randrange(10**6)
+    moments = random.Random(seed)
+    folders = {"train": killed.parent / "models", "attack": killed.parent / "reports" / "attacks"}
+    left_behind = []
+    for name in ("train", "attack"):
+        for _ in range(KILLS):
+            kill_at(name, killed, moments.uniform(0.05, 0.9) * compute[name])
+            left_behind += temp_files(folders[name])
+        run_to_end(name, killed)
+        assert temp_files(folders[name]) == [], f"seed {seed}: a rerun keeps a killed run's temp files"
+
+    for folder in ("models", "reports/attacks"):
+        expected, got = records(reference.parent / folder), records(killed.parent / folder)
+        assert got.keys() == expected.keys(), f"seed {seed}: {folder}: {sorted(got.keys() ^ expected.keys())}"
+        differing = [name for name in expected if got[name] != expected[name]]
+        assert not differing, f"seed {seed}: {folder}: records differ from the uninterrupted run's: {differing}"
+    print(f"kill moments seed {seed}; compute train {compute['train']:.1f} s, attack {compute['attack']:.1f} s; "
+          f"{len(left_behind)} temp files left by the kills, all removed by the reruns")
