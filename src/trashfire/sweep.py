@@ -457,6 +457,8 @@ class ResumableOptunaSweeper(OptunaSweeperImpl):
         if self.trial_configs != "overrides":
             return
         for ret in returns:
+            if ret.hydra_cfg is None:  # the launcher failed before the job had a folder
+                continue
             folder = Path(ret.hydra_cfg.hydra.runtime.output_dir) / ".hydra"
             folder.mkdir(parents=True, exist_ok=True)
             (folder / "overrides.yaml").write_text(yaml.safe_dump(list(ret.overrides), default_flow_style=False))
