@@ -13,7 +13,6 @@ and prints pipeline / lower bound on both clocks (median of --repeats runs each)
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import types
 from pathlib import Path
@@ -26,6 +25,7 @@ from trashfire.attacks import art_classifier, build_attack
 from trashfire.clocks import Stopwatch
 from trashfire.grid import UNDEFENDED
 from trashfire.models import resnet
+from trashfire.records import write_json
 
 SHAPES = {"digits": (1, 8, 8), "mnist": (1, 28, 28)}
 ATTACKS = {
@@ -96,8 +96,7 @@ def main() -> None:
     print(f"resnet18, batch {args.batch}, {torch.get_num_threads()} torch threads, median of {args.repeats}; ratio = pipeline / lower bound")
     rows = measure(args.batch, args.repeats)
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"batch": args.batch, "threads": torch.get_num_threads(), "repeats": args.repeats, "cells": rows}, indent=2) + "\n")
+        write_json(args.json, {"batch": args.batch, "threads": torch.get_num_threads(), "repeats": args.repeats, "cells": rows})
 
 
 if __name__ == "__main__":

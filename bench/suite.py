@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from trashfire.records import write_json
+
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
 PARTS = ("pipeline", "attack", "sweep", "survival")
@@ -127,10 +129,7 @@ def main() -> None:
     if "survival" in args.only:
         figures["survival_scaling"] = measure_script("survival_scaling.py")
     figures["targets"] = targets(figures)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(figures, indent=2) + "\n")
-    tmp.replace(args.out)
+    write_json(args.out, figures)
     print(f"targets ({args.out}):")
     for name, met in figures["targets"].items():
         print(f"  {'met   ' if met else 'MISSED'} {name}")

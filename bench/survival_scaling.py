@@ -9,7 +9,6 @@ time ~ rows^b (least squares on the log-log points; b < 1.2 is the target).
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pandas as pd
 
 from trashfire.config import compose, validate
 from trashfire.fitters import fit_one
+from trashfire.records import write_json
 
 ATTACKS = ["fgm_2", "fgm_inf", "hsj_2", "pgd_inf", "pixel_0", "threshold_inf"]
 DEFENCES = ["conf", "fsq", "gauss_in", "gauss_out"]
@@ -87,8 +87,7 @@ def main() -> None:
     for name, b in figures["growth_exponent"].items():
         print(f"  {name:12s} exponent {b}")
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+        write_json(args.json, figures)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ Hydra job instead.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -47,6 +46,7 @@ def main() -> None:
     os.environ.setdefault("TRASHFIRE_CONFIG_DIR", str(ROOT / "conf"))
 
     from trashfire import attack, experiment, prepare, train
+    from trashfire.records import write_json
     from trashfire.sweep import ResumableOptunaSweeper
 
     compute: list[float] = []
@@ -85,8 +85,7 @@ def main() -> None:
     print(f"  per trial: compute {figures['compute_per_trial_ms']:.0f} ms, overhead {figures['overhead_per_trial_ms']:.0f} ms")
     print(f"  overhead / compute = {figures['overhead_ratio']:.3f} (target < 0.10)")
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+        write_json(args.json, figures)
 
 
 if __name__ == "__main__":
