@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from trashfire.config import compose, validate
@@ -40,3 +42,19 @@ def tiny_cfg(tmp_path):
 @pytest.fixture(scope="session")
 def conf_dir() -> Path:
     return ROOT / "conf"
+
+
+TIMING_KEYS = ("t_", "device")
+
+
+def recorded(folder: Path) -> dict[str, dict]:
+    """A results folder's record files (timings and device left out) and outcome arrays (as
+    lists), by file name: what two runs of one config must agree on."""
+    found: dict[str, dict] = {}
+    for path in sorted(Path(folder).iterdir()):
+        if path.suffix == ".json":
+            found[path.name] = {k: v for k, v in json.loads(path.read_text()).items() if not k.startswith(TIMING_KEYS)}
+        elif path.suffix == ".npz":
+            with np.load(path) as arrays:
+                found[path.name] = {k: arrays[k].tolist() for k in arrays.files}
+    return found

@@ -6,7 +6,6 @@ Slow (a few minutes): `make test-kill` runs it, and CI calls that target."""
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -15,10 +14,9 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from tests.conftest import ROOT, tiny_overrides
+from tests.conftest import ROOT, recorded, tiny_overrides
 from trashfire.params import composed_yaml
 
 pytestmark = pytest.mark.slow
@@ -26,7 +24,6 @@ pytestmark = pytest.mark.slow
 GRID = ["train.epochs=[1,2]", "attack.fgm.values=[0.3]", "attack.pgd.values=[0.3]"]
 STARTED = {"train": "to train on", "attack": "to run on"}  # the log line before a stage's compute
 KILLS = 3
-TIMING_KEYS = ("t_", "device")
 
 
 def project(folder: Path) -> Path:
@@ -70,18 +67,6 @@ def kill_at(name: str, params: Path, seconds: float) -> None:
     process.communicate()
 
 
-def records(folder: Path) -> dict[str, object]:
-    """Every record, weights digest and outcome array by file name, timings left out."""
-    found: dict[str, object] = {}
-    for path in sorted(folder.iterdir()):
-        if path.suffix == ".json":
-            found[path.name] = {k: v for k, v in json.loads(path.read_text()).items() if not k.startswith(TIMING_KEYS)}
-        elif path.suffix == ".npz":
-            with np.load(path) as arrays:
-                found[path.name] = {k: arrays[k].tolist() for k in arrays.files}
-    return found
-
-
 def temp_files(*folders: Path) -> list[str]:
     return [p.name for folder in folders if folder.is_dir() for p in folder.glob(".*.tmp")]
 
@@ -105,7 +90,7 @@ def test_killed_train_and_attack_rerun_to_the_uninterrupted_records(tmp_path):
         assert temp_files(folders[name]) == [], f"seed {seed}: a rerun keeps a killed run's temp files"
 
     for folder in ("models", "reports/attacks"):
-        expected, got = records(reference.parent / folder), records(killed.parent / folder)
+        expected, got = recorded(reference.parent / folder), recorded(killed.parent / folder)
         assert got.keys() == expected.keys(), f"seed {seed}: {folder}: {sorted(got.keys() ^ expected.keys())}"
         differing = [name for name in expected if got[name] != expected[name]]
         assert not differing, f"seed {seed}: {folder}: records differ from the uninterrupted run's: {differing}"
