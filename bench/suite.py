@@ -98,6 +98,9 @@ def targets(figures: dict) -> dict[str, bool]:
     if "pipeline" in figures:
         checks["no-op dvc repro < 5 s"] = figures["pipeline"]["noop_repro_s"] < 5 and not figures["pipeline"]["noop_stages_rerun"]
         checks["pipeline peak memory < 3 GiB"] = figures["pipeline"]["peak_rss_gib"] < 3
+    if "attack_overhead" in figures:
+        checks["attack engine without early exit <= 1.1x the plain-torch bound"] = figures["attack_overhead"]["engine_vs_bound_max_ratio_wall"] <= 1.1
+        checks["PGD-10 early exit <= 0.5x ART's fixed budget at the largest eps"] = figures["attack_overhead"]["early_exit_vs_art_ratio_wall_at_largest_eps"] <= 0.5
     if "sweep_overhead" in figures:
         checks["sweep overhead per trial < 10% of compute"] = figures["sweep_overhead"]["overhead_ratio"] < 0.10
     if "survival_scaling" in figures:

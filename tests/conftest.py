@@ -45,16 +45,18 @@ def conf_dir() -> Path:
 
 
 TIMING_KEYS = ("t_", "device")
+TIMING_ARRAYS = ("duration_",)  # the per-sample clocks
 
 
 def recorded(folder: Path) -> dict[str, dict]:
     """A results folder's record files (timings and device left out) and outcome arrays (as
-    lists), by file name: what two runs of one config must agree on."""
+    lists, the per-sample durations left out), by file name: what two runs of one config
+    must agree on."""
     found: dict[str, dict] = {}
     for path in sorted(Path(folder).iterdir()):
         if path.suffix == ".json":
             found[path.name] = {k: v for k, v in json.loads(path.read_text()).items() if not k.startswith(TIMING_KEYS)}
         elif path.suffix == ".npz":
             with np.load(path) as arrays:
-                found[path.name] = {k: arrays[k].tolist() for k in arrays.files}
+                found[path.name] = {k: arrays[k].tolist() for k in arrays.files if not k.startswith(TIMING_ARRAYS)}
     return found

@@ -86,3 +86,24 @@ def test_budget_subset_takes_classes_in_turn():
     labels = np.array([0, 0, 0, 1, 1, 2, 2, 2])
     assert budget_subset(labels, 4).tolist() == [0, 1, 3, 5]
     assert budget_subset(labels, None).tolist() == list(range(8))
+
+
+def test_per_sample_durations_sum_to_the_cells_attack_time_on_both_clocks(attacked):
+    for cell, record, out in outcomes_of(attacked):
+        n = record["n_attack"]
+        for clock in ("process", "wall"):
+            # 1%, or 2 ms on these tiny cells (FGM on 20 images: ~13 ms): about 0.1 ms of
+            # bookkeeping before the first and after the last lap is no sample's
+            assert out[f"duration_{clock}"].sum() == pytest.approx(n * record[f"t_attack_{clock}"], rel=0.01, abs=2e-3), (cell.attack, cell.norm, clock)
+        assert out["duration_wall"].min() > 0
+        assert record["n_events"] == out["event"].sum()
+        np.testing.assert_array_equal(out["event"], out["y_pred_adv"] != out["y_true"])
+
+
+def test_black_box_searches_count_their_queries_and_stand_apart_per_image(attacked):
+    for cell, record, out in outcomes_of(attacked):
+        if cell.attack not in ("pixel", "threshold", "hsj"):
+            continue
+        searched = out["y_pred_ben"] == out["y_true"]
+        assert (out["failure_step"][searched] > 0).all() and (out["failure_step"][~searched] == 0).all()
+        assert len(np.unique(out["duration_wall"][searched])) == searched.sum()  # one search, one time

@@ -194,6 +194,10 @@ CONFIG_CASES = [
     pytest.param("attack", ["attack.deepfool.norms=[inf]"], ("attack.deepfool.norms", "'inf'", "allowed: 2"), id="norm-linf-for-deepfool"),
     pytest.param("attack", ["attack.pixel.norms=[2]"], ("attack.pixel.norms", "'2'", "allowed: 0"), id="norm-l2-for-pixel"),
     pytest.param("attack", ["attack.threshold.norms=[1]"], ("attack.threshold.norms", "'1'", "allowed: inf"), id="norm-l1-for-threshold"),
+    # attack engines
+    pytest.param("attack", ["attack.pixel.engine=torch"], ("attack.pixel.engine", "fgm, pgd, deepfool only", "per_image, art"), id="torch-engine-for-pixel"),
+    pytest.param("attack", ["attack.fgm.engine=jax"], ("attack.fgm.engine", "'jax'", "allowed: torch, per_image, art"), id="unknown-engine"),
+    pytest.param("attack", ["attack.pgd.early_exit=3"], ("attack.pgd.early_exit", "got 3", "true or false"), id="early-exit-not-bool"),
     # epochs and learning rate
     pytest.param("train", ["train.epochs=[0]"], ("train.epochs", "got 0", "integer >= 1"), id="epochs-zero"),
     pytest.param("train", ["train.epochs=[1,-3]"], ("train.epochs", "got -3", "integer >= 1"), id="epochs-negative"),

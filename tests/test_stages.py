@@ -73,23 +73,27 @@ def test_downstream_stages_write_every_table_and_figure(pipeline, tmp_path):
     experiments, survival_data = timing.run(pipeline)
     assert len(experiments) == len(attack_cells(pipeline))
     assert {"t_train", "t_predict", "t_attack", "t_attack_wall", "t_attack_process", "acc_adv", "train_hash"} <= set(experiments)
-    # up to three weighted rows per attack cell; weights add up to the attacked samples
-    assert survival_data.groupby("attack_hash")["weight"].sum().eq(20).all()
-    assert len(survival_data) <= 3 * len(experiments) and set(survival_data["event"]) == {0, 1}
+    # one row per attacked sample; its cell's events are the experiment row's
+    assert survival_data.groupby("attack_hash")["weight"].sum().eq(20).all() and survival_data["weight"].eq(1).all()
+    assert len(survival_data) == experiments["n_attack"].sum() and set(survival_data["event"]) == {0, 1}
+    events = survival_data.groupby("attack_hash")["event"].sum()
+    assert events.to_dict() == experiments.set_index("attack_hash")["n_events"].to_dict()
     counts = experiments[["n_misclassified_before", "n_broken", "n_survived"]].sum(axis=1)
     assert counts.eq(experiments["n_attack"]).all()
     comparison = survival.run(pipeline)
-    assert list(comparison["fitter"]) == ["weibull", "lognormal", "loglogistic", "exponential", "gengamma", "cox"]
-    assert comparison["selected"].sum() == 1
+    assert list(comparison["fitter"]) == ["weibull", "lognormal", "loglogistic", "exponential", "gengamma", "cox", "runtime_baseline", "failure_share_baseline"]
+    assert comparison["selected"].sum() == 1 and (comparison["split_by"] == "train_hash").all()
     assert brittle.run(pipeline) == len(model_cells(pipeline))
     summary = aggregate.run(pipeline)
     assert summary["n_attack_cells"] == len(experiments)
+    assert summary["survival_split_by"] == "train_hash" and isinstance(summary["survival_beats_baselines"], bool)
     written = figures.run(pipeline)
     reports = tmp_path / "reports"
     for name in ("experiments.csv", "survival_data.csv", "trash.csv", "trash_summary.csv", "robustness.csv", "auc_table.csv",
                  "tau_table.csv", "evp_tau.csv", "evp_convergence.csv", "curves.csv", "brittle.csv", "metrics.json", "report.html",
                  "survival/aft_comparison.csv", "survival/aft_comparison.tex", "survival/calibration.png",
-                 "survival/coefficients.png", "survival/expected_times.csv", "survival/models.pkl"):
+                 "survival/coefficients.png", "survival/expected_times.csv", "survival/models.pkl",
+                 "survival/kaplan_meier.png", "survival/logrank.csv"):
         assert (reports / name).is_file(), name
     for stem in ("accuracy_by_attack_and_defence", "trash_by_depth_and_defence", "evp_vs_tau", "evp_convergence",
                  "accuracy_eps_curves", "brittle_vs_robust_acc"):

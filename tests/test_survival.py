@@ -1,7 +1,6 @@
-"""Survival analysis: the fitters against lifelines' own numbers on its rossi data, the
-survival data set from hand-made records, and the stage's diagnostics, retries and outputs."""
+"""Survival analysis: the fitters against lifelines' own numbers on its rossi data, and the
+stage's diagnostics, retries and outputs (the survival data set: tests/test_survival_data.py)."""
 
-import logging
 import math
 import warnings
 import subprocess
@@ -26,11 +25,11 @@ from omegaconf import OmegaConf
 from scipy.optimize import minimize
 
 from trashfire import fitters as F
-from trashfire import survival, timing
+from trashfire import survival
 from trashfire.config import compose, validate
 from trashfire.errors import ConfigError, DataError
 from trashfire.params import composed_yaml
-from trashfire.survival_data import diagnose, survival_table
+from trashfire.survival_data import LABEL_COLUMNS
 from tests.conftest import ROOT, tiny_overrides
 
 ROSSI_COVARIATES = ["fin", "age", "race", "wexp", "mar", "paro", "prio"]
@@ -150,75 +149,11 @@ def test_closed_form_mean_and_median_match_the_survival_curve(rossi, rossi_fits,
     assert at_median == pytest.approx([0.5] * 4, abs=1e-6)
 
 
-# --- the survival data set -------------------------------------------------------------------
-
-def hand_made_record(attack, value, epochs, t_attack, y_true, y_ben, y_adv):
-    record = {
-        "attack_hash": f"{attack}-{value}", "model_hash": "m", "train_hash": "t", "dataset": "digits", "pretrained_on": None,
-        "seed": 0, "model": "resnet18", "depth": 18, "epochs": epochs, "lr": 0.05, "n_train": 320,
-        "defence": "none", "defence_param": None, "defence_value": 0.0,
-        "attack": attack, "norm": "inf", "attack_param": "eps", "attack_value": value, "n_attack": len(y_true),
-        "acc_ben": 0.9, "t_train_process": 0.5, "t_train_wall": 0.4, "t_predict_process": 0.001, "t_predict_wall": 0.002,
-        "t_attack_process": t_attack, "t_attack_wall": 2 * t_attack, "config": {"values": [value]},
-    }
-    outcomes = {"y_true": np.array(y_true), "y_pred_ben": np.array(y_ben), "y_pred_adv": np.array(y_adv)}
-    return timing.experiment_row(record, outcomes, n_classes=10)
-
-
-@pytest.fixture
-def two_cells():
-    rows = [
-        # one wrong before the attack, two broken by it, two survive
-        hand_made_record("fgm", 0.1, 1, 0.02, [0, 1, 2, 3, 4], [0, 1, 2, 3, 9], [0, 7, 2, 8, 9]),
-        # all four survive
-        hand_made_record("pgd", 0.3, 2, 0.03, [5, 6, 7, 8], [5, 6, 7, 8], [5, 6, 7, 8]),
-    ]
-    return timing.with_clock(pd.DataFrame(rows), "process")
-
-
-def rows_of(table):
-    return sorted(map(tuple, table[["attack_hash", "duration", "event", "weight"]].to_numpy().tolist()))
-
-
-def test_survival_data_from_two_hand_made_records(two_cells, caplog):
-    logging.getLogger("trashfire.survival_data").addHandler(caplog.handler)
-    with caplog.at_level(logging.INFO, logger="trashfire.survival_data"):
-        table = survival_table(two_cells)
-    assert rows_of(table) == [
-        ("fgm-0.1", 0.02, 0, 2),  # two survivors
-        ("fgm-0.1", 0.02, 1, 3),  # two broken by the attack, one wrong before it (attack_time)
-        ("pgd-0.3", 0.03, 0, 4),  # no failure: one censored row
-    ]
-    # two cells: beside the intercept, epochs spans them; the rest is constant or collinear
-    assert list(table.columns[4:]) == ["epochs"]
-    assert "dropping covariate depth: it takes one value" in caplog.text
-    assert "dropping covariate attack_pgd_inf: collinear with intercept, epochs" in caplog.text
-    assert table.groupby("attack_hash")["weight"].sum().to_dict() == {"fgm-0.1": 5, "pgd-0.3": 4}
-
-
-def test_policies_for_samples_misclassified_before_the_attack(two_cells):
-    predict_time = survival_table(two_cells, misclassified_before_attack="predict_time")
-    assert rows_of(predict_time)[:3] == [("fgm-0.1", 0.001, 1, 1), ("fgm-0.1", 0.02, 0, 2), ("fgm-0.1", 0.02, 1, 2)]
-    dropped = survival_table(two_cells, misclassified_before_attack="drop")
-    assert rows_of(dropped)[:2] == [("fgm-0.1", 0.02, 0, 2), ("fgm-0.1", 0.02, 1, 2)]
-
-
-def test_durations_below_the_clock_resolution(two_cells):
-    two_cells.loc[1, "t_attack"] = 0.0
-    assert rows_of(survival_table(two_cells))[-1] == ("pgd-0.3", 0.01, 0, 4)  # half the smallest measured
-    assert "pgd-0.3" not in set(survival_table(two_cells, nonpositive_durations="drop")["attack_hash"])
-
-
-def test_all_censored_data_is_a_reported_diagnostic(two_cells):
-    survivors = two_cells.assign(n_misclassified_before=0, n_broken=0, n_survived=two_cells["n_attack"])
-    with pytest.raises(DataError, match="all 9 attacked samples survived"):
-        diagnose(survival_table(survivors))
-
-
 # --- the stage on synthetic cells ------------------------------------------------------------
 
 def synthetic_cells(n_cells=60, samples=20, seed=0):
-    """Attack cells whose survival follows a Weibull AFT in epochs, depth and an attack dummy."""
+    """Attack cells whose survival follows a Weibull AFT in epochs, depth and an attack dummy,
+    in the survival data set's columns (two attack cells per trained model; weighted rows)."""
     rng = np.random.default_rng(seed)
     epochs = rng.integers(1, 6, n_cells).astype(float)
     depth = rng.choice([18.0, 34.0], n_cells)
@@ -228,9 +163,11 @@ def synthetic_cells(n_cells=60, samples=20, seed=0):
     failed = [(rng.weibull(1.5, samples) * s < t).sum() for s, t in zip(scale, t_attack)]
     rows = []
     for cell, (t, n_failed) in enumerate(zip(t_attack, failed)):
+        labels = {"attack_hash": f"c{cell}", "train_hash": f"t{cell // 2}", "model_hash": f"m{cell // 2}",
+                  "attack_family": "pgd_inf" if pgd[cell] else "fgm_inf", "defence": "none", "dataset": "digits"}
         covariates = {"epochs": epochs[cell], "depth": depth[cell], "attack_pgd_inf": pgd[cell]}
-        rows += [{"attack_hash": f"c{cell}", "duration": t, "event": 1, "weight": n_failed, **covariates},
-                 {"attack_hash": f"c{cell}", "duration": t, "event": 0, "weight": samples - n_failed, **covariates}]
+        rows += [{**labels, "duration": t, "event": 1, "weight": n_failed, **covariates},
+                 {**labels, "duration": t, "event": 0, "weight": samples - n_failed, **covariates}]
     return pd.DataFrame(rows).query("weight > 0").reset_index(drop=True)
 
 
@@ -244,8 +181,9 @@ def stage_cfg(tmp_path, data, *overrides):
 def test_stage_fits_scores_and_saves_all_six_models(tmp_path):
     data = synthetic_cells()
     cfg = stage_cfg(tmp_path, data)
-    comparison = survival.run(cfg).set_index("fitter")
-    assert list(comparison.index) == ["weibull", "lognormal", "loglogistic", "exponential", "gengamma", "cox"]
+    table = survival.run(cfg).set_index("fitter")
+    assert list(table.index) == ["weibull", "lognormal", "loglogistic", "exponential", "gengamma", "cox", *survival.BASELINES]
+    comparison = table[table["status"] != "baseline"]
     assert (comparison["status"] == "fitted").all()
     assert comparison[survival.SCORE_COLUMNS].notna().all().all(), comparison[survival.SCORE_COLUMNS]
     assert comparison.loc["weibull", "concordance"] > 0.55  # ties within a cell cap it; chance is 0.5
@@ -264,13 +202,15 @@ def test_stage_fits_scores_and_saves_all_six_models(tmp_path):
     models = survival.load_models(out / "models.pkl")
     assert set(models) == set(comparison.index)
     covariates = data.drop_duplicates("attack_hash").set_index("attack_hash")[["epochs", "depth", "attack_pgd_inf"]]
-    assert models[selected].predict_expectation(covariates).to_numpy() == pytest.approx(times.loc[covariates.index, "E_T"].to_numpy())
+    # a cell's samples share its covariates here: its unrestricted E[T] is the model's mean
+    assert models[selected].predict_expectation(covariates).to_numpy() == pytest.approx(times.loc[covariates.index, "E_T_unrestricted"].to_numpy())
+    assert (times["E_T"] <= times["E_T_unrestricted"]).all() and (times["E_T"] <= times["t_star"]).all()
 
 
 def test_weighted_rows_score_as_one_row_per_sample(tmp_path, settings):
     compact = synthetic_cells(n_cells=30)
     expanded = F.per_sample(compact)
-    train = {form: d.drop(columns="attack_hash") for form, d in (("compact", compact), ("expanded", expanded))}
+    train = {form: d.drop(columns=LABEL_COLUMNS) for form, d in (("compact", compact), ("expanded", expanded))}
     for name in ("weibull", "cox"):
         fits = {form: F.fit_one(name, settings.models[name], d) for form, d in train.items()}
         scores = {form: F.information_criteria(fits[form], d) for form, d in train.items()}
@@ -281,7 +221,7 @@ def test_weighted_rows_score_as_one_row_per_sample(tmp_path, settings):
 
 @pytest.mark.parametrize("name", ["weibull", "cox"])
 def test_weighted_calibration_is_lifelines_calibration_on_one_row_per_sample(settings, name):
-    data = synthetic_cells(n_cells=30).drop(columns="attack_hash")
+    data = synthetic_cells(n_cells=30).drop(columns=LABEL_COLUMNS)
     fit = F.fit_one(name, settings.models[name], data)
     t0 = float(np.median(np.repeat(data["duration"], data["weight"])))
     ours = F.calibration(fit, data, t0)
@@ -299,7 +239,7 @@ def only(settings, *fitters, **changes):
 
 def test_constant_covariates_leave_intercept_only_models_and_a_cox_note(settings):
     data = synthetic_cells().assign(epochs=3.0, depth=18.0, attack_pgd_inf=0.0)
-    train, test = survival.usable_covariates(*survival.split_cells(data, 0.2, 0))
+    train, test = survival.usable_covariates(*survival.split_groups(data, "train_hash", 0.2, 0))
     assert list(F.covariates_of(train)) == []
     comparison, fits = survival.compare(train, test, only(settings, "weibull", "cox"))
     comparison = comparison.set_index("fitter")
@@ -309,7 +249,7 @@ def test_constant_covariates_leave_intercept_only_models_and_a_cox_note(settings
 
 
 def test_a_fitter_that_never_converges_is_reported_and_the_others_go_on(settings):
-    train, test = survival.split_cells(synthetic_cells(), 0.2, 0)
+    train, test = survival.split_groups(synthetic_cells(), "train_hash", 0.2, 0)
     never = only(settings, "gengamma", "exponential", retries=[], models={"gengamma": {"fit_options": {"maxiter": 1}}})
     comparison, fits = survival.compare(train, test, never)
     rows = comparison.set_index("fitter")
@@ -324,7 +264,7 @@ def test_a_fitter_that_never_converges_is_reported_and_the_others_go_on(settings
 def test_a_failed_fit_is_retried_with_the_next_settings(settings):
     spec = OmegaConf.merge(settings.models.weibull, {"fit_options": {"maxiter": 1}})
     retries = OmegaConf.create([{"optimiser": "L-BFGS-B"}, {"penalizer": 0.01, "fit_options": {}}])
-    fit = F.fit_one("weibull", spec, synthetic_cells().drop(columns="attack_hash"), retries)
+    fit = F.fit_one("weibull", spec, synthetic_cells().drop(columns=LABEL_COLUMNS), retries)
     assert (fit.attempts, fit.penalizer, fit.optimiser) == (3, 0.01, WeibullAFTFitter._scipy_fit_method)
 
 

@@ -41,7 +41,10 @@ def with_family(experiments: pd.DataFrame) -> pd.DataFrame:
 
 
 def trash_table(experiments: pd.DataFrame, expected: pd.DataFrame, eps_max: float | None) -> pd.DataFrame:
-    """TRASH (003 eq. 9) per model cell and attack family: t_train / E[T | 0 < eps <= eps_max]."""
+    """TRASH (003 eq. 9) per model cell and attack family: t_train / E[T | 0 < eps <= eps_max].
+    E[T] is expected_times.csv's `E_T`: the selected survival model's restricted mean
+    int_0^{t*} S(u | x) du per attack cell (t* the cell's budget), averaged over the cell's
+    samples, in seconds per sample like t_train; here averaged over the family's cells."""
     cells = experiments.merge(expected[["attack_hash", "E_T"]], on="attack_hash", how="left")
     if eps_max is not None:
         cells = cells[cells["attack_value"] <= eps_max]
@@ -201,8 +204,23 @@ def spearman_by_dataset(brittle: pd.DataFrame) -> dict[str, dict[str, float]]:
     return result
 
 
+def survival_headline(comparison: pd.DataFrame) -> dict:
+    """The selected survival model's scores, whether it beats both baselines on test
+    concordance, the baselines' test concordance and the split's grouping column."""
+    survival = comparison[comparison["selected"].astype(str).str.lower() == "true"].iloc[0]
+    baselines = comparison.set_index("fitter")["test_concordance"]
+    return {
+        "survival_model": str(survival["fitter"]),
+        "survival_test_concordance": float(survival["test_concordance"]),
+        "survival_test_ici": float(survival["test_ICI"]),
+        "survival_beats_baselines": str(survival.get("beats_baselines")).lower() == "true",
+        "survival_runtime_baseline_test_concordance": float(baselines.get("runtime_baseline", np.nan)),
+        "survival_failure_share_baseline_test_concordance": float(baselines.get("failure_share_baseline", np.nan)),
+        "survival_split_by": str(survival.get("split_by", "")),
+    }
+
+
 def headline(experiments, trash, robustness, brittle, comparison) -> dict:
-    survival = comparison[comparison["selected"].astype(bool)].iloc[0]
     return {
         "n_train_cells": int(experiments["train_hash"].nunique()),
         "n_model_cells": int(experiments["model_hash"].nunique()),
@@ -210,9 +228,7 @@ def headline(experiments, trash, robustness, brittle, comparison) -> dict:
         "clock": str(experiments["clock"].iloc[0]),
         "acc_ben_mean": float(experiments.drop_duplicates("model_hash")["acc_ben"].mean()),
         "acc_adv_mean": float(experiments["acc_adv"].mean()),
-        "survival_model": str(survival["fitter"]),
-        "survival_test_concordance": float(survival["test_concordance"]),
-        "survival_test_ici": float(survival["test_ICI"]),
+        **survival_headline(comparison),
         "trash_adv_median": float(trash["trash_adv"].median()),
         "trash_adv_share_above_1": float((trash["trash_adv"] > 1).mean()),
         "trash_ben_median": float(trash["trash_ben"].median()),

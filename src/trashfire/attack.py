@@ -2,16 +2,17 @@
 every entry of the attack grid, skipping cells already recorded.
 
 Per model cell, a benign record (accuracy and prediction time on the test split, with the
-defence) is kept under `benign/`. Per attack cell, `<hash>.npz` holds per-sample outcomes
-(attack-subset position, true label, benign and adversarial prediction, l0/l1/l2/linf
-perturbation norms) and
-`<hash>.json` the cell's record, written after the arrays as its commit mark.
+defence) is kept under `benign/`. Per attack cell, `<hash>.npz` holds the per-sample
+outcomes of `trashfire.attacks.engine` (attack-subset position, true label, the first
+query's prediction and benign margin, the adversarial prediction, failure step, duration on
+both clocks, event, and the l0/l1/l2/linf norms of the returned example) and `<hash>.json`
+the cell's record, written after the arrays as its commit mark. The record's t_attack is the
+engine's whole run measured from outside; the per-sample durations sum to it.
 """
 
 from __future__ import annotations
 
 import logging
-import warnings
 from itertools import groupby
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,9 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from trashfire.attacks import art_classifier, attack_strength, budget_subset, build_attack, perturbation_norms
+from trashfire.attacks import art_classifier, attack_strength, budget_subset, build_attack, engine_of, perturbation_norms
+from trashfire.attacks.engine import run_engine
+from trashfire.attacks.target import Target
 from trashfire.cli import run_cli
 from trashfire.clocks import Stopwatch
 from trashfire.datasets import Split, load_split
@@ -81,15 +84,14 @@ def run_attack_cell(classifier, split: Split, cell: AttackCell, device) -> tuple
     _seed_everything(cell.hash)
     keep = budget_subset(split.y_attack.numpy(), cell.spec.get("samples"))
     x, y = split.x_attack.numpy()[keep], split.y_attack.numpy()[keep]
-    y_ben = classifier.predict(x, batch_size=256).argmax(1)
     pixel_std = float(np.mean(split.std))
-    attack = build_attack(classifier, cell.spec, pixel_std)
-    with Stopwatch(device) as watch, warnings.catch_warnings():
-        warnings.filterwarnings("ignore", module="cma")  # CMA-ES's note on ART's fitness arrays, once per image
-        x_adv = attack.generate(x=x, y=y)
-    y_adv = classifier.predict(x_adv, batch_size=256).argmax(1)
+    engine, early_exit = engine_of(cell.spec), bool(cell.spec.get("early_exit", True))
+    attack = None if engine == "torch" else build_attack(classifier, cell.spec, pixel_std)
+    target = Target(classifier, device)
+    with Stopwatch(device) as watch:
+        x_adv, clocked = run_engine(engine, attack, cell.spec, target, x, y, attack_strength(cell.spec, pixel_std), early_exit)
     n = len(x)
-    outcomes = {"position": keep, "y_true": y, "y_pred_ben": y_ben, "y_pred_adv": y_adv, **perturbation_norms(x, x_adv)}
+    outcomes = {"position": keep, "y_true": y, **clocked, **perturbation_norms(x, x_adv)}
     record = {
         "attack_hash": cell.hash,
         "attack": cell.attack,
@@ -100,9 +102,12 @@ def run_attack_cell(classifier, split: Split, cell: AttackCell, device) -> tuple
         "attack_value_standardised": attack_strength(cell.spec, pixel_std),
         "pixel_std": pixel_std,  # converts eps between pixel and standardised units downstream
         "config": cell.spec,
+        "engine": engine,
+        "early_exit": early_exit,
         "n_attack": n,
-        "acc_ben_attack_subset": accuracy(y, y_ben),
-        "acc_adv": accuracy(y, y_adv),
+        "n_events": int(clocked["event"].sum()),
+        "acc_ben_attack_subset": accuracy(y, clocked["y_pred_ben"]),
+        "acc_adv": accuracy(y, clocked["y_pred_adv"]),
         "t_attack_process": watch.elapsed.process / n,
         "t_attack_wall": watch.elapsed.wall / n,
     }

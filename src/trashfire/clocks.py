@@ -12,6 +12,7 @@ import time
 import weakref
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 CLOCKS = ("process", "wall")
@@ -63,3 +64,34 @@ class Stopwatch:
     def __exit__(self, *exc) -> None:
         self._sync()
         self.elapsed = Elapsed(process_cpu_time() - self._process, time.perf_counter() - self._wall)
+
+
+class LapClock:
+    """The per-sample failure clock: an attack's compute cut into laps, each lap's time on
+    both clocks shared equally by the samples it worked on. A sample's duration is the sum of
+    its shares, so a cell's durations sum to the time from `start` to the last lap."""
+
+    def __init__(self, n_samples: int, device: torch.device | str = "cpu"):
+        self.device = torch.device(device)
+        self.process = np.zeros(n_samples)
+        self.wall = np.zeros(n_samples)
+        self._mark: tuple[float, float] | None = None
+
+    def _now(self) -> tuple[float, float]:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return process_cpu_time(), time.perf_counter()
+
+    def start(self) -> "LapClock":
+        self._mark = self._now()
+        return self
+
+    def lap(self, members) -> None:
+        """The time since the last mark, shared by `members` (sample indices); with none,
+        it goes to no sample (work that served none of them)."""
+        now = self._now()
+        members = np.asarray(members, dtype=np.int64)
+        if len(members):
+            self.process[members] += (now[0] - self._mark[0]) / len(members)
+            self.wall[members] += (now[1] - self._mark[1]) / len(members)
+        self._mark = now

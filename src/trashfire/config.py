@@ -30,8 +30,11 @@ ATTACK_NORMS = {
 COUNT_ATTACKS = ("deepfool", "pixel", "threshold", "hsj")  # strengths are counts, not eps
 LR_SCHEDULES = ("constant", "step_half")
 ATTACK_UNITS = ("standardised", "pixel")
+ENGINES = ("torch", "per_image", "art")  # see trashfire.attacks.engine
+TORCH_ATTACKS = ("fgm", "pgd", "deepfool")  # the attacks our torch loop runs
 AUC_UNITS = ATTACK_UNITS
 SURVIVAL_SCORES = ("test_ICI", "ICI", "test_E50", "E50", "AIC", "BIC", "test_concordance", "concordance")
+SURVIVAL_SPLIT_GROUPS = ("train_hash", "model_hash", "attack_hash")  # survival data label columns a split keeps together
 OPTIMISERS = ("BFGS", "L-BFGS-B", "SLSQP", "CG", "TNC")  # scipy methods that use lifelines' gradient
 
 
@@ -323,6 +326,17 @@ def _validate_attacks(attacks: DictConfig) -> None:
         if "step_scale" in spec:
             _number(f"{key}.step_scale", spec.step_scale, low=0, open_low=True)
         _choice(f"{key}.units", spec.get("units", "standardised"), ATTACK_UNITS)
+        _validate_engine(key, name, spec)
+
+
+def _validate_engine(key: str, name: str, spec: DictConfig) -> None:
+    engine = spec.get("engine")
+    if engine is not None:
+        _choice(f"{key}.engine", engine, ENGINES)
+        if engine == "torch" and name not in TORCH_ATTACKS:
+            raise ConfigError(f"{key}.engine", f"got torch; our torch loop runs {', '.join(TORCH_ATTACKS)} only; allowed here: per_image, art")
+    if "early_exit" in spec and not isinstance(spec.early_exit, bool):
+        raise ConfigError(f"{key}.early_exit", f"got {spec.early_exit!r}; must be true or false")
 
 
 def _validate_train(train: DictConfig) -> None:
@@ -389,6 +403,7 @@ def _validate_survival(survival: DictConfig) -> None:
     if survival.get("chosen") is not None:
         _choice("survival.chosen", survival.chosen, aft)
     _choice("survival.select_by", survival.get("select_by"), SURVIVAL_SCORES)
+    _choice("survival.split_by", survival.get("split_by"), SURVIVAL_SPLIT_GROUPS)
     _number("survival.test_size", survival.get("test_size"), low=0, high=1, open_low=True, open_high=True)
     _integer("survival.seed", survival.get("seed"), low=0)
     _number("survival.t0_quantile", survival.get("t0_quantile"), low=0, high=1, open_low=True, open_high=True)

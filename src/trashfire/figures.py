@@ -55,7 +55,8 @@ CAPTIONS = {
     "accuracy_eps_curves": "Accuracy (top) and accuracy normalised by the benign accuracy (bottom) against eps in pixel units, mean over seeds with a ±1 SD band; the shaded interval is the one R integrates over (normalised-AUC paper Fig. 2, 4).",
     "brittle_vs_robust_acc": "Brittle-score against robust accuracy, one colour per defence, with Spearman's rank correlation per data set (brittle-score paper Fig. 4).",
     "calibration": "Calibration of every survival model on the training and test splits: observed against predicted failure probability (TRASHFIRE Fig. 2).",
-    "coefficients": "Coefficients of the selected survival model with 95% intervals (TRASHFIRE Fig. 3).",
+    "coefficients": "Coefficients of the selected survival model with 95% intervals, thick cluster-robust (clusters: the train/test split's groups, trained models by default), thin naive (TRASHFIRE Fig. 3).",
+    "kaplan_meier": "Kaplan-Meier survival of the attacked samples per attack family and defence (solid) and the selected survival model's predicted survival of the same samples (dashed).",
 }
 
 
@@ -104,6 +105,7 @@ def read_tables(reports: Path) -> dict[str, pd.DataFrame | None]:
     tables |= {name: read_table(reports, f"{name}.csv") for name in AGGREGATE_TABLES}
     tables["brittle"] = read_table(reports, "brittle.csv", required=False)
     tables["survival"] = read_table(reports, "survival/aft_comparison.csv", stage="survival")
+    tables["logrank"] = read_table(reports, "survival/logrank.csv", stage="survival", required=False)
     return tables
 
 
@@ -647,6 +649,29 @@ def headline_section(metrics: dict) -> str:
     return html_table(pd.DataFrame({"metric": list(flat), "value": values}))
 
 
+def survival_section(comparison: pd.DataFrame, logrank: pd.DataFrame | None) -> str:
+    """Table I, after one plain sentence per fitted model on whether it beats both baselines
+    on test concordance; then the log-rank tests of each defence against none."""
+    sentences = "".join(f"<p>{html.escape(line)}</p>" for line in baseline_sentences(comparison))
+    markup = sentences + html_table(drop_empty(comparison))
+    if logrank is not None and not logrank.empty:
+        markup += "<p>Log-rank tests per attack family, each defence against none (weighted samples):</p>" + html_table(logrank)
+    return markup
+
+
+def baseline_sentences(comparison: pd.DataFrame) -> list[str]:
+    needed = {"status", "model", "test_concordance", "beats_baselines"}
+    if not needed <= set(comparison):
+        return ["The survival table has no baselines; rerun `dvc repro survival`."]
+    baselines = comparison[comparison["status"] == "baseline"]
+    bar = " and ".join(f"{row['model'].lower()} {format_value(row['test_concordance'])}" for _, row in baselines.iterrows())
+    lines = []
+    for _, row in comparison[comparison["status"] == "fitted"].iterrows():
+        verdict = "beats both baselines" if str(row["beats_baselines"]).lower() == "true" else "does not beat both baselines"
+        lines.append(f"{row['model']} {verdict} on test concordance: {format_value(row['test_concordance'])} against {bar}.")
+    return lines
+
+
 def trash_summary_section(summary: pd.DataFrame) -> str:
     if summary.empty:
         return not_computed("trash_summary.csv has no rows")
@@ -718,7 +743,7 @@ def caption_for(path: Path) -> str:
     if path.stem in CAPTIONS:
         return CAPTIONS[path.stem]
     if path.parent.name == "coefficients":
-        return f"Coefficients of the {path.stem} survival model with 95% intervals: dummies against their reference level, covariates per +1 SD (TRASHFIRE Fig. 3)."
+        return f"Coefficients of the {path.stem} survival model with 95% intervals (thick cluster-robust, thin naive): dummies against their reference level, covariates per +1 SD (TRASHFIRE Fig. 3)."
     return f"{path.stem.replace('_', ' ')} (survival stage)."
 
 
@@ -749,7 +774,7 @@ def report_html(reports: Path, images: list[Path], skipped: dict[str, str] | Non
         ("auc", "Normalised robustness AUC R and sensitivity S (normalised-AUC paper, appendix tables)", auc_section(tables["auc_table"])),
         ("robustness", "EVP and R per cell", robustness_section(tables["robustness"])),
         ("brittle", "Brittle-score and relative improvement (brittle-score paper Table 1)", brittle_section(tables["brittle"])),
-        ("survival", "Survival model comparison (TRASHFIRE Table I)", html_table(drop_empty(tables["survival"]))),
+        ("survival", "Survival model comparison (TRASHFIRE Table I)", survival_section(tables["survival"], tables["logrank"])),
         ("cards", "Model cards", cards_section(reports)),
     ]
     figures = "".join(figure_section(p, reports) for p in images)

@@ -19,7 +19,7 @@ from trashfire.records import config_hash
 
 # Bump when a change to the code changes what a cell computes: old records then miss.
 TRAIN_VERSION = 1
-ATTACK_VERSION = 1
+ATTACK_VERSION = 2  # 2: per-sample failure clock (engine, early exit, outcome arrays)
 
 UNDEFENDED = {"name": "none", "stage": "none", "param": None, "value": 0}
 
@@ -184,7 +184,7 @@ def attack_specs(cfg: DictConfig) -> list[dict[str, Any]]:
     """One dict per (attack, norm, strength) of the attack grid."""
     specs = []
     for name, spec in cfg.attack.items():
-        extra = {k: _plain(spec[k]) for k in ("max_iter", "step_scale", "batch_size") if k in spec}
+        extra = {k: _plain(spec[k]) for k in ("max_iter", "step_scale", "batch_size", "engine", "early_exit") if k in spec}
         if spec.get("samples") is not None:  # absent when all: older hashes hold
             extra["samples"] = spec.samples
         if spec.get("units", "standardised") != "standardised":  # absent when standardised: older hashes hold

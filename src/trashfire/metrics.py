@@ -22,7 +22,10 @@ def failure_rate(acc: float, seconds_per_sample: float) -> float:
 
 
 def trash(t_train: float, expected_survival: float) -> float:
-    """C_adv = t_train / E[T | 0 < eps <= eps*] (TRASHFIRE eq. 9); > 1: cheaper to break than to train."""
+    """C_adv = t_train / E[T | 0 < eps <= eps*] (TRASHFIRE eq. 9); > 1: cheaper to break than to train.
+    E[T] is the survival model's restricted mean time to failure, int_0^{t*} S(u) du up to the
+    attack's budget t* (003's definition; the survival stage's `E_T`), on t_train's clock and
+    per sample."""
     return t_train / expected_survival
 
 

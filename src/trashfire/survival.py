@@ -1,24 +1,32 @@
-"""Stage `survival`: fit TRASHFIRE's survival models to the survival data set, score them as
-its Table I does, draw its Figures 2 and 3, and write the selected AFT model's E[T] per attack
-cell for `aggregate`.
+"""Stage `survival`: fit TRASHFIRE's survival models to the survival data set (one row per
+attacked sample), score them as its Table I does beside two baselines, draw its Figures 2 and 3
+and Kaplan-Meier curves, and write the selected AFT model's E[T] per attack cell for `aggregate`.
 
 Models (lifelines; `conf/survival/`): Weibull, Log-Normal, Log-Logistic, Exponential (Weibull
 with shape 1) and Generalised Gamma AFT, and Cox PH, each retried with another optimiser and
 larger penalizers when a fit fails to converge; one that still fails is a row of the table
-with its reasons, and the others go on.
+with its reasons, and the others go on. The label columns (hashes, attack family, defence, data
+set) are kept aside, never fitted.
 
-Scores on an 80/20 split by attack cell (a cell's rows stay together): AIC and BIC =
+Scores on a train/test split by group (`survival.split_by`, default train_hash: every sample of
+a trained model on one side, seeded; `survival.test_size` of the groups to test): AIC and BIC =
 -2 loglik + k ln n with k = every estimated coefficient and n = the samples (lifelines' BIC_
 counts parameter names and rows), loglik unpenalised (lifelines' log_likelihood_ includes the
-penalty); Cox PH's are from its partial likelihood. Concordance (train,
-test) and ICI and E50 (train, test) of lifelines' `survival_probability_calibration` at the
-fitter's t0 (a quantile of the training durations), both over samples rather than the weighted
-rows. The selected model (`survival.chosen`, or the best `survival.select_by` among AFT models
-with a finite E[T] everywhere) gives E[T].
+penalty); Cox PH's are from its partial likelihood. Concordance (train, test) and ICI and E50
+(train, test) of lifelines' `survival_probability_calibration` at the fitter's t0 (a quantile of
+the training durations), both over samples. Standard errors: lifelines' naive ones and, beside
+them, cluster-robust ones with the same groups as clusters (samples of one trained model share
+its weights, so they are not independent). Two baselines are scored on the same halves: a
+ranking by the mean runtime of the sample's attack cell, and by its cell's observed survival
+share; `beats_baselines` says whether a model's test concordance exceeds both. The selected
+model (`survival.chosen`, or the best `survival.select_by` among AFT models with a finite E[T]
+everywhere; never a baseline) gives E[T].
 
-Writes `reports/survival/`: aft_comparison.csv and .tex (Table I), calibration.png (Fig. 2),
-coefficients.png (Fig. 3, selected model) and coefficients/<fitter>.png, coefficients.csv,
-expected_times.csv (E[T] per attack cell: the selected model's and every AFT model's), and
+Writes `reports/survival/`: aft_comparison.csv and .tex (Table I with the baselines),
+calibration.png (Fig. 2), coefficients.png (Fig. 3, selected model) and coefficients/<fitter>.png,
+coefficients.csv (naive and cluster-robust intervals), expected_times.csv (E[T] per attack cell:
+the selected model's restricted and unrestricted mean, every AFT model's restricted mean),
+kaplan_meier.png and logrank.csv (per attack family, each defence against none), and
 models.pkl (every fitted model; reload with `trashfire.survival.load_models`).
 """
 
@@ -33,6 +41,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from lifelines import KaplanMeierFitter
+from lifelines.statistics import logrank_test
 from omegaconf import DictConfig
 
 from trashfire import fitters as F
@@ -40,13 +50,18 @@ from trashfire.cli import run_cli
 from trashfire.errors import ConfigError, DataError
 from trashfire.records import atomic_path
 from trashfire.survival_data import diagnose, drop_degenerate
-from trashfire.survival_figures import calibration_grid, coefficient_figure, finish_calibration, save
+from trashfire.survival_figures import calibration_grid, coefficient_figure, finish_calibration, kaplan_meier_figure, save
 
 log = logging.getLogger("trashfire.survival")  # not __name__: it is __main__ under python -m
 
 HIGHER_IS_BETTER = ("test_concordance", "concordance")  # the other select_by scores are errors
 SCORE_COLUMNS = ["log_likelihood", "k", "n", "n_events", "AIC", "BIC", "concordance", "test_concordance", "t0", "ICI", "test_ICI", "E50", "test_E50"]
 COX_NOTE = "AIC and BIC from the partial likelihood: comparable among Cox fits only"
+CELL = "attack_hash"
+REFERENCE_DEFENCE = "none"
+BASELINE_NOTE = "a ranking of samples, not a survival model: no likelihood (AIC, BIC) and no survival probabilities (ICI, E50)"
+FEW_CLUSTERS = 30  # below this the cluster-robust SEs run small (Cameron and Miller 2015's rule of thumb)
+CURVE_POINTS = 120  # time points of the predicted survival curves drawn over Kaplan-Meier
 
 
 def read_survival_data(path: Path) -> pd.DataFrame:
@@ -58,15 +73,19 @@ def read_survival_data(path: Path) -> pd.DataFrame:
         raise DataError(f"corrupt survival data {path}: {str(err).splitlines()[0]}; rerun the timing stage") from None
 
 
-def split_cells(data: pd.DataFrame, test_size: float, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """80/20 by attack cell, so a cell's rows stay together."""
-    cells = data["attack_hash"].unique()
-    if len(cells) < 2:
-        raise DataError(f"survival data holds {len(cells)} attack cell; a train/test split needs at least 2")
+def split_groups(data: pd.DataFrame, by: str, test_size: float, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Train/test by group: every row of one value of `by` (a trained model for train_hash) on
+    one side, `test_size` of the groups (at least one, and one left to train on) to test. The
+    labels stay in both parts; the fitters leave them aside."""
+    if by not in data:
+        raise DataError(f"survival data has no column {by!r} to split by (survival.split_by); rerun the timing stage")
+    groups = np.sort(data[by].astype(str).unique())
+    if len(groups) < 2:
+        raise DataError(f"survival data holds {len(groups)} {by} group; a train/test split by {by} (survival.split_by) needs at least 2")
     rng = np.random.default_rng(seed)
-    n_test = min(len(cells) - 1, max(1, round(test_size * len(cells))))
-    is_test = data["attack_hash"].isin(rng.choice(cells, size=n_test, replace=False))
-    return data[~is_test].drop(columns="attack_hash"), data[is_test].drop(columns="attack_hash")
+    n_test = min(len(groups) - 1, max(1, round(test_size * len(groups))))
+    is_test = data[by].astype(str).isin(rng.choice(groups, size=n_test, replace=False))
+    return data[~is_test], data[is_test]
 
 
 def usable_covariates(train: pd.DataFrame, test: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -83,9 +102,10 @@ def calibration_time(train: pd.DataFrame, quantile: float) -> float:
 
 
 def compare(train: pd.DataFrame, test: pd.DataFrame, settings: Any, axes: dict | None = None) -> tuple[pd.DataFrame, dict[str, F.Fit]]:
-    """Fit and score every configured fitter; returns Table I (one row per fitter, failed
-    fits included with their reasons) and the fitted models. `axes[name]` = (train, test)
-    axes for the calibration curves."""
+    """Fit and score every configured fitter, then the baselines; returns Table I (one row per
+    fitter, failed fits included with their reasons, then one per baseline) and the fitted
+    models, with cluster-robust SEs by `settings.split_by`. `axes[name]` = (train, test) axes
+    for the calibration curves."""
     rows, fits = [], {}
     for name in settings.fitters:
         spec = settings.models[name]
@@ -100,15 +120,36 @@ def compare(train: pd.DataFrame, test: pd.DataFrame, settings: Any, axes: dict |
             rows.append(row | {"status": "failed", "note": f"fit failed: {err}"})
             continue
         fits[name] = fit
+        attach_robust_se(fit, train, settings.split_by)
         quantile = spec.get("t0_quantile") or settings.t0_quantile
         row |= {"status": "fitted", "penalizer": fit.penalizer, "optimiser": fit.optimiser, "attempts": fit.attempts}
         rows.append(row | score(fit, train, test, calibration_time(train, quantile), (axes or {}).get(name, (None, None))))
-    return pd.DataFrame(rows).reindex(columns=table_columns(rows)), fits
+    rows += baseline_rows(train, test)
+    comparison = pd.DataFrame(rows).assign(split_by=settings.split_by)
+    return with_baseline_verdict(comparison).reindex(columns=table_columns(rows)), fits
 
 
 def table_columns(rows: list[dict]) -> list[str]:
-    leading = ["fitter", "model", "status", "aft"] + SCORE_COLUMNS + ["penalizer", "optimiser", "attempts"]
+    leading = ["fitter", "model", "status", "aft"] + SCORE_COLUMNS + ["beats_baselines", "split_by", "penalizer", "optimiser", "attempts"]
     return leading + sorted({k for row in rows for k in row} - set(leading) - {"note"}) + ["note"]
+
+
+def attach_robust_se(fit: F.Fit, train: pd.DataFrame, by: str) -> None:
+    """fit.robust_se: cluster-robust SEs with the split's groups as clusters; where they cannot
+    be computed, a note and NaN intervals. With few clusters the sandwich is biased low (it has
+    no small-sample factor, as lifelines'), which the note says."""
+    clusters = train[by].nunique()
+    if clusters < 2:  # one cluster's score is the total score, 0 at the fit: no variance to estimate
+        fit.warnings.append(f"no cluster-robust SEs: the training part holds {clusters} {by} cluster")
+        return
+    try:
+        fit.robust_se = F.cluster_robust_se(fit, train, train[by].to_numpy())
+    except Exception as err:  # a missing cluster column, a singular covariance ...
+        log.warning("%s: no cluster-robust standard errors: %s", fit.name, F.first_line(err))
+        fit.warnings.append(f"cluster-robust SEs: {type(err).__name__}: {F.first_line(err)}")
+        return
+    if clusters < FEW_CLUSTERS:
+        fit.warnings.append(f"cluster-robust SEs from {clusters} {by} clusters (< {FEW_CLUSTERS}): likely too small")
 
 
 def score(fit: F.Fit, train: pd.DataFrame, test: pd.DataFrame, t0: float, axes: tuple) -> dict[str, Any]:
@@ -132,17 +173,112 @@ def _guarded(notes: list[str], what: str, function, *args):
         return math.nan
 
 
-def expected_times(fits: dict[str, F.Fit], data: pd.DataFrame, aft: list[str]) -> pd.DataFrame:
-    """E[T] per attack cell from every fitted AFT model."""
-    cells = data.drop_duplicates("attack_hash").set_index("attack_hash")
-    covariates = F.covariates_of(cells)
-    columns = {f"E_T_{name}": F.expected_time(fits[name], covariates) for name in aft if name in fits}
-    return pd.DataFrame(columns, index=cells.index)
+# --- baselines -----------------------------------------------------------------------------
+
+
+def cell_mean_runtime(part: pd.DataFrame) -> np.ndarray:
+    """Each sample's score for the runtime baseline: the mean duration over the samples of its
+    attack cell (the cell's attack time per sample)."""
+    return _per_cell_mean(part, part[F.DURATION].to_numpy(float))
+
+
+def cell_survival_share(part: pd.DataFrame) -> np.ndarray:
+    """Each sample's score for the failure-share baseline: 1 - the share of its attack cell's
+    samples in `part` that failed (a higher score ranks as longer survival)."""
+    return 1.0 - _per_cell_mean(part, part[F.EVENT].to_numpy(float))
+
+
+def _per_cell_mean(part: pd.DataFrame, values: np.ndarray) -> np.ndarray:
+    weights = pd.Series(F.sample_weights(part).astype(float), index=part.index)
+    cells = part[CELL]
+    means = (weights * values).groupby(cells).sum() / weights.groupby(cells).sum()
+    return cells.map(means).to_numpy(float)
+
+
+# name -> (label in Table I, what it knows, its score of each sample: higher = longer survival)
+BASELINES = {
+    "runtime_baseline": ("Runtime baseline", "knows only each attack cell's mean attack runtime", cell_mean_runtime),
+    "failure_share_baseline": ("Failure-share baseline", "knows only each attack cell's observed failure share", cell_survival_share),
+}
+
+
+def baseline_rows(train: pd.DataFrame, test: pd.DataFrame) -> list[dict[str, Any]]:
+    """Table I rows of the baselines: Harrell's C over samples on each half, as for the models;
+    no likelihood or calibration scores."""
+    rows = []
+    for name, (label, knows, scores) in BASELINES.items():
+        notes = [f"baseline: {knows}", BASELINE_NOTE]
+        row: dict[str, Any] = {"fitter": name, "model": label, "status": "baseline", "aft": False}
+        row |= {"n": float(F.sample_weights(train).sum()), "n_events": float(F.sample_weights(train)[train[F.EVENT].to_numpy() == 1].sum())}
+        for prefix, part in (("", train), ("test_", test)):
+            row[f"{prefix}concordance"] = _guarded(notes, f"{prefix}concordance", lambda p: F.ranking_concordance(p, scores(p)), part)
+        rows.append(row | {"note": "; ".join(notes)})
+    return rows
+
+
+def with_baseline_verdict(comparison: pd.DataFrame) -> pd.DataFrame:
+    """`beats_baselines` per fitted model: its test concordance above every baseline's (a
+    baseline without a score cannot be beaten); empty for the other rows."""
+    baselines = comparison.loc[comparison["status"] == "baseline", "test_concordance"].to_numpy(float)
+    fitted = comparison["status"] == "fitted"
+    beats = comparison["test_concordance"].to_numpy(float)[:, None] > baselines[None, :]
+    verdict = pd.Series(beats.all(axis=1) & (len(baselines) > 0), index=comparison.index, dtype=object)
+    return comparison.assign(beats_baselines=verdict.where(fitted, None))
+
+
+def baseline_verdicts(comparison: pd.DataFrame) -> list[str]:
+    """One sentence per fitted model: whether it beats both baselines on test concordance."""
+    baselines = comparison[comparison["status"] == "baseline"].set_index("model")["test_concordance"]
+    bar = ", ".join(f"{model} {value:.4f}" for model, value in baselines.items())
+    lines = []
+    for _, row in comparison[comparison["status"] == "fitted"].iterrows():
+        verb = "beats" if row["beats_baselines"] is True else "does not beat"
+        lines.append(f"{row['model']} {verb} both baselines on test concordance ({row['test_concordance']:.4f}; {bar})")
+    return lines
+
+
+# --- E[T] ----------------------------------------------------------------------------------
+
+
+def cell_budgets(data: pd.DataFrame) -> pd.Series:
+    """t* per attack cell, its budget: the largest censoring time among its samples, or, where
+    no sample of the cell was censored, the cell's largest duration."""
+    longest = data.groupby(CELL)[F.DURATION].max()
+    censored = data[data[F.EVENT] == 0].groupby(CELL)[F.DURATION].max()
+    return censored.reindex(longest.index).fillna(longest).rename("t_star")
+
+
+def expected_times(fits: dict[str, F.Fit], data: pd.DataFrame, aft: list[str], budgets: pd.Series) -> pd.DataFrame:
+    """E_T_<fitter> per attack cell from every fitted AFT model: 003's restricted mean
+    int_0^{t*} S(u | x) du with t* the cell's budget (`cell_budgets`: its largest censoring
+    time, or its largest duration when none of its samples was censored), averaged over the
+    cell's samples (their covariates, such as the margin, differ)."""
+    covariates = F.covariates_of(data)
+    t_star = data[CELL].map(budgets).to_numpy(float)
+    columns = {f"E_T_{name}": cell_means(data, F.restricted_mean(fits[name], covariates, t_star)) for name in aft if name in fits}
+    return pd.DataFrame(columns, index=budgets.index)
+
+
+def cell_means(data: pd.DataFrame, values: np.ndarray) -> pd.Series:
+    """The mean of a per-row value over each attack cell's samples (an infinite one stays so)."""
+    weights = pd.Series(F.sample_weights(data).astype(float), index=data.index)
+    frame = pd.DataFrame({"v": np.asarray(values, float) * weights, "w": weights, CELL: data[CELL]})
+    sums = frame.groupby(CELL)[["v", "w"]].sum()
+    return sums["v"] / sums["w"]
+
+
+def expected_time_table(times: pd.DataFrame, budgets: pd.Series, fit: F.Fit, data: pd.DataFrame) -> pd.DataFrame:
+    """expected_times.csv: per attack cell E_T (the selected model's restricted mean, what TRASH
+    uses), E_T_unrestricted (its mean E[T | x], over the cell's samples; inf or NaN where the
+    model has none), t_star, the selected fitter and every AFT model's E_T_<fitter>."""
+    unrestricted = cell_means(data, F.expected_time(fit, F.covariates_of(data))).reindex(times.index)
+    leading = pd.DataFrame({"E_T": times[f"E_T_{fit.name}"], "E_T_unrestricted": unrestricted, "t_star": budgets.reindex(times.index), "fitter": fit.name})
+    return pd.concat([leading, times], axis=1).rename_axis(CELL).reset_index()
 
 
 def select(comparison: pd.DataFrame, times: pd.DataFrame, chosen: str | None, select_by: str) -> str:
     """The AFT model whose E[T] feeds TRASH: `chosen`, or the best by `select_by` among the
-    fitted AFT models whose E[T] is finite for every cell."""
+    fitted AFT models whose E[T] is finite for every cell; never a baseline."""
     finite = {c.removeprefix("E_T_"): bool(np.isfinite(times[c]).all() and (times[c] > 0).all()) for c in times}
     if chosen is not None:
         if chosen not in finite:
@@ -150,31 +286,96 @@ def select(comparison: pd.DataFrame, times: pd.DataFrame, chosen: str | None, se
         if not finite[chosen]:
             raise DataError(f"survival.chosen = {chosen}: its E[T] is infinite or undefined for some cells; choose another or set chosen: null")
         return chosen
-    candidates = comparison[comparison["fitter"].map(lambda name: finite.get(name, False))].dropna(subset=[select_by])
+    models = comparison[comparison["status"] != "baseline"] if "status" in comparison else comparison
+    candidates = models[models["fitter"].map(lambda name: finite.get(name, False))].dropna(subset=[select_by])
     if candidates.empty:
         raise DataError(f"no fitted AFT model has a finite E[T] everywhere and a {select_by} score; see aft_comparison.csv, or name one in survival.chosen")
     best = candidates[select_by].idxmax() if select_by in HIGHER_IS_BETTER else candidates[select_by].idxmin()
     return str(candidates.loc[best, "fitter"])
 
 
+# --- Kaplan-Meier --------------------------------------------------------------------------
+
+
+def logrank_table(data: pd.DataFrame) -> pd.DataFrame:
+    """Per attack family, each defence's samples against the undefended ones (lifelines'
+    weighted log-rank test); a family without undefended samples has no rows."""
+    rows = []
+    for family, samples in data.groupby("attack_family", sort=True):
+        reference = samples[samples["defence"] == REFERENCE_DEFENCE]
+        if reference.empty:
+            continue
+        for defence, group in samples[samples["defence"] != REFERENCE_DEFENCE].groupby("defence", sort=True):
+            result = logrank_test(
+                group[F.DURATION], reference[F.DURATION], group[F.EVENT], reference[F.EVENT],
+                weights_A=F.sample_weights(group), weights_B=F.sample_weights(reference),
+            )
+            rows.append({"attack_family": family, "defence": defence, "reference": REFERENCE_DEFENCE,
+                         **_counts(group), **{f"{k}_reference": v for k, v in _counts(reference).items()},
+                         "test_statistic": float(result.test_statistic), "p": float(result.p_value)})
+    columns = ["attack_family", "defence", "reference", "n", "events", "n_reference", "events_reference", "test_statistic", "p"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _counts(samples: pd.DataFrame) -> dict[str, int]:
+    weights = F.sample_weights(samples)
+    return {"n": int(weights.sum()), "events": int(weights[samples[F.EVENT].to_numpy() == 1].sum())}
+
+
+def kaplan_meier_fits(data: pd.DataFrame) -> dict[tuple[str, str], KaplanMeierFitter]:
+    """(attack family, defence) -> lifelines' Kaplan-Meier estimate of its samples (weighted)."""
+    fits = {}
+    for (family, defence), samples in data.groupby(["attack_family", "defence"], sort=True):
+        label = f"{defence} (Kaplan-Meier)"
+        fits[(family, defence)] = KaplanMeierFitter().fit(samples[F.DURATION], samples[F.EVENT], weights=F.sample_weights(samples), label=label)
+    return fits
+
+
+def predicted_curves(fit: F.Fit, data: pd.DataFrame, points: int = CURVE_POINTS) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray]]:
+    """(attack family, defence) -> (times, the model's survival curve averaged over those
+    samples), on a log-spaced grid over the family's durations."""
+    curves = {}
+    for family, samples in data.groupby("attack_family", sort=True):
+        durations = samples[F.DURATION].to_numpy(float)
+        grid = np.geomspace(durations.min(), durations.max(), points) if durations.max() > durations.min() else durations[:1]
+        survival = fit.fitter.predict_survival_function(F.covariates_of(samples), times=grid).to_numpy()  # (times, samples)
+        weights = F.sample_weights(samples).astype(float)
+        for defence in sorted(samples["defence"].unique()):
+            mine = (samples["defence"] == defence).to_numpy()
+            curves[(family, defence)] = (grid, survival[:, mine] @ weights[mine] / weights[mine].sum())
+    return curves
+
+
+# --- tables and files ----------------------------------------------------------------------
+
+
 def latex_table(comparison: pd.DataFrame, test_size: float) -> str:
-    """Table I's layout: AIC, BIC, concordance, ICI and E50 (train and test) per model; '--'
-    where a score is missing, with the reason as a footnote."""
+    """Table I's layout: AIC, BIC, concordance, ICI and E50 (train and test) per model and
+    baseline; '--' where a score is missing, with the reason as a footnote."""
     columns = {"AIC": "AIC", "BIC": "BIC", "concordance": "Concordance", "test_concordance": "Test Concordance",
                "ICI": "ICI", "test_ICI": "Test ICI", "E50": "E50", "test_E50": "Test E50"}
     table = comparison.set_index("model")[list(columns)].rename(columns=columns)
     table.index.name = None
-    formats = {c: ("{:.3g}" if c in ("AIC", "BIC") else "{:.2f}") for c in table}
+    # concordance to 3 decimals: a model and a baseline often differ in the third
+    formats = {c: "{:.3g}" if c in ("AIC", "BIC") else "{:.3f}" if "Concordance" in c else "{:.2f}" for c in table}
     notes = []
     for model, row in comparison.set_index("model").iterrows():
         if row["status"] == "failed":
             notes.append(f"{model}: every fit attempt failed (the reasons are in aft_comparison.csv)")
+        elif row["status"] == "baseline":
+            notes.append(f"{model}: {BASELINES[row['fitter']][1]}, {BASELINE_NOTE}")
         elif row["status"] != "fitted":
             notes.append(f"{model}: {row['note']}")
         elif not row["aft"]:
             notes.append(f"{model}: {COX_NOTE}")
-    split = f"training ({100 * (1 - test_size):.0f}\\%) and test ({100 * test_size:.0f}\\%)"
-    caption = f"Survival models compared on the {split} attack cells. " + " ".join(_latex_escape(n.rstrip(".")) + "." for n in notes)
+    if "beats_baselines" in comparison:
+        fitted = comparison[comparison["status"] == "fitted"]
+        losers = fitted.loc[~fitted["beats_baselines"].eq(True), "model"]
+        if len(losers):
+            notes.append(f"Test concordance not above both baselines': {', '.join(losers)}")
+    by = comparison["split_by"].iloc[0] if "split_by" in comparison and len(comparison) else "train_hash"
+    split = f"training ({100 * (1 - test_size):.0f}%) and test ({100 * test_size:.0f}%) groups of samples by {by}"
+    caption = f"Survival models compared on the {_latex_escape(split)}. " + " ".join(_latex_escape(n.rstrip(".")) + "." for n in notes)
     styler = table.style.format(formats, na_rep="--").format_index(escape="latex")
     return styler.to_latex(hrules=True, position_float="centering", caption=caption, label="tab:survival-models") + "% needs \\usepackage{booktabs}\n"
 
@@ -186,17 +387,19 @@ def _latex_escape(text: str) -> str:
 
 
 def coefficient_table(fits: dict[str, F.Fit], train: pd.DataFrame) -> pd.DataFrame:
-    """Every fitted coefficient with its 95% interval, and the covariate's SD over samples."""
+    """Every fitted coefficient with its naive and cluster-robust 95% intervals, and the
+    covariate's SD over samples."""
     sd = sample_sd(F.covariates_of(train), F.sample_weights(train))
+    columns = ["param", "covariate", "coef", "se", "lower", "upper", "p", "se_robust", "lower_robust", "upper_robust", "p_robust", "sd"]
     frames = []
     for name, fit in fits.items():
-        summary = fit.fitter.summary.reset_index()
+        summary = fit.fitter.summary.join(F.robust_summary(fit)).reset_index()
         if "param" not in summary:
             summary.insert(0, "param", "log_hazard")
         summary = summary.rename(columns={"se(coef)": "se", "coef lower 95%": "lower", "coef upper 95%": "upper"})
         summary["sd"] = summary["covariate"].map(sd).fillna(0.0)
-        frames.append(summary[["param", "covariate", "coef", "se", "lower", "upper", "p", "sd"]].assign(fitter=name))
-    return pd.concat(frames, ignore_index=True)[["fitter", "param", "covariate", "coef", "se", "lower", "upper", "p", "sd"]]
+        frames.append(summary[columns].assign(fitter=name))
+    return pd.concat(frames, ignore_index=True)[["fitter"] + columns]
 
 
 def sample_sd(covariates: pd.DataFrame, weights: np.ndarray) -> pd.Series:
@@ -233,6 +436,11 @@ def load_models(path: str | Path) -> dict[str, Any]:
         raise DataError(f"corrupt survival models file {path}: {err}; rerun the survival stage") from None
 
 
+def write_csv(table: pd.DataFrame, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        table.to_csv(tmp, index=False)
+
+
 def run(cfg: DictConfig) -> pd.DataFrame:
     settings = cfg.survival
     check_fitters(settings)
@@ -240,32 +448,39 @@ def run(cfg: DictConfig) -> pd.DataFrame:
     out = reports / "survival"
     data = read_survival_data(reports / "survival_data.csv")
     diagnose(data, str(reports / "survival_data.csv"))
-    train, test = usable_covariates(*split_cells(data, settings.test_size, settings.seed))
+    train, test = usable_covariates(*split_groups(data, settings.split_by, settings.test_size, settings.seed))
+    log.info("train/test split by %s: %d / %d groups, %d / %d samples", settings.split_by, train[settings.split_by].nunique(),
+             test[settings.split_by].nunique(), F.sample_weights(train).sum(), F.sample_weights(test).sum())
+    if train[settings.split_by].nunique() < FEW_CLUSTERS:
+        log.warning("cluster-robust standard errors from %d %s clusters (< %d) run small: read them with care",
+                    train[settings.split_by].nunique(), settings.split_by, FEW_CLUSTERS)
     fig, axes = calibration_grid([settings.models[name].label for name in settings.fitters], list(settings.fitters))
     comparison, fits = compare(train, test, settings, axes)
     aft = [name for name in settings.fitters if settings.models[name].aft]
-    times = expected_times(fits, data, aft)
+    budgets = cell_budgets(data)
+    times = expected_times(fits, data, aft, budgets)
     selected = select(comparison, times, settings.chosen, settings.select_by)
     comparison["selected"] = comparison["fitter"] == selected
     out.mkdir(parents=True, exist_ok=True)
     save(finish_calibration(fig, axes, comparison), out / "calibration.png")
-    with atomic_path(out / "aft_comparison.csv") as tmp:
-        comparison.to_csv(tmp, index=False)
+    write_csv(comparison, out / "aft_comparison.csv")
     with atomic_path(out / "aft_comparison.tex") as tmp:
         tmp.write_text(latex_table(comparison, settings.test_size))
     coefficients = coefficient_table(fits, train)
-    with atomic_path(out / "coefficients.csv") as tmp:
-        coefficients.to_csv(tmp, index=False)
+    write_csv(coefficients, out / "coefficients.csv")
     for name, fit in fits.items():
         coefficient_figure(coefficients[coefficients["fitter"] == name], settings.models[name].label, fit.is_cox, out / "coefficients" / f"{name}.png")
     with atomic_path(out / "coefficients.png") as tmp:
         shutil.copyfile(out / "coefficients" / f"{selected}.png", tmp)
-    with atomic_path(out / "expected_times.csv") as tmp:
-        times.assign(E_T=times[f"E_T_{selected}"], fitter=selected).reset_index().to_csv(tmp, index=False)
+    write_csv(expected_time_table(times, budgets, fits[selected], data), out / "expected_times.csv")
+    write_csv(logrank_table(data), out / "logrank.csv")
+    kaplan_meier_figure(kaplan_meier_fits(data), predicted_curves(fits[selected], data), settings.models[selected].label, out / "kaplan_meier.png")
     save_models(fits, out / "models.pkl")
-    shown = comparison.drop(columns=["note", "aft", "model"])
+    shown = comparison.drop(columns=["note", "aft", "model", "split_by"])
     log.info("fitted %s of %s; selected %s (%s)\n%s", ", ".join(fits), ", ".join(settings.fitters), selected,
              settings.chosen and "survival.chosen" or f"best {settings.select_by}", shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    for line in baseline_verdicts(comparison):
+        log.info("%s", line)
     return comparison
 
 

@@ -1,38 +1,38 @@
 """The survival data set (TRASHFIRE III and V-E) that the timing stage writes to
 `reports/survival_data.csv` and the survival stage fits.
 
-One row per attack cell and outcome, weighted by the number of samples with that outcome (the
-compact form of one row per attacked sample; a count is never cast to a boolean):
+One row per attacked sample, weight 1, from the per-sample outcome arrays of its attack cell
+(`reports/attacks/<attack_hash>.npz`, written by the attack stage's per-sample failure clock):
+- labels, not covariates: attack_hash, train_hash, model_hash, attack_family (attack_norm,
+  e.g. pgd_inf), defence, dataset;
+- duration: the adversary's compute spent on the sample on `timing.clock`
+  (`duration_process` or `duration_wall`), until its first misclassification or until the
+  attack's budget ran out;
+- event: 1 = misclassified within the budget (failure), 0 = right-censored;
+- weight: 1, a sample (the fitters take weights; a count is never cast to a boolean);
+- the covariates below.
 
-| outcome of an attacked sample                   | duration                  | event |
-| ----------------------------------------------- | ------------------------- | ----- |
-| correct before, misclassified after the attack  | t_attack                  | 1     |
-| correct before and after (survived)             | t_attack                  | 0     |
-| misclassified already before the attack         | by the policy below       | 1     |
+Policies (`survival.data`):
+- `misclassified_before_attack`: a sample already wrong at the attack's first query.
+  `first_query` (default) keeps it as a failure at its recorded duration, its share of that
+  one prediction; `drop` leaves it out (survival given a correct benign prediction). Either
+  logs how many samples, in how many cells, were wrong before the attack.
+- `nonpositive_durations`: a per-sample time <= 0 is below the clock's resolution, and
+  lifelines takes no duration of 0. `half_min` (default) sets it to half the smallest positive
+  duration of the table; `drop` removes those rows. Either is logged with a count.
 
-Durations are per-sample times of the cell on the configured clock. Policies:
-- `misclassified_before_attack`: such a sample took no attack time, and lifelines takes no
-  duration of 0. `attack_time` (default, TRASHFIRE's accounting) times its failure at the
-  cell's t_attack: a batch attack spends that time on every sample, the ones already wrong
-  included. `predict_time` times it at t_predict, the one query that a query-first adversary
-  needs to find it; then a cell's failures split between t_predict and t_attack under one
-  covariate vector, which no AFT model with cell-level covariates can represent (on the default
-  grid test concordance fell from 0.89 to 0.61 and ICI rose tenfold). `drop` leaves them out
-  (survival given a correct benign prediction).
-- `nonpositive_durations`: a per-sample time <= 0 means the batch ran below the clock's
-  resolution. `half_min` (default) sets it to half the smallest positive duration of the
-  table; `drop` removes those rows. Either is logged with a count.
-
-Covariates per cell: the configured numeric ones (epochs, depth, t_train, t_predict, acc_ben,
-attack and defence strength min-max scaled within their family) and one-hot dummies for attack
-family, defence and data set, each without its reference level. Constant and perfectly
-collinear columns are dropped with a logged note.
+Covariates: the configured numeric ones, per attack cell (epochs, depth, t_train, t_predict,
+acc_ben, attack and defence strength min-max scaled within their family) or per sample
+(`margin`: the benign margin, true-class logit minus the best other at the first query,
+negative when wrong before the attack), then one-hot dummies for attack family, defence and
+data set, each without its reference level. Constant and perfectly collinear columns (on the
+rows kept) are dropped with a logged note.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -41,13 +41,30 @@ from trashfire.errors import DataError
 
 log = logging.getLogger("trashfire.survival_data")
 
-ID_COLUMNS = ["attack_hash", "duration", "event", "weight"]
-NUMERIC_COVARIATES = ("epochs", "depth", "lr", "n_train", "t_train", "t_predict", "acc_ben", "attack_strength", "defence_strength")
-DEFAULT_COVARIATES = ("epochs", "depth", "t_train", "t_predict", "acc_ben", "attack_strength", "defence_strength")
+LABEL_COLUMNS = ["attack_hash", "train_hash", "model_hash", "attack_family", "defence", "dataset"]
+ID_COLUMNS = LABEL_COLUMNS + ["duration", "event", "weight"]
+# covariates of a sample rather than of its cell: covariate name -> outcome array
+SAMPLE_COVARIATES = {"margin": "margin_ben"}
+NUMERIC_COVARIATES = ("epochs", "depth", "lr", "n_train", "t_train", "t_predict", "acc_ben", "attack_strength", "defence_strength", *SAMPLE_COVARIATES)
+DEFAULT_COVARIATES = ("epochs", "depth", "t_train", "t_predict", "acc_ben", "attack_strength", "defence_strength", "margin")
 DUMMY_SOURCES = {"attack": "attack_family", "defence": "defence", "data": "dataset"}
 REFERENCE_LEVELS = {"defence": "none"}
-BEFORE_ATTACK_POLICIES = ("predict_time", "attack_time", "drop")
+BEFORE_ATTACK_POLICIES = ("first_query", "drop")
 NONPOSITIVE_POLICIES = ("half_min", "drop")
+CLOCKS = ("process", "wall")
+# what the data set reads from a cell's outcome arrays (arrays from before the per-sample
+# failure clock lack all but the first two)
+OUTCOME_ARRAYS = ("y_true", "y_pred_ben", "margin_ben", "failure_step", "event", *(f"duration_{clock}" for clock in CLOCKS))
+
+
+def require_outcome_arrays(arrays: Mapping[str, np.ndarray], source: str) -> None:
+    """One DataError line when `arrays` predate the per-sample failure clock."""
+    missing = [name for name in OUTCOME_ARRAYS if name not in arrays]
+    if missing:
+        raise DataError(
+            f"{source}: outcome arrays without {', '.join(missing)}, written before per-sample failure clocks; "
+            "rerun the attack stage (delete reports/attacks or rerun `dvc repro`)"
+        )
 
 
 def outcome_counts(y_true: np.ndarray, y_pred_ben: np.ndarray, y_pred_adv: np.ndarray) -> dict[str, int]:
@@ -60,22 +77,43 @@ def outcome_counts(y_true: np.ndarray, y_pred_ben: np.ndarray, y_pred_adv: np.nd
     }
 
 
+def event_counts(event: np.ndarray, failure_step: np.ndarray) -> dict[str, int | float]:
+    """Per attack cell: failures within the budget (events), censored samples, the event
+    share and the median step (iteration or query) of a failure."""
+    event = np.asarray(event).astype(bool)
+    n = len(event)
+    return {
+        "n_events": int(event.sum()),
+        "n_censored": int(n - event.sum()),
+        "event_share": float(event.mean()) if n else float("nan"),
+        "median_event_step": float(np.median(failure_step[event])) if event.any() else float("nan"),
+    }
+
+
 def survival_table(
     experiments: pd.DataFrame,
+    outcomes_by_hash: Mapping[str, Mapping[str, np.ndarray]],
     covariates: Sequence[str] = DEFAULT_COVARIATES,
     dummies: Sequence[str] = tuple(DUMMY_SOURCES),
-    misclassified_before_attack: str = "attack_time",
+    misclassified_before_attack: str = "first_query",
     nonpositive_durations: str = "half_min",
+    clock: str = "process",
 ) -> pd.DataFrame:
-    """The weighted survival rows of `experiments` (one row per attack cell, with the counts
-    of `outcome_counts`), their covariates joined on."""
+    """One row per attacked sample of the cells of `experiments` (one row per attack cell),
+    from each cell's outcome arrays in `outcomes_by_hash` (attack_hash -> arrays); the cell's
+    labels and covariates are joined on by attack_hash."""
+    if misclassified_before_attack not in BEFORE_ATTACK_POLICIES:
+        raise ValueError(f"misclassified_before_attack must be one of {BEFORE_ATTACK_POLICIES}")
+    if clock not in CLOCKS:
+        raise ValueError(f"clock must be one of {CLOCKS}")
     cells = with_strengths(experiments)
-    design = drop_degenerate(pd.concat([cells[list(covariates)].astype(float), dummy_columns(cells, dummies)], axis=1))
-    rows = outcome_rows(cells, misclassified_before_attack)
-    rows = fix_nonpositive(rows, nonpositive_durations)
-    rows = rows.join(design, on="cell")
-    rows = rows[rows["weight"] > 0].drop(columns="cell")
-    return rows.sort_values(["attack_hash", "event", "duration"]).reset_index(drop=True)
+    samples = sample_rows(cells["attack_hash"], outcomes_by_hash, clock)
+    samples = apply_before_attack_policy(samples, misclassified_before_attack)
+    samples = fix_nonpositive(samples, nonpositive_durations)
+    design = sample_design(cells, samples, covariates, dummies)
+    labels = cells[LABEL_COLUMNS].iloc[samples["cell"].to_numpy(dtype=int)].reset_index(drop=True)
+    rows = pd.concat([labels, samples[["duration", "event", "weight"]].reset_index(drop=True), drop_degenerate(design)], axis=1)
+    return rows.sort_values("attack_hash", kind="stable").reset_index(drop=True)
 
 
 def with_strengths(experiments: pd.DataFrame) -> pd.DataFrame:
@@ -86,21 +124,38 @@ def with_strengths(experiments: pd.DataFrame) -> pd.DataFrame:
     return cells
 
 
-def outcome_rows(cells: pd.DataFrame, misclassified_before_attack: str) -> pd.DataFrame:
-    """Up to three weighted rows per cell (see the module's table); `cell` indexes `cells`."""
-    if misclassified_before_attack not in BEFORE_ATTACK_POLICIES:
-        raise ValueError(f"misclassified_before_attack must be one of {BEFORE_ATTACK_POLICIES}")
-    base = pd.DataFrame({"cell": cells.index, "attack_hash": cells["attack_hash"]})
-    before = cells["n_misclassified_before"]
-    broken = cells["n_broken"] + (before if misclassified_before_attack == "attack_time" else 0)
-    parts = [
-        base.assign(duration=cells["t_attack"], event=1, weight=broken),
-        base.assign(duration=cells["t_attack"], event=0, weight=cells["n_survived"]),
-    ]
-    if misclassified_before_attack == "predict_time":
-        parts.append(base.assign(duration=cells["t_predict"], event=1, weight=before))
-    rows = pd.concat(parts, ignore_index=True)
-    return rows.astype({"duration": float, "event": int, "weight": int})
+def sample_rows(attack_hashes: pd.Series, outcomes_by_hash: Mapping[str, Mapping[str, np.ndarray]], clock: str) -> pd.DataFrame:
+    """One row per attacked sample: `cell` (the index of its cell in `attack_hashes`),
+    duration, event, weight, whether it was wrong before the attack, and the sample covariates."""
+    parts = []
+    for cell, attack_hash in enumerate(attack_hashes):
+        if attack_hash not in outcomes_by_hash:
+            raise DataError(f"no outcome arrays for attack cell {attack_hash}; run the attack stage first")
+        arrays = outcomes_by_hash[attack_hash]
+        require_outcome_arrays(arrays, f"attack cell {attack_hash}")
+        parts.append(pd.DataFrame({
+            "cell": cell,
+            "duration": np.asarray(arrays[f"duration_{clock}"], dtype=float),
+            "event": np.asarray(arrays["event"]).astype(int),  # a bool array: 0/1, not a count
+            "weight": 1,
+            "wrong_before": np.asarray(arrays["y_pred_ben"]) != np.asarray(arrays["y_true"]),
+            **{name: np.asarray(arrays[source], dtype=float) for name, source in SAMPLE_COVARIATES.items()},
+        }))
+    if not parts:
+        return pd.DataFrame(columns=["cell", "duration", "event", "weight", "wrong_before", *SAMPLE_COVARIATES])
+    return pd.concat(parts, ignore_index=True)
+
+
+def apply_before_attack_policy(samples: pd.DataFrame, policy: str) -> pd.DataFrame:
+    """Keep (first_query) or drop the samples wrong before the attack; log how many."""
+    wrong = samples["wrong_before"].to_numpy(dtype=bool)
+    action = "dropped (policy drop)" if policy == "drop" else "kept as failures at the first query (policy first_query)"
+    log.info(
+        "survival data: %d of %d attacked samples, in %d of %d attack cells, misclassified before the attack: %s",
+        wrong.sum(), len(samples), samples.loc[wrong, "cell"].nunique(), samples["cell"].nunique(), action,
+    )
+    kept = samples[~wrong] if policy == "drop" else samples
+    return kept.drop(columns="wrong_before")
 
 
 def fix_nonpositive(rows: pd.DataFrame, policy: str) -> pd.DataFrame:
@@ -116,6 +171,17 @@ def fix_nonpositive(rows: pd.DataFrame, policy: str) -> pd.DataFrame:
     return rows.assign(duration=rows["duration"].where(~bad, floor))
 
 
+def sample_design(cells: pd.DataFrame, samples: pd.DataFrame, covariates: Sequence[str], dummies: Sequence[str]) -> pd.DataFrame:
+    """Every configured covariate and dummy, one row per sample, in the configured order."""
+    cell_covariates = [c for c in covariates if c not in SAMPLE_COVARIATES]
+    per_cell = pd.concat([cells[cell_covariates].astype(float), dummy_columns(cells, dummies)], axis=1)
+    design = per_cell.iloc[samples["cell"].to_numpy(dtype=int)].reset_index(drop=True)
+    for name in covariates:
+        if name in SAMPLE_COVARIATES:
+            design[name] = samples[name].to_numpy(dtype=float)
+    return design[list(covariates) + [c for c in design if c not in covariates]]
+
+
 def minmax_within(values: pd.Series, family: pd.Series) -> pd.Series:
     """Min-max scale within each family; a family with one value scales to 0."""
     low = values.groupby(family).transform("min")
@@ -129,6 +195,8 @@ def dummy_columns(cells: pd.DataFrame, kinds: Sequence[str] = tuple(DUMMY_SOURCE
     for kind in kinds:
         source = DUMMY_SOURCES[kind]
         levels = sorted(cells[source].unique())
+        if not levels:
+            continue
         reference = REFERENCE_LEVELS.get(kind, levels[0])
         reference = reference if reference in levels else levels[0]
         references.append(f"{kind} {reference}")
@@ -142,13 +210,15 @@ def dummy_columns(cells: pd.DataFrame, kinds: Sequence[str] = tuple(DUMMY_SOURCE
 def drop_degenerate(covariates: pd.DataFrame, weights: np.ndarray | None = None, where: str = "survival data") -> pd.DataFrame:
     """Drop constant columns, then each column that adds no rank beside an intercept and the
     columns kept before it (perfect collinearity), with a logged note. Rows with zero weight
-    do not count."""
+    do not count. The rank test runs on the distinct rows: they span the same space as all
+    rows, and a per-sample table repeats each cell's covariates many times."""
     if weights is not None:
         covariates = covariates[np.asarray(weights) > 0]
+    distinct = covariates.drop_duplicates()
     kept: list[str] = []
-    basis = np.ones((len(covariates), 1))
+    basis = np.ones((len(distinct), 1))
     for column in covariates.columns:
-        values = covariates[column].to_numpy(dtype=float)
+        values = distinct[column].to_numpy(dtype=float)
         if len(values) == 0 or np.ptp(values) == 0:
             log.info("%s: dropping covariate %s: it takes one value", where, column)
             continue

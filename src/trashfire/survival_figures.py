@@ -1,6 +1,7 @@
 """The survival stage's figures: calibration curves of every fitter on train and test
-(TRASHFIRE Fig. 2) and coefficient plots with 95% intervals, dummies and covariates in
-separate panels (Fig. 3)."""
+(TRASHFIRE Fig. 2), coefficient plots with cluster-robust and naive 95% intervals, dummies and
+covariates in separate panels (Fig. 3), and Kaplan-Meier curves per attack family and defence
+with the selected model's predicted survival beside them."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import NullFormatter
 
 from trashfire.records import atomic_path
 from trashfire.survival_data import DUMMY_SOURCES, NUMERIC_COVARIATES
@@ -35,7 +37,7 @@ def calibration_grid(labels: list[str], names: list[str]):
 
 def finish_calibration(fig, axes: dict, comparison: pd.DataFrame):
     """Titles with each panel's ICI; a fitter without a fit gets its reason instead of a curve."""
-    for _, row in comparison.iterrows():
+    for _, row in comparison[comparison["fitter"].isin(list(axes))].iterrows():  # baselines have no panel
         for ax, part in zip(axes[row["fitter"]], ("train", "test")):
             if row["status"] != "fitted" or not ax.lines:
                 ax.cla()
@@ -59,7 +61,8 @@ def finish_calibration(fig, axes: dict, comparison: pd.DataFrame):
 
 def coefficient_figure(coefficients: pd.DataFrame, label: str, is_cox: bool, path: Path) -> None:
     """Fig. 3: dummies (effect of the level against the reference) on the left, covariates
-    (effect of +1 SD, so that seconds and epochs share an axis) on the right."""
+    (effect of +1 SD, so that seconds and epochs share an axis) on the right; thick bars the
+    cluster-robust 95% intervals, thin bars the naive ones."""
     primary = coefficients[coefficients["covariate"] != "Intercept"]
     if not primary.empty:
         primary = primary[primary["param"] == primary["param"].value_counts().idxmax()]
@@ -75,14 +78,51 @@ def coefficient_figure(coefficients: pd.DataFrame, label: str, is_cox: bool, pat
         y = np.arange(len(part))
         scale = part["sd"] if per_sd else 1.0
         coef, lower, upper = ((part[c] * scale).to_numpy(float) for c in ("coef", "lower", "upper"))
-        ax.errorbar(coef, y, xerr=[coef - lower, upper - coef], fmt="o", capsize=3)
+        ax.errorbar(coef, y, xerr=[coef - lower, upper - coef], fmt="none", ecolor="tab:gray", elinewidth=0.8, capsize=2)
+        if "lower_robust" in part:
+            low, high = ((part[c] * scale).to_numpy(float) for c in ("lower_robust", "upper_robust"))
+            ax.errorbar(coef, y, xerr=[np.nan_to_num(coef - low), np.nan_to_num(high - coef)], fmt="none", ecolor="tab:blue", elinewidth=2.2)
+        ax.plot(coef, y, "o", color="tab:blue")
         ax.set_yticks(y, [_pretty(c) for c in part["covariate"]])
         ax.axvline(0, color="k", ls="--", lw=0.8)
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("coefficient x SD, 95% CI" if per_sd else "coefficient, 95% CI")
         ax.grid(axis="x", alpha=0.3)
     positive = "higher hazard" if is_cox else "longer survival"
-    fig.suptitle(f"{label}: coefficients (> 0: {positive})")
+    fig.suptitle(f"{label}: coefficients (> 0: {positive}); 95% intervals: thick cluster-robust, thin naive")
+    fig.tight_layout()
+    save(fig, path)
+
+
+def kaplan_meier_figure(km_fits: dict, predicted: dict, label: str, path: Path) -> None:
+    """One panel per attack family: the Kaplan-Meier estimate per defence (`km_fits[(family,
+    defence)]`, lifelines fitters) and the model's predicted survival of the same samples
+    (`predicted[(family, defence)]` = (times, curve)) dashed in the defence's colour; time on a
+    log axis, as budgets differ by orders of magnitude between models."""
+    families = sorted({family for family, _ in km_fits})
+    defences = sorted({defence for _, defence in km_fits}, key=lambda d: (d != "none", d))
+    colours = {d: plt.get_cmap("tab10")(i % 10) for i, d in enumerate(defences)}
+    columns = min(3, len(families))
+    rows = math.ceil(len(families) / columns)
+    fig, grid = plt.subplots(rows, columns, figsize=(5.2 * columns, 4.0 * rows), squeeze=False)
+    for ax, family in zip(grid.flat, families):
+        for defence in defences:
+            if (family, defence) not in km_fits:
+                continue
+            km_fits[(family, defence)].plot_survival_function(ax=ax, ci_show=False, color=colours[defence])
+            if (family, defence) in predicted:
+                times, curve = predicted[(family, defence)]
+                ax.plot(times, curve, ls="--", color=colours[defence], label=f"{defence} ({label})")
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels collide within a decade
+        ax.set_ylim(0, 1.02)
+        ax.set_title(family)
+        ax.set_xlabel("adversary's compute per sample (s)")
+        ax.set_ylabel("P(not yet misclassified)")
+        ax.legend(fontsize=7)
+    for ax in grid.flat[len(families):]:
+        ax.set_visible(False)
+    fig.suptitle(f"Kaplan-Meier survival per defence (solid) and the {label} model's prediction for the same samples (dashed)")
     fig.tight_layout()
     save(fig, path)
 

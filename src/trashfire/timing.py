@@ -2,9 +2,13 @@
 
 `reports/experiments.csv`: one row per (trained cell x attack cell), per-sample times on the
 configured clock (t_train, t_predict, t_attack) and on the other (suffixed with its name), and
-each cell's outcome counts (misclassified before the attack, broken by it, survived).
-`reports/survival_data.csv`: the survival data set of `trashfire.survival_data`, built as
-`survival.data` configures it.
+each cell's outcome counts (misclassified before the attack, broken by it, survived) and
+failure-clock counts (events within the budget, censored samples, event share, median step
+of a failure).
+`reports/survival_data.csv`: the survival data set of `trashfire.survival_data`, one row per
+attacked sample, built as `survival.data` configures it on `timing.clock`.
+
+Each cell's record and outcome arrays are read once and feed both tables.
 """
 
 from __future__ import annotations
@@ -20,14 +24,14 @@ from trashfire.cli import run_cli
 from trashfire.errors import DataError
 from trashfire.grid import attack_cells
 from trashfire.records import atomic_path, read_json, read_npz
-from trashfire.survival_data import ID_COLUMNS, outcome_counts, survival_table
+from trashfire.survival_data import ID_COLUMNS, event_counts, outcome_counts, require_outcome_arrays, survival_table
 
 log = logging.getLogger("trashfire.timing")  # not __name__: it is __main__ under python -m
 
 EXPERIMENT_COLUMNS = [
     "dataset", "pretrained_on", "seed", "model", "depth", "epochs", "lr", "defence", "defence_param", "defence_value",
     "attack", "norm", "attack_param", "attack_value", "n_train", "n_attack", "n_classes", "n_failed",
-    "n_misclassified_before", "n_broken", "n_survived",
+    "n_misclassified_before", "n_broken", "n_survived", "n_events", "n_censored", "event_share", "median_event_step",
     "acc_ben", "acc_adv", "t_train", "t_predict", "t_attack", "clock",
     "t_train_process", "t_predict_process", "t_attack_process", "t_train_wall", "t_predict_wall", "t_attack_wall",
     "device", "train_hash", "model_hash", "attack_hash",
@@ -39,7 +43,12 @@ RECORD_KEYS = ("dataset", "attack", "acc_ben", "acc_adv", *(f"t_{q}_{clock}" for
 def experiments_table(cfg: DictConfig, outcomes: bool = True) -> pd.DataFrame:
     """One row per attack cell of the grid; `outcomes=False` leaves out the counts from the
     per-sample arrays (a sweep's objectives need only the records)."""
-    rows = []
+    return tabulate(cfg, read_cells(cfg, outcomes))
+
+
+def read_cells(cfg: DictConfig, outcomes: bool = True) -> list[tuple[dict, dict | None]]:
+    """Each attack cell's record and (with `outcomes`) its per-sample outcome arrays."""
+    cells = []
     for cell in attack_cells(cfg):
         path = attack_record_path(cfg.paths.attacks, cell.hash)
         if not path.is_file():
@@ -48,18 +57,31 @@ def experiments_table(cfg: DictConfig, outcomes: bool = True) -> pd.DataFrame:
         lacking = [key for key in RECORD_KEYS if key not in record]
         if lacking:
             raise DataError(f"corrupt record {path}: no {', '.join(lacking)}; delete it and rerun the attack stage to recompute it")
-        arrays = read_npz(outcomes_path(cfg.paths.attacks, cell.hash)) if outcomes else None
-        rows.append(experiment_row(record, arrays, cfg.data[record["dataset"]].n_classes))
+        cells.append((record, read_outcomes(cfg.paths.attacks, cell.hash) if outcomes else None))
+    return cells
+
+
+def read_outcomes(folder: str | Path, attack_hash: str) -> dict:
+    path = outcomes_path(folder, attack_hash)
+    arrays = read_npz(path)
+    require_outcome_arrays(arrays, str(path))
+    return arrays
+
+
+def tabulate(cfg: DictConfig, cells: list[tuple[dict, dict | None]]) -> pd.DataFrame:
+    rows = [experiment_row(record, arrays, cfg.data[record["dataset"]].n_classes) for record, arrays in cells]
     return with_clock(pd.DataFrame(rows), cfg.timing.clock)
 
 
 def experiment_row(record: dict, outcomes: dict | None, n_classes: int) -> dict:
-    """An attack cell's record with its outcome counts from the per-sample arrays, if given."""
+    """An attack cell's record with its outcome and event counts from the per-sample arrays,
+    if given."""
     row = {k: v for k, v in record.items() if k != "config"}
     row.setdefault("pretrained_on", None)  # records from before fine-tuning existed
     if outcomes is not None:
         row["n_failed"] = int((outcomes["y_pred_adv"] != outcomes["y_true"]).sum())
         row |= outcome_counts(outcomes["y_true"], outcomes["y_pred_ben"], outcomes["y_pred_adv"])
+        row |= event_counts(outcomes["event"], outcomes["failure_step"])
     row["n_classes"] = n_classes
     row.setdefault("pixel_std", _pixel_std_of(record))
     return row
@@ -89,9 +111,13 @@ def with_clock(table: pd.DataFrame, clock: str) -> pd.DataFrame:
 def run(cfg: DictConfig) -> tuple[pd.DataFrame, pd.DataFrame]:
     reports = Path(cfg.paths.reports)
     reports.mkdir(parents=True, exist_ok=True)
-    experiments = experiments_table(cfg)
+    cells = read_cells(cfg)
+    experiments = tabulate(cfg, cells)
+    outcomes_by_hash = {record["attack_hash"]: arrays for record, arrays in cells}
     data = cfg.survival.data
-    survival = survival_table(experiments, data.covariates, data.dummies, data.misclassified_before_attack, data.nonpositive_durations)
+    survival = survival_table(
+        experiments, outcomes_by_hash, data.covariates, data.dummies, data.misclassified_before_attack, data.nonpositive_durations, cfg.timing.clock,
+    )
     for name, table in (("experiments.csv", experiments), ("survival_data.csv", survival)):
         with atomic_path(reports / name) as tmp:
             table.to_csv(tmp, index=False)

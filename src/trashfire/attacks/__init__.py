@@ -10,6 +10,7 @@ from art.estimators.classification import PyTorchClassifier
 from hydra.utils import get_class
 from torch import nn
 
+from trashfire.config import TORCH_ATTACKS
 from trashfire.defences import predict_defences
 
 NORMS = {"inf": np.inf, "1": 1, "2": 2, "0": 0}
@@ -54,6 +55,12 @@ def build_attack(classifier: PyTorchClassifier, spec: dict[str, Any], pixel_std:
         kwargs["eps_step"] = value * spec["step_scale"] / spec["max_iter"]
     estimator = "classifier" if "classifier" in accepted else "estimator"
     return cls(**{estimator: classifier}, **kwargs)
+
+
+def engine_of(spec: dict[str, Any]) -> str:
+    """The configured engine; gradient attacks default to our torch loop, the others to ART
+    image by image (see trashfire.attacks.engine)."""
+    return spec.get("engine") or ("torch" if spec["name"] in TORCH_ATTACKS else "per_image")
 
 
 def budget_subset(labels: np.ndarray, n: int | None) -> np.ndarray:

@@ -1,0 +1,60 @@
+"""The defended model as our attack engine queries it, on the device: logits through the
+predict-time preprocessing as ART's gradients see it, and the defended decision as ART's
+`predict` makes it (its postprocessors applied to those logits)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from art.defences.preprocessor import FeatureSqueezing
+from art.defences.preprocessor.preprocessor import PreprocessorPyTorch
+from art.estimators.classification import PyTorchClassifier
+
+from trashfire.errors import ConfigError
+
+
+class Target:
+    def __init__(self, classifier: PyTorchClassifier, device: torch.device):
+        self.classifier = classifier
+        self.model = classifier.model
+        self.device = device
+        self.clip_values = tuple(float(v) for v in classifier.clip_values)
+        self.preprocessors = [self._torch_preprocessor(p) for p in classifier.preprocessing_defences or []]
+        self.postprocessors = list(classifier.postprocessing_defences or [])
+
+    def _torch_preprocessor(self, defence):
+        if isinstance(defence, FeatureSqueezing):
+            return lambda x: squeeze_features(x, defence.bit_depth, self.clip_values)
+        if isinstance(defence, PreprocessorPyTorch):
+            return lambda x: defence.forward(x)[0]
+        raise ConfigError("attack.<name>.engine", f"the torch engine cannot run {type(defence).__name__} on the device; use engine: art")
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        for preprocess in self.preprocessors:
+            x = preprocess(x)
+        return self.model(x)
+
+    def decide(self, logits: torch.Tensor) -> np.ndarray:
+        """The defended prediction: ART's postprocessors (which draw from NumPy's generator,
+        as in ART's predict) on the logits, else the logits' argmax."""
+        if not self.postprocessors:
+            return logits.argmax(1).cpu().numpy()
+        preds = logits.detach().cpu().numpy()
+        for postprocess in self.postprocessors:
+            preds = postprocess(preds)
+        return preds.argmax(1)
+
+
+def squeeze_features(x: torch.Tensor, bit_depth: int, clip_values: tuple[float, float]) -> torch.Tensor:
+    """ART's FeatureSqueezing in torch, with its gradient estimate (the identity, BPDA)."""
+    low, high = clip_values
+    levels = float(np.rint(2**bit_depth - 1))
+    squeezed = torch.round((x - low) / (high - low) * levels) / levels * (high - low) + low
+    return x + (squeezed - x).detach()
+
+
+def margins(logits: torch.Tensor, labels: torch.Tensor) -> np.ndarray:
+    """True-class logit minus the best other logit (negative: misclassified)."""
+    true = logits.gather(1, labels[:, None]).squeeze(1)
+    others = logits.scatter(1, labels[:, None], float("-inf")).max(1).values
+    return (true - others).detach().double().cpu().numpy()

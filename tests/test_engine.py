@@ -1,0 +1,117 @@
+"""The attack engine's per-sample failure clock: our FGM/PGD equal ART's with early exit off,
+our DeepFool breaks the samples ART's breaks, and the clock shares each step's time among the
+samples it worked on."""
+
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from trashfire import prepare, train
+from trashfire.attacks import art_classifier, attack_strength, build_attack
+from trashfire.attacks.engine import flushed_denormals, run_engine
+from trashfire.attacks.target import Target
+from trashfire.clocks import LapClock
+from trashfire.config import compose, validate
+from trashfire.datasets import load_split
+from trashfire.grid import UNDEFENDED, training_cells
+from tests.conftest import ROOT, tiny_overrides
+
+CPU = torch.device("cpu")
+FSQ = {"name": "fsq", "stage": "predict", "target": "art.defences.preprocessor.FeatureSqueezing", "param": "bit_depth", "value": 3, "kwargs": {}}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A 3-layer CNN trained for 3 epochs on 400 digits, and its split."""
+    tmp = tmp_path_factory.mktemp("engine")
+    cfg = validate(compose(tiny_overrides(tmp, "model=[cnn3]", "defence=[none]", "train.epochs=[3]"), conf=ROOT / "conf"))
+    prepare.run(cfg)
+    train.run(cfg)
+    split = load_split(cfg.paths.processed, "digits", 0, 10)
+    model = train.load_weights(cfg.paths.models, training_cells(cfg)[0], split)
+    return model, split
+
+
+def spec_of(name, norm, value, **extra):
+    targets = {"fgm": "art.attacks.evasion.FastGradientMethod", "pgd": "art.attacks.evasion.ProjectedGradientDescent", "deepfool": "art.attacks.evasion.DeepFool"}
+    spec = {"name": name, "target": targets[name], "norm": norm, "param": "nb_grads" if name == "deepfool" else "eps", "value": value, "batch_size": 100, "kwargs": {}}
+    if name == "pgd":
+        spec |= {"max_iter": 10, "step_scale": 2.5, "kwargs": {"num_random_init": 0, "verbose": False}}
+    if name == "deepfool":
+        spec |= {"max_iter": 10, "kwargs": {"epsilon": 1e-6, "verbose": False}}
+    return spec | extra
+
+
+def attack_both_ways(model, split, spec, defence=UNDEFENDED, early_exit=False):
+    classifier = art_classifier(model, split, dict(defence), CPU)
+    x, y = split.x_attack.numpy(), split.y_attack.numpy()
+    ours, arrays = run_engine("torch", None, spec, Target(classifier, CPU), x, y, attack_strength(spec, 1.0), early_exit)
+    with flushed_denormals():  # the floating-point mode the engine attacks in
+        reference = build_attack(classifier, spec).generate(x=x, y=y)
+    return x, y, classifier, ours, arrays, reference
+
+
+@pytest.mark.parametrize("norm", ["inf", "1", "2"])
+@pytest.mark.parametrize("name,eps", [("fgm", 0.5), ("pgd", 0.5)])
+def test_without_early_exit_our_fgm_and_pgd_return_arts_examples(trained, name, norm, eps):
+    x, y, _, ours, _, reference = attack_both_ways(*trained, spec_of(name, norm, eps))
+    assert np.abs(ours - x).max() > 0.1  # it did perturb
+    np.testing.assert_allclose(ours, reference, atol=1e-5)
+
+
+def test_with_feature_squeezing_our_pgd_returns_arts_examples(trained):
+    _, _, _, ours, _, reference = attack_both_ways(*trained, spec_of("pgd", "inf", 0.5), defence=FSQ)
+    np.testing.assert_allclose(ours, reference, atol=1e-5)
+
+
+def test_our_deepfool_breaks_the_samples_arts_breaks(trained):
+    x, y, classifier, ours, arrays, reference = attack_both_ways(*trained, spec_of("deepfool", "2", 3), early_exit=True)
+    correct = arrays["y_pred_ben"] == y
+    assert correct.sum() >= 10
+    art_broken = classifier.predict(reference).argmax(1) != y
+    ours_broken = classifier.predict(ours).argmax(1) != y
+    assert art_broken[correct].sum() >= 5
+    np.testing.assert_array_equal(ours_broken[correct], art_broken[correct])
+    np.testing.assert_array_equal(arrays["event"][correct], art_broken[correct])
+
+
+@pytest.mark.parametrize("name", ["fgm", "pgd", "deepfool"])
+def test_failure_clock_of_the_gradient_engine(trained, name):
+    model, split = trained
+    spec = spec_of(name, "2" if name == "deepfool" else "inf", 3 if name == "deepfool" else 0.3)
+    x, y = split.x_attack.numpy(), split.y_attack.numpy()
+    classifier = art_classifier(model, split, dict(UNDEFENDED), CPU)
+    x_adv, out = run_engine("torch", None, spec, Target(classifier, CPU), x, y, attack_strength(spec, 1.0))
+    budget = 1 if name == "fgm" else spec["max_iter"]
+    before = out["y_pred_ben"] != y
+    # a sample wrong before any perturbation fails at the first query: step 0, its share of one prediction
+    assert before.any() and out["event"][before].all() and (out["failure_step"][before] == 0).all()
+    assert np.ptp(out["duration_process"][before]) < 1e-12 and np.all(out["duration_wall"][before] > 0)
+    np.testing.assert_array_equal(x_adv[before], x[before])
+    # early exit: an event's returned example is the one that broke it; the events are the misclassified
+    np.testing.assert_array_equal(out["event"], out["y_pred_adv"] != y)
+    assert (classifier.predict(x_adv).argmax(1)[out["event"]] != y[out["event"]]).all()
+    # a sample never broken is censored at the budget, and it took the longest
+    survived = ~out["event"]
+    if survived.any():
+        assert (out["failure_step"][survived] == budget).all()
+        assert out["duration_wall"][survived].min() >= out["duration_wall"].max() - 1e-9
+    broken = out["event"] & ~before
+    assert (out["failure_step"][broken] >= 1).all() and (out["failure_step"][broken] <= budget).all()
+    # later failures took longer
+    order = np.argsort(out["failure_step"], kind="stable")
+    assert np.all(np.diff(out["duration_wall"][order]) >= -1e-9)
+
+
+def test_lap_clock_shares_each_lap_among_its_samples():
+    clock = LapClock(3).start()
+    time.sleep(0.02)
+    clock.lap([0, 1, 2])
+    time.sleep(0.02)
+    clock.lap([1, 2])
+    clock.lap([])  # work for nobody is nobody's
+    assert clock.wall[1] == pytest.approx(clock.wall[2]) and clock.process[1] == pytest.approx(clock.process[2])
+    assert clock.wall[1] - clock.wall[0] == pytest.approx(0.01, abs=0.005)
+    assert clock.wall.sum() == pytest.approx(0.04, abs=0.01)

@@ -1,0 +1,323 @@
+"""The survival stage on per-sample data: the split by trained model, cluster-robust standard
+errors, the two baselines, the restricted mean E[T], Kaplan-Meier and log-rank, and the stage's
+files end to end."""
+
+import math
+import warnings
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import pytest
+from lifelines import CoxPHFitter, WeibullAFTFitter
+from lifelines.datasets import load_rossi
+from lifelines.utils import concordance_index
+from omegaconf import OmegaConf
+from scipy.special import gamma, gammainc
+
+from trashfire import aggregate, figures, survival
+from trashfire import fitters as F
+from trashfire.config import compose, validate
+from trashfire.errors import ConfigError, DataError
+from tests.conftest import ROOT, tiny_overrides
+
+FAMILIES = ("fgm_2", "pgd_inf", "deepfool_2")
+DEFENCES = ("none", "fsq", "gauss_in")
+
+
+def per_sample_data(n_models=12, cells_per_model=4, samples=20, seed=0, frailty=0.0):
+    """The survival data set's format, one row per attacked sample: `n_models` trained models
+    (each with one defence) x `cells_per_model` attack cells x `samples`. Durations follow a
+    Weibull AFT in epochs, depth, strength, margin, defence and attack family, times a shared
+    random effect exp(N(0, frailty)) per trained model; censored at the cell's budget."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    for model in range(n_models):
+        epochs, depth = float(rng.integers(1, 6)), float(rng.choice([8.0, 20.0]))
+        defence = DEFENCES[model % len(DEFENCES)]
+        shared = rng.normal(0.0, frailty)
+        for cell in range(cells_per_model):
+            family = FAMILIES[cell % len(FAMILIES)]
+            strength = float(rng.choice([0.0, 0.5, 1.0]))  # min-max scaled within the family
+            margin = rng.gamma(2.0, 1.0, samples)
+            log_scale = (-6 + 0.15 * epochs + 0.02 * depth - strength + 0.3 * margin + 0.5 * (defence == "fsq")
+                         + 0.8 * (family == "pgd_inf") + shared)
+            failure = rng.weibull(1.5, samples) * np.exp(log_scale)
+            budget = math.exp(-5.2 + 0.8 * (family == "pgd_inf"))
+            parts.append(pd.DataFrame({
+                "attack_hash": f"a{model}_{cell}", "train_hash": f"t{model}", "model_hash": f"m{model}", "attack_family": family,
+                "defence": defence, "dataset": "digits", "duration": np.minimum(failure, budget), "event": (failure < budget).astype(int),
+                "weight": 1, "epochs": epochs, "depth": depth, "attack_strength": strength, "margin": margin,
+                "attack_fgm_2": float(family == "fgm_2"), "attack_pgd_inf": float(family == "pgd_inf"),
+                "defence_fsq": float(defence == "fsq"), "defence_gauss_in": float(defence == "gauss_in"),
+            }))
+    return pd.concat(parts, ignore_index=True)
+
+
+@pytest.fixture(scope="module")
+def settings():
+    return validate(compose([], conf=ROOT / "conf")).survival
+
+
+# --- the split ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("by", ["train_hash", "model_hash", "attack_hash"])
+def test_split_keeps_every_group_on_one_side(by):
+    data = per_sample_data()
+    for seed in range(8):
+        train, test = survival.split_groups(data, by, 0.2, seed)
+        assert len(train) + len(test) == len(data)
+        assert not set(train[by]) & set(test[by])
+        assert test[by].nunique() == round(0.2 * data[by].nunique())
+        assert not set(train["attack_hash"]) & set(test["attack_hash"])  # an attack cell nests in its trained model
+    splits = {tuple(sorted(set(survival.split_groups(data, by, 0.2, seed)[1][by]))) for seed in range(8)}
+    assert len(splits) > 1  # seeded, not fixed
+
+
+def test_split_leaves_a_group_on_each_side_and_needs_two():
+    data = per_sample_data(n_models=2)
+    for test_size in (0.01, 0.99):
+        train, test = survival.split_groups(data, "train_hash", test_size, 0)
+        assert train["train_hash"].nunique() == test["train_hash"].nunique() == 1
+    with pytest.raises(DataError, match="1 train_hash group; a train/test split by train_hash .survival.split_by. needs at least 2"):
+        survival.split_groups(per_sample_data(n_models=1), "train_hash", 0.2, 0)
+    with pytest.raises(DataError, match="no column 'train_hash'"):
+        survival.split_groups(data.drop(columns="train_hash"), "train_hash", 0.2, 0)
+
+
+def test_split_by_is_validated_in_one_line():
+    with pytest.raises(ConfigError, match="survival.split_by.*'dataset'.*allowed: train_hash, model_hash, attack_hash"):
+        validate(compose(["survival.split_by=dataset"], conf=ROOT / "conf"))
+
+
+def test_labels_are_never_covariates(settings):
+    data = per_sample_data()
+    assert set(F.covariates_of(data)) == {"epochs", "depth", "attack_strength", "margin", "attack_fgm_2", "attack_pgd_inf", "defence_fsq", "defence_gauss_in"}
+    fit = F.fit_one("weibull", settings.models.weibull, data)  # string labels would fail inside lifelines
+    assert set(fit.fitter.params_.index.get_level_values("covariate")) == set(F.covariates_of(data)) | {"Intercept"}
+
+
+# --- cluster-robust standard errors -------------------------------------------------------------
+
+def robust_to_naive(fit):
+    return (fit.robust_se / fit.fitter.standard_errors_).to_numpy()
+
+
+@pytest.mark.parametrize("name", ["weibull", "gengamma", "cox"])
+def test_robust_errors_grow_with_a_shared_effect_per_cluster(settings, name):
+    data = per_sample_data(n_models=24, cells_per_model=3, samples=20, frailty=1.0)
+    fit = F.fit_one(name, settings.models[name], data)
+    fit.robust_se = F.cluster_robust_se(fit, data, data["train_hash"].to_numpy())
+    ratios = pd.Series(robust_to_naive(fit), index=fit.fitter.params_.index)
+    on_location = ratios.xs("epochs", level="covariate") if ratios.index.nlevels > 1 else ratios[["epochs"]]
+    assert (on_location > 2).all(), ratios  # a covariate of the trained model: its samples are not independent
+
+
+@pytest.mark.parametrize("name", ["weibull", "exponential", "cox"])
+def test_robust_errors_match_naive_ones_with_one_sample_per_cluster(settings, name):
+    data = per_sample_data(n_models=100, cells_per_model=3, samples=4)
+    fit = F.fit_one(name, settings.models[name], data)
+    fit.robust_se = F.cluster_robust_se(fit, data, np.arange(len(data)))
+    assert robust_to_naive(fit) == pytest.approx(1.0, abs=0.25)
+
+
+def test_robust_errors_are_lifelines_sandwich_with_one_row_per_cluster():
+    rossi = load_rossi().head(150)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reference = WeibullAFTFitter().fit(rossi, "week", "arrest", robust=True)  # lifelines loops over rows
+    spec = OmegaConf.create({"fitter": {"_target_": "lifelines.WeibullAFTFitter", "penalizer": 0.0}})
+    fit = F.fit_one("weibull", spec, rossi.rename(columns={"week": "duration", "arrest": "event"}))
+    ours = F.cluster_robust_se(fit, rossi.rename(columns={"week": "duration", "arrest": "event"}), np.arange(len(rossi)))
+    assert ours.to_numpy() == pytest.approx(reference.standard_errors_.to_numpy(), rel=1e-6)
+
+
+def test_cox_robust_errors_are_lifelines_cluster_col(settings):
+    data = per_sample_data(n_models=10, cells_per_model=3, frailty=0.5)
+    fit = F.fit_one("cox", settings.models.cox, data)
+    ours = F.cluster_robust_se(fit, data, data["train_hash"].to_numpy())
+    frame = F.model_frame(data).assign(cluster=data["train_hash"])
+    reference = CoxPHFitter(penalizer=settings.models.cox.fitter.penalizer).fit(frame, "duration", "event", weights_col="weight", cluster_col="cluster")
+    assert ours.to_numpy() == pytest.approx(reference.standard_errors_.to_numpy(), rel=1e-5)
+
+
+def test_cox_robust_errors_with_tied_times_do_not_depend_on_row_order():
+    rossi = load_rossi().rename(columns={"week": "duration", "arrest": "event"})  # weeks: many ties
+    clusters = np.arange(len(rossi)) // 6
+    fit = F.Fit("cox", CoxPHFitter().fit(rossi, "duration", "event"), 0.0, "Newton", 1)
+    shuffled = rossi.sample(frac=1, random_state=1)
+    ours = F.cluster_robust_se(fit, rossi, clusters)
+    assert F.cluster_robust_se(fit, shuffled, clusters[shuffled.index]).to_numpy() == pytest.approx(ours.to_numpy(), rel=1e-10)
+    reference = CoxPHFitter().fit(rossi.assign(cluster=clusters), "duration", "event", cluster_col="cluster")
+    assert ours.to_numpy() == pytest.approx(reference.standard_errors_.to_numpy(), rel=0.1)  # lifelines breaks ties by its sort
+
+
+# --- baselines ---------------------------------------------------------------------------------
+
+def tiny_cells():
+    """Three attack cells of three samples each, by hand."""
+    return pd.DataFrame({
+        "attack_hash": ["a"] * 3 + ["b"] * 3 + ["c"] * 3,
+        "duration": [1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 0.5, 1.5, 1.0],
+        "event": [1, 1, 0, 1, 0, 0, 1, 1, 1],
+        "weight": 1,
+    })
+
+
+def test_baseline_scores_by_hand():
+    cells = tiny_cells()
+    runtime = [2.0] * 3 + [6.0] * 3 + [1.0] * 3  # each cell's mean duration
+    survival_share = [1 / 3] * 3 + [2 / 3] * 3 + [0.0] * 3  # 1 - each cell's failure share
+    assert survival.cell_mean_runtime(cells) == pytest.approx(runtime)
+    assert survival.cell_survival_share(cells) == pytest.approx(survival_share)
+    for scores in (runtime, survival_share):
+        expected = concordance_index(cells["duration"], scores, cells["event"])
+        assert F.ranking_concordance(cells, np.array(scores)) == pytest.approx(expected)
+
+
+def test_baseline_rows_and_verdicts():
+    cells = tiny_cells()
+    rows = pd.DataFrame(survival.baseline_rows(cells.iloc[:6], cells))
+    assert list(rows["fitter"]) == ["runtime_baseline", "failure_share_baseline"] and (rows["status"] == "baseline").all()
+    runtime = rows.set_index("fitter").loc["runtime_baseline"]
+    assert runtime["test_concordance"] == pytest.approx(concordance_index(cells["duration"], survival.cell_mean_runtime(cells), cells["event"]))
+    assert "mean attack runtime" in runtime["note"] and "no likelihood" in runtime["note"]
+    models = pd.DataFrame({"fitter": ["weibull", "lognormal", "gengamma"], "model": ["Weibull", "Log-Normal", "GG"],
+                           "status": ["fitted", "fitted", "failed"], "test_concordance": [0.99, 0.5, np.nan]})
+    table = survival.with_baseline_verdict(pd.concat([models, rows], ignore_index=True)).set_index("fitter")
+    assert table.loc["weibull", "beats_baselines"] is True and table.loc["lognormal", "beats_baselines"] is False
+    assert table.loc[["gengamma", "runtime_baseline"], "beats_baselines"].isna().all()
+    lines = survival.baseline_verdicts(table.reset_index())
+    assert lines[0].startswith("Weibull beats both baselines") and lines[1].startswith("Log-Normal does not beat both baselines")
+    times = pd.DataFrame({"E_T_weibull": [1.0], "E_T_lognormal": [1.0]})
+    assert survival.select(table.reset_index(), times, None, "test_concordance") == "weibull"
+
+
+# --- E[T] -------------------------------------------------------------------------------------
+
+def test_restricted_mean_of_an_exponential_is_its_closed_form():
+    data = per_sample_data(n_models=6)[["duration", "event", "weight", "epochs", "margin"]]
+    spec = OmegaConf.create({"fitter": {"_target_": "trashfire.fitters.ExponentialAFTFitter", "penalizer": 0.0}})
+    fit = F.fit_one("exponential", spec, data)
+    covariates = F.covariates_of(data).head(50)
+    mean = F.expected_time(fit, covariates)  # lambda, the exponential's mean
+    t_star = np.geomspace(0.1, 10, 50) * mean  # budgets well below and well above the mean
+    closed_form = mean * (1 - np.exp(-t_star / mean))
+    assert F.restricted_mean(fit, covariates, t_star) == pytest.approx(closed_form, rel=1e-4)
+
+
+def test_restricted_mean_of_a_steep_weibull_is_its_closed_form():
+    """Shape about 0.5: S falls steeply at 0, where a linear grid alone is coarse."""
+    rng = np.random.default_rng(1)
+    data = pd.DataFrame({"duration": rng.weibull(0.5, 400) * 0.01, "event": 1, "weight": 1})
+    fit = F.fit_one("weibull", OmegaConf.create({"fitter": {"_target_": "lifelines.WeibullAFTFitter", "penalizer": 0.0}}), data)
+    scale, shape = math.exp(fit.fitter.params_[("lambda_", "Intercept")]), math.exp(fit.fitter.params_[("rho_", "Intercept")])
+    t_star = np.array([0.001, 0.01, 0.1])
+    closed_form = scale * gamma(1 + 1 / shape) * gammainc(1 / shape, (t_star / scale) ** shape)
+    assert F.restricted_mean(fit, pd.DataFrame(index=range(3)), t_star) == pytest.approx(closed_form, rel=1e-4)
+
+
+def test_cell_budget_is_the_largest_censoring_time_else_the_largest_duration():
+    budgets = survival.cell_budgets(tiny_cells())
+    assert budgets.to_dict() == {"a": 3.0, "b": 8.0, "c": 1.5}  # c: nothing censored
+
+
+# --- Kaplan-Meier and log-rank ------------------------------------------------------------------
+
+def test_kaplan_meier_of_a_hand_made_set():
+    data = pd.DataFrame({"attack_family": "pgd_inf", "defence": "none", "duration": [1.0, 2.0, 2.0, 3.0, 4.0],
+                         "event": [1, 1, 0, 1, 0], "weight": [1, 1, 1, 2, 1]})
+    km = survival.kaplan_meier_fits(data)[("pgd_inf", "none")]
+    # six samples: at 1, 1 of 6 fails; at 2, 1 of 5 (one more censored); at 3, 2 of 3
+    expected = {0.0: 1.0, 1.0: 5 / 6, 2.0: 5 / 6 * 4 / 5, 3.0: 5 / 6 * 4 / 5 * 1 / 3, 4.0: 5 / 6 * 4 / 5 * 1 / 3}
+    curve = km.survival_function_.iloc[:, 0]
+    assert curve.to_dict() == pytest.approx(expected)
+
+
+def test_logrank_separates_defences_and_needs_an_undefended_reference():
+    rng = np.random.default_rng(0)
+    fast, slow = rng.exponential(1.0, 60), rng.exponential(10.0, 60)
+    family = lambda name, defences, durations: pd.DataFrame(  # noqa: E731
+        {"attack_family": name, "defence": defences, "duration": durations, "event": 1, "weight": 1})
+    data = pd.concat([
+        family("pgd_inf", ["none"] * 60 + ["fsq"] * 60 + ["conf"] * 60, np.r_[fast, slow, rng.exponential(1.0, 60)]),
+        family("fgm_2", ["fsq"] * 60, slow),  # no undefended samples: no rows
+    ])
+    table = survival.logrank_table(data).set_index("defence")
+    assert list(table["attack_family"]) == ["pgd_inf", "pgd_inf"]
+    assert table.loc["fsq", "p"] < 1e-6 and table.loc["conf", "p"] > 0.01
+    assert table.loc["fsq", ["n", "events", "n_reference", "events_reference"]].tolist() == [60, 60, 60, 60]
+
+
+# --- the stage --------------------------------------------------------------------------------
+
+def stage_cfg(tmp_path, data, *overrides):
+    cfg = validate(compose(tiny_overrides(tmp_path, *overrides), conf=ROOT / "conf"))
+    (tmp_path / "reports").mkdir(exist_ok=True)
+    data.to_csv(tmp_path / "reports" / "survival_data.csv", index=False)
+    return cfg
+
+
+def test_stage_on_per_sample_data(tmp_path):
+    data = per_sample_data(frailty=0.3)
+    comparison = survival.run(stage_cfg(tmp_path, data)).set_index("fitter")
+    plt.close("all")
+    out = tmp_path / "reports" / "survival"
+    for name in ("aft_comparison.tex", "calibration.png", "coefficients.png", "kaplan_meier.png", "models.pkl"):
+        assert (out / name).is_file(), name
+    table = pd.read_csv(out / "aft_comparison.csv").set_index("fitter")
+    assert list(table.index) == ["weibull", "lognormal", "loglogistic", "exponential", "gengamma", "cox", "runtime_baseline", "failure_share_baseline"]
+    assert (table["split_by"] == "train_hash").all()
+    baselines = table[table["status"] == "baseline"]
+    assert baselines[["concordance", "test_concordance"]].notna().all().all()
+    assert baselines[["AIC", "BIC", "ICI", "test_ICI", "E50", "test_E50"]].isna().all().all() and not baselines["selected"].any()
+    fitted = table[table["status"] == "fitted"]
+    bar = baselines["test_concordance"].max()
+    assert (fitted["beats_baselines"].astype(bool) == (fitted["test_concordance"] > bar)).all()
+    assert "Runtime baseline" in (out / "aft_comparison.tex").read_text()
+
+    coefficients = pd.read_csv(out / "coefficients.csv")
+    assert {"se_robust", "lower_robust", "upper_robust", "p_robust", "se", "lower", "upper", "p"} <= set(coefficients)
+    assert coefficients[["se_robust", "lower_robust", "upper_robust", "p_robust"]].notna().all().all()
+
+    times = pd.read_csv(out / "expected_times.csv")
+    assert list(times.columns[:5]) == ["attack_hash", "E_T", "E_T_unrestricted", "t_star", "fitter"]
+    assert set(times["attack_hash"]) == set(data["attack_hash"]) and np.isfinite(times["E_T"]).all()
+    finite = np.isfinite(times["E_T_unrestricted"])
+    assert (times.loc[finite, "E_T"] <= times.loc[finite, "E_T_unrestricted"]).all()
+    assert (times["E_T"] <= times["t_star"]).all()  # a restricted mean never exceeds its bound
+    selected = comparison.index[comparison["selected"]][0]
+    assert (times["fitter"] == selected).all() and times["E_T"].equals(times[f"E_T_{selected}"])
+    model = survival.load_models(out / "models.pkl")[selected]
+    cell = data[data["attack_hash"] == times["attack_hash"].iloc[0]]
+    by_hand = F.restricted_mean(F.Fit(selected, model, 0, "", 1), F.covariates_of(cell), np.full(len(cell), times["t_star"].iloc[0])).mean()
+    assert times["E_T"].iloc[0] == pytest.approx(by_hand)
+
+    logrank = pd.read_csv(out / "logrank.csv")
+    assert set(logrank["attack_family"]) == set(FAMILIES) and set(logrank["defence"]) == {"fsq", "gauss_in"}
+
+    headline = aggregate.survival_headline(pd.read_csv(out / "aft_comparison.csv"))
+    assert headline["survival_model"] == selected and headline["survival_split_by"] == "train_hash"
+    assert headline["survival_beats_baselines"] == bool(table.loc[selected, "beats_baselines"])
+    assert headline["survival_runtime_baseline_test_concordance"] == pytest.approx(table.loc["runtime_baseline", "test_concordance"])
+    sentences = figures.baseline_sentences(pd.read_csv(out / "aft_comparison.csv"))
+    assert len(sentences) == 6 and all("both baselines on test concordance" in s for s in sentences)
+
+
+def test_stage_splits_by_the_configured_group(tmp_path):
+    data = per_sample_data(n_models=4, cells_per_model=6, samples=10)
+    cfg = stage_cfg(tmp_path, data, "survival.split_by=attack_hash", "survival.fitters=[weibull]")
+    comparison = survival.run(cfg)
+    plt.close("all")
+    assert (comparison["split_by"] == "attack_hash").all()
+    with pytest.raises(DataError, match="needs at least 2"):
+        survival.run(stage_cfg(tmp_path, per_sample_data(n_models=1), "survival.fitters=[weibull]"))
+
+
+def test_one_training_cluster_gives_no_robust_errors(settings):
+    train, test = survival.usable_covariates(*survival.split_groups(per_sample_data(n_models=2), "train_hash", 0.5, 0))
+    comparison, fits = survival.compare(train, test, OmegaConf.merge(settings, {"fitters": ["weibull"]}))
+    assert fits["weibull"].robust_se is None
+    assert "no cluster-robust SEs: the training part holds 1 train_hash cluster" in comparison.set_index("fitter").loc["weibull", "note"]
+    coefficients = survival.coefficient_table(fits, train)
+    assert coefficients["se"].notna().all() and coefficients["se_robust"].isna().all()
