@@ -198,6 +198,8 @@ CONFIG_CASES = [
     pytest.param("attack", ["attack.pixel.engine=torch"], ("attack.pixel.engine", "fgm, pgd, deepfool only", "per_image, art"), id="torch-engine-for-pixel"),
     pytest.param("attack", ["attack.fgm.engine=jax"], ("attack.fgm.engine", "'jax'", "allowed: torch, per_image, art"), id="unknown-engine"),
     pytest.param("attack", ["attack.pgd.early_exit=3"], ("attack.pgd.early_exit", "got 3", "true or false"), id="early-exit-not-bool"),
+    pytest.param("attack", ["attack.pgd.kwargs.num_random_init=1"], ("attack.pgd.kwargs.num_random_init", "got 1", "ART's default (0)", "engine: art"), id="torch-engine-random-init"),
+    pytest.param("attack", ["+attack.deepfool.early_exit=false"], ("attack.deepfool.early_exit", "fgm, pgd on the torch engine only"), id="early-exit-for-deepfool"),
     # epochs and learning rate
     pytest.param("train", ["train.epochs=[0]"], ("train.epochs", "got 0", "integer >= 1"), id="epochs-zero"),
     pytest.param("train", ["train.epochs=[1,-3]"], ("train.epochs", "got -3", "integer >= 1"), id="epochs-negative"),
@@ -244,6 +246,7 @@ CONFIG_CASES = [
     pytest.param("aggregate", ["metrics.auc.units=standardised", "metrics.auc.eps1=5.0"], ("metrics.auc.eps1", "exceeds the largest eps"), id="eps1-past-the-grid"),
     # survival
     pytest.param("survival", ["survival.data.covariates=[epochs,height]"], ("survival.data.covariates", "'height'", "allowed: epochs, depth"), id="covariate-unknown"),
+    pytest.param("survival", ["survival.data.misclassified_before_attack=attack_time"], ("survival.data.misclassified_before_attack", "removed with the per-sample failure clock", "first_query"), id="before-attack-policy-removed"),
     pytest.param("survival", ["survival.data.dummies=[model]"], ("survival.data.dummies", "'model'", "allowed: attack, defence, data"), id="dummy-unknown"),
     pytest.param("survival", ["survival.fitters=[weibull,gompertz]"], ("survival.fitters", "'gompertz'", "allowed: weibull, lognormal"), id="fitter-unknown"),
     pytest.param("survival", ["survival.fitters=[]"], ("survival.fitters", "non-empty list"), id="fitters-empty"),

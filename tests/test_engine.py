@@ -111,7 +111,52 @@ def test_lap_clock_shares_each_lap_among_its_samples():
     clock.lap([0, 1, 2])
     time.sleep(0.02)
     clock.lap([1, 2])
+    shared = clock.wall.sum()
+    time.sleep(0.02)
     clock.lap([])  # work for nobody is nobody's
+    assert clock.wall.sum() == shared and clock.total.wall == pytest.approx(shared + 0.02, abs=0.01)
     assert clock.wall[1] == pytest.approx(clock.wall[2]) and clock.process[1] == pytest.approx(clock.process[2])
     assert clock.wall[1] - clock.wall[0] == pytest.approx(0.01, abs=0.005)
-    assert clock.wall.sum() == pytest.approx(0.04, abs=0.01)
+    assert shared == pytest.approx(0.04, abs=0.01)
+
+
+@pytest.mark.parametrize("name", ["fgm", "pgd", "deepfool"])
+def test_with_early_exit_the_durations_share_out_the_whole_clock(trained, name, monkeypatch):
+    clocks = []
+    monkeypatch.setattr(LapClock, "start", lambda self, _start=LapClock.start: clocks.append(self) or _start(self))
+    model, split = trained
+    spec = spec_of(name, "2" if name == "deepfool" else "inf", 3 if name == "deepfool" else 0.3)
+    classifier = art_classifier(model, split, dict(UNDEFENDED), CPU)
+    _, out = run_engine("torch", None, spec, Target(classifier, CPU), split.x_attack.numpy(), split.y_attack.numpy(), attack_strength(spec, 1.0))
+    assert out["duration_process"].sum() == pytest.approx(clocks[0].total.process, rel=1e-9)
+    assert out["duration_wall"].sum() == pytest.approx(clocks[0].total.wall, rel=1e-9)
+
+
+def test_without_early_exit_a_samples_clock_still_stops_at_its_first_failure(trained):
+    model, split = trained
+    spec = spec_of("pgd", "inf", 0.3)
+    classifier = art_classifier(model, split, dict(UNDEFENDED), CPU)
+    x, y = split.x_attack.numpy(), split.y_attack.numpy()
+    _, exiting = run_engine("torch", None, spec, Target(classifier, CPU), x, y, 0.3, early_exit=True)
+    _, stepping = run_engine("torch", None, spec, Target(classifier, CPU), x, y, 0.3, early_exit=False)
+    np.testing.assert_array_equal(stepping["failure_step"][stepping["event"]], exiting["failure_step"][stepping["event"]])
+    events, censored = stepping["event"], ~stepping["event"]
+    assert events.any() and censored.any()
+    assert stepping["duration_wall"][events].max() < stepping["duration_wall"][censored].min()
+
+
+def test_the_art_reference_engine_returns_arts_examples_and_shares_the_batch_time(trained):
+    model, split = trained
+    spec = spec_of("pgd", "inf", 0.3)
+    classifier = art_classifier(model, split, dict(UNDEFENDED), CPU)
+    x, y = split.x_attack.numpy(), split.y_attack.numpy()
+    attack = build_attack(classifier, spec)
+    x_adv, out = run_engine("art", attack, spec, Target(classifier, CPU), x, y, 0.3)
+    before = out["y_pred_ben"] != y
+    with flushed_denormals():
+        reference = attack.generate(x=x[~before], y=y[~before])
+    np.testing.assert_allclose(x_adv[~before], reference, atol=1e-5)
+    np.testing.assert_array_equal(x_adv[before], x[before])  # failed at the first query: not attacked
+    attacked = out["duration_wall"][~before]
+    assert np.ptp(attacked) < 1e-12  # one batch time, shared: no per-sample information
+    np.testing.assert_array_equal(out["event"], before | (out["y_pred_adv"] != y))

@@ -31,7 +31,7 @@ def hand_made_record(attack, value, epochs, n_attack, t_attack, defence="none", 
 
 
 def hand_made_outcomes(y_true, y_ben, y_adv, margin, duration, event, failure_step):
-    """The arrays of /tmp/contract/outcomes.md; the wall clock reads twice the process clock."""
+    """The arrays of DESIGN.md's per-sample failure clock; the wall clock reads twice the process clock."""
     n = len(y_true)
     duration = np.array(duration, dtype=float)
     return {

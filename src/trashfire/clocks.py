@@ -76,6 +76,12 @@ class LapClock:
         self.process = np.zeros(n_samples)
         self.wall = np.zeros(n_samples)
         self._mark: tuple[float, float] | None = None
+        self._start: tuple[float, float] | None = None
+
+    @property
+    def total(self) -> Elapsed:
+        """From `start` to the last lap: what the laps shared out, to the last bit."""
+        return Elapsed(self._mark[0] - self._start[0], self._mark[1] - self._start[1])
 
     def _now(self) -> tuple[float, float]:
         if self.device.type == "cuda":
@@ -83,7 +89,7 @@ class LapClock:
         return process_cpu_time(), time.perf_counter()
 
     def start(self) -> "LapClock":
-        self._mark = self._now()
+        self._mark = self._start = self._now()
         return self
 
     def lap(self, members) -> None:

@@ -32,6 +32,14 @@ LR_SCHEDULES = ("constant", "step_half")
 ATTACK_UNITS = ("standardised", "pixel")
 ENGINES = ("torch", "per_image", "art")  # see trashfire.attacks.engine
 TORCH_ATTACKS = ("fgm", "pgd", "deepfool")  # the attacks our torch loop runs
+EARLY_EXIT_ATTACKS = ("fgm", "pgd")
+TORCH_REQUIRED = {"fgm": (), "pgd": ("max_iter", "step_scale"), "deepfool": ("max_iter",)}
+ANY_VALUE = object()
+TORCH_KWARGS = {  # ART's options the torch loop takes: any value, or only ART's default
+    "fgm": {"num_random_init": 0, "minimal": False, "targeted": False, "verbose": ANY_VALUE},
+    "pgd": {"num_random_init": 0, "targeted": False, "decay": None, "random_eps": False, "verbose": ANY_VALUE},
+    "deepfool": {"epsilon": ANY_VALUE, "verbose": ANY_VALUE},
+}
 AUC_UNITS = ATTACK_UNITS
 SURVIVAL_SCORES = ("test_ICI", "ICI", "test_E50", "E50", "AIC", "BIC", "test_concordance", "concordance")
 SURVIVAL_SPLIT_GROUPS = ("train_hash", "model_hash", "attack_hash")  # survival data label columns a split keeps together
@@ -330,13 +338,31 @@ def _validate_attacks(attacks: DictConfig) -> None:
 
 
 def _validate_engine(key: str, name: str, spec: DictConfig) -> None:
-    engine = spec.get("engine")
-    if engine is not None:
-        _choice(f"{key}.engine", engine, ENGINES)
-        if engine == "torch" and name not in TORCH_ATTACKS:
-            raise ConfigError(f"{key}.engine", f"got torch; our torch loop runs {', '.join(TORCH_ATTACKS)} only; allowed here: per_image, art")
-    if "early_exit" in spec and not isinstance(spec.early_exit, bool):
-        raise ConfigError(f"{key}.early_exit", f"got {spec.early_exit!r}; must be true or false")
+    engine = spec.get("engine") or ("torch" if name in TORCH_ATTACKS else "per_image")
+    _choice(f"{key}.engine", engine, ENGINES)
+    if engine == "torch":
+        _validate_torch_engine(key, name, spec)
+    if "early_exit" in spec:
+        if not isinstance(spec.early_exit, bool):
+            raise ConfigError(f"{key}.early_exit", f"got {spec.early_exit!r}; must be true or false")
+        if not (engine == "torch" and name in EARLY_EXIT_ATTACKS):
+            raise ConfigError(f"{key}.early_exit", f"applies to {', '.join(EARLY_EXIT_ATTACKS)} on the torch engine only (DeepFool's torch loop always exits early); remove it")
+
+
+def _validate_torch_engine(key: str, name: str, spec: DictConfig) -> None:
+    """Our loop runs ART's attack with ART's defaults for the options it does not implement:
+    another value would silently be a different attack."""
+    if name not in TORCH_ATTACKS:
+        raise ConfigError(f"{key}.engine", f"got torch; our torch loop runs {', '.join(TORCH_ATTACKS)} only; allowed here: per_image, art")
+    for required in TORCH_REQUIRED[name]:
+        if spec.get(required) is None:
+            raise ConfigError(f"{key}.{required}", "missing; the torch engine needs it")
+    for option, value in (spec.get("kwargs") or {}).items():
+        allowed = TORCH_KWARGS[name]
+        if option not in allowed:
+            raise ConfigError(f"{key}.kwargs.{option}", f"the torch engine does not implement it; allowed: {', '.join(allowed) or 'none'}, or engine: art")
+        if allowed[option] is not ANY_VALUE and value != allowed[option]:
+            raise ConfigError(f"{key}.kwargs.{option}", f"got {value!r}; the torch engine runs ART's default ({allowed[option]!r}) only; use engine: art for another")
 
 
 def _validate_train(train: DictConfig) -> None:
@@ -389,6 +415,8 @@ def _validate_survival(survival: DictConfig) -> None:
         _choice("survival.data.covariates", covariate, NUMERIC_COVARIATES)
     for kind in as_list(data.get("dummies") or []):
         _choice("survival.data.dummies", kind, tuple(DUMMY_SOURCES))
+    if data.get("misclassified_before_attack") in ("attack_time", "predict_time"):
+        raise ConfigError("survival.data.misclassified_before_attack", f"{data.misclassified_before_attack} was removed with the per-sample failure clock; allowed: first_query (such a sample fails at its share of the first query), drop")
     _choice("survival.data.misclassified_before_attack", data.get("misclassified_before_attack"), BEFORE_ATTACK_POLICIES)
     _choice("survival.data.nonpositive_durations", data.get("nonpositive_durations"), NONPOSITIVE_POLICIES)
     models = survival.get("models")

@@ -364,7 +364,7 @@ def log_likelihood(fit: Fit, data: pd.DataFrame) -> float:
     partial one. lifelines' log_likelihood_ includes the penalty, and its score() is a mean over
     the weights for parametric fitters but over the rows for Cox PH. Cox PH is fitted and scored
     on one row per sample: lifelines' Efron correction for tied times counts a weighted row as
-    one subject, and a cell's samples all tie."""
+    one subject, and samples can tie (those that fail at one step of one cell)."""
     data = model_frame(data)
     if fit.is_cox:
         samples = per_sample(data)

@@ -15,7 +15,7 @@ counts parameter names and rows), loglik unpenalised (lifelines' log_likelihood_
 penalty); Cox PH's are from its partial likelihood. Concordance (train, test) and ICI and E50
 (train, test) of lifelines' `survival_probability_calibration` at the fitter's t0 (a quantile of
 the training durations), both over samples. Standard errors: lifelines' naive ones and, beside
-them, cluster-robust ones with the same groups as clusters (samples of one trained model share
+them, cluster-robust ones with the trained models as clusters (samples of one trained model share
 its weights, so they are not independent). Two baselines are scored on the same halves: a
 ranking by the mean runtime of the sample's attack cell, and by its cell's observed survival
 share; `beats_baselines` says whether a model's test concordance exceeds both. The selected
@@ -62,6 +62,7 @@ REFERENCE_DEFENCE = "none"
 BASELINE_NOTE = "a ranking of samples, not a survival model: no likelihood (AIC, BIC) and no survival probabilities (ICI, E50)"
 FEW_CLUSTERS = 30  # below this the cluster-robust SEs run small (Cameron and Miller 2015's rule of thumb)
 CURVE_POINTS = 120  # time points of the predicted survival curves drawn over Kaplan-Meier
+CLUSTER_BY = "train_hash"  # the samples of one trained model are not independent, whatever the split
 
 
 def read_survival_data(path: Path) -> pd.DataFrame:
@@ -104,7 +105,7 @@ def calibration_time(train: pd.DataFrame, quantile: float) -> float:
 def compare(train: pd.DataFrame, test: pd.DataFrame, settings: Any, axes: dict | None = None) -> tuple[pd.DataFrame, dict[str, F.Fit]]:
     """Fit and score every configured fitter, then the baselines; returns Table I (one row per
     fitter, failed fits included with their reasons, then one per baseline) and the fitted
-    models, with cluster-robust SEs by `settings.split_by`. `axes[name]` = (train, test) axes
+    models, with cluster-robust SEs by trained model (CLUSTER_BY). `axes[name]` = (train, test) axes
     for the calibration curves."""
     rows, fits = [], {}
     for name in settings.fitters:
@@ -120,7 +121,7 @@ def compare(train: pd.DataFrame, test: pd.DataFrame, settings: Any, axes: dict |
             rows.append(row | {"status": "failed", "note": f"fit failed: {err}"})
             continue
         fits[name] = fit
-        attach_robust_se(fit, train, settings.split_by)
+        attach_robust_se(fit, train, CLUSTER_BY)
         quantile = spec.get("t0_quantile") or settings.t0_quantile
         row |= {"status": "fitted", "penalizer": fit.penalizer, "optimiser": fit.optimiser, "attempts": fit.attempts}
         rows.append(row | score(fit, train, test, calibration_time(train, quantile), (axes or {}).get(name, (None, None))))
@@ -135,7 +136,7 @@ def table_columns(rows: list[dict]) -> list[str]:
 
 
 def attach_robust_se(fit: F.Fit, train: pd.DataFrame, by: str) -> None:
-    """fit.robust_se: cluster-robust SEs with the split's groups as clusters; where they cannot
+    """fit.robust_se: cluster-robust SEs with the trained models (`by`) as clusters; where they cannot
     be computed, a note and NaN intervals. With few clusters the sandwich is biased low (it has
     no small-sample factor, as lifelines'), which the note says."""
     clusters = train[by].nunique()
@@ -372,7 +373,7 @@ def latex_table(comparison: pd.DataFrame, test_size: float) -> str:
         fitted = comparison[comparison["status"] == "fitted"]
         losers = fitted.loc[~fitted["beats_baselines"].eq(True), "model"]
         if len(losers):
-            notes.append(f"Test concordance not above both baselines': {', '.join(losers)}")
+            notes.append(f"Test concordance not above both baselines: {', '.join(losers)}")
     by = comparison["split_by"].iloc[0] if "split_by" in comparison and len(comparison) else "train_hash"
     split = f"training ({100 * (1 - test_size):.0f}%) and test ({100 * test_size:.0f}%) groups of samples by {by}"
     caption = f"Survival models compared on the {_latex_escape(split)}. " + " ".join(_latex_escape(n.rstrip(".")) + "." for n in notes)

@@ -86,8 +86,14 @@ def event_counts(event: np.ndarray, failure_step: np.ndarray) -> dict[str, int |
         "n_events": int(event.sum()),
         "n_censored": int(n - event.sum()),
         "event_share": float(event.mean()) if n else float("nan"),
-        "median_event_step": float(np.median(failure_step[event])) if event.any() else float("nan"),
+        "median_event_step": _median_known_step(failure_step[event]),
     }
+
+
+def _median_known_step(steps: np.ndarray) -> float:
+    """Steps of -1 are unknown (ART's reference engine shows none)."""
+    known = steps[steps >= 0]
+    return float(np.median(known)) if len(known) else float("nan")
 
 
 def survival_table(

@@ -9,13 +9,15 @@ misclassified (event), or until the budget ran out (censored), on both clocks.
   the forward by every sample in the batch, the backward and update by those still in it.
   Step 0's forward is the first query, so a sample wrong before any perturbation fails
   there, at its share of one prediction. With `early_exit: false` every sample takes every
-  step, the returned examples are ART's, and a sample's duration still ends at its first
-  failure (so durations then sum to less than the cell's time).
+  step and the returned examples are ART's; a sample's duration still ends at its first
+  failure, and the steps taken after it are nobody's (durations then sum to less than the
+  cell's time).
 - `per_image`: ART's black-box searches (Pixel, Threshold, HopSkipJump), one image at a
   time, each image's search timed on its own; event = misclassified when its search ends;
   failure step = the model queries the search spent.
 - `art`: ART's `generate` on the whole batch, the reference engine: every sample the first
-  query did not fail shares the batch's time equally; it has no per-sample information.
+  query did not fail shares the batch's time equally; it has no per-sample information
+  (failure step -1: unknown).
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ from torch.nn import functional as F
 
 from trashfire.attacks.target import Target, margins
 from trashfire.clocks import LapClock
-from trashfire.config import ENGINES, TORCH_ATTACKS  # noqa: F401 (the engine's names live with the validator)
 DEEPFOOL_TOL = 10e-8  # ART's guard against division by zero
+UNKNOWN_STEP = -1  # the `art` engine cannot see at which step a sample broke
 
 
 @dataclass
@@ -91,16 +93,16 @@ def run_engine(engine: str, attack: Any, spec: dict, target: Target, x: np.ndarr
     value on the standardised scale."""
     with flushed_denormals():
         clock = LapClock(len(y), target.device).start()
-        log = FailureLog(x.astype(np.float32), y.astype(np.int64), budget_of(engine, spec))
+        log = FailureLog(x.astype(np.float32), y.astype(np.int64), budget_of(spec))
         if engine == "torch" and spec["name"] == "deepfool":
             deepfool(target, log, clock, nb_grads=int(strength), max_iter=spec["max_iter"],
                      overshoot=spec.get("kwargs", {}).get("epsilon", 1e-6), batch_size=spec.get("batch_size", 100))
         elif engine == "torch":
             gradient_attack(target, log, clock, gradient_settings(spec, strength), early_exit, spec.get("batch_size", 100))
         elif engine == "per_image":
-            per_image(attack, target, log, clock)
+            per_image(attack, target, log, clock, spec.get("batch_size", 100))
         else:
-            whole_batch(attack, target, log, clock)
+            whole_batch(attack, target, log, clock, spec.get("batch_size", 100))
     return log.x_adv, log.arrays(clock)
 
 
@@ -109,8 +111,8 @@ def flushed_denormals():
     """Subnormal floats flushed to zero while attacking (CPU). The input gradients of
     confidently classified samples fall into the subnormal range, where x86 arithmetic
     runs many times slower (PGD-10 took 1.35x the plain-torch bound, 0.91x flushed); their
-    direction is rounding noise anyway. Every engine runs under it, ART's included, and
-    torch's default (off) is restored after."""
+    direction is rounding noise anyway. Every engine runs under it, ART's included. torch
+    has no getter for the mode, so the outermost exit sets torch's default (off)."""
     _FLUSH_DEPTH[0] += 1
     torch.set_flush_denormal(True)
     try:
@@ -124,7 +126,7 @@ def flushed_denormals():
 _FLUSH_DEPTH = [0]
 
 
-def budget_of(engine: str, spec: dict) -> int:
+def budget_of(spec: dict) -> int:
     """Steps of a censored sample for the gradient engines (queries are counted per image)."""
     return 1 if spec["name"] == "fgm" else int(spec.get("max_iter") or 1)
 
@@ -159,22 +161,26 @@ def gradient_attack(target: Target, log: FailureLog, clock: LapClock, settings: 
             inputs = x_adv[active].requires_grad_(not last)
             logits = target.logits(inputs)
             checked = rows[active.cpu().numpy()]
+            pending = checked[~log.event[checked]]  # a sample's clock stops at its first failure
             wrong = _first_check(target, log, rows, logits, labels) if step == 0 else log.observe(checked, target.decide(logits), step)
             keep = torch.from_numpy(~wrong if early_exit else np.ones_like(wrong)).to(device)
             if last or not bool(keep.any()):
                 break
-            clock.lap(checked)
+            clock.lap(pending)
             loss = F.cross_entropy(logits[keep], labels[active][keep])  # ART's mean over the batch
             (grad,) = torch.autograd.grad(loss, inputs)
             active = active[keep]
             x_adv[active] = pgd_step(inputs.detach()[keep], grad[keep], x0[active], settings, target.clip_values)
-            clock.lap(rows[active.cpu().numpy()])
+            stepped = rows[active.cpu().numpy()]
+            clock.lap(stepped[~log.event[stepped]])  # without early exit, broken samples' steps are nobody's
         log.x_adv[rows] = x_adv.cpu().numpy()
-        clock.lap(checked)  # the last check, and handing the batch back
+        clock.lap(pending)  # the last check, and handing the batch back
 
 
 def steepest_direction(grad: torch.Tensor, norm: float) -> torch.Tensor:
-    """The x maximising <grad, x> with ||x||_norm <= 1 (ART's `_apply_norm`)."""
+    """The x maximising <grad, x> with ||x||_norm <= 1 (ART's `_apply_norm`; NaN gradient
+    entries are zeroed first, as ART does)."""
+    grad = torch.nan_to_num(grad, nan=0.0)
     flat = grad.reshape(len(grad), -1)
     if norm == np.inf:
         flat = torch.ones_like(flat)
@@ -207,10 +213,11 @@ def pgd_step(x: torch.Tensor, grad: torch.Tensor, x0: torch.Tensor, settings: Gr
 
 def deepfool(target: Target, log: FailureLog, clock: LapClock, nb_grads: int, max_iter: int, overshoot: float, batch_size: int) -> None:
     """ART's DeepFool, step for step, on the samples still correct: the class gradients of
-    the top `nb_grads` classes of the first query (their union over the batch, as ART takes
-    it over its input), the smallest linearised step to another class scaled by the clip
-    range, and the overshoot on the returned example. ART keeps computing gradients for the
-    samples it has already fooled; here they leave the batch."""
+    the top `nb_grads` classes of the first query (their union over the batch; ART takes it
+    over its whole input, the same when the cell fits one batch, as by default), the
+    smallest linearised step to another class scaled by the clip range, and the overshoot on
+    the returned example. ART keeps computing gradients for the samples it has already
+    fooled; here they leave the batch."""
     device, (low, high) = target.device, target.clip_values
     for rows in _batches(len(log.y), batch_size):
         x0 = torch.from_numpy(log.x[rows]).to(device)
@@ -224,7 +231,9 @@ def deepfool(target: Target, log: FailureLog, clock: LapClock, nb_grads: int, ma
             if step == 0:
                 wrong = _first_check(target, log, rows, logits, labels)
                 top = torch.argsort(-logits.detach(), dim=1)[:, :nb_grads]
-                classes = torch.unique(torch.cat([top.flatten(), labels]))  # the labels are in ART's set for every correct sample
+                # ART's set; the labels of the samples still standing are in it already unless a
+                # postprocessor (Gauss-out) moved their decision, and searchsorted needs them
+                classes = torch.unique(torch.cat([top.flatten(), labels[torch.from_numpy(~wrong).to(device)]]))
             else:
                 wrong = log.observe(checked, target.decide(logits), step)
             keep = torch.from_numpy(~wrong).to(device)
@@ -242,8 +251,8 @@ def deepfool(target: Target, log: FailureLog, clock: LapClock, nb_grads: int, ma
 
 def deepfool_step(f: torch.Tensor, grads: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
     """The smallest step to the nearest linearised boundary (ART's arithmetic): f (K, L) the
-    logits of the class set, grads (K, L, ...) their input gradients, own the column of the
-    class each sample is predicted as."""
+    logits of the class set, grads (K, L, ...) their input gradients, own the column of each
+    sample's true label (its prediction too: it is still standing)."""
     k = torch.arange(len(f), device=f.device)
     grad_diff = grads - grads[k, own][:, None]
     f_diff = f - f[k, own][:, None]
@@ -272,14 +281,16 @@ def counting_queries(classifier):
         del classifier.predict  # the instance attribute; the class's method shows through again
 
 
-def _first_query_all(target: Target, log: FailureLog, clock: LapClock) -> np.ndarray:
+def _first_query_all(target: Target, log: FailureLog, clock: LapClock, batch_size: int) -> np.ndarray:
     """The first query on every sample, in batches; returns the samples it left standing."""
-    rows = np.arange(len(log.y))
-    with torch.no_grad():
-        logits = target.logits(torch.from_numpy(log.x).to(target.device))
-    wrong = _first_check(target, log, rows, logits, torch.from_numpy(log.y).to(target.device))
-    clock.lap(rows)
-    return rows[~wrong]
+    standing = []
+    for rows in _batches(len(log.y), batch_size):
+        with torch.no_grad():
+            logits = target.logits(torch.from_numpy(log.x[rows]).to(target.device))
+        wrong = _first_check(target, log, rows, logits, torch.from_numpy(log.y[rows]).to(target.device))
+        standing.append(rows[~wrong])
+        clock.lap(rows)
+    return np.concatenate(standing)
 
 
 def _verify(target: Target, log: FailureLog, clock: LapClock, rows: np.ndarray, steps: np.ndarray) -> None:
@@ -294,8 +305,8 @@ def _verify(target: Target, log: FailureLog, clock: LapClock, rows: np.ndarray, 
     clock.lap(rows)
 
 
-def per_image(attack: Any, target: Target, log: FailureLog, clock: LapClock) -> None:
-    standing = _first_query_all(target, log, clock)
+def per_image(attack: Any, target: Target, log: FailureLog, clock: LapClock, batch_size: int) -> None:
+    standing = _first_query_all(target, log, clock, batch_size)
     queries = np.zeros(len(standing), dtype=np.int64)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", module="cma")  # CMA-ES's note on ART's fitness arrays, once per image
@@ -307,11 +318,13 @@ def per_image(attack: Any, target: Target, log: FailureLog, clock: LapClock) -> 
     _verify(target, log, clock, standing, queries)
 
 
-def whole_batch(attack: Any, target: Target, log: FailureLog, clock: LapClock) -> None:
-    standing = _first_query_all(target, log, clock)
+def whole_batch(attack: Any, target: Target, log: FailureLog, clock: LapClock, batch_size: int) -> None:
+    """ART's generate on the samples left standing; it shows no step, so their failure step
+    is UNKNOWN_STEP."""
+    standing = _first_query_all(target, log, clock, batch_size)
     if len(standing):
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", module="cma")
             log.x_adv[standing] = attack.generate(x=log.x[standing], y=log.y[standing])
     clock.lap(standing)
-    _verify(target, log, clock, standing, np.full(len(standing), log.budget))
+    _verify(target, log, clock, standing, np.full(len(standing), UNKNOWN_STEP))

@@ -19,15 +19,8 @@ class Target:
         self.model = classifier.model
         self.device = device
         self.clip_values = tuple(float(v) for v in classifier.clip_values)
-        self.preprocessors = [self._torch_preprocessor(p) for p in classifier.preprocessing_defences or []]
+        self.preprocessors = [torch_preprocessor(p, self.clip_values) for p in classifier.preprocessing_defences or []]
         self.postprocessors = list(classifier.postprocessing_defences or [])
-
-    def _torch_preprocessor(self, defence):
-        if isinstance(defence, FeatureSqueezing):
-            return lambda x: squeeze_features(x, defence.bit_depth, self.clip_values)
-        if isinstance(defence, PreprocessorPyTorch):
-            return lambda x: defence.forward(x)[0]
-        raise ConfigError("attack.<name>.engine", f"the torch engine cannot run {type(defence).__name__} on the device; use engine: art")
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         for preprocess in self.preprocessors:
@@ -43,6 +36,15 @@ class Target:
         for postprocess in self.postprocessors:
             preds = postprocess(preds)
         return preds.argmax(1)
+
+
+def torch_preprocessor(defence, clip_values: tuple[float, float]):
+    """An ART preprocessor as a differentiable torch function, with ART's gradient."""
+    if isinstance(defence, FeatureSqueezing):
+        return lambda x: squeeze_features(x, defence.bit_depth, clip_values)
+    if isinstance(defence, PreprocessorPyTorch):
+        return lambda x: defence.forward(x)[0]
+    raise ConfigError("defence", f"{type(defence).__name__}: the attack engine runs ART's FeatureSqueezing and PyTorch preprocessors only")
 
 
 def squeeze_features(x: torch.Tensor, bit_depth: int, clip_values: tuple[float, float]) -> torch.Tensor:
