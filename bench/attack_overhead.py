@@ -4,8 +4,9 @@ and what early exit saves.
 On a ResNet-18 trained on the 8x8 digits (trained here, in a scratch folder, with the
 pipeline's own prepare and train stages), in one process, each pair timed in turn --repeats times (median of the per-pair ratios):
 - engine / lower bound: our torch engine with early exit off (every sample takes every
-  step) against plain torch doing the same work with nothing around it: k input-gradient
-  forward+backward passes (k = 1 for FGM, 10 for PGD-10) plus one forward (target <= 1.1);
+  step) against plain torch doing the same work with nothing around it: the same linf
+  iterates from k input-gradient forward+backward passes (k = 1 for FGM, 10 for PGD-10)
+  plus one forward (target <= 1.1);
 - early exit / ART: PGD-10 with early exit against ART's fixed-budget PGD-10 on the same
   batch, at each eps of the default grid (target <= 0.5);
 - DeepFool: ours (fooled samples leave the batch) against ART's (it keeps computing their
@@ -28,7 +29,7 @@ from torch import nn
 
 from trashfire import prepare, train
 from trashfire.attacks import art_classifier, build_attack
-from trashfire.attacks.engine import flushed_denormals, run_engine
+from trashfire.attacks.engine import run_engine
 from trashfire.attacks.target import Target
 from trashfire.clocks import Stopwatch
 from trashfire.config import compose, validate
@@ -58,31 +59,35 @@ def trained_digits_model(folder: Path, epochs: int, device: str):
 
 
 def paired_seconds(ours, reference, repeats: int, device) -> tuple[tuple[float, float], tuple[float, float], tuple[float, float]]:
-    """Both timed in turn, `repeats` times, in the floating-point mode the engine attacks in
-    (subnormals flushed, so that the references run as fast as they can too). Returns the
-    median seconds of each and the median of the per-pair ratios, per clock: taking turns
-    keeps the ratio honest on a machine whose speed drifts (shared cores)."""
-    with flushed_denormals():
-        ours(), reference()  # warm-up
-        pairs = []
-        for _ in range(repeats):
-            with Stopwatch(device) as first:
-                ours()
-            with Stopwatch(device) as second:
-                reference()
-            pairs.append((first.elapsed, second.elapsed))
+    """Both timed in turn, `repeats` times. Returns the median seconds of each and the median
+    of the per-pair ratios, per clock: taking turns keeps the ratio honest on a machine whose
+    speed drifts (shared cores)."""
+    ours(), reference()  # warm-up
+    pairs = []
+    for _ in range(repeats):
+        with Stopwatch(device) as first:
+            ours()
+        with Stopwatch(device) as second:
+            reference()
+        pairs.append((first.elapsed, second.elapsed))
     median = statistics.median
     return ((median(a.process for a, _ in pairs), median(a.wall for a, _ in pairs)),
             (median(b.process for _, b in pairs), median(b.wall for _, b in pairs)),
             (median(a.process / b.process for a, b in pairs), median(a.wall / b.wall for a, b in pairs)))
 
 
-def lower_bound(model: nn.Module, x: torch.Tensor, y: torch.Tensor, passes: int, eps: float) -> None:
+def lower_bound(model: nn.Module, x: torch.Tensor, y: torch.Tensor, passes: int, eps: float, step: float, clip: tuple[float, float]) -> None:
+    """The same linf iterates in the plainest torch: k gradient passes, each a signed step,
+    the clip range and the projection, then one forward. Same values as the engine's, so
+    the same arithmetic cost (gradients of confidently classified samples are subnormal
+    floats, which x86 processes many times slower: a bound on other iterates would not be
+    comparable)."""
     inputs = x
     for _ in range(passes):
         inputs = inputs.detach().requires_grad_(True)
         (grad,) = torch.autograd.grad(nn.functional.cross_entropy(model(inputs), y), inputs)
-        inputs = inputs + eps * grad.sign()
+        stepped = torch.clamp(inputs.detach() + step * grad.sign(), *clip)
+        inputs = x + torch.clamp(stepped - x, -eps, eps)
     with torch.no_grad():
         model(inputs.detach()).argmax(1).cpu()
 
@@ -109,9 +114,9 @@ def measure(repeats: int, epochs: int, device_name: str) -> dict:
     accuracy = float((classifier.predict(x).argmax(1) == y).mean())
     print(f"resnet18 trained {epochs} epochs on digits: attack-subset accuracy {accuracy:.2f}; batch {len(x)}, {torch.get_num_threads()} threads, {device}")
     engine_rows, exit_rows = [], []
-    for spec, passes in ((FGM | {"value": 0.3}, 1), (PGD | {"value": 0.3}, 10)):
+    for spec, passes, step in ((FGM | {"value": 0.3}, 1, 0.3), (PGD | {"value": 0.3}, 10, 0.3 * 2.5 / 10)):
         measured = paired_seconds(lambda: run_engine("torch", None, spec, target, x, y, spec["value"], early_exit=False),
-                                  lambda: lower_bound(model, x_t, y_t, passes, spec["value"]), repeats, device)
+                                  lambda: lower_bound(model, x_t, y_t, passes, spec["value"], step, target.clip_values), repeats, device)
         engine_rows.append(row(f"{spec['name']} engine (no early exit)", measured, ("engine", "bound")))
     for eps in DEFAULT_EPS:
         spec = PGD | {"value": eps}

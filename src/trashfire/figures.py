@@ -293,7 +293,8 @@ def accuracy_panel(ax, cells: pd.DataFrame, by: str, accuracy: str, title: str, 
         colour = colours[group] if colours else "C7"
         violin(ax, part[accuracy].dropna().to_numpy(), x, colour, width=0.7)
         pooled, lo, hi = pooled_accuracy(part[accuracy], part["n_attack"])
-        ax.errorbar(x, pooled, yerr=[[pooled - lo], [hi - pooled]], fmt="D", color="black", ms=5, capsize=4, zorder=4)
+        # at an accuracy of exactly 0 or 1 Wilson's bound lands a rounding error past it
+        ax.errorbar(x, pooled, yerr=[[max(pooled - lo, 0.0)], [max(hi - pooled, 0.0)]], fmt="D", color="black", ms=5, capsize=4, zorder=4)
     group_ticks(ax, groups)
     ax.set_title(title, fontsize=10)
     ax.set_xlabel(by.replace("_", " "))

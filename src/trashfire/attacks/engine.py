@@ -91,39 +91,18 @@ def run_engine(engine: str, attack: Any, spec: dict, target: Target, x: np.ndarr
     """Attack (x, y); returns the adversarial examples and the per-sample arrays.
     `attack` is the built ART attack (for `per_image` and `art`), `strength` the attack's
     value on the standardised scale."""
-    with flushed_denormals():
-        clock = LapClock(len(y), target.device).start()
-        log = FailureLog(x.astype(np.float32), y.astype(np.int64), budget_of(spec))
-        if engine == "torch" and spec["name"] == "deepfool":
-            deepfool(target, log, clock, nb_grads=int(strength), max_iter=spec["max_iter"],
-                     overshoot=spec.get("kwargs", {}).get("epsilon", 1e-6), batch_size=spec.get("batch_size", 100))
-        elif engine == "torch":
-            gradient_attack(target, log, clock, gradient_settings(spec, strength), early_exit, spec.get("batch_size", 100))
-        elif engine == "per_image":
-            per_image(attack, target, log, clock, spec.get("batch_size", 100))
-        else:
-            whole_batch(attack, target, log, clock, spec.get("batch_size", 100))
+    clock = LapClock(len(y), target.device).start()
+    log = FailureLog(x.astype(np.float32), y.astype(np.int64), budget_of(spec))
+    if engine == "torch" and spec["name"] == "deepfool":
+        deepfool(target, log, clock, nb_grads=int(strength), max_iter=spec["max_iter"],
+                 overshoot=spec.get("kwargs", {}).get("epsilon", 1e-6), batch_size=spec.get("batch_size", 100))
+    elif engine == "torch":
+        gradient_attack(target, log, clock, gradient_settings(spec, strength), early_exit, spec.get("batch_size", 100))
+    elif engine == "per_image":
+        per_image(attack, target, log, clock, spec.get("batch_size", 100))
+    else:
+        whole_batch(attack, target, log, clock, spec.get("batch_size", 100))
     return log.x_adv, log.arrays(clock)
-
-
-@contextlib.contextmanager
-def flushed_denormals():
-    """Subnormal floats flushed to zero while attacking (CPU). The input gradients of
-    confidently classified samples fall into the subnormal range, where x86 arithmetic
-    runs many times slower (PGD-10 took 1.35x the plain-torch bound, 0.91x flushed); their
-    direction is rounding noise anyway. Every engine runs under it, ART's included. torch
-    has no getter for the mode, so the outermost exit sets torch's default (off)."""
-    _FLUSH_DEPTH[0] += 1
-    torch.set_flush_denormal(True)
-    try:
-        yield
-    finally:
-        _FLUSH_DEPTH[0] -= 1
-        if not _FLUSH_DEPTH[0]:  # the outermost restores
-            torch.set_flush_denormal(False)
-
-
-_FLUSH_DEPTH = [0]
 
 
 def budget_of(spec: dict) -> int:
