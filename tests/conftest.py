@@ -39,6 +39,14 @@ def tiny_cfg(tmp_path):
     return validate(compose(tiny_overrides(tmp_path), conf=ROOT / "conf"))
 
 
+def stage_cfg(tmp_path: Path, data, *overrides: str):
+    """The tiny config with `data` written as its survival data set: the survival stage alone."""
+    cfg = validate(compose(tiny_overrides(tmp_path, *overrides), conf=ROOT / "conf"))
+    (tmp_path / "reports").mkdir(exist_ok=True)
+    data.to_csv(tmp_path / "reports" / "survival_data.csv", index=False)
+    return cfg
+
+
 @pytest.fixture(scope="session")
 def conf_dir() -> Path:
     return ROOT / "conf"

@@ -30,7 +30,7 @@ from trashfire.config import compose, validate
 from trashfire.errors import ConfigError, DataError
 from trashfire.params import composed_yaml
 from trashfire.survival_data import LABEL_COLUMNS
-from tests.conftest import ROOT, tiny_overrides
+from tests.conftest import ROOT, stage_cfg, tiny_overrides
 
 ROSSI_COVARIATES = ["fin", "age", "race", "wexp", "mar", "paro", "prio"]
 LIFELINES_CLASSES = {
@@ -169,13 +169,6 @@ def synthetic_cells(n_cells=60, samples=20, seed=0):
         rows += [{**labels, "duration": t, "event": 1, "weight": n_failed, **covariates},
                  {**labels, "duration": t, "event": 0, "weight": samples - n_failed, **covariates}]
     return pd.DataFrame(rows).query("weight > 0").reset_index(drop=True)
-
-
-def stage_cfg(tmp_path, data, *overrides):
-    cfg = validate(compose(tiny_overrides(tmp_path, *overrides), conf=ROOT / "conf"))
-    (tmp_path / "reports").mkdir(exist_ok=True)
-    data.to_csv(tmp_path / "reports" / "survival_data.csv", index=False)
-    return cfg
 
 
 def test_stage_fits_scores_and_saves_all_six_models(tmp_path):

@@ -19,7 +19,8 @@ from trashfire import aggregate, figures, survival
 from trashfire import fitters as F
 from trashfire.config import compose, validate
 from trashfire.errors import ConfigError, DataError
-from tests.conftest import ROOT, tiny_overrides
+from tests.conftest import ROOT, stage_cfg
+
 
 FAMILIES = ("fgm_2", "pgd_inf", "deepfool_2")
 DEFENCES = ("none", "fsq", "gauss_in")
@@ -250,13 +251,6 @@ def test_logrank_separates_defences_and_needs_an_undefended_reference():
 
 
 # --- the stage --------------------------------------------------------------------------------
-
-def stage_cfg(tmp_path, data, *overrides):
-    cfg = validate(compose(tiny_overrides(tmp_path, *overrides), conf=ROOT / "conf"))
-    (tmp_path / "reports").mkdir(exist_ok=True)
-    data.to_csv(tmp_path / "reports" / "survival_data.csv", index=False)
-    return cfg
-
 
 def test_stage_on_per_sample_data(tmp_path):
     data = per_sample_data(frailty=0.3)
