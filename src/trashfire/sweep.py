@@ -58,6 +58,7 @@ log = logging.getLogger(__name__)
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # enqueue_trial, stable in 2.10 as used here
 
 STALE_NOTE = "stale: its process stopped beating (killed?); queued again"
+SCHEMA_LOCK = "optuna schema"  # its own study_lock key (a study of that name would only share the wait)
 
 
 @contextlib.contextmanager
@@ -273,7 +274,11 @@ class ResumableOptunaSweeper(OptunaSweeperImpl):
         if self.storage is None:
             return None
         url = str(self.storage)
-        storage = RDBStorage(url, heartbeat_interval=self.heartbeat_interval, grace_period=self.grace_period)
+        # RDBStorage creates Optuna's tables: two sweepers starting at once on a fresh
+        # PostgreSQL database both create its enum types, and one fails on the catalogue's
+        # unique index, so the creation is serialised too
+        with study_lock(url, SCHEMA_LOCK):
+            storage = RDBStorage(url, heartbeat_interval=self.heartbeat_interval, grace_period=self.grace_period)
         if url.startswith("sqlite"):
             _fast_sqlite(storage.engine)
         return storage
