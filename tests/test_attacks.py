@@ -91,10 +91,13 @@ def test_budget_subset_takes_classes_in_turn():
 def test_per_sample_durations_sum_to_the_cells_attack_time_on_both_clocks(attacked):
     for cell, record, out in outcomes_of(attacked):
         n = record["n_attack"]
-        for clock in ("process", "wall"):
-            # 1%, or 2 ms on these tiny cells (FGM on 20 images: ~13 ms): about 0.1 ms of
-            # bookkeeping before the first and after the last lap is no sample's
-            assert out[f"duration_{clock}"].sum() == pytest.approx(n * record[f"t_attack_{clock}"], rel=0.01, abs=2e-3), (cell.attack, cell.norm, clock)
+        # 1%, or 2 ms on these tiny cells (FGM on 20 images: ~13 ms): about 0.1 ms of
+        # bookkeeping before the first and after the last lap is no sample's. The process
+        # clock counts the compute threads' CPU time at the kernel's scheduler tick (4 ms at
+        # 250 Hz), so it agrees to 1% or two ticks (tests/test_engine.py holds the sharing
+        # itself to the bit)
+        for clock, slack in (("wall", 2e-3), ("process", 8e-3)):
+            assert out[f"duration_{clock}"].sum() == pytest.approx(n * record[f"t_attack_{clock}"], rel=0.01, abs=slack), (cell.attack, cell.norm, clock)
         assert out["duration_wall"].min() > 0
         assert record["n_events"] == out["event"].sum()
         np.testing.assert_array_equal(out["event"], out["y_pred_adv"] != out["y_true"])
