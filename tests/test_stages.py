@@ -1,14 +1,18 @@
 """Each stage's function on a tiny real config, end to end, and the per-cell caches."""
 
 import json
+import warnings
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
 import torch
+from lifelines.calibration import survival_probability_calibration
 from omegaconf import OmegaConf
 
+from trashfire import fitters as F
 from trashfire import aggregate, attack, brittle, figures, prepare, survival, timing, train
 from trashfire.datasets import load_split
 from trashfire.grid import attack_cells, model_cells, training_cells
@@ -125,3 +129,23 @@ def test_a_step_decay_cell_trains_to_different_weights(tiny_cfg):
         model, _ = train.train_cell(undefended, split, cfg, torch.device("cpu"))
         weights[name] = model.state_dict()
     assert any(not torch.equal(weights["constant"][k], weights["step_half"][k]) for k in weights["constant"] if k.endswith("weight"))
+
+
+def test_ici_and_e50_on_real_per_sample_rows_equal_lifelines_calibration(pipeline):
+    """On the survival data of a real attacked grid (the composed default, shrunk), our ICI
+    and E50 are lifelines' `survival_probability_calibration` on the same rows."""
+    timing.run(pipeline)
+    data = pd.read_csv(Path(pipeline.paths.reports) / "survival_data.csv")
+    train_part, _ = survival.usable_covariates(*survival.split_groups(data, "train_hash", 0.2, 0))
+    frame = F.model_frame(train_part)
+    assert len(frame) > 50 and frame[F.EVENT].sum() > 10
+    t0 = survival.calibration_time(frame, 0.5)
+    for name in ("weibull", "loglogistic"):
+        fit = F.fit_one(name, pipeline.survival.models[name], frame, pipeline.survival.retries)
+        ours = F.calibration(fit, frame, t0)
+        _, ax = plt.subplots()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _, ici, e50 = survival_probability_calibration(fit.fitter, frame.drop(columns=F.WEIGHT), t0=t0, ax=ax)
+        plt.close("all")
+        assert ours == pytest.approx((ici, e50), abs=1e-6), name
