@@ -233,7 +233,7 @@ def baseline_verdicts(comparison: pd.DataFrame) -> list[str]:
     bar = ", ".join(f"{model} {value:.4f}" for model, value in baselines.items())
     lines = []
     for _, row in comparison[comparison["status"] == "fitted"].iterrows():
-        verb = "beats" if row["beats_baselines"] is True else "does not beat"
+        verb = "beats" if row["beats_baselines"] is not None and bool(row["beats_baselines"]) else "does not beat"
         lines.append(f"{row['model']} {verb} both baselines on test concordance ({row['test_concordance']:.4f}; {bar})")
     return lines
 
