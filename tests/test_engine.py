@@ -11,7 +11,7 @@ import torch
 from trashfire import prepare, train
 from trashfire.attacks import art_classifier, attack_strength, build_attack
 from trashfire.attacks.engine import run_engine
-from trashfire.attacks.target import Target
+from trashfire.attacks.target import Target, margins
 from trashfire.clocks import LapClock
 from trashfire.config import compose, validate
 from trashfire.datasets import load_split
@@ -158,3 +158,10 @@ def test_the_art_reference_engine_returns_arts_examples_and_shares_the_batch_tim
     attacked = out["duration_wall"][~before]
     assert np.ptp(attacked) < 1e-12  # one batch time, shared: no per-sample information
     np.testing.assert_array_equal(out["event"], before | (out["y_pred_adv"] != y))
+
+
+def test_benign_margin_on_a_hand_made_batch():
+    logits = torch.tensor([[2.0, 0.5, -1.0], [0.1, 0.3, 0.2], [5.0, 5.0, 1.0]])
+    labels = torch.tensor([0, 2, 1])
+    # true-class logit minus the best other: right by 1.5, wrong by 0.1, tied at 0
+    np.testing.assert_allclose(margins(logits, labels), [1.5, -0.1, 0.0], atol=1e-6)
