@@ -100,7 +100,8 @@ def test_trash_summary_bootstraps_over_seeds():
     # two values: the 2.5% and 97.5% resample means are the all-2 and all-4 resamples (each 1/4 likely)
     assert (row["trash_adv_lo"], row["trash_adv_hi"]) == (2.0, 4.0)
     assert (row["trash_ben_lo"], row["trash_ben_hi"]) == (1.0, 1.0)
-    assert metrics.bootstrap_mean([5.0]) == (5.0, 5.0, 5.0)
+    one = metrics.bootstrap_mean([5.0])  # one seed: no interval
+    assert one[0] == 5.0 and np.isnan(one[1]) and np.isnan(one[2])
     assert metrics.bootstrap_mean([1.0, 2.0, 7.0], seed=3) == metrics.bootstrap_mean([1.0, 2.0, 7.0], seed=3)
 
 

@@ -318,3 +318,18 @@ def test_crowded_panels_keep_the_first_model_and_say_so():
     assert note == "7 of 14 cells shown: resnet18"
     few, none_noted = figures.capped_lines(cells[cells["defence_value"] < 3])
     assert len(few) == 6 and none_noted == ""
+
+
+def test_one_seed_intervals_and_sds_print_n_a_never_an_interval():
+    labels = {"dataset": "digits", "pretrained_on": np.nan, "model": "resnet18", "depth": 18, "epochs": 1, "lr": 0.05,
+              "defence": "none", "defence_value": 0, "attack_family": "fgm linf"}
+    summary = pd.DataFrame([labels | {"n_seeds": 1, "trash_adv_mean": 2.0, "trash_adv_lo": np.nan, "trash_adv_hi": np.nan,
+                                      "trash_ben_mean": 3.0, "trash_ben_lo": np.nan, "trash_ben_hi": np.nan, "f_ben_mean": 1.0, "f_adv_mean": 2.0},
+                            labels | {"epochs": 2, "n_seeds": 3, "trash_adv_mean": 2.0, "trash_adv_lo": 1.5, "trash_adv_hi": 2.5,
+                                      "trash_ben_mean": 3.0, "trash_ben_lo": 2.0, "trash_ben_hi": 4.0, "f_ben_mean": 1.0, "f_adv_mean": 2.0}])
+    shown = figures.trash_summary_section(summary)
+    assert shown.count("n/a (1 seed)") == 2 and "2 [1.5, 2.5]" in shown and "[2, 2]" not in shown
+    auc = pd.DataFrame([labels | {"n_seeds": 1, "R_mean": 0.7, "R_sd": np.nan, "S_mean": 0.3, "S_sd": np.nan},
+                        labels | {"epochs": 2, "n_seeds": 2, "R_mean": 0.7, "R_sd": 0.1, "S_mean": 0.3, "S_sd": 0.1}])
+    shown = figures.auc_section(auc)
+    assert shown.count("± n/a (1 seed)") == 2 and "0.7 ± 0.1" in shown

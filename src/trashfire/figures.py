@@ -615,16 +615,25 @@ def table_cell(value) -> str:
     return f'<td class="t">{text}</td>' if isinstance(value, str) else f"<td>{text}</td>"
 
 
-def interval_text(mean: float, lo: float, hi: float) -> str:
+ONE_SEED = "n/a (1 seed)"
+
+
+def interval_text(mean: float, lo: float, hi: float, seeds: float) -> str:
+    """A mean and its interval over seeds; from one seed the interval is n/a, never [x, x]."""
     if not np.isfinite(mean):
         return ""
+    if seeds < 2:
+        return f"{mean:.3g} [{ONE_SEED}]"
     return f"{mean:.3g} [{lo:.3g}, {hi:.3g}]"
 
 
-def spread_text(mean: float, sd: float) -> str:
+def spread_text(mean: float, sd: float, seeds: float) -> str:
+    """A mean ± its SD over seeds; from one seed the SD is n/a."""
     if not np.isfinite(mean):
         return ""
-    return f"{mean:.3g} ± {sd:.2g}" if np.isfinite(sd) else f"{mean:.3g}"
+    if seeds < 2:
+        return f"{mean:.3g} ± {ONE_SEED}"
+    return f"{mean:.3g} ± {sd:.2g}"
 
 
 def drop_empty(table: pd.DataFrame) -> pd.DataFrame:
@@ -677,8 +686,8 @@ def trash_summary_section(summary: pd.DataFrame) -> str:
     if summary.empty:
         return not_computed("trash_summary.csv has no rows")
     shown = summary.assign(
-        trash_adv=[interval_text(*v) for v in summary[["trash_adv_mean", "trash_adv_lo", "trash_adv_hi"]].to_numpy(float)],
-        trash_ben=[interval_text(*v) for v in summary[["trash_ben_mean", "trash_ben_lo", "trash_ben_hi"]].to_numpy(float)],
+        trash_adv=[interval_text(*v) for v in summary[["trash_adv_mean", "trash_adv_lo", "trash_adv_hi", "n_seeds"]].to_numpy(float)],
+        trash_ben=[interval_text(*v) for v in summary[["trash_ben_mean", "trash_ben_lo", "trash_ben_hi", "n_seeds"]].to_numpy(float)],
     )
     columns = [c for c in LINE_KEY if c != "defence_param"] + ["attack_family", "n_seeds", "trash_adv", "trash_ben", "f_ben_mean", "f_adv_mean"]
     return "<p>TRASH as mean [95% bootstrap interval over seeds]; f in failures per second.</p>" + html_table(drop_empty(shown[columns]))
@@ -687,8 +696,8 @@ def trash_summary_section(summary: pd.DataFrame) -> str:
 def auc_section(auc: pd.DataFrame) -> str:
     if auc.empty:
         return not_computed("auc_table.csv has no rows (no attack with an eps grid)")
-    shown = auc.assign(R=[spread_text(*v) for v in auc[["R_mean", "R_sd"]].to_numpy(float)],
-                       S=[spread_text(*v) for v in auc[["S_mean", "S_sd"]].to_numpy(float)])
+    shown = auc.assign(R=[spread_text(*v) for v in auc[["R_mean", "R_sd", "n_seeds"]].to_numpy(float)],
+                       S=[spread_text(*v) for v in auc[["S_mean", "S_sd", "n_seeds"]].to_numpy(float)])
     columns = [c for c in LINE_KEY if c != "defence_param"] + ["attack_family", "n_seeds", "R", "S"]
     return "<p>Normalised robustness AUC R and sensitivity S = 1 − R, mean ± SD over seeds.</p>" + html_table(drop_empty(shown[columns]))
 

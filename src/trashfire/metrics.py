@@ -92,12 +92,15 @@ def evp_convergence(eps: Sequence[float], performance: Sequence[float], tau: flo
 
 
 def bootstrap_mean(values: Sequence[float], resamples: int = 2000, seed: int = 0, level: float = 0.95) -> tuple[float, float, float]:
-    """The mean and its percentile bootstrap interval; NaNs are left out. With one value the
-    interval is that value: there is no spread to resample."""
+    """The mean and its percentile bootstrap interval; NaNs are left out. With one value there
+    is no interval (NaN bounds): resampling one value gives it back, an interval of zero width
+    that would claim a certainty one seed cannot give."""
     values = np.asarray(values, dtype=float)
     values = values[~np.isnan(values)]
     if len(values) == 0:
         return math.nan, math.nan, math.nan
+    if len(values) == 1:
+        return float(values[0]), math.nan, math.nan
     means = np.random.default_rng(seed).choice(values, size=(resamples, len(values))).mean(axis=1)
     tail = 100 * (1 - level) / 2
     return float(values.mean()), float(np.percentile(means, tail)), float(np.percentile(means, 100 - tail))
