@@ -86,10 +86,11 @@ def run_attack_cell(classifier, split: Split, cell: AttackCell, device) -> tuple
     x, y = split.x_attack.numpy()[keep], split.y_attack.numpy()[keep]
     pixel_std = float(np.mean(split.std))
     engine, early_exit = engine_of(cell.spec), bool(cell.spec.get("early_exit", True))
+    strength = attack_strength(cell.spec, pixel_std)
     attack = None if engine == "torch" else build_attack(classifier, cell.spec, pixel_std)
     target = Target(classifier, device)
     with Stopwatch(device) as watch:
-        x_adv, clocked = run_engine(engine, attack, cell.spec, target, x, y, attack_strength(cell.spec, pixel_std), early_exit)
+        x_adv, clocked = run_engine(engine, attack, cell.spec, target, x, y, strength, early_exit)
     n = len(x)
     outcomes = {"position": keep, "y_true": y, **clocked, **perturbation_norms(x, x_adv)}
     record = {
@@ -99,7 +100,7 @@ def run_attack_cell(classifier, split: Split, cell: AttackCell, device) -> tuple
         "attack_param": cell.param,
         "attack_value": cell.value,
         "attack_units": cell.spec.get("units", "standardised"),
-        "attack_value_standardised": attack_strength(cell.spec, pixel_std),
+        "attack_value_standardised": strength,
         "pixel_std": pixel_std,  # converts eps between pixel and standardised units downstream
         "config": cell.spec,
         "engine": engine,

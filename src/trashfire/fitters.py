@@ -412,7 +412,13 @@ def cluster_robust_se(fit: Fit, data: pd.DataFrame, clusters: np.ndarray) -> pd.
     factor, as lifelines' `cluster_col`."""
     if fit.is_cox:
         return _cox_cluster_se(fit, data, np.asarray(clusters))
-    scores = pd.DataFrame(sample_scores(fit.fitter, data)).groupby(np.asarray(clusters)).sum().to_numpy()
+    return _sandwich_se(fit, sample_scores(fit.fitter, data), np.asarray(clusters))
+
+
+def _sandwich_se(fit: Fit, row_scores: np.ndarray, clusters: np.ndarray) -> pd.Series:
+    """sqrt diag of V B V: V lifelines' naive covariance, B the outer products of the rows'
+    scores summed per cluster."""
+    scores = pd.DataFrame(row_scores).groupby(clusters).sum().to_numpy()
     v = fit.fitter.variance_matrix_.to_numpy()
     sandwich = v @ (scores.T @ scores) @ v
     return pd.Series(np.sqrt(np.diag(sandwich)), index=fit.fitter.params_.index, name="se_robust")
@@ -445,11 +451,7 @@ def _cox_cluster_se(fit: Fit, data: pd.DataFrame, clusters: np.ndarray) -> pd.Se
     lifelines' naive covariance. lifelines computes the residuals in a loop that costs O(n^2) in
     rows (4 s at 20k rows, minutes at 100k); `cox_score_residuals` gives the same in O(n)."""
     samples = per_sample(model_frame(data).assign(_cluster=clusters))
-    residuals = cox_score_residuals(fit.fitter, samples)
-    scores = pd.DataFrame(residuals).groupby(samples["_cluster"].to_numpy()).sum().to_numpy()
-    v = fit.fitter.variance_matrix_.to_numpy()
-    sandwich = v @ (scores.T @ scores) @ v
-    return pd.Series(np.sqrt(np.diag(sandwich)), index=fit.fitter.params_.index, name="se_robust")
+    return _sandwich_se(fit, cox_score_residuals(fit.fitter, samples), samples["_cluster"].to_numpy())
 
 
 def cox_score_residuals(fitter: CoxPHFitter, samples: pd.DataFrame) -> np.ndarray:

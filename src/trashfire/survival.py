@@ -190,10 +190,7 @@ def cell_survival_share(part: pd.DataFrame) -> np.ndarray:
 
 
 def _per_cell_mean(part: pd.DataFrame, values: np.ndarray) -> np.ndarray:
-    weights = pd.Series(F.sample_weights(part).astype(float), index=part.index)
-    cells = part[CELL]
-    means = (weights * values).groupby(cells).sum() / weights.groupby(cells).sum()
-    return cells.map(means).to_numpy(float)
+    return part[CELL].map(cell_means(part, values)).to_numpy(float)
 
 
 # name -> (label in Table I, what it knows, its score of each sample: higher = longer survival)
@@ -452,9 +449,9 @@ def run(cfg: DictConfig) -> pd.DataFrame:
     train, test = usable_covariates(*split_groups(data, settings.split_by, settings.test_size, settings.seed))
     log.info("train/test split by %s: %d / %d groups, %d / %d samples", settings.split_by, train[settings.split_by].nunique(),
              test[settings.split_by].nunique(), F.sample_weights(train).sum(), F.sample_weights(test).sum())
-    if train[settings.split_by].nunique() < FEW_CLUSTERS:
+    if train[CLUSTER_BY].nunique() < FEW_CLUSTERS:
         log.warning("cluster-robust standard errors from %d %s clusters (< %d) run small: read them with care",
-                    train[settings.split_by].nunique(), settings.split_by, FEW_CLUSTERS)
+                    train[CLUSTER_BY].nunique(), CLUSTER_BY, FEW_CLUSTERS)
     fig, axes = calibration_grid([settings.models[name].label for name in settings.fitters], list(settings.fitters))
     comparison, fits = compare(train, test, settings, axes)
     aft = [name for name in settings.fitters if settings.models[name].aft]

@@ -52,9 +52,14 @@ def build_attack(classifier: PyTorchClassifier, spec: dict[str, Any], pixel_std:
     optional = {"norm": NORMS.get(spec["norm"]), "batch_size": spec.get("batch_size"), "max_iter": spec.get("max_iter")}
     kwargs |= {k: v for k, v in optional.items() if k in accepted and v is not None}
     if "step_scale" in spec:
-        kwargs["eps_step"] = value * spec["step_scale"] / spec["max_iter"]
+        kwargs["eps_step"] = pgd_step_size(spec, value)
     estimator = "classifier" if "classifier" in accepted else "estimator"
     return cls(**{estimator: classifier}, **kwargs)
+
+
+def pgd_step_size(spec: dict[str, Any], eps: float) -> float:
+    """PGD's step: eps * step_scale / max_iter (Madry et al.'s 2.5 eps / iterations)."""
+    return eps * spec["step_scale"] / spec["max_iter"]
 
 
 def engine_of(spec: dict[str, Any]) -> str:

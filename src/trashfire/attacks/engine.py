@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from trashfire.attacks import NORMS, pgd_step_size
 from trashfire.attacks.target import Target, margins
 from trashfire.clocks import LapClock
 DEEPFOOL_TOL = 10e-8  # ART's guard against division by zero
@@ -112,10 +113,10 @@ def budget_of(spec: dict) -> int:
 
 def gradient_settings(spec: dict, eps: float) -> GradientSettings:
     """FGM is one step of length eps; PGD's step is eps * step_scale / max_iter (as build_attack)."""
-    norm = {"inf": np.inf, "1": 1.0, "2": 2.0}[str(spec["norm"])]
+    norm = float(NORMS[str(spec["norm"])])
     if spec["name"] == "fgm":
         return GradientSettings(norm, eps, eps, 1)
-    return GradientSettings(norm, eps, eps * spec["step_scale"] / spec["max_iter"], int(spec["max_iter"]))
+    return GradientSettings(norm, eps, pgd_step_size(spec, eps), int(spec["max_iter"]))
 
 
 def _batches(n: int, size: int):
