@@ -39,6 +39,7 @@ TINY_DEFAULT = """# @package _global_
 defaults:
   - override /model: [fcnet]
   - override /attack: [fgm, pgd]
+  - override /defence: [none, gauss_in, gauss_out, conf, fsq]
 data: {digits: {subsample: 400}}
 split: {n_attack: 20}
 train: {epochs: [1], progress: false}

@@ -25,6 +25,13 @@ TINY = [
     "train.progress=false",
     "attack.fgm.values=[0.1,1.0]",
     "attack.pgd.values=[0.1,1.0]",
+    "attack.fgm.units=standardised",  # the default's grids are in pixel units
+    "attack.pgd.units=standardised",
+    "defence=[none,gauss_in,gauss_out,conf,fsq]",  # adversarial training has its own tests
+    "split.seeds=[0]",  # the default's three seeds, schedule and LIME sample are for the study, not the mechanics
+    "train.lr=[0.05]",
+    "train.lr_schedule=constant",
+    "metrics.brittle.n_samples=20",
 ]
 
 

@@ -157,3 +157,59 @@ def test_cards_hold_each_model_cell_and_drop_stale_ones(tmp_path):
     assert cells["none"]["survival_and_trash"][0]["trash_adv"] == pytest.approx(0.01 / 0.002)
     assert cells["none"]["evp_and_auc"][0]["auc_R"] == pytest.approx(0.19 / 0.24)
     assert np.isfinite(cells["none"]["evp_and_auc"][0]["evp"])
+
+
+GUARDS = OmegaConf.create({"degenerate": {"margin": None}, "evp": {"w": 0.5, "tau": None}})
+
+
+def test_a_constant_predictor_is_flagged_degenerate_and_left_out_of_r_evp_and_brittle_summaries():
+    from trashfire.timing import flag_degenerate
+
+    # a constant function on 10 balanced classes: benign accuracy 0.1 <= tau(10) = 0.25, and no
+    # attack lowers it much: its flat curve would read as R ~ 1, "perfectly robust"
+    constant = attack_rows("const", acc_ben=0.1, acc=(0.1, 0.1), seed=0)
+    sound = [attack_rows(f"m{i}", acc_ben=0.9, acc=(0.5 - 0.1 * i, 0.1), seed=i) for i in range(3)]
+    table = flag_degenerate(experiments(constant, *sound).assign(clock="process"), GUARDS)
+    assert table.groupby("model_hash")["degenerate"].first().to_dict() == {"const": True, "m0": False, "m1": False, "m2": False}
+    degenerate = aggregate.degenerate_cells(table)
+    robustness = aggregate.robustness_table(aggregate.eps_curves(table), EVP, PIXEL_AUC, degenerate).set_index("model_hash")
+    assert np.isnan(robustness.loc["const", "evp"]) and np.isnan(robustness.loc["const", "auc_R"])
+    assert "degenerate" in robustness.loc["const", "note"] and robustness["auc_R"].drop("const").notna().all()
+    brittle = pd.DataFrame({"model_hash": ["const", "m0", "m1", "m2"], "dataset": "digits", "seed": [0, 0, 1, 2],
+                            "brittle_score": [0.0, 0.1, 0.2, 0.3], "robust_acc": [1.0, 0.9, 0.5, 0.1]})
+    brittle["degenerate"] = brittle["model_hash"].map(degenerate)
+    assert aggregate.spearman_by_dataset(brittle)["digits"] == pytest.approx({"rho": -1.0, "p": 0.0, "n": 3})
+    trash = pd.DataFrame({"model_hash": ["const", "m0", "m1", "m2"], "trash_adv": [100.0, 1.0, 2.0, 3.0], "trash_ben": 1.0})
+    trash["degenerate"] = trash["model_hash"].map(degenerate)
+    comparison = pd.DataFrame({"fitter": ["weibull"], "selected": [True], "test_concordance": [0.8], "test_ICI": [0.01]})
+    summary = aggregate.headline(table, trash, robustness.reset_index(), brittle, comparison)
+    assert summary["n_degenerate_model_cells"] == 1
+    assert summary["acc_ben_mean"] == pytest.approx(0.9) and summary["trash_adv_median"] == pytest.approx(2.0)
+    assert summary["brittle_score_mean"] == pytest.approx(0.2)
+
+
+def test_a_margin_over_chance_sets_the_degeneracy_threshold():
+    from trashfire.timing import flag_degenerate
+
+    cells = experiments(attack_rows("weak", acc_ben=0.3), attack_rows("fine", acc_ben=0.7)).assign(clock="process")
+    default = flag_degenerate(cells, GUARDS).groupby("model_hash")["degenerate"].first()
+    strict = flag_degenerate(cells, OmegaConf.merge(GUARDS, {"degenerate": {"margin": 0.5}})).groupby("model_hash")["degenerate"].first()
+    assert not default["weak"] and not default["fine"]  # both above tau(10) = 0.25
+    assert strict["weak"] and not strict["fine"]  # 1/10 + 0.5 = 0.6: at or below is degenerate
+
+
+def test_an_evp_curve_still_viable_at_its_largest_eps_says_so_and_is_averaged_apart():
+    viable = attack_rows("robust", acc_ben=0.9, acc=(0.8, 0.6))  # 0.6 >= tau(10) at eps 1.0
+    broken = attack_rows("weak", acc_ben=0.9, acc=(0.5, 0.1))
+    table = aggregate.robustness_table(aggregate.eps_curves(experiments(viable, broken)), EVP, PIXEL_AUC).set_index("model_hash")
+    assert not table.loc["robust", "reaches_nonviability"] and table.loc["weak", "reaches_nonviability"]
+    assert aggregate.SHORT_OF_NONVIABILITY in table.loc["robust", "note"]
+    assert aggregate.SHORT_OF_NONVIABILITY not in str(table.loc["weak", "note"])
+    cells = experiments(viable, broken).assign(clock="process", degenerate=False)
+    comparison = pd.DataFrame({"fitter": ["weibull"], "selected": [True], "test_concordance": [0.8], "test_ICI": [0.01]})
+    brittle = pd.DataFrame({"model_hash": ["robust", "weak"], "dataset": "digits", "seed": 0, "brittle_score": [0.1, 0.2], "robust_acc": [0.6, 0.1]})
+    trash = pd.DataFrame({"model_hash": ["robust", "weak"], "trash_adv": [1.0, 2.0], "trash_ben": 1.0})
+    summary = aggregate.headline(cells, trash, table.reset_index(), brittle, comparison)
+    assert summary["evp_mean"] == pytest.approx(table.loc["weak", "evp"])
+    assert summary["evp_mean_short_of_nonviability"] == pytest.approx(table.loc["robust", "evp"])
+    assert summary["n_evp_curves_short_of_nonviability"] == 1

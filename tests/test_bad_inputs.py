@@ -144,7 +144,7 @@ def model_files(root: Path) -> dict[str, int] | None:
 # --- composing conf/ with `python -m trashfire.params` ---------------------------------------
 
 COMPOSE_CASES = [
-    pytest.param(["model=[resnet99]"], ("model", "'resnet99'", "available: cnn3, cnn5, fcnet"), id="compose-unknown-model-resnet99"),
+    pytest.param(["model=[resnet99]"], ("model", "'resnet99'", "available: cifar_resnet14, cifar_resnet20, cifar_resnet8, cnn3"), id="compose-unknown-model-resnet99"),
     pytest.param(["attack=[fgm,carlini]"], ("attack", "'carlini'", "available: deepfool, fgm, hsj"), id="compose-unknown-attack-carlini"),
     pytest.param(["defence=nonsense"], ("defence", "'nonsense'", "available: adv_train, conf, fsq"), id="compose-unknown-defence-nonsense"),
     pytest.param(["data=[imagenet]"], ("data", "'imagenet'", "available: cifar10, cifar100, digits"), id="compose-unknown-data-imagenet"),

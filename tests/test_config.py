@@ -12,8 +12,8 @@ from tests.conftest import ROOT
 
 def test_default_config_composes_and_validates(conf_dir):
     cfg = validate(compose([], conf=conf_dir))
-    assert set(cfg.model) == {"resnet18", "resnet34"}
-    assert set(cfg.defence) == {"none", "gauss_in", "gauss_out", "conf", "fsq"}
+    assert set(cfg.model) == {"cifar_resnet8", "cifar_resnet14", "cifar_resnet20"}
+    assert set(cfg.defence) == {"none", "gauss_in", "gauss_out", "conf", "fsq", "adv_train"}
     assert set(cfg.attack) == {"fgm", "pgd", "deepfool", "pixel", "threshold", "hsj"}
     assert set(cfg.data) == {"digits"}
 
@@ -72,15 +72,15 @@ def test_one_option_and_a_list_compose_to_the_same_shape(conf_dir):
 )
 def test_bad_values_name_their_key(conf_dir, override, key):
     with pytest.raises(ConfigError) as err:
-        validate(compose([override], conf=conf_dir))
+        validate(compose(["model=[resnet18]", override], conf=conf_dir))
     assert err.value.key == key
     assert "\n" not in str(err.value)
 
 
 def test_an_auc_interval_past_a_grid_in_the_same_units_is_rejected(conf_dir):
-    with pytest.raises(ConfigError, match=r"exceeds the largest eps 1.0 of attack.fgm \(standardised units\)"):
-        validate(compose(["metrics.auc.units=standardised", "metrics.auc.eps1=5.0"], conf=conf_dir))
-    validate(compose(["metrics.auc.units=pixel", "metrics.auc.eps1=0.3"], conf=conf_dir))  # checked per data set later
+    with pytest.raises(ConfigError, match=r"exceeds the largest eps 0.3 of attack.fgm \(pixel units\)"):
+        validate(compose(["metrics.auc.units=pixel", "metrics.auc.eps1=0.5"], conf=conf_dir))
+    validate(compose(["metrics.auc.units=standardised", "metrics.auc.eps1=5.0"], conf=conf_dir))  # checked per data set later
 
 
 def test_unknown_group_option_lists_the_available_ones(conf_dir):
@@ -100,7 +100,7 @@ def test_dvc_hydra_composition_equals_make_params(tmp_path, conf_dir):
 
     from trashfire.params import composed_yaml
 
-    overrides = ["model=resnet34", "attack.pgd.values=[0.1,0.2]"]
+    overrides = ["model=resnet34", "attack.pgd.values=[0.1,0.3]"]
     out = tmp_path / "params.yaml"
     compose_and_dump(out, str(conf_dir), None, "config", str(tmp_path / "no_plugins"), overrides)
     assert out.read_text() == composed_yaml(overrides)
@@ -129,7 +129,7 @@ def test_defence_cell_keeps_one_defence_at_one_value(conf_dir):
     gauss = validate(compose(["defence_cell=gauss_in@0.001"], conf=conf_dir))
     assert list(gauss.defence) == ["gauss_in"] and list(gauss.defence.gauss_in["values"]) == [0.001]
     for bad in ("fsq", "nosuch@1", "fsq@"):
-        with pytest.raises(ConfigError, match=r"defence_cell: got .*; allowed: <defence>@<value> with a selected defence \(none, gauss_in, gauss_out, conf, fsq\)"):
+        with pytest.raises(ConfigError, match=r"defence_cell: got .*; allowed: <defence>@<value> with a selected defence \(none, gauss_in, gauss_out, conf, fsq, adv_train\)"):
             validate(compose([f"defence_cell={bad}"], conf=conf_dir))
     with pytest.raises(ConfigError, match="defence.fsq.values: got 0"):
         validate(compose(["defence_cell=fsq@0"], conf=conf_dir))

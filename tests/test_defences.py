@@ -21,7 +21,7 @@ from tests.conftest import ROOT
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory):
     folder = tmp_path_factory.mktemp("digits")
-    cfg = validate(compose(["data.digits.subsample=400", "split.n_attack=20", f"paths.processed={folder}"], conf=ROOT / "conf"))
+    cfg = validate(compose(["model=[resnet18]", "split.seeds=[0]", "data.digits.subsample=400", "split.n_attack=20", f"paths.processed={folder}"], conf=ROOT / "conf"))
     prepare.run(cfg)
     return cfg, load_split(folder, "digits", 0, 10)
 
@@ -65,7 +65,8 @@ def test_predict_time_defences_change_predictions_not_weights(digits):
 def test_adversarial_training_raises_pgd_accuracy_on_digits(tmp_path):
     overrides = [
         "model=[cnn3]", "defence=[none,adv_train]", "attack=[pgd]", "attack.pgd.values=[0.25]",
-        "train.epochs=[5]", "train.progress=false", "split.n_attack=60",
+        "train.epochs=[5]", "train.progress=false", "split.n_attack=60", "split.seeds=[0]", "attack.pgd.units=standardised",
+        "train.lr=[0.05]", "train.lr_schedule=constant",
     ] + [f"paths.{k}={tmp_path / k}" for k in ("processed", "models", "attacks")]
     cfg = validate(compose(overrides, conf=ROOT / "conf"))
     prepare.run(cfg)

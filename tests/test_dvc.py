@@ -22,8 +22,9 @@ from tests.conftest import ROOT, TINY
 # TINY on the FC net: the same 5 model cells (one per defence), a fraction of the compute;
 # three survival fitters and small LIME runs, since these tests are about what DVC re-runs
 SMALLER = ["survival.fitters=[weibull,lognormal,cox]", "metrics.brittle.n_samples=4", "metrics.brittle.lime_samples=20"]
-TINY_DEFAULT = "# @package _global_\ndefaults:\n  - override /model: [fcnet]\n  - override /attack: [fgm, pgd]\n" + OmegaConf.to_yaml(
-    OmegaConf.from_dotlist([o for o in TINY if not o.startswith(("model=", "attack="))] + SMALLER))
+TINY_DEFAULT = "# @package _global_\ndefaults:\n  - override /model: [fcnet]\n  - override /attack: [fgm, pgd]\n" + \
+    "  - override /defence: [none, gauss_in, gauss_out, conf, fsq]\n" + OmegaConf.to_yaml(
+    OmegaConf.from_dotlist([o for o in TINY if not o.startswith(("model=", "attack=", "defence="))] + SMALLER))
 
 
 @pytest.fixture

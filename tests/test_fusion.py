@@ -15,7 +15,7 @@ from tests.test_datasets import write_cifar, write_idx
 
 def fusion_cfg(tmp_path, *extra, name="fusion_digit"):
     return validate(compose([
-        f"data=[{name}]", "model=[lenet]", "defence=[none]", "split.n_attack=10", "train.epochs=[2]", "train.progress=false",
+        f"data=[{name}]", "model=[lenet]", "defence=[none]", "split.n_attack=10", "split.seeds=[0]", "train.epochs=[2]", "train.progress=false",
         f"data.{name}.digits_root={tmp_path / 'mnist'}", f"data.{name}.objects_root={tmp_path / 'cifar'}", f"data.{name}.verify=false",
         f"paths.processed={tmp_path / 'processed'}", f"paths.models={tmp_path / 'models'}", *extra,
     ], conf=ROOT / "conf"))

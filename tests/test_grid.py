@@ -20,8 +20,8 @@ def test_changing_an_attack_eps_changes_no_training_hash(conf_dir):
 
 
 def test_adding_an_epoch_value_only_adds_cells(conf_dir):
-    base = training_cells(compose(["train.epochs=[1,2]"], conf=conf_dir))
-    more = training_cells(compose(["train.epochs=[1,2,3]"], conf=conf_dir))
+    base = training_cells(compose(["train.epochs=[1,2]", "train.per_model={}", "train.lr_schedule=constant"], conf=conf_dir))
+    more = training_cells(compose(["train.epochs=[1,2,3]", "train.per_model={}", "train.lr_schedule=constant"], conf=conf_dir))
     assert hashes(base) < hashes(more)
     assert {c.epochs for c in more if c.hash not in hashes(base)} == {3}
 
@@ -29,29 +29,40 @@ def test_adding_an_epoch_value_only_adds_cells(conf_dir):
 def test_predict_time_defences_reuse_the_undefended_weights(conf_dir):
     cfg = compose([], conf=conf_dir)
     trained = {c.defence["name"] for c in training_cells(cfg)}
-    assert trained == {"none", "gauss_in"}
+    assert trained == {"none", "gauss_in", "adv_train"}
     by_defence = {}
     for cell in model_cells(cfg):
         by_defence.setdefault(cell.defence["name"], set()).add(cell.train.hash)
     assert by_defence["fsq"] == by_defence["conf"] == by_defence["gauss_out"] == by_defence["none"]
     assert by_defence["gauss_in"].isdisjoint(by_defence["none"])
-    # 2 models x 2 epochs x (none, gauss_in) trained; 5 defences evaluated each
-    assert len(training_cells(cfg)) == 8 and len(model_cells(cfg)) == 20
+    # the default: 3 seeds x (ResNet-8 at 2 epochs x (none, gauss_in, adv_train) + ResNet-14
+    # and -20 at 1 epoch, undefended); 4 model cells per undefended training cell
+    assert len(training_cells(cfg)) == 3 * (2 * 3 + 2) and len(model_cells(cfg)) == 3 * (2 * (4 + 2) + 2 * 4)
 
 
 def test_a_lone_predict_time_defence_evaluates_only_itself(conf_dir):
-    cfg = compose(["defence=fsq", "model=resnet18", "train.epochs=[1]"], conf=conf_dir)
+    cfg = compose(["defence=fsq", "model=resnet18", "train.epochs=[1]", "split.seeds=[0]"], conf=conf_dir)
     assert [c.defence["name"] for c in training_cells(cfg)] == ["none"]  # its weights
     assert [c.defence["name"] for c in model_cells(cfg)] == ["fsq"]
-    only_train_time = compose(["defence=gauss_in", "model=resnet18", "train.epochs=[1]"], conf=conf_dir)
+    only_train_time = compose(["defence=gauss_in", "model=resnet18", "train.epochs=[1]", "split.seeds=[0]"], conf=conf_dir)
     assert [c.defence["name"] for c in training_cells(only_train_time)] == ["gauss_in"]
 
 
-def test_step_decay_is_its_own_cell_and_constant_keeps_older_hashes(conf_dir):
-    constant = hashes(training_cells(compose([], conf=conf_dir)))
-    explicit = hashes(training_cells(compose(["train.lr_schedule=constant"], conf=conf_dir)))
+def test_schedules_are_their_own_cells_and_constant_keeps_older_hashes(conf_dir):
+    constant = training_cells(compose(["train.lr_schedule=constant"], conf=conf_dir))
+    assert all("lr_schedule" not in cell.spec["train"] for cell in constant)
     decayed = hashes(training_cells(compose(["train.lr_schedule=step_half"], conf=conf_dir)))
-    assert constant == explicit and constant.isdisjoint(decayed)
+    one_cycle = hashes(training_cells(compose([], conf=conf_dir)))  # the default's
+    assert len({frozenset(hashes(constant)), frozenset(decayed), frozenset(one_cycle)}) == 3
+    assert hashes(constant).isdisjoint(decayed) and hashes(constant).isdisjoint(one_cycle)
+
+
+def test_a_train_time_defence_limited_to_some_models_trains_only_those(conf_dir):
+    cfg = compose([], conf=conf_dir)  # the default limits gauss_in and adv_train to its ResNet-8
+    limited = {(c.model, c.defence["name"]) for c in training_cells(cfg) if c.defence["name"] != "none"}
+    assert limited == {("cifar_resnet8", "gauss_in"), ("cifar_resnet8", "adv_train")}
+    trial = compose(["model=cifar_resnet14", "defence=gauss_in"], conf=conf_dir)  # a sweep trial: the limit lapses
+    assert {c.model for c in training_cells(trial)} == {"cifar_resnet14"}
 
 
 @pytest.mark.parametrize("preset, n_train, n_attack", [("auc_paper", 6 * 20 * 3 * 6, 6 * 20 * 3 * 6 * 8), ("brittle_paper", 6, 6 * 7)])
@@ -69,13 +80,14 @@ def test_paper_presets_state_their_grids(conf_dir, preset, n_train, n_attack):
 
 
 def test_pixel_unit_budgets_are_their_own_cells_and_standardised_keeps_older_hashes(conf_dir):
-    cells = attack_cells(compose([], conf=conf_dir))
-    without_units = compose([], conf=conf_dir)
+    standardised = ["attack.fgm.units=standardised", "attack.pgd.units=standardised", "attack.fgm.values=[0.3]", "attack.pgd.values=[0.3]"]
+    cells = attack_cells(compose(standardised, conf=conf_dir))
+    without_units = compose(standardised, conf=conf_dir)
     OmegaConf.set_struct(without_units, False)
     for spec in without_units.attack.values():
         del spec["units"]
     assert hashes(cells) == hashes(attack_cells(without_units))
-    pixel = hashes(attack_cells(compose(["attack.fgm.units=pixel"], conf=conf_dir)))
+    pixel = hashes(attack_cells(compose([*standardised, "attack.fgm.units=pixel"], conf=conf_dir)))
     assert hashes(cells) & pixel == {c.hash for c in cells if c.attack != "fgm"}
 
 

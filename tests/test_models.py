@@ -32,9 +32,20 @@ def test_model_builds_and_trains_one_step(name, shape):
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
 
-@pytest.mark.parametrize("name", [m for m in MODELS if not m.startswith("resnet")])
+@pytest.mark.parametrize("name", [m for m in MODELS if "resnet" not in m])
 def test_depth_is_the_number_of_weight_layers(name):
     spec = model_spec(name)
     assert count_weight_layers(build_model(spec, 10, (1, 28, 28))) == spec["depth"]
+
+
+@pytest.mark.parametrize("name", [m for m in MODELS if m.startswith("cifar_resnet")])
+def test_cifar_resnet_depth_is_6n_plus_2_layers_on_the_main_path(name):
+    """He et al. count the stem, two convolutions per block and the classifier; the two 1x1
+    projection shortcuts (into stages 2 and 3) are not counted."""
+    spec = model_spec(name)
+    model = build_model(spec, 10, (1, 8, 8))
+    shortcuts = sum(isinstance(m, torch.nn.Conv2d) and m.kernel_size == (1, 1) for m in model.modules())
+    assert shortcuts == 2 and count_weight_layers(model) - shortcuts == spec["depth"] == 6 * spec["blocks"] + 2
+    assert model(torch.zeros(2, 1, 8, 8)).shape == (2, 10)
 
 

@@ -107,7 +107,10 @@ def test_downstream_stages_write_every_table_and_figure(pipeline, tmp_path):
     assert np.allclose(trash["trash_adv"], trash["t_train"] / trash["E_T"])
     robustness = pd.read_csv(reports / "robustness.csv")
     # digits' pixel std is about 0.4 (of 16 levels): [0, 0.3] pixel units lies inside the grid's 1.0 standardised
-    assert robustness["auc_R"].notna().all() and robustness["eps1"].eq(0.3).all(), robustness["note"].tolist()
+    # a tiny model can be degenerate (near chance after one epoch): it has no R, and says why
+    sound = ~robustness["degenerate"]
+    assert robustness.loc[sound, "auc_R"].notna().all() and robustness["eps1"].eq(0.3).all(), robustness["note"].tolist()
+    assert robustness.loc[~sound, "auc_R"].isna().all() and robustness.loc[~sound, "note"].str.contains("degenerate").all()
     cards = sorted((reports / "cards").glob("*.json"))
     assert len(cards) == len(training_cells(pipeline))
     card = json.loads(cards[0].read_text())

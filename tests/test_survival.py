@@ -83,7 +83,9 @@ def test_generalised_gamma_is_lifelines_regression_fitter_with_covariates_on_mu(
     )
     fit = rossi_fits["gengamma"]
     assert fit.fitter.log_likelihood_ == pytest.approx(reference.log_likelihood_, rel=1e-9)
-    assert fit.fitter.params_.to_numpy() == pytest.approx(reference.params_.to_numpy(), rel=1e-6)
+    # ours starts next to the log-normal fit, lifelines from its two default points: the same
+    # optimum, the coefficients within BFGS's stopping tolerance
+    assert fit.fitter.params_.to_numpy() == pytest.approx(reference.params_.to_numpy(), rel=1e-3)
     # lifelines' GG median is read off its survival curve; ours is exact
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ApproximationWarning)  # what this comparison is about

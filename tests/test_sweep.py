@@ -22,7 +22,7 @@ from tests.conftest import ROOT
 from trashfire.sweep import STALE_NOTE, grid_points, study_lock
 
 CELL = [
-    "data.digits.subsample=400", "split.n_attack=20", "train.progress=false",
+    "data.digits.subsample=400", "split.n_attack=20", "split.seeds=[0]", "train.progress=false", "attack.fgm.norms=[inf,2]",
     "attack=[fgm,pgd]", "attack.fgm.values=[0.3]", "attack.pgd.values=[0.3]",
 ]
 GRID = ["model=choice(fcnet,mlp2)", "defence=choice(none,fsq)", "train.epochs=choice(1)"]

@@ -18,7 +18,7 @@ import pandas as pd
 from omegaconf import DictConfig
 from scipy import stats
 
-from trashfire import metrics
+from trashfire import findings, metrics
 from trashfire.brittle import brittle_hash, brittle_record_path, brittle_settings
 from trashfire.cards import write_cards
 from trashfire.cli import run_cli
@@ -88,19 +88,42 @@ def eps_curves(experiments: pd.DataFrame) -> pd.DataFrame:
     return curves[CELL_COLUMNS + ["n_classes", "eps", "eps_standardised", "eps_pixel", "acc", "acc_norm"]].reset_index(drop=True)
 
 
-def robustness_table(curves: pd.DataFrame, evp: DictConfig, auc: DictConfig) -> pd.DataFrame:
+SHORT_OF_NONVIABILITY = "grid does not reach non-viability"
+DEGENERATE_NOTE = "degenerate model cell (benign accuracy at or below the degeneracy threshold): no EVP or R"
+
+
+def robustness_table(curves: pd.DataFrame, evp: DictConfig, auc: DictConfig, degenerate: pd.Series | None = None) -> pd.DataFrame:
     """EVP and R = 1 - S per model cell and eps family. R is computed on the eps axis of
-    `auc.units` (R is scale-free, so this equals R on the other axis over the converted bounds)."""
+    `auc.units` (R is scale-free, so this equals R on the other axis over the converted bounds).
+    Guards: a degenerate model cell (`degenerate`, by model hash) gets neither, a curve still
+    viable at its largest eps says so (`reaches_nonviability`, the note): its EVP is bounded by
+    the grid, not by the model."""
+    degenerate = degenerate if degenerate is not None else pd.Series(dtype=bool)
     rows = []
     for key, curve in curves.groupby(CELL_COLUMNS, dropna=False):
+        labels = dict(zip(CELL_COLUMNS, key))
         threshold = _threshold(int(curve["n_classes"].iloc[0]), evp)
         r, s, upper, note = _auc(curve, auc)
-        rows.append(dict(zip(CELL_COLUMNS, key)) | {
+        value = metrics.evp(curve["eps_standardised"], curve["acc"], threshold)
+        reaches = bool(curve["acc"].iloc[-1] < threshold)
+        flagged = bool(degenerate.get(labels["model_hash"], False))
+        if flagged:
+            value, r, s, note = np.nan, np.nan, np.nan, DEGENERATE_NOTE
+        elif not reaches:
+            note = "; ".join(filter(None, [f"{SHORT_OF_NONVIABILITY} (accuracy {curve['acc'].iloc[-1]:.2f} >= tau {threshold:.2f} at the largest eps)", note]))
+        rows.append(labels | {
             "n_classes": int(curve["n_classes"].iloc[0]), "acc_ben": curve["acc"].iloc[0], "tau": threshold,
-            "evp": metrics.evp(curve["eps_standardised"], curve["acc"], threshold),
-            "auc_R": r, "auc_S": s, "auc_units": auc.units, "eps0": auc.eps0, "eps1": upper, "note": note,
+            "evp": value, "auc_R": r, "auc_S": s, "auc_units": auc.units, "eps0": auc.eps0, "eps1": upper,
+            "degenerate": flagged, "reaches_nonviability": reaches, "note": note,
         })
     return pd.DataFrame(rows)
+
+
+def degenerate_cells(experiments: pd.DataFrame) -> pd.Series:
+    """Per model hash, whether the timing stage flagged the cell degenerate."""
+    if "degenerate" not in experiments:
+        return pd.Series(False, index=experiments["model_hash"].unique())
+    return experiments.groupby("model_hash")["degenerate"].first().astype(bool)
 
 
 def _threshold(n_classes: int, evp: DictConfig) -> float:
@@ -150,7 +173,7 @@ def auc_table(robustness: pd.DataFrame) -> pd.DataFrame:
     """004's appendix tables: R and S, mean and SD across seeds (SD is NaN for one seed)."""
     columns = [c for c in OVER_SEEDS if c not in ("attack", "norm")]
     grouped = robustness.groupby(columns, dropna=False)
-    table = grouped.agg(n_seeds=("auc_R", "size"), R_mean=("auc_R", "mean"), R_sd=("auc_R", "std"),
+    table = grouped.agg(n_seeds=("auc_R", "count"), R_mean=("auc_R", "mean"), R_sd=("auc_R", "std"),
                         S_mean=("auc_S", "mean"), S_sd=("auc_S", "std"))
     return table.reset_index()
 
@@ -193,9 +216,10 @@ def _robust_label(robust: DictConfig) -> str:
 
 
 def spearman_by_dataset(brittle: pd.DataFrame) -> dict[str, dict[str, float]]:
-    """002 Fig. 4's rank correlation of brittle-score and robust accuracy, within each data set."""
+    """002 Fig. 4's rank correlation of brittle-score and robust accuracy, within each data set,
+    degenerate model cells left out."""
     result = {}
-    for dataset, group in brittle.dropna(subset=["brittle_score", "robust_acc"]).groupby("dataset"):
+    for dataset, group in sound(brittle).dropna(subset=["brittle_score", "robust_acc"]).groupby("dataset"):
         if len(group) < 3 or group["brittle_score"].nunique() < 2 or group["robust_acc"].nunique() < 2:
             result[dataset] = {"rho": float("nan"), "p": float("nan"), "n": len(group)}
             continue
@@ -220,23 +244,48 @@ def survival_headline(comparison: pd.DataFrame) -> dict:
     }
 
 
+def sound(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows of non-degenerate model cells."""
+    return table[~table["degenerate"].astype(bool)] if "degenerate" in table else table
+
+
 def headline(experiments, trash, robustness, brittle, comparison) -> dict:
+    """The metrics DVC tracks. Means and medians leave degenerate model cells out; EVP is
+    averaged over the curves that reach non-viability, the others apart."""
+    cells, reaching = sound(experiments), robustness["reaches_nonviability"].astype(bool)
     return {
         "n_train_cells": int(experiments["train_hash"].nunique()),
         "n_model_cells": int(experiments["model_hash"].nunique()),
         "n_attack_cells": int(len(experiments)),
+        "n_degenerate_model_cells": int(experiments.loc[experiments.get("degenerate", pd.Series(False, index=experiments.index)).astype(bool), "model_hash"].nunique()),
         "clock": str(experiments["clock"].iloc[0]),
-        "acc_ben_mean": float(experiments.drop_duplicates("model_hash")["acc_ben"].mean()),
-        "acc_adv_mean": float(experiments["acc_adv"].mean()),
+        "acc_ben_mean": float(cells.drop_duplicates("model_hash")["acc_ben"].mean()),
+        "acc_adv_mean": float(cells["acc_adv"].mean()),
         **survival_headline(comparison),
-        "trash_adv_median": float(trash["trash_adv"].median()),
-        "trash_adv_share_above_1": float((trash["trash_adv"] > 1).mean()),
-        "trash_ben_median": float(trash["trash_ben"].median()),
-        "evp_mean": float(robustness["evp"].mean()),
+        "trash_adv_median": float(sound(trash)["trash_adv"].median()),
+        "trash_adv_share_above_1": float((sound(trash)["trash_adv"] > 1).mean()),
+        "trash_ben_median": float(sound(trash)["trash_ben"].median()),
+        "evp_mean": float(robustness.loc[reaching, "evp"].mean()),
+        "n_evp_curves": int(robustness["evp"].notna().sum()),
+        "n_evp_curves_short_of_nonviability": int((robustness["evp"].notna() & ~reaching).sum()),
+        "evp_mean_short_of_nonviability": float(robustness.loc[~reaching, "evp"].mean()),
         "auc_R_mean": float(robustness["auc_R"].mean()),
-        "brittle_score_mean": float(brittle["brittle_score"].mean()),
+        "brittle_score_mean": float(sound(brittle)["brittle_score"].mean()),
         "brittle_spearman": spearman_by_dataset(brittle),
+        "brittle_spearman_per_seed": findings.brittle_spearman_per_seed(sound(brittle)),
     }
+
+
+def trained_models(experiments: pd.DataFrame) -> pd.DataFrame:
+    """One row per trained model: its undefended model cell where it has one (predict-time
+    defences share its weights), else its only one (a train-time defence)."""
+    cells = experiments.drop_duplicates("model_hash")
+    return cells.assign(_own=cells["defence"] != "none").sort_values("_own", kind="stable").drop_duplicates("train_hash").drop(columns="_own")
+
+
+def check_findings(experiments, trash, robustness, brittle, settings: DictConfig) -> list[findings.Finding]:
+    tables = findings.Tables(trained=trained_models(experiments), robustness=robustness, trash=trash, brittle=brittle)
+    return findings.check_findings(tables, alpha=settings.alpha, resamples=settings.bootstrap, seed=settings.seed)
 
 
 def write_tables(reports: Path, tables: dict[str, pd.DataFrame]) -> None:
@@ -251,23 +300,28 @@ def run(cfg: DictConfig) -> dict:
     expected = pd.read_csv(reports / "survival" / "expected_times.csv")
     comparison = pd.read_csv(reports / "survival" / "aft_comparison.csv")
     m = cfg.metrics
-    trash = trash_table(experiments, expected, m.trash.eps_max)
+    degenerate = degenerate_cells(experiments)
+    trash = trash_table(experiments, expected, m.trash.eps_max).assign(degenerate=lambda t: t["model_hash"].map(degenerate))
     curves = eps_curves(experiments)
-    robustness = robustness_table(curves, m.evp, m.auc)
+    robustness = robustness_table(curves, m.evp, m.auc, degenerate)
     records = read_brittle(reports / "brittle", experiments["model_hash"].unique(), brittle_settings(cfg))
-    brittle = brittle_table(records, experiments, m.brittle.robust_acc)
+    brittle = brittle_table(records, experiments, m.brittle.robust_acc).assign(degenerate=lambda t: t["model_hash"].map(degenerate))
+    checked = check_findings(experiments, trash, robustness, brittle, m.findings)
     classes = experiments.groupby("dataset")["n_classes"].first().astype(int).to_dict()
     write_tables(reports, {
         "trash.csv": trash, "trash_summary.csv": trash_summary(trash, m.trash.bootstrap, m.trash.seed),
         "robustness.csv": robustness, "auc_table.csv": auc_table(robustness), "curves.csv": curves,
         "tau_table.csv": tau_table(list(m.evp.table_classes), m.evp.w, classes),
         "evp_tau.csv": evp_tau_table(curves, m.evp.tau_grid), "evp_convergence.csv": evp_convergence_table(curves, m.evp),
-        "brittle.csv": brittle,
+        "brittle.csv": brittle, "findings.csv": findings.findings_frame(checked),
     })
     write_cards(reports / "cards", experiments, trash, robustness, brittle)
-    summary = headline(experiments, trash, robustness, brittle, comparison)
+    summary = headline(experiments, trash, robustness, brittle, comparison) | {"findings": findings.findings_metrics(checked)}
     write_json(reports / "metrics.json", summary)
-    log.info("%s", ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in summary.items()))
+    shown = {k: v for k, v in summary.items() if not isinstance(v, dict)}
+    log.info("%s", ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()))
+    for finding in checked:
+        log.info("finding %s: %s (%s)", finding.id, finding.verdict, finding.detail)
     return summary
 
 

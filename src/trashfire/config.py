@@ -28,7 +28,7 @@ ATTACK_NORMS = {
     "fgm": ("inf", "1", "2"), "pgd": ("inf", "1", "2"), "deepfool": ("2",), "pixel": ("0",), "threshold": ("inf",), "hsj": ("2", "inf"),
 }
 COUNT_ATTACKS = ("deepfool", "pixel", "threshold", "hsj")  # strengths are counts, not eps
-LR_SCHEDULES = ("constant", "step_half")
+LR_SCHEDULES = ("constant", "step_half", "one_cycle")
 ATTACK_UNITS = ("standardised", "pixel")
 ENGINES = ("torch", "per_image", "art")  # see trashfire.attacks.engine
 TORCH_ATTACKS = ("fgm", "pgd", "deepfool")  # the attacks our torch loop runs
@@ -305,11 +305,21 @@ def _validate_defences(defences: DictConfig) -> None:
             continue
         if not spec.get("_target_"):
             raise ConfigError(f"{key}._target_", "missing; name the ART defence class to build")
+        _validate_defence_models(key, spec)
         for value in values:
             if name == "fsq":
                 _integer(f"{key}.values", value, low=1, high=64)
             else:
                 _number(f"{key}.values", value, **DEFENCE_VALUE_RULES.get(name, {}))
+
+
+def _validate_defence_models(key: str, spec: DictConfig) -> None:
+    only = spec.get("models")
+    if only is None:
+        return
+    if spec.stage != "train":
+        raise ConfigError(f"{key}.models", "limits a train-time defence to some models; a predict-time defence reuses every model's weights: remove it")
+    _nonempty_list(f"{key}.models", only)
 
 
 def _validate_attacks(attacks: DictConfig) -> None:
@@ -478,6 +488,16 @@ def _validate_metrics(metrics: DictConfig) -> None:
         _number("metrics.auc.eps1", metrics.auc.eps1, low=eps0, open_low=True)
     if metrics.trash.get("eps_max") is not None:
         _number("metrics.trash.eps_max", metrics.trash.eps_max, low=0, open_low=True)
+    degenerate = metrics.get("degenerate")
+    if not isinstance(degenerate, DictConfig):
+        raise ConfigError("metrics.degenerate", "missing; compose params.yaml with `make params`")
+    if degenerate.get("margin") is not None:
+        _number("metrics.degenerate.margin", degenerate.margin, low=0, high=1)
+    findings = metrics.get("findings")
+    if not isinstance(findings, DictConfig):
+        raise ConfigError("metrics.findings", "missing; compose params.yaml with `make params`")
+    _number("metrics.findings.alpha", findings.get("alpha"), low=0, high=1, open_low=True, open_high=True)
+    _integer("metrics.findings.bootstrap", findings.get("bootstrap"), low=100)
     _integer("metrics.trash.bootstrap", metrics.trash.get("bootstrap"), low=100)
     _integer("metrics.trash.seed", metrics.trash.get("seed"), low=0)
     _validate_brittle(metrics.get("brittle"))

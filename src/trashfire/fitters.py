@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 from autograd import grad, jacobian
 from hydra.utils import instantiate
-from lifelines import CoxPHFitter, CRCSplineFitter, GeneralizedGammaRegressionFitter
+from lifelines import CoxPHFitter, CRCSplineFitter, GeneralizedGammaRegressionFitter, LogNormalAFTFitter
 from lifelines.calibration import survival_probability_calibration
 from lifelines.exceptions import ConvergenceError
 from lifelines.fitters import ParametricRegressionFitter
@@ -93,6 +93,9 @@ class ExponentialAFTFitter(ParametricRegressionFitter):
         return pd.Series(self._scale(df), index=_get_index(df))
 
 
+WARM_LAMBDA = 0.1  # lifelines divides by lambda: next to, not at, the log-normal limit
+
+
 class GeneralizedGammaAFTFitter(GeneralizedGammaRegressionFitter):
     """lifelines' Generalised Gamma with the covariates on the location mu (an AFT model:
     log T = mu(x) + (sigma/lambda) log(lambda^2 U), U ~ Gamma(1/lambda^2)); sigma and lambda are
@@ -106,7 +109,26 @@ class GeneralizedGammaAFTFitter(GeneralizedGammaRegressionFitter):
         # each gets lifelines' intercept; in sorted order, as autograd flattens the parameters in
         # score() (another order scores with the coefficients shuffled)
         regressors = {"lambda_": [], "mu_": covariates, "sigma_": []}
+        self._warm_start = self._log_normal_start(df, duration_col, event_col, weights_col) if "initial_point" not in kwargs else None
         return super().fit(df, duration_col, event_col, regressors=regressors, weights_col=weights_col, **kwargs)
+
+    def _log_normal_start(self, df: pd.DataFrame, duration_col: str, event_col: str | None, weights_col: str | None) -> pd.DataFrame:
+        """The log-normal AFT fit, the generalised gamma's limit lambda -> 0: starting next to it
+        takes a fraction of the iterations (and of the ~70 s on 50,000 samples) that lifelines'
+        two default starts take, to the same optimum (checked in the tests)."""
+        log_normal = LogNormalAFTFitter(penalizer=self.penalizer)
+        log_normal.fit(df, duration_col, event_col, weights_col=weights_col)
+        return log_normal.params_
+
+    def _create_initial_point(self, Ts, E, entries, weights, Xs):
+        if getattr(self, "_warm_start", None) is None:
+            return super()._create_initial_point(Ts, E, entries, weights, Xs)
+        self._ll_null_ = np.nan  # lifelines' univariate fit, skipped, feeds only log_likelihood_ratio_test
+        # lifelines optimises on covariates divided by their SDs: coefficients times the SDs
+        columns = Xs["mu_"].columns
+        mu = self._warm_start.loc["mu_"].reindex(columns).fillna(0.0) * self._norm_std.loc["mu_"].reindex(columns)
+        sigma = float(self._warm_start.loc[("sigma_", "Intercept")])
+        return {"lambda_": np.array([WARM_LAMBDA]), "mu_": mu.to_numpy(float), "sigma_": np.array([sigma])}
 
     def _location_and_shapes(self, df: pd.DataFrame) -> tuple[np.ndarray, float, float]:
         mu = self.regressors.transform_df(df)["mu_"].to_numpy(float) @ self.params_.loc["mu_"].to_numpy()
@@ -384,23 +406,32 @@ def expected_time(fit: Fit, covariates: pd.DataFrame) -> np.ndarray:
     return fit.fitter.predict_expectation(covariates).to_numpy(float).ravel()
 
 
-def restricted_mean(fit: Fit, covariates: pd.DataFrame, t_star: np.ndarray, points: int = 201) -> np.ndarray:
+def restricted_mean(fit: Fit, covariates: pd.DataFrame, t_star: np.ndarray, points: int = 201, chunk: int = 4096) -> np.ndarray:
     """The restricted mean survival time int_0^{t*} S(u | x) du of each row, t* per row, from
-    the model's survival function (lifelines' predict_survival_function) on `points` times
-    log-spaced from t* 1e-6 to t*: Simpson's rule in v = log u (int S(e^v) e^v dv, smooth where
-    S is steep near 0 and where t* is many scales long), plus [0, t* 1e-6] by the trapezoid.
-    Within 3e-5 of the closed form for Weibull shapes 0.3 to 4 and t* from 0.01 to 1000 scales
-    (a trapezoid on the same number of linear points: 3e-3). Rows sharing a t* (an attack
-    cell's) share one lifelines call."""
+    the model's survival function on `points` times log-spaced from t* 1e-6 to t*: Simpson's
+    rule in v = log u (int S(e^v) e^v dv, smooth where S is steep near 0 and where t* is many
+    scales long), plus [0, t* 1e-6] by the trapezoid. Within 3e-5 of the closed form for
+    Weibull shapes 0.3 to 4 and t* from 0.01 to 1000 scales (a trapezoid on the same number of
+    linear points: 3e-3). Every row has its own grid, evaluated in one call per chunk of rows."""
     t_star = np.asarray(t_star, dtype=float)
-    result = np.full(len(covariates), np.nan)
-    for budget in np.unique(t_star):
-        rows = np.flatnonzero(t_star == budget)
-        times = np.geomspace(budget * 1e-6, budget, points)
-        curves = fit.fitter.predict_survival_function(covariates.iloc[rows], times=times).to_numpy()  # (times, rows)
+    fractions = np.geomspace(1e-6, 1.0, points)
+    result = np.empty(len(covariates))
+    for start in range(0, len(covariates), chunk):
+        rows = slice(start, start + chunk)
+        times = fractions[:, None] * t_star[rows][None, :]  # (points, rows)
+        curves = np.exp(-cumulative_hazard_at(fit.fitter, covariates.iloc[rows], times))
         head = times[0] * (1.0 + curves[0]) / 2.0  # S(0) = 1
-        result[rows] = head + simpson(curves * times[:, None], x=np.log(times), axis=0)
+        result[rows] = head + simpson(curves * times, x=np.log(fractions), axis=0)
     return result
+
+
+def cumulative_hazard_at(fitter: Any, covariates: pd.DataFrame, times: np.ndarray) -> np.ndarray:
+    """H(t | x) at a (points, rows) array of times, a column per row: lifelines'
+    predict_cumulative_hazard evaluates one shared time grid for all rows, through the same
+    regressors and parameters used here (lifelines 0.30)."""
+    design = DataframeSlicer(fitter.regressors.transform_df(covariates.copy()))
+    params = {name: fitter.params_.loc[name].values for name in fitter._fitted_parameter_names}
+    return np.asarray(fitter._cumulative_hazard(params, times, design), dtype=float)
 
 
 # --- cluster-robust standard errors ----------------------------------------------------------

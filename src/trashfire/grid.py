@@ -121,6 +121,8 @@ def training_cells(cfg: DictConfig) -> list[TrainCell]:
             train_defences += defence_values(name, spec)
     cells = []
     for (dname, dspec), seed, (mname, mspec), defence in itertools.product(cfg.data.items(), as_list(cfg.split.seeds), cfg.model.items(), train_defences):
+        if not trains_model(cfg, defence, mname):
+            continue
         epochs_grid, lr_grid = model_grids(cfg, mname)
         for base_data, epochs, lr in itertools.product(bases_of(cfg, dname), epochs_grid, lr_grid):
             base = None
@@ -128,6 +130,16 @@ def training_cells(cfg: DictConfig) -> list[TrainCell]:
                 base = _train_cell(cfg, base_data, seed, mname, max(epochs_grid), lr, defence, None)
             cells.append(_train_cell(cfg, dname, seed, mname, epochs, lr, defence, base))
     return cells
+
+
+def trains_model(cfg: DictConfig, defence: dict[str, Any], mname: str) -> bool:
+    """A train-time defence's `models` list limits it to those of the selected models
+    (adversarial training costs (steps + 1) times plain training). null, or a list naming
+    none of the selected models (`model=cifar_resnet14` in a sweep trial), sets no limit."""
+    if defence["stage"] != "train":
+        return True
+    listed = set(as_list(cfg.defence[defence["name"]].get("models") or [])) & set(cfg.model)
+    return not listed or mname in listed
 
 
 def model_grids(cfg: DictConfig, mname: str) -> tuple[list[int], list[float]]:

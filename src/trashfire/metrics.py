@@ -42,6 +42,16 @@ def viability_threshold(n_classes: int, w: float = 0.5) -> float:
     return 1.0 / n_classes + w * math.sqrt(n_classes - 1) / n_classes
 
 
+def degeneracy_threshold(n_classes: int, margin: float | None, w: float = 0.5, tau: float | None = None) -> float:
+    """The benign accuracy a model cell must exceed not to be degenerate: chance 1/K plus
+    `margin`; with no margin, the viability threshold (a fixed tau, else tau(K)). A model at or
+    below it is near chance (a constant predictor among them): no attack can lower its accuracy
+    much, so its R and EVP would read as robustness."""
+    if margin is None:
+        return tau if tau is not None else viability_threshold(n_classes, w)
+    return 1.0 / n_classes + margin
+
+
 def evp(eps: Sequence[float], performance: Sequence[float], tau: float) -> float:
     """Expected viable performance: the trapezoid integral over eps / eps_max in [0, 1] of
     g(eps) = P(eps) where P(eps) >= tau, else 0. The grid must start at eps_0 = 0."""

@@ -23,6 +23,7 @@ from trashfire.attack import attack_record_path, outcomes_path
 from trashfire.cli import run_cli
 from trashfire.errors import DataError
 from trashfire.grid import attack_cells
+from trashfire.metrics import degeneracy_threshold
 from trashfire.records import atomic_path, read_json, read_npz
 from trashfire.survival_data import ID_COLUMNS, event_counts, outcome_counts, require_outcome_arrays, survival_table
 
@@ -32,7 +33,7 @@ EXPERIMENT_COLUMNS = [
     "dataset", "pretrained_on", "seed", "model", "depth", "epochs", "lr", "defence", "defence_param", "defence_value",
     "attack", "norm", "attack_param", "attack_value", "n_train", "n_attack", "n_classes", "n_failed",
     "n_misclassified_before", "n_broken", "n_survived", "n_events", "n_censored", "event_share", "median_event_step",
-    "acc_ben", "acc_adv", "t_train", "t_predict", "t_attack", "clock",
+    "acc_ben", "degenerate", "acc_adv", "t_train", "t_predict", "t_attack", "clock",
     "t_train_process", "t_predict_process", "t_attack_process", "t_train_wall", "t_predict_wall", "t_attack_wall",
     "device", "train_hash", "model_hash", "attack_hash",
 ]
@@ -70,7 +71,24 @@ def read_outcomes(folder: str | Path, attack_hash: str) -> dict:
 
 def tabulate(cfg: DictConfig, cells: list[tuple[dict, dict | None]]) -> pd.DataFrame:
     rows = [experiment_row(record, arrays, cfg.data[record["dataset"]].n_classes) for record, arrays in cells]
-    return with_clock(pd.DataFrame(rows), cfg.timing.clock)
+    return flag_degenerate(with_clock(pd.DataFrame(rows), cfg.timing.clock), cfg.metrics)
+
+
+def flag_degenerate(table: pd.DataFrame, metrics_cfg: DictConfig) -> pd.DataFrame:
+    """`degenerate`: the model cell's benign test accuracy does not exceed chance by
+    metrics.degenerate.margin (default: the viability threshold tau(K)). Downstream, such
+    cells are left out of R, EVP, the brittle correlations and the headline means."""
+    if table.empty:
+        return table.assign(degenerate=pd.Series(dtype=bool))
+    margin, evp = metrics_cfg.degenerate.get("margin"), metrics_cfg.evp
+    thresholds = table["n_classes"].map(lambda k: degeneracy_threshold(int(k), margin, evp.w, evp.get("tau")))
+    table = table.assign(degenerate=table["acc_ben"] <= thresholds)
+    flagged = table.loc[table["degenerate"]].drop_duplicates("model_hash")
+    if len(flagged):
+        log.warning("%d model cell(s) degenerate (benign accuracy <= %s): %s; left out of R, EVP, the brittle correlations and the headline means",
+                    len(flagged), "tau(K)" if margin is None else f"1/K + {margin:g}",
+                    ", ".join(f"{r.model} {r.defence} seed {r.seed} ({r.acc_ben:.2f})" for r in flagged.head(5).itertuples()) + (" ..." if len(flagged) > 5 else ""))
+    return table
 
 
 def experiment_row(record: dict, outcomes: dict | None, n_classes: int) -> dict:

@@ -11,6 +11,8 @@ generator state), so a grid that later asks for more epochs trains on from it.
 
 from __future__ import annotations
 
+import math
+
 import io
 import logging
 from dataclasses import dataclass, field
@@ -145,10 +147,26 @@ def set_lr(optimiser: torch.optim.Optimizer, lr: float) -> None:
         group["lr"] = lr
 
 
+ONE_CYCLE_WARMUP = 0.3  # torch's OneCycleLR defaults: 30% warm-up from base/25, cosine
+ONE_CYCLE_DIV, ONE_CYCLE_FINAL_DIV = 25.0, 1e4  # annealing to base/25/1e4
+
+
 def scheduled_lr(base: float, schedule: str, progress: float) -> float:
-    """constant, or step_half: divided by 10 from half of training on (004). progress is
-    the fraction of the run's horizon done, so a one-epoch run decays too."""
-    return base * 0.1 if schedule == "step_half" and progress >= 0.5 else base
+    """constant; step_half: divided by 10 from half of training on (004); one_cycle: the
+    learning rate of torch's OneCycleLR (the default's recipe). progress is the fraction of
+    the run's horizon done, so a one-epoch run decays too."""
+    if schedule == "step_half":
+        return base * 0.1 if progress >= 0.5 else base
+    if schedule == "one_cycle":
+        start, end = base / ONE_CYCLE_DIV, base / ONE_CYCLE_DIV / ONE_CYCLE_FINAL_DIV
+        if progress < ONE_CYCLE_WARMUP:
+            return _cosine(start, base, progress / ONE_CYCLE_WARMUP)
+        return _cosine(base, end, min(1.0, (progress - ONE_CYCLE_WARMUP) / (1 - ONE_CYCLE_WARMUP)))
+    return base
+
+
+def _cosine(start: float, end: float, fraction: float) -> float:
+    return end + (start - end) * (1 + math.cos(math.pi * fraction)) / 2
 
 
 def initial_model(cell: TrainCell, split: Split) -> nn.Module:
