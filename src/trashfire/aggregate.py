@@ -257,7 +257,7 @@ def headline(experiments, trash, robustness, brittle, comparison) -> dict:
         "n_train_cells": int(experiments["train_hash"].nunique()),
         "n_model_cells": int(experiments["model_hash"].nunique()),
         "n_attack_cells": int(len(experiments)),
-        "n_degenerate_model_cells": int(experiments.loc[experiments.get("degenerate", pd.Series(False, index=experiments.index)).astype(bool), "model_hash"].nunique()),
+        "n_degenerate_model_cells": int(degenerate_cells(experiments).sum()),
         "clock": str(experiments["clock"].iloc[0]),
         "acc_ben_mean": float(cells.drop_duplicates("model_hash")["acc_ben"].mean()),
         "acc_adv_mean": float(cells["acc_adv"].mean()),

@@ -18,6 +18,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from trashfire.metrics import bootstrap_mean
+
 VERDICTS = ("holds", "contradicted", "inconclusive", "not testable")
 HOLDS, CONTRADICTED, INCONCLUSIVE, NOT_TESTABLE = VERDICTS
 NAN = float("nan")
@@ -116,15 +118,6 @@ def family(model: str) -> str:
 def seed_label(seed) -> str:
     """0.0 -> "0": seeds become floats once a column has held a NaN."""
     return str(int(seed)) if isinstance(seed, (int, float, np.number)) and float(seed).is_integer() else str(seed)
-
-
-def bootstrap_mean(values: np.ndarray, resamples: int, seed: int) -> tuple[float, float, float]:
-    """Mean and the percentile-bootstrap 95% interval of the mean, resampling the values."""
-    values = np.asarray(values, dtype=float)
-    rng = np.random.default_rng(seed)
-    means = values[rng.integers(0, len(values), size=(resamples, len(values)))].mean(axis=1)
-    lo, hi = np.percentile(means, [2.5, 97.5])
-    return float(values.mean()), float(lo), float(hi)
 
 
 def interval_verdict(lo: float, hi: float, sign: int) -> str:
