@@ -13,7 +13,10 @@ from tests.conftest import ROOT, TINY
 
 def experiment(tmp_path, *args):
     paths = [f"paths.{k}={tmp_path / k}" for k in ("processed", "models", "attacks")]
-    command = [sys.executable, "-m", "trashfire.experiment", *args, *TINY, "attack.fgm.values=[0.3]", "attack.pgd.values=[0.3]", *paths]
+    # the test's own overrides come last: a sweep's choice(...) must win over TINY's lists
+    flags = [a for a in args if a.startswith("-")]
+    overrides = [a for a in args if not a.startswith("-")]
+    command = [sys.executable, "-m", "trashfire.experiment", *flags, *TINY, "attack.fgm.values=[0.3]", "attack.pgd.values=[0.3]", *paths, *overrides]
     env = os.environ | {"TRASHFIRE_CONFIG_DIR": str(ROOT / "conf")}
     return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
 
@@ -28,7 +31,7 @@ def test_grid_sweep_runs_each_cell_once_into_a_sqlite_study(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     study = optuna.load_study(study_name="training_grid", storage=storage)
     trials = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-    assert sorted(t.params["defence"] for t in trials) == ["fsq", "none"]
+    print([t.params for t in trials]); assert sorted(t.params["defence"] for t in trials) == ["fsq", "none"]
     assert all(0 <= t.value <= 1 for t in trials)
     assert len(list((tmp_path / "models").glob("*.json"))) == 1  # fsq reused the undefended weights
 

@@ -177,13 +177,14 @@ def postgres(tmp_path):
 
 def test_two_sweepers_share_one_postgresql_study(tmp_path, postgres):
     grid = ["model=choice(fcnet,mlp2)", "defence=choice(none,fsq,gauss_out)", "train.epochs=choice(1)"]
-    commands = [sweep_command(tmp_path, None, *grid) for _ in range(2)]  # the study URL from the environment
+    # a grace of 2 s (FAST_BEATS) is shorter than a busy two-core machine may delay a beat
+    commands = [sweep_command(tmp_path, None, *grid, "hydra.sweeper.grace_period=30") for _ in range(2)]  # the study URL from the environment
     shared = env(TRASHFIRE_STUDY_URL=postgres)
     processes = [subprocess.Popen(c, cwd=tmp_path, env=shared, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for c in commands]
     outputs = [p.communicate(timeout=900)[0] for p in processes]
     assert [p.returncode for p in processes] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
     trials = trials_of(postgres)
-    assert len(trials) == 6 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials), [(t.state, t.params) for t in trials]
+    assert len(trials) == 6 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials), [(t.state, t.params, t.user_attrs) for t in trials] + outputs
     assert len(set(completed_points(trials))) == 6  # no grid point lost or run twice
     queued = [int(out.split(" queued by this run")[0].rsplit(" ", 1)[-1]) for out in outputs]
     assert sorted(queued) == [0, 6], outputs  # one sweeper queued the grid, the other found it queued
@@ -257,3 +258,26 @@ def test_the_sweep_config_cache_composes_what_hydra_composes():
             direct, cached = loader.load_sweep_config(master, overrides), cache.load_sweep_config(master, overrides)
             assert OmegaConf.to_yaml(cached) == OmegaConf.to_yaml(direct), overrides
         assert len(cache._composed) == 3  # one composition per distinct set of group choices
+
+
+def test_a_beat_newer_than_the_readers_clock_is_not_stale(tmp_path):
+    """Another sweeper's beat may commit after this reader's transaction began; Optuna's own
+    check reads that negative age as a day and failed live trials."""
+    from datetime import datetime, timedelta
+
+    from optuna.storages._rdb import models
+
+    from trashfire.sweep import stale_trial_ids
+
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'optuna.db'}", heartbeat_interval=1, grace_period=2)
+    study = optuna.create_study(storage=storage)
+    fresh, old, silent = (study.ask()._trial_id for _ in range(3))
+    for trial_id in (fresh, old):
+        storage.record_heartbeat(trial_id)
+    with storage.scoped_session() as session:
+        beats = {b.trial_id: b for b in session.query(models.TrialHeartbeatModel)}
+        beats[fresh].heartbeat += timedelta(seconds=1)  # committed "in the future" of the reader
+        beats[old].heartbeat -= timedelta(seconds=10)
+        session.query(models.TrialModel).filter(models.TrialModel.trial_id == silent).update({"datetime_start": datetime.now() - timedelta(seconds=10)})
+        session.commit()
+    assert sorted(stale_trial_ids(storage, study._study_id, grace=2)) == sorted([old, silent])

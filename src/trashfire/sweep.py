@@ -176,6 +176,13 @@ class Heartbeat:
                     log.warning("heartbeat for trial %d failed: %s", trial_id, err)
 
 
+def last_of_each_key(lines: Sequence[str]) -> list[str]:
+    """As on Hydra's command line, a later override of a key replaces an earlier one (the
+    Optuna plugin would otherwise keep a fixed value over a later choice(...) of the key)."""
+    last = {line.split("=", 1)[0].lstrip("+~"): line for line in lines}
+    return list(last.values())
+
+
 def grid_points(grid: dict[str, Sequence[Any]]) -> list[dict[str, Any]]:
     """Every combination of the grid's choices, in a stable order."""
     return [dict(zip(grid, combination)) for combination in itertools.product(*grid.values())]
@@ -194,15 +201,21 @@ def trial_params(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
 
 def stale_trial_ids(storage: RDBStorage, study_id: int, grace: int) -> list[int]:
     """RUNNING trials whose last beat is older than `grace` s, and those that never beat
-    (killed between pop and first beat) started longer ago than that."""
-    from optuna.storages._rdb import models
+    (killed between pop and first beat) started longer ago than that.
 
-    stale = list(storage._get_stale_trial_ids(study_id))
-    cutoff = datetime.now() - timedelta(seconds=grace)
+    Not Optuna's `_get_stale_trial_ids`: it takes `timedelta.seconds` of (now - beat), so a
+    beat committed after the reader's transaction began (a negative difference) reads as a
+    day old, and a live trial of another sweeper is failed as stale."""
+    from optuna.storages._rdb import models
+    from sqlalchemy import func, orm
+
     with contextlib.closing(storage.scoped_session()) as session:
-        for trial in session.query(models.TrialModel).filter(models.TrialModel.study_id == study_id, models.TrialModel.state == TrialState.RUNNING):
-            if not trial.heartbeats and trial.datetime_start is not None and trial.datetime_start < cutoff:
-                stale.append(trial.trial_id)
+        now = session.execute(func.now()).scalar().replace(tzinfo=None)  # the database's clock, as the beats
+        running = (session.query(models.TrialModel).options(orm.selectinload(models.TrialModel.heartbeats))
+                   .filter(models.TrialModel.study_id == study_id, models.TrialModel.state == TrialState.RUNNING).all())
+        stale = [trial.trial_id for trial in running if trial.heartbeats and now - trial.heartbeats[0].heartbeat > timedelta(seconds=grace)]
+        cutoff = datetime.now() - timedelta(seconds=grace)  # datetime_start is the client's clock
+        stale += [trial.trial_id for trial in running if not trial.heartbeats and trial.datetime_start is not None and trial.datetime_start < cutoff]
     return stale
 
 
@@ -262,7 +275,7 @@ class ResumableOptunaSweeper(OptunaSweeperImpl):
 
     def _search_space(self, arguments: list[str]) -> tuple[dict[str, BaseDistribution], dict[str, Any]]:
         self._process_searchspace_config()
-        space, fixed = create_params_from_overrides(self._parse_sweeper_params_config() + list(arguments))
+        space, fixed = create_params_from_overrides(last_of_each_key(self._parse_sweeper_params_config() + list(arguments)))
         if self.search_space_distributions:
             space = self.search_space_distributions | space
         return {k: v for k, v in space.items() if k not in fixed}, fixed
@@ -491,13 +504,19 @@ class ResumableOptunaSweeper(OptunaSweeperImpl):
             values = [float(v) for v in (returned if n_objectives > 1 else [returned])]
             if len(values) != n_objectives or any(math.isnan(v) for v in values):
                 error, values = f"the trial returned {returned!r}; expected {n_objectives} number(s), none NaN", None
+        try:
+            if error is not None:
+                study._storage.set_trial_user_attr(trial._trial_id, "error", error)
+                study.tell(trial, state=TrialState.FAIL)
+            else:
+                study.tell(trial, values=values)
+        except RuntimeError:  # another sweeper missed our beats, failed the trial as stale and queued it again
+            log.warning("trial %d was taken over by another sweeper (no heartbeat within hydra.sweeper.grace_period=%s s); "
+                        "its queued copy gives the result", trial.number, self.grace_period)
+            return True
         if error is not None:
-            study._storage.set_trial_user_attr(trial._trial_id, "error", error)
-            study.tell(trial, state=TrialState.FAIL)
             log.warning("trial %d failed (%s): %s", trial.number, " ".join(ret.overrides), error)
-            return False
-        study.tell(trial, values=values)
-        return True
+        return error is None
 
     def _save_results(self, study: optuna.Study, directions: list[str]) -> None:
         complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
