@@ -32,6 +32,7 @@ TINY = [
     "train.lr=[0.05]",
     "train.lr_schedule=constant",
     "metrics.brittle.n_samples=20",
+    "train.workers=1",  # in-process, as the tests' monkeypatches expect; test_parallel and the kill test run workers
 ]
 
 

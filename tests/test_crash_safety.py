@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.conftest import ROOT, recorded, tiny_overrides
@@ -21,7 +22,7 @@ from trashfire.params import composed_yaml
 
 pytestmark = pytest.mark.slow
 
-GRID = ["train.epochs=[1,2]", "attack.fgm.values=[0.3]", "attack.pgd.values=[0.3]"]
+GRID = ["train.epochs=[1,2]", "attack.fgm.values=[0.3]", "attack.pgd.values=[0.3]", "train.workers=2"]
 STARTED = {"train": "to train on", "attack": "to run on"}  # the log line before a stage's compute
 KILLS = 3
 
@@ -60,11 +61,15 @@ def run_to_end(name: str, params: Path) -> float:
 
 
 def kill_at(name: str, params: Path, seconds: float) -> None:
+    """SIGKILL the stage (its worker processes too: they must die with it, not write on)."""
     process = stage(name, params)
     wait_for_compute(process, name)
     time.sleep(seconds)
+    workers = psutil.Process(process.pid).children(recursive=True)
     process.send_signal(signal.SIGKILL)
     process.communicate()
+    _, alive = psutil.wait_procs(workers, timeout=10)
+    assert not alive, f"{name}: workers {[p.pid for p in alive]} outlived their killed stage"
 
 
 def temp_files(*folders: Path) -> list[str]:

@@ -32,6 +32,7 @@ from trashfire.errors import DataError
 from trashfire.grid import AttackCell, ModelCell, attack_cells
 from trashfire.metrics import accuracy
 from trashfire.models import resolve_device
+from trashfire.parallel import resolve_workers, run_jobs
 from trashfire.records import cell_file, read_json, remove_dead_temps, write_json, write_npz
 from trashfire.train import load_weights, record_path
 
@@ -140,6 +141,23 @@ def attack_model_cell(cfg: DictConfig, model_cell: ModelCell, cells: list[Attack
         write_json(attack_record_path(folder, cell.hash), shared | record)
 
 
+_SPLITS: dict[tuple[str, str, int], Split] = {}  # per process: a worker's jobs share them
+
+
+def cached_split(cfg: DictConfig, dataset: str, seed: int) -> Split:
+    key = (str(cfg.paths.processed), dataset, seed)
+    if key not in _SPLITS:
+        _SPLITS[key] = load_split(cfg.paths.processed, dataset, seed, cfg.data[dataset].n_classes)
+    return _SPLITS[key]
+
+
+def attack_job(cfg: DictConfig, model_cell: ModelCell, cells: list[AttackCell]) -> int:
+    """One model cell's pending attack cells (one worker's job); returns how many."""
+    device = resolve_device(cfg.train.device)
+    attack_model_cell(cfg, model_cell, cells, cached_split(cfg, model_cell.train.dataset, model_cell.train.seed), device)
+    return len(cells)
+
+
 def run(cfg: DictConfig) -> int:
     """Attack every pending cell; returns how many were computed."""
     device = resolve_device(cfg.train.device)
@@ -148,18 +166,12 @@ def run(cfg: DictConfig) -> int:
     if folder.is_dir():
         remove_dead_temps(folder)
     pending = [cell for cell in cells if not is_recorded(attack_record_path(folder, cell.hash))]
-    log.info("%d attack cells, %d recorded, %d to run on %s", len(cells), len(cells) - len(pending), len(pending), device)
-    splits: dict[tuple[str, int], Split] = {}
-    progress = tqdm(total=len(pending), desc="attack cells", disable=not cfg.train.get("progress", True))
-    for model_cell, group in groupby(pending, key=lambda cell: cell.model):
-        group = list(group)
-        train = model_cell.train
-        key = (train.dataset, train.seed)
-        if key not in splits:
-            splits[key] = load_split(cfg.paths.processed, train.dataset, train.seed, cfg.data[train.dataset].n_classes)
-        attack_model_cell(cfg, model_cell, group, splits[key], device)
-        progress.update(len(group))
-    progress.close()
+    workers = resolve_workers(cfg.train.get("workers", "auto"), device)
+    log.info("%d attack cells, %d recorded, %d to run on %s (%d worker%s)", len(cells), len(cells) - len(pending), len(pending), device, workers, "s" * (workers > 1))
+    jobs = [(cfg, model_cell, list(group)) for model_cell, group in groupby(pending, key=lambda cell: cell.model)]
+    jobs.sort(key=lambda job: job[1].train.depth, reverse=True)  # the longest first keeps the workers busy to the end
+    with tqdm(total=len(pending), desc="attack cells", disable=not cfg.train.get("progress", True)) as progress:
+        run_jobs(attack_job, jobs, workers, progress, log.name)
     return len(pending)
 
 

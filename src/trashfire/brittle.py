@@ -32,6 +32,7 @@ from trashfire.defences import Softmax
 from trashfire.errors import ConfigError, DataError
 from trashfire.grid import ModelCell, model_cells
 from trashfire.models import resolve_device
+from trashfire.parallel import resolve_workers, run_jobs
 from trashfire.records import cell_file, config_hash, read_json, write_json
 from trashfire.train import load_weights, record_path
 
@@ -240,6 +241,30 @@ def score_model_cell(model: nn.Module, train_record: dict[str, Any], model_cell:
     }
 
 
+_SAMPLES: dict[tuple, Samples] = {}  # per process: a worker's jobs share them
+
+
+def cached_samples(cfg: DictConfig, dataset: str, seed: int, settings: dict[str, Any]) -> Samples:
+    key = (str(cfg.paths.processed), dataset, seed, config_hash(settings))
+    if key not in _SAMPLES:
+        _SAMPLES[key] = Samples(load_split(cfg.paths.processed, dataset, seed, cfg.data[dataset].n_classes), settings)
+    return _SAMPLES[key]
+
+
+def brittle_job(cfg: DictConfig, settings: dict[str, Any], group: list[ModelCell]) -> int:
+    """The pending cells of one training cell (its predict-time defences share its weights)."""
+    device = resolve_device(cfg.train.device)
+    folder = Path(cfg.paths.reports) / "brittle"
+    train = group[0].train
+    samples = cached_samples(cfg, train.dataset, train.seed, settings)
+    train_record = read_json(record_path(cfg.paths.models, train.hash))
+    model = load_weights(cfg.paths.models, train, samples.split).to(device)
+    for cell in group:
+        record = score_model_cell(model, train_record, cell, samples, settings, device)
+        write_json(brittle_record_path(folder, record["brittle_hash"]), record)
+    return len(group)
+
+
 def run(cfg: DictConfig) -> int:
     """Score every pending model cell; returns how many were computed."""
     device = resolve_device(cfg.train.device)
@@ -247,23 +272,12 @@ def run(cfg: DictConfig) -> int:
     settings = brittle_settings(cfg)
     cells = model_cells(cfg)
     pending = [cell for cell in cells if not is_recorded(brittle_record_path(folder, brittle_hash(cell.hash, settings)))]
-    log.info("%d model cells, %d scored, %d to score on %s", len(cells), len(cells) - len(pending), len(pending), device)
-    samples: dict[tuple[str, int], Samples] = {}
-    progress = tqdm(total=len(pending), desc="brittle cells", disable=not cfg.train.get("progress", True))
-    # the predict-time defences of one training cell share its weights: load them once
-    for _, group in groupby(pending, key=lambda cell: cell.train.hash):
-        group = list(group)
-        train = group[0].train
-        key = (train.dataset, train.seed)
-        if key not in samples:
-            samples[key] = Samples(load_split(cfg.paths.processed, train.dataset, train.seed, cfg.data[train.dataset].n_classes), settings)
-        train_record = read_json(record_path(cfg.paths.models, train.hash))
-        model = load_weights(cfg.paths.models, train, samples[key].split).to(device)
-        for cell in group:
-            record = score_model_cell(model, train_record, cell, samples[key], settings, device)
-            write_json(brittle_record_path(folder, record["brittle_hash"]), record)
-            progress.update()
-    progress.close()
+    workers = resolve_workers(cfg.train.get("workers", "auto"), device)
+    log.info("%d model cells, %d scored, %d to score on %s (%d worker%s)", len(cells), len(cells) - len(pending), len(pending), device, workers, "s" * (workers > 1))
+    jobs = [(cfg, settings, list(group)) for _, group in groupby(pending, key=lambda cell: cell.train.hash)]
+    jobs.sort(key=lambda job: job[2][0].train.depth, reverse=True)  # the longest first keeps the workers busy to the end
+    with tqdm(total=len(pending), desc="brittle cells", disable=not cfg.train.get("progress", True)) as progress:
+        run_jobs(brittle_job, jobs, workers, progress, log.name)
     return len(pending)
 
 

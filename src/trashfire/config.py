@@ -387,6 +387,9 @@ def _validate_train(train: DictConfig) -> None:
     device = train.get("device")
     if not isinstance(device, str) or not (device in ("auto", "cpu") or device.startswith("cuda")):
         raise ConfigError("train.device", f"got {device!r}; allowed: auto, cpu, cuda, cuda:N")
+    workers = train.get("workers", "auto")
+    if workers != "auto" and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ConfigError("train.workers", f"got {workers!r}; allowed: auto, or a number of processes >= 1")
 
 
 def _validate_per_model(cfg: DictConfig) -> None:

@@ -33,6 +33,7 @@ from trashfire.errors import DataError
 from trashfire.grid import TrainCell, training_cells
 from trashfire.metrics import accuracy
 from trashfire.models import build_model, resolve_device
+from trashfire.parallel import resolve_workers, run_jobs
 from trashfire.records import atomic_path, cell_file, file_sha256, read_json, remove_dead_temps, write_json
 
 log = logging.getLogger("trashfire.train")  # not __name__: it is __main__ under python -m
@@ -237,7 +238,7 @@ def resume_point(models: Path, cell: TrainCell) -> TrainCell | None:
     return None
 
 
-def train_group(cells: list[TrainCell], split: Split, cfg: DictConfig, device: torch.device, models: Path) -> None:
+def train_group(cells: list[TrainCell], split: Split, cfg: DictConfig, device: torch.device, models: Path, epoch_bars: bool = True) -> None:
     """The pending cells of one run, by ascending epochs: train once, save each checkpoint."""
     run = start_run(cells[0], split, cfg.train, device, models)
     earlier = resume_point(models, cells[0])
@@ -246,7 +247,7 @@ def train_group(cells: list[TrainCell], split: Split, cfg: DictConfig, device: t
         run.restore(torch.load(resume_path(models, earlier.hash), map_location="cpu", weights_only=False))
         log.info("resuming %s %s %s from epoch %d", cells[0].dataset, cells[0].model, cells[0].defence["name"], run.epoch)
     for cell in cells:
-        advance(run, cell, split, cfg.train, device, cfg.train.get("progress", True))
+        advance(run, cell, split, cfg.train, device, epoch_bars and cfg.train.get("progress", True))
         record = checkpoint_record(run, cell, split, device)
         save_cell(models, run.model, record, run.state() if cell is cells[-1] else None)
         log.info("trained %s %s epochs=%d lr=%g %s: acc_ben=%.3f", cell.dataset, cell.model, cell.epochs, cell.lr, cell.defence["name"], record["acc_ben"])
@@ -290,6 +291,32 @@ def runs(cells: list[TrainCell]) -> list[list[TrainCell]]:
     return [sorted(group, key=lambda c: c.epochs) for group in groups.values()]
 
 
+_SPLITS: dict[tuple[str, str, int], Split] = {}  # per process: a worker's jobs share them
+
+
+def train_job(cfg: DictConfig, group: list[TrainCell], epoch_bars: bool) -> int:
+    """One training run's pending checkpoints (one worker's job); returns how many."""
+    cell = group[0]
+    key = (str(cfg.paths.processed), cell.dataset, cell.seed)
+    if key not in _SPLITS:
+        _SPLITS[key] = load_split(cfg.paths.processed, cell.dataset, cell.seed, cfg.data[cell.dataset].n_classes)
+    train_group(group, _SPLITS[key], cfg, resolve_device(cfg.train.device), Path(cfg.paths.models), epoch_bars)
+    return len(group)
+
+
+def waves(groups: list[list[TrainCell]]) -> list[list[list[TrainCell]]]:
+    """The runs in waves whose runs start only from weights of earlier waves: a fine-tuning
+    run waits for the run of its pretrained base when that is pending too."""
+    wave_of_cell: dict[str, int] = {}
+    wave_of_group = []
+    for group in groups:  # bases come first (run orders them so)
+        base = group[0].base
+        wave = wave_of_cell[base.hash] + 1 if base is not None and base.hash in wave_of_cell else 0
+        wave_of_cell.update({cell.hash: wave for cell in group})
+        wave_of_group.append(wave)
+    return [[g for g, w in zip(groups, wave_of_group) if w == wave] for wave in range(max(wave_of_group, default=-1) + 1)]
+
+
 def run(cfg: DictConfig) -> list[dict[str, Any]]:
     device = resolve_device(cfg.train.device)
     models = Path(cfg.paths.models)
@@ -300,13 +327,14 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
     if models.is_dir():
         remove_dead_temps(models)
     pending = [cell for cell in ordered if not is_cached(models, cell.hash)]
-    log.info("%d training cells, %d cached, %d to train on %s", len(ordered), len(ordered) - len(pending), len(pending), device)
-    splits: dict[tuple[str, int], Split] = {}
-    for group in tqdm(runs(pending), desc="training runs", disable=not cfg.train.get("progress", True)):
-        key = (group[0].dataset, group[0].seed)
-        if key not in splits:
-            splits[key] = load_split(cfg.paths.processed, group[0].dataset, group[0].seed, cfg.data[group[0].dataset].n_classes)
-        train_group(group, splits[key], cfg, device, models)
+    workers = resolve_workers(cfg.train.get("workers", "auto"), device)
+    log.info("%d training cells, %d cached, %d to train on %s (%d worker%s)", len(ordered), len(ordered) - len(pending), len(pending), device, workers, "s" * (workers > 1))
+    groups = runs(pending)
+    with tqdm(total=len(pending), desc="training cells", disable=not cfg.train.get("progress", True)) as progress:
+        for wave in waves(groups):
+            wave.sort(key=lambda group: group[0].depth * group[-1].epochs, reverse=True)  # the longest first
+            jobs = [(cfg, group, workers == 1) for group in wave]
+            run_jobs(train_job, jobs, workers, progress, log.name)
     return [read_json(record_path(models, cell.hash)) for cell in cells]
 
 

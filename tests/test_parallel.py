@@ -1,0 +1,78 @@
+"""Worker processes (`train.workers`): the cells they compute are the cells one process
+computes, a failing cell stops the stage with its own error, and fine-tuning runs wait for
+their base."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import ROOT, recorded, tiny_overrides
+from trashfire import attack, brittle, prepare, train
+from trashfire.config import compose, validate
+from trashfire.errors import ConfigError, DataError
+from trashfire.parallel import resolve_workers
+from trashfire.grid import UNDEFENDED, TrainCell
+from trashfire.train import waves
+
+
+def tiny(folder: Path, *extra: str):
+    return validate(compose(tiny_overrides(folder, *extra), conf=ROOT / "conf"))
+
+
+@pytest.fixture
+def one_thread():
+    """The workers run one torch thread each; so does the one-process reference."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def run_stages(cfg) -> None:
+    for stage in (prepare, train, attack, brittle):
+        stage.run(cfg)
+
+
+def test_two_workers_write_the_records_of_one_process(tmp_path, one_thread):
+    serial, parallel = tiny(tmp_path / "serial", "train.workers=1"), tiny(tmp_path / "parallel", "train.workers=2")
+    run_stages(serial)
+    run_stages(parallel)
+    for folder in ("models", "reports/attacks", "reports/attacks/benign", "reports/brittle"):
+        expected, got = recorded(tmp_path / "serial" / folder), recorded(tmp_path / "parallel" / folder)
+        assert expected and got == expected, folder
+
+
+def test_a_workers_error_stops_the_stage_with_that_error(tmp_path):
+    cfg = tiny(tmp_path, "train.workers=2")
+    prepare.run(cfg)
+    train.run(cfg)
+    weights = sorted(Path(cfg.paths.models).glob("*.pt"))
+    weights[0].write_bytes(b"corrupt")
+    with pytest.raises(DataError, match="do not match their record"):
+        attack.run(cfg)
+
+
+def test_workers_setting():
+    assert resolve_workers("auto", torch.device("cuda")) == 1
+    assert 1 <= resolve_workers("auto", torch.device("cpu")) <= 8
+    assert resolve_workers(3, torch.device("cpu")) == 3
+    for bad in (0, "two", 1.5):
+        with pytest.raises(ConfigError, match="train.workers"):
+            validate(compose(tiny_overrides(Path("/tmp"), f"train.workers={bad}"), conf=ROOT / "conf"))
+
+
+def cell(name: str, epochs: int = 1, base=None) -> TrainCell:
+    spec = {"model": name, "train": {"epochs": epochs}, "base": base.hash if base else None}
+    return TrainCell("digits", 0, name, 1, epochs, 0.1, UNDEFENDED, spec, base)
+
+
+def test_fine_tuning_runs_wait_for_their_base():
+    base, other = cell("a"), cell("b")
+    tuned = cell("c", base=base)
+    again = cell("d", base=tuned)
+    groups = train.runs([base, other, tuned, again])
+    assert waves(groups) == [[[base], [other]], [[tuned]], [[again]]]
+    assert waves(train.runs([tuned, other])) == [[[tuned], [other]]]  # a base already trained waits for nothing
