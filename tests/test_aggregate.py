@@ -213,3 +213,10 @@ def test_an_evp_curve_still_viable_at_its_largest_eps_says_so_and_is_averaged_ap
     assert summary["evp_mean"] == pytest.approx(table.loc["weak", "evp"])
     assert summary["evp_mean_short_of_nonviability"] == pytest.approx(table.loc["robust", "evp"])
     assert summary["n_evp_curves_short_of_nonviability"] == 1
+
+
+def test_metrics_json_has_no_nan():
+    from trashfire.aggregate import without_nan
+
+    summary = {"evp_mean_short_of_nonviability": float("nan"), "per_seed": {"0": {"rho": np.float64("nan"), "n": 3}}, "xs": [1.0, float("inf")]}
+    assert without_nan(summary) == {"evp_mean_short_of_nonviability": None, "per_seed": {"0": {"rho": None, "n": 3}}, "xs": [1.0, None]}

@@ -31,7 +31,7 @@ def test_grid_sweep_runs_each_cell_once_into_a_sqlite_study(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     study = optuna.load_study(study_name="training_grid", storage=storage)
     trials = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-    print([t.params for t in trials]); assert sorted(t.params["defence"] for t in trials) == ["fsq", "none"]
+    assert sorted(t.params["defence"] for t in trials) == ["fsq", "none"]
     assert all(0 <= t.value <= 1 for t in trials)
     assert len(list((tmp_path / "models").glob("*.json"))) == 1  # fsq reused the undefended weights
 

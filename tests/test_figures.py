@@ -178,7 +178,9 @@ def write_reports(reports) -> None:
         (reports / name).parent.mkdir(parents=True, exist_ok=True)
         table.to_csv(reports / name, index=False)
     (reports / "metrics.json").write_text(json.dumps({"trash_adv_median": 0.0179831, "evp_mean": 0.285, "survival_model": "weibull",
-                                                      "brittle_spearman": {"digits": {"rho": -0.81234, "p": 0.04}}}))
+                                                      "brittle_spearman": {"digits": {"rho": -0.81234, "p": 0.04}},
+                                                      "brittle_spearman_per_seed": {"0": {"rho": -0.5, "p": 0.3, "n": 6}}}))
+    findings_table().to_csv(reports / "findings.csv", index=False)
     (reports / "cards").mkdir()
     card = {"train_hash": "tdi18none0", "training": {"dataset": "digits", "model": "resnet18", "depth": 18, "seed": 0},
             "model_cells": [{"defence": {"defence": "conf", "defence_value": 0.5}}, {"defence": {"defence": "none"}}]}
@@ -187,6 +189,21 @@ def write_reports(reports) -> None:
         image = np.random.default_rng(0).uniform(size=(40, 60, 3))
         (reports / name).parent.mkdir(parents=True, exist_ok=True)
         mpimg.imsave(reports / name, image)
+
+
+def findings_table() -> pd.DataFrame:
+    """One finding per verdict, in aggregate's findings.csv schema."""
+    rows = [("003_trash_above_one_fgm", "003", "Breaking an undefended model with FGM costs less than training it: TRASH > 1.",
+             "geometric mean of TRASH", 12, 12.59, 10.89, 14.28, np.nan, "holds", "geometric mean TRASH 12.6 over 12 cells"),
+            ("002_brittle_negative", "002", "The brittle-score correlates negatively with robust accuracy.",
+             "Spearman rho of brittle_score and robust_acc", 60, -0.171, np.nan, np.nan, 0.19, "inconclusive", "pooled rho -0.171"),
+            ("001_adv_train_raises_evp", "001", "Adversarial training raises EVP.", "paired bootstrap", 12, -0.2, -0.3, -0.1,
+             np.nan, "contradicted", "mean difference -0.2"),
+            ("004_pretraining_effect", "004", "Pretraining on another data set does not make models more robust.",
+             "paired bootstrap of R(pretrained) - R(from scratch)", 0, np.nan, np.nan, np.nan, np.nan, "not testable",
+             "needs pretrained cells: +train.pretrained_on.<data>=[null,<other data>]")]
+    columns = ["id", "paper", "claim", "test", "n", "value", "lo", "hi", "p", "verdict", "detail"]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def only_draw(monkeypatch, *kept: str) -> None:
@@ -230,7 +247,7 @@ def test_report_is_self_contained_and_holds_every_figure(drawn):
     for external in ("http", 'src="/', "url(", "<link", "<script", "@import"):
         assert external not in outside, external
     for text in ("Headline metrics", "0.01798", "τ(K)", "3 [2.7, 3.3]", "0.7 ± 0", "12.5", "weibull", "123.5",
-                 "cards/tdi18none0.json", "none, conf", "brittle_spearman.digits.rho", "-0.8123", "f(eps0) = 0"):
+                 "cards/tdi18none0.json", "none, conf", "brittle_spearman · digits", "ρ = -0.812", "f(eps0) = 0"):
         assert text in page, text
     assert "not computed" not in page
 
@@ -315,7 +332,7 @@ def test_crowded_panels_keep_the_first_model_and_say_so():
     ])
     lines, note = figures.capped_lines(cells)
     assert len(lines) == 7 and set(lines["model"]) == {"resnet18"}
-    assert note == "7 of 14 cells shown: resnet18"
+    assert note == "7 of 14 cells shown: resnet18 · 1 ep"
     few, none_noted = figures.capped_lines(cells[cells["defence_value"] < 3])
     assert len(few) == 6 and none_noted == ""
 
@@ -333,3 +350,16 @@ def test_one_seed_intervals_and_sds_print_n_a_never_an_interval():
                         labels | {"epochs": 2, "n_seeds": 2, "R_mean": 0.7, "R_sd": 0.1, "S_mean": 0.3, "S_sd": 0.1}])
     shown = figures.auc_section(auc)
     assert shown.count("± n/a (1 seed)") == 2 and "0.7 ± 0.1" in shown
+
+
+def test_crowded_panels_keep_the_richest_defence_comparison_not_the_first_name():
+    """'cifar_resnet14' sorts before 'cifar_resnet8'; the panel shows the model with every defence."""
+    def cells(model, defences, epochs):
+        return [{"dataset": "digits", "pretrained_on": "", "model": model, "depth": int(model[12:]), "epochs": epochs, "lr": 0.1,
+                 "defence": d, "defence_param": "", "defence_value": 0.0, "seed": 0} for d in defences]
+    table = pd.DataFrame(cells("cifar_resnet14", ["none", "conf", "fsq", "gauss_out"], 10)
+                         + cells("cifar_resnet8", ["none", "conf", "fsq", "gauss_out", "adv_train", "gauss_in"], 6)
+                         + cells("cifar_resnet8", ["none", "conf", "fsq", "gauss_out", "adv_train", "gauss_in"], 10))
+    lines, note = figures.capped_lines(table)
+    assert set(lines["model"]) == {"cifar_resnet8"} and set(lines["epochs"]) == {10} and "adv_train" in set(lines["defence"])
+    assert note == "6 of 16 cells shown: cifar_resnet8 · 10 ep"

@@ -230,6 +230,16 @@ def test_brittle_negative_holds_with_per_seed_detail():
     assert "per seed: 0: -1.00, 1: -1.00" in result.detail and "agrees" in result.detail
 
 
+def test_brittle_negative_leaves_predict_time_defences_out_and_says_what_they_do():
+    # the trained models fall with robust accuracy; an output-noise wrapper has a low score and no robustness
+    brittle = table("brittle", brittle_score=[3.0, 2, 1, 0.5, 0.4], robust_acc=[0.2, 0.4, 0.6, 0.2, 0.2], seed=0,
+                    defence_stage=["none", "train", "train", "predict", "predict"])
+    result = check("002_brittle_negative", brittle=brittle)
+    assert result.n == 3 and result.value == pytest.approx(-1.0)
+    assert "with the 2 predict-time defended cells too: rho" in result.detail
+    assert F.brittle_spearman_per_seed(brittle)["0"]["n"] == 3
+
+
 def test_brittle_negative_contradicted():
     brittle = table("brittle", brittle_score=[1.0, 2, 3, 4, 5, 6], robust_acc=[0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
     assert check("002_brittle_negative", brittle=brittle).verdict == "contradicted"

@@ -35,9 +35,9 @@ def test_predict_time_defences_reuse_the_undefended_weights(conf_dir):
         by_defence.setdefault(cell.defence["name"], set()).add(cell.train.hash)
     assert by_defence["fsq"] == by_defence["conf"] == by_defence["gauss_out"] == by_defence["none"]
     assert by_defence["gauss_in"].isdisjoint(by_defence["none"])
-    # the default: 3 seeds x (ResNet-8 at 2 epochs x (none, gauss_in, adv_train) + ResNet-14
-    # and -20 at 1 epoch, undefended); 4 model cells per undefended training cell
-    assert len(training_cells(cfg)) == 3 * (2 * 3 + 2) and len(model_cells(cfg)) == 3 * (2 * (4 + 2) + 2 * 4)
+    # the default: 3 seeds x (ResNet-8 at 2 epochs x (none, gauss_in, adv_train at 2 strengths)
+    # + ResNet-14 and -20 at 1 epoch, undefended); 4 model cells per undefended training cell
+    assert len(training_cells(cfg)) == 3 * (2 * 4 + 2) and len(model_cells(cfg)) == 3 * (2 * (4 + 3) + 2 * 4)
 
 
 def test_a_lone_predict_time_defence_evaluates_only_itself(conf_dir):

@@ -24,10 +24,13 @@ def tiny(folder: Path, *extra: str):
 
 @pytest.fixture
 def one_thread():
-    """The workers run one torch thread each; so does the one-process reference."""
+    """The workers run one torch and one BLAS thread each; so does the one-process reference."""
+    from threadpoolctl import threadpool_limits
+
     before = torch.get_num_threads()
     torch.set_num_threads(1)
-    yield
+    with threadpool_limits(1):
+        yield
     torch.set_num_threads(before)
 
 

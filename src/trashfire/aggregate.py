@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -207,7 +208,8 @@ def robust_accuracy(experiments: pd.DataFrame, robust: DictConfig) -> pd.Series:
     chosen = experiments[(experiments["attack"] == robust.attack) & (experiments["norm"].astype(str) == str(robust.norm))]
     if robust.eps is not None:
         chosen = chosen[np.isclose(chosen["attack_value"], robust.eps)]
-    return chosen.groupby("model_hash")["acc_adv"].mean()
+    # rounded: means of equal accuracies that differ in the last bit must tie in the rankings
+    return chosen.groupby("model_hash")["acc_adv"].mean().round(12)
 
 
 def _robust_label(robust: DictConfig) -> str:
@@ -217,9 +219,9 @@ def _robust_label(robust: DictConfig) -> str:
 
 def spearman_by_dataset(brittle: pd.DataFrame) -> dict[str, dict[str, float]]:
     """002 Fig. 4's rank correlation of brittle-score and robust accuracy, within each data set,
-    degenerate model cells left out."""
+    over 002's population (trained models: predict-time defences and degenerate cells left out)."""
     result = {}
-    for dataset, group in sound(brittle).dropna(subset=["brittle_score", "robust_acc"]).groupby("dataset"):
+    for dataset, group in findings.trained_models_only(sound(brittle)).dropna(subset=["brittle_score", "robust_acc"]).groupby("dataset"):
         if len(group) < 3 or group["brittle_score"].nunique() < 2 or group["robust_acc"].nunique() < 2:
             result[dataset] = {"rho": float("nan"), "p": float("nan"), "n": len(group)}
             continue
@@ -294,6 +296,17 @@ def write_tables(reports: Path, tables: dict[str, pd.DataFrame]) -> None:
             table.to_csv(tmp, index=False)
 
 
+def without_nan(value: Any) -> Any:
+    """NaN as null: metrics.json is read by DVC and by tools (jq, JavaScript) whose JSON has no NaN."""
+    if isinstance(value, dict):
+        return {k: without_nan(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [without_nan(v) for v in value]
+    if isinstance(value, (float, np.floating)) and not np.isfinite(value):
+        return None
+    return value
+
+
 def run(cfg: DictConfig) -> dict:
     reports = Path(cfg.paths.reports)
     experiments = with_family(read_experiments(reports))
@@ -305,7 +318,9 @@ def run(cfg: DictConfig) -> dict:
     curves = eps_curves(experiments)
     robustness = robustness_table(curves, m.evp, m.auc, degenerate)
     records = read_brittle(reports / "brittle", experiments["model_hash"].unique(), brittle_settings(cfg))
-    brittle = brittle_table(records, experiments, m.brittle.robust_acc).assign(degenerate=lambda t: t["model_hash"].map(degenerate))
+    stages = {name: spec.stage for name, spec in cfg.defence.items()} | {"none": "none"}
+    brittle = brittle_table(records, experiments, m.brittle.robust_acc).assign(
+        degenerate=lambda t: t["model_hash"].map(degenerate), defence_stage=lambda t: t["defence"].map(stages))
     checked = check_findings(experiments, trash, robustness, brittle, m.findings)
     classes = experiments.groupby("dataset")["n_classes"].first().astype(int).to_dict()
     write_tables(reports, {
@@ -317,7 +332,7 @@ def run(cfg: DictConfig) -> dict:
     })
     write_cards(reports / "cards", experiments, trash, robustness, brittle)
     summary = headline(experiments, trash, robustness, brittle, comparison) | {"findings": findings.findings_metrics(checked)}
-    write_json(reports / "metrics.json", summary)
+    write_json(reports / "metrics.json", without_nan(summary))
     shown = {k: v for k, v in summary.items() if not isinstance(v, dict)}
     log.info("%s", ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()))
     for finding in checked:

@@ -1,6 +1,7 @@
 """One JSON card per trained cell, in the spirit of 002's model cards: what a user of that
 model needs to judge its robustness and its cost, with every model cell (predict-time
-defence) built on it. Cards of cells no longer in the grid are removed."""
+defence) built on it, each flagged `degenerate` where its benign accuracy is at chance.
+Cards of cells no longer in the grid are removed."""
 
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ def _model_cell(rows: pd.DataFrame, trash: pd.DataFrame, robustness: pd.DataFram
         "model_hash": model_hash,
         "defence": _plain(first[["defence", "defence_param", "defence_value"]]),
         "acc_ben": _number(first["acc_ben"]),
+        "degenerate": _flag(first.get("degenerate", False)),
         "t_predict": _number(first["t_predict"]),
         "brittle_score": _number(mine["brittle_score"].iloc[0]) if len(mine) else None,
         "brittle_ri_percent": _number(mine["brittle_ri"].iloc[0]) if len(mine) else None,
@@ -58,6 +60,12 @@ def write_cards(folder: Path, experiments: pd.DataFrame, trash: pd.DataFrame, ro
     for stale in set(folder.glob("*.json")) - set(written):
         stale.unlink()
     return written
+
+
+def _flag(value: Any) -> bool:
+    """timing's `degenerate`: the cell is at chance, so its R, EVP and brittle-score say nothing
+    and the headline leaves it out. Compared as text: bool(NaN) and bool("False") are True."""
+    return str(value).strip().lower() == "true"
 
 
 def _plain(row: pd.Series) -> dict[str, Any]:

@@ -2,6 +2,11 @@
 drawn from the tables `aggregate`, `timing` and `survival` recorded, so that a plotting change
 never re-runs an experiment.
 
+The report (reports/report.html) puts what a reader needs first: the papers' claims tested on
+this run (findings.csv) with their verdicts, the headline metrics each with a plain sentence of
+what it means, the run's size and its degenerate cells, the figures with how to read them, and
+the long tables folded away.
+
 Figures (reports/figures/): accuracy by attack and defence and TRASH by depth and defence
 (TRASHFIRE Fig. 1, 4), EVP against the viability threshold and against the number of eps
 intervals (EVP paper Fig. 7, 8), accuracy and normalised accuracy against eps (normalised-AUC
@@ -45,18 +50,47 @@ AGGREGATE_TABLES = ("trash", "trash_summary", "robustness", "tau_table", "evp_ta
 # A model cell without its seed: the lines of the per-cell figures average over seeds.
 LINE_KEY = ["dataset", "pretrained_on", "model", "depth", "epochs", "lr", "defence", "defence_param", "defence_value"]
 MAX_LINES = 10  # more lines than this in one panel cannot be told apart
-STRING_COLUMNS = {"norm": str, "defence_param": str, "pretrained_on": str, "attack_family": str}
+STRING_COLUMNS = {"id": str, "paper": str, "norm": str, "defence_param": str, "pretrained_on": str, "attack_family": str}
 
+# Every figure as (title, what it shows, how to read it), in the order the report shows them:
+# the cost ratio first (the headline), then accuracy, EVP, R, brittleness, the survival model.
 CAPTIONS = {
-    "accuracy_by_attack_and_defence": "Benign accuracy by defence, adversarial accuracy by defence and by attack family: violins over cells, diamonds the pooled accuracy over every attacked sample with its 95% Wilson interval (TRASHFIRE Fig. 1).",
-    "trash_by_depth_and_defence": "TRASH score (training time over expected time to failure) by model depth and defence, benign and adversarial, and adversarial by attack family, on a log axis; above 1 a model is cheaper to break than to train (TRASHFIRE Fig. 4).",
-    "evp_vs_tau": "Expected viable performance against the viability threshold tau, one line per model cell (mean over seeds); the dotted line is the default tau(K) of the data set (EVP paper Fig. 7).",
-    "evp_convergence": "EVP on nested sub-grids of the recorded eps grid against the number of eps intervals: a flat tail means the grid is fine enough (EVP paper Fig. 8).",
-    "accuracy_eps_curves": "Accuracy (top) and accuracy normalised by the benign accuracy (bottom) against eps in pixel units, mean over seeds with a ±1 SD band; the shaded interval is the one R integrates over (normalised-AUC paper Fig. 2, 4).",
-    "brittle_vs_robust_acc": "Brittle-score against robust accuracy, one colour per defence, with Spearman's rank correlation per data set (brittle-score paper Fig. 4).",
-    "calibration": "Calibration of every survival model on the training and test splits: observed against predicted failure probability (TRASHFIRE Fig. 2).",
-    "coefficients": "Coefficients of the selected survival model with 95% intervals, thick cluster-robust (clusters: the train/test split's groups, trained models by default), thin naive (TRASHFIRE Fig. 3).",
-    "kaplan_meier": "Kaplan-Meier survival of the attacked samples per attack family and defence (solid) and the selected survival model's predicted survival of the same samples (dashed).",
+    "trash_by_depth_and_defence": (
+        "TRASH by depth, defence and attack family (TRASHFIRE Fig. 4)",
+        "TRASH score (training time over expected time to failure) by model depth and defence, benign and adversarial, and adversarial by attack family, on a log axis; violins over cells.",
+        "points above the dashed red line at 1 are models cheaper to break than to train; a defence that works sits lower than the undefended violin; a rise with depth means training cost grows faster than the adversary's."),
+    "accuracy_by_attack_and_defence": (
+        "Accuracy by defence and attack family (TRASHFIRE Fig. 1)",
+        "Benign accuracy by defence, adversarial accuracy by defence and by attack family: violins over cells, diamonds the pooled accuracy over every attacked sample with its 95% Wilson interval.",
+        "the drop from the benign panel to the adversarial ones is what the attacks take; a defence helps where its adversarial violin sits above the undefended one; diamonds whose intervals do not overlap differ beyond sampling noise."),
+    "accuracy_eps_curves": (
+        "Accuracy against attack strength eps (normalised-AUC paper Fig. 2, 4)",
+        "Accuracy (top) and accuracy normalised by the benign accuracy (bottom) against eps in pixel units, mean over seeds with a ±1 SD band; the shaded interval is the one R integrates over.",
+        "a curve that stays high for longer is more robust; the bottom row removes differences in benign accuracy, and the area under it over the shaded interval, relative to the interval, is R."),
+    "evp_vs_tau": (
+        "EVP against the viability threshold τ (EVP paper Fig. 7)",
+        "Expected viable performance against the viability threshold tau, one line per model cell (mean over seeds); the dotted line is the default tau(K) of the data set.",
+        "read each line at the dotted default τ: higher means viable accuracy against stronger attacks; lines that cross rank the models differently at different thresholds."),
+    "evp_convergence": (
+        "EVP against the number of eps intervals (EVP paper Fig. 8)",
+        "EVP on nested sub-grids of the recorded eps grid against the number of eps intervals.",
+        "a line flat at its right end means the eps grid is fine enough for that EVP; a line still moving there means a finer grid would change it."),
+    "brittle_vs_robust_acc": (
+        "Brittle-score against robust accuracy (brittle-score paper Fig. 4)",
+        "Brittle-score against robust accuracy, one colour per defence, with Spearman's rank correlation per data set over the trained models (filled); predict-time defences (hollow) wrap a trained model's outputs and are outside the paper's claim.",
+        "the paper expects the filled points to fall from top left to bottom right (ρ < 0); a ρ near 0 or a large p means no such relation in this run; hollow points far left of their model's filled point are a wrapper that lowers the brittle-score without adding robustness."),
+    "kaplan_meier": (
+        "Kaplan-Meier survival per attack family and defence",
+        "Kaplan-Meier survival of the attacked samples per attack family and defence (solid) and the selected survival model's predicted survival of the same samples (dashed).",
+        "each curve is the share of samples not yet misclassified after that much adversary compute; lower and further left is broken sooner; dashed close to solid means the survival model behind E[T] fits."),
+    "coefficients": (
+        "Coefficients of the selected survival model (TRASHFIRE Fig. 3)",
+        "Coefficients of the selected survival model with 95% intervals, thick cluster-robust (clusters: the train/test split's groups, trained models by default), thin naive.",
+        "an interval clear of 0 is an effect beyond noise; above 0 a longer time to failure (more robust), below 0 a shorter one; dummies are against their reference level, covariates per +1 SD."),
+    "calibration": (
+        "Calibration of every survival model (TRASHFIRE Fig. 2)",
+        "Calibration of every survival model on the training and test splits: observed against predicted failure probability.",
+        "a red curve on the dashed diagonal is perfectly calibrated; above it the model predicts too few failures, below it too many; ICI is the mean distance from the diagonal, and the test panels are the ones that count."),
 }
 
 
@@ -77,7 +111,9 @@ def read_table(reports: Path, name: str, *, stage: str = "aggregate", required: 
             raise DataError(f"{path} not found; run `dvc repro {stage}` first")
         return None
     try:
-        table = pd.read_csv(path, dtype=STRING_COLUMNS)
+        # round_trip: pandas' default parser can move a float by one ulp, which turns near-equal
+        # accuracies into ties and the figures' Spearman rho away from aggregate's
+        table = pd.read_csv(path, dtype=STRING_COLUMNS, float_precision="round_trip")
     except pd.errors.EmptyDataError:
         return pd.DataFrame()
     except (pd.errors.ParserError, UnicodeDecodeError) as err:
@@ -97,13 +133,15 @@ def read_metrics(reports: Path) -> dict:
 
 
 def read_tables(reports: Path) -> dict[str, pd.DataFrame | None]:
-    """Every table the figures and the report need; brittle.csv is optional (its stage may not have run)."""
+    """Every table the figures and the report need; brittle.csv and findings.csv are optional
+    (the brittle stage may not have run; an older aggregate wrote no findings)."""
     if not (reports / "experiments.csv").is_file():
         raise DataError(f"{reports / 'experiments.csv'} not found; run `dvc repro timing` first")
     experiments = read_experiments(reports).fillna({"pretrained_on": "", "defence_param": ""})
     tables = {"experiments": experiments}
     tables |= {name: read_table(reports, f"{name}.csv") for name in AGGREGATE_TABLES}
     tables["brittle"] = read_table(reports, "brittle.csv", required=False)
+    tables["findings"] = read_table(reports, "findings.csv", required=False)  # runs from before findings have none
     tables["survival"] = read_table(reports, "survival/aft_comparison.csv", stage="survival")
     tables["logrank"] = read_table(reports, "survival/logrank.csv", stage="survival", required=False)
     return tables
@@ -149,8 +187,7 @@ def spearman_text(x: pd.Series, y: pd.Series) -> str:
         rho, p = stats.spearmanr(x[keep], y[keep])
     if not np.isfinite(rho):
         return f"Spearman: undefined, constant input (n = {int(keep.sum())})"
-    p_text = f"p = {p:.2g}" if p >= 1e-4 else "p < 0.0001"
-    return f"Spearman ρ = {rho:.3f}, {p_text} (n = {int(keep.sum())})"
+    return f"Spearman ρ = {rho:.3f}, {p_text(p)} (n = {int(keep.sum())})"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -262,14 +299,16 @@ def sorted_lines(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def capped_lines(table: pd.DataFrame) -> tuple[pd.DataFrame, str]:
-    """At most MAX_LINES lines: past that, the cells of the first model and depth (its
-    defences, the comparison the papers draw), cut at MAX_LINES. The note says so."""
+    """At most MAX_LINES lines: past that, the model, depth and epochs with the most cells (the
+    richest defence comparison, the one the papers draw; the longest-trained on a tie), cut at
+    MAX_LINES. The note says so."""
     lines = sorted_lines(table)
     if len(lines) <= MAX_LINES:
         return lines, ""
-    first = lines.iloc[0]
-    kept = lines[(lines["model"] == first["model"]) & (lines["depth"] == first["depth"])].head(MAX_LINES)
-    return kept, f"{len(kept)} of {len(lines)} cells shown: {first['model']}"
+    sizes = lines.groupby(["model", "depth", "epochs"], sort=False).size()
+    model, depth, epochs = max(sizes.index, key=lambda key: (sizes[key], key[2]))  # max keeps the first of equals
+    kept = lines[(lines["model"] == model) & (lines["depth"] == depth) & (lines["epochs"] == epochs)].head(MAX_LINES)
+    return kept, f"{len(kept)} of {len(lines)} cells shown: {model} · {format_value(epochs)} ep"
 
 
 def line_rows(table: pd.DataFrame, line: pd.Series) -> pd.DataFrame:
@@ -580,11 +619,15 @@ def brittle_figure(brittle: pd.DataFrame | None, folder: Path) -> list[Path]:
     fig, axes = panel_grid(1, len(datasets), width=5.0, height=4.2)
     for ax, dataset in zip(axes[0], datasets):
         panel = brittle[brittle["dataset"] == dataset]
+        wrapped = panel["defence_stage"].eq("predict") if "defence_stage" in panel else pd.Series(False, index=panel.index)
         for defence, colour in colours.items():
             part = panel[panel["defence"] == defence]
-            if not part.empty:
-                ax.scatter(part["brittle_score"], part["robust_acc"], color=colour, s=28, label=defence, alpha=0.85)
-        ax.set_title(f"{dataset}\n{spearman_text(panel['brittle_score'], panel['robust_acc'])}", fontsize=10)
+            if not part.empty:  # predict-time defences hollow: 002's correlation is over trained models
+                hollow = wrapped[part.index].any()
+                ax.scatter(part["brittle_score"], part["robust_acc"], s=28, label=defence + (" (predict-time)" if hollow else ""), alpha=0.85,
+                           facecolors="none" if hollow else colour, edgecolors=colour)
+        models = panel[~wrapped]
+        ax.set_title(f"{dataset}, trained models (filled)\n{spearman_text(models['brittle_score'], models['robust_acc'])}", fontsize=10)
         ax.set_xlabel("brittle-score (mean |LIME weight| per feature)")
         attacks = ", ".join(sorted(panel["robust_attack"].astype(str).unique()))
         ax.set_ylabel(f"robust accuracy\nunder {attacks}")
@@ -596,23 +639,67 @@ def brittle_figure(brittle: pd.DataFrame | None, folder: Path) -> list[Path]:
 
 
 # ---------------------------------------------------------------------------------------------
-# The report
+# The report: what held first, then what each headline number means, the run, the figures, and
+# the long tables folded away, so that a researcher has the result in a minute.
+
+PAPERS = {"001": "EVP", "002": "brittle-score", "003": "TRASHFIRE", "004": "normalised AUC"}
+# verdict -> (badge class, word in the count sentence)
+VERDICTS = {"holds": ("v-holds", "hold"), "contradicted": ("v-contradicted", "contradicted"),
+            "inconclusive": ("v-inconclusive", "inconclusive"), "not testable": ("v-not-testable", "not testable")}
+FINDING_COLUMNS = {"id", "paper", "claim", "test", "n", "value", "lo", "hi", "p", "verdict", "detail"}
+BRITTLE_FINDING = "002_brittle_negative"  # metrics.json's per-seed correlations belong beside it
+LEFT_OUT = "left out of R, EVP, the brittle correlations and the headline means"
+
+# Headline metrics in reading order, each with what it means in one plain sentence; a metric
+# not listed here is still shown, after these, without a sentence.
+METRIC_MEANINGS = {
+    "trash_adv_median": "median over attack cells of training time / expected time to adversarial failure; above 1 a model is cheaper to break than to train",
+    "trash_adv_share_above_1": "share of attack cells whose TRASH exceeds 1, i.e. where breaking the model costs less compute than training it",
+    "trash_ben_median": "the same ratio for benign failures: training time over the expected time until an unattacked input is misclassified",
+    "acc_ben_mean": "mean benign test accuracy of the model cells: how good the models are without an adversary",
+    "acc_adv_mean": "mean accuracy under attack over every attack cell (all attacks, strengths and defences)",
+    "evp_mean": "mean expected viable performance: area under accuracy against eps (scaled to [0, 1]) counting accuracy only while it is at least τ; higher keeps useful accuracy against stronger attacks",
+    "evp_mean_short_of_nonviability": "mean EVP of the curves still viable at the largest eps tried: a lower bound set by the eps grid; empty when every curve reaches non-viability",
+    "auc_R_mean": "mean normalised robustness AUC R: accuracy over the eps interval relative to benign accuracy; 1 loses nothing, 0 loses everything at once",
+    "brittle_score_mean": "mean brittle-score: mean |LIME weight| per superpixel; higher means the model leans harder on single image regions",
+    "brittle_spearman": "Spearman's rank correlation of brittle-score and robust accuracy over the trained models (predict-time defences left out); the brittle-score paper expects it negative",
+    "survival_model": "the survival (AFT) model whose expected time to failure E[T] feeds TRASH, chosen by survival.select_by",
+    "survival_test_concordance": "how well that model ranks held-out samples by time to failure: 0.5 is a coin toss, 1 is perfect",
+    "survival_test_ici": "its calibration error on held-out samples: mean gap between predicted and observed failure probability (0 is perfect)",
+    "survival_beats_baselines": "whether its held-out concordance beats both baselines below; if not, it adds nothing over knowing each cell's runtime or failure share",
+    "survival_runtime_baseline_test_concordance": "held-out concordance of ranking samples by their attack cell's mean runtime alone",
+    "survival_failure_share_baseline_test_concordance": "held-out concordance of ranking samples by their attack cell's failure share alone",
+    "survival_split_by": "the unit the 80/20 train/test split holds out whole (train_hash: trained models)",
+}
+# Counts go to the Run line, findings and per-seed tests to the Findings section.
+RUN_METRICS = {"n_train_cells", "n_model_cells", "n_attack_cells", "n_degenerate_model_cells", "n_evp_curves",
+               "n_evp_curves_short_of_nonviability", "clock"}
+FINDINGS_METRICS = {"findings", "brittle_spearman_per_seed"}
 
 
-def html_table(table: pd.DataFrame) -> str:
-    """An escaped HTML table with 3-4 significant digits; long tables fold away."""
+def html_table(table: pd.DataFrame, css_class: str = "") -> str:
+    """An escaped HTML table with 3-4 significant digits."""
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in table.columns)
     body = "".join("<tr>" + "".join(table_cell(v) for v in row.values) + "</tr>" for _, row in table.iterrows())
-    markup = f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
-    if len(table) > 100:
-        markup = f"<details><summary>{len(table)} rows</summary>{markup}</details>"
-    return markup
+    classes = f' class="{css_class}"' if css_class else ""
+    return f'<div class="wide"><table{classes}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 def table_cell(value) -> str:
     """Numbers right-aligned so that digits line up; text (labels, notes) left-aligned."""
     text = html.escape(format_value(value))
     return f'<td class="t">{text}</td>' if isinstance(value, str) else f"<td>{text}</td>"
+
+
+def how_to_read(text: str) -> str:
+    return f'<p class="howto"><b>How to read it:</b> {html.escape(text)}</p>'
+
+
+def folded(key: str, title: str, rows: int, caption: str, content: str) -> str:
+    """A long table behind its name and size, so that the page reads top to bottom in a minute."""
+    size = f"{rows} rows" if rows else "nothing to show"
+    return (f'<details id="{key}"><summary>{html.escape(title)} <span class="size">({size})</span></summary>'
+            f"{how_to_read(caption)}{content}</details>")
 
 
 ONE_SEED = "n/a (1 seed)"
@@ -642,44 +729,168 @@ def drop_empty(table: pd.DataFrame) -> pd.DataFrame:
     return table.drop(columns=empty)
 
 
-def flat_metrics(metrics: dict, prefix: str = "") -> dict:
-    """Nested headline metrics (a Spearman test per data set) as dotted keys, one per row."""
-    flat = {}
-    for key, value in metrics.items():
-        if isinstance(value, dict):
-            flat |= flat_metrics(value, f"{prefix}{key}.")
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
+def number(value) -> float:
+    """A float, NaN for anything missing or not a number (a CSV cell, a JSON null)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def p_text(p: float) -> str:
+    return f"p = {p:.2g}" if p >= 1e-4 else "p < 0.0001"
+
+
+# --- Findings
+
+
+def verdict_count(verdicts: pd.Series) -> str:
+    """'7 hold, 0 contradicted, 2 inconclusive, 1 not testable', any unknown verdict after."""
+    counts = verdicts.astype(str).value_counts()
+    known = [f"{counts.get(v, 0)} {'holds' if counts.get(v, 0) == 1 and v == 'holds' else word}" for v, (_, word) in VERDICTS.items()]
+    other = [f"{n} {v}" for v, n in counts.items() if v not in VERDICTS]
+    return ", ".join(known + other)
+
+
+def verdict_badge(verdict) -> str:
+    css, _ = VERDICTS.get(str(verdict), ("v-other", ""))
+    return f'<span class="verdict {css}">{html.escape(str(verdict))}</span>'
+
+
+def measured_text(row: pd.Series) -> str:
+    """'12.6 [10.9, 14.3], n = 12' or '0.949, p < 0.0001, n = 9'; '—' where nothing was measured."""
+    value, lo, hi, p, n = (number(row.get(k)) for k in ("value", "lo", "hi", "p", "n"))
+    measured = f"{value:.3g}" if np.isfinite(value) else "—"
+    if np.isfinite(lo) and np.isfinite(hi):
+        measured += f" [{lo:.3g}, {hi:.3g}]"
+    parts = [measured] + ([p_text(p)] if np.isfinite(p) else []) + ([f"n = {int(n)}"] if np.isfinite(n) else [])
+    return ", ".join(parts)
+
+
+def test_text(test: dict) -> str:
+    """A Spearman test from metrics.json ({rho, p, n}) as 'ρ = -0.171, p = 0.19, n = 60'."""
+    rho, p, n = number(test.get("rho")), number(test.get("p")), number(test.get("n"))
+    parts = [f"ρ = {rho:.3g}" if np.isfinite(rho) else "ρ undefined"]
+    return ", ".join(parts + ([p_text(p)] if np.isfinite(p) else []) + ([f"n = {int(n)}"] if np.isfinite(n) else []))
+
+
+def per_seed_text(per_seed) -> str:
+    """metrics.json's brittle_spearman_per_seed on one line: a pooled rho can hide seeds that disagree."""
+    if not isinstance(per_seed, dict) or not per_seed:
+        return ""
+    seeds = "; ".join(f"seed {seed}: {test_text(test)}" for seed, test in per_seed.items() if isinstance(test, dict))
+    return f"Per seed, brittle-score against robust accuracy: {seeds}."
+
+
+def finding_row(row: pd.Series, beside: str = "") -> str:
+    paper = format_value(row["paper"])
+    claim = (f'{html.escape(format_value(row["claim"]))}'
+             f'<div class="test">test: {html.escape(format_value(row["test"]))}</div>')
+    detail = html.escape(format_value(row["detail"])) + (f'<div class="test">{html.escape(beside)}</div>' if beside else "")
+    cells = [verdict_badge(row["verdict"]), html.escape(f"{paper} {PAPERS.get(paper, '')}".strip()), claim,
+             html.escape(measured_text(row)), detail]
+    return "<tr>" + "".join(f'<td class="t">{cell}</td>' for cell in cells) + "</tr>"
+
+
+def findings_table(findings: pd.DataFrame, per_seed: str) -> str:
+    rows = "".join(finding_row(row, per_seed if row["id"] == BRITTLE_FINDING else "") for _, row in findings.iterrows())
+    head = "".join(f"<th>{name}</th>" for name in ("verdict", "paper", "claim and test", "measured", "detail"))
+    return f'<div class="wide"><table class="findings"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>'
+
+
+def findings_section(findings: pd.DataFrame | None, metrics: dict, degenerate: pd.DataFrame) -> str:
+    """One row per claim of the four papers tested on this run, after a count of the verdicts."""
+    per_seed = per_seed_text(metrics.get("brittle_spearman_per_seed"))
+    aside = f'<p class="test">{html.escape(per_seed)}</p>' if per_seed else ""
+    if findings is None:
+        return not_computed("findings.csv not found (a run from before findings; rerun `dvc repro aggregate`)") + aside
+    if findings.empty or not FINDING_COLUMNS <= set(findings):
+        return not_computed("findings.csv has no findings in its expected columns; rerun `dvc repro aggregate`") + aside
+    left_out = f" {len(degenerate)} degenerate model cell(s) {LEFT_OUT} (see Run)." if len(degenerate) else ""
+    lead = f'<p class="lead">{len(findings)} claims of the four papers tested on this run: <b>{html.escape(verdict_count(findings["verdict"]))}</b>.{html.escape(left_out)}</p>'
+    placed = BRITTLE_FINDING in set(findings["id"])
+    return lead + findings_table(findings, per_seed) + ("" if placed else aside)
+
+
+# --- Headline and run
+
+
+def metric_value(value) -> str:
+    if isinstance(value, dict):
+        return test_text(value)
+    if isinstance(value, (bool, np.bool_)):
+        return "yes" if value else "no"
+    if isinstance(value, list):
+        return json.dumps(value)
+    return format_value(value) or "—"
+
+
+def metric_rows(name: str, value, meaning: str) -> list[tuple[str, str, str]]:
+    """A metric as (name, value, meaning) rows; a dict of tests (one per data set) gives one row each."""
+    if isinstance(value, dict) and "rho" not in value:
+        return [row for key, inner in value.items() for row in metric_rows(f"{name} · {key}", inner, meaning)]
+    return [(name, metric_value(value), meaning)]
 
 
 def headline_section(metrics: dict) -> str:
-    flat = flat_metrics(metrics)
-    values = [json.dumps(v) if isinstance(v, list) else format_value(v) for v in flat.values()]
-    return html_table(pd.DataFrame({"metric": list(flat), "value": values}))
+    shown = {k: v for k, v in metrics.items() if k not in RUN_METRICS | FINDINGS_METRICS}
+    order = [k for k in METRIC_MEANINGS if k in shown] + sorted(k for k in shown if k not in METRIC_MEANINGS)
+    rows = [row for key in order for row in metric_rows(key, shown[key], METRIC_MEANINGS.get(key, ""))]
+    body = "".join(f'<tr><td class="t m">{html.escape(name)}</td><td class="v">{html.escape(value)}</td>'
+                   f'<td class="t">{html.escape(meaning)}</td></tr>' for name, value, meaning in rows)
+    note = '<p class="test">Means and medians leave degenerate model cells out.</p>'
+    return f'<div class="wide"><table class="headline"><tbody>{body}</tbody></table></div>{note}'
 
 
-def survival_section(comparison: pd.DataFrame, logrank: pd.DataFrame | None) -> str:
-    """Table I, after one plain sentence per fitted model on whether it beats both baselines
-    on test concordance; then the log-rank tests of each defence against none."""
-    sentences = "".join(f"<p>{html.escape(line)}</p>" for line in baseline_sentences(comparison))
-    markup = sentences + html_table(drop_empty(comparison))
-    if logrank is not None and not logrank.empty:
-        markup += "<p>Log-rank tests per attack family, each defence against none (weighted samples):</p>" + html_table(logrank)
-    return markup
+DEGENERATE_COLUMNS = ["dataset", "pretrained_on", "model", "depth", "epochs", "defence", "defence_value", "seed", "n_classes", "acc_ben"]
 
 
-def baseline_sentences(comparison: pd.DataFrame) -> list[str]:
-    needed = {"status", "model", "test_concordance", "beats_baselines"}
-    if not needed <= set(comparison):
-        return ["The survival table has no baselines; rerun `dvc repro survival`."]
-    baselines = comparison[comparison["status"] == "baseline"]
-    bar = " and ".join(f"{row['model'].lower()} {format_value(row['test_concordance'])}" for _, row in baselines.iterrows())
-    lines = []
-    for _, row in comparison[comparison["status"] == "fitted"].iterrows():
-        verdict = "beats both baselines" if str(row["beats_baselines"]).lower() == "true" else "does not beat both baselines"
-        lines.append(f"{row['model']} {verdict} on test concordance: {format_value(row['test_concordance'])} against {bar}.")
-    return lines
+def degenerate_cells(experiments: pd.DataFrame) -> pd.DataFrame:
+    """The model cells timing flagged degenerate (benign accuracy not above chance by the margin), one row each."""
+    if "degenerate" not in experiments or experiments.empty:
+        return experiments.iloc[:0]
+    flagged = experiments[experiments["degenerate"].astype(str).str.lower() == "true"]  # bool, or text in an odd CSV
+    flagged = flagged.drop_duplicates("model_hash") if "model_hash" in flagged else flagged
+    return drop_empty(flagged[[c for c in DEGENERATE_COLUMNS if c in flagged]]).reset_index(drop=True)
+
+
+def degenerate_text(degenerate: pd.DataFrame) -> str:
+    if degenerate.empty:
+        return "<p>Degenerate model cells: none (every model cell's benign accuracy exceeds chance by the margin).</p>"
+    listing = html_table(degenerate)
+    if len(degenerate) > 10:
+        listing = f"<details><summary>{len(degenerate)} degenerate model cells</summary>{listing}</details>"
+    return (f'<p class="warn">{len(degenerate)} degenerate model cell(s): benign accuracy does not exceed chance (1/K) '
+            f"by the margin; {LEFT_OUT}.</p>{listing}")
+
+
+def run_section(metrics: dict, experiments: pd.DataFrame, degenerate: pd.DataFrame) -> str:
+    """What was run, in one line: a reader judges every number above against it."""
+    count = lambda column: experiments[column].nunique() if column in experiments else "?"  # noqa: E731
+    datasets = ", ".join(sorted(experiments["dataset"].astype(str).unique())) if "dataset" in experiments else "?"
+    line = (f"{datasets}: {count('train_hash')} trained cells over {count('seed')} seeds → {count('model_hash')} model cells "
+            f"(with predict-time defences) → {len(experiments)} attack cells (attack × strength); "
+            f"{len(degenerate)} degenerate")
+    if "n_evp_curves" in metrics:
+        line += f"; {metrics['n_evp_curves']} EVP curves, {metrics.get('n_evp_curves_short_of_nonviability', '?')} still viable at the largest eps"
+    if "clock" in metrics:
+        line += f"; times on the {metrics['clock']} clock"
+    return f'<p class="lead">{html.escape(line)}.</p>{degenerate_text(degenerate)}'
+
+
+# --- Folded tables
+
+
+TABLE_CAPTIONS = {
+    "tau": "τ(K) is the accuracy a K-class model must keep to count as viable (Cohen's w against chance 1/K); EVP counts accuracy only while it is at least τ.",
+    "trash": "one row per model cell and attack family; TRASH = t_train / E[T] as mean [95% bootstrap interval over seeds]; above 1 the attack costs less than training; f is failures per second.",
+    "auc": "one row per model cell and attack family; R is the area under normalised accuracy over the eps interval (1 no loss, 0 lost at once), S = 1 − R, mean ± SD over seeds.",
+    "robustness": "one row per trained seed, model cell and eps attack family; EVP in [0, 1], higher keeps viable accuracy further; `note` says why a value is missing or only a lower bound.",
+    "brittle": "one row per model cell; a higher brittle-score means larger LIME weights per superpixel; R.I. is the % by which it is below the undefended model's; robust_acc is the accuracy under the named attack.",
+    "survival": "one row per survival model and the two baselines; lower AIC/BIC fit better; concordance 0.5 is a coin toss, 1 perfect; ICI and E50 are calibration errors (lower is better); `selected` feeds E[T] into TRASH.",
+    "logrank": "each defence against none within an attack family; a small p means the two survival curves differ.",
+    "cards": "one JSON card per trained model under reports/cards/, holding its model cells (predict-time defences) with their accuracy, attacks, TRASH, EVP and R; `degenerate` counts its cells at chance (no column: cards from before the flag).",
+}
 
 
 def trash_summary_section(summary: pd.DataFrame) -> str:
@@ -690,7 +901,7 @@ def trash_summary_section(summary: pd.DataFrame) -> str:
         trash_ben=[interval_text(*v) for v in summary[["trash_ben_mean", "trash_ben_lo", "trash_ben_hi", "n_seeds"]].to_numpy(float)],
     )
     columns = [c for c in LINE_KEY if c != "defence_param"] + ["attack_family", "n_seeds", "trash_adv", "trash_ben", "f_ben_mean", "f_adv_mean"]
-    return "<p>TRASH as mean [95% bootstrap interval over seeds]; f in failures per second.</p>" + html_table(drop_empty(shown[columns]))
+    return html_table(drop_empty(shown[columns]))
 
 
 def auc_section(auc: pd.DataFrame) -> str:
@@ -699,7 +910,7 @@ def auc_section(auc: pd.DataFrame) -> str:
     shown = auc.assign(R=[spread_text(*v) for v in auc[["R_mean", "R_sd", "n_seeds"]].to_numpy(float)],
                        S=[spread_text(*v) for v in auc[["S_mean", "S_sd", "n_seeds"]].to_numpy(float)])
     columns = [c for c in LINE_KEY if c != "defence_param"] + ["attack_family", "n_seeds", "R", "S"]
-    return "<p>Normalised robustness AUC R and sensitivity S = 1 − R, mean ± SD over seeds.</p>" + html_table(drop_empty(shown[columns]))
+    return html_table(drop_empty(shown[columns]))
 
 
 def robustness_section(robustness: pd.DataFrame) -> str:
@@ -717,83 +928,178 @@ def brittle_section(brittle: pd.DataFrame | None) -> str:
         return not_computed("brittle.csv has no rows")
     columns = ["dataset", "pretrained_on", "model", "epochs", "lr", "defence", "defence_value", "seed",
                "brittle_score", "brittle_ri", "robust_acc", "robust_attack"]
-    return "<p>R.I.: % by which the brittle-score is below the undefended model's.</p>" + html_table(drop_empty(brittle[[c for c in columns if c in brittle]]))
+    return html_table(drop_empty(brittle[[c for c in columns if c in brittle]]))
+
+
+def baseline_sentences(comparison: pd.DataFrame) -> list[str]:
+    needed = {"status", "model", "test_concordance", "beats_baselines"}
+    if not needed <= set(comparison):
+        return ["The survival table has no baselines; rerun `dvc repro survival`."]
+    baselines = comparison[comparison["status"] == "baseline"]
+    bar = " and ".join(f"{row['model'].lower()} {format_value(row['test_concordance'])}" for _, row in baselines.iterrows())
+    lines = []
+    for _, row in comparison[comparison["status"] == "fitted"].iterrows():
+        verdict = "beats both baselines" if str(row["beats_baselines"]).lower() == "true" else "does not beat both baselines"
+        lines.append(f"{row['model']} {verdict} on test concordance: {format_value(row['test_concordance'])} against {bar}.")
+    return lines
 
 
 CARD_FIELDS = ("dataset", "pretrained_on", "model", "depth", "epochs", "lr", "seed")
 
 
 def card_row(path: Path, reports: Path) -> dict:
-    """A card's training configuration and the defences of the model cells built on it."""
+    """A card's training configuration, the defences of the model cells built on it and how
+    many of them are degenerate (None for cards written before the flag)."""
     try:
         card = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError):
         card = {}
     card = card if isinstance(card, dict) else {}
     training = card.get("training") if isinstance(card.get("training"), dict) else card
-    cells = card.get("model_cells") if isinstance(card.get("model_cells"), list) else []
-    defences = {str(c["defence"].get("defence")) if isinstance(c.get("defence"), dict) else str(c.get("defence"))
-                for c in cells if isinstance(c, dict)}
+    cells = [c for c in card.get("model_cells", []) if isinstance(c, dict)] if isinstance(card.get("model_cells"), list) else []
+    defences = {str(c["defence"].get("defence")) if isinstance(c.get("defence"), dict) else str(c.get("defence")) for c in cells}
+    flagged = sum(c.get("degenerate") is True for c in cells) if any("degenerate" in c for c in cells) else None
     return ({"card": str(path.relative_to(reports))} | {k: training.get(k) for k in CARD_FIELDS}
-            | {"model cells": len(cells), "defences": ", ".join(defence_order(defences))})
+            | {"model cells": len(cells), "defences": ", ".join(defence_order(defences)), "degenerate": flagged})
+
+
+def card_paths(reports: Path) -> list[Path]:
+    return sorted((reports / "cards").glob("*.json"))
 
 
 def cards_section(reports: Path) -> str:
-    paths = sorted((reports / "cards").glob("*.json"))
+    paths = card_paths(reports)
     if not paths:
         return not_computed("no model cards in cards/")
     return html_table(drop_empty(pd.DataFrame([card_row(p, reports) for p in paths])))
+
+
+def rows_of(table: pd.DataFrame | None) -> int:
+    return 0 if table is None else len(table)
+
+
+def survival_tables(comparison: pd.DataFrame, logrank: pd.DataFrame | None) -> str:
+    """Table I folded, after one plain sentence per fitted model on whether it beats both
+    baselines on test concordance (visible: it says whether E[T] is worth anything); then
+    the log-rank tests of each defence against none."""
+    sentences = "".join(f"<li>{html.escape(line)}</li>" for line in baseline_sentences(comparison))
+    markup = f'<h3>Survival models against the two baselines</h3><ul class="compact">{sentences}</ul>' + folded("table-survival", "Survival model comparison (TRASHFIRE Table I)", len(comparison),
+                                TABLE_CAPTIONS["survival"], html_table(drop_empty(comparison)))
+    if logrank is not None and not logrank.empty:
+        markup += folded("table-logrank", "Log-rank tests per attack family, each defence against none (weighted samples)",
+                         len(logrank), TABLE_CAPTIONS["logrank"], html_table(logrank))
+    return markup
+
+
+def tables_section(tables: dict, reports: Path) -> str:
+    t = tables
+    return "".join([
+        folded("table-tau", "Viability threshold τ(K) (EVP paper Table I)", rows_of(t["tau_table"]), TABLE_CAPTIONS["tau"], html_table(t["tau_table"])),
+        folded("table-trash", "TRASH score over seeds", rows_of(t["trash_summary"]), TABLE_CAPTIONS["trash"], trash_summary_section(t["trash_summary"])),
+        folded("table-auc", "Normalised robustness AUC R and sensitivity S (normalised-AUC paper, appendix tables)", rows_of(t["auc_table"]),
+               TABLE_CAPTIONS["auc"], auc_section(t["auc_table"])),
+        folded("table-robustness", "EVP and R per cell", rows_of(t["robustness"]), TABLE_CAPTIONS["robustness"], robustness_section(t["robustness"])),
+        folded("table-brittle", "Brittle-score and relative improvement (brittle-score paper Table 1)", rows_of(t["brittle"]),
+               TABLE_CAPTIONS["brittle"], brittle_section(t["brittle"])),
+        survival_tables(t["survival"], t["logrank"]),
+        folded("table-cards", "Model cards", len(card_paths(reports)), TABLE_CAPTIONS["cards"], cards_section(reports)),
+    ])
 
 
 def not_computed(reason: str) -> str:
     return f'<p class="missing">not computed: {html.escape(reason)}</p>'
 
 
-def caption_for(path: Path) -> str:
+# --- Figures
+
+
+def caption_for(path: Path) -> tuple[str, str, str]:
+    """(title, what it shows, how to read it) of a figure."""
     if path.stem in CAPTIONS:
         return CAPTIONS[path.stem]
     if path.parent.name == "coefficients":
-        return f"Coefficients of the {path.stem} survival model with 95% intervals (thick cluster-robust, thin naive): dummies against their reference level, covariates per +1 SD (TRASHFIRE Fig. 3)."
-    return f"{path.stem.replace('_', ' ')} (survival stage)."
+        sign = ("above 0 a higher hazard, i.e. earlier failure" if path.stem == "cox"
+                else "above 0 a longer time to failure (more robust), below 0 a shorter one")
+        return (f"Coefficients of the {path.stem} survival model",
+                "95% intervals (thick cluster-robust, thin naive): dummies against their reference level, covariates per +1 SD (TRASHFIRE Fig. 3).",
+                f"an interval clear of 0 is an effect beyond noise: {sign}; a thick bar much wider than the thin one means samples of one model fail together.")
+    return path.stem.replace("_", " "), "a figure of the survival stage.", "see the survival stage's documentation."
 
 
-def figure_section(path: Path, reports: Path) -> str:
+def figure_order(path: Path) -> tuple[int, str]:
+    """The order of CAPTIONS (the headline's story), then the per-model coefficient plots."""
+    stems = list(CAPTIONS)
+    rank = stems.index(path.stem) if path.stem in stems and path.parent.name != "coefficients" else len(stems)
+    return rank, str(path)
+
+
+def figure_block(path: Path, reports: Path) -> str:
     data = base64.b64encode(path.read_bytes()).decode()
     name = html.escape(str(path.relative_to(reports)) if path.is_relative_to(reports) else path.name)
-    return (f'<h3 id="fig-{html.escape(path.stem)}">{name}</h3><p>{html.escape(caption_for(path))}</p>'
-            f'<img alt="{name}" src="data:image/png;base64,{data}">')
+    title, shows, read = caption_for(path)
+    return (f'<figure id="{figure_id(path)}"><h3>{html.escape(title)} <span class="size">{name}</span></h3>'
+            f"<p>{html.escape(shows)}</p>{how_to_read(read)}"
+            f'<img alt="{name}" src="data:image/png;base64,{data}"></figure>')
 
 
-STYLE = """body{font-family:sans-serif;max-width:1280px;margin:2em auto;padding:0 1em;color:#222}
-table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:0.85em}
-td,th{border:1px solid #ccc;padding:2px 6px;text-align:right;max-width:26em}th{background:#f3f3f3}
-.wide{overflow-x:auto}td.t{text-align:left}
-img{max-width:100%;border:1px solid #eee}.missing{color:#a33;font-style:italic}
-h2{border-bottom:1px solid #ccc;margin-top:2em}nav li{margin:0.15em 0}"""
+def figure_id(path: Path) -> str:
+    prefix = "fig-coef-" if path.parent.name == "coefficients" else "fig-"
+    return html.escape(prefix + path.stem)
+
+
+def figures_section(images: list[Path], reports: Path, skipped: dict[str, str] | None) -> str:
+    """Every figure with its how-to-read caption; the per-model coefficient plots folded."""
+    images = sorted(images, key=figure_order)
+    main = [p for p in images if p.parent.name != "coefficients"]
+    per_model = [p for p in images if p.parent.name == "coefficients"]
+    links = " · ".join(f'<a href="#{figure_id(p)}">{html.escape(caption_for(p)[0])}</a>' for p in main)
+    markup = f'<p class="test">{links}</p>' + "".join(figure_block(p, reports) for p in main)
+    if per_model:
+        markup += (f"<details><summary>Coefficients of every fitted survival model <span class=\"size\">({len(per_model)} figures)</span>"
+                   f"</summary>{''.join(figure_block(p, reports) for p in per_model)}</details>")
+    return markup + "".join(f"<h3>{html.escape(stem)}</h3>{not_computed(reason)}" for stem, reason in (skipped or {}).items())
+
+
+# --- The page
+
+
+STYLE = """body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;max-width:1280px;margin:1.2em auto;padding:0 1em;color:#222}
+h1{margin:0 0 .2em;font-size:1.7em}h2{border-bottom:1px solid #ccc;margin:1.4em 0 .4em;font-size:1.3em}h3{margin:1.6em 0 .2em;font-size:1.05em}
+nav{color:#555}nav a{margin-right:1.1em}
+table{border-collapse:collapse;margin:.4em 0 .8em;font-size:.85em}
+td,th{border:1px solid #ddd;padding:3px 7px;text-align:right;vertical-align:top;max-width:30em}th{background:#f3f3f3;text-align:left}
+td.t{text-align:left}.wide{overflow-x:auto}
+table.findings{width:100%;font-size:.88em}table.findings td:nth-child(3){min-width:22em}table.findings td:nth-child(4){white-space:nowrap}
+table.headline td{max-width:58em}table.headline td.m{font-family:ui-monospace,monospace;font-size:.95em;white-space:nowrap}
+table.headline td.v{font-weight:600;white-space:nowrap}
+.verdict{display:inline-block;padding:1px 9px;border-radius:9px;font-weight:600;white-space:nowrap;color:#fff}
+.v-holds{background:#1a7f37}.v-contradicted{background:#cf222e}.v-inconclusive{background:#b07d00}.v-not-testable,.v-other{background:#6e7781}
+.lead{font-size:1.05em;margin:.3em 0 .5em}.test{color:#666;font-size:.9em;margin:.15em 0}.size{color:#888;font-weight:normal;font-size:.85em}
+.howto{color:#333;font-size:.92em;margin:.2em 0 .5em}.warn{color:#8a4b00}
+details{margin:.35em 0;border:1px solid #e3e3e3;border-radius:4px;padding:.3em .7em}summary{cursor:pointer;font-weight:600}
+figure{margin:0}ul.compact{margin:.2em 0 .5em;padding-left:1.4em;font-size:.92em}img{max-width:100%;border:1px solid #eee}.missing{color:#a33;font-style:italic}"""
+
+SECTIONS = (("findings", "Findings"), ("headline", "Headline metrics"), ("run", "Run"), ("figures", "Figures"), ("tables", "Tables"))
 
 
 def report_html(reports: Path, images: list[Path], skipped: dict[str, str] | None = None) -> Path:
-    """One offline page: tables of contents, headline metrics, every table and every figure,
-    images inlined as data URIs so the page can be mailed or archived on its own."""
+    """One offline page: findings, headline metrics with their meaning, the run, every figure
+    with how to read it, every table folded; images inlined as data URIs so that the page can
+    be mailed or archived on its own."""
     reports = Path(reports)
-    tables = read_tables(reports)
-    sections = [
-        ("headline", "Headline metrics", headline_section(read_metrics(reports))),
-        ("tau", "Viability threshold τ(K) (EVP paper Table I)", html_table(tables["tau_table"])),
-        ("trash", "TRASH score over seeds", trash_summary_section(tables["trash_summary"])),
-        ("auc", "Normalised robustness AUC R and sensitivity S (normalised-AUC paper, appendix tables)", auc_section(tables["auc_table"])),
-        ("robustness", "EVP and R per cell", robustness_section(tables["robustness"])),
-        ("brittle", "Brittle-score and relative improvement (brittle-score paper Table 1)", brittle_section(tables["brittle"])),
-        ("survival", "Survival model comparison (TRASHFIRE Table I)", survival_section(tables["survival"], tables["logrank"])),
-        ("cards", "Model cards", cards_section(reports)),
-    ]
-    figures = "".join(figure_section(p, reports) for p in images)
-    figures += "".join(f"<h3>{html.escape(stem)}</h3>{not_computed(reason)}" for stem, reason in (skipped or {}).items())
-    sections.append(("figures", "Figures", figures))
-    toc = "".join(f'<li><a href="#{key}">{html.escape(title)}</a></li>' for key, title, _ in sections)
-    body = "".join(f'<h2 id="{key}">{html.escape(title)}</h2>{content}' for key, title, content in sections)
+    tables, metrics = read_tables(reports), read_metrics(reports)
+    degenerate = degenerate_cells(tables["experiments"])
+    content = {
+        "findings": findings_section(tables["findings"], metrics, degenerate),
+        "headline": headline_section(metrics),
+        "run": run_section(metrics, tables["experiments"], degenerate),
+        "figures": figures_section(images, reports, skipped),
+        "tables": '<p class="test">Click a name to open its table.</p>' + tables_section(tables, reports),
+    }
+    toc = "".join(f'<a href="#{key}">{title}</a>' for key, title in SECTIONS)
+    body = "".join(f'<h2 id="{key}">{title}</h2>{content[key]}' for key, title in SECTIONS)
     page = (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>trashfire report</title>'
-            f"<style>{STYLE}</style></head><body><h1>trashfire report</h1><nav><h2>Contents</h2><ol>{toc}</ol></nav>{body}</body></html>\n")
+            f"<style>{STYLE}</style></head><body><h1>trashfire report</h1><nav>Contents: {toc}</nav>{body}</body></html>\n")
     path = reports / "report.html"
     with atomic_path(path) as tmp:
         tmp.write_text(page, encoding="utf-8")

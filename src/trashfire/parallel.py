@@ -18,8 +18,8 @@ import logging
 import multiprocessing
 import os
 import signal
-from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
-from typing import Any, Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from tqdm import tqdm
@@ -53,9 +53,15 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
+_THREAD_LIMITS: list = []  # kept alive: the limits hold while the object does
+
+
 def _init_worker(parent: int, threads: int, level: int, prog: str) -> None:
     _die_with_parent(parent)
     torch.set_num_threads(threads)
+    from threadpoolctl import threadpool_limits
+
+    _THREAD_LIMITS.append(threadpool_limits(threads))  # NumPy's BLAS too (lifelines, LIME's regressions)
     from trashfire.cli import configure_logging
 
     configure_logging(prog)
@@ -66,21 +72,29 @@ def run_jobs(job: Callable[..., int], arguments: Sequence[tuple], workers: int, 
     """`job(*args)` for each args, in order when workers is 1, else over `workers` processes
     (give the longest jobs first); each job returns how many cells it finished for the bar.
     The first failing job stops the rest and its error is raised."""
+    for _, finished in completed(job, arguments, workers, prog):
+        progress.update(finished)
+
+
+def completed(job: Callable[..., Any], arguments: Sequence[tuple], workers: int, prog: str) -> Iterator[tuple[int, Any]]:
+    """(index into arguments, job(*args)) as each job finishes: in order in this process when
+    workers is 1, else over `workers` processes. The first failing job stops the rest and its
+    error is raised."""
     if workers <= 1 or len(arguments) <= 1:
-        for args in arguments:
-            progress.update(job(*args))
+        for index, args in enumerate(arguments):
+            yield index, job(*args)
         return
     workers = min(workers, len(arguments))
     threads = max(1, available_cores() // workers)
     context = multiprocessing.get_context("spawn")
     init = (os.getpid(), threads, logging.getLogger("trashfire").getEffectiveLevel(), prog)
     with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=init) as pool:
-        pending = {pool.submit(job, *args) for args in arguments}
+        pending = {pool.submit(job, *args): index for index, args in enumerate(arguments)}
         try:
             while pending:
-                done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
-                    progress.update(future.result())
+                    yield pending.pop(future), future.result()
         except BaseException:
             for future in pending:
                 future.cancel()

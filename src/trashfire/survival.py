@@ -43,11 +43,13 @@ import numpy as np
 import pandas as pd
 from lifelines import KaplanMeierFitter
 from lifelines.statistics import logrank_test
+import torch
 from omegaconf import DictConfig
 
 from trashfire import fitters as F
 from trashfire.cli import run_cli
 from trashfire.errors import ConfigError, DataError
+from trashfire.parallel import completed, resolve_workers
 from trashfire.records import atomic_path
 from trashfire.survival_data import diagnose, drop_degenerate
 from trashfire.survival_figures import calibration_grid, coefficient_figure, finish_calibration, kaplan_meier_figure, save
@@ -102,32 +104,46 @@ def calibration_time(train: pd.DataFrame, quantile: float) -> float:
     return float(np.quantile(np.repeat(train[F.DURATION].to_numpy(), F.sample_weights(train)), quantile))
 
 
-def compare(train: pd.DataFrame, test: pd.DataFrame, settings: Any, axes: dict | None = None) -> tuple[pd.DataFrame, dict[str, F.Fit]]:
+def compare(train: pd.DataFrame, test: pd.DataFrame, settings: Any, axes: dict | None = None, workers: int = 1) -> tuple[pd.DataFrame, dict[str, F.Fit]]:
     """Fit and score every configured fitter, then the baselines; returns Table I (one row per
     fitter, failed fits included with their reasons, then one per baseline) and the fitted
     models, with cluster-robust SEs by trained model (CLUSTER_BY). `axes[name]` = (train, test) axes
-    for the calibration curves."""
-    rows, fits = [], {}
+    for the calibration curves. With workers > 1 the fits run in worker processes, the
+    generalised gamma (the slowest) first, and each is scored here as it arrives."""
+    rows: dict[str, dict[str, Any]] = {}
+    to_fit = []
     for name in settings.fitters:
         spec = settings.models[name]
-        row: dict[str, Any] = {"fitter": name, "model": spec.label, "aft": bool(spec.aft)}
+        rows[name] = {"fitter": name, "model": spec.label, "aft": bool(spec.aft)}
         if not spec.aft and F.covariates_of(train).empty:
-            rows.append(row | {"status": "skipped", "note": f"not fitted: {spec.label} needs a covariate that varies, and none does"})
-            continue
-        try:
-            fit = F.fit_one(name, spec, train, settings.retries)
-        except F.FitFailed as err:
-            log.warning("%s failed to fit: %s", name, err)
-            rows.append(row | {"status": "failed", "note": f"fit failed: {err}"})
+            rows[name] |= {"status": "skipped", "note": f"not fitted: {spec.label} needs a covariate that varies, and none does"}
+        else:
+            to_fit.append((name, spec, train, list(settings.retries)))
+    to_fit.sort(key=lambda job: job[0] != "gengamma")
+    fits = {}
+    for index, fit in completed(fit_with_robust_se, to_fit, workers, log.name):
+        name, spec = to_fit[index][:2]
+        if isinstance(fit, F.FitFailed):
+            log.warning("%s failed to fit: %s", name, fit)
+            rows[name] |= {"status": "failed", "note": f"fit failed: {fit}"}
             continue
         fits[name] = fit
-        attach_robust_se(fit, train, CLUSTER_BY)
         quantile = spec.get("t0_quantile") or settings.t0_quantile
-        row |= {"status": "fitted", "penalizer": fit.penalizer, "optimiser": fit.optimiser, "attempts": fit.attempts}
-        rows.append(row | score(fit, train, test, calibration_time(train, quantile), (axes or {}).get(name, (None, None))))
-    rows += baseline_rows(train, test)
-    comparison = pd.DataFrame(rows).assign(split_by=settings.split_by)
-    return with_baseline_verdict(comparison).reindex(columns=table_columns(rows)), fits
+        rows[name] |= {"status": "fitted", "penalizer": fit.penalizer, "optimiser": fit.optimiser, "attempts": fit.attempts}
+        rows[name] |= score(fit, train, test, calibration_time(train, quantile), (axes or {}).get(name, (None, None)))
+    ordered = [rows[name] for name in settings.fitters] + baseline_rows(train, test)
+    comparison = pd.DataFrame(ordered).assign(split_by=settings.split_by)
+    return with_baseline_verdict(comparison).reindex(columns=table_columns(ordered)), {name: fits[name] for name in settings.fitters if name in fits}
+
+
+def fit_with_robust_se(name: str, spec: Any, train: pd.DataFrame, retries: list) -> F.Fit | F.FitFailed:
+    """One fitter (a worker's job): its fit with cluster-robust SEs, or why it failed."""
+    try:
+        fit = F.fit_one(name, spec, train, retries)
+    except F.FitFailed as err:
+        return err
+    attach_robust_se(fit, train, CLUSTER_BY)
+    return fit
 
 
 def table_columns(rows: list[dict]) -> list[str]:
@@ -453,7 +469,7 @@ def run(cfg: DictConfig) -> pd.DataFrame:
         log.warning("cluster-robust standard errors from %d %s clusters (< %d) run small: read them with care",
                     train[CLUSTER_BY].nunique(), CLUSTER_BY, FEW_CLUSTERS)
     fig, axes = calibration_grid([settings.models[name].label for name in settings.fitters], list(settings.fitters))
-    comparison, fits = compare(train, test, settings, axes)
+    comparison, fits = compare(train, test, settings, axes, resolve_workers(cfg.train.get("workers", "auto"), torch.device("cpu")))
     aft = [name for name in settings.fitters if settings.models[name].aft]
     budgets = cell_budgets(data)
     times = expected_times(fits, data, aft, budgets)
