@@ -60,8 +60,9 @@ def run_to_end(name: str, params: Path) -> float:
     return time.monotonic() - start
 
 
-def kill_at(name: str, params: Path, seconds: float) -> None:
-    """SIGKILL the stage (its worker processes too: they must die with it, not write on)."""
+def kill_at(name: str, params: Path, seconds: float) -> int:
+    """SIGKILL the stage (its worker processes too: they must die with it, not write on);
+    returns how many workers it had."""
     process = stage(name, params)
     wait_for_compute(process, name)
     time.sleep(seconds)
@@ -70,6 +71,7 @@ def kill_at(name: str, params: Path, seconds: float) -> None:
     process.communicate()
     _, alive = psutil.wait_procs(workers, timeout=10)
     assert not alive, f"{name}: workers {[p.pid for p in alive]} outlived their killed stage"
+    return len(workers)
 
 
 def temp_files(*folders: Path) -> list[str]:
@@ -88,9 +90,11 @@ def test_killed_train_and_attack_rerun_to_the_uninterrupted_records(tmp_path):
     folders = {"train": killed.parent / "models", "attack": killed.parent / "reports" / "attacks"}
     left_behind = []
     for name in ("train", "attack"):
+        workers = 0
         for _ in range(KILLS):
-            kill_at(name, killed, moments.uniform(0.05, 0.9) * compute[name])
+            workers += kill_at(name, killed, moments.uniform(0.05, 0.9) * compute[name])
             left_behind += temp_files(folders[name])
+        assert workers, f"seed {seed}: {name}: no kill found a worker process to check"
         run_to_end(name, killed)
         assert temp_files(folders[name]) == [], f"seed {seed}: a rerun keeps a killed run's temp files"
 

@@ -4,6 +4,7 @@ their base."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from tests.conftest import ROOT, recorded, tiny_overrides
 from trashfire import attack, brittle, prepare, train
 from trashfire.config import compose, validate
 from trashfire.errors import ConfigError, DataError
-from trashfire.parallel import resolve_workers
+from trashfire.parallel import resolve_workers, results_as_completed, threads_per_cell
 from trashfire.grid import UNDEFENDED, TrainCell
 from trashfire.train import waves
 
@@ -22,30 +23,59 @@ def tiny(folder: Path, *extra: str):
     return validate(compose(tiny_overrides(folder, *extra), conf=ROOT / "conf"))
 
 
-@pytest.fixture
-def one_thread():
-    """The workers run one torch and one BLAS thread each; so does the one-process reference."""
-    from threadpoolctl import threadpool_limits
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with threadpool_limits(1):
-        yield
-    torch.set_num_threads(before)
-
-
 def run_stages(cfg) -> None:
     for stage in (prepare, train, attack, brittle):
         stage.run(cfg)
 
 
-def test_two_workers_write_the_records_of_one_process(tmp_path, one_thread):
+@pytest.fixture
+def threads_of_two_workers():
+    """This process computes with the thread count each of two workers gets."""
+    from threadpoolctl import threadpool_limits
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads_per_cell(2))
+    with threadpool_limits(threads_per_cell(2)):
+        yield
+    torch.set_num_threads(before)
+
+
+def test_two_workers_write_the_records_of_one_process(tmp_path, threads_of_two_workers):
     serial, parallel = tiny(tmp_path / "serial", "train.workers=1"), tiny(tmp_path / "parallel", "train.workers=2")
     run_stages(serial)
     run_stages(parallel)
     for folder in ("models", "reports/attacks", "reports/attacks/benign", "reports/brittle"):
         expected, got = recorded(tmp_path / "serial" / folder), recorded(tmp_path / "parallel" / folder)
         assert expected and got == expected, folder
+
+
+def fail_with_config_error(key: str) -> int:
+    raise ConfigError(key, "raised in a worker")
+
+
+def sleep_then_count(seconds: float) -> int:
+    time.sleep(seconds)
+    return 1
+
+
+def test_a_config_error_in_a_worker_reaches_the_stage_as_itself():
+    with pytest.raises(ConfigError, match="config error: attack.hsj: raised in a worker"):
+        list(results_as_completed(fail_with_config_error, [("attack.hsj",), ("attack.hsj",)], 2, "test"))
+
+
+def test_a_failing_job_stops_the_others_at_once():
+    sleeper = 60.0
+    start = time.monotonic()
+    with pytest.raises(ConfigError):
+        list(results_as_completed(_sleep_or_fail, [(sleeper, False), (0.0, True)], 2, "test"))
+    assert (time.monotonic() - start) / sleeper < 0.5  # the sleeping worker was killed, not waited for
+
+
+def _sleep_or_fail(seconds: float, fail: bool) -> int:
+    if fail:
+        time.sleep(3.0)  # the sleeper has started by then
+        raise ConfigError("x", "failed")
+    return sleep_then_count(seconds)
 
 
 def test_a_workers_error_stops_the_stage_with_that_error(tmp_path):
@@ -59,9 +89,9 @@ def test_a_workers_error_stops_the_stage_with_that_error(tmp_path):
 
 
 def test_workers_setting():
-    assert resolve_workers("auto", torch.device("cuda")) == 1
-    assert 1 <= resolve_workers("auto", torch.device("cpu")) <= 8
-    assert resolve_workers(3, torch.device("cpu")) == 3
+    assert resolve_workers("auto", "cuda") == 1
+    assert 1 <= resolve_workers("auto", "cpu") <= 8
+    assert resolve_workers(3, "cpu") == 3
     for bad in (0, "two", 1.5):
         with pytest.raises(ConfigError, match="train.workers"):
             validate(compose(tiny_overrides(Path("/tmp"), f"train.workers={bad}"), conf=ROOT / "conf"))

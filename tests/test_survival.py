@@ -263,6 +263,17 @@ def test_a_failed_fit_is_retried_with_the_next_settings(settings):
     assert (fit.attempts, fit.penalizer, fit.optimiser) == (3, 0.01, WeibullAFTFitter._scipy_fit_method)
 
 
+def test_fits_in_worker_processes_give_the_table_of_one_process(settings):
+    """Two workers, one failing fit among them: the same rows, in the configured order."""
+    train, test = survival.split_groups(synthetic_cells(), "train_hash", 0.2, 0)
+    chosen = only(settings, "weibull", "gengamma", "exponential", retries=[], models={"gengamma": {"fit_options": {"maxiter": 1}}})
+    serial, serial_fits = survival.compare(train, test, chosen, workers=1)
+    parallel, parallel_fits = survival.compare(train, test, chosen, workers=2)
+    assert list(parallel["fitter"]) == list(serial["fitter"]) and list(parallel_fits) == list(serial_fits) == ["weibull", "exponential"]
+    pd.testing.assert_frame_equal(parallel.drop(columns="note"), serial.drop(columns="note"), rtol=1e-6)
+    assert "ConvergenceError" in parallel.set_index("fitter").loc["gengamma", "note"]
+
+
 def test_selection_rule_and_chosen_model():
     comparison = pd.DataFrame({
         "fitter": ["weibull", "loglogistic", "lognormal", "cox"],

@@ -27,12 +27,12 @@ from trashfire.attacks.engine import run_engine
 from trashfire.attacks.target import Target
 from trashfire.cli import run_cli
 from trashfire.clocks import Stopwatch
-from trashfire.datasets import Split, load_split
+from trashfire.datasets import Split, cached_split
 from trashfire.errors import DataError
 from trashfire.grid import AttackCell, ModelCell, attack_cells
 from trashfire.metrics import accuracy
 from trashfire.models import resolve_device
-from trashfire.parallel import resolve_workers, run_jobs
+from trashfire.parallel import describe, resolve_workers, run_jobs
 from trashfire.records import cell_file, read_json, remove_dead_temps, write_json, write_npz
 from trashfire.train import load_weights, record_path
 
@@ -134,6 +134,7 @@ def attack_model_cell(cfg: DictConfig, model_cell: ModelCell, cells: list[Attack
         "defence_value": model_cell.defence["value"],
         **{k: benign[k] for k in ("acc_ben", "t_predict_process", "t_predict_wall")},
         "device": str(device),
+        "threads": torch.get_num_threads(),
     }
     for cell in cells:
         record, outcomes = run_attack_cell(classifier, split, cell, device)
@@ -141,20 +142,12 @@ def attack_model_cell(cfg: DictConfig, model_cell: ModelCell, cells: list[Attack
         write_json(attack_record_path(folder, cell.hash), shared | record)
 
 
-_SPLITS: dict[tuple[str, str, int], Split] = {}  # per process: a worker's jobs share them
-
-
-def cached_split(cfg: DictConfig, dataset: str, seed: int) -> Split:
-    key = (str(cfg.paths.processed), dataset, seed)
-    if key not in _SPLITS:
-        _SPLITS[key] = load_split(cfg.paths.processed, dataset, seed, cfg.data[dataset].n_classes)
-    return _SPLITS[key]
-
-
 def attack_job(cfg: DictConfig, model_cell: ModelCell, cells: list[AttackCell]) -> int:
     """One model cell's pending attack cells (one worker's job); returns how many."""
     device = resolve_device(cfg.train.device)
-    attack_model_cell(cfg, model_cell, cells, cached_split(cfg, model_cell.train.dataset, model_cell.train.seed), device)
+    train = model_cell.train
+    split = cached_split(cfg.paths.processed, train.dataset, train.seed, cfg.data[train.dataset].n_classes)
+    attack_model_cell(cfg, model_cell, cells, split, device)
     return len(cells)
 
 
@@ -166,10 +159,10 @@ def run(cfg: DictConfig) -> int:
     if folder.is_dir():
         remove_dead_temps(folder)
     pending = [cell for cell in cells if not is_recorded(attack_record_path(folder, cell.hash))]
-    workers = resolve_workers(cfg.train.get("workers", "auto"), device)
-    log.info("%d attack cells, %d recorded, %d to run on %s (%d worker%s)", len(cells), len(cells) - len(pending), len(pending), device, workers, "s" * (workers > 1))
+    workers = resolve_workers(cfg.train.get("workers", "auto"), device.type)
+    log.info("%d attack cells, %d recorded, %d to run on %s (%s)", len(cells), len(cells) - len(pending), len(pending), device, describe(workers))
     jobs = [(cfg, model_cell, list(group)) for model_cell, group in groupby(pending, key=lambda cell: cell.model)]
-    jobs.sort(key=lambda job: job[1].train.depth, reverse=True)  # the longest first keeps the workers busy to the end
+    jobs.sort(key=lambda job: job[1].train.depth * len(job[2]), reverse=True)  # the longest first keeps the workers busy to the end
     with tqdm(total=len(pending), desc="attack cells", disable=not cfg.train.get("progress", True)) as progress:
         run_jobs(attack_job, jobs, workers, progress, log.name)
     return len(pending)

@@ -27,13 +27,13 @@ from tqdm import tqdm
 from trashfire.attacks import art_classifier
 from trashfire.cli import run_cli
 from trashfire.clocks import Stopwatch
-from trashfire.datasets import Split, load_split
+from trashfire.datasets import Split, cached_split
 from trashfire.defences import Softmax
 from trashfire.errors import ConfigError, DataError
 from trashfire.grid import ModelCell, model_cells
 from trashfire.models import resolve_device
-from trashfire.parallel import resolve_workers, run_jobs
-from trashfire.records import cell_file, config_hash, read_json, write_json
+from trashfire.parallel import describe, resolve_workers, run_jobs
+from trashfire.records import cell_file, config_hash, read_json, remove_dead_temps, write_json
 from trashfire.train import load_weights, record_path
 
 log = logging.getLogger("trashfire.brittle")  # not __name__: it is __main__ under python -m
@@ -247,7 +247,7 @@ _SAMPLES: dict[tuple, Samples] = {}  # per process: a worker's jobs share them
 def cached_samples(cfg: DictConfig, dataset: str, seed: int, settings: dict[str, Any]) -> Samples:
     key = (str(cfg.paths.processed), dataset, seed, config_hash(settings))
     if key not in _SAMPLES:
-        _SAMPLES[key] = Samples(load_split(cfg.paths.processed, dataset, seed, cfg.data[dataset].n_classes), settings)
+        _SAMPLES[key] = Samples(cached_split(cfg.paths.processed, dataset, seed, cfg.data[dataset].n_classes), settings)
     return _SAMPLES[key]
 
 
@@ -271,9 +271,11 @@ def run(cfg: DictConfig) -> int:
     folder = Path(cfg.paths.reports) / "brittle"
     settings = brittle_settings(cfg)
     cells = model_cells(cfg)
+    if folder.is_dir():
+        remove_dead_temps(folder)  # a killed run's half-written records
     pending = [cell for cell in cells if not is_recorded(brittle_record_path(folder, brittle_hash(cell.hash, settings)))]
-    workers = resolve_workers(cfg.train.get("workers", "auto"), device)
-    log.info("%d model cells, %d scored, %d to score on %s (%d worker%s)", len(cells), len(cells) - len(pending), len(pending), device, workers, "s" * (workers > 1))
+    workers = resolve_workers(cfg.train.get("workers", "auto"), device.type)
+    log.info("%d model cells, %d scored, %d to score on %s (%s)", len(cells), len(cells) - len(pending), len(pending), device, describe(workers))
     jobs = [(cfg, settings, list(group)) for _, group in groupby(pending, key=lambda cell: cell.train.hash)]
     jobs.sort(key=lambda job: job[2][0].train.depth, reverse=True)  # the longest first keeps the workers busy to the end
     with tqdm(total=len(pending), desc="brittle cells", disable=not cfg.train.get("progress", True)) as progress:

@@ -233,6 +233,17 @@ def dataset_dir(processed: str | Path, name: str) -> Path:
     return Path(processed) / name
 
 
+_SPLITS: dict[tuple[str, str, int], "Split"] = {}  # per process: a worker's jobs share them
+
+
+def cached_split(processed: str | Path, dataset: str, seed: int, n_classes: int) -> "Split":
+    """`load_split`, once per process (a stage's worker runs many cells of one split)."""
+    key = (str(processed), dataset, seed)
+    if key not in _SPLITS:
+        _SPLITS[key] = load_split(processed, dataset, seed, n_classes)
+    return _SPLITS[key]
+
+
 def load_split(processed: str | Path, name: str, seed: int, n_classes: int) -> Split:
     from trashfire.fusion import is_fusion, load_fusion_split
 

@@ -12,7 +12,10 @@ class ConfigError(TrashfireError):
 
     def __init__(self, key: str, problem: str):
         super().__init__(f"config error: {key}: {problem}")
-        self.key = key
+        self.key, self.problem = key, problem
+
+    def __reduce__(self):  # raised in a worker process, it crosses back pickled
+        return type(self), (self.key, self.problem)
 
 
 class DataError(TrashfireError):

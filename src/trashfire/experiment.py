@@ -25,7 +25,7 @@ import pandas as pd
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, ListConfig
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from trashfire import aggregate, attack, metrics, prepare, timing, train
 from trashfire.cli import configure_logging
@@ -90,6 +90,10 @@ def run_experiment(cfg: DictConfig) -> list[float]:
     validate(cfg)
     names = objective_names(cfg)
     set_threads(cfg.get("threads"))
+    if cfg.get("threads") is not None or cfg.train.get("workers", "auto") == "auto":
+        # a sweep runs trials side by side (the launcher), each a few cells: worker processes
+        # would cost more than they save, and a trial's `threads` is its thread budget
+        OmegaConf.update(cfg, "train.workers", 1, force_add=True)
     unprepared = {name: spec for name, spec in cfg.data.items() if not all((dataset_dir(cfg.paths.processed, name) / f"split_{s}.npz").is_file() for s in cfg.split.seeds)}
     if unprepared:
         prepare.run(cfg)

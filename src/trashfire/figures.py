@@ -620,13 +620,14 @@ def brittle_figure(brittle: pd.DataFrame | None, folder: Path) -> list[Path]:
     for ax, dataset in zip(axes[0], datasets):
         panel = brittle[brittle["dataset"] == dataset]
         wrapped = panel["defence_stage"].eq("predict") if "defence_stage" in panel else pd.Series(False, index=panel.index)
+        degenerate = panel["degenerate"].astype(str).str.lower().eq("true") if "degenerate" in panel else False
         for defence, colour in colours.items():
             part = panel[panel["defence"] == defence]
             if not part.empty:  # predict-time defences hollow: 002's correlation is over trained models
                 hollow = wrapped[part.index].any()
                 ax.scatter(part["brittle_score"], part["robust_acc"], s=28, label=defence + (" (predict-time)" if hollow else ""), alpha=0.85,
                            facecolors="none" if hollow else colour, edgecolors=colour)
-        models = panel[~wrapped]
+        models = panel[~(wrapped | degenerate)]  # the finding's population
         ax.set_title(f"{dataset}, trained models (filled)\n{spearman_text(models['brittle_score'], models['robust_acc'])}", fontsize=10)
         ax.set_xlabel("brittle-score (mean |LIME weight| per feature)")
         attacks = ", ".join(sorted(panel["robust_attack"].astype(str).unique()))

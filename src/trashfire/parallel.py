@@ -1,14 +1,19 @@
 """The cells of a stage spread over worker processes (`train.workers`).
 
 On a CPU, torch's threads scale poorly on the small models of the default and not at all in
-the black-box attacks and LIME, which run Python loops: several one-thread processes do more
-work per second than one process of several threads. On a GPU one process keeps the device.
+the black-box attacks and LIME, which run Python loops: several processes of few threads do
+more work per second than one process of many threads. On a GPU one process keeps the device.
 
 Each job is a plain module-level function and its arguments (sent by pickling: configs and
 cells, not tensors); a worker loads what it needs and caches it for its next jobs. Workers
 are spawned, not forked (a fork after torch has run its thread pool can hang), and die with
 their parent, so a killed stage leaves no worker writing; each record is written atomically
 by the worker that computed it, so what a killed run leaves is whole cells only.
+
+A worker computes its cells with `threads_per_cell(workers)` torch and BLAS threads, whatever
+the number of jobs; with one worker the stage's own process computes them with its own
+threads. Floating-point sums depend on the thread count, so records are bit-identical for
+one machine and one `train.workers`, whatever the scheduling (records keep `threads`).
 """
 
 from __future__ import annotations
@@ -19,15 +24,19 @@ import multiprocessing
 import os
 import signal
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Iterator, Sequence
 
-import torch
 from tqdm import tqdm
 
-log = logging.getLogger(__name__)
+from trashfire.errors import TrashfireError
 
 MAX_AUTO_WORKERS = 8  # each worker holds its own torch and data: memory grows with the count
 _PR_SET_PDEATHSIG = 1
+
+
+class WorkerDied(TrashfireError):
+    exit_code = 1
 
 
 def available_cores() -> int:
@@ -37,31 +46,45 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-def resolve_workers(setting: Any, device: torch.device) -> int:
+def resolve_workers(setting: Any, device_type: str) -> int:
     """`auto`: one process per core on a CPU (at most MAX_AUTO_WORKERS), one on a GPU."""
     if setting == "auto":
-        return 1 if device.type != "cpu" else max(1, min(available_cores(), MAX_AUTO_WORKERS))
+        return 1 if device_type != "cpu" else max(1, min(available_cores(), MAX_AUTO_WORKERS))
     return int(setting)
+
+
+def describe(workers: int) -> str:
+    return f"{workers} worker processes, {threads_per_cell(workers)} thread(s) each" if workers > 1 else "in this process"
+
+
+def threads_per_cell(workers: int) -> int:
+    return max(1, available_cores() // max(1, workers))
+
+
+def limit_threads(threads: int) -> None:
+    """torch's and NumPy's BLAS threads (lifelines, LIME's regressions), for this process."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    torch.set_num_threads(threads)
+    _THREAD_LIMITS.append(threadpool_limits(threads))  # the limits hold while the object lives
+
+
+_THREAD_LIMITS: list = []
 
 
 def _die_with_parent(parent: int) -> None:
     try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
     except OSError:  # not glibc: a killed stage's workers finish their cell and stop
         return
-    if os.getppid() != parent:  # the parent died before the request took effect
-        os._exit(1)
-
-
-_THREAD_LIMITS: list = []  # kept alive: the limits hold while the object does
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL) != 0 or os.getppid() != parent:
+        os._exit(1)  # cannot be tied to the parent, or it died already: a worker must not write on alone
 
 
 def _init_worker(parent: int, threads: int, level: int, prog: str) -> None:
     _die_with_parent(parent)
-    torch.set_num_threads(threads)
-    from threadpoolctl import threadpool_limits
-
-    _THREAD_LIMITS.append(threadpool_limits(threads))  # NumPy's BLAS too (lifelines, LIME's regressions)
+    limit_threads(threads)
     from trashfire.cli import configure_logging
 
     configure_logging(prog)
@@ -69,33 +92,47 @@ def _init_worker(parent: int, threads: int, level: int, prog: str) -> None:
 
 
 def run_jobs(job: Callable[..., int], arguments: Sequence[tuple], workers: int, progress: tqdm, prog: str) -> None:
-    """`job(*args)` for each args, in order when workers is 1, else over `workers` processes
-    (give the longest jobs first); each job returns how many cells it finished for the bar.
-    The first failing job stops the rest and its error is raised."""
-    for _, finished in completed(job, arguments, workers, prog):
+    """`job(*args)` for each args; each job returns how many cells it finished, for the bar.
+    See `results_as_completed`."""
+    for _, finished in results_as_completed(job, arguments, workers, prog):
         progress.update(finished)
 
 
-def completed(job: Callable[..., Any], arguments: Sequence[tuple], workers: int, prog: str) -> Iterator[tuple[int, Any]]:
+def results_as_completed(job: Callable[..., Any], arguments: Sequence[tuple], workers: int, prog: str) -> Iterator[tuple[int, Any]]:
     """(index into arguments, job(*args)) as each job finishes: in order in this process when
-    workers is 1, else over `workers` processes. The first failing job stops the rest and its
-    error is raised."""
-    if workers <= 1 or len(arguments) <= 1:
+    workers is 1, else over `workers` processes (give the longest jobs first). The first
+    failing job's error is raised at once: the other workers are killed (their finished
+    cells are on disk; a rerun computes the rest)."""
+    if not arguments:
+        return
+    if workers <= 1:  # the process's own threads (torch's default, or a sweep trial's `threads`)
         for index, args in enumerate(arguments):
             yield index, job(*args)
         return
-    workers = min(workers, len(arguments))
-    threads = max(1, available_cores() // workers)
     context = multiprocessing.get_context("spawn")
-    init = (os.getpid(), threads, logging.getLogger("trashfire").getEffectiveLevel(), prog)
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=init) as pool:
+    init = (os.getpid(), threads_per_cell(workers), logging.getLogger("trashfire").getEffectiveLevel(), prog)
+    pool = ProcessPoolExecutor(min(workers, len(arguments)) or 1, mp_context=context, initializer=_init_worker, initargs=init)
+    try:
         pending = {pool.submit(job, *args): index for index, args in enumerate(arguments)}
-        try:
-            while pending:
-                done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for future in done:
-                    yield pending.pop(future), future.result()
-        except BaseException:
-            for future in pending:
-                future.cancel()
-            raise
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                index = pending.pop(future)
+                try:
+                    result = future.result()
+                except BrokenProcessPool as err:
+                    raise WorkerDied(f"a worker process died ({err}); out of memory? try fewer processes: train.workers=1") from None
+                yield index, result
+    except BaseException:
+        _kill_workers(pool)
+        raise
+    pool.shutdown()
+
+
+def _kill_workers(pool: ProcessPoolExecutor) -> None:
+    processes = list((pool._processes or {}).values())  # no public handle on them
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.kill()
+    for process in processes:
+        process.join()

@@ -43,13 +43,12 @@ import numpy as np
 import pandas as pd
 from lifelines import KaplanMeierFitter
 from lifelines.statistics import logrank_test
-import torch
 from omegaconf import DictConfig
 
 from trashfire import fitters as F
 from trashfire.cli import run_cli
 from trashfire.errors import ConfigError, DataError
-from trashfire.parallel import completed, resolve_workers
+from trashfire.parallel import resolve_workers, results_as_completed
 from trashfire.records import atomic_path
 from trashfire.survival_data import diagnose, drop_degenerate
 from trashfire.survival_figures import calibration_grid, coefficient_figure, finish_calibration, kaplan_meier_figure, save
@@ -104,6 +103,9 @@ def calibration_time(train: pd.DataFrame, quantile: float) -> float:
     return float(np.quantile(np.repeat(train[F.DURATION].to_numpy(), F.sample_weights(train)), quantile))
 
 
+SLOW_FITTERS = ("gengamma",)  # started first, so that the quicker fits fill the other workers meanwhile
+
+
 def compare(train: pd.DataFrame, test: pd.DataFrame, settings: Any, axes: dict | None = None, workers: int = 1) -> tuple[pd.DataFrame, dict[str, F.Fit]]:
     """Fit and score every configured fitter, then the baselines; returns Table I (one row per
     fitter, failed fits included with their reasons, then one per baseline) and the fitted
@@ -119,9 +121,9 @@ def compare(train: pd.DataFrame, test: pd.DataFrame, settings: Any, axes: dict |
             rows[name] |= {"status": "skipped", "note": f"not fitted: {spec.label} needs a covariate that varies, and none does"}
         else:
             to_fit.append((name, spec, train, list(settings.retries)))
-    to_fit.sort(key=lambda job: job[0] != "gengamma")
+    to_fit.sort(key=lambda job: job[0] not in SLOW_FITTERS)
     fits = {}
-    for index, fit in completed(fit_with_robust_se, to_fit, workers, log.name):
+    for index, fit in results_as_completed(fit_with_robust_se, to_fit, workers, log.name):
         name, spec = to_fit[index][:2]
         if isinstance(fit, F.FitFailed):
             log.warning("%s failed to fit: %s", name, fit)
@@ -469,7 +471,7 @@ def run(cfg: DictConfig) -> pd.DataFrame:
         log.warning("cluster-robust standard errors from %d %s clusters (< %d) run small: read them with care",
                     train[CLUSTER_BY].nunique(), CLUSTER_BY, FEW_CLUSTERS)
     fig, axes = calibration_grid([settings.models[name].label for name in settings.fitters], list(settings.fitters))
-    comparison, fits = compare(train, test, settings, axes, resolve_workers(cfg.train.get("workers", "auto"), torch.device("cpu")))
+    comparison, fits = compare(train, test, settings, axes, resolve_workers(cfg.train.get("workers", "auto"), "cpu"))
     aft = [name for name in settings.fitters if settings.models[name].aft]
     budgets = cell_budgets(data)
     times = expected_times(fits, data, aft, budgets)

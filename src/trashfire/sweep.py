@@ -511,9 +511,10 @@ class ResumableOptunaSweeper(OptunaSweeperImpl):
             else:
                 study.tell(trial, values=values)
         except RuntimeError:  # another sweeper missed our beats, failed the trial as stale and queued it again
+            if not study._storage.get_trial(trial._trial_id).state.is_finished():
+                raise
             log.warning("trial %d was taken over by another sweeper (no heartbeat within hydra.sweeper.grace_period=%s s); "
                         "its queued copy gives the result", trial.number, self.grace_period)
-            return True
         if error is not None:
             log.warning("trial %d failed (%s): %s", trial.number, " ".join(ret.overrides), error)
         return error is None

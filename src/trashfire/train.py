@@ -27,13 +27,13 @@ from tqdm import tqdm
 
 from trashfire.cli import run_cli
 from trashfire.clocks import Elapsed, Stopwatch
-from trashfire.datasets import Split, load_split
+from trashfire.datasets import Split, cached_split
 from trashfire.defences import adversarial_trainer, augment, is_trainer
 from trashfire.errors import DataError
 from trashfire.grid import TrainCell, training_cells
 from trashfire.metrics import accuracy
 from trashfire.models import build_model, resolve_device
-from trashfire.parallel import resolve_workers, run_jobs
+from trashfire.parallel import describe, resolve_workers, run_jobs
 from trashfire.records import atomic_path, cell_file, file_sha256, read_json, remove_dead_temps, write_json
 
 log = logging.getLogger("trashfire.train")  # not __name__: it is __main__ under python -m
@@ -217,6 +217,7 @@ def checkpoint_record(run: Run, cell: TrainCell, split: Split, device: torch.dev
         "t_predict_process": predict_time.process / n_test,
         "t_predict_wall": predict_time.wall / n_test,
         "device": str(device),
+        "threads": torch.get_num_threads(),  # the clocks' CPU seconds and the last bits of the weights depend on it
         "torch": torch.__version__,
     }
 
@@ -291,17 +292,23 @@ def runs(cells: list[TrainCell]) -> list[list[TrainCell]]:
     return [sorted(group, key=lambda c: c.epochs) for group in groups.values()]
 
 
-_SPLITS: dict[tuple[str, str, int], Split] = {}  # per process: a worker's jobs share them
-
-
 def train_job(cfg: DictConfig, group: list[TrainCell], epoch_bars: bool) -> int:
     """One training run's pending checkpoints (one worker's job); returns how many."""
     cell = group[0]
-    key = (str(cfg.paths.processed), cell.dataset, cell.seed)
-    if key not in _SPLITS:
-        _SPLITS[key] = load_split(cfg.paths.processed, cell.dataset, cell.seed, cfg.data[cell.dataset].n_classes)
-    train_group(group, _SPLITS[key], cfg, resolve_device(cfg.train.device), Path(cfg.paths.models), epoch_bars)
+    split = cached_split(cfg.paths.processed, cell.dataset, cell.seed, cfg.data[cell.dataset].n_classes)
+    train_group(group, split, cfg, resolve_device(cfg.train.device), Path(cfg.paths.models), epoch_bars)
     return len(group)
+
+
+# Training cost relative to plain training: adversarial training also attacks a share
+# (`ratio`) of each batch with a PGD of `max_iter` steps, each about one forward-backward pass.
+def expected_cost(group: list[TrainCell]) -> float:
+    """A run's relative cost, to start the longest first: depth x epochs x its defence's factor."""
+    kwargs = group[0].defence.get("kwargs") or {}
+    factor = 1.0
+    if group[0].defence["name"] == "adv_train":
+        factor += float(kwargs.get("ratio", 0.5)) * (int((kwargs.get("attack") or {}).get("max_iter", 10)) + 1)
+    return group[0].depth * group[-1].epochs * factor
 
 
 def waves(groups: list[list[TrainCell]]) -> list[list[list[TrainCell]]]:
@@ -327,12 +334,12 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
     if models.is_dir():
         remove_dead_temps(models)
     pending = [cell for cell in ordered if not is_cached(models, cell.hash)]
-    workers = resolve_workers(cfg.train.get("workers", "auto"), device)
-    log.info("%d training cells, %d cached, %d to train on %s (%d worker%s)", len(ordered), len(ordered) - len(pending), len(pending), device, workers, "s" * (workers > 1))
+    workers = resolve_workers(cfg.train.get("workers", "auto"), device.type)
+    log.info("%d training cells, %d cached, %d to train on %s (%s)", len(ordered), len(ordered) - len(pending), len(pending), device, describe(workers))
     groups = runs(pending)
     with tqdm(total=len(pending), desc="training cells", disable=not cfg.train.get("progress", True)) as progress:
         for wave in waves(groups):
-            wave.sort(key=lambda group: group[0].depth * group[-1].epochs, reverse=True)  # the longest first
+            wave.sort(key=expected_cost, reverse=True)  # the longest first keeps the workers busy to the end
             jobs = [(cfg, group, workers == 1) for group in wave]
             run_jobs(train_job, jobs, workers, progress, log.name)
     return [read_json(record_path(models, cell.hash)) for cell in cells]
