@@ -26,6 +26,9 @@ params.yaml: $(CONF) | $(STAMP)
 params: $(STAMP) ## compose conf/ into params.yaml (ARGS="model=[resnet18] ..." for overrides)
 	$(PY) -m trashfire.params $(ARGS)
 
+dvc-yaml: $(STAMP) ## regenerate dvc.yaml from the stage declarations in src/trashfire/stages
+	$(PY) -m trashfire.dvc_yaml
+
 run: $(STAMP) params.yaml ## install, then run the embedded default pipeline (dvc repro)
 	@test -d .dvc || dvc init -q
 	dvc repro
@@ -48,4 +51,4 @@ figures: $(STAMP) ## redraw figures and the report from recorded results
 clean: ## remove pipeline outputs (not .venv, not the DVC cache)
 	rm -rf data/processed models reports logs outputs multirun .sweeps
 
-.PHONY: help install params run test test-slow test-kill bench figures clean
+.PHONY: help install params dvc-yaml run test test-slow test-kill bench figures clean

@@ -27,16 +27,18 @@ import numpy as np
 import torch
 from torch import nn
 
-from trashfire import prepare, train
+from trashfire.stages import prepare
+from trashfire.stages import train
+from trashfire.models import training
 from trashfire.attacks import art_classifier, build_attack
 from trashfire.attacks.engine import run_engine
 from trashfire.attacks.target import Target
-from trashfire.clocks import Stopwatch
-from trashfire.config import compose, validate
-from trashfire.datasets import load_split
-from trashfire.grid import UNDEFENDED, training_cells
+from trashfire.core.clocks import Stopwatch
+from trashfire.core.config import compose, validate
+from trashfire.data.datasets import load_split
+from trashfire.core.grid import UNDEFENDED, training_cells
 from trashfire.models import resolve_device
-from trashfire.records import write_json
+from trashfire.core.records import write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 FGM = {"name": "fgm", "target": "art.attacks.evasion.FastGradientMethod", "norm": "inf", "param": "eps", "batch_size": 100, "kwargs": {}}
@@ -55,7 +57,7 @@ def trained_digits_model(folder: Path, epochs: int, device: str):
     prepare.run(cfg)
     train.run(cfg)
     split = load_split(cfg.paths.processed, "digits", 0, 10)
-    return train.load_weights(cfg.paths.models, training_cells(cfg)[0], split), split
+    return training.load_weights(cfg.paths.models, training_cells(cfg)[0], split), split
 
 
 def paired_seconds(ours, reference, repeats: int, device) -> tuple[tuple[float, float], tuple[float, float], tuple[float, float]]:

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import psutil
 
-from trashfire.records import write_json
+from trashfire.core.records import write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"

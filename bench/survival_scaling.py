@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from trashfire.config import compose, validate
-from trashfire.fitters import fit_one
-from trashfire.records import write_json
+from trashfire.core.config import compose, validate
+from trashfire.survival.fitters import fit_one
+from trashfire.core.records import write_json
 
 ATTACKS = ["fgm_2", "fgm_inf", "hsj_2", "pgd_inf", "pixel_0", "threshold_inf"]
 DEFENCES = ["conf", "fsq", "gauss_in", "gauss_out"]

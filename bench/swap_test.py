@@ -15,10 +15,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from trashfire import fitters as F
-from trashfire.config import load_params
-from trashfire.records import write_json
-from trashfire.survival import read_survival_data, split_groups, usable_covariates
+from trashfire.survival import fitters as F
+from trashfire.core.config import load_params
+from trashfire.core.records import write_json
+from trashfire.survival.analysis import read_survival_data, split_groups, usable_covariates
 
 
 def test_concordance(name: str, settings, train, test) -> float:

@@ -45,8 +45,11 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("TRASHFIRE_CONFIG_DIR", str(ROOT / "conf"))
 
-    from trashfire import attack, experiment, prepare, train
-    from trashfire.records import write_json
+    from trashfire.stages import attack
+    from trashfire import experiment
+    from trashfire.stages import prepare
+    from trashfire.stages import train
+    from trashfire.core.records import write_json
     from trashfire.sweep import ResumableOptunaSweeper
 
     compute: list[float] = []

@@ -16,9 +16,9 @@ import argparse
 import torch
 from torch import nn
 
-from trashfire.clocks import Stopwatch
-from trashfire.config import compose, config_dir
-from trashfire.grid import training_cells
+from trashfire.core.clocks import Stopwatch
+from trashfire.core.config import compose, config_dir
+from trashfire.core.grid import training_cells
 from trashfire.models import resnet
 
 SHAPES = {"mnist": ((1, 28, 28), 56_000), "cifar": ((3, 32, 32), 48_000)}

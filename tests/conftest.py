@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trashfire.config import compose, validate
+from trashfire.core.config import compose, validate
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_MNIST = ROOT.parent / "shared" / "data" / "mnist"

@@ -8,8 +8,9 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from trashfire import aggregate, metrics
-from trashfire.cards import write_cards
+from trashfire.metrics import aggregate as aggregation
+from trashfire import metrics
+from trashfire.report.cards import write_cards
 
 LABELS = {"dataset": "digits", "pretrained_on": None, "seed": 0, "model": "resnet18", "depth": 18, "epochs": 1, "lr": 0.05,
           "defence": "none", "defence_param": None, "defence_value": 0.0}
@@ -27,11 +28,11 @@ def attack_rows(model_hash="m0", eps=(0.5, 1.0), acc=(0.6, 0.2), acc_ben=0.8, pi
 
 
 def experiments(*cells):
-    return aggregate.with_family(pd.DataFrame([row for cell in cells for row in cell]))
+    return aggregation.with_family(pd.DataFrame([row for cell in cells for row in cell]))
 
 
 def test_curves_start_at_the_benign_point_in_three_units_and_normalise():
-    curves = aggregate.eps_curves(experiments(attack_rows()))
+    curves = aggregation.eps_curves(experiments(attack_rows()))
     assert list(curves["eps_standardised"]) == [0.0, 0.5, 1.0]
     assert list(curves["eps_pixel"]) == pytest.approx([0.0, 0.2, 0.4])
     assert list(curves["acc"]) == [0.8, 0.6, 0.2]
@@ -42,11 +43,11 @@ def test_curves_start_at_the_benign_point_in_three_units_and_normalise():
 def test_auc_over_a_pixel_interval_converts_by_the_training_std():
     # eps_pixel [0, .2, .4], acc [.8, .6, .2]; f(.3) = .4 by interpolation
     # area = .2 (.8 + .6) / 2 + .1 (.6 + .4) / 2 = .19; R = .19 / (.8 * .3)
-    row = aggregate.robustness_table(aggregate.eps_curves(experiments(attack_rows())), EVP, PIXEL_AUC).iloc[0]
+    row = aggregation.robustness_table(aggregation.eps_curves(experiments(attack_rows())), EVP, PIXEL_AUC).iloc[0]
     assert row["auc_R"] == pytest.approx(0.19 / 0.24)
     assert row["auc_S"] == pytest.approx(1 - 0.19 / 0.24)
     standardised = OmegaConf.create({"units": "standardised", "eps0": 0.0, "eps1": 0.75})  # = 0.3 / 0.4
-    same = aggregate.robustness_table(aggregate.eps_curves(experiments(attack_rows())), EVP, standardised).iloc[0]
+    same = aggregation.robustness_table(aggregation.eps_curves(experiments(attack_rows())), EVP, standardised).iloc[0]
     assert same["auc_R"] == pytest.approx(row["auc_R"])
     # tau(10) = .25: g = [.8, .6, 0] on x = [0, .5, 1] -> .5 (1.4) / 2 + .5 (.6) / 2
     assert row["tau"] == pytest.approx(0.25) and row["evp"] == pytest.approx(0.5)
@@ -56,7 +57,7 @@ def test_auc_notes_a_cell_it_cannot_score_instead_of_failing():
     zero = attack_rows(acc_ben=0.0, acc=(0.0, 0.0))
     short = attack_rows("m1", eps=(0.25, 0.5))  # reaches eps_pixel 0.2 < 0.3
     unknown = attack_rows("m2", pixel_std=float("nan"))
-    table = aggregate.robustness_table(aggregate.eps_curves(experiments(zero, short, unknown)), EVP, PIXEL_AUC).set_index("model_hash")
+    table = aggregation.robustness_table(aggregation.eps_curves(experiments(zero, short, unknown)), EVP, PIXEL_AUC).set_index("model_hash")
     assert table["auc_R"].isna().all()
     assert "f(eps0) > 0" in table.loc["m0", "note"]
     assert "outside the measured eps range" in table.loc["m1", "note"]
@@ -85,7 +86,7 @@ def test_evp_convergence_on_nested_subgrids():
 
 
 def test_tau_table_reproduces_001_table_i():
-    table = aggregate.tau_table([2, 5, 10, 100, 1000], 0.5, {"digits": 10, "cifar100": 100})
+    table = aggregation.tau_table([2, 5, 10, 100, 1000], 0.5, {"digits": 10, "cifar100": 100})
     paper = table[table["source"] == "001 Table I"].set_index("n_classes")["tau"]
     # 75%, 40%, 25%, 6%, 1.7% as printed (rounded there)
     assert paper.round(3).to_dict() == {2: 0.75, 5: 0.4, 10: 0.25, 100: 0.06, 1000: 0.017}
@@ -95,7 +96,7 @@ def test_tau_table_reproduces_001_table_i():
 def test_trash_summary_bootstraps_over_seeds():
     trash = pd.DataFrame([LABELS | {"model_hash": f"m{s}", "seed": s, "attack": "fgm", "norm": "inf", "attack_family": "fgm linf",
                                     "trash_adv": t, "trash_ben": 1.0, "f_ben": 1.0, "f_adv": 2.0} for s, t in ((0, 2.0), (1, 4.0))])
-    row = aggregate.trash_summary(trash, 2000, 0).iloc[0]
+    row = aggregation.trash_summary(trash, 2000, 0).iloc[0]
     assert row["n_seeds"] == 2 and row["trash_adv_mean"] == 3.0
     # two values: the 2.5% and 97.5% resample means are the all-2 and all-4 resamples (each 1/4 likely)
     assert (row["trash_adv_lo"], row["trash_adv_hi"]) == (2.0, 4.0)
@@ -108,7 +109,7 @@ def test_trash_summary_bootstraps_over_seeds():
 def test_auc_table_mean_and_sd_across_seeds():
     robustness = pd.DataFrame([LABELS | {"model_hash": f"m{s}", "seed": s, "attack": "fgm", "norm": "inf", "attack_family": "fgm linf",
                                          "auc_R": r, "auc_S": 1 - r} for s, r in ((0, 0.6), (1, 0.8))])
-    row = aggregate.auc_table(robustness).iloc[0]
+    row = aggregation.auc_table(robustness).iloc[0]
     assert (row["n_seeds"], row["R_mean"], row["S_mean"]) == (2, pytest.approx(0.7), pytest.approx(0.3))
     assert row["R_sd"] == pytest.approx(math.sqrt(0.02)) and row["S_sd"] == pytest.approx(math.sqrt(0.02))
 
@@ -123,18 +124,18 @@ def test_relative_improvement_against_the_undefended_model():
     exp = experiments(attack_rows("a", acc=(0.5, 0.3)), attack_rows("b", acc=(0.9, 0.7)))
     exp = pd.concat([exp, exp.assign(attack="pgd", attack_family="pgd linf", acc_adv=exp["acc_adv"] - 0.1)])
     robust = OmegaConf.create({"attack": "pgd", "norm": "inf", "eps": None})
-    table = aggregate.brittle_table(brittle, exp, robust).set_index("model_hash")
+    table = aggregation.brittle_table(brittle, exp, robust).set_index("model_hash")
     assert table.loc[["a", "b", "c"], "brittle_ri"].tolist() == pytest.approx([0.0, 80.0, -20.0])
     assert math.isnan(table.loc["d", "brittle_ri"])  # no undefended model with seed 1
     assert table.loc["a", "robust_acc"] == pytest.approx(0.3) and table.loc["b", "robust_acc"] == pytest.approx(0.7)
-    at_one = aggregate.robust_accuracy(exp, OmegaConf.create({"attack": "pgd", "norm": "inf", "eps": 1.0}))
+    at_one = aggregation.robust_accuracy(exp, OmegaConf.create({"attack": "pgd", "norm": "inf", "eps": 1.0}))
     assert at_one["a"] == pytest.approx(0.2)
 
 
 def test_spearman_within_each_dataset():
     brittle = pd.DataFrame({"dataset": ["digits"] * 4 + ["mnist"] * 2, "brittle_score": [0.1, 0.2, 0.3, 0.4, 0.1, 0.2],
                             "robust_acc": [0.9, 0.7, 0.5, 0.1, 0.3, 0.2]})
-    result = aggregate.spearman_by_dataset(brittle)
+    result = aggregation.spearman_by_dataset(brittle)
     assert result["digits"]["rho"] == pytest.approx(-1.0) and result["digits"]["n"] == 4
     assert math.isnan(result["mnist"]["rho"])  # fewer than three cells
 
@@ -143,8 +144,8 @@ def test_cards_hold_each_model_cell_and_drop_stale_ones(tmp_path):
     exp = experiments(attack_rows("a"), attack_rows("b", defence="conf"))
     exp = exp.assign(train_hash="t0", t_train=0.01, t_train_process=0.01, t_train_wall=0.02, clock="process", n_train=1000,
                      t_predict=1e-4, t_attack=1e-3, t_attack_process=1e-3, t_attack_wall=2e-3)
-    trash = aggregate.trash_table(exp, pd.DataFrame({"attack_hash": exp["attack_hash"], "E_T": 0.002}), None)
-    robustness = aggregate.robustness_table(aggregate.eps_curves(exp), EVP, PIXEL_AUC)
+    trash = aggregation.trash_table(exp, pd.DataFrame({"attack_hash": exp["attack_hash"], "E_T": 0.002}), None)
+    robustness = aggregation.robustness_table(aggregation.eps_curves(exp), EVP, PIXEL_AUC)
     brittle = pd.DataFrame({"model_hash": ["a", "b"], "brittle_score": [0.4, 0.1], "brittle_ri": [0.0, 75.0]})
     (tmp_path / "gone.json").write_text("{}")
     [path] = write_cards(tmp_path, exp, trash, robustness, brittle)
@@ -163,7 +164,7 @@ GUARDS = OmegaConf.create({"degenerate": {"margin": None}, "evp": {"w": 0.5, "ta
 
 
 def test_a_constant_predictor_is_flagged_degenerate_and_left_out_of_r_evp_and_brittle_summaries():
-    from trashfire.timing import flag_degenerate
+    from trashfire.metrics.experiments import flag_degenerate
 
     # a constant function on 10 balanced classes: benign accuracy 0.1 <= tau(10) = 0.25, and no
     # attack lowers it much: its flat curve would read as R ~ 1, "perfectly robust"
@@ -171,25 +172,25 @@ def test_a_constant_predictor_is_flagged_degenerate_and_left_out_of_r_evp_and_br
     sound = [attack_rows(f"m{i}", acc_ben=0.9, acc=(0.5 - 0.1 * i, 0.1), seed=i) for i in range(3)]
     table = flag_degenerate(experiments(constant, *sound).assign(clock="process"), GUARDS)
     assert table.groupby("model_hash")["degenerate"].first().to_dict() == {"const": True, "m0": False, "m1": False, "m2": False}
-    degenerate = aggregate.degenerate_cells(table)
-    robustness = aggregate.robustness_table(aggregate.eps_curves(table), EVP, PIXEL_AUC, degenerate).set_index("model_hash")
+    degenerate = aggregation.degenerate_cells(table)
+    robustness = aggregation.robustness_table(aggregation.eps_curves(table), EVP, PIXEL_AUC, degenerate).set_index("model_hash")
     assert np.isnan(robustness.loc["const", "evp"]) and np.isnan(robustness.loc["const", "auc_R"])
     assert "degenerate" in robustness.loc["const", "note"] and robustness["auc_R"].drop("const").notna().all()
     brittle = pd.DataFrame({"model_hash": ["const", "m0", "m1", "m2"], "dataset": "digits", "seed": [0, 0, 1, 2],
                             "brittle_score": [0.0, 0.1, 0.2, 0.3], "robust_acc": [1.0, 0.9, 0.5, 0.1]})
     brittle["degenerate"] = brittle["model_hash"].map(degenerate)
-    assert aggregate.spearman_by_dataset(brittle)["digits"] == pytest.approx({"rho": -1.0, "p": 0.0, "n": 3})
+    assert aggregation.spearman_by_dataset(brittle)["digits"] == pytest.approx({"rho": -1.0, "p": 0.0, "n": 3})
     trash = pd.DataFrame({"model_hash": ["const", "m0", "m1", "m2"], "trash_adv": [100.0, 1.0, 2.0, 3.0], "trash_ben": 1.0})
     trash["degenerate"] = trash["model_hash"].map(degenerate)
     comparison = pd.DataFrame({"fitter": ["weibull"], "selected": [True], "test_concordance": [0.8], "test_ICI": [0.01]})
-    summary = aggregate.headline(table, trash, robustness.reset_index(), brittle, comparison)
+    summary = aggregation.headline(table, trash, robustness.reset_index(), brittle, comparison)
     assert summary["n_degenerate_model_cells"] == 1
     assert summary["acc_ben_mean"] == pytest.approx(0.9) and summary["trash_adv_median"] == pytest.approx(2.0)
     assert summary["brittle_score_mean"] == pytest.approx(0.2)
 
 
 def test_a_margin_over_chance_sets_the_degeneracy_threshold():
-    from trashfire.timing import flag_degenerate
+    from trashfire.metrics.experiments import flag_degenerate
 
     cells = experiments(attack_rows("weak", acc_ben=0.3), attack_rows("fine", acc_ben=0.7)).assign(clock="process")
     default = flag_degenerate(cells, GUARDS).groupby("model_hash")["degenerate"].first()
@@ -201,22 +202,22 @@ def test_a_margin_over_chance_sets_the_degeneracy_threshold():
 def test_an_evp_curve_still_viable_at_its_largest_eps_says_so_and_is_averaged_apart():
     viable = attack_rows("robust", acc_ben=0.9, acc=(0.8, 0.6))  # 0.6 >= tau(10) at eps 1.0
     broken = attack_rows("weak", acc_ben=0.9, acc=(0.5, 0.1))
-    table = aggregate.robustness_table(aggregate.eps_curves(experiments(viable, broken)), EVP, PIXEL_AUC).set_index("model_hash")
+    table = aggregation.robustness_table(aggregation.eps_curves(experiments(viable, broken)), EVP, PIXEL_AUC).set_index("model_hash")
     assert not table.loc["robust", "reaches_nonviability"] and table.loc["weak", "reaches_nonviability"]
-    assert aggregate.SHORT_OF_NONVIABILITY in table.loc["robust", "note"]
-    assert aggregate.SHORT_OF_NONVIABILITY not in str(table.loc["weak", "note"])
+    assert aggregation.SHORT_OF_NONVIABILITY in table.loc["robust", "note"]
+    assert aggregation.SHORT_OF_NONVIABILITY not in str(table.loc["weak", "note"])
     cells = experiments(viable, broken).assign(clock="process", degenerate=False)
     comparison = pd.DataFrame({"fitter": ["weibull"], "selected": [True], "test_concordance": [0.8], "test_ICI": [0.01]})
     brittle = pd.DataFrame({"model_hash": ["robust", "weak"], "dataset": "digits", "seed": 0, "brittle_score": [0.1, 0.2], "robust_acc": [0.6, 0.1]})
     trash = pd.DataFrame({"model_hash": ["robust", "weak"], "trash_adv": [1.0, 2.0], "trash_ben": 1.0})
-    summary = aggregate.headline(cells, trash, table.reset_index(), brittle, comparison)
+    summary = aggregation.headline(cells, trash, table.reset_index(), brittle, comparison)
     assert summary["evp_mean"] == pytest.approx(table.loc["weak", "evp"])
     assert summary["evp_mean_short_of_nonviability"] == pytest.approx(table.loc["robust", "evp"])
     assert summary["n_evp_curves_short_of_nonviability"] == 1
 
 
 def test_metrics_json_has_no_nan():
-    from trashfire.aggregate import without_nan
+    from trashfire.metrics.aggregate import without_nan
 
     summary = {"evp_mean_short_of_nonviability": float("nan"), "per_seed": {"0": {"rho": np.float64("nan"), "n": 3}}, "xs": [1.0, float("inf")]}
     assert without_nan(summary) == {"evp_mean_short_of_nonviability": None, "per_seed": {"0": {"rho": None, "n": 3}}, "xs": [1.0, None]}

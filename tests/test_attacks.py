@@ -6,12 +6,16 @@ import numpy as np
 import pytest
 import torch
 
-from trashfire import attack, prepare, train
+from trashfire.stages import attack
+from trashfire.stages import prepare
+from trashfire.stages import train
+from trashfire.attacks import campaign
+from trashfire.models import training
 from trashfire.attacks import art_classifier, budget_subset, build_attack
-from trashfire.config import compose, validate
-from trashfire.datasets import load_split
-from trashfire.grid import UNDEFENDED, attack_cells
-from trashfire.records import read_json, read_npz
+from trashfire.core.config import compose, validate
+from trashfire.data.datasets import load_split
+from trashfire.core.grid import UNDEFENDED, attack_cells
+from trashfire.core.records import read_json, read_npz
 from tests.conftest import ROOT, tiny_overrides
 
 FAMILIES = ["fgm", "pgd", "deepfool", "pixel", "threshold", "hsj"]
@@ -38,8 +42,8 @@ def attacked(tmp_path_factory):
 
 def outcomes_of(cfg):
     for cell in attack_cells(cfg):
-        record = read_json(attack.attack_record_path(cfg.paths.attacks, cell.hash))
-        yield cell, record, read_npz(attack.outcomes_path(cfg.paths.attacks, cell.hash))
+        record = read_json(campaign.attack_record_path(cfg.paths.attacks, cell.hash))
+        yield cell, record, read_npz(campaign.outcomes_path(cfg.paths.attacks, cell.hash))
 
 
 def test_every_family_runs_and_its_outcomes_agree_with_its_accuracy(attacked):
@@ -69,7 +73,7 @@ def test_perturbations_stay_within_each_attacks_budget(attacked):
 def test_pgd_accuracy_does_not_rise_with_eps(attacked):
     split = load_split(attacked.paths.processed, "digits", 0, 10)
     cell = attack_cells(attacked)[0].model.train
-    model = train.load_weights(attacked.paths.models, cell, split)
+    model = training.load_weights(attacked.paths.models, cell, split)
     classifier = art_classifier(model, split, dict(UNDEFENDED), torch.device("cpu"))
     x, y = split.x_attack.numpy(), split.y_attack.numpy()
     correct = []

@@ -33,8 +33,15 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from trashfire import aggregate, attack, cli, params, prepare, survival, timing, train
-from trashfire.config import load_params, validate
+from trashfire.stages import aggregate
+from trashfire.stages import attack
+from trashfire.core import cli
+from trashfire import params
+from trashfire.stages import prepare
+from trashfire.stages import survival
+from trashfire.stages import timing
+from trashfire.stages import train
+from trashfire.core.config import load_params, validate
 from trashfire.params import composed_yaml
 from tests.conftest import ROOT, SHARED_MNIST, tiny_overrides
 from tests.test_datasets import write_cifar, write_idx
@@ -264,7 +271,7 @@ CONFIG_CASES = [
 @pytest.mark.parametrize("stage, overrides, needles", CONFIG_CASES)
 def test_bad_value_is_refused_before_training(stage, overrides, needles, full_params, tmp_path, capsys, levelled_logs):
     code, line = refusal(stage, ["--params", str(full_params), *path_overrides(tmp_path), *overrides], capsys)
-    assert code == 2 and line.startswith(f"trashfire.{stage}: config error: ")
+    assert code == 2 and line.startswith(f"trashfire.stages.{stage}: config error: ")
     assert_names(line, needles)
     assert not (tmp_path / "models").exists() and not (tmp_path / "data").exists()
 
@@ -545,7 +552,7 @@ def test_bad_file_is_refused(stage, arrange, needles, workspace, capsys, levelle
     extra = arrange(workspace)
     models = model_files(workspace)
     code, line = refusal(stage, ["--params", str(workspace / "params.yaml"), *path_overrides(workspace), *extra], capsys)
-    assert line.startswith(f"trashfire.{stage}: ")
+    assert line.startswith(f"trashfire.stages.{stage}: ")
     assert_names(line, needles)
     assert model_files(workspace) == models
     assert not any((workspace / name).exists() for name in ("fresh_models", "no_models"))
@@ -574,7 +581,7 @@ def test_process_refuses_an_unknown_model(tmp_path):
 
 def test_process_refuses_a_truncated_mnist_archive(workspace):
     extra = truncated_real_mnist(workspace)
-    result = run_module("trashfire.prepare", "--params", str(workspace / "params.yaml"), *path_overrides(workspace), *extra)
+    result = run_module("trashfire.stages.prepare", "--params", str(workspace / "params.yaml"), *path_overrides(workspace), *extra)
     assert_one_line(result, "corrupt archive", "train-images-idx3-ubyte.gz")
 
 
@@ -582,7 +589,7 @@ def test_process_refuses_corrupt_model_weights(workspace):
     """The attack stage logs its plan first; the error is then the one line after it."""
     extra = garbage_weights(workspace)
     models = model_files(workspace)
-    result = run_module("trashfire.attack", "--params", str(workspace / "params.yaml"), *path_overrides(workspace), *extra)
+    result = run_module("trashfire.stages.attack", "--params", str(workspace / "params.yaml"), *path_overrides(workspace), *extra)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 2 and "attack cells, 0 recorded" in lines[0], result.stderr

@@ -10,10 +10,13 @@ from omegaconf import OmegaConf
 from sklearn.datasets import load_digits
 from torch import nn
 
-from trashfire import brittle, prepare, train
-from trashfire.config import compose, validate
-from trashfire.errors import ConfigError
-from trashfire.grid import model_cells
+from trashfire.stages import brittle
+from trashfire.stages import prepare
+from trashfire.stages import train
+from trashfire.metrics import brittle as brittleness
+from trashfire.core.config import compose, validate
+from trashfire.core.errors import ConfigError
+from trashfire.core.grid import model_cells
 
 GRID = {"kind": "grid", "patch": 2}
 SLIC = {"kind": "slic", "n_segments": 16, "compactness": 0.1}
@@ -41,31 +44,31 @@ def standardised(pixels: np.ndarray) -> torch.Tensor:
 
 
 def test_grid_masks_count_patches_and_broadcast_over_channels():
-    masks = brittle.superpixels(np.zeros((3, 1, 8, 8)), GRID)
+    masks = brittleness.superpixels(np.zeros((3, 1, 8, 8)), GRID)
     assert masks.shape == (3, 1, 8, 8) and masks.dtype == torch.int64
-    assert brittle.n_features(masks).tolist() == [16, 16, 16]
+    assert brittleness.n_features(masks).tolist() == [16, 16, 16]
     assert torch.bincount(masks[0].flatten()).tolist() == [4] * 16
-    colour = brittle.superpixels(np.zeros((2, 3, 7, 7)), {"kind": "grid", "patch": 3})
-    assert colour.shape == (2, 1, 7, 7) and brittle.n_features(colour).tolist() == [9, 9]  # 3 + 3 + a 1-pixel edge
+    colour = brittleness.superpixels(np.zeros((2, 3, 7, 7)), {"kind": "grid", "patch": 3})
+    assert colour.shape == (2, 1, 7, 7) and brittleness.n_features(colour).tolist() == [9, 9]  # 3 + 3 + a 1-pixel edge
 
 
 def test_slic_masks_are_consecutive_from_zero_on_real_digits():
-    masks = brittle.superpixels(digits(10), SLIC)
+    masks = brittleness.superpixels(digits(10), SLIC)
     assert masks.shape == (10, 1, 8, 8)
     for mask in masks:
         labels = torch.unique(mask).tolist()
         assert labels == list(range(len(labels))) and len(labels) >= 2
     halves = np.zeros((1, 3, 8, 8))
     halves[0, 0, :, 4:] = 1.0  # a red right half: colour is segmented too
-    assert brittle.n_features(brittle.superpixels(halves, SLIC))[0] >= 2
+    assert brittleness.n_features(brittleness.superpixels(halves, SLIC))[0] >= 2
 
 
 def test_a_constant_model_scores_zero_and_below_a_varying_one():
     images = standardised(digits(4))
-    masks = brittle.superpixels(digits(4), GRID)
+    masks = brittleness.superpixels(digits(4), GRID)
     targets = torch.zeros(4, dtype=torch.long)
-    flat = brittle.brittle_scores(Constant(), images, masks, targets, lime_samples=40, perturbations_per_eval=40, seed=0)
-    varying = brittle.brittle_scores(small_convnet(), images, masks, targets, lime_samples=40, perturbations_per_eval=40, seed=0)
+    flat = brittleness.brittle_scores(Constant(), images, masks, targets, lime_samples=40, perturbations_per_eval=40, seed=0)
+    varying = brittleness.brittle_scores(small_convnet(), images, masks, targets, lime_samples=40, perturbations_per_eval=40, seed=0)
     assert flat == pytest.approx(np.zeros(4), abs=1e-6)
     assert (varying > 1e-4).all()
 
@@ -74,7 +77,7 @@ def test_a_model_linear_in_the_superpixels_scores_its_mean_absolute_weight():
     """On an all-ones image with baseline 0, each superpixel's mean pixel is its on/off
     indicator, so p0 = 0.5 + sum_j a_j * indicator_j and least squares recovers a exactly."""
     weights = torch.tensor([0.1, -0.2, 0.05, 0.15])
-    masks = brittle.superpixels(np.zeros((2, 1, 4, 4)), GRID)  # 2x2 patches: 4 superpixels
+    masks = brittleness.superpixels(np.zeros((2, 1, 4, 4)), GRID)  # 2x2 patches: 4 superpixels
 
     def forward(x: torch.Tensor) -> torch.Tensor:
         means = torch.stack([x[:, 0][:, masks[0, 0] == j].mean(dim=1) for j in range(4)], dim=1)
@@ -83,26 +86,26 @@ def test_a_model_linear_in_the_superpixels_scores_its_mean_absolute_weight():
 
     images = torch.ones(2, 1, 4, 4)
     for target in (0, 1):  # the other class's probability has the opposite weights
-        scores = brittle.brittle_scores(forward, images, masks, torch.full((2,), target), 30, 10, seed=1)
+        scores = brittleness.brittle_scores(forward, images, masks, torch.full((2,), target), 30, 10, seed=1)
         assert scores == pytest.approx([0.125, 0.125], abs=1e-5)
 
 
 def test_the_same_seed_gives_the_same_scores():
-    images, masks = standardised(digits(3)), brittle.superpixels(digits(3), SLIC)
-    targets = brittle.predicted_classes(small_convnet(), images)
+    images, masks = standardised(digits(3)), brittleness.superpixels(digits(3), SLIC)
+    targets = brittleness.predicted_classes(small_convnet(), images)
 
     def scores(seed):
-        return brittle.brittle_scores(small_convnet(), images, masks, targets, 30, 30, seed)
+        return brittleness.brittle_scores(small_convnet(), images, masks, targets, 30, 30, seed)
 
     np.testing.assert_array_equal(scores(5), scores(5))
     assert not np.array_equal(scores(5), scores(6))
 
 
 def test_samples_are_one_seeded_choice():
-    first = brittle.sample_positions(80, 10, seed=0)
-    assert np.array_equal(first, brittle.sample_positions(80, 10, seed=0))
+    first = brittleness.sample_positions(80, 10, seed=0)
+    assert np.array_equal(first, brittleness.sample_positions(80, 10, seed=0))
     assert len(set(first)) == 10 and first.max() < 80
-    assert len(brittle.sample_positions(5, 10, seed=0)) == 5  # fewer test images than asked: all of them
+    assert len(brittleness.sample_positions(5, 10, seed=0)) == 5  # fewer test images than asked: all of them
 
 
 def test_stage_records_every_model_cell_once_and_recomputes_a_corrupt_record(tiny_cfg):
@@ -111,8 +114,8 @@ def test_stage_records_every_model_cell_once_and_recomputes_a_corrupt_record(tin
     cfg = OmegaConf.merge(tiny_cfg, {"metrics": {"brittle": {"n_samples": 3, "lime_samples": 20, "perturbations_per_eval": 20}}})
     cells = model_cells(cfg)
     assert brittle.run(cfg) == len(cells)
-    settings = brittle.brittle_settings(cfg)
-    paths = [brittle.brittle_record_path(f"{cfg.paths.reports}/brittle", brittle.brittle_hash(cell.hash, settings)) for cell in cells]
+    settings = brittleness.brittle_settings(cfg)
+    paths = [brittleness.brittle_record_path(f"{cfg.paths.reports}/brittle", brittleness.brittle_hash(cell.hash, settings)) for cell in cells]
     records = [json.loads(path.read_text()) for path in paths]
     assert {r["defence"] for r in records} == {"none", "gauss_in", "gauss_out", "conf", "fsq"}
     assert len({tuple(r["positions"]) for r in records}) == 1  # every cell scores the same images

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from trashfire import cards
+from trashfire.report import cards
 
 
 def experiments(flags: list) -> pd.DataFrame:

@@ -39,7 +39,7 @@ def test_unknown_attack_name_stops_params(tmp_path):
 def test_bad_values_stop_the_train_stage_before_training(tmp_path, override, needles):
     params = tmp_path / "params.yaml"
     params.write_text(composed_yaml(tiny_overrides(tmp_path)))
-    result = run("trashfire.train", "--params", str(params), override)
+    result = run("trashfire.stages.train", "--params", str(params), override)
     assert_one_line_error(result, *needles)
     assert not (tmp_path / "models").exists()
 
@@ -50,7 +50,7 @@ def test_bad_values_stop_params_composition(tmp_path):
 
 
 def test_missing_params_file_names_the_fix(tmp_path):
-    result = run("trashfire.train", "--params", str(tmp_path / "nope.yaml"))
+    result = run("trashfire.stages.train", "--params", str(tmp_path / "nope.yaml"))
     assert_one_line_error(result, "nope.yaml", "make params")
 
 
@@ -61,5 +61,5 @@ def test_unwritable_output_folder_is_one_line(tmp_path):
     locked.mkdir()
     params.write_text(composed_yaml(tiny_overrides(tmp_path, f"paths.processed={locked / 'processed'}")))
     (locked / "processed").write_text("a file where a folder must go")
-    result = run("trashfire.prepare", "--params", str(params))
+    result = run("trashfire.stages.prepare", "--params", str(params))
     assert_one_line_error(result, "paths.processed", "locked/processed is a file", "allowed: a folder path")

@@ -3,7 +3,7 @@
 import threading
 import time
 
-from trashfire.clocks import Stopwatch, exclude_thread_cpu
+from trashfire.core.clocks import Stopwatch, exclude_thread_cpu
 
 
 def busy_thread(stop: threading.Event) -> threading.Thread:

@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from trashfire.config import compose, validate
-from trashfire.errors import ConfigError
+from trashfire.core.config import compose, validate
+from trashfire.core.errors import ConfigError
 from tests.conftest import ROOT
 
 

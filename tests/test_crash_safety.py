@@ -36,7 +36,7 @@ def project(folder: Path) -> Path:
 
 def stage(name: str, params: Path) -> subprocess.Popen:
     env = os.environ | {"TRASHFIRE_CONFIG_DIR": str(ROOT / "conf"), "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", f"trashfire.{name}", "--params", str(params)], cwd=params.parent, env=env,
+    return subprocess.Popen([sys.executable, "-m", f"trashfire.stages.{name}", "--params", str(params)], cwd=params.parent, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
@@ -80,11 +80,11 @@ def temp_files(*folders: Path) -> list[str]:
 
 def test_killed_train_and_attack_rerun_to_the_uninterrupted_records(tmp_path):
     reference = project(tmp_path / "reference")
-    subprocess.run([sys.executable, "-m", "trashfire.prepare", "--params", str(reference)], cwd=reference.parent, check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "trashfire.stages.prepare", "--params", str(reference)], cwd=reference.parent, check=True, capture_output=True)
     compute = {name: run_to_end(name, reference) for name in ("train", "attack")}
 
     killed = project(tmp_path / "killed")
-    subprocess.run([sys.executable, "-m", "trashfire.prepare", "--params", str(killed)], cwd=killed.parent, check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "trashfire.stages.prepare", "--params", str(killed)], cwd=killed.parent, check=True, capture_output=True)
     seed = random.randrange(10**6)
     moments = random.Random(seed)
     folders = {"train": killed.parent / "models", "attack": killed.parent / "reports" / "attacks"}

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from trashfire import prepare
-from trashfire.config import compose, validate
-from trashfire.datasets import (MNIST_FILES, load_sklearn_digits, load_torchvision_cifar,
+from trashfire.stages import prepare
+from trashfire.core.config import compose, validate
+from trashfire.data.datasets import (MNIST_FILES, load_sklearn_digits, load_torchvision_cifar,
                                 load_torchvision_fashion_mnist, load_torchvision_mnist, load_split, to_shape)
-from trashfire.errors import DataError
-from trashfire.grid import training_cells
-from trashfire.train import initial_model
+from trashfire.core.errors import DataError
+from trashfire.core.grid import training_cells
+from trashfire.models.training import initial_model
 from tests.conftest import ROOT, SHARED_MNIST
 
 needs_shared_mnist = pytest.mark.skipif(not SHARED_MNIST.is_dir(), reason="../shared/data/mnist is not beside the checkout")

@@ -8,12 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from trashfire import attack, prepare, train
+from trashfire.stages import attack
+from trashfire.stages import prepare
+from trashfire.stages import train
 from trashfire.attacks import art_classifier
-from trashfire.config import compose, validate
-from trashfire.datasets import load_split
-from trashfire.defences import augment
-from trashfire.grid import defence_values, model_cells
+from trashfire.core.config import compose, validate
+from trashfire.data.datasets import load_split
+from trashfire.models.defences import augment
+from trashfire.core.grid import defence_values, model_cells
 from trashfire.models import build_model
 from tests.conftest import ROOT
 

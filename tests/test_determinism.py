@@ -9,9 +9,13 @@ import shutil
 import pandas as pd
 
 from tests.conftest import ROOT, recorded, tiny_overrides
-from trashfire import attack, prepare, survival, timing, train
-from trashfire.config import compose, validate
-from trashfire.grid import attack_cells, model_cells
+from trashfire.stages import attack
+from trashfire.stages import prepare
+from trashfire.stages import survival
+from trashfire.stages import timing
+from trashfire.stages import train
+from trashfire.core.config import compose, validate
+from trashfire.core.grid import attack_cells, model_cells
 
 # the FC net keeps it quick: seeding (initialisation, data order, noise defences, PGD's random
 # start) is the pipeline's, whatever the model

@@ -7,6 +7,7 @@ cells, a plotting change redraws without re-running experiments, and a queued gr
 
 import csv
 import io
+import json
 import os
 import re
 import shutil
@@ -14,8 +15,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
+import pandas.testing as pdt
 import pytest
 from omegaconf import OmegaConf
+
+from trashfire.core import schema
 
 from tests.conftest import ROOT, TINY
 
@@ -29,7 +34,10 @@ TINY_DEFAULT = "# @package _global_\ndefaults:\n  - override /model: [fcnet]\n  
 
 @pytest.fixture
 def project(tmp_path):
-    repo = tmp_path / "repo"
+    return scratch_project(tmp_path / "repo")
+
+
+def scratch_project(repo: Path):
     repo.mkdir()
     for item in ("dvc.yaml", "conf", "src"):
         source = ROOT / item
@@ -48,6 +56,62 @@ def project(tmp_path):
         run(*command)
     run.repo = repo
     return run
+
+
+# --- incremental runs equal a run from scratch ---------------------------------------------
+
+SURVIVAL_KEYS = {"aft_comparison.csv": ["fitter"], "coefficients.csv": ["fitter", "param", "covariate"],
+                 "expected_times.csv": ["attack_hash"], "logrank.csv": ["attack_family", "defence", "reference", "n", "n_reference"]}
+
+
+def untimed_outputs(reports: Path) -> dict[str, object]:
+    """Every table, card and metric of a run, without what the clock or the machine decides.
+    The survival fits are on durations: of them, which rows there are."""
+    found: dict[str, object] = {}
+    for path in sorted(reports.glob("*.csv")):
+        table = pd.read_csv(path)
+        if path.name == "findings.csv":  # 003's claims are about times: which rows, not their values
+            timed = table["id"].str.startswith(schema.CLOCK_FINDINGS)
+            table.loc[timed, ["value", "lo", "hi", "p", "verdict", "detail"]] = None
+        found[path.name] = schema.untimed_table(table)
+    for name, keys in SURVIVAL_KEYS.items():
+        found[f"survival/{name}"] = pd.read_csv(reports / "survival" / name)[keys]
+    for path in sorted((reports / "cards").glob("*.json")) + [reports / "metrics.json"]:
+        found[str(path.relative_to(reports))] = schema.untimed_record(json.loads(path.read_text()))
+    return found
+
+
+def assert_same_outputs(incremental: Path, scratch: Path) -> None:
+    ours, theirs = untimed_outputs(incremental), untimed_outputs(scratch)
+    assert sorted(ours) == sorted(theirs)
+    for name, value in ours.items():
+        if isinstance(value, pd.DataFrame):
+            pdt.assert_frame_equal(value, theirs[name], check_exact=False, rtol=1e-9, obj=name)
+        else:
+            assert value == theirs[name], name
+
+
+def test_incremental_repro_after_narrowing_widening_and_a_metric_change_equals_a_run_from_scratch(project, tmp_path):
+    steps = [
+        [],  # the tiny grid: FGM and PGD
+        ["attack=[fgm]"],  # narrow: the issue's stale experiments.csv
+        ["attack=[fgm]", "attack.fgm.values=[0.1,0.5,1.0]"],  # widen
+        ["attack=[fgm]", "attack.fgm.values=[0.1,0.5,1.0]", "metrics.evp.w=0.3", "metrics.trash.eps_max=0.5"],  # a metric setting
+    ]
+    for step, overrides in enumerate(steps):
+        project(sys.executable, "-m", "trashfire.params", *overrides)
+        ran = project("dvc", "repro")
+        experiments = pd.read_csv(project.repo / "reports" / "experiments.csv")
+        wanted = {"fgm", "pgd"} if step == 0 else {"fgm"}
+        assert set(experiments["attack"]) == wanted, (step, ran)
+        if step == 1:
+            assert {"timing", "survival", "aggregate", "figures"} <= stages_run(ran) and "train" not in stages_run(ran), ran
+    assert sorted(experiments["attack_value"].unique()) == [0.1, 0.5, 1.0]
+
+    scratch = scratch_project(tmp_path / "scratch")
+    shutil.copy(project.repo / "params.yaml", scratch.repo / "params.yaml")
+    scratch("dvc", "repro")
+    assert_same_outputs(project.repo / "reports", scratch.repo / "reports")
 
 
 def stages_run(output: str) -> set[str]:
@@ -87,7 +151,7 @@ def test_new_epochs_train_only_new_cells_and_a_plotting_change_only_redraws(proj
     assert "4 training cells, 2 cached, 2 to train" in new_epoch, new_epoch
 
     # a plotting change redraws the figures and the report from the recorded tables only
-    figures_py = project.repo / "src" / "trashfire" / "figures.py"
+    figures_py = project.repo / "src" / "trashfire" / "report" / "figures.py"
     figures_py.write_text(figures_py.read_text() + "\n# a plotting change\n")
     report = project.repo / "reports" / "report.html"
     before = report.stat().st_mtime_ns

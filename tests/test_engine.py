@@ -8,14 +8,16 @@ import numpy as np
 import pytest
 import torch
 
-from trashfire import prepare, train
+from trashfire.stages import prepare
+from trashfire.stages import train
+from trashfire.models import training
 from trashfire.attacks import art_classifier, attack_strength, build_attack
 from trashfire.attacks.engine import run_engine
 from trashfire.attacks.target import Target, margins
-from trashfire.clocks import LapClock
-from trashfire.config import compose, validate
-from trashfire.datasets import load_split
-from trashfire.grid import UNDEFENDED, training_cells
+from trashfire.core.clocks import LapClock
+from trashfire.core.config import compose, validate
+from trashfire.data.datasets import load_split
+from trashfire.core.grid import UNDEFENDED, training_cells
 from tests.conftest import ROOT, tiny_overrides
 
 CPU = torch.device("cpu")
@@ -30,7 +32,7 @@ def trained(tmp_path_factory):
     prepare.run(cfg)
     train.run(cfg)
     split = load_split(cfg.paths.processed, "digits", 0, 10)
-    model = train.load_weights(cfg.paths.models, training_cells(cfg)[0], split)
+    model = training.load_weights(cfg.paths.models, training_cells(cfg)[0], split)
     return model, split
 
 

@@ -63,7 +63,7 @@ def test_objectives_are_means_over_the_trials_attack_cells():
 def test_an_unknown_objective_or_an_eps_objective_without_an_eps_attack_is_refused(tiny_cfg):
     from omegaconf import OmegaConf
 
-    from trashfire.errors import ConfigError
+    from trashfire.core.errors import ConfigError
     from trashfire.experiment import objective_names
 
     assert objective_names(OmegaConf.merge(tiny_cfg, {"objective": ["acc_adv", "trash"]})) == ["acc_adv", "trash"]

@@ -11,9 +11,10 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from trashfire import figures
-from trashfire.config import compose, validate
-from trashfire.errors import DataError
+from trashfire.stages import figures
+from trashfire.report import figures as report_figures
+from trashfire.core.config import compose, validate
+from trashfire.core.errors import DataError
 from tests.conftest import ROOT, tiny_overrides
 
 STEMS = ["accuracy_by_attack_and_defence", "trash_by_depth_and_defence", "evp_vs_tau", "evp_convergence",
@@ -210,7 +211,7 @@ def only_draw(monkeypatch, *kept: str) -> None:
     """Stub the figures a test is not about: drawing them is most of a run's time."""
     for name in ("accuracy_figure", "trash_figure", "evp_tau_figure", "evp_convergence_figure", "curves_figure", "brittle_figure"):
         if name not in kept:
-            monkeypatch.setattr(figures, name, lambda *args: [])
+            monkeypatch.setattr(report_figures, name, lambda *args: [])
 
 
 def cfg_for(tmp_path):
@@ -253,16 +254,16 @@ def test_report_is_self_contained_and_holds_every_figure(drawn):
 
 
 def test_wilson_interval_matches_hand_computed_values():
-    assert figures.wilson_interval(8, 10) == pytest.approx((0.4902, 0.9433), abs=1e-4)
-    assert figures.wilson_interval(0, 20) == pytest.approx((0.0, 0.1611), abs=1e-4)
-    pooled, lo, hi = figures.pooled_accuracy(pd.Series([0.5, 1.0]), pd.Series([10, 10]))
-    assert (pooled, lo, hi) == pytest.approx((0.75, *figures.wilson_interval(15, 20)))
+    assert report_figures.wilson_interval(8, 10) == pytest.approx((0.4902, 0.9433), abs=1e-4)
+    assert report_figures.wilson_interval(0, 20) == pytest.approx((0.0, 0.1611), abs=1e-4)
+    pooled, lo, hi = report_figures.pooled_accuracy(pd.Series([0.5, 1.0]), pd.Series([10, 10]))
+    assert (pooled, lo, hi) == pytest.approx((0.75, *report_figures.wilson_interval(15, 20)))
 
 
 def test_cell_label_names_model_defence_and_epochs():
     row = {"model": "resnet18", "defence": "conf", "defence_value": 0.5, "epochs": 1, "pretrained_on": ""}
-    assert figures.cell_label(row) == "resnet18 · conf 0.5 · 1 ep"
-    assert figures.cell_label(row | {"defence": "none", "pretrained_on": "mnist"}) == "resnet18 · no defence · 1 ep · from mnist"
+    assert report_figures.cell_label(row) == "resnet18 · conf 0.5 · 1 ep"
+    assert report_figures.cell_label(row | {"defence": "none", "pretrained_on": "mnist"}) == "resnet18 · no defence · 1 ep · from mnist"
 
 
 def test_missing_brittle_scores_are_reported_as_not_computed(tmp_path, monkeypatch):
@@ -330,10 +331,10 @@ def test_crowded_panels_keep_the_first_model_and_say_so():
          "defence_param": "confidence", "defence_value": value, "seed": seed}
         for model, depth in (("resnet34", 34), ("resnet18", 18)) for value in range(7) for seed in (0, 1)
     ])
-    lines, note = figures.capped_lines(cells)
+    lines, note = report_figures.capped_lines(cells)
     assert len(lines) == 7 and set(lines["model"]) == {"resnet18"}
     assert note == "7 of 14 cells shown: resnet18 · 1 ep"
-    few, none_noted = figures.capped_lines(cells[cells["defence_value"] < 3])
+    few, none_noted = report_figures.capped_lines(cells[cells["defence_value"] < 3])
     assert len(few) == 6 and none_noted == ""
 
 
@@ -344,11 +345,11 @@ def test_one_seed_intervals_and_sds_print_n_a_never_an_interval():
                                       "trash_ben_mean": 3.0, "trash_ben_lo": np.nan, "trash_ben_hi": np.nan, "f_ben_mean": 1.0, "f_adv_mean": 2.0},
                             labels | {"epochs": 2, "n_seeds": 3, "trash_adv_mean": 2.0, "trash_adv_lo": 1.5, "trash_adv_hi": 2.5,
                                       "trash_ben_mean": 3.0, "trash_ben_lo": 2.0, "trash_ben_hi": 4.0, "f_ben_mean": 1.0, "f_adv_mean": 2.0}])
-    shown = figures.trash_summary_section(summary)
+    shown = report_figures.trash_summary_section(summary)
     assert shown.count("n/a (1 seed)") == 2 and "2 [1.5, 2.5]" in shown and "[2, 2]" not in shown
     auc = pd.DataFrame([labels | {"n_seeds": 1, "R_mean": 0.7, "R_sd": np.nan, "S_mean": 0.3, "S_sd": np.nan},
                         labels | {"epochs": 2, "n_seeds": 2, "R_mean": 0.7, "R_sd": 0.1, "S_mean": 0.3, "S_sd": 0.1}])
-    shown = figures.auc_section(auc)
+    shown = report_figures.auc_section(auc)
     assert shown.count("± n/a (1 seed)") == 2 and "0.7 ± 0.1" in shown
 
 
@@ -360,6 +361,6 @@ def test_crowded_panels_keep_the_richest_defence_comparison_not_the_first_name()
     table = pd.DataFrame(cells("cifar_resnet14", ["none", "conf", "fsq", "gauss_out"], 10)
                          + cells("cifar_resnet8", ["none", "conf", "fsq", "gauss_out", "adv_train", "gauss_in"], 6)
                          + cells("cifar_resnet8", ["none", "conf", "fsq", "gauss_out", "adv_train", "gauss_in"], 10))
-    lines, note = figures.capped_lines(table)
+    lines, note = report_figures.capped_lines(table)
     assert set(lines["model"]) == {"cifar_resnet8"} and set(lines["epochs"]) == {10} and "adv_train" in set(lines["defence"])
     assert note == "6 of 16 cells shown: cifar_resnet8 · 10 ep"

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from trashfire import findings as F
+from trashfire.metrics import findings as F
 
 LABELS = {"dataset": "digits", "pretrained_on": None, "seed": 0, "model": "resnet18", "depth": 18, "epochs": 1,
           "lr": 0.05, "defence": "none", "degenerate": False}

@@ -5,10 +5,11 @@ trains on it through the ordinary stages."""
 import numpy as np
 import pytest
 
-from trashfire import prepare, train
-from trashfire.config import compose, validate
-from trashfire.datasets import load_split, load_torchvision_cifar, load_torchvision_mnist, to_shape
-from trashfire.errors import ConfigError
+from trashfire.stages import prepare
+from trashfire.stages import train
+from trashfire.core.config import compose, validate
+from trashfire.data.datasets import load_split, load_torchvision_cifar, load_torchvision_mnist, to_shape
+from trashfire.core.errors import ConfigError
 from tests.conftest import ROOT
 from tests.test_datasets import write_cifar, write_idx
 

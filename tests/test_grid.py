@@ -3,8 +3,8 @@
 import pytest
 from omegaconf import OmegaConf
 
-from trashfire.config import compose, validate
-from trashfire.grid import attack_cells, model_cells, training_cells
+from trashfire.core.config import compose, validate
+from trashfire.core.grid import attack_cells, model_cells, training_cells
 
 
 def hashes(cells):

@@ -8,9 +8,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from trashfire import metrics
-from trashfire.errors import ConfigError
-from trashfire.fitters import fit_one
-from trashfire.survival import score
+from trashfire.core.errors import ConfigError
+from trashfire.survival.fitters import fit_one
+from trashfire.survival.analysis import score
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from trashfire.config import compose, validate
+from trashfire.core.config import compose, validate
 from trashfire.models import build_model, count_weight_layers
 from tests.conftest import ROOT
 

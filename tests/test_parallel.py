@@ -11,12 +11,16 @@ import pytest
 import torch
 
 from tests.conftest import ROOT, recorded, tiny_overrides
-from trashfire import attack, brittle, prepare, train
-from trashfire.config import compose, validate
-from trashfire.errors import ConfigError, DataError
-from trashfire.parallel import resolve_workers, results_as_completed, threads_per_cell
-from trashfire.grid import UNDEFENDED, TrainCell
-from trashfire.train import waves
+from trashfire.stages import attack
+from trashfire.stages import brittle
+from trashfire.stages import prepare
+from trashfire.stages import train
+from trashfire.models import training
+from trashfire.core.config import compose, validate
+from trashfire.core.errors import ConfigError, DataError
+from trashfire.core.parallel import resolve_workers, results_as_completed, threads_per_cell
+from trashfire.core.grid import UNDEFENDED, TrainCell
+from trashfire.models.training import waves
 
 
 def tiny(folder: Path, *extra: str):
@@ -106,6 +110,6 @@ def test_fine_tuning_runs_wait_for_their_base():
     base, other = cell("a"), cell("b")
     tuned = cell("c", base=base)
     again = cell("d", base=tuned)
-    groups = train.runs([base, other, tuned, again])
+    groups = training.runs([base, other, tuned, again])
     assert waves(groups) == [[[base], [other]], [[tuned]], [[again]]]
-    assert waves(train.runs([tuned, other])) == [[[tuned], [other]]]  # a base already trained waits for nothing
+    assert waves(training.runs([tuned, other])) == [[[tuned], [other]]]  # a base already trained waits for nothing

@@ -5,11 +5,11 @@ import signal
 import subprocess
 import sys
 
-from trashfire.records import atomic_path, remove_dead_temps
+from trashfire.core.records import atomic_path, remove_dead_temps
 
 KILLED_WRITER = """
 import os, signal, sys
-from trashfire.records import atomic_path
+from trashfire.core.records import atomic_path
 with atomic_path(sys.argv[1]) as tmp:
     tmp.write_text('{"half": ')
     os.kill(os.getpid(), signal.SIGKILL)

@@ -9,7 +9,7 @@ import re
 import pandas as pd
 import pytest
 
-from trashfire import figures
+from trashfire.report import figures as report_figures
 from tests.test_figures import findings_table, write_reports
 
 SECTION_ORDER = ["findings", "headline", "run", "figures", "tables"]
@@ -26,8 +26,8 @@ def reports(tmp_path):
 
 
 def page_of(reports) -> str:
-    images = figures.survival_images(reports)
-    return figures.report_html(reports, images).read_text()
+    images = report_figures.survival_images(reports)
+    return report_figures.report_html(reports, images).read_text()
 
 
 def test_findings_come_first_with_a_badge_per_verdict_and_their_count(reports):
@@ -46,7 +46,7 @@ def test_findings_come_first_with_a_badge_per_verdict_and_their_count(reports):
 
 def test_the_verdict_count_names_every_verdict_even_when_none_has_it():
     verdicts = pd.Series(["holds"] * 7 + ["inconclusive"] * 2 + ["not testable"])
-    assert figures.verdict_count(verdicts) == "7 hold, 0 contradicted, 2 inconclusive, 1 not testable"
+    assert report_figures.verdict_count(verdicts) == "7 hold, 0 contradicted, 2 inconclusive, 1 not testable"
 
 
 def test_finding_text_is_escaped(reports):
@@ -69,7 +69,7 @@ def test_the_headline_gives_each_metric_one_plain_sentence_and_leaves_counts_to_
     metrics = {"trash_adv_median": 0.46, "n_train_cells": 24, "clock": "process", "survival_beats_baselines": True,
                "evp_mean_short_of_nonviability": float("nan"), "brittle_spearman": {"digits": {"rho": -0.17, "p": 0.19, "n": 60}},
                "findings": {"x": {"verdict": "holds"}}, "a_new_metric": 2}
-    shown = figures.headline_section(metrics)
+    shown = report_figures.headline_section(metrics)
     assert "above 1 a model is cheaper to break than to train" in shown and "0.46" in shown
     assert "brittle_spearman · digits" in shown and "ρ = -0.17, p = 0.19, n = 60" in shown
     assert ">yes<" in shown and ">—<" in shown and "a_new_metric" in shown
@@ -108,7 +108,7 @@ def test_every_figure_says_how_to_read_it_and_the_story_order_is_kept(reports, t
         drawn.append(reports / "figures" / f"{stem}.png")
         drawn[-1].parent.mkdir(exist_ok=True)
         drawn[-1].write_bytes((reports / "survival" / "calibration.png").read_bytes())
-    page = figures.report_html(reports, drawn + figures.survival_images(reports)).read_text()
+    page = report_figures.report_html(reports, drawn + report_figures.survival_images(reports)).read_text()
     shown = page[page.index('<h2 id="figures">'):page.index('<h2 id="tables">')]
     assert shown.count("<figure") == 4 and shown.count("How to read it:") == 4
     assert shown.index('id="fig-trash_by_depth_and_defence"') < shown.index('id="fig-brittle_vs_robust_acc"') < shown.index('id="fig-calibration"')

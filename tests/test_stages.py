@@ -12,11 +12,21 @@ import torch
 from lifelines.calibration import survival_probability_calibration
 from omegaconf import OmegaConf
 
-from trashfire import fitters as F
-from trashfire import aggregate, attack, brittle, figures, prepare, survival, timing, train
-from trashfire.datasets import load_split
-from trashfire.grid import attack_cells, model_cells, training_cells
-from trashfire.records import read_npz
+from trashfire.survival import fitters as F
+from trashfire.stages import aggregate
+from trashfire.stages import attack
+from trashfire.stages import brittle
+from trashfire.stages import figures
+from trashfire.stages import prepare
+from trashfire.stages import survival
+from trashfire.stages import timing
+from trashfire.stages import train
+from trashfire.attacks import campaign
+from trashfire.models import training
+from trashfire.survival import analysis
+from trashfire.data.datasets import load_split
+from trashfire.core.grid import attack_cells, model_cells, training_cells
+from trashfire.core.records import read_npz
 
 
 @pytest.fixture
@@ -58,8 +68,8 @@ def test_train_records_both_clocks_and_is_cached(tiny_cfg):
 
 def test_attack_outcomes_agree_with_accuracy_and_budgets(pipeline):
     for cell in attack_cells(pipeline):
-        record = json.loads((attack.attack_record_path(pipeline.paths.attacks, cell.hash)).read_text())
-        outcomes = read_npz(attack.outcomes_path(pipeline.paths.attacks, cell.hash))
+        record = json.loads((campaign.attack_record_path(pipeline.paths.attacks, cell.hash)).read_text())
+        outcomes = read_npz(campaign.outcomes_path(pipeline.paths.attacks, cell.hash))
         assert record["acc_adv"] == pytest.approx(np.mean(outcomes["y_pred_adv"] == outcomes["y_true"]))
         assert record["t_attack_process"] > 0 and record["t_attack_wall"] > 0
         budget = {"inf": outcomes["norm_linf"], "2": outcomes["norm_l2"]}[cell.norm]
@@ -70,7 +80,7 @@ def test_attack_stage_reruns_only_new_cells(pipeline):
     assert attack.run(pipeline) == 0
     wider = OmegaConf.merge(pipeline, {"attack": {"pgd": {"values": [0.1, 0.3, 1.0]}}})
     assert attack.run(wider) == len(model_cells(pipeline))  # one new PGD eps per model cell
-    assert all(train.is_cached(wider.paths.models, c.hash) for c in training_cells(wider))
+    assert all(training.is_cached(wider.paths.models, c.hash) for c in training_cells(wider))
 
 
 def test_downstream_stages_write_every_table_and_figure(pipeline, tmp_path):
@@ -118,8 +128,8 @@ def test_downstream_stages_write_every_table_and_figure(pipeline, tmp_path):
 
 
 def test_step_half_divides_the_learning_rate_by_ten_from_half_of_training():
-    assert [train.scheduled_lr(0.1, "step_half", p) for p in (0.0, 0.49, 0.5, 0.99)] == pytest.approx([0.1, 0.1, 0.01, 0.01])
-    assert train.scheduled_lr(0.1, "constant", 0.9) == 0.1
+    assert [training.scheduled_lr(0.1, "step_half", p) for p in (0.0, 0.49, 0.5, 0.99)] == pytest.approx([0.1, 0.1, 0.01, 0.01])
+    assert training.scheduled_lr(0.1, "constant", 0.9) == 0.1
 
 
 def test_a_step_decay_cell_trains_to_different_weights(tiny_cfg):
@@ -129,7 +139,7 @@ def test_a_step_decay_cell_trains_to_different_weights(tiny_cfg):
     weights = {}
     for name, cfg in (("constant", tiny_cfg), ("step_half", decayed)):
         undefended = training_cells(cfg)[0]
-        model, _ = train.train_cell(undefended, split, cfg, torch.device("cpu"))
+        model, _ = training.train_cell(undefended, split, cfg, torch.device("cpu"))
         weights[name] = model.state_dict()
     assert any(not torch.equal(weights["constant"][k], weights["step_half"][k]) for k in weights["constant"] if k.endswith("weight"))
 
@@ -139,10 +149,10 @@ def test_ici_and_e50_on_real_per_sample_rows_equal_lifelines_calibration(pipelin
     and E50 are lifelines' `survival_probability_calibration` on the same rows."""
     timing.run(pipeline)
     data = pd.read_csv(Path(pipeline.paths.reports) / "survival_data.csv")
-    train_part, _ = survival.usable_covariates(*survival.split_groups(data, "train_hash", 0.2, 0))
+    train_part, _ = analysis.usable_covariates(*analysis.split_groups(data, "train_hash", 0.2, 0))
     frame = F.model_frame(train_part)
     assert len(frame) > 50 and frame[F.EVENT].sum() > 10
-    t0 = survival.calibration_time(frame, 0.5)
+    t0 = analysis.calibration_time(frame, 0.5)
     for name in ("weibull", "loglogistic"):
         fit = F.fit_one(name, pipeline.survival.models[name], frame, pipeline.survival.retries)
         ours = F.calibration(fit, frame, t0)

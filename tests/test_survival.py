@@ -24,12 +24,13 @@ from lifelines.exceptions import ApproximationWarning
 from omegaconf import OmegaConf
 from scipy.optimize import minimize
 
-from trashfire import fitters as F
-from trashfire import survival
-from trashfire.config import compose, validate
-from trashfire.errors import ConfigError, DataError
+from trashfire.survival import fitters as F
+from trashfire.stages import survival
+from trashfire.survival import analysis
+from trashfire.core.config import compose, validate
+from trashfire.core.errors import ConfigError, DataError
 from trashfire.params import composed_yaml
-from trashfire.survival_data import LABEL_COLUMNS
+from trashfire.survival.data import LABEL_COLUMNS
 from tests.conftest import ROOT, stage_cfg, tiny_overrides
 
 ROSSI_COVARIATES = ["fin", "age", "race", "wexp", "mar", "paro", "prio"]
@@ -95,7 +96,7 @@ def test_generalised_gamma_is_lifelines_regression_fitter_with_covariates_on_mu(
 
 
 def test_exponential_without_covariates_is_lifelines_exponential_fitter(rossi):
-    spec = OmegaConf.create({"fitter": {"_target_": "trashfire.fitters.ExponentialAFTFitter", "penalizer": 0.0}})
+    spec = OmegaConf.create({"fitter": {"_target_": "trashfire.survival.fitters.ExponentialAFTFitter", "penalizer": 0.0}})
     fit = F.fit_one("exponential", spec, rossi[["duration", "event"]])
     reference = ExponentialFitter().fit(rossi["duration"], rossi["event"])
     assert fit.fitter.log_likelihood_ == pytest.approx(reference.log_likelihood_, rel=1e-9)
@@ -112,7 +113,7 @@ def weibull_log_likelihood(beta, log_rho, x, t, d):
 
 
 def test_exponential_equals_a_weibull_fit_with_shape_one(rossi):
-    spec = OmegaConf.create({"fitter": {"_target_": "trashfire.fitters.ExponentialAFTFitter", "penalizer": 0.0}})
+    spec = OmegaConf.create({"fitter": {"_target_": "trashfire.survival.fitters.ExponentialAFTFitter", "penalizer": 0.0}})
     fit = F.fit_one("exponential", spec, rossi)
     x = np.column_stack([rossi[ROSSI_COVARIATES].to_numpy(float), np.ones(len(rossi))])
     t, d = rossi["duration"].to_numpy(float), rossi["event"].to_numpy(float)
@@ -177,10 +178,10 @@ def test_stage_fits_scores_and_saves_all_six_models(tmp_path):
     data = synthetic_cells()
     cfg = stage_cfg(tmp_path, data)
     table = survival.run(cfg).set_index("fitter")
-    assert list(table.index) == ["weibull", "lognormal", "loglogistic", "exponential", "gengamma", "cox", *survival.BASELINES]
+    assert list(table.index) == ["weibull", "lognormal", "loglogistic", "exponential", "gengamma", "cox", *analysis.BASELINES]
     comparison = table[table["status"] != "baseline"]
     assert (comparison["status"] == "fitted").all()
-    assert comparison[survival.SCORE_COLUMNS].notna().all().all(), comparison[survival.SCORE_COLUMNS]
+    assert comparison[analysis.SCORE_COLUMNS].notna().all().all(), comparison[analysis.SCORE_COLUMNS]
     assert comparison.loc["weibull", "concordance"] > 0.55  # ties within a cell cap it; chance is 0.5
     # the selection rule: the AFT model with the lowest test ICI
     aft = comparison[comparison["aft"]]
@@ -194,7 +195,7 @@ def test_stage_fits_scores_and_saves_all_six_models(tmp_path):
     times = pd.read_csv(out / "expected_times.csv").set_index("attack_hash")
     assert len(times) == data["attack_hash"].nunique() and np.isfinite(times["E_T"]).all()
     selected = comparison.index[comparison["selected"]][0]
-    models = survival.load_models(out / "models.pkl")
+    models = analysis.load_models(out / "models.pkl")
     assert set(models) == set(comparison.index)
     covariates = data.drop_duplicates("attack_hash").set_index("attack_hash")[["epochs", "depth", "attack_pgd_inf"]]
     # a cell's samples share its covariates here: its unrestricted E[T] is the model's mean
@@ -234,9 +235,9 @@ def only(settings, *fitters, **changes):
 
 def test_constant_covariates_leave_intercept_only_models_and_a_cox_note(settings):
     data = synthetic_cells().assign(epochs=3.0, depth=18.0, attack_pgd_inf=0.0)
-    train, test = survival.usable_covariates(*survival.split_groups(data, "train_hash", 0.2, 0))
+    train, test = analysis.usable_covariates(*analysis.split_groups(data, "train_hash", 0.2, 0))
     assert list(F.covariates_of(train)) == []
-    comparison, fits = survival.compare(train, test, only(settings, "weibull", "cox"))
+    comparison, fits = analysis.compare(train, test, only(settings, "weibull", "cox"))
     comparison = comparison.set_index("fitter")
     assert comparison.loc["weibull", "status"] == "fitted" and comparison.loc["weibull", "k"] == 2  # intercept and shape
     assert comparison.loc["cox", "status"] == "skipped" and "needs a covariate" in comparison.loc["cox", "note"]
@@ -244,14 +245,14 @@ def test_constant_covariates_leave_intercept_only_models_and_a_cox_note(settings
 
 
 def test_a_fitter_that_never_converges_is_reported_and_the_others_go_on(settings):
-    train, test = survival.split_groups(synthetic_cells(), "train_hash", 0.2, 0)
+    train, test = analysis.split_groups(synthetic_cells(), "train_hash", 0.2, 0)
     never = only(settings, "gengamma", "exponential", retries=[], models={"gengamma": {"fit_options": {"maxiter": 1}}})
-    comparison, fits = survival.compare(train, test, never)
+    comparison, fits = analysis.compare(train, test, never)
     rows = comparison.set_index("fitter")
     assert rows.loc["gengamma", "status"] == "failed" and set(fits) == {"exponential"}
     assert "attempt 1" in rows.loc["gengamma", "note"] and "ConvergenceError" in rows.loc["gengamma", "note"]
-    assert rows.loc["exponential", survival.SCORE_COLUMNS].notna().all()
-    latex = survival.latex_table(comparison, 0.2)
+    assert rows.loc["exponential", analysis.SCORE_COLUMNS].notna().all()
+    latex = analysis.latex_table(comparison, 0.2)
     assert "Generalised Gamma & -- & -- & -- & -- & -- & -- & -- & -- \\\\" in latex
     assert "Generalised Gamma: every fit attempt failed" in latex
 
@@ -265,10 +266,10 @@ def test_a_failed_fit_is_retried_with_the_next_settings(settings):
 
 def test_fits_in_worker_processes_give_the_table_of_one_process(settings):
     """Two workers, one failing fit among them: the same rows, in the configured order."""
-    train, test = survival.split_groups(synthetic_cells(), "train_hash", 0.2, 0)
+    train, test = analysis.split_groups(synthetic_cells(), "train_hash", 0.2, 0)
     chosen = only(settings, "weibull", "gengamma", "exponential", retries=[], models={"gengamma": {"fit_options": {"maxiter": 1}}})
-    serial, serial_fits = survival.compare(train, test, chosen, workers=1)
-    parallel, parallel_fits = survival.compare(train, test, chosen, workers=2)
+    serial, serial_fits = analysis.compare(train, test, chosen, workers=1)
+    parallel, parallel_fits = analysis.compare(train, test, chosen, workers=2)
     assert list(parallel["fitter"]) == list(serial["fitter"]) and list(parallel_fits) == list(serial_fits) == ["weibull", "exponential"]
     pd.testing.assert_frame_equal(parallel.drop(columns="note"), serial.drop(columns="note"), rtol=1e-6)
     assert "ConvergenceError" in parallel.set_index("fitter").loc["gengamma", "note"]
@@ -281,12 +282,12 @@ def test_selection_rule_and_chosen_model():
     })
     times = pd.DataFrame({"E_T_weibull": [1.0, 2.0], "E_T_loglogistic": [1.0, np.nan], "E_T_lognormal": [3.0, 4.0]})
     # log-logistic has the best test ICI but no mean for one cell; Cox PH gives no E[T]
-    assert survival.select(comparison, times, None, "test_ICI") == "lognormal"
-    assert survival.select(comparison, times, None, "BIC") == "weibull"
-    assert survival.select(comparison, times, None, "test_concordance") == "lognormal"
-    assert survival.select(comparison, times, "weibull", "test_ICI") == "weibull"
+    assert analysis.select(comparison, times, None, "test_ICI") == "lognormal"
+    assert analysis.select(comparison, times, None, "BIC") == "weibull"
+    assert analysis.select(comparison, times, None, "test_concordance") == "lognormal"
+    assert analysis.select(comparison, times, "weibull", "test_ICI") == "weibull"
     with pytest.raises(DataError, match="survival.chosen = loglogistic: its E.T. is infinite or undefined"):
-        survival.select(comparison, times, "loglogistic", "test_ICI")
+        analysis.select(comparison, times, "loglogistic", "test_ICI")
 
 
 def test_survival_cli_reports_all_censored_data_in_one_line(tmp_path):
@@ -294,7 +295,7 @@ def test_survival_cli_reports_all_censored_data_in_one_line(tmp_path):
     params.write_text(composed_yaml(tiny_overrides(tmp_path)))
     (tmp_path / "reports").mkdir()
     synthetic_cells().assign(event=0).to_csv(tmp_path / "reports" / "survival_data.csv", index=False)
-    result = subprocess.run([sys.executable, "-m", "trashfire.survival", "--params", str(params)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    result = subprocess.run([sys.executable, "-m", "trashfire.stages.survival", "--params", str(params)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines() == [result.stderr.strip()] and "survived (no failure event, all censored)" in result.stderr
     assert not (tmp_path / "reports" / "survival").exists()

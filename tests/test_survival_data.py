@@ -9,13 +9,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from trashfire import timing
-from trashfire.attack import attack_record_path, outcomes_path
-from trashfire.config import compose, validate
-from trashfire.errors import DataError
-from trashfire.grid import attack_cells
-from trashfire.records import write_json, write_npz
-from trashfire.survival_data import ID_COLUMNS, LABEL_COLUMNS, diagnose, drop_degenerate, survival_table
+from trashfire.stages import timing
+from trashfire.metrics import experiments as experiment_tables
+from trashfire.attacks.campaign import attack_record_path, outcomes_path
+from trashfire.core.config import compose, validate
+from trashfire.core.errors import DataError
+from trashfire.core.grid import attack_cells
+from trashfire.core.records import write_json, write_npz
+from trashfire.survival.data import ID_COLUMNS, LABEL_COLUMNS, diagnose, drop_degenerate, survival_table
 from tests.conftest import ROOT, tiny_overrides
 
 
@@ -31,7 +32,7 @@ def hand_made_record(attack, value, epochs, n_attack, t_attack, defence="none", 
 
 
 def hand_made_outcomes(y_true, y_ben, y_adv, margin, duration, event, failure_step):
-    """The arrays of DESIGN.md's per-sample failure clock; the wall clock reads twice the process clock."""
+    """The arrays of docs/design.md's per-sample failure clock; the wall clock reads twice the process clock."""
     n = len(y_true)
     duration = np.array(duration, dtype=float)
     return {
@@ -54,8 +55,8 @@ def cells():
     pgd = hand_made_outcomes([5, 6, 7, 8], [5, 6, 7, 8], [5, 6, 7, 8], PGD_MARGINS, [0.03] * 4, [0] * 4, [10] * 4)
     records = [hand_made_record("fgm", 0.1, 1, 5, np.mean(FGM_DURATIONS)), hand_made_record("pgd", 0.3, 2, 4, 0.03)]
     outcomes = {"fgm-0.1": fgm, "pgd-0.3": pgd}
-    rows = [timing.experiment_row(record, outcomes[record["attack_hash"]], n_classes=10) for record in records]
-    return timing.with_clock(pd.DataFrame(rows), "process"), outcomes
+    rows = [experiment_tables.experiment_row(record, outcomes[record["attack_hash"]], n_classes=10) for record in records]
+    return experiment_tables.with_clock(pd.DataFrame(rows), "process"), outcomes
 
 
 @pytest.fixture
@@ -65,8 +66,8 @@ def two_cells():
 
 @pytest.fixture
 def survival_log(caplog):
-    logging.getLogger("trashfire.survival_data").addHandler(caplog.handler)
-    with caplog.at_level(logging.INFO, logger="trashfire.survival_data"):
+    logging.getLogger("trashfire.survival.data").addHandler(caplog.handler)
+    with caplog.at_level(logging.INFO, logger="trashfire.survival.data"):
         yield caplog
 
 
@@ -148,7 +149,7 @@ def test_arrays_from_before_per_sample_clocks_are_one_clear_line(tmp_path, two_c
     old = {k: v for k, v in two_cells[1]["fgm-0.1"].items() if k in ("position", "y_true", "y_pred_ben", "y_pred_adv")}
     write_npz(outcomes_path(tmp_path, "old"), **old)
     with pytest.raises(DataError) as error:
-        timing.read_outcomes(tmp_path, "old")
+        experiment_tables.read_outcomes(tmp_path, "old")
     message = str(error.value)
     assert "\n" not in message and str(outcomes_path(tmp_path, "old")) in message
     assert "margin_ben" in message and "duration_process" in message and "rerun the attack stage" in message
@@ -204,6 +205,6 @@ def test_timing_reads_no_arrays_for_the_sweep_and_names_an_old_array_file(record
     cell = attack_cells(recorded_grid)[0]
     path = outcomes_path(recorded_grid.paths.attacks, cell.hash)
     write_npz(path, y_true=np.zeros(3), y_pred_ben=np.zeros(3), y_pred_adv=np.zeros(3))
-    assert "n_events" not in timing.experiments_table(recorded_grid, outcomes=False)
+    assert "n_events" not in experiment_tables.experiments_table(recorded_grid, outcomes=False)
     with pytest.raises(DataError, match=f"{path}: .*rerun the attack stage"):
         timing.run(recorded_grid)

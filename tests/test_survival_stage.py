@@ -15,10 +15,13 @@ from lifelines.utils import concordance_index
 from omegaconf import OmegaConf
 from scipy.special import gamma, gammainc
 
-from trashfire import aggregate, figures, survival
-from trashfire import fitters as F
-from trashfire.config import compose, validate
-from trashfire.errors import ConfigError, DataError
+from trashfire.stages import survival
+from trashfire.survival import analysis
+from trashfire.metrics import aggregate as aggregation
+from trashfire.report import figures as report_figures
+from trashfire.survival import fitters as F
+from trashfire.core.config import compose, validate
+from trashfire.core.errors import ConfigError, DataError
 from tests.conftest import ROOT, stage_cfg
 
 
@@ -66,24 +69,24 @@ def settings():
 def test_split_keeps_every_group_on_one_side(by):
     data = per_sample_data()
     for seed in range(8):
-        train, test = survival.split_groups(data, by, 0.2, seed)
+        train, test = analysis.split_groups(data, by, 0.2, seed)
         assert len(train) + len(test) == len(data)
         assert not set(train[by]) & set(test[by])
         assert test[by].nunique() == round(0.2 * data[by].nunique())
         assert not set(train["attack_hash"]) & set(test["attack_hash"])  # an attack cell nests in its trained model
-    splits = {tuple(sorted(set(survival.split_groups(data, by, 0.2, seed)[1][by]))) for seed in range(8)}
+    splits = {tuple(sorted(set(analysis.split_groups(data, by, 0.2, seed)[1][by]))) for seed in range(8)}
     assert len(splits) > 1  # seeded, not fixed
 
 
 def test_split_leaves_a_group_on_each_side_and_needs_two():
     data = per_sample_data(n_models=2)
     for test_size in (0.01, 0.99):
-        train, test = survival.split_groups(data, "train_hash", test_size, 0)
+        train, test = analysis.split_groups(data, "train_hash", test_size, 0)
         assert train["train_hash"].nunique() == test["train_hash"].nunique() == 1
     with pytest.raises(DataError, match="1 train_hash group; a train/test split by train_hash .survival.split_by. needs at least 2"):
-        survival.split_groups(per_sample_data(n_models=1), "train_hash", 0.2, 0)
+        analysis.split_groups(per_sample_data(n_models=1), "train_hash", 0.2, 0)
     with pytest.raises(DataError, match="no column 'train_hash'"):
-        survival.split_groups(data.drop(columns="train_hash"), "train_hash", 0.2, 0)
+        analysis.split_groups(data.drop(columns="train_hash"), "train_hash", 0.2, 0)
 
 
 def test_split_by_is_validated_in_one_line():
@@ -169,8 +172,8 @@ def test_baseline_scores_by_hand():
     cells = tiny_cells()
     runtime = [2.0] * 3 + [6.0] * 3 + [1.0] * 3  # each cell's mean duration
     survival_share = [1 / 3] * 3 + [2 / 3] * 3 + [0.0] * 3  # 1 - each cell's failure share
-    assert survival.cell_mean_runtime(cells) == pytest.approx(runtime)
-    assert survival.cell_survival_share(cells) == pytest.approx(survival_share)
+    assert analysis.cell_mean_runtime(cells) == pytest.approx(runtime)
+    assert analysis.cell_survival_share(cells) == pytest.approx(survival_share)
     for scores in (runtime, survival_share):
         expected = concordance_index(cells["duration"], scores, cells["event"])
         assert F.ranking_concordance(cells, np.array(scores)) == pytest.approx(expected)
@@ -178,27 +181,27 @@ def test_baseline_scores_by_hand():
 
 def test_baseline_rows_and_verdicts():
     cells = tiny_cells()
-    rows = pd.DataFrame(survival.baseline_rows(cells.iloc[:6], cells))
+    rows = pd.DataFrame(analysis.baseline_rows(cells.iloc[:6], cells))
     assert list(rows["fitter"]) == ["runtime_baseline", "failure_share_baseline"] and (rows["status"] == "baseline").all()
     runtime = rows.set_index("fitter").loc["runtime_baseline"]
-    assert runtime["test_concordance"] == pytest.approx(concordance_index(cells["duration"], survival.cell_mean_runtime(cells), cells["event"]))
+    assert runtime["test_concordance"] == pytest.approx(concordance_index(cells["duration"], analysis.cell_mean_runtime(cells), cells["event"]))
     assert "mean attack runtime" in runtime["note"] and "no likelihood" in runtime["note"]
     models = pd.DataFrame({"fitter": ["weibull", "lognormal", "gengamma"], "model": ["Weibull", "Log-Normal", "GG"],
                            "status": ["fitted", "fitted", "failed"], "test_concordance": [0.99, 0.5, np.nan]})
-    table = survival.with_baseline_verdict(pd.concat([models, rows], ignore_index=True)).set_index("fitter")
+    table = analysis.with_baseline_verdict(pd.concat([models, rows], ignore_index=True)).set_index("fitter")
     assert table.loc["weibull", "beats_baselines"] is True and table.loc["lognormal", "beats_baselines"] is False
     assert table.loc[["gengamma", "runtime_baseline"], "beats_baselines"].isna().all()
-    lines = survival.baseline_verdicts(table.reset_index())
+    lines = analysis.baseline_verdicts(table.reset_index())
     assert lines[0].startswith("Weibull beats both baselines") and lines[1].startswith("Log-Normal does not beat both baselines")
     times = pd.DataFrame({"E_T_weibull": [1.0], "E_T_lognormal": [1.0]})
-    assert survival.select(table.reset_index(), times, None, "test_concordance") == "weibull"
+    assert analysis.select(table.reset_index(), times, None, "test_concordance") == "weibull"
 
 
 # --- E[T] -------------------------------------------------------------------------------------
 
 def test_restricted_mean_of_an_exponential_is_its_closed_form():
     data = per_sample_data(n_models=6)[["duration", "event", "weight", "epochs", "margin"]]
-    spec = OmegaConf.create({"fitter": {"_target_": "trashfire.fitters.ExponentialAFTFitter", "penalizer": 0.0}})
+    spec = OmegaConf.create({"fitter": {"_target_": "trashfire.survival.fitters.ExponentialAFTFitter", "penalizer": 0.0}})
     fit = F.fit_one("exponential", spec, data)
     covariates = F.covariates_of(data).head(50)
     mean = F.expected_time(fit, covariates)  # lambda, the exponential's mean
@@ -219,7 +222,7 @@ def test_restricted_mean_of_a_steep_weibull_is_its_closed_form():
 
 
 def test_cell_budget_is_the_largest_censoring_time_else_the_largest_duration():
-    budgets = survival.cell_budgets(tiny_cells())
+    budgets = analysis.cell_budgets(tiny_cells())
     assert budgets.to_dict() == {"a": 3.0, "b": 8.0, "c": 1.5}  # c: nothing censored
 
 
@@ -228,7 +231,7 @@ def test_cell_budget_is_the_largest_censoring_time_else_the_largest_duration():
 def test_kaplan_meier_of_a_hand_made_set():
     data = pd.DataFrame({"attack_family": "pgd_inf", "defence": "none", "duration": [1.0, 2.0, 2.0, 3.0, 4.0],
                          "event": [1, 1, 0, 1, 0], "weight": [1, 1, 1, 2, 1]})
-    km = survival.kaplan_meier_fits(data)[("pgd_inf", "none")]
+    km = analysis.kaplan_meier_fits(data)[("pgd_inf", "none")]
     # six samples: at 1, 1 of 6 fails; at 2, 1 of 5 (one more censored); at 3, 2 of 3
     expected = {0.0: 1.0, 1.0: 5 / 6, 2.0: 5 / 6 * 4 / 5, 3.0: 5 / 6 * 4 / 5 * 1 / 3, 4.0: 5 / 6 * 4 / 5 * 1 / 3}
     curve = km.survival_function_.iloc[:, 0]
@@ -244,7 +247,7 @@ def test_logrank_separates_defences_and_needs_an_undefended_reference():
         family("pgd_inf", ["none"] * 60 + ["fsq"] * 60 + ["conf"] * 60, np.r_[fast, slow, rng.exponential(1.0, 60)]),
         family("fgm_2", ["fsq"] * 60, slow),  # no undefended samples: no rows
     ])
-    table = survival.logrank_table(data).set_index("defence")
+    table = analysis.logrank_table(data).set_index("defence")
     assert list(table["attack_family"]) == ["pgd_inf", "pgd_inf"]
     assert table.loc["fsq", "p"] < 1e-6 and table.loc["conf", "p"] > 0.01
     assert table.loc["fsq", ["n", "events", "n_reference", "events_reference"]].tolist() == [60, 60, 60, 60]
@@ -282,7 +285,7 @@ def test_stage_on_per_sample_data(tmp_path):
     assert (times["E_T"] <= times["t_star"]).all()  # a restricted mean never exceeds its bound
     selected = comparison.index[comparison["selected"]][0]
     assert (times["fitter"] == selected).all() and times["E_T"].equals(times[f"E_T_{selected}"])
-    model = survival.load_models(out / "models.pkl")[selected]
+    model = analysis.load_models(out / "models.pkl")[selected]
     cell = data[data["attack_hash"] == times["attack_hash"].iloc[0]]
     by_hand = F.restricted_mean(F.Fit(selected, model, 0, "", 1), F.covariates_of(cell), np.full(len(cell), times["t_star"].iloc[0])).mean()
     assert times["E_T"].iloc[0] == pytest.approx(by_hand)
@@ -290,11 +293,11 @@ def test_stage_on_per_sample_data(tmp_path):
     logrank = pd.read_csv(out / "logrank.csv")
     assert set(logrank["attack_family"]) == set(FAMILIES) and set(logrank["defence"]) == {"fsq", "gauss_in"}
 
-    headline = aggregate.survival_headline(pd.read_csv(out / "aft_comparison.csv"))
+    headline = aggregation.survival_headline(pd.read_csv(out / "aft_comparison.csv"))
     assert headline["survival_model"] == selected and headline["survival_split_by"] == "train_hash"
     assert headline["survival_beats_baselines"] == bool(table.loc[selected, "beats_baselines"])
     assert headline["survival_runtime_baseline_test_concordance"] == pytest.approx(table.loc["runtime_baseline", "test_concordance"])
-    sentences = figures.baseline_sentences(pd.read_csv(out / "aft_comparison.csv"))
+    sentences = report_figures.baseline_sentences(pd.read_csv(out / "aft_comparison.csv"))
     assert len(sentences) == 6 and all("both baselines on test concordance" in s for s in sentences)
 
 
@@ -309,9 +312,9 @@ def test_stage_splits_by_the_configured_group(tmp_path):
 
 
 def test_one_training_cluster_gives_no_robust_errors(settings):
-    train, test = survival.usable_covariates(*survival.split_groups(per_sample_data(n_models=2), "train_hash", 0.5, 0))
-    comparison, fits = survival.compare(train, test, OmegaConf.merge(settings, {"fitters": ["weibull"]}))
+    train, test = analysis.usable_covariates(*analysis.split_groups(per_sample_data(n_models=2), "train_hash", 0.5, 0))
+    comparison, fits = analysis.compare(train, test, OmegaConf.merge(settings, {"fitters": ["weibull"]}))
     assert fits["weibull"].robust_se is None
     assert "no cluster-robust SEs: the training part holds 1 train_hash cluster" in comparison.set_index("fitter").loc["weibull", "note"]
-    coefficients = survival.coefficient_table(fits, train)
+    coefficients = analysis.coefficient_table(fits, train)
     assert coefficients["se"].notna().all() and coefficients["se_robust"].isna().all()

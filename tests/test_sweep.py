@@ -141,7 +141,7 @@ def test_a_trial_run_in_a_thread_is_refused_because_threads_share_one_process_cl
     threads would have each trial's CPU clock count the others' work."""
     import threading
 
-    from trashfire.errors import ConfigError
+    from trashfire.core.errors import ConfigError
     from trashfire.experiment import _refuse_thread_launchers
 
     _refuse_thread_launchers()  # the main thread: the basic launcher, a joblib or submitit worker

@@ -6,11 +6,13 @@ import logging
 import pytest
 import torch
 
-from trashfire import prepare, train
-from trashfire.config import compose, validate
-from trashfire.datasets import load_split
-from trashfire.errors import DataError
-from trashfire.grid import training_cells
+from trashfire.stages import prepare
+from trashfire.stages import train
+from trashfire.models import training
+from trashfire.core.config import compose, validate
+from trashfire.data.datasets import load_split
+from trashfire.core.errors import DataError
+from trashfire.core.grid import training_cells
 
 from tests.conftest import ROOT, tiny_overrides
 
@@ -37,11 +39,11 @@ def test_checkpoints_of_one_run_equal_cells_trained_from_scratch(tmp_path):
     split = load_split(cfg.paths.processed, "digits", 0, 10)
     for epochs in (1, 3):
         cell = cell_at(cfg, epochs)
-        scratch, record = train.train_cell(cell, split, cfg, CPU)
-        assert same_weights(train.load_weights(cfg.paths.models, cell, split), scratch)
+        scratch, record = training.train_cell(cell, split, cfg, CPU)
+        assert same_weights(training.load_weights(cfg.paths.models, cell, split), scratch)
         assert records[epochs]["acc_ben"] == record["acc_ben"]
     assert records[3]["t_train_process"] > records[1]["t_train_process"] > 0
-    resumable = [train.resume_path(cfg.paths.models, cell_at(cfg, e).hash).is_file() for e in (1, 3)]
+    resumable = [training.resume_path(cfg.paths.models, cell_at(cfg, e).hash).is_file() for e in (1, 3)]
     assert resumable == [False, True]  # only the run's last checkpoint keeps its state
 
 
@@ -50,13 +52,13 @@ def test_more_epochs_train_on_from_the_last_checkpoint(tmp_path, caplog):
     prepare.run(first)
     train.run(first)
     more = small_cfg(tmp_path, "train.epochs=[1,3]")
-    with caplog.at_level(logging.INFO, logger="trashfire.train"):
+    with caplog.at_level(logging.INFO, logger="trashfire.models.training"):
         train.run(more)
     assert "1 cached, 1 to train" in caplog.text and "from epoch 1" in caplog.text
     split = load_split(more.paths.processed, "digits", 0, 10)
-    scratch, _ = train.train_cell(cell_at(more, 3), split, more, CPU)
-    assert same_weights(train.load_weights(more.paths.models, cell_at(more, 3), split), scratch)
-    assert not train.resume_path(more.paths.models, cell_at(more, 1).hash).exists()
+    scratch, _ = training.train_cell(cell_at(more, 3), split, more, CPU)
+    assert same_weights(training.load_weights(more.paths.models, cell_at(more, 3), split), scratch)
+    assert not training.resume_path(more.paths.models, cell_at(more, 1).hash).exists()
 
 
 def test_step_decay_comes_at_half_of_the_longest_run(tmp_path):
@@ -88,10 +90,10 @@ def test_fine_tuning_starts_from_the_base_data_sets_final_weights(tmp_path):
     assert [c.epochs for c in tuned] == [1, 2] and {c.base.epochs for c in tuned} == {2}
     assert {r["pretrained_on"] for r in records if r["dataset"] == "mnist"} == {None, "fashion_mnist"}
     split = load_split(cfg.paths.processed, "mnist", 0, 10)
-    base = train.load_weights(cfg.paths.models, tuned[0].base, split)
-    start = train.start_run(tuned[0], split, cfg.train, CPU, cfg.paths.models).model
+    base = training.load_weights(cfg.paths.models, tuned[0].base, split)
+    start = training.start_run(tuned[0], split, cfg.train, CPU, cfg.paths.models).model
     assert same_weights(start, base)
-    scratch = train.start_run(tuned[0].base.at_epochs(1), split, cfg.train, CPU).model
+    scratch = training.start_run(tuned[0].base.at_epochs(1), split, cfg.train, CPU).model
     assert not same_weights(start, scratch)
 
 
@@ -100,7 +102,7 @@ def test_a_base_outside_the_grid_is_trained_first(tmp_path, caplog):
     cfg = validate(compose(mnist_shaped_overrides(tmp_path, "data=[mnist,fashion_mnist]", "train.epochs=[1]",
         "+train.pretrained_on.mnist=[fashion_mnist]", "+train.pretrained_on.fashion_mnist=[mnist]"), conf=ROOT / "conf"))
     prepare.run(cfg)
-    with caplog.at_level(logging.INFO, logger="trashfire.train"):
+    with caplog.at_level(logging.INFO, logger="trashfire.models.training"):
         records = train.run(cfg)
     assert "4 training cells, 0 cached, 4 to train" in caplog.text  # both fine-tuned cells and both bases
     assert {(r["dataset"], r["pretrained_on"]) for r in records} == {("mnist", "fashion_mnist"), ("fashion_mnist", "mnist")}

@@ -27,11 +27,16 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from trashfire import aggregate, attack, metrics, prepare, timing, train
-from trashfire.cli import configure_logging
-from trashfire.config import check_group_options, config_dir, validate
-from trashfire.datasets import dataset_dir
-from trashfire.errors import ConfigError, TrashfireError
+from trashfire.stages import attack
+from trashfire import metrics
+from trashfire.stages import prepare
+from trashfire.stages import train
+from trashfire.metrics import experiments as experiment_tables
+from trashfire.metrics import aggregate as aggregation
+from trashfire.core.cli import configure_logging
+from trashfire.core.config import check_group_options, config_dir, validate
+from trashfire.data.datasets import dataset_dir
+from trashfire.core.errors import ConfigError, TrashfireError
 
 log = logging.getLogger("trashfire.experiment")  # not __name__: it is __main__ under python -m
 
@@ -60,13 +65,13 @@ def objective_names(cfg: DictConfig) -> list[str]:
 
 def objective_values(cfg: DictConfig, names: list[str]) -> list[float]:
     """The trial's objectives from its attack records."""
-    return objectives_of(timing.experiments_table(cfg, outcomes=False), names, cfg.metrics)
+    return objectives_of(experiment_tables.experiments_table(cfg, outcomes=False), names, cfg.metrics)
 
 
 def objectives_of(table: pd.DataFrame, names: list[str], metric_cfg: DictConfig) -> list[float]:
     """Each objective as a mean over the rows of an experiments table (one per attack cell)."""
     def robustness() -> pd.DataFrame:
-        return aggregate.robustness_table(aggregate.eps_curves(aggregate.with_family(table)), metric_cfg.evp, metric_cfg.auc)
+        return aggregation.robustness_table(aggregation.eps_curves(aggregation.with_family(table)), metric_cfg.evp, metric_cfg.auc)
 
     values = {
         "acc_adv": lambda: table["acc_adv"].mean(),

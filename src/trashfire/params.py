@@ -14,9 +14,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from trashfire.config import compose, validate
-from trashfire.errors import TrashfireError
-from trashfire.records import atomic_path
+from trashfire.core.config import compose, validate
+from trashfire.core.errors import TrashfireError
+from trashfire.core.records import atomic_path
 
 
 def composed_yaml(overrides: list[str]) -> str:

@@ -51,8 +51,8 @@ from optuna.storages import RDBStorage
 from optuna.storages._cached_storage import _CachedStorage
 from optuna.trial import TrialState
 
-from trashfire.clocks import exclude_thread_cpu
-from trashfire.errors import ConfigError
+from trashfire.core.clocks import exclude_thread_cpu
+from trashfire.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # enqueue_trial, stable in 2.10 as used here

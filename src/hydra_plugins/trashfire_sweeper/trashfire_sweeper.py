@@ -48,7 +48,7 @@ class TrashfireSweeper(Sweeper):
         self.sweeper.setup(hydra_context=hydra_context, task_function=task_function, config=config)
 
     def sweep(self, arguments: List[str]) -> None:
-        from trashfire.errors import TrashfireError
+        from trashfire.core.errors import TrashfireError
 
         try:
             return self.sweeper.sweep(arguments)

@@ -10,8 +10,8 @@ from art.estimators.classification import PyTorchClassifier
 from hydra.utils import get_class
 from torch import nn
 
-from trashfire.config import TORCH_ATTACKS
-from trashfire.defences import predict_defences
+from trashfire.core.config import TORCH_ATTACKS
+from trashfire.models.defences import predict_defences
 
 NORMS = {"inf": np.inf, "1": 1, "2": 2, "0": 0}
 

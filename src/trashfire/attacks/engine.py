@@ -1,4 +1,4 @@
-"""The attack engine with a per-sample failure clock (DESIGN.md, "Per-sample failure clock").
+"""The attack engine with a per-sample failure clock (docs/design.md, "Per-sample failure clock").
 
 For every attacked sample: the adversary's compute spent on it until it is first
 misclassified (event), or until the budget ran out (censored), on both clocks.
@@ -33,7 +33,7 @@ from torch.nn import functional as F
 
 from trashfire.attacks import NORMS, pgd_step_size
 from trashfire.attacks.target import Target, margins
-from trashfire.clocks import LapClock
+from trashfire.core.clocks import LapClock
 DEEPFOOL_TOL = 10e-8  # ART's guard against division by zero
 UNKNOWN_STEP = -1  # the `art` engine cannot see at which step a sample broke
 

@@ -10,7 +10,7 @@ from art.defences.preprocessor import FeatureSqueezing
 from art.defences.preprocessor.preprocessor import PreprocessorPyTorch
 from art.estimators.classification import PyTorchClassifier
 
-from trashfire.errors import ConfigError
+from trashfire.core.errors import ConfigError
 
 
 class Target:

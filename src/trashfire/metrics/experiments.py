@@ -5,7 +5,7 @@ configured clock (t_train, t_predict, t_attack) and on the other (suffixed with 
 each cell's outcome counts (misclassified before the attack, broken by it, survived) and
 failure-clock counts (events within the budget, censored samples, event share, median step
 of a failure).
-`reports/survival_data.csv`: the survival data set of `trashfire.survival_data`, one row per
+`reports/survival_data.csv`: the survival data set of `trashfire.survival.data`, one row per
 attacked sample, built as `survival.data` configures it on `timing.clock`.
 
 Each cell's record and outcome arrays are read once and feed both tables.
@@ -19,15 +19,14 @@ from pathlib import Path
 import pandas as pd
 from omegaconf import DictConfig
 
-from trashfire.attack import attack_record_path, outcomes_path
-from trashfire.cli import run_cli
-from trashfire.errors import DataError
-from trashfire.grid import attack_cells
+from trashfire.attacks.campaign import attack_record_path, outcomes_path
+from trashfire.core.errors import DataError
+from trashfire.core.grid import attack_cells
 from trashfire.metrics import degeneracy_threshold
-from trashfire.records import atomic_path, read_json, read_npz
-from trashfire.survival_data import ID_COLUMNS, event_counts, outcome_counts, require_outcome_arrays, survival_table
+from trashfire.core.records import atomic_path, read_json, read_npz
+from trashfire.survival.data import ID_COLUMNS, event_counts, outcome_counts, require_outcome_arrays, survival_table
 
-log = logging.getLogger("trashfire.timing")  # not __name__: it is __main__ under python -m
+log = logging.getLogger(__name__)
 
 EXPERIMENT_COLUMNS = [
     "dataset", "pretrained_on", "seed", "model", "depth", "epochs", "lr", "defence", "defence_param", "defence_value",
@@ -126,7 +125,7 @@ def with_clock(table: pd.DataFrame, clock: str) -> pd.DataFrame:
     return table[leading + [c for c in table.columns if c not in leading]]
 
 
-def run(cfg: DictConfig) -> tuple[pd.DataFrame, pd.DataFrame]:
+def build_tables(cfg: DictConfig) -> tuple[pd.DataFrame, pd.DataFrame]:
     reports = Path(cfg.paths.reports)
     reports.mkdir(parents=True, exist_ok=True)
     cells = read_cells(cfg)
@@ -142,10 +141,3 @@ def run(cfg: DictConfig) -> tuple[pd.DataFrame, pd.DataFrame]:
     log.info("%d experiment rows, %d survival rows, covariates: %s", len(experiments), len(survival), ", ".join(survival.columns[len(ID_COLUMNS):]))
     return experiments, survival
 
-
-def main(argv: list[str] | None = None) -> None:
-    run_cli("trashfire.timing", __doc__, run, argv)
-
-
-if __name__ == "__main__":
-    main()

@@ -10,14 +10,13 @@ import numpy as np
 from omegaconf import DictConfig
 from sklearn.model_selection import train_test_split
 
-from trashfire.cli import run_cli
-from trashfire.config import as_list
-from trashfire.datasets import LOADERS, RawDataset, balanced_subset, dataset_dir, to_shape
-from trashfire.errors import DataError
-from trashfire.fusion import prepare_fusion
-from trashfire.records import write_npy, write_npz
+from trashfire.core.config import as_list
+from trashfire.data.datasets import LOADERS, RawDataset, balanced_subset, dataset_dir, to_shape
+from trashfire.core.errors import DataError
+from trashfire.data.fusion import prepare_fusion
+from trashfire.core.records import write_npy, write_npz
 
-log = logging.getLogger("trashfire.prepare")  # not __name__: it is __main__ under python -m
+log = logging.getLogger(__name__)
 
 
 def subsample(data: RawDataset, n: int | None) -> RawDataset:
@@ -59,13 +58,6 @@ def prepare_dataset(name: str, spec: DictConfig, split: DictConfig, processed: P
     return folder
 
 
-def run(cfg: DictConfig) -> list[Path]:
+def prepare_all(cfg: DictConfig) -> list[Path]:
     return [prepare_dataset(name, spec, cfg.split, Path(cfg.paths.processed)) for name, spec in cfg.data.items()]
 
-
-def main(argv: list[str] | None = None) -> None:
-    run_cli("trashfire.prepare", __doc__, run, argv)
-
-
-if __name__ == "__main__":
-    main()

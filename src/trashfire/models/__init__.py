@@ -12,7 +12,7 @@ from hydra.utils import instantiate
 from torch import nn
 from torchvision.models.resnet import BasicBlock
 
-from trashfire.errors import ConfigError
+from trashfire.core.errors import ConfigError
 
 
 class Float32Input(nn.Module):

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from tqdm import tqdm
 
-from trashfire.errors import TrashfireError
+from trashfire.core.errors import TrashfireError
 
 MAX_AUTO_WORKERS = 8  # each worker holds its own torch and data: memory grows with the count
 _PR_SET_PDEATHSIG = 1
@@ -85,7 +85,7 @@ def _die_with_parent(parent: int) -> None:
 def _init_worker(parent: int, threads: int, level: int, prog: str) -> None:
     _die_with_parent(parent)
     limit_threads(threads)
-    from trashfire.cli import configure_logging
+    from trashfire.core.cli import configure_logging
 
     configure_logging(prog)
     logging.getLogger("trashfire").setLevel(level)

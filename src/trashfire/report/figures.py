@@ -38,12 +38,11 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 from omegaconf import DictConfig
 from scipy import stats
 
-from trashfire.cli import run_cli
-from trashfire.errors import DataError
-from trashfire.records import atomic_path
-from trashfire.timing import read_experiments
+from trashfire.core.errors import DataError
+from trashfire.core.records import atomic_path
+from trashfire.metrics.experiments import read_experiments
 
-log = logging.getLogger("trashfire.figures")  # not __name__: it is __main__ under python -m
+log = logging.getLogger(__name__)
 
 # The tables aggregate writes; any of them missing means aggregate has not run.
 AGGREGATE_TABLES = ("trash", "trash_summary", "robustness", "tau_table", "evp_tau", "evp_convergence", "auc_table", "curves")
@@ -1136,7 +1135,7 @@ def survival_images(reports: Path) -> list[Path]:
     return sorted(folder.glob("*.png")) + sorted((folder / "coefficients").glob("*.png"))
 
 
-def run(cfg: DictConfig) -> list[Path]:
+def draw_report(cfg: DictConfig) -> list[Path]:
     reports = Path(cfg.paths.reports)
     folder = reports / "figures"
     folder.mkdir(parents=True, exist_ok=True)
@@ -1148,10 +1147,3 @@ def run(cfg: DictConfig) -> list[Path]:
     log.info("wrote %d figures (PNG and PDF) to %s and %s", len(drawn), folder, written[-1])
     return written
 
-
-def main(argv: list[str] | None = None) -> None:
-    run_cli("trashfire.figures", __doc__, run, argv)
-
-
-if __name__ == "__main__":
-    main()

@@ -19,7 +19,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from trashfire.errors import DataError
+from trashfire.core.errors import DataError
 
 MNIST_FILES = (
     "train-images-idx3-ubyte",
@@ -245,7 +245,7 @@ def cached_split(processed: str | Path, dataset: str, seed: int, n_classes: int)
 
 
 def load_split(processed: str | Path, name: str, seed: int, n_classes: int) -> Split:
-    from trashfire.fusion import is_fusion, load_fusion_split
+    from trashfire.data.fusion import is_fusion, load_fusion_split
 
     folder = dataset_dir(processed, name)
     if is_fusion(folder):

@@ -14,8 +14,8 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
-from trashfire.config import load_params, validate
-from trashfire.errors import ConfigError, TrashfireError
+from trashfire.core.config import load_params, validate
+from trashfire.core.errors import ConfigError, TrashfireError
 
 
 _ABSENT = object()

@@ -19,15 +19,15 @@ import pandas as pd
 from omegaconf import DictConfig
 from scipy import stats
 
-from trashfire import findings, metrics
-from trashfire.brittle import brittle_hash, brittle_record_path, brittle_settings
-from trashfire.cards import write_cards
-from trashfire.cli import run_cli
-from trashfire.errors import DataError
-from trashfire.records import atomic_path, read_json, write_json
-from trashfire.timing import read_experiments
+from trashfire.metrics import findings
+from trashfire import metrics
+from trashfire.metrics.brittle import brittle_hash, brittle_record_path, brittle_settings
+from trashfire.report.cards import write_cards
+from trashfire.core.errors import DataError
+from trashfire.core.records import atomic_path, read_json, write_json
+from trashfire.metrics.experiments import read_experiments
 
-log = logging.getLogger("trashfire.aggregate")  # not __name__: it is __main__ under python -m
+log = logging.getLogger(__name__)
 
 LABEL_COLUMNS = ["model_hash", "dataset", "pretrained_on", "seed", "model", "depth", "epochs", "lr", "defence", "defence_param", "defence_value"]
 FAMILY_COLUMNS = ["attack", "norm", "attack_family"]
@@ -307,7 +307,7 @@ def without_nan(value: Any) -> Any:
     return value
 
 
-def run(cfg: DictConfig) -> dict:
+def aggregate_reports(cfg: DictConfig) -> dict:
     reports = Path(cfg.paths.reports)
     experiments = with_family(read_experiments(reports))
     expected = pd.read_csv(reports / "survival" / "expected_times.csv")
@@ -339,10 +339,3 @@ def run(cfg: DictConfig) -> dict:
         log.info("finding %s: %s (%s)", finding.id, finding.verdict, finding.detail)
     return summary
 
-
-def main(argv: list[str] | None = None) -> None:
-    run_cli("trashfire.aggregate", __doc__, run, argv)
-
-
-if __name__ == "__main__":
-    main()

@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from trashfire.records import cell_file, write_json
+from trashfire.core.records import cell_file, write_json
 
 TRAINING = ["dataset", "pretrained_on", "seed", "model", "depth", "epochs", "lr", "n_train"]
 TIMES = ["clock", "t_train", "t_train_process", "t_train_wall"]

@@ -14,8 +14,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from trashfire.config import as_list
-from trashfire.records import config_hash
+from trashfire.core.config import as_list
+from trashfire.core.records import config_hash
 
 # Bump when a change to the code changes what a cell computes: old records then miss.
 TRAIN_VERSION = 1

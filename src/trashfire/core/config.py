@@ -16,9 +16,9 @@ from typing import Any, Iterable, Sequence
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from trashfire.clocks import CLOCKS
-from trashfire.errors import ConfigError
-from trashfire.survival_data import BEFORE_ATTACK_POLICIES, DUMMY_SOURCES, NONPOSITIVE_POLICIES, NUMERIC_COVARIATES
+from trashfire.core.clocks import CLOCKS
+from trashfire.core.errors import ConfigError
+from trashfire.survival.data import BEFORE_ATTACK_POLICIES, DUMMY_SOURCES, NONPOSITIVE_POLICIES, NUMERIC_COVARIATES
 
 DATA_SOURCES = ("sklearn_digits", "torchvision_mnist", "torchvision_fashion_mnist", "torchvision_cifar", "fusion")
 FUSION_TASKS = ("digit", "object")

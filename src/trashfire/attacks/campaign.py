@@ -25,18 +25,17 @@ from tqdm import tqdm
 from trashfire.attacks import art_classifier, attack_strength, budget_subset, build_attack, engine_of, perturbation_norms
 from trashfire.attacks.engine import run_engine
 from trashfire.attacks.target import Target
-from trashfire.cli import run_cli
-from trashfire.clocks import Stopwatch
-from trashfire.datasets import Split, cached_split
-from trashfire.errors import DataError
-from trashfire.grid import AttackCell, ModelCell, attack_cells
+from trashfire.core.clocks import Stopwatch
+from trashfire.data.datasets import Split, cached_split
+from trashfire.core.errors import DataError
+from trashfire.core.grid import AttackCell, ModelCell, attack_cells
 from trashfire.metrics import accuracy
 from trashfire.models import resolve_device
-from trashfire.parallel import describe, resolve_workers, run_jobs
-from trashfire.records import cell_file, read_json, remove_dead_temps, write_json, write_npz
-from trashfire.train import load_weights, record_path
+from trashfire.core.parallel import describe, resolve_workers, run_jobs
+from trashfire.core.records import cell_file, read_json, remove_dead_temps, write_json, write_npz
+from trashfire.models.training import load_weights, record_path
 
-log = logging.getLogger("trashfire.attack")  # not __name__: it is __main__ under python -m
+log = logging.getLogger(__name__)
 
 
 def attack_record_path(folder: str | Path, cell_hash: str) -> Path:
@@ -151,7 +150,7 @@ def attack_job(cfg: DictConfig, model_cell: ModelCell, cells: list[AttackCell]) 
     return len(cells)
 
 
-def run(cfg: DictConfig) -> int:
+def attack_grid(cfg: DictConfig) -> int:
     """Attack every pending cell; returns how many were computed."""
     device = resolve_device(cfg.train.device)
     folder = Path(cfg.paths.attacks)
@@ -167,10 +166,3 @@ def run(cfg: DictConfig) -> int:
         run_jobs(attack_job, jobs, workers, progress, log.name)
     return len(pending)
 
-
-def main(argv: list[str] | None = None) -> None:
-    run_cli("trashfire.attack", __doc__, run, argv)
-
-
-if __name__ == "__main__":
-    main()

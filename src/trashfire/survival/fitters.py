@@ -52,7 +52,7 @@ from scipy.integrate import simpson
 from scipy.special import gammainccinv, gammaincinv, gammaln
 
 from trashfire.metrics import bic
-from trashfire.survival_data import LABEL_COLUMNS
+from trashfire.survival.data import LABEL_COLUMNS
 
 DURATION, EVENT, WEIGHT = "duration", "event", "weight"
 NEWTON_FALLBACK = {"step_size": 0.1, "max_steps": 1000}  # Cox PH's "other optimiser": shorter Newton steps

@@ -25,18 +25,17 @@ from torch import nn
 from tqdm import tqdm
 
 from trashfire.attacks import art_classifier
-from trashfire.cli import run_cli
-from trashfire.clocks import Stopwatch
-from trashfire.datasets import Split, cached_split
-from trashfire.defences import Softmax
-from trashfire.errors import ConfigError, DataError
-from trashfire.grid import ModelCell, model_cells
+from trashfire.core.clocks import Stopwatch
+from trashfire.data.datasets import Split, cached_split
+from trashfire.models.defences import Softmax
+from trashfire.core.errors import ConfigError, DataError
+from trashfire.core.grid import ModelCell, model_cells
 from trashfire.models import resolve_device
-from trashfire.parallel import describe, resolve_workers, run_jobs
-from trashfire.records import cell_file, config_hash, read_json, remove_dead_temps, write_json
-from trashfire.train import load_weights, record_path
+from trashfire.core.parallel import describe, resolve_workers, run_jobs
+from trashfire.core.records import cell_file, config_hash, read_json, remove_dead_temps, write_json
+from trashfire.models.training import load_weights, record_path
 
-log = logging.getLogger("trashfire.brittle")  # not __name__: it is __main__ under python -m
+log = logging.getLogger(__name__)
 
 Forward = Callable[[torch.Tensor], torch.Tensor]
 
@@ -265,7 +264,7 @@ def brittle_job(cfg: DictConfig, settings: dict[str, Any], group: list[ModelCell
     return len(group)
 
 
-def run(cfg: DictConfig) -> int:
+def score_grid(cfg: DictConfig) -> int:
     """Score every pending model cell; returns how many were computed."""
     device = resolve_device(cfg.train.device)
     folder = Path(cfg.paths.reports) / "brittle"
@@ -282,10 +281,3 @@ def run(cfg: DictConfig) -> int:
         run_jobs(brittle_job, jobs, workers, progress, log.name)
     return len(pending)
 
-
-def main(argv: list[str] | None = None) -> None:
-    run_cli("trashfire.brittle", __doc__, run, argv)
-
-
-if __name__ == "__main__":
-    main()

@@ -37,9 +37,9 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from trashfire.errors import DataError
+from trashfire.core.errors import DataError
 
-log = logging.getLogger("trashfire.survival_data")
+log = logging.getLogger("trashfire.survival.data")
 
 LABEL_COLUMNS = ["attack_hash", "train_hash", "model_hash", "attack_family", "defence", "dataset"]
 ID_COLUMNS = LABEL_COLUMNS + ["duration", "event", "weight"]

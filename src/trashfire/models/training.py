@@ -25,18 +25,17 @@ from omegaconf import DictConfig
 from torch import nn
 from tqdm import tqdm
 
-from trashfire.cli import run_cli
-from trashfire.clocks import Elapsed, Stopwatch
-from trashfire.datasets import Split, cached_split
-from trashfire.defences import adversarial_trainer, augment, is_trainer
-from trashfire.errors import DataError
-from trashfire.grid import TrainCell, training_cells
+from trashfire.core.clocks import Elapsed, Stopwatch
+from trashfire.data.datasets import Split, cached_split
+from trashfire.models.defences import adversarial_trainer, augment, is_trainer
+from trashfire.core.errors import DataError
+from trashfire.core.grid import TrainCell, training_cells
 from trashfire.metrics import accuracy
 from trashfire.models import build_model, resolve_device
-from trashfire.parallel import describe, resolve_workers, run_jobs
-from trashfire.records import atomic_path, cell_file, file_sha256, read_json, remove_dead_temps, write_json
+from trashfire.core.parallel import describe, resolve_workers, run_jobs
+from trashfire.core.records import atomic_path, cell_file, file_sha256, read_json, remove_dead_temps, write_json
 
-log = logging.getLogger("trashfire.train")  # not __name__: it is __main__ under python -m
+log = logging.getLogger(__name__)
 
 
 def weights_path(models: str | Path, cell_hash: str) -> Path:
@@ -324,7 +323,7 @@ def waves(groups: list[list[TrainCell]]) -> list[list[list[TrainCell]]]:
     return [[g for g, w in zip(groups, wave_of_group) if w == wave] for wave in range(max(wave_of_group, default=-1) + 1)]
 
 
-def run(cfg: DictConfig) -> list[dict[str, Any]]:
+def train_grid(cfg: DictConfig) -> list[dict[str, Any]]:
     device = resolve_device(cfg.train.device)
     models = Path(cfg.paths.models)
     cells = training_cells(cfg)
@@ -344,10 +343,3 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
             run_jobs(train_job, jobs, workers, progress, log.name)
     return [read_json(record_path(models, cell.hash)) for cell in cells]
 
-
-def main(argv: list[str] | None = None) -> None:
-    run_cli("trashfire.train", __doc__, run, argv)
-
-
-if __name__ == "__main__":
-    main()

@@ -18,9 +18,9 @@ import torch
 from omegaconf import DictConfig
 from sklearn.model_selection import train_test_split
 
-from trashfire.datasets import RawDataset, Split, balanced_subset, load_torchvision_cifar, load_torchvision_mnist, standardised_range, to_shape
-from trashfire.errors import DataError
-from trashfire.records import atomic_path, write_npy, write_npz
+from trashfire.data.datasets import RawDataset, Split, balanced_subset, load_torchvision_cifar, load_torchvision_mnist, standardised_range, to_shape
+from trashfire.core.errors import DataError
+from trashfire.core.records import atomic_path, write_npy, write_npz
 
 PIXEL_MAX = 255.0
 

@@ -1,4 +1,4 @@
-"""Metric definitions (DESIGN.md, "Metrics"): pure functions on numbers and arrays."""
+"""Metric definitions (docs/design.md, "Metrics"): pure functions on numbers and arrays."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Sequence
 
 import numpy as np
 
-from trashfire.errors import ConfigError
+from trashfire.core.errors import ConfigError
 
 
 def accuracy(y_true: Sequence[int], y_pred: Sequence[int]) -> float:

@@ -27,7 +27,7 @@ calibration.png (Fig. 2), coefficients.png (Fig. 3, selected model) and coeffici
 coefficients.csv (naive and cluster-robust intervals), expected_times.csv (E[T] per attack cell:
 the selected model's restricted and unrestricted mean, every AFT model's restricted mean),
 kaplan_meier.png and logrank.csv (per attack family, each defence against none), and
-models.pkl (every fitted model; reload with `trashfire.survival.load_models`).
+models.pkl (every fitted model; reload with `trashfire.survival.analysis.load_models`).
 """
 
 from __future__ import annotations
@@ -45,15 +45,14 @@ from lifelines import KaplanMeierFitter
 from lifelines.statistics import logrank_test
 from omegaconf import DictConfig
 
-from trashfire import fitters as F
-from trashfire.cli import run_cli
-from trashfire.errors import ConfigError, DataError
-from trashfire.parallel import resolve_workers, results_as_completed
-from trashfire.records import atomic_path
-from trashfire.survival_data import diagnose, drop_degenerate
-from trashfire.survival_figures import calibration_grid, coefficient_figure, finish_calibration, kaplan_meier_figure, save
+from trashfire.survival import fitters as F
+from trashfire.core.errors import ConfigError, DataError
+from trashfire.core.parallel import resolve_workers, results_as_completed
+from trashfire.core.records import atomic_path
+from trashfire.survival.data import diagnose, drop_degenerate
+from trashfire.survival.figures import calibration_grid, coefficient_figure, finish_calibration, kaplan_meier_figure, save
 
-log = logging.getLogger("trashfire.survival")  # not __name__: it is __main__ under python -m
+log = logging.getLogger(__name__)
 
 HIGHER_IS_BETTER = ("test_concordance", "concordance")  # the other select_by scores are errors
 SCORE_COLUMNS = ["log_likelihood", "k", "n", "n_events", "AIC", "BIC", "concordance", "test_concordance", "t0", "ICI", "test_ICI", "E50", "test_E50"]
@@ -457,7 +456,7 @@ def write_csv(table: pd.DataFrame, path: Path) -> None:
         table.to_csv(tmp, index=False)
 
 
-def run(cfg: DictConfig) -> pd.DataFrame:
+def analyse(cfg: DictConfig) -> pd.DataFrame:
     settings = cfg.survival
     check_fitters(settings)
     reports = Path(cfg.paths.reports)
@@ -499,10 +498,3 @@ def run(cfg: DictConfig) -> pd.DataFrame:
         log.info("%s", line)
     return comparison
 
-
-def main(argv: list[str] | None = None) -> None:
-    run_cli("trashfire.survival", __doc__, run, argv)
-
-
-if __name__ == "__main__":
-    main()

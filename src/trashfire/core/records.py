@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from trashfire.errors import DataError
+from trashfire.core.errors import DataError
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)

@@ -1,0 +1,33 @@
+"""DVC stage `aggregate`: TRASH, EVP, R, brittle tables, findings and cards.
+
+`python -m trashfire.stages.aggregate [--params params.yaml] [key=value ...]`; the work is
+`trashfire.metrics.aggregate.aggregate_reports`.
+"""
+
+from trashfire.core.cli import run_cli
+from trashfire.core.stage import Stage
+from trashfire.metrics import aggregate
+
+STAGE = Stage(
+    "aggregate",
+    params=("metrics", "defence", "paths.reports"),
+    deps=("reports/experiments.csv", "reports/survival", "reports/brittle"),
+    outs=(
+        "reports/trash.csv", "reports/trash_summary.csv", "reports/robustness.csv", "reports/auc_table.csv",
+        "reports/tau_table.csv", "reports/evp_convergence.csv", "reports/findings.csv", "reports/cards",
+        {"reports/brittle.csv": {"cache": False}}, {"reports/curves.csv": {"cache": False}}, {"reports/evp_tau.csv": {"cache": False}},
+    ),
+    metrics=({"reports/metrics.json": {"cache": False}},),
+)
+
+
+def run(cfg):
+    return aggregate.aggregate_reports(STAGE.view(cfg))
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_cli("trashfire.stages.aggregate", aggregate.__doc__, run, argv)
+
+
+if __name__ == "__main__":
+    main()

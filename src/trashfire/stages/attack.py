@@ -1,0 +1,28 @@
+"""DVC stage `attack`: every attack cell of the grid, per-sample failure times.
+
+`python -m trashfire.stages.attack [--params params.yaml] [key=value ...]`; the work is
+`trashfire.attacks.campaign.attack_grid`.
+"""
+
+from trashfire.core.cli import run_cli
+from trashfire.core.stage import Stage
+from trashfire.attacks import campaign
+
+STAGE = Stage(
+    "attack",
+    params=("data", "split", "model", "defence", "train", "attack", "paths.processed", "paths.models", "paths.attacks"),
+    deps=("data/processed", "models"),
+    outs=({"reports/attacks": {"persist": True}},),
+)
+
+
+def run(cfg):
+    return campaign.attack_grid(STAGE.view(cfg))
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_cli("trashfire.stages.attack", campaign.__doc__, run, argv)
+
+
+if __name__ == "__main__":
+    main()

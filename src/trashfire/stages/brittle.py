@@ -1,0 +1,28 @@
+"""DVC stage `brittle`: the LIME brittle-score of every model cell.
+
+`python -m trashfire.stages.brittle [--params params.yaml] [key=value ...]`; the work is
+`trashfire.metrics.brittle.score_grid`.
+"""
+
+from trashfire.core.cli import run_cli
+from trashfire.core.stage import Stage
+from trashfire.metrics import brittle
+
+STAGE = Stage(
+    "brittle",
+    params=("data", "split", "model", "defence", "train", "metrics.brittle", "paths.processed", "paths.models", "paths.reports"),
+    deps=("data/processed", "models"),
+    outs=({"reports/brittle": {"persist": True}},),
+)
+
+
+def run(cfg):
+    return brittle.score_grid(STAGE.view(cfg))
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_cli("trashfire.stages.brittle", brittle.__doc__, run, argv)
+
+
+if __name__ == "__main__":
+    main()

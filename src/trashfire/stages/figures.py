@@ -1,0 +1,33 @@
+"""DVC stage `figures`: the figures and report.html.
+
+`python -m trashfire.stages.figures [--params params.yaml] [key=value ...]`; the work is
+`trashfire.report.figures.draw_report`.
+"""
+
+from trashfire.core.cli import run_cli
+from trashfire.core.stage import Stage
+from trashfire.report import figures
+
+STAGE = Stage(
+    "figures",
+    params=("paths.reports",),
+    deps=(
+        "reports/experiments.csv", "reports/trash.csv", "reports/trash_summary.csv", "reports/robustness.csv",
+        "reports/auc_table.csv", "reports/tau_table.csv", "reports/evp_tau.csv", "reports/evp_convergence.csv",
+        "reports/curves.csv", "reports/brittle.csv", "reports/cards", "reports/metrics.json", "reports/findings.csv",
+        "reports/survival",
+    ),
+    outs=("reports/figures", {"reports/report.html": {"cache": False}}),
+)
+
+
+def run(cfg):
+    return figures.draw_report(STAGE.view(cfg))
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_cli("trashfire.stages.figures", figures.__doc__, run, argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,28 @@
+"""DVC stage `survival`: survival models of time to failure, compared.
+
+`python -m trashfire.stages.survival [--params params.yaml] [key=value ...]`; the work is
+`trashfire.survival.analysis.analyse`.
+"""
+
+from trashfire.core.cli import run_cli
+from trashfire.core.stage import Stage
+from trashfire.survival import analysis
+
+STAGE = Stage(
+    "survival",
+    params=("survival", "train.workers", "paths.reports"),
+    deps=("reports/survival_data.csv",),
+    outs=("reports/survival",),
+)
+
+
+def run(cfg):
+    return analysis.analyse(STAGE.view(cfg))
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_cli("trashfire.stages.survival", analysis.__doc__, run, argv)
+
+
+if __name__ == "__main__":
+    main()

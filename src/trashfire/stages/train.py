@@ -1,0 +1,28 @@
+"""DVC stage `train`: every training cell of the grid.
+
+`python -m trashfire.stages.train [--params params.yaml] [key=value ...]`; the work is
+`trashfire.models.training.train_grid`.
+"""
+
+from trashfire.core.cli import run_cli
+from trashfire.core.stage import Stage
+from trashfire.models import training
+
+STAGE = Stage(
+    "train",
+    params=("data", "split", "model", "defence", "train", "paths.processed", "paths.models"),
+    deps=("data/processed",),
+    outs=({"models": {"persist": True}},),
+)
+
+
+def run(cfg):
+    return training.train_grid(STAGE.view(cfg))
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_cli("trashfire.stages.train", training.__doc__, run, argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""The layout's rules, checked from the source: stages are thin and import only the library,
+the library never imports a stage, and dvc.yaml is what the stage declarations generate."""
+
+import ast
+import pkgutil
+
+import pytest
+from omegaconf import OmegaConf
+from omegaconf.errors import ConfigAttributeError
+
+import trashfire
+from trashfire import dvc_yaml
+from trashfire.core.config import compose
+from trashfire.core.stage import Stage
+from trashfire.stages import ORDER
+
+from tests.conftest import ROOT
+
+ENTRY_POINTS = {"trashfire.params", "trashfire.experiment", "trashfire.dvc_yaml"}  # command-line tools over the stages
+STAGE_NAMES = {"STAGE", "run", "main"}
+
+
+def all_modules() -> list[str]:
+    return sorted(m.name for m in pkgutil.walk_packages(trashfire.__path__, "trashfire."))
+
+
+def test_every_dvc_stage_has_a_stage_module_and_nothing_else_is_one():
+    stage_modules = {m.rpartition(".")[2] for m in all_modules() if m.startswith("trashfire.stages.")}
+    assert stage_modules == set(ORDER)
+
+
+@pytest.mark.parametrize("stage", ORDER)
+def test_a_stage_module_is_a_thin_shell_over_the_library(stage):
+    module = f"trashfire.stages.{stage}"
+    tree = ast.parse(dvc_yaml.module_file(module).read_text())
+    defined = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    defined |= {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)}
+    assert defined == STAGE_NAMES, f"{module} defines {sorted(defined - STAGE_NAMES)} beside STAGE, run and main: move it into the library"
+    imported = dvc_yaml.imported_modules(module)
+    stages = sorted(m for m in imported if m.startswith("trashfire.stages.") or m in ENTRY_POINTS)
+    assert not stages, f"{module} imports {stages}: stages import the library, never each other"
+
+
+def test_the_library_never_imports_a_stage_or_a_command():
+    offenders = {}
+    for module in all_modules():
+        if module.startswith("trashfire.stages") or module in ENTRY_POINTS:
+            continue
+        bad = sorted(m for m in dvc_yaml.imported_modules(module) if m.startswith("trashfire.stages") or m in ENTRY_POINTS)
+        if bad:
+            offenders[module] = bad
+    assert not offenders, f"library modules import stages or commands: {offenders}"
+
+
+def test_the_import_closure_follows_function_level_imports(tmp_path):
+    closure = dvc_yaml.import_closure("trashfire.stages.attack")
+    assert {"trashfire.attacks.engine", "trashfire.models.training", "trashfire.core.stage"} <= closure
+    assert not any(m.startswith("trashfire.report") for m in closure)  # the attack stage does not draw
+
+
+def test_dvc_yaml_is_what_the_stage_declarations_generate():
+    assert (ROOT / "dvc.yaml").read_text() == dvc_yaml.render(), "dvc.yaml is stale: run `make dvc-yaml`"
+
+
+def test_dvc_yaml_check_names_a_stale_file(tmp_path, capsys):
+    stale = tmp_path / "dvc.yaml"
+    stale.write_text(dvc_yaml.render().replace("- paths.models\n", "", 1))
+    with pytest.raises(SystemExit) as exit_:
+        dvc_yaml.main(["--check", "--path", str(stale)])
+    assert exit_.value.code == 1
+    err = capsys.readouterr().err
+    assert "stale" in err and "+    - paths.models" in err
+
+
+@pytest.mark.parametrize("stage", ORDER)
+def test_every_declared_param_exists_in_the_default_config(stage):
+    cfg = compose()
+    declared = __import__(f"trashfire.stages.{stage}", fromlist=["STAGE"]).STAGE.dvc_params()
+    absent = [key for key in declared if OmegaConf.select(cfg, key, default="<absent>") == "<absent>"]
+    assert not absent, f"{stage} declares params the default config does not have: {absent}"
+
+
+def test_a_stage_view_has_only_the_declared_keys():
+    cfg = compose()
+    view = Stage("demo", params=("survival.data", "paths.reports")).view(cfg)
+    assert view.survival.data == cfg.survival.data and view.paths.reports == cfg.paths.reports
+    with pytest.raises(ConfigAttributeError):
+        view.attack  # noqa: B018 -- reading an undeclared section is the error
+    with pytest.raises(ConfigAttributeError):
+        view.survival.fitters  # noqa: B018 -- a sibling of a declared key too
+
+
+def test_a_folded_key_is_declared_to_dvc_beside_the_key_it_narrows():
+    assert Stage("demo", params=("defence", "train")).dvc_params() == ["defence", "train", "defence_cell"]
