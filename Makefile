@@ -36,6 +36,14 @@ run: $(STAMP) params.yaml ## install, then run the embedded default pipeline (dv
 test: $(STAMP) ## install, then run the fast test suite
 	$(PY) -m pytest -m "not slow" -q
 
+lint: $(STAMP) ## ruff: lint and format check (CI runs it); `make format` rewrites
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff format --check src tests bench
+
+format: $(STAMP) ## ruff: fix what can be fixed and format
+	$(VENV)/bin/ruff check --fix src tests bench
+	$(VENV)/bin/ruff format src tests bench
+
 test-slow: $(STAMP) ## the slow tests (full pipeline runs)
 	$(PY) -m pytest -m slow -q
 
@@ -51,4 +59,4 @@ figures: $(STAMP) ## redraw figures and the report from recorded results
 clean: ## remove pipeline outputs (not .venv, not the DVC cache)
 	rm -rf data/processed models reports logs outputs multirun .sweeps
 
-.PHONY: help install params dvc-yaml run test test-slow test-kill bench figures clean
+.PHONY: help install params dvc-yaml run lint format test test-slow test-kill bench figures clean

@@ -285,13 +285,37 @@ def _verify(target: Target, log: FailureLog, clock: LapClock, rows: np.ndarray, 
     clock.lap(rows)
 
 
+@contextlib.contextmanager
+def seeded_search(seed: int):
+    """Within the block, the black-box searches draw from generators seeded by `seed`.
+    Unseeded, two runs of one cell differed: ART's HopSkipJump draws its starting image from
+    a `np.random.RandomState()` the OS seeds, and CMA-ES (Pixel, Threshold) reseeds NumPy's
+    global generator from the clock."""
+    import cma.options_parameters as cma_options
+    draws = np.random.SeedSequence(seed)
+    unseeded = np.random.RandomState
+
+    class SeededRandomState(unseeded):
+        def __init__(self, seed=None):
+            super().__init__(int(draws.spawn(1)[0].generate_state(1)[0]) if seed is None else seed)
+
+    cma_seed = cma_options.cma_default_options["seed"]
+    np.random.RandomState, cma_options.cma_default_options["seed"] = SeededRandomState, seed
+    np.random.seed(seed)
+    try:
+        yield
+    finally:
+        np.random.RandomState, cma_options.cma_default_options["seed"] = unseeded, cma_seed
+
+
 def per_image(attack: Any, target: Target, log: FailureLog, clock: LapClock, batch_size: int) -> None:
     standing = _first_query_all(target, log, clock, batch_size)
     queries = np.zeros(len(standing), dtype=np.int64)
+    seeds = np.random.randint(1, 2**31 - 1, size=len(standing))  # from the cell's seed (campaign seeds each cell)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", module="cma")  # CMA-ES's note on ART's fitness arrays, once per image
         for number, i in enumerate(standing):
-            with counting_queries(target.classifier) as count:
+            with counting_queries(target.classifier) as count, seeded_search(int(seeds[number])):
                 log.x_adv[i] = attack.generate(x=log.x[i:i + 1], y=log.y[i:i + 1])[0]
             queries[number] = count[0]
             clock.lap([i])
