@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trashfire.core.config import compose, validate
+from trashfire.core.config import compose, normalise, validate
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_MNIST = ROOT.parent / "shared" / "data" / "mnist"
@@ -44,12 +44,12 @@ def tiny_overrides(tmp: Path, *extra: str) -> list[str]:
 @pytest.fixture
 def tiny_cfg(tmp_path):
     os.environ.setdefault("TRASHFIRE_CONFIG_DIR", str(ROOT / "conf"))
-    return validate(compose(tiny_overrides(tmp_path), conf=ROOT / "conf"))
+    return normalise(validate(compose(tiny_overrides(tmp_path), conf=ROOT / "conf")))
 
 
 def stage_cfg(tmp_path: Path, data, *overrides: str):
     """The tiny config with `data` written as its survival data set: the survival stage alone."""
-    cfg = validate(compose(tiny_overrides(tmp_path, *overrides), conf=ROOT / "conf"))
+    cfg = normalise(validate(compose(tiny_overrides(tmp_path, *overrides), conf=ROOT / "conf")))
     (tmp_path / "reports").mkdir(exist_ok=True)
     data.to_csv(tmp_path / "reports" / "survival_data.csv", index=False)
     return cfg

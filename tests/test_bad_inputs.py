@@ -41,7 +41,7 @@ from trashfire.stages import prepare
 from trashfire.stages import survival
 from trashfire.stages import timing
 from trashfire.stages import train
-from trashfire.core.config import load_params, validate
+from trashfire.core.config import load_params, normalise, validate
 from trashfire.params import composed_yaml
 from tests.conftest import ROOT, SHARED_MNIST, tiny_overrides
 from tests.test_datasets import write_cifar, write_idx
@@ -82,7 +82,7 @@ def setup(tmp_path_factory) -> Path:
     """A tiny project after prepare, train, attack and timing: the files the cases corrupt."""
     folder = tmp_path_factory.mktemp("setup")
     (folder / "params.yaml").write_text(composed_yaml(tiny_overrides(folder, *SETUP)))
-    cfg = validate(load_params(folder / "params.yaml"))
+    cfg = normalise(validate(load_params(folder / "params.yaml")))
     with own_logging():
         logging.getLogger("trashfire").handlers[:] = [logging.NullHandler()]
         for stage in (prepare, train, attack, timing):

@@ -4,9 +4,11 @@ import subprocess
 import sys
 
 import pytest
+from omegaconf import OmegaConf, open_dict
 
-from trashfire.core.config import compose, validate
+from trashfire.core.config import compose, normalise, validate
 from trashfire.core.errors import ConfigError
+from trashfire.core.grid import attack_cells, model_cells, training_cells
 from tests.conftest import ROOT
 
 
@@ -124,12 +126,89 @@ def test_narrowing_a_preset_drops_the_members_it_only_gave_values(conf_dir):
 
 
 def test_defence_cell_keeps_one_defence_at_one_value(conf_dir):
-    fsq = validate(compose(["defence_cell=fsq@4"], conf=conf_dir))
+    fsq = normalise(validate(compose(["defence_cell=fsq@4"], conf=conf_dir)))
     assert list(fsq.defence) == ["fsq"] and list(fsq.defence.fsq["values"]) == [4]
-    gauss = validate(compose(["defence_cell=gauss_in@0.001"], conf=conf_dir))
+    gauss = normalise(validate(compose(["defence_cell=gauss_in@0.001"], conf=conf_dir)))
     assert list(gauss.defence) == ["gauss_in"] and list(gauss.defence.gauss_in["values"]) == [0.001]
     for bad in ("fsq", "nosuch@1", "fsq@"):
         with pytest.raises(ConfigError, match=r"defence_cell: got .*; allowed: <defence>@<value> with a selected defence \(none, gauss_in, gauss_out, conf, fsq, adv_train\)"):
             validate(compose([f"defence_cell={bad}"], conf=conf_dir))
-    with pytest.raises(ConfigError, match="defence.fsq.values: got 0"):
+    with pytest.raises(ConfigError, match=r"defence_cell: got 0; must be an integer in \[1, 64\] \(the value of fsq: defence.fsq.rules.values\)"):
         validate(compose(["defence_cell=fsq@0"], conf=conf_dir))
+
+
+def test_validate_leaves_its_input_unchanged_and_normalise_returns_a_new_config(conf_dir):
+    """A config that normalisation changes twice over: pgd has only a preset's values (as
+    `dvc exp run -S experiment=trashfire_paper attack=[fgm]` composes it), and defence_cell
+    narrows the defences to fsq at 4 bits."""
+    composed = compose(["experiment=trashfire_paper", "attack=[fgm]", "defence=[none,fsq]", "defence_cell=fsq@4"], conf=conf_dir)
+    cfg = OmegaConf.merge(composed, {})  # a copy
+    with open_dict(cfg):
+        cfg.attack.pgd = {"values": [0.1, 0.3], "norms": ["inf"]}
+    before = OmegaConf.to_container(cfg)
+    assert validate(cfg) is cfg
+    assert OmegaConf.to_container(cfg) == before
+    normalised = normalise(cfg)
+    assert OmegaConf.to_container(cfg) == before  # normalise works on a copy
+    assert list(normalised.attack) == ["fgm"] and list(normalised.defence) == ["fsq"] and list(normalised.defence.fsq["values"]) == [4]
+    assert OmegaConf.to_container(normalise(normalised)) == OmegaConf.to_container(normalised)  # idempotent
+
+
+def cell_hashes(cfg):
+    return [sorted(cell.hash for cell in cells(cfg)) for cells in (training_cells, model_cells, attack_cells)]
+
+
+def test_rules_enter_no_cell_hash(conf_dir):
+    """Stating or changing an option's rules keeps every cached model and attack record."""
+    cfg = normalise(validate(compose(["model=[cifar_resnet8,resnet18,mlp2]"], conf=conf_dir)))
+    bare = normalise(cfg)
+    for group in ("data", "model", "defence", "attack"):
+        for spec in bare[group].values():
+            with open_dict(spec):
+                del spec["rules"]
+    assert cell_hashes(cfg) == cell_hashes(bare)
+    changed = normalise(cfg)  # a copy
+    OmegaConf.set_struct(changed, False)
+    changed.attack.fgm.rules["values"]["low"] = 0.01
+    changed.model.mlp2.rules.hidden["high"] = 4096
+    assert cell_hashes(cfg) == cell_hashes(validate(changed))
+    assert all("rules" not in cell.spec["model"] for cell in training_cells(cfg))  # the builder takes no rules
+
+
+@pytest.mark.parametrize(
+    "override, key, needle",
+    [
+        ("~attack.fgm.rules", "attack.fgm.rules", "missing; every attack option states what it allows"),
+        ("~attack.pgd.rules.values", "attack.pgd.rules.values", "missing; every attack option declares it"),
+        ("attack.fgm.rules.values.kind=integer", "attack.fgm.rules.values.kind", "got 'integer'; allowed: count, real, path, flag, text"),
+        ("attack.hsj.rules.values.kind=text", "attack.hsj.rules.values.kind", "got 'text'; allowed: count, real"),
+        ("+attack.fgm.rules.values.lowest=0", "attack.fgm.rules.values", "unknown fields ['lowest']"),
+        ("attack.pixel.rules.engine=[torch,gpu]", "attack.pixel.rules.engine", "got 'gpu'; allowed: torch, per_image, art"),
+        ("~defence.fsq.rules.values", "defence.fsq.rules.values", "missing; a predict-time defence declares its value's kind"),
+        ("defence.fsq.stage=train", "defence.fsq.stage", "got 'train'; allowed: predict"),
+        ("~model.resnet18.rules", "model.resnet18.rules", "missing"),
+        ("model.resnet18.arch=resnet34", "model.resnet18.arch", "got 'resnet34'; allowed: resnet18"),
+        ("model.resnet18.depth=34", "model.resnet18.depth", "got 34; allowed: 18 (torchvision's resnet18 has 18 layers)"),
+        ("data.digits.n_classes=1", "data.digits.n_classes", "got 1; must be an integer >= 2"),
+        ("attack.pixel.units=pixel", "attack.pixel.units", "pixel units convert a real strength (eps), and pixel's values are counts"),
+        ("attack.hsj.values=[50.0]", "attack.hsj.values", "got 50.0; must be an integer >= 1"),
+    ],
+)
+def test_rules_come_from_the_option(conf_dir, override, key, needle):
+    with pytest.raises(ConfigError) as err:
+        validate(compose(["model=[resnet18]", override], conf=conf_dir))
+    assert err.value.key == key and needle in err.value.problem, str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_a_count_strength_is_never_cast(conf_dir):
+    """hsj's max_eval is a count by its rules: 50.0 is refused, not silently made 50; a real
+    strength not named eps is a real, whatever its name."""
+    from trashfire.attacks import art_strength
+
+    cfg = normalise(validate(compose(["attack=[hsj,fgm]", "attack.fgm.param=epsilon", "attack.fgm.values=[0.5]", "attack.fgm.units=standardised"], conf=conf_dir)))
+    hsj, fgm = ({s["name"]: s for s in (c.spec for c in attack_cells(cfg))}[n] for n in ("hsj", "fgm"))
+    assert art_strength(hsj) == 50 and isinstance(art_strength(hsj), int)
+    assert art_strength(fgm) == 0.5 and isinstance(art_strength(fgm), float)
+    with pytest.raises(ConfigError, match="attack.hsj.values: got 50.0; must be an integer"):
+        art_strength({**hsj, "value": 50.0})

@@ -34,7 +34,7 @@ from trashfire.stages import train
 from trashfire.metrics import experiments as experiment_tables
 from trashfire.metrics import aggregate as aggregation
 from trashfire.core.cli import configure_logging
-from trashfire.core.config import check_group_options, config_dir, validate
+from trashfire.core.config import check_group_options, config_dir, normalise, validate
 from trashfire.data.datasets import dataset_dir
 from trashfire.core.errors import ConfigError, TrashfireError
 
@@ -92,7 +92,7 @@ def set_threads(threads: int | None) -> None:
 
 
 def run_experiment(cfg: DictConfig) -> list[float]:
-    validate(cfg)
+    cfg = normalise(validate(cfg))
     names = objective_names(cfg)
     set_threads(cfg.get("threads"))
     if cfg.get("threads") is not None or cfg.train.get("workers", "auto") == "auto":

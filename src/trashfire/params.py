@@ -3,7 +3,9 @@
     python -m trashfire.params [hydra overrides ...] [--out params.yaml] [--check]
 
 The composition is the one `dvc exp run -S` performs (compose, resolve, dump), so the two
-never disagree. `--check` exits 1 when the file on disk is stale.
+never disagree: it is validated, and `defence_cell` stays a key of its own (each stage
+normalises what it reads: `trashfire.core.config.normalise`). `--check` exits 1 when the
+file on disk is stale.
 """
 
 from __future__ import annotations

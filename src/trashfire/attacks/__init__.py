@@ -10,7 +10,8 @@ from art.estimators.classification import PyTorchClassifier
 from hydra.utils import get_class
 from torch import nn
 
-from trashfire.core.config import TORCH_ATTACKS
+from trashfire.core.config import RULES
+from trashfire.core.errors import ConfigError
 from trashfire.models.defences import predict_defences
 
 NORMS = {"inf": np.inf, "1": 1, "2": 2, "0": 0}
@@ -39,15 +40,34 @@ def attack_strength(spec: dict[str, Any], pixel_std: float) -> float:
     return value / pixel_std if spec.get("units", "standardised") == "pixel" else value
 
 
+def strength_kind(spec: dict[str, Any]) -> str:
+    """count or real, as the attack's rules state (`rules.values.kind`); a spec written by
+    hand without rules: count for an integer value, real for any other."""
+    kind = (spec.get(RULES) or {}).get("values", {})
+    if isinstance(kind, dict) and kind.get("kind") in ("count", "real"):
+        return kind["kind"]
+    value = spec["value"]
+    return "count" if isinstance(value, int) and not isinstance(value, bool) else "real"
+
+
+def art_strength(spec: dict[str, Any], pixel_std: float = 1.0) -> int | float:
+    """The strength ART is given: a count as the configured integer (a class count, pixels,
+    255-levels, queries), never a cast; a real on the standardised scale."""
+    if strength_kind(spec) == "real":
+        return attack_strength(spec, pixel_std)
+    value = spec["value"]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"attack.{spec.get('name', '?')}.values", f"got {value!r}; must be an integer (its rules make the strength a count)")
+    return value
+
+
 def build_attack(classifier: PyTorchClassifier, spec: dict[str, Any], pixel_std: float = 1.0) -> Any:
     """One grid entry as an ART attack. The strength goes to `param`; norm, batch_size and
     max_iter only to the attacks that take them (DeepFool, PixelAttack and ThresholdAttack
     have one fixed norm); PGD's step is eps*step_scale/max_iter."""
     cls = get_class(spec["target"])
     accepted = inspect.signature(cls.__init__).parameters
-    value = attack_strength(spec, pixel_std)
-    if spec["param"] != "eps":
-        value = int(value)  # counts: classes, pixels, 255-levels, queries
+    value = art_strength(spec, pixel_std)
     kwargs = {spec["param"]: value, **spec.get("kwargs", {})}
     optional = {"norm": NORMS.get(spec["norm"]), "batch_size": spec.get("batch_size"), "max_iter": spec.get("max_iter")}
     kwargs |= {k: v for k, v in optional.items() if k in accepted and v is not None}
@@ -63,9 +83,9 @@ def pgd_step_size(spec: dict[str, Any], eps: float) -> float:
 
 
 def engine_of(spec: dict[str, Any]) -> str:
-    """The configured engine; gradient attacks default to our torch loop, the others to ART
-    image by image (see trashfire.attacks.engine)."""
-    return spec.get("engine") or ("torch" if spec["name"] in TORCH_ATTACKS else "per_image")
+    """The configured engine, else the first its rules allow (`rules.engine`), else ART image
+    by image (see trashfire.attacks.engine)."""
+    return spec.get("engine") or ((spec.get(RULES) or {}).get("engine") or ["per_image"])[0]
 
 
 def budget_subset(labels: np.ndarray, n: int | None) -> np.ndarray:

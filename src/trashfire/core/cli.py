@@ -1,8 +1,8 @@
 """The stage command line: `python -m trashfire.<stage> [--params params.yaml] [key=value ...]`.
 
 A stage reads the composed params.yaml (the snapshot DVC tracks), applies dotted overrides,
-validates everything, then runs. A TrashfireError ends the process with one line on stderr
-and exit status 2, before any long compute.
+validates everything, normalises it (`config.normalise`), then runs. A TrashfireError ends
+the process with one line on stderr and exit status 2, before any long compute.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
-from trashfire.core.config import load_params, validate
+from trashfire.core.config import load_params, normalise, validate
 from trashfire.core.errors import ConfigError, TrashfireError
 
 
@@ -81,7 +81,7 @@ def run_cli(prog: str, description: str, run: Callable[[DictConfig], Any], argv:
     configure_logging(prog)
     try:
         cfg = validate(parse_overrides(load_params(args.params), args.overrides))
-        run(cfg)
+        run(normalise(cfg))
     except TrashfireError as err:
         print(f"{prog}: {err}", file=sys.stderr)
         sys.exit(err.exit_code)

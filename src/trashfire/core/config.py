@@ -1,49 +1,59 @@
-"""Compose, load and validate configuration.
+"""Compose, load, validate and normalise configuration.
 
 `conf/` is the one source of configuration; `params.yaml` is its composed snapshot that DVC
 tracks. Every config is validated here before any data is loaded: a bad value raises
-ConfigError, which the CLIs print as one line naming the key and what is allowed.
+ConfigError, which the CLIs print as one line naming the key, what it got and what is allowed.
+
+- `compose(overrides)`: Hydra's composition, as `dvc exp run -S` writes params.yaml, less
+  the grid members a preset only gave values.
+- `validate(cfg)`: checks only; it never changes cfg (it returns cfg itself, for chaining).
+- `normalise(cfg)`: a copy as the stages run it: members a preset only gave values dropped,
+  `defence_cell` folded into `defence` (see trashfire.core.stage.FOLDED_INTO).
+
+Each data, model, defence and attack option states its own rules under `rules:` (documented
+at the top of each conf/ group's files and in docs/design.md): the checks here are generic
+and name no option, so adding an option is adding its YAML file. What stays in Python is
+what the code implements: the engines, the defence stages, the data loaders.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 import os
 from numbers import Number
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from trashfire.core.clocks import CLOCKS
 from trashfire.core.errors import ConfigError
+from trashfire.data.datasets import LOADERS
 from trashfire.survival.data import BEFORE_ATTACK_POLICIES, DUMMY_SOURCES, NONPOSITIVE_POLICIES, NUMERIC_COVARIATES
 
-DATA_SOURCES = ("sklearn_digits", "torchvision_mnist", "torchvision_fashion_mnist", "torchvision_cifar", "fusion")
-FUSION_TASKS = ("digit", "object")
-MODEL_ARCHS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
-DEFENCE_STAGES = ("none", "train", "predict")
-ATTACK_NORMS = {
-    "fgm": ("inf", "1", "2"), "pgd": ("inf", "1", "2"), "deepfool": ("2",), "pixel": ("0",), "threshold": ("inf",), "hsj": ("2", "inf"),
-}
-COUNT_ATTACKS = ("deepfool", "pixel", "threshold", "hsj")  # strengths are counts, not eps
+DATA_SOURCES = (*LOADERS, "fusion")  # the loaders of trashfire.data.datasets; fusion mixes two of them
+DEFENCE_STAGES = ("none", "train", "predict")  # see trashfire.core.grid
 LR_SCHEDULES = ("constant", "step_half", "one_cycle")
 ATTACK_UNITS = ("standardised", "pixel")
 ENGINES = ("torch", "per_image", "art")  # see trashfire.attacks.engine
-TORCH_ATTACKS = ("fgm", "pgd", "deepfool")  # the attacks our torch loop runs
-EARLY_EXIT_ATTACKS = ("fgm", "pgd")
-TORCH_REQUIRED = {"fgm": (), "pgd": ("max_iter", "step_scale"), "deepfool": ("max_iter",)}
-ANY_VALUE = object()
-TORCH_KWARGS = {  # ART's options the torch loop takes: any value, or only ART's default
-    "fgm": {"num_random_init": 0, "minimal": False, "targeted": False, "verbose": ANY_VALUE},
-    "pgd": {"num_random_init": 0, "targeted": False, "decay": None, "random_eps": False, "verbose": ANY_VALUE},
-    "deepfool": {"epsilon": ANY_VALUE, "verbose": ANY_VALUE},
-}
 AUC_UNITS = ATTACK_UNITS
 SURVIVAL_SCORES = ("test_ICI", "ICI", "test_E50", "E50", "AIC", "BIC", "test_concordance", "concordance")
 SURVIVAL_SPLIT_GROUPS = ("train_hash", "model_hash", "attack_hash")  # survival data label columns a split keeps together
 OPTIMISERS = ("BFGS", "L-BFGS-B", "SLSQP", "CG", "TNC")  # scipy methods that use lifelines' gradient
+
+# An option's rules: `rules: {<key>: <check>}`, each check of the option's key of that name
+# (of each item, where the key holds a list). A check is a list (one of these values) or a
+# mapping of CHECK_FIELDS: `kind` (KINDS), a range (low, high, open_low, open_high), one_of,
+# optional (absent or null passes), why (said when the check fails). Rules never enter a
+# cell hash (trashfire.core.grid).
+RULES = "rules"
+KINDS = ("count", "real", "path", "flag", "text")
+CHECK_FIELDS = ("kind", "one_of", "low", "high", "open_low", "open_high", "optional", "why")
+STRENGTH_KINDS = ("count", "real")  # what an attack's or a defence's `values` may be
+GRID_AXES = ("values", "norms")  # option keys that are grids: a scalar is a one-value grid
+TORCH_RULES = ("required", "early_exit", "kwargs", "any_kwargs")  # an attack's rules.torch
 
 
 def config_dir() -> Path:
@@ -52,7 +62,8 @@ def config_dir() -> Path:
 
 
 def compose(overrides: Sequence[str] = (), conf: Path | None = None) -> DictConfig:
-    """Compose conf/config.yaml with Hydra overrides, as `dvc exp run -S` does."""
+    """Compose conf/config.yaml with Hydra overrides, as `dvc exp run -S` does, less the grid
+    members a preset only gave values (`drop_leftovers`)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.errors import HydraException
@@ -65,7 +76,7 @@ def compose(overrides: Sequence[str] = (), conf: Path | None = None) -> DictConf
     check_group_options(overrides, conf)
     try:
         with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
-            return drop_unselected(hydra_compose(config_name="config", overrides=list(overrides)))
+            return drop_leftovers(hydra_compose(config_name="config", overrides=list(overrides)))
     except (HydraException, OmegaConfBaseException) as err:
         raise composition_error(err) from None
 
@@ -138,35 +149,58 @@ GRID_GROUPS = ("data", "model", "defence", "attack")
 OPTION_KEYS = ("_target_", "source", "stage")  # every option of a grid group has one
 
 
-def drop_unselected(cfg: DictConfig) -> DictConfig:
-    """Remove grid members that only a preset's values created: `experiment=trashfire_paper
+def is_leftover(spec: Any) -> bool:
+    """A grid member that only a preset's values created: `experiment=trashfire_paper
     attack=[fgm]` leaves `attack.pgd: {values: ...}` behind, which is no option at all."""
+    return OmegaConf.is_dict(spec) and not any(key in spec for key in OPTION_KEYS)
+
+
+def options(cfg: DictConfig, group: str) -> dict[str, Any]:
+    """The selected options of a grid group, by name, leftovers left out."""
+    members = cfg.get(group)
+    if not OmegaConf.is_dict(members):
+        return {}
+    return {name: spec for name, spec in members.items() if not is_leftover(spec)}
+
+
+def drop_leftovers(cfg: DictConfig) -> DictConfig:
+    """Remove the leftovers of every grid group from cfg itself (a composition of our own)."""
     for group in GRID_GROUPS:
         members = cfg.get(group)
-        if not OmegaConf.is_dict(members):
-            continue
-        for name in [n for n, spec in members.items() if OmegaConf.is_dict(spec) and not any(k in spec for k in OPTION_KEYS)]:
+        if OmegaConf.is_dict(members):
             with open_dict(members):
-                del members[name]
+                for name in [n for n, spec in members.items() if is_leftover(spec)]:
+                    del members[name]
     return cfg
 
 
-def select_defence_cell(cfg: DictConfig) -> DictConfig:
-    """`defence_cell: <defence>@<value>` keeps that one defence at that one value: a sweep's
-    defence x value axis as a single parameter."""
+def normalise(cfg: DictConfig) -> DictConfig:
+    """The config as the stages run it, a copy (cfg is left as it is): leftovers dropped (a
+    params.yaml of `dvc exp run -S`, or Hydra's own composition, has them), and
+    `defence_cell: <defence>@<value>` keeping that one defence at that one value (a sweep's
+    defence x value axis as a single parameter). Validate cfg first."""
+    cfg = drop_leftovers(copy.deepcopy(cfg))
+    cell = defence_cell(cfg)
+    if cell is not None:
+        name, value = cell
+        spec = cfg.defence[name]
+        with open_dict(cfg):
+            spec["values"] = [value]
+            cfg.defence = {name: spec}
+    return cfg
+
+
+def defence_cell(cfg: DictConfig) -> tuple[str, Any] | None:
+    """`defence_cell` as (defence, value); None when it is null."""
     cell = cfg.get("defence_cell")
     if cell is None:
-        return cfg
+        return None
+    defences = options(cfg, "defence")
     name, sep, text = str(cell).partition("@")
-    allowed = f"<defence>@<value> with a selected defence ({', '.join(cfg.defence)}), e.g. fsq@4 or none@0"
-    if not sep or name not in cfg.defence or not text:
+    allowed = f"<defence>@<value> with a selected defence ({', '.join(defences)}), e.g. fsq@4 or none@0"
+    if not sep or name not in defences or not text:
         raise ConfigError("defence_cell", f"got {cell!r}; allowed: {allowed}")
-    value = _parse_scalar(text)
-    spec = cfg.defence[name]
-    with open_dict(cfg):
-        spec["values"] = [value]
-        cfg.defence = {name: spec}
-    return cfg
+    return name, _parse_scalar(text)
 
 
 def _parse_scalar(text: str) -> int | float | str:
@@ -179,18 +213,18 @@ def _parse_scalar(text: str) -> int | float | str:
 
 
 def validate(cfg: DictConfig) -> DictConfig:
-    """Check every value the pipeline reads; raise ConfigError on the first bad one."""
+    """Check every value the pipeline reads; raise ConfigError on the first bad one. cfg is
+    not changed (`normalise` makes the config the stages run); it is returned for chaining."""
     for section in ("data", "split", "model", "defence", "attack", "train", "timing", "paths"):
         if not isinstance(cfg.get(section), DictConfig):
             raise ConfigError(section, _missing_section(section, cfg.get(section)))
     _validate_paths(cfg.paths)
-    drop_unselected(cfg)
-    select_defence_cell(cfg)
     _validate_split(cfg.split)  # first: the data check compares subsample with split.n_attack
     _validate_data(cfg)
-    _validate_models(cfg.model)
-    _validate_defences(cfg.defence)
-    _validate_attacks(cfg.attack)
+    _validate_models(options(cfg, "model"))
+    _validate_defences(options(cfg, "defence"))
+    _validate_defence_cell(cfg)
+    _validate_attacks(options(cfg, "attack"))
     _validate_train(cfg.train)
     _validate_per_model(cfg)
     _validate_pretraining(cfg)
@@ -239,7 +273,7 @@ def _check_auc_interval(cfg: DictConfig) -> None:
     auc = cfg.metrics.auc
     if auc.get("eps1") is None:
         return
-    for name, spec in cfg.attack.items():
+    for name, spec in options(cfg, "attack").items():
         if spec.get("param") != "eps" or spec.get("units", "standardised") != auc.get("units"):
             continue
         largest = max(as_list(spec["values"]))
@@ -247,22 +281,116 @@ def _check_auc_interval(cfg: DictConfig) -> None:
             raise ConfigError("metrics.auc.eps1", f"{auc.eps1} exceeds the largest eps {largest} of attack.{name} ({auc.units} units); lower it or extend the grid")
 
 
+# --- the grid's options, each checked by its own rules ----------------------------------------
+
+
+def _option(group: str, name: str, spec: Any, required: Sequence[str] = ()) -> DictConfig:
+    """The option's rules, after checking that it is a mapping with rules that declare at
+    least `required`."""
+    key = f"{group}.{name}"
+    if not isinstance(spec, DictConfig):
+        raise ConfigError(key, f"got {spec!r}; allowed: a mapping, one option of conf/{group}/")
+    rules = spec.get(RULES)
+    if not isinstance(rules, DictConfig):
+        problem = f"got {rules!r}; allowed: a mapping" if rules is not None else "missing"
+        raise ConfigError(f"{key}.{RULES}", f"{problem}; every {group} option states what it allows under `{RULES}:` (see the top of its conf/{group}/ file; an older params.yaml: run `make params`)")
+    for entry in required:
+        if entry not in rules:
+            raise ConfigError(f"{key}.{RULES}.{entry}", f"missing; every {group} option declares it (see the top of its conf/{group}/ file)")
+    return rules
+
+
+def _check_keys(key: str, spec: DictConfig, rules: DictConfig, reserved: Sequence[str] = ()) -> None:
+    """Apply each rule but the reserved ones to the option's key of its name."""
+    for name, rule in rules.items():
+        if name in reserved:
+            continue
+        check = rule_check(f"{key}.{RULES}.{name}", rule)
+        value = spec.get(name)
+        if value is None and name not in GRID_AXES:
+            if check.get("optional"):
+                continue
+            raise ConfigError(f"{key}.{name}", f"missing; {key}.{RULES}.{name} requires it")
+        for item in _nonempty_list(f"{key}.{name}", value) if name in GRID_AXES or OmegaConf.is_list(value) else [value]:
+            check_value(f"{key}.{name}", item, check)
+
+
+def rule_check(key: str, rule: Any) -> dict[str, Any]:
+    """A rule as a mapping of CHECK_FIELDS: a list is {one_of: the list}."""
+    if OmegaConf.is_list(rule):
+        rule = {"one_of": rule}
+    if not OmegaConf.is_dict(rule) and not isinstance(rule, dict):
+        raise ConfigError(key, f"got {rule!r}; allowed: a list of the values allowed, or a mapping of {', '.join(CHECK_FIELDS)}")
+    check = {name: OmegaConf.to_container(value) if OmegaConf.is_config(value) else value for name, value in rule.items()}
+    unknown = sorted(set(check) - set(CHECK_FIELDS))
+    if unknown:
+        raise ConfigError(key, f"unknown fields {unknown}; allowed: {', '.join(CHECK_FIELDS)}")
+    if "one_of" in check:
+        if not isinstance(check["one_of"], list) or not check["one_of"]:
+            raise ConfigError(f"{key}.one_of", f"got {check['one_of']!r}; allowed: a non-empty list of the values allowed")
+    elif check.get("kind") not in KINDS:
+        raise ConfigError(f"{key}.kind", f"got {check.get('kind')!r}; allowed: {', '.join(KINDS)} (or one_of: [...])")
+    for bound in ("low", "high"):
+        if check.get(bound) is not None:
+            _number(f"{key}.{bound}", check[bound])
+    return check
+
+
+def check_value(key: str, value: Any, check: Mapping[str, Any]) -> Any:
+    """One value against one check (see rule_check); a failure names the key, the value and
+    what is allowed."""
+    try:
+        return _check_value(key, value, check)
+    except ConfigError as err:
+        if check.get("why"):
+            raise ConfigError(err.key, f"{err.problem} ({check['why']})") from None
+        raise
+
+
+def _check_value(key: str, value: Any, check: Mapping[str, Any]) -> Any:
+    if "one_of" in check:
+        allowed = check["one_of"]
+        if all(isinstance(a, str) for a in allowed):  # norms: 2 and "2" are one norm
+            value = str(value)
+        if value not in allowed or (isinstance(value, bool) and not any(isinstance(a, bool) for a in allowed)):
+            raise ConfigError(key, f"got {value!r}; allowed: {', '.join(map(str, allowed))}")
+        return value
+    bounds = {name: check.get(name) for name in ("low", "high")}
+    opened = {name: bool(check.get(name, False)) for name in ("open_low", "open_high")}
+    kind = check["kind"]
+    if kind == "count":
+        return _integer(key, value, **bounds, **opened)
+    if kind == "real":
+        return _number(key, value, **bounds, **opened)
+    if kind == "path" and not (isinstance(value, str) and value):
+        raise ConfigError(key, f"got {value!r}; allowed: a folder path")
+    if kind == "flag" and not isinstance(value, bool):
+        raise ConfigError(key, f"got {value!r}; allowed: true, false")
+    if kind == "text" and not isinstance(value, str):
+        raise ConfigError(key, f"got {value!r}; allowed: a string")
+    return value
+
+
+def strength_check(key: str, rules: DictConfig) -> dict[str, Any]:
+    """The check of an option's `values`: a count (an integer) or a real (a finite number)."""
+    check = rule_check(f"{key}.{RULES}.values", rules["values"])
+    if check.get("kind") not in STRENGTH_KINDS:
+        raise ConfigError(f"{key}.{RULES}.values.kind", f"got {check.get('kind')!r}; allowed: {', '.join(STRENGTH_KINDS)} (a strength is an integer or a finite number)")
+    return check
+
+
 def _validate_data(cfg: DictConfig) -> None:
-    _nonempty_mapping("data", cfg.data)
-    for name, spec in cfg.data.items():
+    data = options(cfg, "data")
+    _nonempty_mapping("data", data)
+    for name, spec in data.items():
         key = f"data.{name}"
+        rules = _option("data", name, spec)
         _choice(f"{key}.source", spec.get("source"), DATA_SOURCES)
         _integer(f"{key}.n_classes", spec.get("n_classes"), low=2)
         for option in ("size", "channels"):
             if spec.get(option) is not None:
                 _integer(f"{key}.{option}", spec[option], low=1)
-        if spec.source == "torchvision_cifar":
-            _choice(f"{key}.classes", spec.get("classes"), (10, 100))
-        if spec.source == "fusion":
-            _choice(f"{key}.task", spec.get("task"), FUSION_TASKS)
-            for option in ("digits_root", "objects_root"):
-                if not isinstance(spec.get(option), str):
-                    raise ConfigError(f"{key}.{option}", f"got {spec.get(option)!r}; allowed: a folder path")
+        _check_keys(key, spec, rules)
         if spec.get("subsample") is not None:
             _integer(f"{key}.subsample", spec.subsample, low=cfg.split.get("n_attack", 1) * 2)
 
@@ -275,42 +403,34 @@ def _validate_split(split: DictConfig) -> None:
     _integer("split.n_attack", split.get("n_attack"), low=1)
 
 
-def _validate_models(models: DictConfig) -> None:
+def _validate_models(models: dict[str, Any]) -> None:
     _nonempty_mapping("model", models)
     for name, spec in models.items():
+        rules = _option("model", name, spec)
         if not isinstance(spec.get("_target_"), str):
             raise ConfigError(f"model.{name}._target_", "missing; name the builder, e.g. trashfire.models.resnet")
-        depth = _integer(f"model.{name}.depth", spec.get("depth"), low=1)
-        if "arch" in spec:
-            arch = _choice(f"model.{name}.arch", spec.arch, MODEL_ARCHS)
-            if arch != f"resnet{depth}":
-                raise ConfigError(f"model.{name}.depth", f"got {depth}; {arch} has {arch.removeprefix('resnet')} layers")
+        _integer(f"model.{name}.depth", spec.get("depth"), low=1)
+        _check_keys(f"model.{name}", spec, rules)
 
 
-DEFENCE_VALUE_RULES = {
-    "gauss_in": dict(low=0, open_low=True),
-    "adv_train": dict(low=0, high=1, open_low=True),
-    "gauss_out": dict(low=0, open_low=True),
-    "conf": dict(low=0, high=1, open_low=True, open_high=True),
-}
-
-
-def _validate_defences(defences: DictConfig) -> None:
+def _validate_defences(defences: dict[str, Any]) -> None:
     _nonempty_mapping("defence", defences)
     for name, spec in defences.items():
         key = f"defence.{name}"
+        rules = _option("defence", name, spec, required=("stage",))
         stage = _choice(f"{key}.stage", spec.get("stage"), DEFENCE_STAGES)
         values = _nonempty_list(f"{key}.values", spec.get("values"))
+        _check_keys(key, spec, rules, reserved=("values",))
         if stage == "none":
             continue
         if not spec.get("_target_"):
             raise ConfigError(f"{key}._target_", "missing; name the ART defence class to build")
+        if "values" not in rules:
+            raise ConfigError(f"{key}.{RULES}.values", f"missing; a {stage}-time defence declares its value's kind (count or real) and range")
+        check = strength_check(key, rules)
         _validate_defence_models(key, spec)
         for value in values:
-            if name == "fsq":
-                _integer(f"{key}.values", value, low=1, high=64)
-            else:
-                _number(f"{key}.values", value, **DEFENCE_VALUE_RULES.get(name, {}))
+            check_value(f"{key}.values", value, check)
 
 
 def _validate_defence_models(key: str, spec: DictConfig) -> None:
@@ -322,19 +442,29 @@ def _validate_defence_models(key: str, spec: DictConfig) -> None:
     _nonempty_list(f"{key}.models", only)
 
 
-def _validate_attacks(attacks: DictConfig) -> None:
+def _validate_defence_cell(cfg: DictConfig) -> None:
+    """The value `normalise` gives the defence must pass that defence's rules."""
+    cell = defence_cell(cfg)
+    if cell is None:
+        return
+    name, value = cell
+    spec = cfg.defence[name]
+    if spec.stage != "none":
+        check = strength_check(f"defence.{name}", spec[RULES])
+        why = f"the value of {name}: defence.{name}.{RULES}.values" + (f", {check['why']}" if check.get("why") else "")
+        check_value("defence_cell", value, {**check, "why": why})
+
+
+def _validate_attacks(attacks: dict[str, Any]) -> None:
     _nonempty_mapping("attack", attacks)
     for name, spec in attacks.items():
         key = f"attack.{name}"
-        if name not in ATTACK_NORMS:
-            raise ConfigError(key, f"unknown attack; available: {', '.join(ATTACK_NORMS)}")
-        for norm in _nonempty_list(f"{key}.norms", spec.get("norms")):
-            _choice(f"{key}.norms", str(norm), ATTACK_NORMS[name])
-        for value in _nonempty_list(f"{key}.values", spec.get("values")):
-            if name in COUNT_ATTACKS:
-                _integer(f"{key}.values", value, low=1)
-            else:
-                _number(f"{key}.values", value, low=0, open_low=True)
+        rules = _option("attack", name, spec, required=("norms", "values", "engine"))
+        if not isinstance(spec.get("_target_"), str) or not isinstance(spec.get("param"), str):
+            missing = "_target_" if not isinstance(spec.get("_target_"), str) else "param"
+            raise ConfigError(f"{key}.{missing}", "missing; name the ART attack class (_target_) and the argument its strength sets (param)")
+        kind = strength_check(key, rules)["kind"]
+        _check_keys(key, spec, rules, reserved=("engine", "torch"))
         if "batch_size" in spec:
             _integer(f"{key}.batch_size", spec.batch_size, low=1)
         if spec.get("samples") is not None:
@@ -343,36 +473,75 @@ def _validate_attacks(attacks: DictConfig) -> None:
             _integer(f"{key}.max_iter", spec.max_iter, low=1)
         if "step_scale" in spec:
             _number(f"{key}.step_scale", spec.step_scale, low=0, open_low=True)
-        _choice(f"{key}.units", spec.get("units", "standardised"), ATTACK_UNITS)
-        _validate_engine(key, name, spec)
+        units = _choice(f"{key}.units", spec.get("units", "standardised"), ATTACK_UNITS)
+        if units == "pixel" and kind != "real":
+            raise ConfigError(f"{key}.units", f"got 'pixel'; pixel units convert a real strength (eps), and {name}'s values are {kind}s ({key}.{RULES}.values); allowed: standardised")
+        _validate_engine(key, spec, rules, attacks)
 
 
-def _validate_engine(key: str, name: str, spec: DictConfig) -> None:
-    engine = spec.get("engine") or ("torch" if name in TORCH_ATTACKS else "per_image")
-    _choice(f"{key}.engine", engine, ENGINES)
+def engines_of(key: str, rules: DictConfig) -> list[str]:
+    """The engines an attack's rules allow, the first its default."""
+    engines = rules.get("engine")
+    if not OmegaConf.is_list(engines) or not engines:
+        raise ConfigError(f"{key}.{RULES}.engine", f"got {engines!r}; allowed: a non-empty list of {', '.join(ENGINES)}, the first the default")
+    for engine in engines:
+        _choice(f"{key}.{RULES}.engine", engine, ENGINES)
+    return list(engines)
+
+
+def _torch_rules(key: str, rules: DictConfig) -> DictConfig:
+    """What the torch engine needs for this attack (TORCH_RULES)."""
+    torch_rules = rules.get("torch")
+    if torch_rules is None:
+        return OmegaConf.create({})
+    if not isinstance(torch_rules, DictConfig) or set(torch_rules) - set(TORCH_RULES):
+        raise ConfigError(f"{key}.{RULES}.torch", f"got {torch_rules!r}; allowed: a mapping of {', '.join(TORCH_RULES)}")
+    if not isinstance(torch_rules.get("early_exit", False), bool):
+        raise ConfigError(f"{key}.{RULES}.torch.early_exit", f"got {torch_rules.early_exit!r}; allowed: true, false")
+    if not OmegaConf.is_dict(torch_rules.get("kwargs") or OmegaConf.create({})):
+        raise ConfigError(f"{key}.{RULES}.torch.kwargs", f"got {torch_rules.kwargs!r}; allowed: a mapping of ART options to the only value the torch loop runs")
+    for listed in ("required", "any_kwargs"):
+        if not OmegaConf.is_list(torch_rules.get(listed) or OmegaConf.create([])):
+            raise ConfigError(f"{key}.{RULES}.torch.{listed}", f"got {torch_rules[listed]!r}; allowed: a list of keys")
+    return torch_rules
+
+
+def _validate_engine(key: str, spec: DictConfig, rules: DictConfig, attacks: dict[str, Any]) -> None:
+    engines = engines_of(key, rules)
+    engine = spec.get("engine") or engines[0]
+    if engine not in engines:  # engines_of checked that each is one of ENGINES
+        runs = [n for n, s in attacks.items() if "torch" in (_selected(s, f"{RULES}.engine") or [])]
+        why = f"; our torch loop runs {', '.join(runs)} only" if engine == "torch" and runs else ""
+        raise ConfigError(f"{key}.engine", f"got {engine!r}; allowed: {', '.join(engines)} ({key}.{RULES}.engine{why})")
+    torch_rules = _torch_rules(key, rules)
     if engine == "torch":
-        _validate_torch_engine(key, name, spec)
+        _validate_torch_engine(key, spec, torch_rules)
     if "early_exit" in spec:
         if not isinstance(spec.early_exit, bool):
             raise ConfigError(f"{key}.early_exit", f"got {spec.early_exit!r}; must be true or false")
-        if not (engine == "torch" and name in EARLY_EXIT_ATTACKS):
-            raise ConfigError(f"{key}.early_exit", f"applies to {', '.join(EARLY_EXIT_ATTACKS)} on the torch engine only (DeepFool's torch loop always exits early); remove it")
+        if not (engine == "torch" and torch_rules.get("early_exit", False)):
+            exiting = [n for n, s in attacks.items() if _selected(s, f"{RULES}.torch.early_exit") is True]
+            raise ConfigError(f"{key}.early_exit", f"applies to {', '.join(exiting) or 'no selected attack'} on the torch engine only (where {RULES}.torch.early_exit is true); remove it")
 
 
-def _validate_torch_engine(key: str, name: str, spec: DictConfig) -> None:
+def _selected(spec: Any, path: str) -> Any:
+    """A value of another option, which may not be checked yet: None where it is not there."""
+    return OmegaConf.select(spec, path, default=None, throw_on_missing=False) if isinstance(spec, DictConfig) else None
+
+
+def _validate_torch_engine(key: str, spec: DictConfig, torch_rules: DictConfig) -> None:
     """Our loop runs ART's attack with ART's defaults for the options it does not implement:
     another value would silently be a different attack."""
-    if name not in TORCH_ATTACKS:
-        raise ConfigError(f"{key}.engine", f"got torch; our torch loop runs {', '.join(TORCH_ATTACKS)} only; allowed here: per_image, art")
-    for required in TORCH_REQUIRED[name]:
+    for required in torch_rules.get("required") or []:
         if spec.get(required) is None:
             raise ConfigError(f"{key}.{required}", "missing; the torch engine needs it")
+    fixed, free = torch_rules.get("kwargs") or {}, list(torch_rules.get("any_kwargs") or [])
+    allowed = [*fixed, *free]
     for option, value in (spec.get("kwargs") or {}).items():
-        allowed = TORCH_KWARGS[name]
         if option not in allowed:
             raise ConfigError(f"{key}.kwargs.{option}", f"the torch engine does not implement it; allowed: {', '.join(allowed) or 'none'}, or engine: art")
-        if allowed[option] is not ANY_VALUE and value != allowed[option]:
-            raise ConfigError(f"{key}.kwargs.{option}", f"got {value!r}; the torch engine runs ART's default ({allowed[option]!r}) only; use engine: art for another")
+        if option in fixed and option not in free and value != fixed[option]:
+            raise ConfigError(f"{key}.kwargs.{option}", f"got {value!r}; the torch engine runs ART's default ({fixed[option]!r}) only; use engine: art for another")
 
 
 def _validate_train(train: DictConfig) -> None:
@@ -394,7 +563,7 @@ def _validate_train(train: DictConfig) -> None:
 
 def _validate_per_model(cfg: DictConfig) -> None:
     for name, own in (cfg.train.get("per_model") or {}).items():
-        if name not in cfg.model:
+        if name not in options(cfg, "model"):
             continue  # a preset's entry for a model this run leaves out
         key = f"train.per_model.{name}"
         unknown = set(own or {}) - {"epochs", "lr"}
@@ -408,13 +577,13 @@ def _validate_per_model(cfg: DictConfig) -> None:
 
 def _validate_pretraining(cfg: DictConfig) -> None:
     for name, bases in (cfg.train.get("pretrained_on") or {}).items():
-        if name not in cfg.data:
+        if name not in options(cfg, "data"):
             continue  # a preset's entry for a data set this run leaves out
         key = f"train.pretrained_on.{name}"
         bases = as_list(bases)
         if not bases:
             raise ConfigError(key, "must be a non-empty list; [null] trains from scratch")
-        allowed = [other for other in cfg.data if other != name]
+        allowed = [other for other in options(cfg, "data") if other != name]
         for base in bases:
             if base is not None and base not in allowed:
                 raise ConfigError(key, f"got {base!r}; allowed: null (from scratch), {', '.join(allowed) or 'another selected data set'}")
@@ -533,7 +702,7 @@ def _validate_brittle(brittle: Any) -> None:
 
 
 def _nonempty_mapping(key: str, value: Any) -> None:
-    if not isinstance(value, DictConfig) or len(value) == 0:
+    if not isinstance(value, (DictConfig, dict)) or len(value) == 0:
         raise ConfigError(key, "select at least one option (an empty grid runs nothing)")
 
 
@@ -550,7 +719,9 @@ def _choice(key: str, value: Any, allowed: Sequence[str]) -> Any:
     return value
 
 
-def _integer(key: str, value: Any, low: int | None = None, high: int | None = None) -> int:
+def _integer(key: str, value: Any, low=None, high=None, open_low=False, open_high=False) -> int:
+    low = low + 1 if low is not None and open_low else low  # an open bound of integers
+    high = high - 1 if high is not None and open_high else high
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(key, f"got {value!r}; must be an integer{_range(low, high)}")
     if (low is not None and value < low) or (high is not None and value > high):

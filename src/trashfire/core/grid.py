@@ -4,6 +4,10 @@ defence) and attack cells, each keyed by a hash of exactly the config that affec
 A predict-time defence (gauss_out, conf, fsq) reuses the weights of the undefended training
 cell; a train-time defence (gauss_in) is its own training cell. So adding a value to any
 grid adds only new cells, and changing an attack parameter changes no training hash.
+
+An option's `rules` (what the validator allows it) never enter a hash: a model's spec leaves
+them out (its builder takes no rules), an attack's spec carries them for the attack code
+(the strength's kind, the default engine) but its hash leaves them out.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from trashfire.core.config import as_list
+from trashfire.core.config import RULES, as_list
 from trashfire.core.records import config_hash
 
 # Bump when a change to the code changes what a cell computes: old records then miss.
@@ -77,11 +81,17 @@ class AttackCell:
 
     @property
     def hash(self) -> str:
-        return config_hash({"model": self.model.hash, "attack": self.spec, "v": ATTACK_VERSION})
+        return config_hash({"model": self.model.hash, "attack": without_rules(self.spec), "v": ATTACK_VERSION})
 
 
 def _plain(node: Any) -> Any:
     return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+
+
+def without_rules(spec: dict[str, Any]) -> dict[str, Any]:
+    """An option's spec as hashed: its rules left out, so that stating or changing them keeps
+    every cached cell."""
+    return {key: value for key, value in spec.items() if key != RULES}
 
 
 def defence_values(name: str, spec: DictConfig) -> list[dict[str, Any]]:
@@ -163,7 +173,7 @@ def _train_cell(cfg: DictConfig, dname: str, seed: int, mname: str, epochs: int,
     spec = {
         "data": {"name": dname, "source": dspec.source, "subsample": dspec.get("subsample"), **_shape_keys(dspec)},
         "split": {"seed": seed, "test_size": cfg.split.test_size},
-        "model": _plain(mspec),
+        "model": without_rules(_plain(mspec)),
         "train": {"epochs": epochs, "lr": lr, **hyper},
         "defence": defence,
         "v": TRAIN_VERSION,
@@ -212,6 +222,7 @@ def attack_specs(cfg: DictConfig) -> list[dict[str, Any]]:
                     "n_attack": cfg.split.n_attack,
                     "kwargs": _plain(spec.get("kwargs")) or {},
                     **extra,
+                    **({RULES: _plain(spec[RULES])} if spec.get(RULES) is not None else {}),
                 }
             )
     return specs

@@ -99,8 +99,9 @@ def count_weight_layers(model: nn.Module) -> int:
 
 
 def build_model(spec: dict[str, Any], n_classes: int, input_shape: Sequence[int]) -> nn.Module:
-    """`depth` is recorded for the analysis, not a builder argument."""
-    builder = {key: value for key, value in spec.items() if key != "depth"}
+    """`depth` is recorded for the analysis and `rules` are the validator's: neither is a
+    builder argument."""
+    builder = {key: value for key, value in spec.items() if key not in ("depth", "rules")}
     return instantiate(builder, n_classes=n_classes, input_shape=list(input_shape))
 
 
