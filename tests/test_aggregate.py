@@ -221,3 +221,48 @@ def test_metrics_json_has_no_nan():
 
     summary = {"evp_mean_short_of_nonviability": float("nan"), "per_seed": {"0": {"rho": np.float64("nan"), "n": 3}}, "xs": [1.0, float("inf")]}
     assert without_nan(summary) == {"evp_mean_short_of_nonviability": None, "per_seed": {"0": {"rho": None, "n": 3}}, "xs": [1.0, None]}
+
+
+# --- the metric registry: a metric is its definition and one entry ----------------------------
+
+
+def worst_accuracy(acc_adv) -> float:
+    """A throwaway definition: the lowest accuracy under attack."""
+    return float(np.min(acc_adv))
+
+
+def test_a_registered_metric_reaches_metrics_json_the_tables_the_cards_and_the_report(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from trashfire.core import schema
+    from trashfire.metrics import registry
+    from trashfire.report import figures as report_figures
+    from trashfire.stages import aggregate
+    from tests.test_schema import record_run, tiny
+
+    cfg = tiny(tmp_path, "defence=[none,conf]")
+    reports = record_run(cfg)
+    headline = registry.Metric("acc_adv_min", lambda r: worst_accuracy(registry.sound(r.experiments)["acc_adv"]),
+                               "the lowest accuracy under attack over the sound attack cells")
+    per_curve = registry.CurveMetric("acc_at_eps_max", lambda curve, tau: worst_accuracy(curve["acc"].iloc[-1:]),
+                                     "the accuracy at the largest eps of the curve")
+    monkeypatch.setattr(registry, "HEADLINE", registry.HEADLINE + [headline])
+    monkeypatch.setattr(registry, "CURVE_METRICS", registry.CURVE_METRICS + [per_curve])
+    aggregate.run(cfg)
+
+    experiments = pd.read_csv(reports / "experiments.csv")
+    assert json.loads((reports / "metrics.json").read_text())["acc_adv_min"] == pytest.approx(experiments["acc_adv"].min())
+    robustness = pd.read_csv(reports / "robustness.csv")
+    assert list(robustness.columns) == schema.robustness_columns(["evp", "acc_at_eps_max"])
+    curves = pd.read_csv(reports / "curves.csv")
+    last = curves.groupby(["model_hash", "attack_family"])["acc"].last()
+    assert robustness.set_index(["model_hash", "attack_family"])["acc_at_eps_max"].to_dict() == pytest.approx(last.to_dict())
+    card = json.loads(sorted((reports / "cards").glob("*.json"))[0].read_text())
+    assert "acc_at_eps_max" in card["model_cells"][0]["evp_and_auc"][0]
+
+    page = report_figures.report_html(Path(reports), []).read_text()
+    headline_html = page[page.index('<h2 id="headline">'):page.index('<h2 id="run">')]
+    row = next(r for r in headline_html.split("<tr>") if ">acc_adv_min<" in r)
+    assert f">{report_figures.format_value(experiments['acc_adv'].min())}<" in row and "the lowest accuracy under attack" in row
+    table = page[page.index('<details id="table-robustness">'):]
+    assert "<th>acc_at_eps_max</th>" in table and "acc_at_eps_max, the accuracy at the largest eps of the curve" in table

@@ -2,6 +2,7 @@
 
 import json
 import warnings
+from dataclasses import fields
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -27,6 +28,7 @@ from trashfire.survival import analysis
 from trashfire.data.datasets import load_split
 from trashfire.core.grid import attack_cells, model_cells, training_cells
 from trashfire.core.records import read_npz
+from trashfire.core.schema import AttackRecord, BrittleRecord, Outcomes, TrainRecord
 
 
 @pytest.fixture
@@ -55,6 +57,7 @@ def test_train_records_both_clocks_and_is_cached(tiny_cfg):
     records = train.run(tiny_cfg)
     assert {r["defence"] for r in records} == {"none", "gauss_in"}
     for record in records:
+        assert set(record) == {f.name for f in fields(TrainRecord)} and record["weights_bytes"] > 0  # the schema's keys
         assert record["n_train"] == 320 and 0 <= record["acc_ben"] <= 1
         for quantity in ("t_train", "t_predict"):
             assert record[f"{quantity}_process"] > 0 and record[f"{quantity}_wall"] > 0
@@ -70,6 +73,8 @@ def test_attack_outcomes_agree_with_accuracy_and_budgets(pipeline):
     for cell in attack_cells(pipeline):
         record = json.loads((campaign.attack_record_path(pipeline.paths.attacks, cell.hash)).read_text())
         outcomes = read_npz(campaign.outcomes_path(pipeline.paths.attacks, cell.hash))
+        assert set(record) == {f.name for f in fields(AttackRecord)} | {"attack_value_standardised"}  # the schema's keys, every one set
+        assert None not in (record["engine"], record["n_events"], record["threads"]) and list(outcomes) == list(Outcomes.ORDER)
         assert record["acc_adv"] == pytest.approx(np.mean(outcomes["y_pred_adv"] == outcomes["y_true"]))
         assert record["t_attack_process"] > 0 and record["t_attack_wall"] > 0
         budget = {"inf": outcomes["norm_linf"], "2": outcomes["norm_l2"]}[cell.norm]
@@ -121,6 +126,8 @@ def test_downstream_stages_write_every_table_and_figure(pipeline, tmp_path):
     sound = ~robustness["degenerate"]
     assert robustness.loc[sound, "auc_R"].notna().all() and robustness["eps1"].eq(0.3).all(), robustness["note"].tolist()
     assert robustness.loc[~sound, "auc_R"].isna().all() and robustness.loc[~sound, "note"].str.contains("degenerate").all()
+    for path in (reports / "brittle").glob("*.json"):
+        assert set(json.loads(path.read_text())) == {f.name for f in fields(BrittleRecord)}  # the schema's keys
     cards = sorted((reports / "cards").glob("*.json"))
     assert len(cards) == len(training_cells(pipeline))
     card = json.loads(cards[0].read_text())

@@ -85,9 +85,9 @@ def test_one_row_per_attacked_sample_on_the_process_clock(two_cells, survival_lo
     assert list(table.columns[:9]) == ID_COLUMNS
     assert table["event"].dtype == np.int64 and table["weight"].dtype == np.int64
     assert table[LABEL_COLUMNS].drop_duplicates().to_dict("records") == [
-        {"attack_hash": "fgm-0.1", "train_hash": "t1", "model_hash": "m1", "attack_family": "fgm_inf", "defence": "none", "dataset": "digits"},
-        {"attack_hash": "pgd-0.3", "train_hash": "t2", "model_hash": "m2", "attack_family": "pgd_inf", "defence": "none", "dataset": "digits"},
-    ]
+        {"attack_hash": "fgm-0.1", "train_hash": "t1", "model_hash": "m1", "attack_family": "fgm linf", "defence": "none", "dataset": "digits"},
+        {"attack_hash": "pgd-0.3", "train_hash": "t2", "model_hash": "m2", "attack_family": "pgd linf", "defence": "none", "dataset": "digits"},
+    ]  # the family's label as every table spells it (schema.attack_family); its dummy is an identifier
     # beside the intercept epochs spans the two cells and margin the samples; the rest is constant or collinear
     assert list(table.columns[9:]) == ["epochs", "margin"]
     assert table["margin"].tolist() == FGM_MARGINS + PGD_MARGINS

@@ -12,6 +12,7 @@ from torch import nn
 
 from trashfire.core.config import RULES
 from trashfire.core.errors import ConfigError
+from trashfire.core.schema import to_standardised
 from trashfire.models.defences import predict_defences
 
 NORMS = {"inf": np.inf, "1": 1, "2": 2, "0": 0}
@@ -33,11 +34,9 @@ def art_classifier(model: nn.Module, split, defence: dict[str, Any], device) -> 
 
 
 def attack_strength(spec: dict[str, Any], pixel_std: float) -> float:
-    """The strength on the standardised scale the model sees. units: pixel means [0, 1]
-    pixel units (004's eps grid), divided by the mean per-channel training std (exact for
-    grey images; on CIFAR's channels the stds differ by under 10%)."""
-    value = float(spec["value"])
-    return value / pixel_std if spec.get("units", "standardised") == "pixel" else value
+    """The strength on the standardised scale the model sees (schema.to_standardised): units
+    pixel means [0, 1] pixel units (004's eps grid), divided by the data set's pixel std."""
+    return to_standardised(spec["value"], spec.get("units", "standardised"), pixel_std)
 
 
 def strength_kind(spec: dict[str, Any]) -> str:

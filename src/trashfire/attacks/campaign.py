@@ -32,7 +32,8 @@ from trashfire.core.grid import AttackCell, ModelCell, attack_cells
 from trashfire.metrics import accuracy
 from trashfire.models import resolve_device
 from trashfire.core.parallel import describe, resolve_workers, run_jobs
-from trashfire.core.records import cell_file, read_json, remove_dead_temps, write_json, write_npz
+from trashfire.core.records import cell_file, read_json, remove_dead_temps, write_npz
+from trashfire.core.schema import AttackRecord, BenignRecord, Outcomes, TrainRecord, cell_labels
 from trashfire.models.training import load_weights, record_path
 
 log = logging.getLogger(__name__)
@@ -65,22 +66,23 @@ def _seed_everything(cell_hash: str) -> None:
     torch.manual_seed(seed)
 
 
-def evaluate_benign(classifier, split: Split, cell: ModelCell, device) -> dict[str, Any]:
+def evaluate_benign(classifier, split: Split, cell: ModelCell, device) -> BenignRecord:
     _seed_everything(cell.hash)
     x_test = split.x_test.numpy()
     with Stopwatch(device) as watch:
         preds = classifier.predict(x_test, batch_size=256).argmax(1)
     n = len(x_test)
-    return {
-        "model_hash": cell.hash,
-        "acc_ben": accuracy(split.y_test.numpy(), preds),
-        "t_predict_process": watch.elapsed.process / n,
-        "t_predict_wall": watch.elapsed.wall / n,
-        "n_test": n,
-    }
+    return BenignRecord(
+        model_hash=cell.hash,
+        acc_ben=accuracy(split.y_test.numpy(), preds),
+        t_predict_process=watch.elapsed.process / n,
+        t_predict_wall=watch.elapsed.wall / n,
+        n_test=n,
+    )
 
 
-def run_attack_cell(classifier, split: Split, cell: AttackCell, device) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+def run_attack_cell(classifier, split: Split, cell: AttackCell, device, shared: dict[str, Any]) -> tuple[AttackRecord, Outcomes]:
+    """One attack cell: its record (`shared`: the model cell's part) and per-sample outcomes."""
     _seed_everything(cell.hash)
     keep = budget_subset(split.y_attack.numpy(), cell.spec.get("samples"))
     x, y = split.x_attack.numpy()[keep], split.y_attack.numpy()[keep]
@@ -92,53 +94,50 @@ def run_attack_cell(classifier, split: Split, cell: AttackCell, device) -> tuple
     with Stopwatch(device) as watch:
         x_adv, clocked = run_engine(engine, attack, cell.spec, target, x, y, strength, early_exit)
     n = len(x)
-    outcomes = {"position": keep, "y_true": y, **clocked, **perturbation_norms(x, x_adv)}
-    record = {
-        "attack_hash": cell.hash,
-        "attack": cell.attack,
-        "norm": cell.norm,
-        "attack_param": cell.param,
-        "attack_value": cell.value,
-        "attack_units": cell.spec.get("units", "standardised"),
-        "attack_value_standardised": strength,
-        "pixel_std": pixel_std,  # converts eps between pixel and standardised units downstream
-        "config": cell.spec,
-        "engine": engine,
-        "early_exit": early_exit,
-        "n_attack": n,
-        "n_events": int(clocked["event"].sum()),
-        "acc_ben_attack_subset": accuracy(y, clocked["y_pred_ben"]),
-        "acc_adv": accuracy(y, clocked["y_pred_adv"]),
-        "t_attack_process": watch.elapsed.process / n,
-        "t_attack_wall": watch.elapsed.wall / n,
-    }
+    outcomes = Outcomes(position=keep, y_true=y, **clocked, **perturbation_norms(x, x_adv))
+    record = AttackRecord(
+        **shared,
+        attack_hash=cell.hash,
+        attack=cell.attack,
+        norm=cell.norm,
+        attack_param=cell.param,
+        attack_value=cell.value,  # in attack_units; the record derives the standardised strength the engine got
+        attack_units=cell.spec.get("units", "standardised"),
+        pixel_std=pixel_std,  # converts eps between pixel and standardised units downstream
+        config=cell.spec,
+        engine=engine,
+        early_exit=early_exit,
+        n_attack=n,
+        n_events=int(clocked["event"].sum()),
+        acc_ben_attack_subset=accuracy(y, clocked["y_pred_ben"]),
+        acc_adv=accuracy(y, clocked["y_pred_adv"]),
+        t_attack_process=watch.elapsed.process / n,
+        t_attack_wall=watch.elapsed.wall / n,
+    )
     return record, outcomes
 
 
 def attack_model_cell(cfg: DictConfig, model_cell: ModelCell, cells: list[AttackCell], split: Split, device) -> None:
     folder = Path(cfg.paths.attacks)
-    train_record = read_json(record_path(cfg.paths.models, model_cell.train.hash))
+    train = TrainRecord.read(record_path(cfg.paths.models, model_cell.train.hash))
     classifier = art_classifier(load_weights(cfg.paths.models, model_cell.train, split).to(device), split, model_cell.defence, device)
     benign_file = benign_path(folder, model_cell.hash)
     if not is_recorded(benign_file):
-        write_json(benign_file, evaluate_benign(classifier, split, model_cell, device))
-    benign = read_json(benign_file)
+        evaluate_benign(classifier, split, model_cell, device).write(benign_file)
+    benign = BenignRecord.read(benign_file)
     shared = {
         "train_hash": model_cell.train.hash,
         "model_hash": model_cell.hash,
-        **{k: train_record[k] for k in ("dataset", "seed", "model", "depth", "epochs", "lr", "n_train", "t_train_process", "t_train_wall")},
-        "pretrained_on": train_record.get("pretrained_on"),
-        "defence": model_cell.defence["name"],
-        "defence_param": model_cell.defence["param"],
-        "defence_value": model_cell.defence["value"],
-        **{k: benign[k] for k in ("acc_ben", "t_predict_process", "t_predict_wall")},
+        **cell_labels(train, model_cell.defence),
+        "n_train": train.n_train, "t_train_process": train.t_train_process, "t_train_wall": train.t_train_wall,
+        "acc_ben": benign.acc_ben, "t_predict_process": benign.t_predict_process, "t_predict_wall": benign.t_predict_wall,
         "device": str(device),
         "threads": torch.get_num_threads(),
     }
     for cell in cells:
-        record, outcomes = run_attack_cell(classifier, split, cell, device)
-        write_npz(outcomes_path(folder, cell.hash), **outcomes)
-        write_json(attack_record_path(folder, cell.hash), shared | record)
+        record, outcomes = run_attack_cell(classifier, split, cell, device, shared)
+        write_npz(outcomes_path(folder, cell.hash), **outcomes.to_arrays())
+        record.write(attack_record_path(folder, cell.hash))
 
 
 def attack_job(cfg: DictConfig, model_cell: ModelCell, cells: list[AttackCell]) -> int:

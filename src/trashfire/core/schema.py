@@ -1,14 +1,506 @@
-"""The record and table schema shared by every stage.
+"""The record and table schema shared by every stage: the one place that says what a record
+holds and which columns a table has.
 
-So far: which columns are measured on a clock or the machine, and so differ between two
-runs of one config (the determinism and differential tests leave exactly these out).
+- Labels: the block of fields that tells one model cell from another (`cell_labels`), the
+  same in the train, attack and brittle records and in every table.
+- Typed records: `TrainRecord` (models/<train_hash>.json), `BenignRecord` (a model cell's
+  benign evaluation, reports/attacks/benign/<model_hash>.json), `AttackRecord`
+  (reports/attacks/<attack_hash>.json), `Outcomes` (its per-sample arrays, the .npz beside
+  it), `BrittleRecord` (reports/brittle/<hash>.json) and `Finding` (a row of findings.csv).
+  Writers build them, readers read through them; on disk they are the same JSON as before
+  (same keys, same values, keys sorted).
+- Attack families: `attack_family` ("fgm linf", "pgd l2"), the one label of an attack with
+  one norm, and `family_identifier` ("fgm_inf"), its form where a name must be an identifier
+  (the survival data's dummy columns, attack_fgm_inf).
+- Units: an eps is stored once, in the units it was configured in (`attack_value`,
+  `attack_units`) with the data set's `pixel_std`; `to_standardised` and `to_pixel` convert.
+- Table columns: experiments.csv, survival_data.csv's labels, trash.csv, trash_summary.csv,
+  robustness.csv, curves.csv, evp_tau.csv, evp_convergence.csv, auc_table.csv, brittle.csv,
+  findings.csv, the cards' sections and the report's views of them.
+- Timed columns: which columns are measured on a clock or the machine, and so differ between
+  two runs of one config (the determinism and differential tests leave exactly these out).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from dataclasses import MISSING, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, ClassVar, Iterable, Mapping, Sequence, TypeVar
 
+import numpy as np
 import pandas as pd
+
+from trashfire.core.errors import DataError
+from trashfire.core.records import read_json, write_json
+
+
+def without(columns: Iterable[str], *dropped: str) -> list[str]:
+    """`columns` in their order, less `dropped`."""
+    return [c for c in columns if c not in dropped]
+
+
+# ---------------------------------------------------------------------------------------------
+# Labels: what tells one cell from another
+
+# A trained cell: the data set, what it was fine-tuned from (None: from scratch), the
+# permutation seed, the architecture and its depth, the training length and learning rate.
+TRAINED_LABELS = ["dataset", "pretrained_on", "seed", "model", "depth", "epochs", "lr"]
+# The defence a model cell is trained or evaluated with (the grid's name, param and value).
+DEFENCE_LABELS = ["defence", "defence_param", "defence_value"]
+# A model cell (a trained cell and its defence): the label block of every record and table.
+MODEL_LABELS = TRAINED_LABELS + DEFENCE_LABELS
+# A model cell without its seed: one line of a figure, one row over seeds.
+SEEDLESS_LABELS = without(MODEL_LABELS, "seed")
+# A model cell's configuration as a claim compares it: no seed, no defence, and no depth (the
+# model's name fixes it). Two cells sharing it differ only in what the claim compares.
+CONFIGURATION = without(TRAINED_LABELS, "seed", "depth")
+# An attack cell: the attack, its norm, the attacked parameter and its value (configured units).
+ATTACK_LABELS = ["attack", "norm", "attack_param", "attack_value"]
+
+
+def cell_labels(trained: Any, defence: Mapping[str, Any]) -> dict[str, Any]:
+    """The label block of a model cell, in MODEL_LABELS order: the trained cell's labels from
+    `trained` (a `grid.TrainCell` or a `TrainRecord`, both have them as attributes) and the
+    defence from `defence` (a grid defence: name, param, value). The train, attack and brittle
+    records all carry this block."""
+    return {key: getattr(trained, key) for key in TRAINED_LABELS} | {
+        "defence": defence["name"], "defence_param": defence["param"], "defence_value": defence["value"],
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Attack families and eps units
+
+
+def attack_family(attack: Any, norm: Any) -> Any:
+    """The attack-family label: an attack with one norm, 'fgm linf', 'pgd l2', 'pixel l0'.
+    Tables, cards, figures and the report group by it. Takes strings or Series."""
+    if isinstance(attack, pd.Series) or isinstance(norm, pd.Series):
+        return pd.Series(attack).astype(str) + " l" + pd.Series(norm).astype(str)
+    return f"{attack} l{norm}"
+
+
+def family_identifier(family: str) -> str:
+    """An attack-family label as an identifier, for where a name must be one (the survival
+    data's dummy columns: attack_fgm_inf): attack and norm joined by '_', 'fgm linf' ->
+    'fgm_inf', 'pgd l2' -> 'pgd_2'."""
+    attack, separator, norm = str(family).rpartition(" l")
+    return f"{attack}_{norm}" if separator else str(family)
+
+
+EPS_UNITS = ("standardised", "pixel")  # eps on the standardised scale the model sees, or in [0, 1] pixel units
+
+
+def to_standardised(value: Any, units: Any, pixel_std: Any) -> Any:
+    """An attack strength on the standardised scale the model sees: a pixel-unit value
+    divided by the data set's mean per-channel training std (exact for grey images; on
+    CIFAR's channels the stds differ by under 10%), a standardised one as it is. Scalars or
+    Series (units per row)."""
+    if isinstance(units, pd.Series):
+        return value.where(units != "pixel", value / pixel_std)
+    value = float(value)
+    return value / pixel_std if units == "pixel" else value
+
+
+def to_pixel(value: Any, units: Any, pixel_std: Any) -> Any:
+    """An attack strength in [0, 1] pixel units: a standardised value times the data set's
+    pixel std, a pixel-unit one as it is. Scalars or Series (units per row)."""
+    if isinstance(units, pd.Series):
+        return value.where(units == "pixel", value * pixel_std)
+    return value if units == "pixel" else value * pixel_std
+
+
+def convert_eps(value: Any, units: str, to: str, pixel_std: Any) -> Any:
+    """`value` in `units` converted to `to` (one of EPS_UNITS)."""
+    return to_pixel(value, units, pixel_std) if to == "pixel" else to_standardised(value, units, pixel_std)
+
+
+def eps_column(units: str) -> str:
+    """curves.csv's eps column in `units`: eps_standardised or eps_pixel."""
+    return f"eps_{units}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Typed records
+
+R = TypeVar("R", bound="Record")
+
+
+class Record:
+    """A JSON record as a dataclass. A field without a default is required: a record that
+    lacks one is corrupt (one DataError line naming what it lacks and the stage to rerun);
+    a field with a default is one older records may lack. Unknown keys are left out."""
+
+    STAGE: ClassVar[str] = ""  # the stage that writes it, for the rerun hint
+    LEAD: ClassVar[tuple[str, ...]] = ()  # required keys named first when missing
+
+    @classmethod
+    def required(cls) -> list[str]:
+        names = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]  # type: ignore[arg-type]
+        return list(dict.fromkeys([*cls.LEAD, *names]))
+
+    @classmethod
+    def from_json(cls: type[R], data: Mapping[str, Any], source: Any = "record") -> R:
+        missing = [key for key in cls.required() if key not in data]
+        if missing:
+            raise DataError(f"corrupt record {source}: no {', '.join(missing)}; delete it and rerun the {cls.STAGE} stage to recompute it")
+        known = {f.name for f in fields(cls) if f.init}  # type: ignore[arg-type]
+        return cls(**{key: value for key, value in data.items() if key in known})
+
+    @classmethod
+    def of(cls: type[R], record: "R | Mapping[str, Any]", source: Any = "record") -> R:
+        """`record` as this type: a record as it is, a mapping (a read JSON) checked."""
+        return record if isinstance(record, cls) else cls.from_json(record, source)
+
+    @classmethod
+    def read(cls: type[R], path: str | Path) -> R:
+        return cls.from_json(read_json(path), path)
+
+    def derived(self) -> dict[str, Any]:
+        """Keys the JSON carries that are computed from the fields (written for readers of
+        the file, never read back)."""
+        return {}
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as its JSON holds it, keys sorted as on disk."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)} | self.derived()  # type: ignore[arg-type]
+        return dict(sorted(data.items()))
+
+    def write(self, path: str | Path) -> None:
+        write_json(path, self.to_json())
+
+    def __getitem__(self, key: str) -> Any:
+        """Mapping-style access to a field or derived key, as callers of the old dicts read them."""
+        try:
+            return self.to_json()[key]
+        except KeyError:
+            raise KeyError(key) from None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.to_json().get(key, default)
+
+    replace = replace
+
+
+@dataclass(frozen=True)
+class TrainRecord(Record):
+    """A trained cell (models/<train_hash>.json), written by the train stage after its weights."""
+
+    STAGE: ClassVar[str] = "train"
+
+    train_hash: str
+    config: dict[str, Any]
+    # the label block (cell_labels)
+    dataset: str
+    seed: int
+    model: str
+    depth: int
+    epochs: int
+    lr: float
+    defence: str
+    defence_param: Any
+    defence_value: Any
+    n_train: int
+    n_test: int
+    acc_ben: float
+    # per sample: the whole training run up to this epoch over the training-set size (eq. 7)
+    t_train_process: float
+    t_train_wall: float
+    t_predict_process: float
+    t_predict_wall: float
+    device: str
+    pretrained_on: str | None = None  # records from before fine-tuning lack it
+    pretrain_hash: str | None = None
+    threads: int | None = None  # the clocks' CPU seconds and the last bits of the weights depend on it
+    torch: str | None = None
+    weights: str | None = None  # set when the weights are saved, just before the record
+    weights_bytes: int | None = None
+    weights_sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class BenignRecord(Record):
+    """A model cell's benign evaluation with its defence (reports/attacks/benign/<model_hash>.json)."""
+
+    STAGE: ClassVar[str] = "attack"
+
+    model_hash: str
+    acc_ben: float
+    t_predict_process: float
+    t_predict_wall: float
+    n_test: int
+
+
+# what the tables downstream read from an attack record, named first when missing
+ATTACK_RECORD_LEAD = ("dataset", "attack", "acc_ben", "acc_adv", *(f"t_{q}_{clock}" for q in ("train", "predict", "attack") for clock in ("process", "wall")))
+
+
+@dataclass(frozen=True)
+class AttackRecord(Record):
+    """An attack cell (reports/attacks/<attack_hash>.json): its model cell's labels, training
+    and benign results, then the attack's. The eps is stored once: `attack_value` in
+    `attack_units` with the data set's `pixel_std`; the JSON's `attack_value_standardised` is
+    derived from them (to_standardised)."""
+
+    STAGE: ClassVar[str] = "attack"
+    LEAD: ClassVar[tuple[str, ...]] = ATTACK_RECORD_LEAD
+
+    attack_hash: str
+    train_hash: str
+    model_hash: str
+    # the label block (cell_labels)
+    dataset: str
+    seed: int
+    model: str
+    depth: int
+    epochs: int
+    lr: float
+    defence: str
+    defence_param: Any
+    defence_value: Any
+    # the trained cell and the model cell's benign evaluation
+    n_train: int
+    t_train_process: float
+    t_train_wall: float
+    acc_ben: float
+    t_predict_process: float
+    t_predict_wall: float
+    # the attack
+    attack: str
+    norm: str
+    attack_param: str
+    attack_value: float  # in attack_units
+    n_attack: int
+    acc_adv: float
+    t_attack_process: float  # the engine's whole run per sample, measured from outside
+    t_attack_wall: float
+    pretrained_on: str | None = None  # records from before fine-tuning lack it
+    attack_units: str = "standardised"
+    pixel_std: float = math.nan  # converts eps between pixel and standardised units downstream
+    config: dict[str, Any] = field(default_factory=dict)
+    engine: str | None = None
+    early_exit: bool | None = None
+    n_events: int | None = None
+    acc_ben_attack_subset: float | None = None
+    device: str | None = None
+    threads: int | None = None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], source: Any = "record") -> "AttackRecord":
+        if "pixel_std" not in data and "attack_value" in data:  # a record from before pixel_std was kept
+            data = dict(data) | {"pixel_std": legacy_pixel_std(data)}
+        return super().from_json(data, source)
+
+    @property
+    def attack_value_standardised(self) -> float:
+        return to_standardised(self.attack_value, self.attack_units, self.pixel_std)
+
+    def derived(self) -> dict[str, Any]:
+        return {"attack_value_standardised": self.attack_value_standardised}
+
+    def row(self) -> dict[str, Any]:
+        """The record as a row of experiments.csv, before the outcome counts: every field but
+        the config, less the optional ones an older record did not have (None), so that its
+        table has no column for them."""
+        kept = set(self.required()) | set(MODEL_LABELS)
+        return {k: v for k, v in self.to_json().items() if k != "config" and (v is not None or k in kept)}
+
+
+def legacy_pixel_std(record: Mapping[str, Any]) -> float:
+    """Records from before pixel_std was kept: a pixel-unit strength still holds the ratio."""
+    if record.get("attack_units") == "pixel" and record.get("attack_value_standardised"):
+        return record["attack_value"] / record["attack_value_standardised"]
+    return math.nan
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    """An attack cell's per-sample outcomes (reports/attacks/<attack_hash>.npz), from the
+    engine's per-sample failure clock: the attack-subset position, true label, the first
+    query's prediction and benign margin (true-class logit minus the best other), the
+    adversarial prediction, the failure step (-1: unknown), the duration on both clocks, the
+    event (misclassified within the budget) and the l0/l1/l2/linf norms of the returned example."""
+
+    y_true: np.ndarray
+    y_pred_ben: np.ndarray
+    y_pred_adv: np.ndarray
+    margin_ben: np.ndarray
+    failure_step: np.ndarray
+    event: np.ndarray
+    duration_process: np.ndarray
+    duration_wall: np.ndarray
+    position: np.ndarray | None = None
+    norm_l0: np.ndarray | None = None
+    norm_l1: np.ndarray | None = None
+    norm_l2: np.ndarray | None = None
+    norm_linf: np.ndarray | None = None
+
+    # the order of the arrays in the file
+    ORDER: ClassVar[tuple[str, ...]] = ("position", "y_true", "y_pred_ben", "y_pred_adv", "margin_ben", "failure_step", "event",
+                                        "duration_process", "duration_wall", "norm_l0", "norm_l1", "norm_l2", "norm_linf")
+
+    @classmethod
+    def required(cls) -> list[str]:
+        return [f.name for f in fields(cls) if f.default is MISSING]
+
+    @classmethod
+    def of(cls, arrays: "Outcomes | Mapping[str, np.ndarray]", source: Any = "outcome arrays") -> "Outcomes":
+        """`arrays` as Outcomes; arrays that predate the per-sample failure clock are one
+        DataError line naming what they lack."""
+        if isinstance(arrays, cls):
+            return arrays
+        missing = [name for name in cls.required() if name not in arrays]
+        if missing:
+            raise DataError(
+                f"{source}: outcome arrays without {', '.join(missing)}, written before per-sample failure clocks; "
+                "rerun the attack stage (delete reports/attacks or rerun `dvc repro`)"
+            )
+        known = {f.name for f in fields(cls)}
+        return cls(**{name: array for name, array in arrays.items() if name in known})
+
+    def duration(self, clock: str) -> np.ndarray:
+        return getattr(self, f"duration_{clock}")
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        return {name: getattr(self, name) for name in self.ORDER if getattr(self, name) is not None}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return getattr(self, name)
+
+
+@dataclass(frozen=True)
+class BrittleRecord(Record):
+    """A model cell's brittle-score under one set of LIME settings (reports/brittle/<brittle_hash>.json)."""
+
+    STAGE: ClassVar[str] = "brittle"
+
+    brittle_hash: str
+    model_hash: str
+    train_hash: str
+    # the label block (cell_labels)
+    dataset: str
+    seed: int
+    model: str
+    depth: int
+    epochs: int
+    lr: float
+    defence: str
+    defence_param: Any
+    defence_value: Any
+    n_samples: int
+    n_features_mean: float
+    brittle_score: float
+    brittle_score_sd: float
+    image_scores: list[float]
+    positions: list[int]
+    lime_samples: int
+    perturbations_per_eval: int
+    brittle_seed: int
+    segments: dict[str, Any]
+    t_brittle_process: float  # the LIME runs (predictions and explanations), whole, not per sample
+    t_brittle_wall: float
+    device: str
+    pretrained_on: str | None = None
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A claim of the four papers tested on a run: a row of findings.csv."""
+
+    id: str
+    paper: str
+    claim: str
+    test: str
+    n: int
+    value: float
+    lo: float
+    hi: float
+    p: float
+    verdict: str
+    detail: str
+
+
+# ---------------------------------------------------------------------------------------------
+# Table columns
+
+ACCURACIES = ["acc_ben", "acc_adv"]
+CLOCKS = ("process", "wall")
+TIMED = ("t_train", "t_predict", "t_attack")  # seconds per sample, on the configured clock and on each
+OUTCOME_COUNTS = ["n_failed", "n_misclassified_before", "n_broken", "n_survived", "n_events", "n_censored", "event_share", "median_event_step"]
+HASHES = ["train_hash", "model_hash", "attack_hash"]
+
+# experiments.csv (timing): one row per attack cell
+EXPERIMENTS = [
+    *MODEL_LABELS, *ATTACK_LABELS, "n_train", "n_attack", "n_classes", *OUTCOME_COUNTS,
+    *ACCURACIES, *TIMED, "clock", *(f"{t}_{clock}" for clock in CLOCKS for t in TIMED),
+    "device", *HASHES,
+    # the rest of the attack record, as it sorts
+    "acc_ben_attack_subset", "attack_units", "attack_value_standardised", "early_exit", "engine", "pixel_std", "threads",
+    "degenerate",
+]
+# how the tables' text columns read back: norms stay "inf", "2"; an empty label stays text
+EXPERIMENTS_DTYPES = {"norm": str, "defence_param": str}
+TEXT_COLUMNS = {"id": str, "paper": str, "norm": str, "defence_param": str, "pretrained_on": str, "attack_family": str}
+
+# survival_data.csv (timing): labels, never covariates, then the survival columns, then covariates
+SURVIVAL_LABELS = ["attack_hash", "train_hash", "model_hash", "attack_family", "defence", "dataset"]
+SURVIVAL_IDS = SURVIVAL_LABELS + ["duration", "event", "weight"]
+
+# aggregate's tables: a model cell (MODEL_CELL) against an attack family (FAMILY)
+MODEL_CELL = ["model_hash", *MODEL_LABELS]
+FAMILY = ["attack", "norm", "attack_family"]
+CELL = MODEL_CELL + FAMILY
+OVER_SEEDS = without(CELL, "model_hash", "seed")  # a cell over seeds
+UNDEFENDED_PEER = TRAINED_LABELS  # a brittle-score's undefended reference shares these
+
+TRASH = CELL + ["t_train", "t_predict", "acc_ben", "acc_adv", "t_attack", "E_T", "f_adv", "eps_max", "f_ben", "trash_adv", "trash_ben", "degenerate"]
+TRASH_SUMMARY = OVER_SEEDS + ["n_seeds", *(f"{m}_{s}" for m in ("trash_adv", "trash_ben") for s in ("mean", "lo", "hi")), "f_ben_mean", "f_adv_mean"]
+CURVES = CELL + ["n_classes", "eps", "eps_standardised", "eps_pixel", "acc", "acc_norm"]
+EVP_TAU = CELL + ["tau", "evp"]
+EVP_CONVERGENCE = CELL + ["n_intervals", "evp", "tau"]
+AUC_TABLE = without(OVER_SEEDS, "attack", "norm") + ["n_seeds", "R_mean", "R_sd", "S_mean", "S_sd"]
+TAU_TABLE = ["n_classes", "tau", "w", "source"]
+AUC = ["auc_R", "auc_S", "auc_units", "eps0", "eps1"]
+GUARDS = ["degenerate", "reaches_nonviability", "note"]
+BRITTLE = sorted(f.name for f in fields(BrittleRecord)) + ["brittle_ri", "robust_acc", "robust_attack", "degenerate", "defence_stage"]
+FINDINGS = [f.name for f in fields(Finding)]
+
+
+def robustness_columns(curve_metrics: Sequence[str]) -> list[str]:
+    """robustness.csv: per model cell and eps family, its threshold, the per-curve metrics of
+    the registry (trashfire.metrics.registry.CURVE_METRICS: EVP ...), R and S and the guards."""
+    return CELL + ["n_classes", "acc_ben", "tau", *curve_metrics, *AUC, *GUARDS]
+
+
+# A card per trained cell (reports/cards/<train_hash>.json), in sections
+CARD_TRAINING = TRAINED_LABELS + ["n_train"]
+CARD_TIMES = ["clock", "t_train", "t_train_process", "t_train_wall"]
+CARD_DEFENCE = DEFENCE_LABELS
+CARD_ATTACK = ["attack", "norm", "attack_family", "attack_param", "attack_value", "attack_units", "attack_value_standardised",
+               "n_attack", "acc_ben_attack_subset", "acc_adv", "t_attack", "t_attack_process", "t_attack_wall", "attack_hash"]
+CARD_FAMILY = ["attack_family", "E_T", "trash_adv", "trash_ben", "f_adv", "f_ben"]
+
+
+def card_robustness(curve_metrics: Sequence[str]) -> list[str]:
+    """A card's evp_and_auc section: per eps family, tau, the per-curve metrics, R and S."""
+    return ["attack_family", "tau", *curve_metrics, *AUC]
+
+
+# The report's views of the tables (report.html)
+REPORT_CELL = ["dataset", "pretrained_on", "model", "epochs", "lr", "defence", "defence_value", "seed"]
+REPORT_SUMMARY = without(SEEDLESS_LABELS, "defence_param")  # tables over seeds
+REPORT_BRITTLE = REPORT_CELL + ["brittle_score", "brittle_ri", "robust_acc", "robust_attack"]
+REPORT_DEGENERATE = ["dataset", "pretrained_on", "model", "depth", "epochs", "defence", "defence_value", "seed", "n_classes", "acc_ben"]
+REPORT_CARD = ["dataset", "pretrained_on", "model", "depth", "epochs", "lr", "seed"]
+
+
+def report_robustness(curve_metrics: Sequence[str]) -> list[str]:
+    return REPORT_CELL + ["attack_family", "acc_ben", "tau", *curve_metrics, "auc_R", "eps0", "eps1", "auc_units", "note"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Timed columns
 
 # t_train, t_attack ...: seconds per sample; E_T and the per-sample durations: the survival
 # clock; TRASH and the failure rates f_adv/f_ben divide by them

@@ -17,28 +17,24 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from omegaconf import DictConfig
-from scipy import stats
 
-from trashfire.metrics import findings
 from trashfire import metrics
-from trashfire.metrics.brittle import brittle_hash, brittle_record_path, brittle_settings
-from trashfire.report.cards import write_cards
+from trashfire.core import schema
 from trashfire.core.errors import DataError
-from trashfire.core.records import atomic_path, read_json, write_json
+from trashfire.core.records import atomic_path, write_json
+from trashfire.core.schema import CELL, OVER_SEEDS, UNDEFENDED_PEER, BrittleRecord
+from trashfire.metrics import findings, registry
+from trashfire.metrics.brittle import brittle_hash, brittle_record_path, brittle_settings
 from trashfire.metrics.experiments import read_experiments
+from trashfire.metrics.registry import degenerate_cells, sound, spearman_by_dataset, survival_headline  # noqa: F401  (also this module's API)
+from trashfire.report.cards import write_cards
 
 log = logging.getLogger(__name__)
 
-LABEL_COLUMNS = ["model_hash", "dataset", "pretrained_on", "seed", "model", "depth", "epochs", "lr", "defence", "defence_param", "defence_value"]
-FAMILY_COLUMNS = ["attack", "norm", "attack_family"]
-CELL_COLUMNS = LABEL_COLUMNS + FAMILY_COLUMNS
-OVER_SEEDS = [c for c in CELL_COLUMNS if c not in ("model_hash", "seed")]
-UNDEFENDED_PEER = ["dataset", "pretrained_on", "seed", "model", "depth", "epochs", "lr"]
-
 
 def with_family(experiments: pd.DataFrame) -> pd.DataFrame:
-    family = experiments["attack"] + " l" + experiments["norm"].astype(str)
-    return experiments.assign(attack_family=family)
+    """experiments.csv with each row's attack family (schema.attack_family: 'fgm linf')."""
+    return experiments.assign(attack_family=schema.attack_family(experiments["attack"], experiments["norm"]))
 
 
 def trash_table(experiments: pd.DataFrame, expected: pd.DataFrame, eps_max: float | None) -> pd.DataFrame:
@@ -50,7 +46,7 @@ def trash_table(experiments: pd.DataFrame, expected: pd.DataFrame, eps_max: floa
     if eps_max is not None:
         cells = cells[cells["attack_value"] <= eps_max]
     cells = cells.assign(f_adv=metrics.failure_rate(cells["acc_adv"], cells["t_attack"]))
-    table = cells.groupby(CELL_COLUMNS, dropna=False).agg(
+    table = cells.groupby(CELL, dropna=False).agg(
         t_train=("t_train", "first"), t_predict=("t_predict", "first"), acc_ben=("acc_ben", "first"),
         acc_adv=("acc_adv", "mean"), t_attack=("t_attack", "mean"), E_T=("E_T", "mean"), f_adv=("f_adv", "mean"),
         eps_max=("attack_value", "max"),
@@ -58,7 +54,7 @@ def trash_table(experiments: pd.DataFrame, expected: pd.DataFrame, eps_max: floa
     table["f_ben"] = metrics.failure_rate(table["acc_ben"], table["t_predict"])
     table["trash_adv"] = metrics.trash(table["t_train"], table["E_T"])
     table["trash_ben"] = metrics.trash_benign(table["t_train"], table["acc_ben"], table["t_predict"])
-    return table
+    return table[schema.without(schema.TRASH, "degenerate")]  # the aggregate flags degenerate cells after
 
 
 def trash_summary(trash: pd.DataFrame, resamples: int, seed: int) -> pd.DataFrame:
@@ -70,23 +66,27 @@ def trash_summary(trash: pd.DataFrame, resamples: int, seed: int) -> pd.DataFram
             mean, lo, hi = metrics.bootstrap_mean(group[column], resamples, seed)
             row |= {f"{column}_mean": mean, f"{column}_lo": lo, f"{column}_hi": hi}
         rows.append(row | {"f_ben_mean": group["f_ben"].mean(), "f_adv_mean": group["f_adv"].mean()})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=schema.TRASH_SUMMARY)
 
 
 def eps_curves(experiments: pd.DataFrame) -> pd.DataFrame:
     """Accuracy against eps per model cell and eps family, the benign point at eps = 0 first,
-    in the configured, standardised and pixel units, raw and normalised by the benign point."""
+    in the configured, standardised and pixel units (each converted from the configured eps
+    by the schema's to_standardised and to_pixel), raw and normalised by the benign point."""
     attacked = experiments[experiments["attack_param"] == "eps"]
     if attacked.empty:
-        return pd.DataFrame(columns=CELL_COLUMNS + ["n_classes", "eps", "eps_standardised", "eps_pixel", "acc", "acc_norm"])
-    benign = attacked.drop_duplicates(CELL_COLUMNS).assign(attack_value=0.0, attack_value_standardised=0.0)
+        return pd.DataFrame(columns=schema.CURVES)
+    benign = attacked.drop_duplicates(CELL).assign(attack_value=0.0)
     benign["acc_adv"] = benign["acc_ben_attack_subset"]
-    curves = pd.concat([benign, attacked]).sort_values(CELL_COLUMNS + ["attack_value"], kind="stable")
-    curves = curves.rename(columns={"attack_value": "eps", "attack_value_standardised": "eps_standardised", "acc_adv": "acc"})
-    curves["eps_pixel"] = curves["eps_standardised"] * curves["pixel_std"]
-    start = curves.groupby(CELL_COLUMNS, dropna=False)["acc"].transform("first")
+    curves = pd.concat([benign, attacked]).sort_values(CELL + ["attack_value"], kind="stable")
+    curves = curves.rename(columns={"attack_value": "eps", "acc_adv": "acc"})
+    units = curves["attack_units"] if "attack_units" in curves else pd.Series("standardised", index=curves.index)
+    pixel_std = curves["pixel_std"] if "pixel_std" in curves else np.nan
+    curves["eps_standardised"] = schema.to_standardised(curves["eps"].astype(float), units, pixel_std)
+    curves["eps_pixel"] = schema.to_pixel(curves["eps"].astype(float), units, pixel_std)
+    start = curves.groupby(CELL, dropna=False)["acc"].transform("first")
     curves["acc_norm"] = curves["acc"] / start.where(start > 0)
-    return curves[CELL_COLUMNS + ["n_classes", "eps", "eps_standardised", "eps_pixel", "acc", "acc_norm"]].reset_index(drop=True)
+    return curves[schema.CURVES].reset_index(drop=True)
 
 
 SHORT_OF_NONVIABILITY = "grid does not reach non-viability"
@@ -94,37 +94,29 @@ DEGENERATE_NOTE = "degenerate model cell (benign accuracy at or below the degene
 
 
 def robustness_table(curves: pd.DataFrame, evp: DictConfig, auc: DictConfig, degenerate: pd.Series | None = None) -> pd.DataFrame:
-    """EVP and R = 1 - S per model cell and eps family. R is computed on the eps axis of
-    `auc.units` (R is scale-free, so this equals R on the other axis over the converted bounds).
-    Guards: a degenerate model cell (`degenerate`, by model hash) gets neither, a curve still
-    viable at its largest eps says so (`reaches_nonviability`, the note): its EVP is bounded by
-    the grid, not by the model."""
+    """The per-curve metrics of the registry (EVP ...) and R = 1 - S per model cell and eps
+    family. R is computed on the eps axis of `auc.units` (R is scale-free, so this equals R on
+    the other axis over the converted bounds). Guards: a degenerate model cell (`degenerate`,
+    by model hash) gets none of them, a curve still viable at its largest eps says so
+    (`reaches_nonviability`, the note): its EVP is bounded by the grid, not by the model."""
     degenerate = degenerate if degenerate is not None else pd.Series(dtype=bool)
     rows = []
-    for key, curve in curves.groupby(CELL_COLUMNS, dropna=False):
-        labels = dict(zip(CELL_COLUMNS, key))
+    for key, curve in curves.groupby(CELL, dropna=False):
+        labels = dict(zip(CELL, key))
         threshold = _threshold(int(curve["n_classes"].iloc[0]), evp)
         r, s, upper, note = _auc(curve, auc)
-        value = metrics.evp(curve["eps_standardised"], curve["acc"], threshold)
+        values = {metric.name: metric.compute(curve, threshold) for metric in registry.CURVE_METRICS}
         reaches = bool(curve["acc"].iloc[-1] < threshold)
         flagged = bool(degenerate.get(labels["model_hash"], False))
         if flagged:
-            value, r, s, note = np.nan, np.nan, np.nan, DEGENERATE_NOTE
+            values, r, s, note = dict.fromkeys(values, np.nan), np.nan, np.nan, DEGENERATE_NOTE
         elif not reaches:
             note = "; ".join(filter(None, [f"{SHORT_OF_NONVIABILITY} (accuracy {curve['acc'].iloc[-1]:.2f} >= tau {threshold:.2f} at the largest eps)", note]))
-        rows.append(labels | {
-            "n_classes": int(curve["n_classes"].iloc[0]), "acc_ben": curve["acc"].iloc[0], "tau": threshold,
-            "evp": value, "auc_R": r, "auc_S": s, "auc_units": auc.units, "eps0": auc.eps0, "eps1": upper,
+        rows.append(labels | {"n_classes": int(curve["n_classes"].iloc[0]), "acc_ben": curve["acc"].iloc[0], "tau": threshold} | values | {
+            "auc_R": r, "auc_S": s, "auc_units": auc.units, "eps0": auc.eps0, "eps1": upper,
             "degenerate": flagged, "reaches_nonviability": reaches, "note": note,
         })
-    return pd.DataFrame(rows)
-
-
-def degenerate_cells(experiments: pd.DataFrame) -> pd.Series:
-    """Per model hash, whether the timing stage flagged the cell degenerate."""
-    if "degenerate" not in experiments:
-        return pd.Series(False, index=experiments["model_hash"].unique())
-    return experiments.groupby("model_hash")["degenerate"].first().astype(bool)
+    return pd.DataFrame(rows, columns=schema.robustness_columns(registry.curve_metric_names()))
 
 
 def _threshold(n_classes: int, evp: DictConfig) -> float:
@@ -132,7 +124,7 @@ def _threshold(n_classes: int, evp: DictConfig) -> float:
 
 
 def _auc(curve: pd.DataFrame, auc: DictConfig) -> tuple[float, float, float, str]:
-    eps = curve[f"eps_{auc.units}"].to_numpy(float)
+    eps = curve[schema.eps_column(auc.units)].to_numpy(float)
     upper = eps[-1] if auc.eps1 is None else auc.eps1
     if np.isnan(eps).any():
         return np.nan, np.nan, upper, "pixel_std not recorded for this cell (an older attack record): delete reports/attacks and rerun"
@@ -147,36 +139,35 @@ def evp_tau_table(curves: pd.DataFrame, points: int) -> pd.DataFrame:
     """EVP as a function of the viability threshold (001 Fig. 7)."""
     taus = np.linspace(0.0, 1.0, points)
     frames = []
-    for key, curve in curves.groupby(CELL_COLUMNS, dropna=False):
+    for key, curve in curves.groupby(CELL, dropna=False):
         values = metrics.evp_over_thresholds(curve["eps_standardised"], curve["acc"], taus)
-        frames.append(pd.DataFrame(dict(zip(CELL_COLUMNS, key)) | {"tau": taus, "evp": values}))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=CELL_COLUMNS + ["tau", "evp"])
+        frames.append(pd.DataFrame(dict(zip(CELL, key)) | {"tau": taus, "evp": values}))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=schema.EVP_TAU)
 
 
 def evp_convergence_table(curves: pd.DataFrame, evp: DictConfig) -> pd.DataFrame:
     """EVP on nested sub-grids of each recorded eps grid (001 Fig. 8)."""
     rows = []
-    for key, curve in curves.groupby(CELL_COLUMNS, dropna=False):
+    for key, curve in curves.groupby(CELL, dropna=False):
         threshold = _threshold(int(curve["n_classes"].iloc[0]), evp)
         for intervals, value in metrics.evp_convergence(curve["eps_standardised"], curve["acc"], threshold):
-            rows.append(dict(zip(CELL_COLUMNS, key)) | {"n_intervals": intervals, "evp": value, "tau": threshold})
-    return pd.DataFrame(rows, columns=CELL_COLUMNS + ["n_intervals", "evp", "tau"])
+            rows.append(dict(zip(CELL, key)) | {"n_intervals": intervals, "evp": value, "tau": threshold})
+    return pd.DataFrame(rows, columns=schema.EVP_CONVERGENCE)
 
 
 def tau_table(classes: list[int], w: float, datasets: dict[str, int]) -> pd.DataFrame:
     """tau(K) for 001's Table I and for each data set's K."""
     rows = [{"n_classes": k, "tau": t, "w": w, "source": "001 Table I"} for k, t in metrics.viability_table(classes, w)]
     rows += [{"n_classes": k, "tau": metrics.viability_threshold(k, w), "w": w, "source": name} for name, k in datasets.items()]
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=schema.TAU_TABLE)
 
 
 def auc_table(robustness: pd.DataFrame) -> pd.DataFrame:
     """004's appendix tables: R and S, mean and SD across seeds (SD is NaN for one seed)."""
-    columns = [c for c in OVER_SEEDS if c not in ("attack", "norm")]
-    grouped = robustness.groupby(columns, dropna=False)
+    grouped = robustness.groupby(schema.without(OVER_SEEDS, "attack", "norm"), dropna=False)
     table = grouped.agg(n_seeds=("auc_R", "count"), R_mean=("auc_R", "mean"), R_sd=("auc_R", "std"),
                         S_mean=("auc_S", "mean"), S_sd=("auc_S", "std"))
-    return table.reset_index()
+    return table.reset_index()[schema.AUC_TABLE]
 
 
 def read_brittle(folder: Path, model_hashes, settings: dict) -> pd.DataFrame:
@@ -186,7 +177,7 @@ def read_brittle(folder: Path, model_hashes, settings: dict) -> pd.DataFrame:
         path = brittle_record_path(folder, brittle_hash(model_hash, settings))
         if not path.is_file():
             raise DataError(f"brittle-score record missing: {path}; run the brittle stage first (dvc repro brittle)")
-        rows.append(read_json(path))
+        rows.append(BrittleRecord.read(path).to_json())
     return pd.DataFrame(rows)
 
 
@@ -214,68 +205,14 @@ def robust_accuracy(experiments: pd.DataFrame, robust: DictConfig) -> pd.Series:
 
 def _robust_label(robust: DictConfig) -> str:
     where = "mean over its grid" if robust.eps is None else f"eps {robust.eps}"
-    return f"{robust.attack} l{robust.norm}, {where}"
+    return f"{schema.attack_family(robust.attack, robust.norm)}, {where}"
 
 
-def spearman_by_dataset(brittle: pd.DataFrame) -> dict[str, dict[str, float]]:
-    """002 Fig. 4's rank correlation of brittle-score and robust accuracy, within each data set,
-    over 002's population (trained models: predict-time defences and degenerate cells left out)."""
-    result = {}
-    for dataset, group in findings.trained_models_only(sound(brittle)).dropna(subset=["brittle_score", "robust_acc"]).groupby("dataset"):
-        if len(group) < 3 or group["brittle_score"].nunique() < 2 or group["robust_acc"].nunique() < 2:
-            result[dataset] = {"rho": float("nan"), "p": float("nan"), "n": len(group)}
-            continue
-        rho, p = stats.spearmanr(group["brittle_score"], group["robust_acc"])
-        result[dataset] = {"rho": float(rho), "p": float(p), "n": len(group)}
-    return result
-
-
-def survival_headline(comparison: pd.DataFrame) -> dict:
-    """The selected survival model's scores, whether it beats both baselines on test
-    concordance, the baselines' test concordance and the split's grouping column."""
-    survival = comparison[comparison["selected"].astype(str).str.lower() == "true"].iloc[0]
-    baselines = comparison.set_index("fitter")["test_concordance"]
-    return {
-        "survival_model": str(survival["fitter"]),
-        "survival_test_concordance": float(survival["test_concordance"]),
-        "survival_test_ici": float(survival["test_ICI"]),
-        "survival_beats_baselines": str(survival.get("beats_baselines")).lower() == "true",
-        "survival_runtime_baseline_test_concordance": float(baselines.get("runtime_baseline", np.nan)),
-        "survival_failure_share_baseline_test_concordance": float(baselines.get("failure_share_baseline", np.nan)),
-        "survival_split_by": str(survival.get("split_by", "")),
-    }
-
-
-def sound(table: pd.DataFrame) -> pd.DataFrame:
-    """The rows of non-degenerate model cells."""
-    return table[~table["degenerate"].astype(bool)] if "degenerate" in table else table
-
-
-def headline(experiments, trash, robustness, brittle, comparison) -> dict:
-    """The metrics DVC tracks. Means and medians leave degenerate model cells out; EVP is
-    averaged over the curves that reach non-viability, the others apart."""
-    cells, reaching = sound(experiments), robustness["reaches_nonviability"].astype(bool)
-    return {
-        "n_train_cells": int(experiments["train_hash"].nunique()),
-        "n_model_cells": int(experiments["model_hash"].nunique()),
-        "n_attack_cells": int(len(experiments)),
-        "n_degenerate_model_cells": int(degenerate_cells(experiments).sum()),
-        "clock": str(experiments["clock"].iloc[0]),
-        "acc_ben_mean": float(cells.drop_duplicates("model_hash")["acc_ben"].mean()),
-        "acc_adv_mean": float(cells["acc_adv"].mean()),
-        **survival_headline(comparison),
-        "trash_adv_median": float(sound(trash)["trash_adv"].median()),
-        "trash_adv_share_above_1": float((sound(trash)["trash_adv"] > 1).mean()),
-        "trash_ben_median": float(sound(trash)["trash_ben"].median()),
-        "evp_mean": float(robustness.loc[reaching, "evp"].mean()),
-        "n_evp_curves": int(robustness["evp"].notna().sum()),
-        "n_evp_curves_short_of_nonviability": int((robustness["evp"].notna() & ~reaching).sum()),
-        "evp_mean_short_of_nonviability": float(robustness.loc[~reaching, "evp"].mean()),
-        "auc_R_mean": float(robustness["auc_R"].mean()),
-        "brittle_score_mean": float(sound(brittle)["brittle_score"].mean()),
-        "brittle_spearman": spearman_by_dataset(brittle),
-        "brittle_spearman_per_seed": findings.brittle_spearman_per_seed(sound(brittle)),
-    }
+def headline(experiments, trash, robustness, brittle, comparison, checked: list[schema.Finding] | tuple = ()) -> dict:
+    """metrics.json, the metrics DVC tracks: every metric of the registry (trashfire.metrics.registry.HEADLINE).
+    Means and medians leave degenerate model cells out; EVP is averaged over the curves that
+    reach non-viability, the others apart."""
+    return registry.headline(registry.Results(experiments, trash, robustness, brittle, comparison, tuple(checked)))
 
 
 def trained_models(experiments: pd.DataFrame) -> pd.DataFrame:
@@ -285,7 +222,7 @@ def trained_models(experiments: pd.DataFrame) -> pd.DataFrame:
     return cells.assign(_own=cells["defence"] != "none").sort_values("_own", kind="stable").drop_duplicates("train_hash").drop(columns="_own")
 
 
-def check_findings(experiments, trash, robustness, brittle, settings: DictConfig) -> list[findings.Finding]:
+def check_findings(experiments, trash, robustness, brittle, settings: DictConfig) -> list[schema.Finding]:
     tables = findings.Tables(trained=trained_models(experiments), robustness=robustness, trash=trash, brittle=brittle)
     return findings.check_findings(tables, alpha=settings.alpha, resamples=settings.bootstrap, seed=settings.seed)
 
@@ -320,7 +257,7 @@ def aggregate_reports(cfg: DictConfig) -> dict:
     records = read_brittle(reports / "brittle", experiments["model_hash"].unique(), brittle_settings(cfg))
     stages = {name: spec.stage for name, spec in cfg.defence.items()} | {"none": "none"}
     brittle = brittle_table(records, experiments, m.brittle.robust_acc).assign(
-        degenerate=lambda t: t["model_hash"].map(degenerate), defence_stage=lambda t: t["defence"].map(stages))
+        degenerate=lambda t: t["model_hash"].map(degenerate), defence_stage=lambda t: t["defence"].map(stages))[schema.BRITTLE]
     checked = check_findings(experiments, trash, robustness, brittle, m.findings)
     classes = experiments.groupby("dataset")["n_classes"].first().astype(int).to_dict()
     write_tables(reports, {
@@ -331,7 +268,7 @@ def aggregate_reports(cfg: DictConfig) -> dict:
         "brittle.csv": brittle, "findings.csv": findings.findings_frame(checked),
     })
     write_cards(reports / "cards", experiments, trash, robustness, brittle)
-    summary = headline(experiments, trash, robustness, brittle, comparison) | {"findings": findings.findings_metrics(checked)}
+    summary = headline(experiments, trash, robustness, brittle, comparison, checked)
     write_json(reports / "metrics.json", without_nan(summary))
     shown = {k: v for k, v in summary.items() if not isinstance(v, dict)}
     log.info("%s", ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()))

@@ -32,7 +32,8 @@ from trashfire.core.errors import ConfigError, DataError
 from trashfire.core.grid import ModelCell, model_cells
 from trashfire.models import resolve_device
 from trashfire.core.parallel import describe, resolve_workers, run_jobs
-from trashfire.core.records import cell_file, config_hash, read_json, remove_dead_temps, write_json
+from trashfire.core.records import cell_file, config_hash, read_json, remove_dead_temps
+from trashfire.core.schema import BrittleRecord, TrainRecord, cell_labels
 from trashfire.models.training import load_weights, record_path
 
 log = logging.getLogger(__name__)
@@ -205,7 +206,7 @@ class Samples:
         self.features = n_features(self.masks)
 
 
-def score_model_cell(model: nn.Module, train_record: dict[str, Any], model_cell: ModelCell, samples: Samples, settings: dict[str, Any], device) -> dict[str, Any]:
+def score_model_cell(model: nn.Module, train_record: TrainRecord, model_cell: ModelCell, samples: Samples, settings: dict[str, Any], device) -> BrittleRecord:
     """One cell's record; its clocks time the LIME runs (predictions and explanations)."""
     forward = black_box(art_classifier(model, samples.split, model_cell.defence, device))
     np.random.seed(settings["seed"])  # GaussianNoise draws from NumPy's global generator
@@ -215,29 +216,25 @@ def score_model_cell(model: nn.Module, train_record: dict[str, Any], model_cell:
             forward, samples.images, samples.masks, targets,
             settings["lime_samples"], settings["perturbations_per_eval"], settings["seed"],
         )
-    return {
-        "brittle_hash": brittle_hash(model_cell.hash, settings),
-        "model_hash": model_cell.hash,
-        "train_hash": model_cell.train.hash,
-        **{k: train_record[k] for k in ("dataset", "seed", "model", "depth", "epochs", "lr")},
-        "pretrained_on": train_record.get("pretrained_on"),
-        "defence": model_cell.defence["name"],
-        "defence_param": model_cell.defence["param"],
-        "defence_value": model_cell.defence["value"],
-        "n_samples": len(scores),
-        "n_features_mean": float(samples.features.mean()),
-        "brittle_score": float(scores.mean()),
-        "brittle_score_sd": float(scores.std(ddof=1)) if len(scores) > 1 else 0.0,
-        "image_scores": scores.tolist(),
-        "positions": samples.positions.tolist(),
-        "lime_samples": settings["lime_samples"],
-        "perturbations_per_eval": settings["perturbations_per_eval"],
-        "brittle_seed": settings["seed"],
-        "segments": settings["segments"],
-        "t_brittle_process": watch.elapsed.process,
-        "t_brittle_wall": watch.elapsed.wall,
-        "device": str(device),
-    }
+    return BrittleRecord(
+        brittle_hash=brittle_hash(model_cell.hash, settings),
+        model_hash=model_cell.hash,
+        train_hash=model_cell.train.hash,
+        **cell_labels(train_record, model_cell.defence),
+        n_samples=len(scores),
+        n_features_mean=float(samples.features.mean()),
+        brittle_score=float(scores.mean()),
+        brittle_score_sd=float(scores.std(ddof=1)) if len(scores) > 1 else 0.0,
+        image_scores=scores.tolist(),
+        positions=samples.positions.tolist(),
+        lime_samples=settings["lime_samples"],
+        perturbations_per_eval=settings["perturbations_per_eval"],
+        brittle_seed=settings["seed"],
+        segments=settings["segments"],
+        t_brittle_process=watch.elapsed.process,
+        t_brittle_wall=watch.elapsed.wall,
+        device=str(device),
+    )
 
 
 _SAMPLES: dict[tuple, Samples] = {}  # per process: a worker's jobs share them
@@ -256,11 +253,11 @@ def brittle_job(cfg: DictConfig, settings: dict[str, Any], group: list[ModelCell
     folder = Path(cfg.paths.reports) / "brittle"
     train = group[0].train
     samples = cached_samples(cfg, train.dataset, train.seed, settings)
-    train_record = read_json(record_path(cfg.paths.models, train.hash))
+    train_record = TrainRecord.read(record_path(cfg.paths.models, train.hash))
     model = load_weights(cfg.paths.models, train, samples.split).to(device)
     for cell in group:
         record = score_model_cell(model, train_record, cell, samples, settings, device)
-        write_json(brittle_record_path(folder, record["brittle_hash"]), record)
+        record.write(brittle_record_path(folder, record.brittle_hash))
     return len(group)
 
 

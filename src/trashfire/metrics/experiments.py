@@ -20,24 +20,15 @@ import pandas as pd
 from omegaconf import DictConfig
 
 from trashfire.attacks.campaign import attack_record_path, outcomes_path
+from trashfire.core import schema
 from trashfire.core.errors import DataError
 from trashfire.core.grid import attack_cells
+from trashfire.core.records import atomic_path, read_npz
+from trashfire.core.schema import AttackRecord, Outcomes
 from trashfire.metrics import degeneracy_threshold
-from trashfire.core.records import atomic_path, read_json, read_npz
-from trashfire.survival.data import ID_COLUMNS, event_counts, outcome_counts, require_outcome_arrays, survival_table
+from trashfire.survival.data import event_counts, outcome_counts, survival_table
 
 log = logging.getLogger(__name__)
-
-EXPERIMENT_COLUMNS = [
-    "dataset", "pretrained_on", "seed", "model", "depth", "epochs", "lr", "defence", "defence_param", "defence_value",
-    "attack", "norm", "attack_param", "attack_value", "n_train", "n_attack", "n_classes", "n_failed",
-    "n_misclassified_before", "n_broken", "n_survived", "n_events", "n_censored", "event_share", "median_event_step",
-    "acc_ben", "degenerate", "acc_adv", "t_train", "t_predict", "t_attack", "clock",
-    "t_train_process", "t_predict_process", "t_attack_process", "t_train_wall", "t_predict_wall", "t_attack_wall",
-    "device", "train_hash", "model_hash", "attack_hash",
-]
-# what the tables downstream read from an attack record
-RECORD_KEYS = ("dataset", "attack", "acc_ben", "acc_adv", *(f"t_{q}_{clock}" for q in ("train", "predict", "attack") for clock in ("process", "wall")))
 
 
 def experiments_table(cfg: DictConfig, outcomes: bool = True) -> pd.DataFrame:
@@ -46,31 +37,26 @@ def experiments_table(cfg: DictConfig, outcomes: bool = True) -> pd.DataFrame:
     return tabulate(cfg, read_cells(cfg, outcomes))
 
 
-def read_cells(cfg: DictConfig, outcomes: bool = True) -> list[tuple[dict, dict | None]]:
+def read_cells(cfg: DictConfig, outcomes: bool = True) -> list[tuple[AttackRecord, Outcomes | None]]:
     """Each attack cell's record and (with `outcomes`) its per-sample outcome arrays."""
     cells = []
     for cell in attack_cells(cfg):
         path = attack_record_path(cfg.paths.attacks, cell.hash)
         if not path.is_file():
             raise DataError(f"attack record missing: {path}; run the attack stage first")
-        record = read_json(path)
-        lacking = [key for key in RECORD_KEYS if key not in record]
-        if lacking:
-            raise DataError(f"corrupt record {path}: no {', '.join(lacking)}; delete it and rerun the attack stage to recompute it")
-        cells.append((record, read_outcomes(cfg.paths.attacks, cell.hash) if outcomes else None))
+        cells.append((AttackRecord.read(path), read_outcomes(cfg.paths.attacks, cell.hash) if outcomes else None))
     return cells
 
 
-def read_outcomes(folder: str | Path, attack_hash: str) -> dict:
+def read_outcomes(folder: str | Path, attack_hash: str) -> Outcomes:
     path = outcomes_path(folder, attack_hash)
-    arrays = read_npz(path)
-    require_outcome_arrays(arrays, str(path))
-    return arrays
+    return Outcomes.of(read_npz(path), str(path))
 
 
-def tabulate(cfg: DictConfig, cells: list[tuple[dict, dict | None]]) -> pd.DataFrame:
-    rows = [experiment_row(record, arrays, cfg.data[record["dataset"]].n_classes) for record, arrays in cells]
-    return flag_degenerate(with_clock(pd.DataFrame(rows), cfg.timing.clock), cfg.metrics)
+def tabulate(cfg: DictConfig, cells: list[tuple[AttackRecord, Outcomes | None]]) -> pd.DataFrame:
+    rows = [experiment_row(record, arrays, cfg.data[record.dataset].n_classes) for record, arrays in cells]
+    table = flag_degenerate(with_clock(pd.DataFrame(rows), cfg.timing.clock), cfg.metrics)
+    return in_order(table, schema.EXPERIMENTS)
 
 
 def flag_degenerate(table: pd.DataFrame, metrics_cfg: DictConfig) -> pd.DataFrame:
@@ -90,38 +76,36 @@ def flag_degenerate(table: pd.DataFrame, metrics_cfg: DictConfig) -> pd.DataFram
     return table
 
 
-def experiment_row(record: dict, outcomes: dict | None, n_classes: int) -> dict:
+def experiment_row(record: AttackRecord | dict, outcomes: Outcomes | dict | None, n_classes: int) -> dict:
     """An attack cell's record with its outcome and event counts from the per-sample arrays,
     if given."""
-    row = {k: v for k, v in record.items() if k != "config"}
-    row.setdefault("pretrained_on", None)  # records from before fine-tuning existed
+    record = AttackRecord.of(record)
+    row = record.row()
     if outcomes is not None:
-        row["n_failed"] = int((outcomes["y_pred_adv"] != outcomes["y_true"]).sum())
-        row |= outcome_counts(outcomes["y_true"], outcomes["y_pred_ben"], outcomes["y_pred_adv"])
-        row |= event_counts(outcomes["event"], outcomes["failure_step"])
+        outcomes = Outcomes.of(outcomes, f"attack cell {record.attack_hash}")
+        row["n_failed"] = int((outcomes.y_pred_adv != outcomes.y_true).sum())
+        row |= outcome_counts(outcomes.y_true, outcomes.y_pred_ben, outcomes.y_pred_adv)
+        row |= event_counts(outcomes.event, outcomes.failure_step)
     row["n_classes"] = n_classes
-    row.setdefault("pixel_std", _pixel_std_of(record))
     return row
-
-
-def _pixel_std_of(record: dict) -> float:
-    """Records from before pixel_std was kept: a pixel-unit strength still holds the ratio."""
-    if record.get("attack_units") == "pixel" and record.get("attack_value_standardised"):
-        return record["attack_value"] / record["attack_value_standardised"]
-    return float("nan")
 
 
 def read_experiments(reports: str | Path) -> pd.DataFrame:
     """experiments.csv with norms kept as the strings they are ("inf", "2")."""
-    return pd.read_csv(Path(reports) / "experiments.csv", dtype={"norm": str, "defence_param": str})
+    return pd.read_csv(Path(reports) / "experiments.csv", dtype=schema.EXPERIMENTS_DTYPES)
 
 
 def with_clock(table: pd.DataFrame, clock: str) -> pd.DataFrame:
     """t_x on the configured clock; t_x_<clock> keeps both clocks."""
-    for quantity in ("t_train", "t_predict", "t_attack"):
+    for quantity in schema.TIMED:
         table[quantity] = table[f"{quantity}_{clock}"]
     table["clock"] = clock
-    leading = [c for c in EXPERIMENT_COLUMNS if c in table]
+    return in_order(table, schema.EXPERIMENTS)
+
+
+def in_order(table: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """`table` with the schema's `columns` it has first, in their order, then any others."""
+    leading = [c for c in columns if c in table]
     return table[leading + [c for c in table.columns if c not in leading]]
 
 
@@ -130,7 +114,7 @@ def build_tables(cfg: DictConfig) -> tuple[pd.DataFrame, pd.DataFrame]:
     reports.mkdir(parents=True, exist_ok=True)
     cells = read_cells(cfg)
     experiments = tabulate(cfg, cells)
-    outcomes_by_hash = {record["attack_hash"]: arrays for record, arrays in cells}
+    outcomes_by_hash = {record.attack_hash: arrays for record, arrays in cells}
     data = cfg.survival.data
     survival = survival_table(
         experiments, outcomes_by_hash, data.covariates, data.dummies, data.misclassified_before_attack, data.nonpositive_durations, cfg.timing.clock,
@@ -138,6 +122,6 @@ def build_tables(cfg: DictConfig) -> tuple[pd.DataFrame, pd.DataFrame]:
     for name, table in (("experiments.csv", experiments), ("survival_data.csv", survival)):
         with atomic_path(reports / name) as tmp:
             table.to_csv(tmp, index=False)
-    log.info("%d experiment rows, %d survival rows, covariates: %s", len(experiments), len(survival), ", ".join(survival.columns[len(ID_COLUMNS):]))
+    log.info("%d experiment rows, %d survival rows, covariates: %s", len(experiments), len(survival), ", ".join(survival.columns[len(schema.SURVIVAL_IDS):]))
     return experiments, survival
 

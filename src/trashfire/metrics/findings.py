@@ -12,36 +12,27 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
+from trashfire.core import schema
+from trashfire.core.schema import CONFIGURATION, MODEL_LABELS, TRAINED_LABELS, Finding, without
 from trashfire.metrics import bootstrap_mean
 
 VERDICTS = ("holds", "contradicted", "inconclusive", "not testable")
 HOLDS, CONTRADICTED, INCONCLUSIVE, NOT_TESTABLE = VERDICTS
 NAN = float("nan")
 
-# A model cell's labels minus seed and defence: two cells sharing them differ only in what the
-# claim compares. pretrained_on is NaN for from-scratch cells and must still match itself.
-TRAINING = ["dataset", "pretrained_on", "model", "epochs", "lr"]
-
-
-@dataclass(frozen=True)
-class Finding:
-    id: str
-    paper: str
-    claim: str
-    test: str
-    n: int
-    value: float
-    lo: float
-    hi: float
-    p: float
-    verdict: str
-    detail: str
+# A model cell's configuration (schema.CONFIGURATION: its labels minus seed, depth and
+# defence): two cells sharing it differ only in what the claim compares. pretrained_on is NaN
+# for from-scratch cells and must still match itself (with_keys).
+TRAINING = CONFIGURATION
+# A model cell's labels without its defence's strength: cells at several strengths of one
+# defence are averaged (mean_per_key), not paired crosswise.
+UNSTRENGTHENED = without(MODEL_LABELS, "depth", "defence_param", "defence_value")
 
 
 @dataclass
@@ -220,7 +211,7 @@ def depth_not_proportional(tables: Tables, resamples: int, seed: int) -> Finding
     models, what = depth_series(tables.trained)
     if models.empty:
         return not_testable(id, test, what)
-    keys = ["dataset", "pretrained_on", "seed", "model", "epochs", "lr"]
+    keys = without(TRAINED_LABELS, "depth")
     cells = usable(tables.trash, ["model_hash", "attack", "E_T", "t_train", "defence"] + keys[2:] + ["dataset"])
     cells = cells[(cells["defence"] == "none") & cells["attack"].isin(["fgm", "pgd"])]
     cells = with_keys(cells).merge(with_keys(models)[keys].drop_duplicates(), on=keys)
@@ -404,7 +395,7 @@ def adv_train_lowers_brittle(tables: Tables, resamples: int, seed: int) -> Findi
 def r_rises_with_epochs(tables: Tables, resamples: int, seed: int) -> Finding:
     id = "004_r_rises_with_epochs"
     test = "paired bootstrap of R(largest epochs) - R(smallest epochs) within otherwise equal cells"
-    keys = ["dataset", "pretrained_on", "seed", "model", "lr", "defence", "attack_family"]
+    keys = without(UNSTRENGTHENED, "epochs") + ["attack_family"]
     rows = with_keys(usable(tables.robustness, ["auc_R", "epochs"] + [k for k in keys if k != "pretrained_on"]))
     per_epoch = mean_per_key(rows, keys + ["epochs"], "auc_R")
     spans = per_epoch.sort_values("epochs").groupby(keys).agg(
@@ -419,7 +410,7 @@ def r_rises_with_epochs(tables: Tables, resamples: int, seed: int) -> Finding:
 def pretraining_effect(tables: Tables, resamples: int, seed: int) -> Finding:
     id = "004_pretraining_effect"
     test = "paired bootstrap of R(pretrained) - R(from scratch) over matching cells"
-    keys = ["dataset", "seed", "model", "epochs", "lr", "defence", "attack_family"]
+    keys = without(UNSTRENGTHENED, "pretrained_on") + ["attack_family"]
     rows = with_keys(usable(tables.robustness, ["auc_R"] + keys))
     pretrained = rows[rows["pretrained_on"] != ""]
     if pretrained.empty:
@@ -458,7 +449,7 @@ def check_findings(tables: Tables, alpha: float = 0.05, resamples: int = 2000, s
 
 
 def findings_frame(findings: list[Finding]) -> pd.DataFrame:
-    return pd.DataFrame([asdict(f) for f in findings], columns=[f.name for f in fields(Finding)])
+    return pd.DataFrame([asdict(f) for f in findings], columns=schema.FINDINGS)
 
 
 def none_if_nan(x):

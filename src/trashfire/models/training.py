@@ -33,7 +33,8 @@ from trashfire.core.grid import TrainCell, training_cells
 from trashfire.metrics import accuracy
 from trashfire.models import build_model, resolve_device
 from trashfire.core.parallel import describe, resolve_workers, run_jobs
-from trashfire.core.records import atomic_path, cell_file, file_sha256, read_json, remove_dead_temps, write_json
+from trashfire.core.records import atomic_path, cell_file, file_sha256, remove_dead_temps
+from trashfire.core.schema import TrainRecord, cell_labels
 
 log = logging.getLogger(__name__)
 
@@ -54,11 +55,11 @@ def resume_path(models: str | Path, cell_hash: str) -> Path:
 def is_cached(models: str | Path, cell_hash: str) -> bool:
     """A record that parses and names weights of the recorded size: a finished cell."""
     try:
-        record = read_json(record_path(models, cell_hash))
+        record = TrainRecord.read(record_path(models, cell_hash))
     except DataError:
         return False
     weights = weights_path(models, cell_hash)
-    return weights.is_file() and weights.stat().st_size == record.get("weights_bytes")
+    return weights.is_file() and weights.stat().st_size == record.weights_bytes
 
 
 @torch.no_grad()
@@ -190,38 +191,29 @@ def pretrained_weights(models: Path | None, cell: TrainCell, split: Split) -> di
         ) from None
 
 
-def checkpoint_record(run: Run, cell: TrainCell, split: Split, device: torch.device) -> dict[str, Any]:
+def checkpoint_record(run: Run, cell: TrainCell, split: Split, device: torch.device) -> TrainRecord:
     preds, predict_time = predict(run.model, split.x_test, device)
     n_train, n_test = len(split.y_train), len(split.y_test)
-    return {
-        "train_hash": cell.hash,
-        "config": cell.spec,
-        "dataset": cell.dataset,
-        "seed": cell.seed,
-        "model": cell.model,
-        "depth": cell.depth,
-        "epochs": cell.epochs,
-        "lr": cell.lr,
-        "defence": cell.defence["name"],
-        "defence_param": cell.defence["param"],
-        "defence_value": cell.defence["value"],
-        "pretrained_on": cell.pretrained_on,
-        "pretrain_hash": cell.base.hash if cell.base is not None else None,
-        "n_train": n_train,
-        "n_test": n_test,
-        "acc_ben": accuracy(split.y_test.numpy(), preds),
+    return TrainRecord(
+        train_hash=cell.hash,
+        config=cell.spec,
+        **cell_labels(cell, cell.defence),
+        pretrain_hash=cell.base.hash if cell.base is not None else None,
+        n_train=n_train,
+        n_test=n_test,
+        acc_ben=accuracy(split.y_test.numpy(), preds),
         # per sample: the whole training run up to this epoch over the training-set size (eq. 7)
-        "t_train_process": run.train_time.process / n_train,
-        "t_train_wall": run.train_time.wall / n_train,
-        "t_predict_process": predict_time.process / n_test,
-        "t_predict_wall": predict_time.wall / n_test,
-        "device": str(device),
-        "threads": torch.get_num_threads(),  # the clocks' CPU seconds and the last bits of the weights depend on it
-        "torch": torch.__version__,
-    }
+        t_train_process=run.train_time.process / n_train,
+        t_train_wall=run.train_time.wall / n_train,
+        t_predict_process=predict_time.process / n_test,
+        t_predict_wall=predict_time.wall / n_test,
+        device=str(device),
+        threads=torch.get_num_threads(),  # the clocks' CPU seconds and the last bits of the weights depend on it
+        torch=torch.__version__,
+    )
 
 
-def train_cell(cell: TrainCell, split: Split, cfg: DictConfig, device: torch.device, models: Path | None = None) -> tuple[nn.Module, dict[str, Any]]:
+def train_cell(cell: TrainCell, split: Split, cfg: DictConfig, device: torch.device, models: Path | None = None) -> tuple[nn.Module, TrainRecord]:
     """One cell trained in a run of its own (what a run's checkpoint at this epoch equals)."""
     run = start_run(cell, split, cfg.train, device, models)
     advance(run, cell, split, cfg.train, device, cfg.train.get("progress", True))
@@ -250,20 +242,20 @@ def train_group(cells: list[TrainCell], split: Split, cfg: DictConfig, device: t
         advance(run, cell, split, cfg.train, device, epoch_bars and cfg.train.get("progress", True))
         record = checkpoint_record(run, cell, split, device)
         save_cell(models, run.model, record, run.state() if cell is cells[-1] else None)
-        log.info("trained %s %s epochs=%d lr=%g %s: acc_ben=%.3f", cell.dataset, cell.model, cell.epochs, cell.lr, cell.defence["name"], record["acc_ben"])
+        log.info("trained %s %s epochs=%d lr=%g %s: acc_ben=%.3f", cell.dataset, cell.model, cell.epochs, cell.lr, cell.defence["name"], record.acc_ben)
     if earlier is not None:
         resume_path(models, earlier.hash).unlink(missing_ok=True)  # the run's state lives on in the last checkpoint
 
 
-def save_cell(models: str | Path, model: nn.Module, record: dict[str, Any], run_state: dict[str, Any] | None = None) -> None:
+def save_cell(models: str | Path, model: nn.Module, record: TrainRecord, run_state: dict[str, Any] | None = None) -> None:
     """Weights, then the run's state (the last checkpoint of a run), then the record, which
     marks the cell finished."""
-    path = weights_path(models, record["train_hash"])
+    path = weights_path(models, record.train_hash)
     _save_atomically({k: v.cpu() for k, v in model.state_dict().items()}, path)
     if run_state is not None:
-        _save_atomically(run_state, resume_path(models, record["train_hash"]))
-    record = record | {"weights": path.name, "weights_bytes": path.stat().st_size, "weights_sha256": file_sha256(path)}
-    write_json(record_path(models, record["train_hash"]), record)
+        _save_atomically(run_state, resume_path(models, record.train_hash))
+    record = record.replace(weights=path.name, weights_bytes=path.stat().st_size, weights_sha256=file_sha256(path))
+    record.write(record_path(models, record.train_hash))
 
 
 def _save_atomically(obj: Any, path: Path) -> None:
@@ -274,9 +266,9 @@ def _save_atomically(obj: Any, path: Path) -> None:
 
 
 def load_weights(models: str | Path, cell: TrainCell, split: Split) -> nn.Module:
-    record = read_json(record_path(models, cell.hash))
+    record = TrainRecord.read(record_path(models, cell.hash))
     path = weights_path(models, cell.hash)
-    if not path.is_file() or file_sha256(path) != record.get("weights_sha256"):
+    if not path.is_file() or file_sha256(path) != record.weights_sha256:
         raise DataError(f"weights {path} are missing or do not match their record; delete {record_path(models, cell.hash)} and rerun train")
     model = build_model(cell.spec["model"], split.n_classes, split.input_shape)
     model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
@@ -341,5 +333,5 @@ def train_grid(cfg: DictConfig) -> list[dict[str, Any]]:
             wave.sort(key=expected_cost, reverse=True)  # the longest first keeps the workers busy to the end
             jobs = [(cfg, group, workers == 1) for group in wave]
             run_jobs(train_job, jobs, workers, progress, log.name)
-    return [read_json(record_path(models, cell.hash)) for cell in cells]
+    return [TrainRecord.read(record_path(models, cell.hash)).to_json() for cell in cells]
 

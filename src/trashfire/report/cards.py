@@ -11,14 +11,14 @@ from typing import Any
 
 import pandas as pd
 
+from trashfire.core import schema
 from trashfire.core.records import cell_file, write_json
+from trashfire.metrics.registry import curve_metric_names
 
-TRAINING = ["dataset", "pretrained_on", "seed", "model", "depth", "epochs", "lr", "n_train"]
-TIMES = ["clock", "t_train", "t_train_process", "t_train_wall"]
-ATTACK = ["attack", "norm", "attack_family", "attack_param", "attack_value", "attack_units", "attack_value_standardised",
-          "n_attack", "acc_ben_attack_subset", "acc_adv", "t_attack", "t_attack_process", "t_attack_wall", "attack_hash"]
-FAMILY = ["attack_family", "E_T", "trash_adv", "trash_ben", "f_adv", "f_ben"]
-ROBUSTNESS = ["attack_family", "tau", "evp", "auc_R", "auc_S", "auc_units", "eps0", "eps1"]
+# A card's sections, each a column set of the schema: the training configuration
+# (CARD_TRAINING), its times (CARD_TIMES); per model cell its defence (CARD_DEFENCE), attacks
+# (CARD_ATTACK), TRASH per attack family (CARD_FAMILY), and per eps family the per-curve
+# metrics of the registry with R (schema.card_robustness).
 
 
 def card(train_hash: str, experiments: pd.DataFrame, trash: pd.DataFrame, robustness: pd.DataFrame, brittle: pd.DataFrame) -> dict[str, Any]:
@@ -26,8 +26,8 @@ def card(train_hash: str, experiments: pd.DataFrame, trash: pd.DataFrame, robust
     first = rows.iloc[0]
     return {
         "train_hash": train_hash,
-        "training": _plain(first[TRAINING]),
-        "times_per_sample_seconds": _plain(first[TIMES]),
+        "training": _plain(first[schema.CARD_TRAINING]),
+        "times_per_sample_seconds": _plain(first[schema.CARD_TIMES]),
         "model_cells": [_model_cell(group, trash, robustness, brittle) for _, group in rows.groupby("model_hash", sort=False)],
     }
 
@@ -38,15 +38,15 @@ def _model_cell(rows: pd.DataFrame, trash: pd.DataFrame, robustness: pd.DataFram
     mine = brittle[brittle["model_hash"] == model_hash]
     return {
         "model_hash": model_hash,
-        "defence": _plain(first[["defence", "defence_param", "defence_value"]]),
+        "defence": _plain(first[schema.CARD_DEFENCE]),
         "acc_ben": _number(first["acc_ben"]),
         "degenerate": _flag(first.get("degenerate", False)),
         "t_predict": _number(first["t_predict"]),
         "brittle_score": _number(mine["brittle_score"].iloc[0]) if len(mine) else None,
         "brittle_ri_percent": _number(mine["brittle_ri"].iloc[0]) if len(mine) else None,
-        "attacks": [_plain(r) for _, r in rows[ATTACK].iterrows()],
-        "survival_and_trash": [_plain(r) for _, r in trash.loc[trash["model_hash"] == model_hash, FAMILY].iterrows()],
-        "evp_and_auc": [_plain(r) for _, r in robustness.loc[robustness["model_hash"] == model_hash, ROBUSTNESS].iterrows()],
+        "attacks": [_plain(r) for _, r in rows[schema.CARD_ATTACK].iterrows()],
+        "survival_and_trash": [_plain(r) for _, r in trash.loc[trash["model_hash"] == model_hash, schema.CARD_FAMILY].iterrows()],
+        "evp_and_auc": [_plain(r) for _, r in robustness.loc[robustness["model_hash"] == model_hash, schema.card_robustness(curve_metric_names())].iterrows()],
     }
 
 

@@ -38,8 +38,10 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 from omegaconf import DictConfig
 from scipy import stats
 
+from trashfire.core import schema
 from trashfire.core.errors import DataError
 from trashfire.core.records import atomic_path
+from trashfire.metrics import registry
 from trashfire.metrics.experiments import read_experiments
 
 log = logging.getLogger(__name__)
@@ -47,9 +49,8 @@ log = logging.getLogger(__name__)
 # The tables aggregate writes; any of them missing means aggregate has not run.
 AGGREGATE_TABLES = ("trash", "trash_summary", "robustness", "tau_table", "evp_tau", "evp_convergence", "auc_table", "curves")
 # A model cell without its seed: the lines of the per-cell figures average over seeds.
-LINE_KEY = ["dataset", "pretrained_on", "model", "depth", "epochs", "lr", "defence", "defence_param", "defence_value"]
+LINE_KEY = schema.SEEDLESS_LABELS
 MAX_LINES = 10  # more lines than this in one panel cannot be told apart
-STRING_COLUMNS = {"id": str, "paper": str, "norm": str, "defence_param": str, "pretrained_on": str, "attack_family": str}
 
 # Every figure as (title, what it shows, how to read it), in the order the report shows them:
 # the cost ratio first (the headline), then accuracy, EVP, R, brittleness, the survival model.
@@ -112,7 +113,7 @@ def read_table(reports: Path, name: str, *, stage: str = "aggregate", required: 
     try:
         # round_trip: pandas' default parser can move a float by one ulp, which turns near-equal
         # accuracies into ties and the figures' Spearman rho away from aggregate's
-        table = pd.read_csv(path, dtype=STRING_COLUMNS, float_precision="round_trip")
+        table = pd.read_csv(path, dtype=schema.TEXT_COLUMNS, float_precision="round_trip")
     except pd.errors.EmptyDataError:
         return pd.DataFrame()
     except (pd.errors.ParserError, UnicodeDecodeError) as err:
@@ -144,11 +145,6 @@ def read_tables(reports: Path) -> dict[str, pd.DataFrame | None]:
     tables["survival"] = read_table(reports, "survival/aft_comparison.csv", stage="survival")
     tables["logrank"] = read_table(reports, "survival/logrank.csv", stage="survival", required=False)
     return tables
-
-
-def attack_family(attack: pd.Series, norm: pd.Series) -> pd.Series:
-    """'fgm linf', 'pgd l2': aggregate's name for an attack with one norm."""
-    return attack.astype(str) + " l" + norm.astype(str)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -342,7 +338,7 @@ def accuracy_figure(experiments: pd.DataFrame, folder: Path) -> list[Path]:
     """TRASHFIRE Fig. 1: benign accuracy by defence, adversarial accuracy by defence and by attack family."""
     if experiments.empty:
         raise Skipped("experiments.csv has no rows")
-    cells = experiments.assign(attack_family=attack_family(experiments["attack"], experiments["norm"]))
+    cells = experiments.assign(attack_family=schema.attack_family(experiments["attack"], experiments["norm"]))
     benign = cells.drop_duplicates("model_hash")  # one benign measurement per model cell
     colours = defence_colours(cells["defence"])
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.8), sharey=True)
@@ -529,29 +525,30 @@ def evp_convergence_figure(evp_convergence: pd.DataFrame, folder: Path) -> list[
 
 
 def eps_axis(panel: pd.DataFrame) -> tuple[str, str]:
-    """Pixel units as the normalised-AUC paper plots them, or the standardised units the model
-    sees where the records predate the pixel std (pixel eps is then unknown)."""
-    if panel["eps_pixel"].notna().all():
-        return "eps_pixel", "ε (pixel units, images in [0, 1])"
-    return "eps_standardised", "ε (standardised units; pixel std not recorded)"
+    """The units of a panel's eps axis and its label: pixel units as the normalised-AUC paper
+    plots them, or the standardised units the model sees where the records predate the pixel
+    std (pixel eps is then unknown)."""
+    if panel[schema.eps_column("pixel")].notna().all():
+        return "pixel", "ε (pixel units, images in [0, 1])"
+    return "standardised", "ε (standardised units; pixel std not recorded)"
 
 
-def r_interval(robustness: pd.DataFrame, panel: pd.DataFrame, dataset: str, family: str, axis: str) -> tuple[float, float] | None:
-    """The [eps0, eps1] that R integrates over, on the panel's eps axis; None where R has
-    no interval or it cannot be converted to that axis."""
+def r_interval(robustness: pd.DataFrame, panel: pd.DataFrame, dataset: str, family: str, units: str) -> tuple[float, float] | None:
+    """The [eps0, eps1] that R integrates over, in the panel's eps `units`; None where R has
+    no interval or it cannot be converted to those units."""
     rows = robustness[(robustness["dataset"] == dataset) & (robustness["attack_family"] == family)]
     rows = rows.dropna(subset=["eps0", "eps1"])
     if rows.empty:
         return None
     eps0, eps1 = rows["eps0"].median(), rows["eps1"].median()
-    if f"eps_{rows['auc_units'].iloc[0]}" != axis:
-        # pixel = standardised x the data set's pixel std: the ratio of the curves' two axes
+    given = str(rows["auc_units"].iloc[0])
+    if given != units:
+        # the data set's pixel std: the ratio of the curves' two axes
         attacked = panel[panel["eps_standardised"] > 0]
         ratios = (attacked["eps_pixel"] / attacked["eps_standardised"]).dropna()
         if ratios.empty:
             return None
-        scale = ratios.median() if axis == "eps_pixel" else 1 / ratios.median()
-        eps0, eps1 = eps0 * scale, eps1 * scale
+        eps0, eps1 = (schema.convert_eps(eps, given, units, ratios.median()) for eps in (eps0, eps1))
     return (float(eps0), float(eps1)) if np.isfinite([eps0, eps1]).all() else None
 
 
@@ -580,9 +577,9 @@ def curves_figure(curves: pd.DataFrame, robustness: pd.DataFrame, folder: Path) 
     for c, ((dataset, family), (lines, labels, note)) in enumerate(panels.items()):
         panel = curves[(curves["dataset"] == dataset) & (curves["attack_family"] == family)]
         ax_raw, ax_norm = axes[0, c], axes[1, c]
-        axis, xlabel = eps_axis(panel)
-        curve_lines(ax_raw, ax_norm, panel, lines, labels, colours, axis)
-        interval = r_interval(robustness, panel, dataset, family, axis)
+        units, xlabel = eps_axis(panel)
+        curve_lines(ax_raw, ax_norm, panel, lines, labels, colours, schema.eps_column(units))
+        interval = r_interval(robustness, panel, dataset, family, units)
         for ax in (ax_raw, ax_norm):
             if interval:
                 ax.axvspan(*interval, color="grey", alpha=0.15, lw=0)
@@ -646,35 +643,14 @@ PAPERS = {"001": "EVP", "002": "brittle-score", "003": "TRASHFIRE", "004": "norm
 # verdict -> (badge class, word in the count sentence)
 VERDICTS = {"holds": ("v-holds", "hold"), "contradicted": ("v-contradicted", "contradicted"),
             "inconclusive": ("v-inconclusive", "inconclusive"), "not testable": ("v-not-testable", "not testable")}
-FINDING_COLUMNS = {"id", "paper", "claim", "test", "n", "value", "lo", "hi", "p", "verdict", "detail"}
+FINDING_COLUMNS = set(schema.FINDINGS)
 BRITTLE_FINDING = "002_brittle_negative"  # metrics.json's per-seed correlations belong beside it
 LEFT_OUT = "left out of R, EVP, the brittle correlations and the headline means"
 
-# Headline metrics in reading order, each with what it means in one plain sentence; a metric
-# not listed here is still shown, after these, without a sentence.
-METRIC_MEANINGS = {
-    "trash_adv_median": "median over attack cells of training time / expected time to adversarial failure; above 1 a model is cheaper to break than to train",
-    "trash_adv_share_above_1": "share of attack cells whose TRASH exceeds 1, i.e. where breaking the model costs less compute than training it",
-    "trash_ben_median": "the same ratio for benign failures: training time over the expected time until an unattacked input is misclassified",
-    "acc_ben_mean": "mean benign test accuracy of the model cells: how good the models are without an adversary",
-    "acc_adv_mean": "mean accuracy under attack over every attack cell (all attacks, strengths and defences)",
-    "evp_mean": "mean expected viable performance: area under accuracy against eps (scaled to [0, 1]) counting accuracy only while it is at least τ; higher keeps useful accuracy against stronger attacks",
-    "evp_mean_short_of_nonviability": "mean EVP of the curves still viable at the largest eps tried: a lower bound set by the eps grid; empty when every curve reaches non-viability",
-    "auc_R_mean": "mean normalised robustness AUC R: accuracy over the eps interval relative to benign accuracy; 1 loses nothing, 0 loses everything at once",
-    "brittle_score_mean": "mean brittle-score: mean |LIME weight| per superpixel; higher means the model leans harder on single image regions",
-    "brittle_spearman": "Spearman's rank correlation of brittle-score and robust accuracy over the trained models (predict-time defences left out); the brittle-score paper expects it negative",
-    "survival_model": "the survival (AFT) model whose expected time to failure E[T] feeds TRASH, chosen by survival.select_by",
-    "survival_test_concordance": "how well that model ranks held-out samples by time to failure: 0.5 is a coin toss, 1 is perfect",
-    "survival_test_ici": "its calibration error on held-out samples: mean gap between predicted and observed failure probability (0 is perfect)",
-    "survival_beats_baselines": "whether its held-out concordance beats both baselines below; if not, it adds nothing over knowing each cell's runtime or failure share",
-    "survival_runtime_baseline_test_concordance": "held-out concordance of ranking samples by their attack cell's mean runtime alone",
-    "survival_failure_share_baseline_test_concordance": "held-out concordance of ranking samples by their attack cell's failure share alone",
-    "survival_split_by": "the unit the 80/20 train/test split holds out whole (train_hash: trained models)",
-}
-# Counts go to the Run line, findings and per-seed tests to the Findings section.
-RUN_METRICS = {"n_train_cells", "n_model_cells", "n_attack_cells", "n_degenerate_model_cells", "n_evp_curves",
-               "n_evp_curves_short_of_nonviability", "clock"}
-FINDINGS_METRICS = {"findings", "brittle_spearman_per_seed"}
+# Headline metrics come from the registry (trashfire.metrics.registry.HEADLINE): in its order,
+# each with its plain sentence; a metric of metrics.json it does not know (an older run's) is
+# still shown, after these, without a sentence. Counts go to the Run line, findings and
+# per-seed tests to the Findings section.
 
 
 def html_table(table: pd.DataFrame, css_class: str = "") -> str:
@@ -833,16 +809,14 @@ def metric_rows(name: str, value, meaning: str) -> list[tuple[str, str, str]]:
 
 
 def headline_section(metrics: dict) -> str:
-    shown = {k: v for k, v in metrics.items() if k not in RUN_METRICS | FINDINGS_METRICS}
-    order = [k for k in METRIC_MEANINGS if k in shown] + sorted(k for k in shown if k not in METRIC_MEANINGS)
-    rows = [row for key in order for row in metric_rows(key, shown[key], METRIC_MEANINGS.get(key, ""))]
+    meanings = registry.meanings()
+    shown = {k: v for k, v in metrics.items() if k not in registry.in_section("run") + registry.in_section("findings")}
+    order = [k for k in meanings if k in shown] + sorted(k for k in shown if k not in meanings)
+    rows = [row for key in order for row in metric_rows(key, shown[key], meanings.get(key, ""))]
     body = "".join(f'<tr><td class="t m">{html.escape(name)}</td><td class="v">{html.escape(value)}</td>'
                    f'<td class="t">{html.escape(meaning)}</td></tr>' for name, value, meaning in rows)
     note = '<p class="test">Means and medians leave degenerate model cells out.</p>'
     return f'<div class="wide"><table class="headline"><tbody>{body}</tbody></table></div>{note}'
-
-
-DEGENERATE_COLUMNS = ["dataset", "pretrained_on", "model", "depth", "epochs", "defence", "defence_value", "seed", "n_classes", "acc_ben"]
 
 
 def degenerate_cells(experiments: pd.DataFrame) -> pd.DataFrame:
@@ -851,7 +825,7 @@ def degenerate_cells(experiments: pd.DataFrame) -> pd.DataFrame:
         return experiments.iloc[:0]
     flagged = experiments[experiments["degenerate"].astype(str).str.lower() == "true"]  # bool, or text in an odd CSV
     flagged = flagged.drop_duplicates("model_hash") if "model_hash" in flagged else flagged
-    return drop_empty(flagged[[c for c in DEGENERATE_COLUMNS if c in flagged]]).reset_index(drop=True)
+    return drop_empty(flagged[[c for c in schema.REPORT_DEGENERATE if c in flagged]]).reset_index(drop=True)
 
 
 def degenerate_text(degenerate: pd.DataFrame) -> str:
@@ -885,7 +859,7 @@ TABLE_CAPTIONS = {
     "tau": "τ(K) is the accuracy a K-class model must keep to count as viable (Cohen's w against chance 1/K); EVP counts accuracy only while it is at least τ.",
     "trash": "one row per model cell and attack family; TRASH = t_train / E[T] as mean [95% bootstrap interval over seeds]; above 1 the attack costs less than training; f is failures per second.",
     "auc": "one row per model cell and attack family; R is the area under normalised accuracy over the eps interval (1 no loss, 0 lost at once), S = 1 − R, mean ± SD over seeds.",
-    "robustness": "one row per trained seed, model cell and eps attack family; EVP in [0, 1], higher keeps viable accuracy further; `note` says why a value is missing or only a lower bound.",
+    "robustness": "one row per trained seed, model cell and eps attack family; auc_R is the R of the table above for one seed; `note` says why a value is missing or only a lower bound. Per curve:",
     "brittle": "one row per model cell; a higher brittle-score means larger LIME weights per superpixel; R.I. is the % by which it is below the undefended model's; robust_acc is the accuracy under the named attack.",
     "survival": "one row per survival model and the two baselines; lower AIC/BIC fit better; concordance 0.5 is a coin toss, 1 perfect; ICI and E50 are calibration errors (lower is better); `selected` feeds E[T] into TRASH.",
     "logrank": "each defence against none within an attack family; a small p means the two survival curves differ.",
@@ -900,7 +874,7 @@ def trash_summary_section(summary: pd.DataFrame) -> str:
         trash_adv=[interval_text(*v) for v in summary[["trash_adv_mean", "trash_adv_lo", "trash_adv_hi", "n_seeds"]].to_numpy(float)],
         trash_ben=[interval_text(*v) for v in summary[["trash_ben_mean", "trash_ben_lo", "trash_ben_hi", "n_seeds"]].to_numpy(float)],
     )
-    columns = [c for c in LINE_KEY if c != "defence_param"] + ["attack_family", "n_seeds", "trash_adv", "trash_ben", "f_ben_mean", "f_adv_mean"]
+    columns = schema.REPORT_SUMMARY + ["attack_family", "n_seeds", "trash_adv", "trash_ben", "f_ben_mean", "f_adv_mean"]
     return html_table(drop_empty(shown[columns]))
 
 
@@ -909,16 +883,21 @@ def auc_section(auc: pd.DataFrame) -> str:
         return not_computed("auc_table.csv has no rows (no attack with an eps grid)")
     shown = auc.assign(R=[spread_text(*v) for v in auc[["R_mean", "R_sd", "n_seeds"]].to_numpy(float)],
                        S=[spread_text(*v) for v in auc[["S_mean", "S_sd", "n_seeds"]].to_numpy(float)])
-    columns = [c for c in LINE_KEY if c != "defence_param"] + ["attack_family", "n_seeds", "R", "S"]
+    columns = schema.REPORT_SUMMARY + ["attack_family", "n_seeds", "R", "S"]
     return html_table(drop_empty(shown[columns]))
 
 
 def robustness_section(robustness: pd.DataFrame) -> str:
     if robustness.empty:
         return not_computed("robustness.csv has no rows (no attack with an eps grid)")
-    columns = ["dataset", "pretrained_on", "model", "epochs", "lr", "defence", "defence_value", "seed", "attack_family",
-               "acc_ben", "tau", "evp", "auc_R", "eps0", "eps1", "auc_units", "note"]
+    columns = schema.report_robustness(registry.curve_metric_names())
     return html_table(drop_empty(robustness[[c for c in columns if c in robustness]]))
+
+
+def robustness_caption() -> str:
+    """How to read robustness.csv, with the meaning of each per-curve metric of the registry."""
+    meanings = "; ".join(f"{name}, {meaning}" for name, meaning in registry.curve_meanings().items())
+    return f"{TABLE_CAPTIONS['robustness']} {meanings}."
 
 
 def brittle_section(brittle: pd.DataFrame | None) -> str:
@@ -926,9 +905,7 @@ def brittle_section(brittle: pd.DataFrame | None) -> str:
         return not_computed("brittle.csv not found (run `dvc repro brittle`)")
     if brittle.empty:
         return not_computed("brittle.csv has no rows")
-    columns = ["dataset", "pretrained_on", "model", "epochs", "lr", "defence", "defence_value", "seed",
-               "brittle_score", "brittle_ri", "robust_acc", "robust_attack"]
-    return html_table(drop_empty(brittle[[c for c in columns if c in brittle]]))
+    return html_table(drop_empty(brittle[[c for c in schema.REPORT_BRITTLE if c in brittle]]))
 
 
 def baseline_sentences(comparison: pd.DataFrame) -> list[str]:
@@ -944,9 +921,6 @@ def baseline_sentences(comparison: pd.DataFrame) -> list[str]:
     return lines
 
 
-CARD_FIELDS = ("dataset", "pretrained_on", "model", "depth", "epochs", "lr", "seed")
-
-
 def card_row(path: Path, reports: Path) -> dict:
     """A card's training configuration, the defences of the model cells built on it and how
     many of them are degenerate (None for cards written before the flag)."""
@@ -959,7 +933,7 @@ def card_row(path: Path, reports: Path) -> dict:
     cells = [c for c in card.get("model_cells", []) if isinstance(c, dict)] if isinstance(card.get("model_cells"), list) else []
     defences = {str(c["defence"].get("defence")) if isinstance(c.get("defence"), dict) else str(c.get("defence")) for c in cells}
     flagged = sum(c.get("degenerate") is True for c in cells) if any("degenerate" in c for c in cells) else None
-    return ({"card": str(path.relative_to(reports))} | {k: training.get(k) for k in CARD_FIELDS}
+    return ({"card": str(path.relative_to(reports))} | {k: training.get(k) for k in schema.REPORT_CARD}
             | {"model cells": len(cells), "defences": ", ".join(defence_order(defences)), "degenerate": flagged})
 
 
@@ -998,7 +972,7 @@ def tables_section(tables: dict, reports: Path) -> str:
         folded("table-trash", "TRASH score over seeds", rows_of(t["trash_summary"]), TABLE_CAPTIONS["trash"], trash_summary_section(t["trash_summary"])),
         folded("table-auc", "Normalised robustness AUC R and sensitivity S (normalised-AUC paper, appendix tables)", rows_of(t["auc_table"]),
                TABLE_CAPTIONS["auc"], auc_section(t["auc_table"])),
-        folded("table-robustness", "EVP and R per cell", rows_of(t["robustness"]), TABLE_CAPTIONS["robustness"], robustness_section(t["robustness"])),
+        folded("table-robustness", "EVP and R per cell", rows_of(t["robustness"]), robustness_caption(), robustness_section(t["robustness"])),
         folded("table-brittle", "Brittle-score and relative improvement (brittle-score paper Table 1)", rows_of(t["brittle"]),
                TABLE_CAPTIONS["brittle"], brittle_section(t["brittle"])),
         survival_tables(t["survival"], t["logrank"]),

@@ -3,8 +3,9 @@
 
 One row per attacked sample, weight 1, from the per-sample outcome arrays of its attack cell
 (`reports/attacks/<attack_hash>.npz`, written by the attack stage's per-sample failure clock):
-- labels, not covariates: attack_hash, train_hash, model_hash, attack_family (attack_norm,
-  e.g. pgd_inf), defence, dataset;
+- labels, not covariates (trashfire.core.schema.SURVIVAL_LABELS): attack_hash, train_hash,
+  model_hash, attack_family (schema.attack_family: an attack with one norm, e.g. pgd linf),
+  defence, dataset;
 - duration: the adversary's compute spent on the sample on `timing.clock`
   (`duration_process` or `duration_wall`), until its first misclassification or until the
   attack's budget ran out;
@@ -25,8 +26,9 @@ Covariates: the configured numeric ones, per attack cell (epochs, depth, t_train
 acc_ben, attack and defence strength min-max scaled within their family) or per sample
 (`margin`: the benign margin, true-class logit minus the best other at the first query,
 negative when wrong before the attack), then one-hot dummies for attack family, defence and
-data set, each without its reference level. Constant and perfectly collinear columns (on the
-rows kept) are dropped with a logged note.
+data set, each without its reference level, named `<kind>_<level>` with the level as an
+identifier (`dummy_name`: attack_pgd_inf, defence_fsq, data_mnist). Constant and perfectly
+collinear columns (on the rows kept) are dropped with a logged note.
 """
 
 from __future__ import annotations
@@ -37,12 +39,14 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from trashfire.core import schema
 from trashfire.core.errors import DataError
+from trashfire.core.schema import Outcomes
 
 log = logging.getLogger("trashfire.survival.data")
 
-LABEL_COLUMNS = ["attack_hash", "train_hash", "model_hash", "attack_family", "defence", "dataset"]
-ID_COLUMNS = LABEL_COLUMNS + ["duration", "event", "weight"]
+LABEL_COLUMNS = schema.SURVIVAL_LABELS  # the survival fitters and tests read them here too
+ID_COLUMNS = schema.SURVIVAL_IDS
 # covariates of a sample rather than of its cell: covariate name -> outcome array
 SAMPLE_COVARIATES = {"margin": "margin_ben"}
 NUMERIC_COVARIATES = ("epochs", "depth", "lr", "n_train", "t_train", "t_predict", "acc_ben", "attack_strength", "defence_strength", *SAMPLE_COVARIATES)
@@ -51,20 +55,7 @@ DUMMY_SOURCES = {"attack": "attack_family", "defence": "defence", "data": "datas
 REFERENCE_LEVELS = {"defence": "none"}
 BEFORE_ATTACK_POLICIES = ("first_query", "drop")
 NONPOSITIVE_POLICIES = ("half_min", "drop")
-CLOCKS = ("process", "wall")
-# what the data set reads from a cell's outcome arrays (arrays from before the per-sample
-# failure clock lack all but the first two)
-OUTCOME_ARRAYS = ("y_true", "y_pred_ben", "margin_ben", "failure_step", "event", *(f"duration_{clock}" for clock in CLOCKS))
-
-
-def require_outcome_arrays(arrays: Mapping[str, np.ndarray], source: str) -> None:
-    """One DataError line when `arrays` predate the per-sample failure clock."""
-    missing = [name for name in OUTCOME_ARRAYS if name not in arrays]
-    if missing:
-        raise DataError(
-            f"{source}: outcome arrays without {', '.join(missing)}, written before per-sample failure clocks; "
-            "rerun the attack stage (delete reports/attacks or rerun `dvc repro`)"
-        )
+CLOCKS = schema.CLOCKS
 
 
 def outcome_counts(y_true: np.ndarray, y_pred_ben: np.ndarray, y_pred_adv: np.ndarray) -> dict[str, int]:
@@ -124,7 +115,7 @@ def survival_table(
 
 def with_strengths(experiments: pd.DataFrame) -> pd.DataFrame:
     cells = experiments.reset_index(drop=True).copy()
-    cells["attack_family"] = cells["attack"] + "_" + cells["norm"].astype(str)
+    cells["attack_family"] = schema.attack_family(cells["attack"], cells["norm"])
     cells["attack_strength"] = minmax_within(cells["attack_value"].astype(float), cells["attack_family"])
     cells["defence_strength"] = minmax_within(cells["defence_value"].astype(float), cells["defence"])
     return cells
@@ -137,14 +128,13 @@ def sample_rows(attack_hashes: pd.Series, outcomes_by_hash: Mapping[str, Mapping
     for cell, attack_hash in enumerate(attack_hashes):
         if attack_hash not in outcomes_by_hash:
             raise DataError(f"no outcome arrays for attack cell {attack_hash}; run the attack stage first")
-        arrays = outcomes_by_hash[attack_hash]
-        require_outcome_arrays(arrays, f"attack cell {attack_hash}")
+        arrays = Outcomes.of(outcomes_by_hash[attack_hash], f"attack cell {attack_hash}")
         parts.append(pd.DataFrame({
             "cell": cell,
-            "duration": np.asarray(arrays[f"duration_{clock}"], dtype=float),
-            "event": np.asarray(arrays["event"]).astype(int),  # a bool array: 0/1, not a count
+            "duration": np.asarray(arrays.duration(clock), dtype=float),
+            "event": np.asarray(arrays.event).astype(int),  # a bool array: 0/1, not a count
             "weight": 1,
-            "wrong_before": np.asarray(arrays["y_pred_ben"]) != np.asarray(arrays["y_true"]),
+            "wrong_before": np.asarray(arrays.y_pred_ben) != np.asarray(arrays.y_true),
             **{name: np.asarray(arrays[source], dtype=float) for name, source in SAMPLE_COVARIATES.items()},
         }))
     if not parts:
@@ -200,7 +190,7 @@ def dummy_columns(cells: pd.DataFrame, kinds: Sequence[str] = tuple(DUMMY_SOURCE
     parts, references = [], []
     for kind in kinds:
         source = DUMMY_SOURCES[kind]
-        levels = sorted(cells[source].unique())
+        levels = sorted(cells[source].unique(), key=lambda level: dummy_name(kind, level))
         if not levels:
             continue
         reference = REFERENCE_LEVELS.get(kind, levels[0])
@@ -208,9 +198,15 @@ def dummy_columns(cells: pd.DataFrame, kinds: Sequence[str] = tuple(DUMMY_SOURCE
         references.append(f"{kind} {reference}")
         for level in levels:
             if level != reference:
-                parts.append((cells[source] == level).astype(float).rename(f"{kind}_{level}"))
+                parts.append((cells[source] == level).astype(float).rename(dummy_name(kind, level)))
     log.info("survival data: dummies are read against the reference levels %s", ", ".join(references))
     return pd.concat(parts, axis=1) if parts else pd.DataFrame(index=cells.index)
+
+
+def dummy_name(kind: str, level: str) -> str:
+    """A dummy's column: its kind and its level as an identifier, attack_pgd_inf (the attack
+    family 'pgd linf' through schema.family_identifier), defence_fsq, data_mnist."""
+    return f"{kind}_{schema.family_identifier(level) if DUMMY_SOURCES[kind] == 'attack_family' else level}"
 
 
 def drop_degenerate(covariates: pd.DataFrame, weights: np.ndarray | None = None, where: str = "survival data") -> pd.DataFrame:

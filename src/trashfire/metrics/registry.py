@@ -1,0 +1,214 @@
+"""Every metric the pipeline reports, registered once: its name, how it is computed from the
+aggregate's tables, and what it means in one plain sentence.
+
+The aggregate stage computes what is registered here and the report shows it, so adding a
+metric touches two files: its definition, a pure function in `trashfire.metrics`, and one
+entry here.
+- `HEADLINE`: a value of reports/metrics.json (a number, a text, or a dict of tests), shown in
+  report.html's headline table with its meaning in the order registered (`section="run"`:
+  on the report's Run line instead; `"findings"`: beside the findings).
+- `CURVE_METRICS`: a column of robustness.csv, one value per model cell and eps attack family
+  computed from its accuracy-eps curve and viability threshold tau; it also lands in each
+  card's evp_and_auc section and the report's robustness table, with its meaning in that
+  table's caption. A degenerate model cell gets NaN.
+
+For example, the worst accuracy under attack as a headline metric, and the accuracy at a
+curve's largest eps as a column of robustness.csv:
+
+    # src/trashfire/metrics/__init__.py
+    def worst_accuracy(accuracies: Sequence[float]) -> float:  # the lowest accuracy of the cells
+        return float(np.min(accuracies))
+
+    # src/trashfire/metrics/registry.py, an entry of HEADLINE (or of CURVE_METRICS)
+    Metric("acc_adv_min", lambda r: metrics.worst_accuracy(sound(r.experiments)["acc_adv"]),
+           "the lowest accuracy under attack over the sound attack cells"),
+    CurveMetric("acc_at_eps_max", lambda curve, tau: metrics.worst_accuracy(curve["acc"].iloc[-1:]),
+                "the accuracy at the largest eps of the curve"),
+
+tests/test_aggregate.py registers both and follows them to metrics.json, robustness.csv, the
+cards and report.html.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from trashfire import metrics
+from trashfire.core.schema import Finding
+from trashfire.metrics import findings
+
+SECTIONS = ("headline", "run", "findings")
+
+
+@dataclass(frozen=True)
+class Results:
+    """The aggregate's tables a headline metric is computed from: experiments.csv (with its
+    attack_family), trash.csv, robustness.csv, brittle.csv, the survival stage's
+    aft_comparison.csv and the checked findings."""
+
+    experiments: pd.DataFrame | None = None
+    trash: pd.DataFrame | None = None
+    robustness: pd.DataFrame | None = None
+    brittle: pd.DataFrame | None = None
+    comparison: pd.DataFrame | None = None
+    findings: tuple[Finding, ...] = ()
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A headline metric: metrics.json's `name` = `compute(results)`; `meaning` is the report's
+    sentence for it; `section` where the report shows it (SECTIONS)."""
+
+    name: str
+    compute: Callable[[Results], Any]
+    meaning: str = ""
+    section: str = "headline"
+
+
+@dataclass(frozen=True)
+class CurveMetric:
+    """A per-cell metric: robustness.csv's column `name` = `compute(curve, tau)` per model cell
+    and eps family. `curve` holds that cell's curves.csv rows from the benign point (eps = 0)
+    up: eps (configured units), eps_standardised, eps_pixel, acc and acc_norm; tau is its
+    viability threshold."""
+
+    name: str
+    compute: Callable[[pd.DataFrame, float], float]
+    meaning: str
+
+
+# ---------------------------------------------------------------------------------------------
+# What the entries read
+
+
+def sound(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows of non-degenerate model cells."""
+    return table[~table["degenerate"].astype(bool)] if "degenerate" in table else table
+
+
+def degenerate_cells(experiments: pd.DataFrame) -> pd.Series:
+    """Per model hash, whether the timing stage flagged the cell degenerate."""
+    if "degenerate" not in experiments:
+        return pd.Series(False, index=experiments["model_hash"].unique())
+    return experiments.groupby("model_hash")["degenerate"].first().astype(bool)
+
+
+def reaching(robustness: pd.DataFrame) -> pd.Series:
+    """The EVP curves that fall below tau within the grid (the others' EVP is a lower bound)."""
+    return robustness["reaches_nonviability"].astype(bool)
+
+
+def spearman_by_dataset(brittle: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """002 Fig. 4's rank correlation of brittle-score and robust accuracy, within each data set,
+    over 002's population (trained models: predict-time defences and degenerate cells left out)."""
+    result = {}
+    for dataset, group in findings.trained_models_only(sound(brittle)).dropna(subset=["brittle_score", "robust_acc"]).groupby("dataset"):
+        if len(group) < 3 or group["brittle_score"].nunique() < 2 or group["robust_acc"].nunique() < 2:
+            result[dataset] = {"rho": float("nan"), "p": float("nan"), "n": len(group)}
+            continue
+        rho, p = stats.spearmanr(group["brittle_score"], group["robust_acc"])
+        result[dataset] = {"rho": float(rho), "p": float(p), "n": len(group)}
+    return result
+
+
+def selected_survival(comparison: pd.DataFrame) -> pd.Series:
+    """The survival model whose E[T] feeds TRASH: aft_comparison.csv's selected row."""
+    return comparison[comparison["selected"].astype(str).str.lower() == "true"].iloc[0]
+
+
+def baseline_concordance(comparison: pd.DataFrame, baseline: str) -> float:
+    return float(comparison.set_index("fitter")["test_concordance"].get(baseline, np.nan))
+
+
+# ---------------------------------------------------------------------------------------------
+# The registry
+
+
+HEADLINE: list[Metric] = [
+    # the run's size: the report's Run line
+    Metric("n_train_cells", lambda r: int(r.experiments["train_hash"].nunique()), section="run"),
+    Metric("n_model_cells", lambda r: int(r.experiments["model_hash"].nunique()), section="run"),
+    Metric("n_attack_cells", lambda r: int(len(r.experiments)), section="run"),
+    Metric("n_degenerate_model_cells", lambda r: int(degenerate_cells(r.experiments).sum()), section="run"),
+    Metric("clock", lambda r: str(r.experiments["clock"].iloc[0]), section="run"),
+    Metric("n_evp_curves", lambda r: int(r.robustness["evp"].notna().sum()), section="run"),
+    Metric("n_evp_curves_short_of_nonviability", lambda r: int((r.robustness["evp"].notna() & ~reaching(r.robustness)).sum()), section="run"),
+    # the headline, in reading order; means and medians leave degenerate model cells out
+    Metric("trash_adv_median", lambda r: float(sound(r.trash)["trash_adv"].median()),
+           "median over attack cells of training time / expected time to adversarial failure; above 1 a model is cheaper to break than to train"),
+    Metric("trash_adv_share_above_1", lambda r: float((sound(r.trash)["trash_adv"] > 1).mean()),
+           "share of attack cells whose TRASH exceeds 1, i.e. where breaking the model costs less compute than training it"),
+    Metric("trash_ben_median", lambda r: float(sound(r.trash)["trash_ben"].median()),
+           "the same ratio for benign failures: training time over the expected time until an unattacked input is misclassified"),
+    Metric("acc_ben_mean", lambda r: float(sound(r.experiments).drop_duplicates("model_hash")["acc_ben"].mean()),
+           "mean benign test accuracy of the model cells: how good the models are without an adversary"),
+    Metric("acc_adv_mean", lambda r: float(sound(r.experiments)["acc_adv"].mean()),
+           "mean accuracy under attack over every attack cell (all attacks, strengths and defences)"),
+    Metric("evp_mean", lambda r: float(r.robustness.loc[reaching(r.robustness), "evp"].mean()),
+           "mean expected viable performance: area under accuracy against eps (scaled to [0, 1]) counting accuracy only while it is at least τ; higher keeps useful accuracy against stronger attacks"),
+    Metric("evp_mean_short_of_nonviability", lambda r: float(r.robustness.loc[~reaching(r.robustness), "evp"].mean()),
+           "mean EVP of the curves still viable at the largest eps tried: a lower bound set by the eps grid; empty when every curve reaches non-viability"),
+    Metric("auc_R_mean", lambda r: float(r.robustness["auc_R"].mean()),
+           "mean normalised robustness AUC R: accuracy over the eps interval relative to benign accuracy; 1 loses nothing, 0 loses everything at once"),
+    Metric("brittle_score_mean", lambda r: float(sound(r.brittle)["brittle_score"].mean()),
+           "mean brittle-score: mean |LIME weight| per superpixel; higher means the model leans harder on single image regions"),
+    Metric("brittle_spearman", lambda r: spearman_by_dataset(r.brittle),
+           "Spearman's rank correlation of brittle-score and robust accuracy over the trained models (predict-time defences left out); the brittle-score paper expects it negative"),
+    Metric("survival_model", lambda r: str(selected_survival(r.comparison)["fitter"]),
+           "the survival (AFT) model whose expected time to failure E[T] feeds TRASH, chosen by survival.select_by"),
+    Metric("survival_test_concordance", lambda r: float(selected_survival(r.comparison)["test_concordance"]),
+           "how well that model ranks held-out samples by time to failure: 0.5 is a coin toss, 1 is perfect"),
+    Metric("survival_test_ici", lambda r: float(selected_survival(r.comparison)["test_ICI"]),
+           "its calibration error on held-out samples: mean gap between predicted and observed failure probability (0 is perfect)"),
+    Metric("survival_beats_baselines", lambda r: str(selected_survival(r.comparison).get("beats_baselines")).lower() == "true",
+           "whether its held-out concordance beats both baselines below; if not, it adds nothing over knowing each cell's runtime or failure share"),
+    Metric("survival_runtime_baseline_test_concordance", lambda r: baseline_concordance(r.comparison, "runtime_baseline"),
+           "held-out concordance of ranking samples by their attack cell's mean runtime alone"),
+    Metric("survival_failure_share_baseline_test_concordance", lambda r: baseline_concordance(r.comparison, "failure_share_baseline"),
+           "held-out concordance of ranking samples by their attack cell's failure share alone"),
+    Metric("survival_split_by", lambda r: str(selected_survival(r.comparison).get("split_by", "")),
+           "the unit the 80/20 train/test split holds out whole (train_hash: trained models)"),
+    # beside the findings
+    Metric("brittle_spearman_per_seed", lambda r: findings.brittle_spearman_per_seed(sound(r.brittle)), section="findings"),
+    Metric("findings", lambda r: findings.findings_metrics(list(r.findings)), section="findings"),
+]
+
+CURVE_METRICS: list[CurveMetric] = [
+    CurveMetric("evp", lambda curve, tau: metrics.evp(curve["eps_standardised"], curve["acc"], tau),
+                "expected viable performance in [0, 1]: the area under accuracy against eps (scaled to [0, 1]) while accuracy is at least tau; higher keeps viable accuracy further"),
+]
+
+
+def headline(results: Results) -> dict[str, Any]:
+    """metrics.json: every registered headline metric by name."""
+    return {metric.name: metric.compute(results) for metric in HEADLINE}
+
+
+def survival_headline(comparison: pd.DataFrame) -> dict[str, Any]:
+    """The survival metrics alone: the selected model's scores, whether it beats both
+    baselines on test concordance, the baselines' and the split's grouping column."""
+    results = Results(comparison=comparison)
+    return {metric.name: metric.compute(results) for metric in HEADLINE if metric.name.startswith("survival_")}
+
+
+def in_section(section: str) -> list[str]:
+    """The registered headline metrics the report shows in `section`, in order."""
+    return [metric.name for metric in HEADLINE if metric.section == section]
+
+
+def meanings() -> dict[str, str]:
+    """The headline section's metrics in reading order, each with its sentence."""
+    return {metric.name: metric.meaning for metric in HEADLINE if metric.section == "headline"}
+
+
+def curve_metric_names() -> list[str]:
+    return [metric.name for metric in CURVE_METRICS]
+
+
+def curve_meanings() -> dict[str, str]:
+    return {metric.name: metric.meaning for metric in CURVE_METRICS}
