@@ -27,33 +27,56 @@ import numpy as np
 import torch
 from torch import nn
 
-from trashfire.stages import prepare
-from trashfire.stages import train
-from trashfire.models import training
 from trashfire.attacks import art_classifier, build_attack
 from trashfire.attacks.engine import run_engine
 from trashfire.attacks.target import Target
 from trashfire.core.clocks import Stopwatch
 from trashfire.core.config import compose, validate
-from trashfire.data.datasets import load_split
 from trashfire.core.grid import UNDEFENDED, training_cells
-from trashfire.models import resolve_device
 from trashfire.core.records import write_json
+from trashfire.data.datasets import load_split
+from trashfire.models import resolve_device, training
+from trashfire.stages import prepare, train
 
 ROOT = Path(__file__).resolve().parents[1]
 FGM = {"name": "fgm", "target": "art.attacks.evasion.FastGradientMethod", "norm": "inf", "param": "eps", "batch_size": 100, "kwargs": {}}
-PGD = {"name": "pgd", "target": "art.attacks.evasion.ProjectedGradientDescent", "norm": "inf", "param": "eps", "batch_size": 100,
-       "max_iter": 10, "step_scale": 2.5, "kwargs": {"num_random_init": 0, "verbose": False}}
-DEEPFOOL = {"name": "deepfool", "target": "art.attacks.evasion.DeepFool", "norm": "2", "param": "nb_grads", "value": 3, "batch_size": 100,
-            "max_iter": 10, "kwargs": {"epsilon": 1e-6, "verbose": False}}
+PGD = {
+    "name": "pgd",
+    "target": "art.attacks.evasion.ProjectedGradientDescent",
+    "norm": "inf",
+    "param": "eps",
+    "batch_size": 100,
+    "max_iter": 10,
+    "step_scale": 2.5,
+    "kwargs": {"num_random_init": 0, "verbose": False},
+}
+DEEPFOOL = {
+    "name": "deepfool",
+    "target": "art.attacks.evasion.DeepFool",
+    "norm": "2",
+    "param": "nb_grads",
+    "value": 3,
+    "batch_size": 100,
+    "max_iter": 10,
+    "kwargs": {"epsilon": 1e-6, "verbose": False},
+}
 DEFAULT_EPS = (0.1, 0.3, 1.0)
 
 
 def trained_digits_model(folder: Path, epochs: int, device: str):
-    cfg = validate(compose([
-        "model=[resnet18]", "defence=[none]", "attack=[fgm]", f"train.epochs=[{epochs}]", "train.progress=false", f"train.device={device}",
-        *(f"paths.{k}={folder / k}" for k in ("raw", "processed", "models", "attacks", "reports")),
-    ]))
+    cfg = validate(
+        compose(
+            [
+                "model=[resnet18]",
+                "defence=[none]",
+                "attack=[fgm]",
+                f"train.epochs=[{epochs}]",
+                "train.progress=false",
+                f"train.device={device}",
+                *(f"paths.{k}={folder / k}" for k in ("raw", "processed", "models", "attacks", "reports")),
+            ]
+        )
+    )
     prepare.run(cfg)
     train.run(cfg)
     split = load_split(cfg.paths.processed, "digits", 0, 10)
@@ -73,9 +96,11 @@ def paired_seconds(ours, reference, repeats: int, device) -> tuple[tuple[float, 
             reference()
         pairs.append((first.elapsed, second.elapsed))
     median = statistics.median
-    return ((median(a.process for a, _ in pairs), median(a.wall for a, _ in pairs)),
-            (median(b.process for _, b in pairs), median(b.wall for _, b in pairs)),
-            (median(a.process / b.process for a, b in pairs), median(a.wall / b.wall for a, b in pairs)))
+    return (
+        (median(a.process for a, _ in pairs), median(a.wall for a, _ in pairs)),
+        (median(b.process for _, b in pairs), median(b.wall for _, b in pairs)),
+        (median(a.process / b.process for a, b in pairs), median(a.wall / b.wall for a, b in pairs)),
+    )
 
 
 def lower_bound(model: nn.Module, x: torch.Tensor, y: torch.Tensor, passes: int, eps: float, step: float, clip: tuple[float, float]) -> None:
@@ -96,11 +121,20 @@ def lower_bound(model: nn.Module, x: torch.Tensor, y: torch.Tensor, passes: int,
 
 def row(label: str, measured, names=("ours", "reference")) -> dict:
     ours, reference, ratio = measured
-    entry = {"case": label, f"{names[0]}_process_ms": round(ours[0] * 1e3, 2), f"{names[0]}_wall_ms": round(ours[1] * 1e3, 2),
-             f"{names[1]}_process_ms": round(reference[0] * 1e3, 2), f"{names[1]}_wall_ms": round(reference[1] * 1e3, 2),
-             "ratio_process": round(ratio[0], 3), "ratio_wall": round(ratio[1], 3)}
-    print(f"{label:34s} {names[0]} {entry[f'{names[0]}_wall_ms']:8.1f} ms wall | {names[1]} {entry[f'{names[1]}_wall_ms']:8.1f} ms wall | "
-          f"ratio {entry['ratio_process']:.3f} CPU, {entry['ratio_wall']:.3f} wall", flush=True)
+    entry = {
+        "case": label,
+        f"{names[0]}_process_ms": round(ours[0] * 1e3, 2),
+        f"{names[0]}_wall_ms": round(ours[1] * 1e3, 2),
+        f"{names[1]}_process_ms": round(reference[0] * 1e3, 2),
+        f"{names[1]}_wall_ms": round(reference[1] * 1e3, 2),
+        "ratio_process": round(ratio[0], 3),
+        "ratio_wall": round(ratio[1], 3),
+    }
+    print(
+        f"{label:34s} {names[0]} {entry[f'{names[0]}_wall_ms']:8.1f} ms wall | {names[1]} {entry[f'{names[1]}_wall_ms']:8.1f} ms wall | "
+        f"ratio {entry['ratio_process']:.3f} CPU, {entry['ratio_wall']:.3f} wall",
+        flush=True,
+    )
     return entry
 
 
@@ -117,28 +151,42 @@ def measure(repeats: int, epochs: int, device_name: str) -> dict:
     print(f"resnet18 trained {epochs} epochs on digits: attack-subset accuracy {accuracy:.2f}; batch {len(x)}, {torch.get_num_threads()} threads, {device}")
     engine_rows, exit_rows = [], []
     for spec, passes, step in ((FGM | {"value": 0.3}, 1, 0.3), (PGD | {"value": 0.3}, 10, 0.3 * 2.5 / 10)):
-        measured = paired_seconds(lambda: run_engine("torch", None, spec, target, x, y, spec["value"], early_exit=False),
-                                  lambda: lower_bound(model, x_t, y_t, passes, spec["value"], step, target.clip_values), repeats, device)
+        measured = paired_seconds(
+            lambda: run_engine("torch", None, spec, target, x, y, spec["value"], early_exit=False),
+            lambda: lower_bound(model, x_t, y_t, passes, spec["value"], step, target.clip_values),
+            repeats,
+            device,
+        )
         engine_rows.append(row(f"{spec['name']} engine (no early exit)", measured, ("engine", "bound")))
     for eps in DEFAULT_EPS:
         spec = PGD | {"value": eps}
         attack = build_attack(classifier, spec)
         _, out = run_engine("torch", None, spec, target, x, y, eps, early_exit=True)
         broken = float(out["event"].mean())  # the survivors take all 10 steps: the ratio cannot fall below their share
-        measured = paired_seconds(lambda: run_engine("torch", None, spec, target, x, y, eps, early_exit=True),
-                                  lambda: attack.generate(x=x, y=y), repeats, device)
+        measured = paired_seconds(
+            lambda: run_engine("torch", None, spec, target, x, y, eps, early_exit=True), lambda: attack.generate(x=x, y=y), repeats, device
+        )
         exit_rows.append(row(f"pgd-10 eps {eps} ({broken:.0%} broken) vs ART", measured, ("early_exit", "art")) | {"eps": eps, "event_share": broken})
     deepfool = build_attack(classifier, DEEPFOOL)
     measured = paired_seconds(lambda: run_engine("torch", None, DEEPFOOL, target, x, y, 3), lambda: deepfool.generate(x=x, y=y), repeats, device)
     deepfool_row = row("deepfool (nb_grads 3) ours vs ART", measured, ("ours", "art"))
-    return {"model": "resnet18", "epochs": epochs, "attack_subset_accuracy": accuracy, "device": str(device), "batch": len(x),
-            "threads": torch.get_num_threads(), "repeats": repeats, "engine_vs_bound": engine_rows, "early_exit_vs_art": exit_rows,
-            "deepfool_vs_art": deepfool_row,
-            "engine_vs_bound_max_ratio_process": max(r["ratio_process"] for r in engine_rows),
-            "engine_vs_bound_max_ratio_wall": max(r["ratio_wall"] for r in engine_rows),
-            "early_exit_vs_art_mean_ratio_process": round(float(np.mean([r["ratio_process"] for r in exit_rows])), 3),
-            "early_exit_vs_art_mean_ratio_wall": round(float(np.mean([r["ratio_wall"] for r in exit_rows])), 3),
-            "early_exit_vs_art_ratio_wall_at_largest_eps": exit_rows[-1]["ratio_wall"]}
+    return {
+        "model": "resnet18",
+        "epochs": epochs,
+        "attack_subset_accuracy": accuracy,
+        "device": str(device),
+        "batch": len(x),
+        "threads": torch.get_num_threads(),
+        "repeats": repeats,
+        "engine_vs_bound": engine_rows,
+        "early_exit_vs_art": exit_rows,
+        "deepfool_vs_art": deepfool_row,
+        "engine_vs_bound_max_ratio_process": max(r["ratio_process"] for r in engine_rows),
+        "engine_vs_bound_max_ratio_wall": max(r["ratio_wall"] for r in engine_rows),
+        "early_exit_vs_art_mean_ratio_process": round(float(np.mean([r["ratio_process"] for r in exit_rows])), 3),
+        "early_exit_vs_art_mean_ratio_wall": round(float(np.mean([r["ratio_wall"] for r in exit_rows])), 3),
+        "early_exit_vs_art_ratio_wall_at_largest_eps": exit_rows[-1]["ratio_wall"],
+    }
 
 
 def main() -> None:
@@ -152,9 +200,11 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     figures = measure(args.repeats, args.epochs, args.device)
-    print(f"engine / lower bound, worst: {figures['engine_vs_bound_max_ratio_process']:.3f} CPU, {figures['engine_vs_bound_max_ratio_wall']:.3f} wall (target <= 1.1); "
-          f"PGD-10 early exit / ART, mean over eps {DEFAULT_EPS}: {figures['early_exit_vs_art_mean_ratio_process']:.3f} CPU, "
-          f"{figures['early_exit_vs_art_mean_ratio_wall']:.3f} wall; at eps {DEFAULT_EPS[-1]}: {figures['early_exit_vs_art_ratio_wall_at_largest_eps']:.3f} wall (target <= 0.5)")
+    print(
+        f"engine / lower bound, worst: {figures['engine_vs_bound_max_ratio_process']:.3f} CPU, {figures['engine_vs_bound_max_ratio_wall']:.3f} wall (target <= 1.1); "
+        f"PGD-10 early exit / ART, mean over eps {DEFAULT_EPS}: {figures['early_exit_vs_art_mean_ratio_process']:.3f} CPU, "
+        f"{figures['early_exit_vs_art_mean_ratio_wall']:.3f} wall; at eps {DEFAULT_EPS[-1]}: {figures['early_exit_vs_art_ratio_wall_at_largest_eps']:.3f} wall (target <= 0.5)"
+    )
     if args.json:
         write_json(args.json, figures)
 

@@ -124,8 +124,14 @@ def measure_pipeline(experiment: str) -> dict:
     noop_wall = time.perf_counter() - start
     reran = re.findall(r"Running stage '(\w+)'", noop)
     shutil.rmtree(work)
-    return {"experiment": experiment, "wall_s": round(wall, 1), "stages_s": stages, "peak_memory_gib": round(peak / 2**30, 3),
-            "noop_repro_s": round(noop_wall, 2), "noop_stages_rerun": reran}
+    return {
+        "experiment": experiment,
+        "wall_s": round(wall, 1),
+        "stages_s": stages,
+        "peak_memory_gib": round(peak / 2**30, 3),
+        "noop_repro_s": round(noop_wall, 2),
+        "noop_stages_rerun": reran,
+    }
 
 
 def measure_script(script: str, *args: str) -> dict:
@@ -148,7 +154,9 @@ def targets(figures: dict) -> dict[str, bool]:
         checks["pipeline peak memory < 3 GiB"] = figures["pipeline"]["peak_memory_gib"] < 3
     if "attack_overhead" in figures:
         checks["attack engine without early exit <= 1.1x the plain-torch bound"] = figures["attack_overhead"]["engine_vs_bound_max_ratio_wall"] <= 1.1
-        checks["PGD-10 early exit <= 0.5x ART's fixed budget at the largest eps"] = figures["attack_overhead"]["early_exit_vs_art_ratio_wall_at_largest_eps"] <= 0.5
+        checks["PGD-10 early exit <= 0.5x ART's fixed budget at the largest eps"] = (
+            figures["attack_overhead"]["early_exit_vs_art_ratio_wall_at_largest_eps"] <= 0.5
+        )
     if "sweep_overhead" in figures:
         checks["sweep overhead per trial < 10% of compute"] = figures["sweep_overhead"]["overhead_ratio"] < 0.10
     if "survival_scaling" in figures:
@@ -159,8 +167,14 @@ def targets(figures: dict) -> dict[str, bool]:
 def machine() -> dict:
     import torch
 
-    return {"date": datetime.datetime.now().isoformat(timespec="seconds"), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform()}
+    return {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "cpus": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "platform": platform.platform(),
+    }
 
 
 def main() -> None:
@@ -174,7 +188,10 @@ def main() -> None:
         figures["pipeline"] = measure_pipeline(args.experiment)
         stages = ", ".join(f"{name} {seconds:g}" for name, seconds in figures["pipeline"]["stages_s"].items())
         print(f"  stages (s): {stages}", flush=True)
-        print(f"  wall {figures['pipeline']['wall_s']} s, peak memory {figures['pipeline']['peak_memory_gib']} GiB, no-op repro {figures['pipeline']['noop_repro_s']} s", flush=True)
+        print(
+            f"  wall {figures['pipeline']['wall_s']} s, peak memory {figures['pipeline']['peak_memory_gib']} GiB, no-op repro {figures['pipeline']['noop_repro_s']} s",
+            flush=True,
+        )
     if "attack" in args.only:
         figures["attack_overhead"] = measure_script("attack_overhead.py")
     if "sweep" in args.only:

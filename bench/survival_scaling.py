@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 
 from trashfire.core.config import compose, validate
-from trashfire.survival.fitters import fit_one
 from trashfire.core.records import write_json
+from trashfire.survival.fitters import fit_one
 
 ATTACKS = ["fgm_2", "fgm_inf", "hsj_2", "pgd_inf", "pixel_0", "threshold_inf"]
 DEFENCES = ["conf", "fsq", "gauss_in", "gauss_out"]
@@ -29,31 +29,47 @@ def synthetic_survival_data(rows: int, seed: int = 0) -> pd.DataFrame:
     """Weibull AFT times (shape 1.5) from the default covariates, ~20% censored, one row per
     sample."""
     rng = np.random.default_rng(seed)
-    data = pd.DataFrame({
-        "epochs": rng.integers(1, 11, rows).astype(float),
-        "depth": rng.choice([18.0, 34.0, 50.0, 101.0, 152.0], rows),
-        "t_train": rng.lognormal(-4, 1, rows),
-        "t_predict": rng.lognormal(-6, 0.5, rows),
-        "acc_ben": rng.uniform(0.5, 1.0, rows),
-        "attack_strength": rng.uniform(0, 1, rows),
-        "defence_strength": rng.uniform(0, 1, rows),
-        "margin": rng.normal(2, 1.5, rows),
-    })
+    data = pd.DataFrame(
+        {
+            "epochs": rng.integers(1, 11, rows).astype(float),
+            "depth": rng.choice([18.0, 34.0, 50.0, 101.0, 152.0], rows),
+            "t_train": rng.lognormal(-4, 1, rows),
+            "t_predict": rng.lognormal(-6, 0.5, rows),
+            "acc_ben": rng.uniform(0.5, 1.0, rows),
+            "attack_strength": rng.uniform(0, 1, rows),
+            "defence_strength": rng.uniform(0, 1, rows),
+            "margin": rng.normal(2, 1.5, rows),
+        }
+    )
     attack = rng.integers(0, len(ATTACKS) + 1, rows)  # 0: the reference family
     defence = rng.integers(0, len(DEFENCES) + 1, rows)
     for i, name in enumerate(ATTACKS, start=1):
         data[f"attack_{name}"] = (attack == i).astype(float)
     for i, name in enumerate(DEFENCES, start=1):
         data[f"defence_{name}"] = (defence == i).astype(float)
-    log_scale = (0.1 * data["epochs"] + 0.005 * data["depth"] - 1.5 * data["attack_strength"] + 0.8 * data["defence_strength"]
-                 + 0.3 * attack / len(ATTACKS) + 0.2 * data["margin"])
+    log_scale = (
+        0.1 * data["epochs"]
+        + 0.005 * data["depth"]
+        - 1.5 * data["attack_strength"]
+        + 0.8 * data["defence_strength"]
+        + 0.3 * attack / len(ATTACKS)
+        + 0.2 * data["margin"]
+    )
     duration = np.exp(log_scale) * rng.weibull(1.5, rows)
     censor = np.quantile(duration, 0.8)
-    return pd.concat([pd.DataFrame({
-        "duration": np.minimum(duration, censor),
-        "event": (duration < censor).astype(int),
-        "weight": 1,
-    }), data], axis=1)
+    return pd.concat(
+        [
+            pd.DataFrame(
+                {
+                    "duration": np.minimum(duration, censor),
+                    "event": (duration < censor).astype(int),
+                    "weight": 1,
+                }
+            ),
+            data,
+        ],
+        axis=1,
+    )
 
 
 def growth_exponent(rows: list[int], seconds: list[float]) -> float:

@@ -15,9 +15,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from trashfire.survival import fitters as F
 from trashfire.core.config import load_params
 from trashfire.core.records import write_json
+from trashfire.survival import fitters as F
 from trashfire.survival.analysis import read_survival_data, split_groups, usable_covariates
 
 
@@ -42,10 +42,18 @@ def main() -> None:
     train, test = usable_covariates(*split_groups(data, settings.split_by, settings.test_size, settings.seed))
     recorded = test_concordance(args.fitter, settings, train, test)
     swap = test_concordance(args.fitter, settings, swapped(train), swapped(test))
-    figures = {"fitter": args.fitter, "rows": len(data), "split_by": settings.split_by, "test_concordance": round(recorded, 4),
-               "test_concordance_swapped": round(swap, 4), "change": round(abs(recorded - swap), 4)}
-    print(f"{args.fitter} on {len(data)} rows, split by {settings.split_by}: test concordance {recorded:.4f} as recorded, "
-          f"{swap:.4f} with events and censoring swapped (change {abs(recorded - swap):.4f})")
+    figures = {
+        "fitter": args.fitter,
+        "rows": len(data),
+        "split_by": settings.split_by,
+        "test_concordance": round(recorded, 4),
+        "test_concordance_swapped": round(swap, 4),
+        "change": round(abs(recorded - swap), 4),
+    }
+    print(
+        f"{args.fitter} on {len(data)} rows, split by {settings.split_by}: test concordance {recorded:.4f} as recorded, "
+        f"{swap:.4f} with events and censoring swapped (change {abs(recorded - swap):.4f})"
+    )
     if args.json:
         write_json(args.json, figures)
 

@@ -64,8 +64,10 @@ def main() -> None:
                     runs[c.run_key] = max(runs.get(c.run_key, 0.0), c.epochs * scale)
             grid_epochs = sum(runs.values())
             total_wall += epoch_h * grid_epochs
-            print(f"{name:5s} resnet{depth:<3d} measured {process * 1e3:7.2f} ms CPU, {wall * 1e3:7.2f} ms wall per sample | "
-                  f"extrapolated {epoch_h:6.2f} h/epoch, {10 * epoch_h:7.1f} h per 10-epoch cell, grid share {epoch_h * grid_epochs:10.0f} h")
+            print(
+                f"{name:5s} resnet{depth:<3d} measured {process * 1e3:7.2f} ms CPU, {wall * 1e3:7.2f} ms wall per sample | "
+                f"extrapolated {epoch_h:6.2f} h/epoch, {10 * epoch_h:7.1f} h per 10-epoch cell, grid share {epoch_h * grid_epochs:10.0f} h"
+            )
     print(f"extrapolated whole training grid on this machine: {total_wall:,.0f} h wall ({total_wall / 24 / 365:,.1f} years)")
 
 

@@ -8,23 +8,46 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from trashfire.metrics import aggregate as aggregation
 from trashfire import metrics
+from trashfire.metrics import aggregate as aggregation
 from trashfire.report.cards import write_cards
 
-LABELS = {"dataset": "digits", "pretrained_on": None, "seed": 0, "model": "resnet18", "depth": 18, "epochs": 1, "lr": 0.05,
-          "defence": "none", "defence_param": None, "defence_value": 0.0}
+LABELS = {
+    "dataset": "digits",
+    "pretrained_on": None,
+    "seed": 0,
+    "model": "resnet18",
+    "depth": 18,
+    "epochs": 1,
+    "lr": 0.05,
+    "defence": "none",
+    "defence_param": None,
+    "defence_value": 0.0,
+}
 EVP = OmegaConf.create({"w": 0.5, "tau": None})
 PIXEL_AUC = OmegaConf.create({"units": "pixel", "eps0": 0.0, "eps1": 0.3})
 
 
 def attack_rows(model_hash="m0", eps=(0.5, 1.0), acc=(0.6, 0.2), acc_ben=0.8, pixel_std=0.4, **labels):
     """One model cell's FGM linf cells: eps in standardised units."""
-    base = LABELS | labels | {"model_hash": model_hash, "train_hash": f"t{model_hash}", "attack": "fgm", "norm": "inf",
-                              "attack_param": "eps", "attack_units": "standardised", "n_classes": 10, "n_attack": 100,
-                              "acc_ben": acc_ben, "acc_ben_attack_subset": acc_ben, "pixel_std": pixel_std}
-    return [base | {"attack_value": e, "attack_value_standardised": e, "acc_adv": a, "attack_hash": f"{model_hash}-{e}"}
-            for e, a in zip(eps, acc)]
+    base = (
+        LABELS
+        | labels
+        | {
+            "model_hash": model_hash,
+            "train_hash": f"t{model_hash}",
+            "attack": "fgm",
+            "norm": "inf",
+            "attack_param": "eps",
+            "attack_units": "standardised",
+            "n_classes": 10,
+            "n_attack": 100,
+            "acc_ben": acc_ben,
+            "acc_ben_attack_subset": acc_ben,
+            "pixel_std": pixel_std,
+        }
+    )
+    return [base | {"attack_value": e, "attack_value_standardised": e, "acc_adv": a, "attack_hash": f"{model_hash}-{e}"} for e, a in zip(eps, acc)]
 
 
 def experiments(*cells):
@@ -94,8 +117,23 @@ def test_tau_table_reproduces_001_table_i():
 
 
 def test_trash_summary_bootstraps_over_seeds():
-    trash = pd.DataFrame([LABELS | {"model_hash": f"m{s}", "seed": s, "attack": "fgm", "norm": "inf", "attack_family": "fgm linf",
-                                    "trash_adv": t, "trash_ben": 1.0, "f_ben": 1.0, "f_adv": 2.0} for s, t in ((0, 2.0), (1, 4.0))])
+    trash = pd.DataFrame(
+        [
+            LABELS
+            | {
+                "model_hash": f"m{s}",
+                "seed": s,
+                "attack": "fgm",
+                "norm": "inf",
+                "attack_family": "fgm linf",
+                "trash_adv": t,
+                "trash_ben": 1.0,
+                "f_ben": 1.0,
+                "f_adv": 2.0,
+            }
+            for s, t in ((0, 2.0), (1, 4.0))
+        ]
+    )
     row = aggregation.trash_summary(trash, 2000, 0).iloc[0]
     assert row["n_seeds"] == 2 and row["trash_adv_mean"] == 3.0
     # two values: the 2.5% and 97.5% resample means are the all-2 and all-4 resamples (each 1/4 likely)
@@ -107,8 +145,12 @@ def test_trash_summary_bootstraps_over_seeds():
 
 
 def test_auc_table_mean_and_sd_across_seeds():
-    robustness = pd.DataFrame([LABELS | {"model_hash": f"m{s}", "seed": s, "attack": "fgm", "norm": "inf", "attack_family": "fgm linf",
-                                         "auc_R": r, "auc_S": 1 - r} for s, r in ((0, 0.6), (1, 0.8))])
+    robustness = pd.DataFrame(
+        [
+            LABELS | {"model_hash": f"m{s}", "seed": s, "attack": "fgm", "norm": "inf", "attack_family": "fgm linf", "auc_R": r, "auc_S": 1 - r}
+            for s, r in ((0, 0.6), (1, 0.8))
+        ]
+    )
     row = aggregation.auc_table(robustness).iloc[0]
     assert (row["n_seeds"], row["R_mean"], row["S_mean"]) == (2, pytest.approx(0.7), pytest.approx(0.3))
     assert row["R_sd"] == pytest.approx(math.sqrt(0.02)) and row["S_sd"] == pytest.approx(math.sqrt(0.02))
@@ -118,9 +160,10 @@ def test_relative_improvement_against_the_undefended_model():
     assert metrics.relative_improvement(0.5, 0.1) == pytest.approx(80.0)
     assert metrics.relative_improvement(0.5, 0.6) == pytest.approx(-20.0)
     assert math.isnan(metrics.relative_improvement(0.0, 0.1))
-    brittle = pd.DataFrame([LABELS | {"model_hash": h, "defence": d, "brittle_score": b}
-                            for h, d, b in (("a", "none", 0.5), ("b", "conf", 0.1), ("c", "fsq", 0.6))]
-                           + [LABELS | {"model_hash": "d", "seed": 1, "defence": "conf", "brittle_score": 0.2}])
+    brittle = pd.DataFrame(
+        [LABELS | {"model_hash": h, "defence": d, "brittle_score": b} for h, d, b in (("a", "none", 0.5), ("b", "conf", 0.1), ("c", "fsq", 0.6))]
+        + [LABELS | {"model_hash": "d", "seed": 1, "defence": "conf", "brittle_score": 0.2}]
+    )
     exp = experiments(attack_rows("a", acc=(0.5, 0.3)), attack_rows("b", acc=(0.9, 0.7)))
     exp = pd.concat([exp, exp.assign(attack="pgd", attack_family="pgd linf", acc_adv=exp["acc_adv"] - 0.1)])
     robust = OmegaConf.create({"attack": "pgd", "norm": "inf", "eps": None})
@@ -133,8 +176,9 @@ def test_relative_improvement_against_the_undefended_model():
 
 
 def test_spearman_within_each_dataset():
-    brittle = pd.DataFrame({"dataset": ["digits"] * 4 + ["mnist"] * 2, "brittle_score": [0.1, 0.2, 0.3, 0.4, 0.1, 0.2],
-                            "robust_acc": [0.9, 0.7, 0.5, 0.1, 0.3, 0.2]})
+    brittle = pd.DataFrame(
+        {"dataset": ["digits"] * 4 + ["mnist"] * 2, "brittle_score": [0.1, 0.2, 0.3, 0.4, 0.1, 0.2], "robust_acc": [0.9, 0.7, 0.5, 0.1, 0.3, 0.2]}
+    )
     result = aggregation.spearman_by_dataset(brittle)
     assert result["digits"]["rho"] == pytest.approx(-1.0) and result["digits"]["n"] == 4
     assert math.isnan(result["mnist"]["rho"])  # fewer than three cells
@@ -142,8 +186,18 @@ def test_spearman_within_each_dataset():
 
 def test_cards_hold_each_model_cell_and_drop_stale_ones(tmp_path):
     exp = experiments(attack_rows("a"), attack_rows("b", defence="conf"))
-    exp = exp.assign(train_hash="t0", t_train=0.01, t_train_process=0.01, t_train_wall=0.02, clock="process", n_train=1000,
-                     t_predict=1e-4, t_attack=1e-3, t_attack_process=1e-3, t_attack_wall=2e-3)
+    exp = exp.assign(
+        train_hash="t0",
+        t_train=0.01,
+        t_train_process=0.01,
+        t_train_wall=0.02,
+        clock="process",
+        n_train=1000,
+        t_predict=1e-4,
+        t_attack=1e-3,
+        t_attack_process=1e-3,
+        t_attack_wall=2e-3,
+    )
     trash = aggregation.trash_table(exp, pd.DataFrame({"attack_hash": exp["attack_hash"], "E_T": 0.002}), None)
     robustness = aggregation.robustness_table(aggregation.eps_curves(exp), EVP, PIXEL_AUC)
     brittle = pd.DataFrame({"model_hash": ["a", "b"], "brittle_score": [0.4, 0.1], "brittle_ri": [0.0, 75.0]})
@@ -176,8 +230,15 @@ def test_a_constant_predictor_is_flagged_degenerate_and_left_out_of_r_evp_and_br
     robustness = aggregation.robustness_table(aggregation.eps_curves(table), EVP, PIXEL_AUC, degenerate).set_index("model_hash")
     assert np.isnan(robustness.loc["const", "evp"]) and np.isnan(robustness.loc["const", "auc_R"])
     assert "degenerate" in robustness.loc["const", "note"] and robustness["auc_R"].drop("const").notna().all()
-    brittle = pd.DataFrame({"model_hash": ["const", "m0", "m1", "m2"], "dataset": "digits", "seed": [0, 0, 1, 2],
-                            "brittle_score": [0.0, 0.1, 0.2, 0.3], "robust_acc": [1.0, 0.9, 0.5, 0.1]})
+    brittle = pd.DataFrame(
+        {
+            "model_hash": ["const", "m0", "m1", "m2"],
+            "dataset": "digits",
+            "seed": [0, 0, 1, 2],
+            "brittle_score": [0.0, 0.1, 0.2, 0.3],
+            "robust_acc": [1.0, 0.9, 0.5, 0.1],
+        }
+    )
     brittle["degenerate"] = brittle["model_hash"].map(degenerate)
     assert aggregation.spearman_by_dataset(brittle)["digits"] == pytest.approx({"rho": -1.0, "p": 0.0, "n": 3})
     trash = pd.DataFrame({"model_hash": ["const", "m0", "m1", "m2"], "trash_adv": [100.0, 1.0, 2.0, 3.0], "trash_ben": 1.0})
@@ -234,18 +295,20 @@ def worst_accuracy(acc_adv) -> float:
 def test_a_registered_metric_reaches_metrics_json_the_tables_the_cards_and_the_report(tmp_path, monkeypatch):
     from pathlib import Path
 
+    from tests.test_schema import record_run, tiny
     from trashfire.core import schema
     from trashfire.metrics import registry
     from trashfire.report import figures as report_figures
     from trashfire.stages import aggregate
-    from tests.test_schema import record_run, tiny
 
     cfg = tiny(tmp_path, "defence=[none,conf]")
     reports = record_run(cfg)
-    headline = registry.Metric("acc_adv_min", lambda r: worst_accuracy(registry.sound(r.experiments)["acc_adv"]),
-                               "the lowest accuracy under attack over the sound attack cells")
-    per_curve = registry.CurveMetric("acc_at_eps_max", lambda curve, tau: worst_accuracy(curve["acc"].iloc[-1:]),
-                                     "the accuracy at the largest eps of the curve")
+    headline = registry.Metric(
+        "acc_adv_min", lambda r: worst_accuracy(registry.sound(r.experiments)["acc_adv"]), "the lowest accuracy under attack over the sound attack cells"
+    )
+    per_curve = registry.CurveMetric(
+        "acc_at_eps_max", lambda curve, tau: worst_accuracy(curve["acc"].iloc[-1:]), "the accuracy at the largest eps of the curve"
+    )
     monkeypatch.setattr(registry, "HEADLINE", registry.HEADLINE + [headline])
     monkeypatch.setattr(registry, "CURVE_METRICS", registry.CURVE_METRICS + [per_curve])
     aggregate.run(cfg)
@@ -261,8 +324,8 @@ def test_a_registered_metric_reaches_metrics_json_the_tables_the_cards_and_the_r
     assert "acc_at_eps_max" in card["model_cells"][0]["evp_and_auc"][0]
 
     page = report_figures.report_html(Path(reports), []).read_text()
-    headline_html = page[page.index('<h2 id="headline">'):page.index('<h2 id="run">')]
+    headline_html = page[page.index('<h2 id="headline">') : page.index('<h2 id="run">')]
     row = next(r for r in headline_html.split("<tr>") if ">acc_adv_min<" in r)
     assert f">{report_figures.format_value(experiments['acc_adv'].min())}<" in row and "the lowest accuracy under attack" in row
-    table = page[page.index('<details id="table-robustness">'):]
+    table = page[page.index('<details id="table-robustness">') :]
     assert "<th>acc_at_eps_max</th>" in table and "acc_at_eps_max, the accuracy at the largest eps of the curve" in table

@@ -9,12 +9,11 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ConfigAttributeError
 
 import trashfire
+from tests.conftest import ROOT
 from trashfire import dvc_yaml
 from trashfire.core.config import compose
 from trashfire.core.stage import Stage
 from trashfire.stages import ORDER
-
-from tests.conftest import ROOT
 
 ENTRY_POINTS = {"trashfire.params", "trashfire.experiment", "trashfire.dvc_yaml"}  # command-line tools over the stages
 STAGE_NAMES = {"STAGE", "run", "main"}

@@ -6,17 +6,14 @@ import numpy as np
 import pytest
 import torch
 
-from trashfire.stages import attack
-from trashfire.stages import prepare
-from trashfire.stages import train
-from trashfire.attacks import campaign
-from trashfire.models import training
-from trashfire.attacks import art_classifier, budget_subset, build_attack
+from tests.conftest import ROOT, tiny_overrides
+from trashfire.attacks import art_classifier, budget_subset, build_attack, campaign
 from trashfire.core.config import compose, validate
-from trashfire.data.datasets import load_split
 from trashfire.core.grid import UNDEFENDED, attack_cells
 from trashfire.core.records import read_json, read_npz
-from tests.conftest import ROOT, tiny_overrides
+from trashfire.data.datasets import load_split
+from trashfire.models import training
+from trashfire.stages import attack, prepare, train
 
 FAMILIES = ["fgm", "pgd", "deepfool", "pixel", "threshold", "hsj"]
 
@@ -25,15 +22,35 @@ FAMILIES = ["fgm", "pgd", "deepfool", "pixel", "threshold", "hsj"]
 def attacked(tmp_path_factory):
     """A 3-layer CNN on 400 digits, attacked once by every family with a small budget."""
     tmp = tmp_path_factory.mktemp("attacks")
-    cfg = validate(compose(tiny_overrides(
-        tmp, "model=[cnn3]", "defence=[none]", f"attack=[{','.join(FAMILIES)}]", "train.epochs=[3]",
-        "attack.fgm.norms=[inf,1,2]", "attack.fgm.values=[0.5]", "attack.pgd.norms=[inf,1,2]", "attack.pgd.values=[0.5]",
-        "attack.deepfool.values=[3]", "attack.deepfool.max_iter=3",
-        "attack.pixel.values=[4]", "attack.pixel.max_iter=2", "attack.pixel.samples=6",
-        "attack.threshold.values=[16]", "attack.threshold.max_iter=2", "attack.threshold.samples=6",
-        "attack.hsj.values=[50]", "attack.hsj.max_iter=2", "attack.hsj.samples=6",
-        "attack.hsj.kwargs.init_eval=10", "attack.hsj.kwargs.init_size=20",
-    ), conf=ROOT / "conf"))
+    cfg = validate(
+        compose(
+            tiny_overrides(
+                tmp,
+                "model=[cnn3]",
+                "defence=[none]",
+                f"attack=[{','.join(FAMILIES)}]",
+                "train.epochs=[3]",
+                "attack.fgm.norms=[inf,1,2]",
+                "attack.fgm.values=[0.5]",
+                "attack.pgd.norms=[inf,1,2]",
+                "attack.pgd.values=[0.5]",
+                "attack.deepfool.values=[3]",
+                "attack.deepfool.max_iter=3",
+                "attack.pixel.values=[4]",
+                "attack.pixel.max_iter=2",
+                "attack.pixel.samples=6",
+                "attack.threshold.values=[16]",
+                "attack.threshold.max_iter=2",
+                "attack.threshold.samples=6",
+                "attack.hsj.values=[50]",
+                "attack.hsj.max_iter=2",
+                "attack.hsj.samples=6",
+                "attack.hsj.kwargs.init_eval=10",
+                "attack.hsj.kwargs.init_size=20",
+            ),
+            conf=ROOT / "conf",
+        )
+    )
     prepare.run(cfg)
     train.run(cfg)
     attack.run(cfg)
@@ -54,7 +71,11 @@ def test_every_family_runs_and_its_outcomes_agree_with_its_accuracy(attacked):
         assert record["n_attack"] == len(out["y_true"]) == (6 if cell.attack in ("pixel", "threshold", "hsj") else 20)
         assert record["t_attack_process"] > 0 and record["t_attack_wall"] > 0
     assert seen == {("fgm", n) for n in ("inf", "1", "2")} | {("pgd", n) for n in ("inf", "1", "2")} | {
-        ("deepfool", "2"), ("pixel", "0"), ("threshold", "inf"), ("hsj", "2")}
+        ("deepfool", "2"),
+        ("pixel", "0"),
+        ("threshold", "inf"),
+        ("hsj", "2"),
+    }
 
 
 def test_perturbations_stay_within_each_attacks_budget(attacked):
@@ -78,8 +99,16 @@ def test_pgd_accuracy_does_not_rise_with_eps(attacked):
     x, y = split.x_attack.numpy(), split.y_attack.numpy()
     correct = []
     for eps in (0.05, 0.1, 0.2, 0.4, 0.8, 1.6):
-        spec = {"target": "art.attacks.evasion.ProjectedGradientDescent", "norm": "inf", "param": "eps", "value": eps,
-                "max_iter": 10, "step_scale": 2.5, "batch_size": 100, "kwargs": {"num_random_init": 0, "verbose": False}}
+        spec = {
+            "target": "art.attacks.evasion.ProjectedGradientDescent",
+            "norm": "inf",
+            "param": "eps",
+            "value": eps,
+            "max_iter": 10,
+            "step_scale": 2.5,
+            "batch_size": 100,
+            "kwargs": {"num_random_init": 0, "verbose": False},
+        }
         x_adv = build_attack(classifier, spec).generate(x=x, y=y)
         correct.append(int((classifier.predict(x_adv).argmax(1) == y).sum()))
     assert all(later <= earlier + 1 for earlier, later in zip(correct, correct[1:])), correct
@@ -108,7 +137,7 @@ def test_per_sample_durations_sum_to_the_cells_attack_time_on_both_clocks(attack
 
 
 def test_black_box_searches_count_their_queries_and_stand_apart_per_image(attacked):
-    for cell, record, out in outcomes_of(attacked):
+    for cell, _record, out in outcomes_of(attacked):
         if cell.attack not in ("pixel", "threshold", "hsj"):
             continue
         searched = out["y_pred_ben"] == out["y_true"]

@@ -33,29 +33,36 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from trashfire.stages import aggregate
-from trashfire.stages import attack
-from trashfire.core import cli
-from trashfire import params
-from trashfire.stages import prepare
-from trashfire.stages import survival
-from trashfire.stages import timing
-from trashfire.stages import train
-from trashfire.core.config import load_params, normalise, validate
-from trashfire.params import composed_yaml
 from tests.conftest import ROOT, SHARED_MNIST, tiny_overrides
 from tests.test_datasets import write_cifar, write_idx
+from trashfire import params
+from trashfire.core import cli
+from trashfire.core.config import load_params, normalise, validate
+from trashfire.params import composed_yaml
+from trashfire.stages import aggregate, attack, prepare, survival, timing, train
 
 STAGES = {
-    "params": params.main, "prepare": prepare.main, "train": train.main, "attack": attack.main,
-    "timing": timing.main, "survival": survival.main, "aggregate": aggregate.main,
+    "params": params.main,
+    "prepare": prepare.main,
+    "train": train.main,
+    "attack": attack.main,
+    "timing": timing.main,
+    "survival": survival.main,
+    "aggregate": aggregate.main,
 }
 PATHS = {"raw": "data/raw", "processed": "data/processed", "models": "models", "attacks": "reports/attacks", "reports": "reports"}
 # Every defence and attack family, so that each one's keys are validated; mlp2 is the cheapest model.
 FULL = ["model=[mlp2]", "attack=[fgm,pgd,deepfool,pixel,threshold,hsj]"]
 # What the file cases corrupt: one mlp2 cell on 200 digits, FGM and PGD at one eps each.
-SETUP = ["model=[mlp2]", "defence=[none]", "data.digits.subsample=200", "split.n_attack=10",
-         "attack.fgm.values=[0.3]", "attack.fgm.norms=[inf]", "attack.pgd.values=[0.3]"]
+SETUP = [
+    "model=[mlp2]",
+    "defence=[none]",
+    "data.digits.subsample=200",
+    "split.n_attack=10",
+    "attack.fgm.values=[0.3]",
+    "attack.fgm.norms=[inf]",
+    "attack.pgd.values=[0.3]",
+]
 
 
 def path_overrides(root: Path) -> list[str]:
@@ -151,7 +158,9 @@ def model_files(root: Path) -> dict[str, int] | None:
 # --- composing conf/ with `python -m trashfire.params` ---------------------------------------
 
 COMPOSE_CASES = [
-    pytest.param(["model=[resnet99]"], ("model", "'resnet99'", "available: cifar_resnet14, cifar_resnet20, cifar_resnet8, cnn3"), id="compose-unknown-model-resnet99"),
+    pytest.param(
+        ["model=[resnet99]"], ("model", "'resnet99'", "available: cifar_resnet14, cifar_resnet20, cifar_resnet8, cnn3"), id="compose-unknown-model-resnet99"
+    ),
     pytest.param(["attack=[fgm,carlini]"], ("attack", "'carlini'", "available: deepfool, fgm, hsj"), id="compose-unknown-attack-carlini"),
     pytest.param(["defence=nonsense"], ("defence", "'nonsense'", "available: adv_train, conf, fsq"), id="compose-unknown-defence-nonsense"),
     pytest.param(["data=[imagenet]"], ("data", "'imagenet'", "available: cifar10, cifar100, digits"), id="compose-unknown-data-imagenet"),
@@ -205,8 +214,15 @@ CONFIG_CASES = [
     pytest.param("attack", ["attack.pixel.engine=torch"], ("attack.pixel.engine", "fgm, pgd, deepfool only", "per_image, art"), id="torch-engine-for-pixel"),
     pytest.param("attack", ["attack.fgm.engine=jax"], ("attack.fgm.engine", "'jax'", "allowed: torch, per_image, art"), id="unknown-engine"),
     pytest.param("attack", ["attack.pgd.early_exit=3"], ("attack.pgd.early_exit", "got 3", "true or false"), id="early-exit-not-bool"),
-    pytest.param("attack", ["attack.pgd.kwargs.num_random_init=1"], ("attack.pgd.kwargs.num_random_init", "got 1", "ART's default (0)", "engine: art"), id="torch-engine-random-init"),
-    pytest.param("attack", ["+attack.deepfool.early_exit=false"], ("attack.deepfool.early_exit", "fgm, pgd on the torch engine only"), id="early-exit-for-deepfool"),
+    pytest.param(
+        "attack",
+        ["attack.pgd.kwargs.num_random_init=1"],
+        ("attack.pgd.kwargs.num_random_init", "got 1", "ART's default (0)", "engine: art"),
+        id="torch-engine-random-init",
+    ),
+    pytest.param(
+        "attack", ["+attack.deepfool.early_exit=false"], ("attack.deepfool.early_exit", "fgm, pgd on the torch engine only"), id="early-exit-for-deepfool"
+    ),
     # epochs and learning rate
     pytest.param("train", ["train.epochs=[0]"], ("train.epochs", "got 0", "integer >= 1"), id="epochs-zero"),
     pytest.param("train", ["train.epochs=[1,-3]"], ("train.epochs", "got -3", "integer >= 1"), id="epochs-negative"),
@@ -250,10 +266,19 @@ CONFIG_CASES = [
     pytest.param("aggregate", ["metrics.auc.eps1=0.0"], ("metrics.auc.eps1", "got 0.0", "> 0.0"), id="eps1-equal-to-eps0"),
     pytest.param("aggregate", ["metrics.auc.eps0=0.2", "metrics.auc.eps1=0.1"], ("metrics.auc.eps1", "0.1", "> 0.2"), id="eps1-below-eps0"),
     pytest.param("aggregate", ["metrics.auc.eps0=-0.1"], ("metrics.auc.eps0", "-0.1", ">= 0"), id="eps0-negative"),
-    pytest.param("aggregate", ["metrics.auc.units=standardised", "metrics.auc.eps1=5.0"], ("metrics.auc.eps1", "exceeds the largest eps"), id="eps1-past-the-grid"),
+    pytest.param(
+        "aggregate", ["metrics.auc.units=standardised", "metrics.auc.eps1=5.0"], ("metrics.auc.eps1", "exceeds the largest eps"), id="eps1-past-the-grid"
+    ),
     # survival
-    pytest.param("survival", ["survival.data.covariates=[epochs,height]"], ("survival.data.covariates", "'height'", "allowed: epochs, depth"), id="covariate-unknown"),
-    pytest.param("survival", ["survival.data.misclassified_before_attack=attack_time"], ("survival.data.misclassified_before_attack", "removed with the per-sample failure clock", "first_query"), id="before-attack-policy-removed"),
+    pytest.param(
+        "survival", ["survival.data.covariates=[epochs,height]"], ("survival.data.covariates", "'height'", "allowed: epochs, depth"), id="covariate-unknown"
+    ),
+    pytest.param(
+        "survival",
+        ["survival.data.misclassified_before_attack=attack_time"],
+        ("survival.data.misclassified_before_attack", "removed with the per-sample failure clock", "first_query"),
+        id="before-attack-policy-removed",
+    ),
     pytest.param("survival", ["survival.data.dummies=[model]"], ("survival.data.dummies", "'model'", "allowed: attack, defence, data"), id="dummy-unknown"),
     pytest.param("survival", ["survival.fitters=[weibull,gompertz]"], ("survival.fitters", "'gompertz'", "allowed: weibull, lognormal"), id="fitter-unknown"),
     pytest.param("survival", ["survival.fitters=[]"], ("survival.fitters", "non-empty list"), id="fitters-empty"),
@@ -287,8 +312,11 @@ PARAMS_CASES = [
     pytest.param(lambda root: (root / "params.yaml").unlink(), ("params.yaml not found", "make params"), id="params-file-missing"),
     pytest.param(write_params("data: [digits\nmodel: {"), ("params.yaml is not valid YAML",), id="params-file-not-yaml"),
     pytest.param(write_params("- data\n- model\n"), ("params.yaml must hold a mapping",), id="params-file-a-list"),
-    pytest.param(lambda root: OmegaConf.save(OmegaConf.merge(OmegaConf.load(root / "params.yaml"), {"data": None}), root / "params.yaml"),
-                 ("data", "missing or empty", "select at least one option"), id="params-file-empty-data"),
+    pytest.param(
+        lambda root: OmegaConf.save(OmegaConf.merge(OmegaConf.load(root / "params.yaml"), {"data": None}), root / "params.yaml"),
+        ("data", "missing or empty", "select at least one option"),
+        id="params-file-empty-data",
+    ),
     pytest.param(write_params("split: {seeds: [0]}\n"), ("data", "missing or empty", "make params"), id="params-file-missing-sections"),
 ]
 
@@ -505,7 +533,9 @@ def missing_survival_data(root: Path) -> list[str]:
 
 FILE_CASES = [
     # raw data sets
-    pytest.param("prepare", empty_mnist_folder, ("MNIST files not found", "empty", "train-images-idx3-ubyte", "point the data set's root"), id="mnist-folder-empty"),
+    pytest.param(
+        "prepare", empty_mnist_folder, ("MNIST files not found", "empty", "train-images-idx3-ubyte", "point the data set's root"), id="mnist-folder-empty"
+    ),
     pytest.param("prepare", truncated_idx, ("corrupt MNIST file", "train-images-idx3-ubyte", "IDX"), id="mnist-idx-truncated"),
     pytest.param("prepare", garbage_idx_labels, ("corrupt MNIST file", "t10k-labels-idx1-ubyte", "IDX"), id="mnist-idx-bad-magic"),
     pytest.param("prepare", garbage_gz, ("corrupt archive", "t10k-labels-idx1-ubyte.gz"), id="mnist-gz-garbage"),
@@ -515,7 +545,12 @@ FILE_CASES = [
     # prepared data
     pytest.param("train", garbage_split, ("corrupt prepared data", "split_0.npz", "rerun the prepare stage"), id="split-npz-garbage"),
     pytest.param("train", truncated_split, ("corrupt prepared data", "split_0.npz", "rerun the prepare stage"), id="split-npz-truncated"),
-    pytest.param("train", split_without_statistics, ("corrupt prepared data", "split_0.npz", "['mean', 'std'] missing", "rerun the prepare stage"), id="split-npz-without-statistics"),
+    pytest.param(
+        "train",
+        split_without_statistics,
+        ("corrupt prepared data", "split_0.npz", "['mean', 'std'] missing", "rerun the prepare stage"),
+        id="split-npz-without-statistics",
+    ),
     pytest.param("train", garbage_images, ("corrupt prepared data", "images.npy", "rerun the prepare stage"), id="images-npy-garbage"),
     pytest.param("train", missing_labels, ("prepared data missing", "labels.npy", "run the prepare stage"), id="labels-npy-missing"),
     pytest.param("train", unprepared_seed, ("prepared data missing", "split_1.npz", "run the prepare stage"), id="split-seed-not-prepared"),
@@ -529,7 +564,12 @@ FILE_CASES = [
     pytest.param("timing", garbage_attack_record, ("corrupt record", ".json", "delete it and rerun"), id="attack-record-garbage-bytes"),
     pytest.param("timing", empty_attack_record, ("corrupt record", ".json", "delete it and rerun"), id="attack-record-empty"),
     pytest.param("timing", list_attack_record, ("corrupt record", ".json", "a JSON object"), id="attack-record-not-an-object"),
-    pytest.param("timing", attack_record_without_results, ("corrupt record", ".json", "no attack, acc_ben, acc_adv", "rerun the attack stage"), id="attack-record-without-results"),
+    pytest.param(
+        "timing",
+        attack_record_without_results,
+        ("corrupt record", ".json", "no attack, acc_ben, acc_adv", "rerun the attack stage"),
+        id="attack-record-without-results",
+    ),
     pytest.param("timing", garbage_outcomes, ("corrupt array file", ".npz", "delete it and rerun"), id="attack-outcomes-npz-garbage"),
     pytest.param("timing", no_attack_records, ("attack record missing", "fresh_attacks", "run the attack stage"), id="attack-records-missing"),
     # output folders that cannot be written
@@ -539,11 +579,20 @@ FILE_CASES = [
     pytest.param("attack", lambda root: a_file_at(root, "attacks", "x", "y"), ("paths.attacks", "blocker", "a folder"), id="attacks-folder-under-a-file"),
     # survival data and fitters
     pytest.param("survival", garbage_survival_data, ("survival_data.csv", "rerun the timing stage"), id="survival-data-garbage"),
-    pytest.param("survival", survival_data_without_durations, ("survival_data.csv", "['duration'] missing", "rerun the timing stage"), id="survival-data-no-duration-column"),
+    pytest.param(
+        "survival",
+        survival_data_without_durations,
+        ("survival_data.csv", "['duration'] missing", "rerun the timing stage"),
+        id="survival-data-no-duration-column",
+    ),
     pytest.param("survival", zero_survival_durations, ("survival_data.csv", "finite and > 0"), id="survival-durations-zero"),
     pytest.param("survival", missing_survival_data, ("survival data not found", "survival_data.csv", "run the timing stage"), id="survival-data-missing"),
-    pytest.param("survival", lambda root: ["survival.models.weibull.fitter._target_=lifelines.GompertzAFTFitter"],
-                 ("survival.models.weibull.fitter", "lifelines.GompertzAFTFitter", "lifelines fitter class"), id="survival-fitter-class-unknown"),
+    pytest.param(
+        "survival",
+        lambda root: ["survival.models.weibull.fitter._target_=lifelines.GompertzAFTFitter"],
+        ("survival.models.weibull.fitter", "lifelines.GompertzAFTFitter", "lifelines fitter class"),
+        id="survival-fitter-class-unknown",
+    ),
 ]
 
 

@@ -13,14 +13,32 @@ from trashfire.report import cards
 def experiments(flags: list) -> pd.DataFrame:
     """One trained cell with a model cell per flag; every column a card reads, with dummy values."""
     base = {column: 0.0 for column in schema.CARD_TRAINING + schema.CARD_TIMES + schema.CARD_ATTACK}
-    rows = [base | {"train_hash": "t0", "model_hash": f"m{i}", "defence": f"d{i}", "defence_param": "", "defence_value": 0.0,
-                    "acc_ben": 0.1 if flag is True else 0.9, "t_predict": 1e-4, "degenerate": flag} for i, flag in enumerate(flags)]
+    rows = [
+        base
+        | {
+            "train_hash": "t0",
+            "model_hash": f"m{i}",
+            "defence": f"d{i}",
+            "defence_param": "",
+            "defence_value": 0.0,
+            "acc_ben": 0.1 if flag is True else 0.9,
+            "t_predict": 1e-4,
+            "degenerate": flag,
+        }
+        for i, flag in enumerate(flags)
+    ]
     return pd.DataFrame(rows)
 
 
 def written_cells(tmp_path, table: pd.DataFrame) -> dict[str, dict]:
-    empty = {name: pd.DataFrame(columns=["model_hash", *columns]) for name, columns in
-             (("trash", schema.CARD_FAMILY), ("robustness", schema.card_robustness(curve_metric_names())), ("brittle", ["brittle_score", "brittle_ri"]))}
+    empty = {
+        name: pd.DataFrame(columns=["model_hash", *columns])
+        for name, columns in (
+            ("trash", schema.CARD_FAMILY),
+            ("robustness", schema.card_robustness(curve_metric_names())),
+            ("brittle", ["brittle_score", "brittle_ri"]),
+        )
+    }
     [path] = cards.write_cards(tmp_path, table, empty["trash"], empty["robustness"], empty["brittle"])
     return {cell["model_hash"]: cell for cell in json.loads(path.read_text())["model_cells"]}
 

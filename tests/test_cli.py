@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from trashfire.params import composed_yaml
 from tests.conftest import ROOT, tiny_overrides
+from trashfire.params import composed_yaml
 
 
 def run(*args, cwd=ROOT):

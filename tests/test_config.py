@@ -6,10 +6,10 @@ import sys
 import pytest
 from omegaconf import OmegaConf, open_dict
 
+from tests.conftest import ROOT
 from trashfire.core.config import compose, normalise, validate
 from trashfire.core.errors import ConfigError
 from trashfire.core.grid import attack_cells, model_cells, training_cells
-from tests.conftest import ROOT
 
 
 def test_default_config_composes_and_validates(conf_dir):
@@ -131,7 +131,9 @@ def test_defence_cell_keeps_one_defence_at_one_value(conf_dir):
     gauss = normalise(validate(compose(["defence_cell=gauss_in@0.001"], conf=conf_dir)))
     assert list(gauss.defence) == ["gauss_in"] and list(gauss.defence.gauss_in["values"]) == [0.001]
     for bad in ("fsq", "nosuch@1", "fsq@"):
-        with pytest.raises(ConfigError, match=r"defence_cell: got .*; allowed: <defence>@<value> with a selected defence \(none, gauss_in, gauss_out, conf, fsq, adv_train\)"):
+        with pytest.raises(
+            ConfigError, match=r"defence_cell: got .*; allowed: <defence>@<value> with a selected defence \(none, gauss_in, gauss_out, conf, fsq, adv_train\)"
+        ):
             validate(compose([f"defence_cell={bad}"], conf=conf_dir))
     with pytest.raises(ConfigError, match=r"defence_cell: got 0; must be an integer in \[1, 64\] \(the value of fsq: defence.fsq.rules.values\)"):
         validate(compose(["defence_cell=fsq@0"], conf=conf_dir))
@@ -206,7 +208,9 @@ def test_a_count_strength_is_never_cast(conf_dir):
     strength not named eps is a real, whatever its name."""
     from trashfire.attacks import art_strength
 
-    cfg = normalise(validate(compose(["attack=[hsj,fgm]", "attack.fgm.param=epsilon", "attack.fgm.values=[0.5]", "attack.fgm.units=standardised"], conf=conf_dir)))
+    cfg = normalise(
+        validate(compose(["attack=[hsj,fgm]", "attack.fgm.param=epsilon", "attack.fgm.values=[0.5]", "attack.fgm.units=standardised"], conf=conf_dir))
+    )
     hsj, fgm = ({s["name"]: s for s in (c.spec for c in attack_cells(cfg))}[n] for n in ("hsj", "fgm"))
     assert art_strength(hsj) == 50 and isinstance(art_strength(hsj), int)
     assert art_strength(fgm) == 0.5 and isinstance(art_strength(fgm), float)

@@ -36,8 +36,14 @@ def project(folder: Path) -> Path:
 
 def stage(name: str, params: Path) -> subprocess.Popen:
     env = os.environ | {"TRASHFIRE_CONFIG_DIR": str(ROOT / "conf"), "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", f"trashfire.stages.{name}", "--params", str(params)], cwd=params.parent, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", f"trashfire.stages.{name}", "--params", str(params)],
+        cwd=params.parent,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def wait_for_compute(process: subprocess.Popen, name: str) -> list[str]:
@@ -103,5 +109,7 @@ def test_killed_train_and_attack_rerun_to_the_uninterrupted_records(tmp_path):
         assert got.keys() == expected.keys(), f"seed {seed}: {folder}: {sorted(got.keys() ^ expected.keys())}"
         differing = [name for name in expected if got[name] != expected[name]]
         assert not differing, f"seed {seed}: {folder}: records differ from the uninterrupted run's: {differing}"
-    print(f"kill moments seed {seed}; compute train {compute['train']:.1f} s, attack {compute['attack']:.1f} s; "
-          f"{len(left_behind)} temp files left by the kills, all removed by the reruns")
+    print(
+        f"kill moments seed {seed}; compute train {compute['train']:.1f} s, attack {compute['attack']:.1f} s; "
+        f"{len(left_behind)} temp files left by the kills, all removed by the reruns"
+    )

@@ -9,14 +9,21 @@ import numpy as np
 import pytest
 import torch
 
-from trashfire.stages import prepare
+from tests.conftest import ROOT, SHARED_MNIST
 from trashfire.core.config import compose, validate
-from trashfire.data.datasets import (MNIST_FILES, load_sklearn_digits, load_torchvision_cifar,
-                                load_torchvision_fashion_mnist, load_torchvision_mnist, load_split, to_shape)
 from trashfire.core.errors import DataError
 from trashfire.core.grid import training_cells
+from trashfire.data.datasets import (
+    MNIST_FILES,
+    load_sklearn_digits,
+    load_split,
+    load_torchvision_cifar,
+    load_torchvision_fashion_mnist,
+    load_torchvision_mnist,
+    to_shape,
+)
 from trashfire.models.training import initial_model
-from tests.conftest import ROOT, SHARED_MNIST
+from trashfire.stages import prepare
 
 needs_shared_mnist = pytest.mark.skipif(not SHARED_MNIST.is_dir(), reason="../shared/data/mnist is not beside the checkout")
 
@@ -113,9 +120,17 @@ def test_one_seed_gives_identical_initial_weights_on_mnist_upscaled_and_cifar(tm
     write_idx(tmp_path / "mnist", n=100)
     write_cifar(tmp_path / "cifar", n_per_batch=30)
     overrides = [
-        "data=[mnist,cifar10]", "model=[lenet]", "defence=[none]", "split.n_attack=10", "train.epochs=[1]",
-        f"data.mnist.root={tmp_path / 'mnist'}", "data.mnist.size=32", "data.mnist.channels=3",
-        f"data.cifar10.root={tmp_path / 'cifar'}", "data.cifar10.verify=false", f"paths.processed={tmp_path / 'processed'}",
+        "data=[mnist,cifar10]",
+        "model=[lenet]",
+        "defence=[none]",
+        "split.n_attack=10",
+        "train.epochs=[1]",
+        f"data.mnist.root={tmp_path / 'mnist'}",
+        "data.mnist.size=32",
+        "data.mnist.channels=3",
+        f"data.cifar10.root={tmp_path / 'cifar'}",
+        "data.cifar10.verify=false",
+        f"paths.processed={tmp_path / 'processed'}",
     ]
     cfg = validate(compose(overrides, conf=ROOT / "conf"))
     prepare.run(cfg)

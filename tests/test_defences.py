@@ -8,22 +8,22 @@ import numpy as np
 import pytest
 import torch
 
-from trashfire.stages import attack
-from trashfire.stages import prepare
-from trashfire.stages import train
+from tests.conftest import ROOT
 from trashfire.attacks import art_classifier
 from trashfire.core.config import compose, validate
-from trashfire.data.datasets import load_split
-from trashfire.models.defences import augment
 from trashfire.core.grid import defence_values, model_cells
+from trashfire.data.datasets import load_split
 from trashfire.models import build_model
-from tests.conftest import ROOT
+from trashfire.models.defences import augment
+from trashfire.stages import attack, prepare, train
 
 
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory):
     folder = tmp_path_factory.mktemp("digits")
-    cfg = validate(compose(["model=[resnet18]", "split.seeds=[0]", "data.digits.subsample=400", "split.n_attack=20", f"paths.processed={folder}"], conf=ROOT / "conf"))
+    cfg = validate(
+        compose(["model=[resnet18]", "split.seeds=[0]", "data.digits.subsample=400", "split.n_attack=20", f"paths.processed={folder}"], conf=ROOT / "conf")
+    )
     prepare.run(cfg)
     return cfg, load_split(folder, "digits", 0, 10)
 
@@ -45,7 +45,7 @@ def test_gauss_in_adds_noisy_copies_of_half_the_training_data_and_keeps_the_rest
     x_aug, y_aug = augment(defence(cfg, "gauss_in", 0.5), x, y, split.clip_values, seed=0)
     assert len(x_aug) == len(x) + len(x) // 2
     assert np.array_equal(x_aug[: len(x)], x) and np.array_equal(y_aug[: len(y)], y)
-    assert not np.allclose(x_aug[len(x):], x[: len(x) // 2], atol=1e-3)
+    assert not np.allclose(x_aug[len(x) :], x[: len(x) // 2], atol=1e-3)
 
 
 def test_predict_time_defences_change_predictions_not_weights(digits):
@@ -66,9 +66,17 @@ def test_predict_time_defences_change_predictions_not_weights(digits):
 
 def test_adversarial_training_raises_pgd_accuracy_on_digits(tmp_path):
     overrides = [
-        "model=[cnn3]", "defence=[none,adv_train]", "attack=[pgd]", "attack.pgd.values=[0.25]",
-        "train.epochs=[5]", "train.progress=false", "split.n_attack=60", "split.seeds=[0]", "attack.pgd.units=standardised",
-        "train.lr=[0.05]", "train.lr_schedule=constant",
+        "model=[cnn3]",
+        "defence=[none,adv_train]",
+        "attack=[pgd]",
+        "attack.pgd.values=[0.25]",
+        "train.epochs=[5]",
+        "train.progress=false",
+        "split.n_attack=60",
+        "split.seeds=[0]",
+        "attack.pgd.units=standardised",
+        "train.lr=[0.05]",
+        "train.lr_schedule=constant",
     ] + [f"paths.{k}={tmp_path / k}" for k in ("processed", "models", "attacks")]
     cfg = validate(compose(overrides, conf=ROOT / "conf"))
     prepare.run(cfg)

@@ -9,13 +9,9 @@ import shutil
 import pandas as pd
 
 from tests.conftest import ROOT, recorded, tiny_overrides
-from trashfire.stages import attack
-from trashfire.stages import prepare
-from trashfire.stages import survival
-from trashfire.stages import timing
-from trashfire.stages import train
 from trashfire.core.config import compose, validate
 from trashfire.core.grid import attack_cells, model_cells
+from trashfire.stages import attack, prepare, survival, timing, train
 
 # the FC net keeps it quick: seeding (initialisation, data order, noise defences, PGD's random
 # start) is the pipeline's, whatever the model
@@ -57,7 +53,14 @@ def test_same_config_and_seed_give_identical_results_on_cpu(tmp_path):
 def test_black_box_searches_repeat_exactly(tmp_path):
     """HopSkipJump's starting image and CMA-ES's seed used to come from the OS and the clock,
     so two runs of one black-box cell could differ (seen on Gauss-out: 4 of 66 HSJ cells)."""
-    grid = ["model=[fcnet]", "attack=[hsj,threshold,pixel]", "defence=[gauss_out]", "attack.hsj.samples=4", "attack.threshold.samples=4", "attack.pixel.samples=4"]
+    grid = [
+        "model=[fcnet]",
+        "attack=[hsj,threshold,pixel]",
+        "defence=[gauss_out]",
+        "attack.hsj.samples=4",
+        "attack.threshold.samples=4",
+        "attack.pixel.samples=4",
+    ]
     runs = []
     for run in ("first", "second"):
         cfg = validate(compose(tiny_overrides(tmp_path / run, *grid), conf=ROOT / "conf"))

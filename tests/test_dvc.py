@@ -20,16 +20,17 @@ import pandas.testing as pdt
 import pytest
 from omegaconf import OmegaConf
 
-from trashfire.core import schema
-
 from tests.conftest import ROOT, TINY
+from trashfire.core import schema
 
 # TINY on the FC net: the same 5 model cells (one per defence), a fraction of the compute;
 # three survival fitters and small LIME runs, since these tests are about what DVC re-runs
 SMALLER = ["survival.fitters=[weibull,lognormal,cox]", "metrics.brittle.n_samples=4", "metrics.brittle.lime_samples=20"]
-TINY_DEFAULT = "# @package _global_\ndefaults:\n  - override /model: [fcnet]\n  - override /attack: [fgm, pgd]\n" + \
-    "  - override /defence: [none, gauss_in, gauss_out, conf, fsq]\n" + OmegaConf.to_yaml(
-    OmegaConf.from_dotlist([o for o in TINY if not o.startswith(("model=", "attack=", "defence="))] + SMALLER))
+TINY_DEFAULT = (
+    "# @package _global_\ndefaults:\n  - override /model: [fcnet]\n  - override /attack: [fgm, pgd]\n"
+    + "  - override /defence: [none, gauss_in, gauss_out, conf, fsq]\n"
+    + OmegaConf.to_yaml(OmegaConf.from_dotlist([o for o in TINY if not o.startswith(("model=", "attack=", "defence="))] + SMALLER))
+)
 
 
 @pytest.fixture
@@ -44,15 +45,27 @@ def scratch_project(repo: Path):
         (shutil.copytree if source.is_dir() else shutil.copy)(source, repo / item)
     (repo / "conf" / "experiment" / "default.yaml").write_text(TINY_DEFAULT)
     (repo / ".gitignore").write_text("/data/\n/models/\n/reports/\n__pycache__/\n")
-    env = os.environ | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "TRASHFIRE_CONFIG_DIR": str(repo / "conf"),
-                        "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    env = os.environ | {
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "TRASHFIRE_CONFIG_DIR": str(repo / "conf"),
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
 
     def run(*command: str) -> str:
         result = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=900)
         assert result.returncode == 0, f"{command}: {result.stdout[-3000:]}{result.stderr[-3000:]}"
         return result.stdout + result.stderr
 
-    for command in (["git", "init", "-q"], ["dvc", "init", "-q"], ["dvc", "config", "hydra.enabled", "true"], ["git", "add", "-A"], ["git", "commit", "-q", "-m", "tiny"]):
+    for command in (
+        ["git", "init", "-q"],
+        ["dvc", "init", "-q"],
+        ["dvc", "config", "hydra.enabled", "true"],
+        ["git", "add", "-A"],
+        ["git", "commit", "-q", "-m", "tiny"],
+    ):
         run(*command)
     run.repo = repo
     return run
@@ -60,8 +73,12 @@ def scratch_project(repo: Path):
 
 # --- incremental runs equal a run from scratch ---------------------------------------------
 
-SURVIVAL_KEYS = {"aft_comparison.csv": ["fitter"], "coefficients.csv": ["fitter", "param", "covariate"],
-                 "expected_times.csv": ["attack_hash"], "logrank.csv": ["attack_family", "defence", "reference", "n", "n_reference"]}
+SURVIVAL_KEYS = {
+    "aft_comparison.csv": ["fitter"],
+    "coefficients.csv": ["fitter", "param", "covariate"],
+    "expected_times.csv": ["attack_hash"],
+    "logrank.csv": ["attack_family", "defence", "reference", "n", "n_reference"],
+}
 
 
 def untimed_outputs(reports: Path) -> dict[str, object]:

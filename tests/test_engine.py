@@ -8,17 +8,16 @@ import numpy as np
 import pytest
 import torch
 
-from trashfire.stages import prepare
-from trashfire.stages import train
-from trashfire.models import training
+from tests.conftest import ROOT, tiny_overrides
 from trashfire.attacks import art_classifier, attack_strength, build_attack
 from trashfire.attacks.engine import run_engine
 from trashfire.attacks.target import Target, margins
 from trashfire.core.clocks import LapClock
 from trashfire.core.config import compose, validate
-from trashfire.data.datasets import load_split
 from trashfire.core.grid import UNDEFENDED, training_cells
-from tests.conftest import ROOT, tiny_overrides
+from trashfire.data.datasets import load_split
+from trashfire.models import training
+from trashfire.stages import prepare, train
 
 CPU = torch.device("cpu")
 FSQ = {"name": "fsq", "stage": "predict", "target": "art.defences.preprocessor.FeatureSqueezing", "param": "bit_depth", "value": 3, "kwargs": {}}
@@ -37,8 +36,20 @@ def trained(tmp_path_factory):
 
 
 def spec_of(name, norm, value, **extra):
-    targets = {"fgm": "art.attacks.evasion.FastGradientMethod", "pgd": "art.attacks.evasion.ProjectedGradientDescent", "deepfool": "art.attacks.evasion.DeepFool"}
-    spec = {"name": name, "target": targets[name], "norm": norm, "param": "nb_grads" if name == "deepfool" else "eps", "value": value, "batch_size": 100, "kwargs": {}}
+    targets = {
+        "fgm": "art.attacks.evasion.FastGradientMethod",
+        "pgd": "art.attacks.evasion.ProjectedGradientDescent",
+        "deepfool": "art.attacks.evasion.DeepFool",
+    }
+    spec = {
+        "name": name,
+        "target": targets[name],
+        "norm": norm,
+        "param": "nb_grads" if name == "deepfool" else "eps",
+        "value": value,
+        "batch_size": 100,
+        "kwargs": {},
+    }
     if name == "pgd":
         spec |= {"max_iter": 10, "step_scale": 2.5, "kwargs": {"num_random_init": 0, "verbose": False}}
     if name == "deepfool":

@@ -24,9 +24,15 @@ def experiment(tmp_path, *args):
 def test_grid_sweep_runs_each_cell_once_into_a_sqlite_study(tmp_path):
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     result = experiment(
-        tmp_path, "--multirun", "hparams_search=training_grid", "hydra.sweeper.n_trials=2",
-        f"hydra.sweeper.storage={storage}", f"hydra.sweep.dir={tmp_path / 'sweep'}",
-        "model=choice(resnet18)", "defence=choice(none,fsq)", "train.epochs=choice(1)",
+        tmp_path,
+        "--multirun",
+        "hparams_search=training_grid",
+        "hydra.sweeper.n_trials=2",
+        f"hydra.sweeper.storage={storage}",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        "model=choice(resnet18)",
+        "defence=choice(none,fsq)",
+        "train.epochs=choice(1)",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     study = optuna.load_study(study_name="training_grid", storage=storage)
@@ -39,7 +45,9 @@ def test_grid_sweep_runs_each_cell_once_into_a_sqlite_study(tmp_path):
 def test_single_run_with_an_unknown_attack_stops_with_one_line(tmp_path):
     result = experiment(tmp_path, "attack=[fgm,nosuch]")
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == ["trashfire.experiment: config error: attack: unknown option 'nosuch'; available: deepfool, fgm, hsj, pgd, pixel, threshold"]
+    assert result.stderr.strip().splitlines() == [
+        "trashfire.experiment: config error: attack: unknown option 'nosuch'; available: deepfool, fgm, hsj, pgd, pixel, threshold"
+    ]
     assert not (tmp_path / "models").exists()
 
 

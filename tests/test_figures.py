@@ -11,14 +11,13 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from trashfire.stages import figures
-from trashfire.report import figures as report_figures
+from tests.conftest import ROOT, tiny_overrides
 from trashfire.core.config import compose, validate
 from trashfire.core.errors import DataError
-from tests.conftest import ROOT, tiny_overrides
+from trashfire.report import figures as report_figures
+from trashfire.stages import figures
 
-STEMS = ["accuracy_by_attack_and_defence", "trash_by_depth_and_defence", "evp_vs_tau", "evp_convergence",
-         "accuracy_eps_curves", "brittle_vs_robust_acc"]
+STEMS = ["accuracy_by_attack_and_defence", "trash_by_depth_and_defence", "evp_vs_tau", "evp_convergence", "accuracy_eps_curves", "brittle_vs_robust_acc"]
 EPS = [0.1, 0.3, 1.0]
 FAMILIES = [("fgm", "inf"), ("pgd", "inf"), ("deepfool", "2")]  # deepfool has no eps grid
 PIXEL_STD = {"digits": 0.3, "mnist": 0.31}
@@ -33,11 +32,21 @@ def model_cells() -> list[dict]:
             for defence, param, value in (("none", "", 0.0), ("conf", "confidence", 0.5)):
                 seeds = (0, 1) if (dataset, model, defence) == ("digits", "resnet18", "none") else (0,)
                 for seed in seeds:
-                    cells.append({
-                        "model_hash": f"{dataset[:2]}{depth}{defence}{seed}", "dataset": dataset, "pretrained_on": "",
-                        "seed": seed, "model": model, "depth": depth, "epochs": 1, "lr": 0.05, "defence": defence,
-                        "defence_param": param, "defence_value": value,
-                    })
+                    cells.append(
+                        {
+                            "model_hash": f"{dataset[:2]}{depth}{defence}{seed}",
+                            "dataset": dataset,
+                            "pretrained_on": "",
+                            "seed": seed,
+                            "model": model,
+                            "depth": depth,
+                            "epochs": 1,
+                            "lr": 0.05,
+                            "defence": defence,
+                            "defence_param": param,
+                            "defence_value": value,
+                        }
+                    )
     return cells
 
 
@@ -58,12 +67,27 @@ def experiments_table(cells: list[dict]) -> pd.DataFrame:
             param = "eps" if attack != "deepfool" else "max_iter"
             for value in values:
                 eps = value if param == "eps" else 1.0
-                rows.append(cell | {
-                    "attack": attack, "norm": norm, "attack_param": param, "attack_value": value, "attack_units": "standardised",
-                    "attack_value_standardised": value, "n_attack": 20, "n_classes": 10, "acc_ben": accuracy_at(cell, 0),
-                    "acc_ben_attack_subset": accuracy_at(cell, 0), "acc_adv": accuracy_at(cell, eps), "t_train": 0.01,
-                    "t_predict": 0.003, "t_attack": 0.01, "train_hash": f"t{cell['model_hash']}", "attack_hash": f"a{len(rows)}",
-                })
+                rows.append(
+                    cell
+                    | {
+                        "attack": attack,
+                        "norm": norm,
+                        "attack_param": param,
+                        "attack_value": value,
+                        "attack_units": "standardised",
+                        "attack_value_standardised": value,
+                        "n_attack": 20,
+                        "n_classes": 10,
+                        "acc_ben": accuracy_at(cell, 0),
+                        "acc_ben_attack_subset": accuracy_at(cell, 0),
+                        "acc_adv": accuracy_at(cell, eps),
+                        "t_train": 0.01,
+                        "t_predict": 0.003,
+                        "t_attack": 0.01,
+                        "train_hash": f"t{cell['model_hash']}",
+                        "attack_hash": f"a{len(rows)}",
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -71,12 +95,25 @@ def trash_table(cells: list[dict]) -> pd.DataFrame:
     rows = []
     for cell in cells:
         for attack, norm in FAMILIES:
-            rows.append(cell | {
-                "attack": attack, "norm": norm, "attack_family": family_name(attack, norm), "t_train": 0.01, "t_predict": 0.003,
-                "t_attack": 0.01, "acc_ben": 0.9, "acc_adv": 0.4, "E_T": 0.02 * (1 + cell["depth"] / 18), "f_ben": 30.0,
-                "f_adv": 60.0, "trash_adv": 0.5 * cell["depth"] / 18 * (1 + 0.5 * cell["seed"]) * (3 if attack == "deepfool" else 1),
-                "trash_ben": 2.0 + cell["depth"] / 18, "eps_max": 1.0,
-            })
+            rows.append(
+                cell
+                | {
+                    "attack": attack,
+                    "norm": norm,
+                    "attack_family": family_name(attack, norm),
+                    "t_train": 0.01,
+                    "t_predict": 0.003,
+                    "t_attack": 0.01,
+                    "acc_ben": 0.9,
+                    "acc_adv": 0.4,
+                    "E_T": 0.02 * (1 + cell["depth"] / 18),
+                    "f_ben": 30.0,
+                    "f_adv": 60.0,
+                    "trash_adv": 0.5 * cell["depth"] / 18 * (1 + 0.5 * cell["seed"]) * (3 if attack == "deepfool" else 1),
+                    "trash_ben": 2.0 + cell["depth"] / 18,
+                    "eps_max": 1.0,
+                }
+            )
     table = pd.DataFrame(rows)
     table.loc[0, "trash_adv"] = 0.0  # a log axis cannot show these: dropped and counted
     table.loc[1, "trash_adv"] = np.nan
@@ -92,10 +129,17 @@ SUMMARY_KEYS = ["dataset", "pretrained_on", "model", "depth", "epochs", "lr", "d
 
 def trash_summary(trash: pd.DataFrame) -> pd.DataFrame:
     keys = SUMMARY_KEYS + ["attack", "norm", "attack_family"]
-    summary = over_seeds(trash, keys).agg(
-        n_seeds=("seed", "count"), trash_adv_mean=("trash_adv", "mean"), trash_ben_mean=("trash_ben", "mean"),
-        f_ben_mean=("f_ben", "mean"), f_adv_mean=("f_adv", "mean"),
-    ).reset_index()
+    summary = (
+        over_seeds(trash, keys)
+        .agg(
+            n_seeds=("seed", "count"),
+            trash_adv_mean=("trash_adv", "mean"),
+            trash_ben_mean=("trash_ben", "mean"),
+            f_ben_mean=("f_ben", "mean"),
+            f_adv_mean=("f_adv", "mean"),
+        )
+        .reset_index()
+    )
     for column in ("trash_adv", "trash_ben"):
         summary[f"{column}_lo"] = summary[f"{column}_mean"] * 0.9
         summary[f"{column}_hi"] = summary[f"{column}_mean"] * 1.1
@@ -108,11 +152,19 @@ def curves_table(cells: list[dict]) -> pd.DataFrame:
         for attack, norm in FAMILIES[:2]:
             for eps in [0.0] + EPS:
                 acc = accuracy_at(cell, eps)
-                rows.append(cell | {
-                    "attack": attack, "norm": norm, "attack_family": family_name(attack, norm), "eps": eps,
-                    "eps_pixel": eps * PIXEL_STD[cell["dataset"]], "eps_standardised": eps, "acc": acc,
-                    "acc_norm": acc / accuracy_at(cell, 0.0),
-                })
+                rows.append(
+                    cell
+                    | {
+                        "attack": attack,
+                        "norm": norm,
+                        "attack_family": family_name(attack, norm),
+                        "eps": eps,
+                        "eps_pixel": eps * PIXEL_STD[cell["dataset"]],
+                        "eps_standardised": eps,
+                        "acc": acc,
+                        "acc_norm": acc / accuracy_at(cell, 0.0),
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -120,11 +172,24 @@ def robustness_table(cells: list[dict]) -> pd.DataFrame:
     rows = []
     for cell in cells:
         for attack, norm in FAMILIES[:2]:
-            rows.append(cell | {
-                "attack": attack, "norm": norm, "attack_family": family_name(attack, norm), "n_classes": 10,
-                "acc_ben": accuracy_at(cell, 0), "tau": 0.25, "evp": 0.5, "auc_R": 0.7, "auc_S": 0.3, "auc_units": "pixel",
-                "eps0": 0.0, "eps1": 0.1, "note": "",
-            })
+            rows.append(
+                cell
+                | {
+                    "attack": attack,
+                    "norm": norm,
+                    "attack_family": family_name(attack, norm),
+                    "n_classes": 10,
+                    "acc_ben": accuracy_at(cell, 0),
+                    "tau": 0.25,
+                    "evp": 0.5,
+                    "auc_R": 0.7,
+                    "auc_S": 0.3,
+                    "auc_units": "pixel",
+                    "eps0": 0.0,
+                    "eps1": 0.1,
+                    "note": "",
+                }
+            )
     rows[-1] |= {"auc_R": np.nan, "auc_S": np.nan, "note": "f(eps0) = 0"}
     return pd.DataFrame(rows)
 
@@ -134,8 +199,16 @@ def evp_tau_table(cells: list[dict]) -> pd.DataFrame:
     for cell in cells:
         for attack, norm in FAMILIES[:2]:
             for tau in np.linspace(0, 1, 11):
-                rows.append(cell | {"attack": attack, "norm": norm, "attack_family": family_name(attack, norm), "tau": tau,
-                                    "evp": max(accuracy_at(cell, 0.3) - tau * 0.5, 0.0)})
+                rows.append(
+                    cell
+                    | {
+                        "attack": attack,
+                        "norm": norm,
+                        "attack_family": family_name(attack, norm),
+                        "tau": tau,
+                        "evp": max(accuracy_at(cell, 0.3) - tau * 0.5, 0.0),
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -144,20 +217,30 @@ def evp_convergence_table(cells: list[dict]) -> pd.DataFrame:
     for cell in cells:
         for attack, norm in FAMILIES[:2]:
             for n in (1, 2, 3):
-                rows.append(cell | {"attack": attack, "norm": norm, "attack_family": family_name(attack, norm),
-                                    "n_intervals": n, "evp": 0.5 + 0.1 / n, "tau": 0.25})
+                rows.append(
+                    cell | {"attack": attack, "norm": norm, "attack_family": family_name(attack, norm), "n_intervals": n, "evp": 0.5 + 0.1 / n, "tau": 0.25}
+                )
     return pd.DataFrame(rows)
 
 
 def auc_table(robustness: pd.DataFrame) -> pd.DataFrame:
     table = over_seeds(robustness, SUMMARY_KEYS + ["attack_family"]).agg(
-        n_seeds=("seed", "count"), R_mean=("auc_R", "mean"), R_sd=("auc_R", "std"), S_mean=("auc_S", "mean"), S_sd=("auc_S", "std"))
+        n_seeds=("seed", "count"), R_mean=("auc_R", "mean"), R_sd=("auc_R", "std"), S_mean=("auc_S", "mean"), S_sd=("auc_S", "std")
+    )
     return table.reset_index()
 
 
 def brittle_table(cells: list[dict]) -> pd.DataFrame:
-    rows = [cell | {"brittle_score": 0.02 + 0.01 * i % 3, "brittle_ri": np.nan if cell["defence"] == "none" else 12.5,
-                    "robust_acc": 0.3 + 0.02 * i, "robust_attack": "pgd linf (mean over eps)"} for i, cell in enumerate(cells)]
+    rows = [
+        cell
+        | {
+            "brittle_score": 0.02 + 0.01 * i % 3,
+            "brittle_ri": np.nan if cell["defence"] == "none" else 12.5,
+            "robust_acc": 0.3 + 0.02 * i,
+            "robust_attack": "pgd linf (mean over eps)",
+        }
+        for i, cell in enumerate(cells)
+    ]
     return pd.DataFrame(rows)
 
 
@@ -167,24 +250,41 @@ def write_reports(reports) -> None:
     trash = trash_table(cells)
     robustness = robustness_table(cells)
     tables = {
-        "experiments.csv": experiments_table(cells), "trash.csv": trash, "trash_summary.csv": trash_summary(trash),
-        "robustness.csv": robustness, "curves.csv": curves_table(cells), "evp_tau.csv": evp_tau_table(cells),
-        "evp_convergence.csv": evp_convergence_table(cells), "auc_table.csv": auc_table(robustness),
+        "experiments.csv": experiments_table(cells),
+        "trash.csv": trash,
+        "trash_summary.csv": trash_summary(trash),
+        "robustness.csv": robustness,
+        "curves.csv": curves_table(cells),
+        "evp_tau.csv": evp_tau_table(cells),
+        "evp_convergence.csv": evp_convergence_table(cells),
+        "auc_table.csv": auc_table(robustness),
         "brittle.csv": brittle_table(cells),
-        "tau_table.csv": pd.DataFrame({"n_classes": [2, 10, 10, 10], "tau": [0.75, 0.25, 0.25, 0.25], "w": 0.5,
-                                       "source": ["001 Table I", "001 Table I", "digits", "mnist"]}),
+        "tau_table.csv": pd.DataFrame(
+            {"n_classes": [2, 10, 10, 10], "tau": [0.75, 0.25, 0.25, 0.25], "w": 0.5, "source": ["001 Table I", "001 Table I", "digits", "mnist"]}
+        ),
         "survival/aft_comparison.csv": pd.DataFrame({"fitter": ["weibull", "cox"], "AIC": [123.456789, 130.1], "selected": [True, False]}),
     }
     for name, table in tables.items():
         (reports / name).parent.mkdir(parents=True, exist_ok=True)
         table.to_csv(reports / name, index=False)
-    (reports / "metrics.json").write_text(json.dumps({"trash_adv_median": 0.0179831, "evp_mean": 0.285, "survival_model": "weibull",
-                                                      "brittle_spearman": {"digits": {"rho": -0.81234, "p": 0.04}},
-                                                      "brittle_spearman_per_seed": {"0": {"rho": -0.5, "p": 0.3, "n": 6}}}))
+    (reports / "metrics.json").write_text(
+        json.dumps(
+            {
+                "trash_adv_median": 0.0179831,
+                "evp_mean": 0.285,
+                "survival_model": "weibull",
+                "brittle_spearman": {"digits": {"rho": -0.81234, "p": 0.04}},
+                "brittle_spearman_per_seed": {"0": {"rho": -0.5, "p": 0.3, "n": 6}},
+            }
+        )
+    )
     findings_table().to_csv(reports / "findings.csv", index=False)
     (reports / "cards").mkdir()
-    card = {"train_hash": "tdi18none0", "training": {"dataset": "digits", "model": "resnet18", "depth": 18, "seed": 0},
-            "model_cells": [{"defence": {"defence": "conf", "defence_value": 0.5}}, {"defence": {"defence": "none"}}]}
+    card = {
+        "train_hash": "tdi18none0",
+        "training": {"dataset": "digits", "model": "resnet18", "depth": 18, "seed": 0},
+        "model_cells": [{"defence": {"defence": "conf", "defence_value": 0.5}}, {"defence": {"defence": "none"}}],
+    }
     (reports / "cards" / "tdi18none0.json").write_text(json.dumps(card))
     for name in ("survival/calibration.png", "survival/coefficients/weibull.png"):
         image = np.random.default_rng(0).uniform(size=(40, 60, 3))
@@ -194,15 +294,60 @@ def write_reports(reports) -> None:
 
 def findings_table() -> pd.DataFrame:
     """One finding per verdict, in aggregate's findings.csv schema."""
-    rows = [("003_trash_above_one_fgm", "003", "Breaking an undefended model with FGM costs less than training it: TRASH > 1.",
-             "geometric mean of TRASH", 12, 12.59, 10.89, 14.28, np.nan, "holds", "geometric mean TRASH 12.6 over 12 cells"),
-            ("002_brittle_negative", "002", "The brittle-score correlates negatively with robust accuracy.",
-             "Spearman rho of brittle_score and robust_acc", 60, -0.171, np.nan, np.nan, 0.19, "inconclusive", "pooled rho -0.171"),
-            ("001_adv_train_raises_evp", "001", "Adversarial training raises EVP.", "paired bootstrap", 12, -0.2, -0.3, -0.1,
-             np.nan, "contradicted", "mean difference -0.2"),
-            ("004_pretraining_effect", "004", "Pretraining on another data set does not make models more robust.",
-             "paired bootstrap of R(pretrained) - R(from scratch)", 0, np.nan, np.nan, np.nan, np.nan, "not testable",
-             "needs pretrained cells: +train.pretrained_on.<data>=[null,<other data>]")]
+    rows = [
+        (
+            "003_trash_above_one_fgm",
+            "003",
+            "Breaking an undefended model with FGM costs less than training it: TRASH > 1.",
+            "geometric mean of TRASH",
+            12,
+            12.59,
+            10.89,
+            14.28,
+            np.nan,
+            "holds",
+            "geometric mean TRASH 12.6 over 12 cells",
+        ),
+        (
+            "002_brittle_negative",
+            "002",
+            "The brittle-score correlates negatively with robust accuracy.",
+            "Spearman rho of brittle_score and robust_acc",
+            60,
+            -0.171,
+            np.nan,
+            np.nan,
+            0.19,
+            "inconclusive",
+            "pooled rho -0.171",
+        ),
+        (
+            "001_adv_train_raises_evp",
+            "001",
+            "Adversarial training raises EVP.",
+            "paired bootstrap",
+            12,
+            -0.2,
+            -0.3,
+            -0.1,
+            np.nan,
+            "contradicted",
+            "mean difference -0.2",
+        ),
+        (
+            "004_pretraining_effect",
+            "004",
+            "Pretraining on another data set does not make models more robust.",
+            "paired bootstrap of R(pretrained) - R(from scratch)",
+            0,
+            np.nan,
+            np.nan,
+            np.nan,
+            np.nan,
+            "not testable",
+            "needs pretrained cells: +train.pretrained_on.<data>=[null,<other data>]",
+        ),
+    ]
     columns = ["id", "paper", "claim", "test", "n", "value", "lo", "hi", "p", "verdict", "detail"]
     return pd.DataFrame(rows, columns=columns)
 
@@ -247,8 +392,21 @@ def test_report_is_self_contained_and_holds_every_figure(drawn):
     outside = re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", page)  # base64 may spell "http" by chance
     for external in ("http", 'src="/', "url(", "<link", "<script", "@import"):
         assert external not in outside, external
-    for text in ("Headline metrics", "0.01798", "τ(K)", "3 [2.7, 3.3]", "0.7 ± 0", "12.5", "weibull", "123.5",
-                 "cards/tdi18none0.json", "none, conf", "brittle_spearman · digits", "ρ = -0.812", "f(eps0) = 0"):
+    for text in (
+        "Headline metrics",
+        "0.01798",
+        "τ(K)",
+        "3 [2.7, 3.3]",
+        "0.7 ± 0",
+        "12.5",
+        "weibull",
+        "123.5",
+        "cards/tdi18none0.json",
+        "none, conf",
+        "brittle_spearman · digits",
+        "ρ = -0.812",
+        "f(eps0) = 0",
+    ):
         assert text in page, text
     assert "not computed" not in page
 
@@ -326,11 +484,25 @@ def test_the_figures_command_exits_with_one_line_when_a_table_is_missing(tmp_pat
 
 
 def test_crowded_panels_keep_the_first_model_and_say_so():
-    cells = pd.DataFrame([
-        {"dataset": "digits", "pretrained_on": "", "model": model, "depth": depth, "epochs": 1, "lr": 0.05, "defence": "conf",
-         "defence_param": "confidence", "defence_value": value, "seed": seed}
-        for model, depth in (("resnet34", 34), ("resnet18", 18)) for value in range(7) for seed in (0, 1)
-    ])
+    cells = pd.DataFrame(
+        [
+            {
+                "dataset": "digits",
+                "pretrained_on": "",
+                "model": model,
+                "depth": depth,
+                "epochs": 1,
+                "lr": 0.05,
+                "defence": "conf",
+                "defence_param": "confidence",
+                "defence_value": value,
+                "seed": seed,
+            }
+            for model, depth in (("resnet34", 34), ("resnet18", 18))
+            for value in range(7)
+            for seed in (0, 1)
+        ]
+    )
     lines, note = report_figures.capped_lines(cells)
     assert len(lines) == 7 and set(lines["model"]) == {"resnet18"}
     assert note == "7 of 14 cells shown: resnet18 · 1 ep"
@@ -339,28 +511,83 @@ def test_crowded_panels_keep_the_first_model_and_say_so():
 
 
 def test_one_seed_intervals_and_sds_print_n_a_never_an_interval():
-    labels = {"dataset": "digits", "pretrained_on": np.nan, "model": "resnet18", "depth": 18, "epochs": 1, "lr": 0.05,
-              "defence": "none", "defence_value": 0, "attack_family": "fgm linf"}
-    summary = pd.DataFrame([labels | {"n_seeds": 1, "trash_adv_mean": 2.0, "trash_adv_lo": np.nan, "trash_adv_hi": np.nan,
-                                      "trash_ben_mean": 3.0, "trash_ben_lo": np.nan, "trash_ben_hi": np.nan, "f_ben_mean": 1.0, "f_adv_mean": 2.0},
-                            labels | {"epochs": 2, "n_seeds": 3, "trash_adv_mean": 2.0, "trash_adv_lo": 1.5, "trash_adv_hi": 2.5,
-                                      "trash_ben_mean": 3.0, "trash_ben_lo": 2.0, "trash_ben_hi": 4.0, "f_ben_mean": 1.0, "f_adv_mean": 2.0}])
+    labels = {
+        "dataset": "digits",
+        "pretrained_on": np.nan,
+        "model": "resnet18",
+        "depth": 18,
+        "epochs": 1,
+        "lr": 0.05,
+        "defence": "none",
+        "defence_value": 0,
+        "attack_family": "fgm linf",
+    }
+    summary = pd.DataFrame(
+        [
+            labels
+            | {
+                "n_seeds": 1,
+                "trash_adv_mean": 2.0,
+                "trash_adv_lo": np.nan,
+                "trash_adv_hi": np.nan,
+                "trash_ben_mean": 3.0,
+                "trash_ben_lo": np.nan,
+                "trash_ben_hi": np.nan,
+                "f_ben_mean": 1.0,
+                "f_adv_mean": 2.0,
+            },
+            labels
+            | {
+                "epochs": 2,
+                "n_seeds": 3,
+                "trash_adv_mean": 2.0,
+                "trash_adv_lo": 1.5,
+                "trash_adv_hi": 2.5,
+                "trash_ben_mean": 3.0,
+                "trash_ben_lo": 2.0,
+                "trash_ben_hi": 4.0,
+                "f_ben_mean": 1.0,
+                "f_adv_mean": 2.0,
+            },
+        ]
+    )
     shown = report_figures.trash_summary_section(summary)
     assert shown.count("n/a (1 seed)") == 2 and "2 [1.5, 2.5]" in shown and "[2, 2]" not in shown
-    auc = pd.DataFrame([labels | {"n_seeds": 1, "R_mean": 0.7, "R_sd": np.nan, "S_mean": 0.3, "S_sd": np.nan},
-                        labels | {"epochs": 2, "n_seeds": 2, "R_mean": 0.7, "R_sd": 0.1, "S_mean": 0.3, "S_sd": 0.1}])
+    auc = pd.DataFrame(
+        [
+            labels | {"n_seeds": 1, "R_mean": 0.7, "R_sd": np.nan, "S_mean": 0.3, "S_sd": np.nan},
+            labels | {"epochs": 2, "n_seeds": 2, "R_mean": 0.7, "R_sd": 0.1, "S_mean": 0.3, "S_sd": 0.1},
+        ]
+    )
     shown = report_figures.auc_section(auc)
     assert shown.count("± n/a (1 seed)") == 2 and "0.7 ± 0.1" in shown
 
 
 def test_crowded_panels_keep_the_richest_defence_comparison_not_the_first_name():
     """'cifar_resnet14' sorts before 'cifar_resnet8'; the panel shows the model with every defence."""
+
     def cells(model, defences, epochs):
-        return [{"dataset": "digits", "pretrained_on": "", "model": model, "depth": int(model[12:]), "epochs": epochs, "lr": 0.1,
-                 "defence": d, "defence_param": "", "defence_value": 0.0, "seed": 0} for d in defences]
-    table = pd.DataFrame(cells("cifar_resnet14", ["none", "conf", "fsq", "gauss_out"], 10)
-                         + cells("cifar_resnet8", ["none", "conf", "fsq", "gauss_out", "adv_train", "gauss_in"], 6)
-                         + cells("cifar_resnet8", ["none", "conf", "fsq", "gauss_out", "adv_train", "gauss_in"], 10))
+        return [
+            {
+                "dataset": "digits",
+                "pretrained_on": "",
+                "model": model,
+                "depth": int(model[12:]),
+                "epochs": epochs,
+                "lr": 0.1,
+                "defence": d,
+                "defence_param": "",
+                "defence_value": 0.0,
+                "seed": 0,
+            }
+            for d in defences
+        ]
+
+    table = pd.DataFrame(
+        cells("cifar_resnet14", ["none", "conf", "fsq", "gauss_out"], 10)
+        + cells("cifar_resnet8", ["none", "conf", "fsq", "gauss_out", "adv_train", "gauss_in"], 6)
+        + cells("cifar_resnet8", ["none", "conf", "fsq", "gauss_out", "adv_train", "gauss_in"], 10)
+    )
     lines, note = report_figures.capped_lines(table)
     assert set(lines["model"]) == {"cifar_resnet8"} and set(lines["epochs"]) == {10} and "adv_train" in set(lines["defence"])
     assert note == "6 of 16 cells shown: cifar_resnet8 · 10 ep"

@@ -11,19 +11,36 @@ import pytest
 
 from trashfire.metrics import findings as F
 
-LABELS = {"dataset": "digits", "pretrained_on": None, "seed": 0, "model": "resnet18", "depth": 18, "epochs": 1,
-          "lr": 0.05, "defence": "none", "degenerate": False}
+LABELS = {
+    "dataset": "digits",
+    "pretrained_on": None,
+    "seed": 0,
+    "model": "resnet18",
+    "depth": 18,
+    "epochs": 1,
+    "lr": 0.05,
+    "defence": "none",
+    "degenerate": False,
+}
 DEFAULTS = {
     "trained": LABELS | {"t_train": 1.0, "acc_ben": 0.9},
-    "robustness": LABELS | {"attack": "fgm", "norm": "inf", "attack_family": "fgm linf", "acc_ben": 0.9,
-                            "evp": 1.0, "auc_R": 0.5, "reaches_nonviability": True},
-    "trash": LABELS | {"attack": "fgm", "norm": "inf", "attack_family": "fgm linf", "t_train": 1.0, "E_T": 0.01,
-                       "trash_adv": 2.0},
+    "robustness": LABELS
+    | {"attack": "fgm", "norm": "inf", "attack_family": "fgm linf", "acc_ben": 0.9, "evp": 1.0, "auc_R": 0.5, "reaches_nonviability": True},
+    "trash": LABELS | {"attack": "fgm", "norm": "inf", "attack_family": "fgm linf", "t_train": 1.0, "E_T": 0.01, "trash_adv": 2.0},
     "brittle": LABELS | {"brittle_score": 0.5, "robust_acc": 0.5},
 }
-IDS = ["003_deeper_trains_longer", "003_depth_not_proportional", "003_trash_above_one_fgm", "003_trash_above_one_pgd",
-       "001_adv_train_raises_evp", "001_evp_ranks_differently", "002_brittle_negative",
-       "002_adv_train_lowers_brittle", "004_r_rises_with_epochs", "004_pretraining_effect"]
+IDS = [
+    "003_deeper_trains_longer",
+    "003_depth_not_proportional",
+    "003_trash_above_one_fgm",
+    "003_trash_above_one_pgd",
+    "001_adv_train_raises_evp",
+    "001_evp_ranks_differently",
+    "002_brittle_negative",
+    "002_adv_train_lowers_brittle",
+    "004_r_rises_with_epochs",
+    "004_pretraining_effect",
+]
 
 
 def table(kind: str, **columns) -> pd.DataFrame:
@@ -54,8 +71,7 @@ def assert_not_testable(result: F.Finding, hint: str):
 
 # --- 003_deeper_trains_longer ------------------------------------------------------------------
 
-CIFAR = {"model": ["cifar_resnet8", "cifar_resnet14", "cifar_resnet20"] * 3, "depth": [8, 14, 20] * 3,
-         "seed": [0] * 3 + [1] * 3 + [2] * 3}
+CIFAR = {"model": ["cifar_resnet8", "cifar_resnet14", "cifar_resnet20"] * 3, "depth": [8, 14, 20] * 3, "seed": [0] * 3 + [1] * 3 + [2] * 3}
 
 
 def test_deeper_trains_longer_holds_and_is_contradicted():
@@ -76,10 +92,14 @@ def test_deeper_trains_longer_rho_by_hand():
 
 def test_deeper_trains_longer_picks_the_family_and_epochs_with_most_depths():
     # resnet has 2 depths (ignored); of cifar_resnet's epochs, 10 covers 3 depths, 1 only one.
-    trained = table("trained", model=["resnet18", "resnet34", "cifar_resnet8", "cifar_resnet14", "cifar_resnet20",
-                                      "cifar_resnet8", "cifar_resnet8"],
-                    depth=[18, 34, 8, 14, 20, 8, 8], epochs=[1, 1, 10, 10, 10, 1, 10],
-                    t_train=[9.0, 0.1, 1.0, 2.0, 3.0, 100.0, 1.1], seed=[0, 0, 0, 0, 0, 0, 1])
+    trained = table(
+        "trained",
+        model=["resnet18", "resnet34", "cifar_resnet8", "cifar_resnet14", "cifar_resnet20", "cifar_resnet8", "cifar_resnet8"],
+        depth=[18, 34, 8, 14, 20, 8, 8],
+        epochs=[1, 1, 10, 10, 10, 1, 10],
+        t_train=[9.0, 0.1, 1.0, 2.0, 3.0, 100.0, 1.1],
+        seed=[0, 0, 0, 0, 0, 0, 1],
+    )
     result = check("003_deeper_trains_longer", trained=trained)
     assert result.n == 4 and "cifar_resnet at epochs=10" in result.detail
 
@@ -92,9 +112,13 @@ def test_deeper_trains_longer_not_testable_with_two_depths():
 def test_degenerate_trained_models_are_excluded():
     # With them, shallow models would train for 100 s and deep ones for 0.01 s: rho < 0.
     t = [d + 0.1 * s for d, s in zip(CIFAR["depth"], CIFAR["seed"])]
-    trained = table("trained", model=CIFAR["model"] + ["cifar_resnet8"] * 6 + ["cifar_resnet20"] * 6,
-                    depth=CIFAR["depth"] + [8] * 6 + [20] * 6, t_train=t + [100.0] * 6 + [0.01] * 6,
-                    degenerate=[False] * 9 + [True] * 12)
+    trained = table(
+        "trained",
+        model=CIFAR["model"] + ["cifar_resnet8"] * 6 + ["cifar_resnet20"] * 6,
+        depth=CIFAR["depth"] + [8] * 6 + [20] * 6,
+        t_train=t + [100.0] * 6 + [0.01] * 6,
+        degenerate=[False] * 9 + [True] * 12,
+    )
     result = check("003_deeper_trains_longer", trained=trained)
     assert result.verdict == "holds" and result.n == 9
     included = check("003_deeper_trains_longer", trained=trained.assign(degenerate=False))
@@ -110,9 +134,15 @@ def depth_tables(power: float, attack: str = "fgm"):
     t_train = [1.0, 2.0, 4.0]
     trained = table("trained", **THREE, t_train=t_train)
     # Two attack rows per model, averaged per model before the fit.
-    trash = table("trash", model=THREE["model"] * 2, depth=THREE["depth"] * 2, model_hash=["a", "b", "c"] * 2,
-                  attack=[attack] * 3 + ["pgd" if attack == "fgm" else attack] * 3,
-                  t_train=t_train * 2, E_T=[t ** power for t in t_train] * 2)
+    trash = table(
+        "trash",
+        model=THREE["model"] * 2,
+        depth=THREE["depth"] * 2,
+        model_hash=["a", "b", "c"] * 2,
+        attack=[attack] * 3 + ["pgd" if attack == "fgm" else attack] * 3,
+        t_train=t_train * 2,
+        E_T=[t**power for t in t_train] * 2,
+    )
     return {"trained": trained, "trash": trash}
 
 
@@ -136,6 +166,7 @@ def test_depth_not_proportional_not_testable_without_fgm_or_pgd():
 
 # --- 003_trash_above_one_* ----------------------------------------------------------------------
 
+
 def test_trash_geometric_mean_of_2_and_8_is_4_and_holds():
     result = check("003_trash_above_one_fgm", trash=table("trash", trash_adv=[2.0, 8.0]))
     assert result.value == pytest.approx(4.0) and result.n == 2
@@ -144,15 +175,13 @@ def test_trash_geometric_mean_of_2_and_8_is_4_and_holds():
 
 
 def test_trash_pgd_contradicted_and_other_attacks_and_defences_ignored():
-    trash = table("trash", attack=["pgd", "pgd", "fgm", "pgd"], trash_adv=[0.1, 0.5, 100.0, 100.0],
-                  defence=["none", "none", "none", "fsq"])
+    trash = table("trash", attack=["pgd", "pgd", "fgm", "pgd"], trash_adv=[0.1, 0.5, 100.0, 100.0], defence=["none", "none", "none", "fsq"])
     result = check("003_trash_above_one_pgd", trash=trash)
     assert result.verdict == "contradicted" and result.value == pytest.approx(math.sqrt(0.05)) and result.n == 2
 
 
 def test_trash_not_testable_without_the_attack():
-    assert_not_testable(check("003_trash_above_one_pgd", trash=table("trash", trash_adv=[2.0, 8.0])),
-                        "add pgd to attack")
+    assert_not_testable(check("003_trash_above_one_pgd", trash=table("trash", trash_adv=[2.0, 8.0])), "add pgd to attack")
 
 
 def test_degenerate_trash_rows_are_excluded():
@@ -164,16 +193,20 @@ def test_degenerate_trash_rows_are_excluded():
 
 # --- 001_adv_train_raises_evp ------------------------------------------------------------------
 
+
 def evp_table(none, adv, reaches=True):
     seeds = list(range(len(none)))
-    return table("robustness", seed=seeds + seeds[:len(adv)], defence=["none"] * len(none) + ["adv_train"] * len(adv),
-                 evp=list(none) + list(adv),
-                 reaches_nonviability=[True] * len(none) + (reaches if isinstance(reaches, list) else [reaches] * len(adv)))
+    return table(
+        "robustness",
+        seed=seeds + seeds[: len(adv)],
+        defence=["none"] * len(none) + ["adv_train"] * len(adv),
+        evp=list(none) + list(adv),
+        reaches_nonviability=[True] * len(none) + (reaches if isinstance(reaches, list) else [reaches] * len(adv)),
+    )
 
 
 def test_adv_train_raises_evp_paired_mean_by_hand():
-    result = check("001_adv_train_raises_evp", robustness=evp_table([1.0, 1.0, 1.0], [2.0, 2.5, 3.0],
-                                                                    reaches=[True, False, True]))
+    result = check("001_adv_train_raises_evp", robustness=evp_table([1.0, 1.0, 1.0], [2.0, 2.5, 3.0], reaches=[True, False, True]))
     assert result.value == pytest.approx(1.5) and result.n == 3 and result.verdict == "holds"
     assert "1 of 3 adv_train curves do not reach non-viability" in result.detail
 
@@ -188,6 +221,7 @@ def test_adv_train_raises_evp_not_testable_without_adv_train():
 
 
 # --- 001_evp_ranks_differently -----------------------------------------------------------------
+
 
 def ranking_table(acc, evp, seeds=(0, 1), noise=0.01):
     models = ["resnet18", "resnet34", "resnet50"]
@@ -222,9 +256,9 @@ def test_evp_ranks_differently_not_testable_with_one_seed_or_two_configurations(
 
 # --- 002_brittle_negative ----------------------------------------------------------------------
 
+
 def test_brittle_negative_holds_with_per_seed_detail():
-    brittle = table("brittle", brittle_score=[1.0, 2, 3, 4, 5, 6], robust_acc=[0.9, 0.8, 0.7, 0.6, 0.5, 0.4],
-                    seed=[0, 0, 0, 1, 1, 1])
+    brittle = table("brittle", brittle_score=[1.0, 2, 3, 4, 5, 6], robust_acc=[0.9, 0.8, 0.7, 0.6, 0.5, 0.4], seed=[0, 0, 0, 1, 1, 1])
     result = check("002_brittle_negative", brittle=brittle)
     assert result.verdict == "holds" and result.value == pytest.approx(-1.0) and result.n == 6
     assert "per seed: 0: -1.00, 1: -1.00" in result.detail and "agrees" in result.detail
@@ -232,8 +266,13 @@ def test_brittle_negative_holds_with_per_seed_detail():
 
 def test_brittle_negative_leaves_predict_time_defences_out_and_says_what_they_do():
     # the trained models fall with robust accuracy; an output-noise wrapper has a low score and no robustness
-    brittle = table("brittle", brittle_score=[3.0, 2, 1, 0.5, 0.4], robust_acc=[0.2, 0.4, 0.6, 0.2, 0.2], seed=0,
-                    defence_stage=["none", "train", "train", "predict", "predict"])
+    brittle = table(
+        "brittle",
+        brittle_score=[3.0, 2, 1, 0.5, 0.4],
+        robust_acc=[0.2, 0.4, 0.6, 0.2, 0.2],
+        seed=0,
+        defence_stage=["none", "train", "train", "predict", "predict"],
+    )
     result = check("002_brittle_negative", brittle=brittle)
     assert result.n == 3 and result.value == pytest.approx(-1.0)
     assert "with the 2 predict-time defended cells too: rho" in result.detail
@@ -252,9 +291,7 @@ def test_brittle_negative_not_testable_with_two_rows_or_a_constant_column():
 
 
 def test_brittle_spearman_per_seed_by_hand():
-    brittle = table("brittle", seed=[0, 0, 0, 1, 1, 1, 1, 2, 2],
-                    brittle_score=[1.0, 2, 3, 1, 2, 3, 4, 1, 2],
-                    robust_acc=[3.0, 2, 1, 1, 3, 2, 4, 1, 2])
+    brittle = table("brittle", seed=[0, 0, 0, 1, 1, 1, 1, 2, 2], brittle_score=[1.0, 2, 3, 1, 2, 3, 4, 1, 2], robust_acc=[3.0, 2, 1, 1, 3, 2, 4, 1, 2])
     per_seed = F.brittle_spearman_per_seed(brittle)
     assert set(per_seed) == {"0", "1", "2"}
     assert per_seed["0"]["rho"] == pytest.approx(-1.0) and per_seed["0"]["n"] == 3
@@ -264,10 +301,10 @@ def test_brittle_spearman_per_seed_by_hand():
 
 # --- 002_adv_train_lowers_brittle --------------------------------------------------------------
 
+
 def brittle_pairs(none, adv):
     seeds = list(range(len(none)))
-    return table("brittle", seed=seeds + seeds[:len(adv)], defence=["none"] * len(none) + ["adv_train"] * len(adv),
-                 brittle_score=list(none) + list(adv))
+    return table("brittle", seed=seeds + seeds[: len(adv)], defence=["none"] * len(none) + ["adv_train"] * len(adv), brittle_score=list(none) + list(adv))
 
 
 def test_adv_train_lowers_brittle_holds_with_paired_mean():
@@ -287,10 +324,12 @@ def test_adv_train_lowers_brittle_not_testable():
 
 # --- 004_r_rises_with_epochs -------------------------------------------------------------------
 
+
 def epochs_table(first, last, middle=0.0):
     seeds = list(range(len(first)))
-    return table("robustness", seed=seeds * 3, epochs=[1] * len(first) + [5] * len(first) + [10] * len(first),
-                 auc_R=list(first) + [middle] * len(first) + list(last))
+    return table(
+        "robustness", seed=seeds * 3, epochs=[1] * len(first) + [5] * len(first) + [10] * len(first), auc_R=list(first) + [middle] * len(first) + list(last)
+    )
 
 
 def test_r_rises_with_epochs_uses_largest_minus_smallest():
@@ -310,11 +349,15 @@ def test_r_rises_with_epochs_not_testable_with_one_epoch_value():
 
 # --- 004_pretraining_effect --------------------------------------------------------------------
 
+
 def pretrained_table(scratch, pretrained):
     seeds = list(range(len(scratch)))
-    return table("robustness", seed=seeds + seeds[:len(pretrained)],
-                 pretrained_on=[None] * len(scratch) + ["cifar10"] * len(pretrained),
-                 auc_R=list(scratch) + list(pretrained))
+    return table(
+        "robustness",
+        seed=seeds + seeds[: len(pretrained)],
+        pretrained_on=[None] * len(scratch) + ["cifar10"] * len(pretrained),
+        auc_R=list(scratch) + list(pretrained),
+    )
 
 
 def test_pretraining_effect_holds_when_no_gain():
@@ -329,11 +372,11 @@ def test_pretraining_effect_contradicted_by_a_gain():
 
 
 def test_pretraining_effect_not_testable_without_pretrained_cells():
-    assert_not_testable(check("004_pretraining_effect", robustness=pretrained_table([0.4, 0.5], [])),
-                        "train.pretrained_on")
+    assert_not_testable(check("004_pretraining_effect", robustness=pretrained_table([0.4, 0.5], [])), "train.pretrained_on")
 
 
 # --- Output ------------------------------------------------------------------------------------
+
 
 def test_every_finding_not_testable_on_empty_tables_and_metrics_turn_nan_into_none():
     empty = F.Tables(pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), pd.DataFrame())
@@ -342,11 +385,9 @@ def test_every_finding_not_testable_on_empty_tables_and_metrics_turn_nan_into_no
     assert {f.verdict for f in results} == {"not testable"}
     metrics = F.findings_metrics(results)
     assert list(metrics) == IDS
-    assert all(m == {"verdict": "not testable", "value": None, "lo": None, "hi": None, "p": None, "n": 0}
-               for m in metrics.values())
+    assert all(m == {"verdict": "not testable", "value": None, "lo": None, "hi": None, "p": None, "n": 0} for m in metrics.values())
     frame = F.findings_frame(results)
-    assert len(frame) == len(IDS) and list(frame.columns) == [
-        "id", "paper", "claim", "test", "n", "value", "lo", "hi", "p", "verdict", "detail"]
+    assert len(frame) == len(IDS) and list(frame.columns) == ["id", "paper", "claim", "test", "n", "value", "lo", "hi", "p", "verdict", "detail"]
 
 
 def test_findings_metrics_keeps_numbers():

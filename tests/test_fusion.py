@@ -5,21 +5,35 @@ trains on it through the ordinary stages."""
 import numpy as np
 import pytest
 
-from trashfire.stages import prepare
-from trashfire.stages import train
-from trashfire.core.config import compose, validate
-from trashfire.data.datasets import load_split, load_torchvision_cifar, load_torchvision_mnist, to_shape
-from trashfire.core.errors import ConfigError
 from tests.conftest import ROOT
 from tests.test_datasets import write_cifar, write_idx
+from trashfire.core.config import compose, validate
+from trashfire.core.errors import ConfigError
+from trashfire.data.datasets import load_split, load_torchvision_cifar, load_torchvision_mnist, to_shape
+from trashfire.stages import prepare, train
 
 
 def fusion_cfg(tmp_path, *extra, name="fusion_digit"):
-    return validate(compose([
-        f"data=[{name}]", "model=[lenet]", "defence=[none]", "split.n_attack=10", "split.seeds=[0]", "train.epochs=[2]", "train.progress=false",
-        f"data.{name}.digits_root={tmp_path / 'mnist'}", f"data.{name}.objects_root={tmp_path / 'cifar'}", f"data.{name}.verify=false",
-        f"paths.processed={tmp_path / 'processed'}", f"paths.models={tmp_path / 'models'}", *extra,
-    ], conf=ROOT / "conf"))
+    return validate(
+        compose(
+            [
+                f"data=[{name}]",
+                "model=[lenet]",
+                "defence=[none]",
+                "split.n_attack=10",
+                "split.seeds=[0]",
+                "train.epochs=[2]",
+                "train.progress=false",
+                f"data.{name}.digits_root={tmp_path / 'mnist'}",
+                f"data.{name}.objects_root={tmp_path / 'cifar'}",
+                f"data.{name}.verify=false",
+                f"paths.processed={tmp_path / 'processed'}",
+                f"paths.models={tmp_path / 'models'}",
+                *extra,
+            ],
+            conf=ROOT / "conf",
+        )
+    )
 
 
 @pytest.fixture

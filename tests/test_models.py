@@ -4,9 +4,9 @@ import pytest
 import torch
 from torch import nn
 
+from tests.conftest import ROOT
 from trashfire.core.config import compose, validate
 from trashfire.models import build_model, count_weight_layers
-from tests.conftest import ROOT
 
 MODELS = sorted(p.stem for p in (ROOT / "conf" / "model").glob("*.yaml"))
 SHAPES = {"digits": (1, 8, 8), "mnist": (1, 28, 28), "cifar": (3, 32, 32)}
@@ -47,5 +47,3 @@ def test_cifar_resnet_depth_is_6n_plus_2_layers_on_the_main_path(name):
     shortcuts = sum(isinstance(m, torch.nn.Conv2d) and m.kernel_size == (1, 1) for m in model.modules())
     assert shortcuts == 2 and count_weight_layers(model) - shortcuts == spec["depth"] == 6 * spec["blocks"] + 2
     assert model(torch.zeros(2, 1, 8, 8)).shape == (2, 10)
-
-

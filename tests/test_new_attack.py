@@ -9,10 +9,10 @@ import shutil
 
 import pandas as pd
 
+from tests.conftest import ROOT, tiny_overrides
 from trashfire.core.config import compose, normalise, validate
 from trashfire.core.grid import attack_cells, model_cells
 from trashfire.stages import aggregate, attack, brittle, prepare, survival, timing, train
-from tests.conftest import ROOT, tiny_overrides
 
 BIM = """\
 # ART's BasicIterativeMethod (Kurakin et al.): max_iter linf steps of eps * step_scale /
@@ -43,8 +43,15 @@ def test_a_new_art_attack_is_one_yaml_file(tmp_path, monkeypatch):
     (conf / "attack" / "bim.yaml").write_text(BIM)
     monkeypatch.setenv("TRASHFIRE_CONFIG_DIR", str(conf))
     overrides = tiny_overrides(
-        tmp_path, "model=[mlp2]", "defence=[none]", "attack=[fgm,bim]", "attack.fgm.norms=[inf]", "train.epochs=[1,2]",
-        "survival.fitters=[weibull]", "metrics.brittle.n_samples=5", "metrics.brittle.robust_acc.attack=bim",
+        tmp_path,
+        "model=[mlp2]",
+        "defence=[none]",
+        "attack=[fgm,bim]",
+        "attack.fgm.norms=[inf]",
+        "train.epochs=[1,2]",
+        "survival.fitters=[weibull]",
+        "metrics.brittle.n_samples=5",
+        "metrics.brittle.robust_acc.attack=bim",
     )
     cfg = normalise(validate(compose(overrides, conf=conf)))
     assert list(cfg.attack) == ["fgm", "bim"]

@@ -11,16 +11,13 @@ import pytest
 import torch
 
 from tests.conftest import ROOT, recorded, tiny_overrides
-from trashfire.stages import attack
-from trashfire.stages import brittle
-from trashfire.stages import prepare
-from trashfire.stages import train
-from trashfire.models import training
 from trashfire.core.config import compose, validate
 from trashfire.core.errors import ConfigError, DataError
-from trashfire.core.parallel import resolve_workers, results_as_completed, threads_per_cell
 from trashfire.core.grid import UNDEFENDED, TrainCell
+from trashfire.core.parallel import resolve_workers, results_as_completed, threads_per_cell
+from trashfire.models import training
 from trashfire.models.training import waves
+from trashfire.stages import attack, brittle, prepare, train
 
 
 def tiny(folder: Path, *extra: str):

@@ -9,12 +9,18 @@ import re
 import pandas as pd
 import pytest
 
-from trashfire.report import figures as report_figures
 from tests.test_figures import findings_table, write_reports
+from trashfire.report import figures as report_figures
 
 SECTION_ORDER = ["findings", "headline", "run", "figures", "tables"]
-FOLDED = {"table-tau": "tau_table.csv", "table-trash": "trash_summary.csv", "table-auc": "auc_table.csv",
-          "table-robustness": "robustness.csv", "table-brittle": "brittle.csv", "table-survival": "survival/aft_comparison.csv"}
+FOLDED = {
+    "table-tau": "tau_table.csv",
+    "table-trash": "trash_summary.csv",
+    "table-auc": "auc_table.csv",
+    "table-robustness": "robustness.csv",
+    "table-brittle": "brittle.csv",
+    "table-survival": "survival/aft_comparison.csv",
+}
 
 
 @pytest.fixture
@@ -35,8 +41,7 @@ def test_findings_come_first_with_a_badge_per_verdict_and_their_count(reports):
     positions = [page.index(f'<h2 id="{key}">') for key in SECTION_ORDER]
     assert positions == sorted(positions)
     assert "4 claims of the four papers tested on this run: <b>1 holds, 1 contradicted, 1 inconclusive, 1 not testable</b>" in page
-    for verdict, css in (("holds", "v-holds"), ("contradicted", "v-contradicted"), ("inconclusive", "v-inconclusive"),
-                         ("not testable", "v-not-testable")):
+    for verdict, css in (("holds", "v-holds"), ("contradicted", "v-contradicted"), ("inconclusive", "v-inconclusive"), ("not testable", "v-not-testable")):
         assert f'<span class="verdict {css}">{verdict}</span>' in page, verdict
     assert "12.6 [10.9, 14.3], n = 12" in page and "-0.171, p = 0.19, n = 60" in page and "—, n = 0" in page
     assert "003 TRASHFIRE" in page and "needs pretrained cells: +train.pretrained_on.&lt;data&gt;" in page
@@ -66,9 +71,16 @@ def test_a_missing_findings_table_says_not_computed_and_the_report_is_still_writ
 
 
 def test_the_headline_gives_each_metric_one_plain_sentence_and_leaves_counts_to_the_run_line():
-    metrics = {"trash_adv_median": 0.46, "n_train_cells": 24, "clock": "process", "survival_beats_baselines": True,
-               "evp_mean_short_of_nonviability": float("nan"), "brittle_spearman": {"digits": {"rho": -0.17, "p": 0.19, "n": 60}},
-               "findings": {"x": {"verdict": "holds"}}, "a_new_metric": 2}
+    metrics = {
+        "trash_adv_median": 0.46,
+        "n_train_cells": 24,
+        "clock": "process",
+        "survival_beats_baselines": True,
+        "evp_mean_short_of_nonviability": float("nan"),
+        "brittle_spearman": {"digits": {"rho": -0.17, "p": 0.19, "n": 60}},
+        "findings": {"x": {"verdict": "holds"}},
+        "a_new_metric": 2,
+    }
     shown = report_figures.headline_section(metrics)
     assert "above 1 a model is cheaper to break than to train" in shown and "0.46" in shown
     assert "brittle_spearman · digits" in shown and "ρ = -0.17, p = 0.19, n = 60" in shown
@@ -82,21 +94,24 @@ def test_degenerate_model_cells_are_listed_with_why_they_are_left_out(reports):
     chance = experiments["model_hash"] == "mn34conf0"
     experiments.assign(degenerate=chance, acc_ben=experiments["acc_ben"].where(~chance, 0.1)).to_csv(reports / "experiments.csv", index=False)
     page = page_of(reports)
-    run = page[page.index('<h2 id="run">'):page.index('<h2 id="figures">')]
+    run = page[page.index('<h2 id="run">') : page.index('<h2 id="figures">')]
     assert "1 degenerate model cell(s)" in run and "left out of R, EVP, the brittle correlations and the headline means" in run
     listed = re.search(r"<table>.*?</table>", run, re.S).group(0)
     for text in ("mnist", "resnet34", "conf", ">0.1<"):
         assert text in listed, text
-    assert "1 degenerate model cell(s) left out" in page[:page.index('<h2 id="headline">')]  # said under the findings too
+    assert "1 degenerate model cell(s) left out" in page[: page.index('<h2 id="headline">')]  # said under the findings too
 
 
 def test_long_tables_are_folded_with_name_row_count_and_how_to_read(reports):
     page = page_of(reports)
-    tables = page[page.index('<h2 id="tables">'):]
+    tables = page[page.index('<h2 id="tables">') :]
     for key, name in FOLDED.items():
         rows = len(pd.read_csv(reports / name))
-        match = re.search(rf'<details id="{key}"><summary>[^<]+<span class="size">\((\d+) rows\)</span></summary>'
-                          r'<p class="howto"><b>How to read it:</b> [^<]+</p>', tables)
+        match = re.search(
+            rf'<details id="{key}"><summary>[^<]+<span class="size">\((\d+) rows\)</span></summary>'
+            r'<p class="howto"><b>How to read it:</b> [^<]+</p>',
+            tables,
+        )
         assert match and int(match.group(1)) == rows, key
     assert re.search(r'<details id="table-cards"><summary>Model cards <span class="size">\(1 rows\)', tables)
     assert "<table" not in re.sub(r"<details.*?</details>", "", tables, flags=re.S)  # every table folded
@@ -109,7 +124,7 @@ def test_every_figure_says_how_to_read_it_and_the_story_order_is_kept(reports, t
         drawn[-1].parent.mkdir(exist_ok=True)
         drawn[-1].write_bytes((reports / "survival" / "calibration.png").read_bytes())
     page = report_figures.report_html(reports, drawn + report_figures.survival_images(reports)).read_text()
-    shown = page[page.index('<h2 id="figures">'):page.index('<h2 id="tables">')]
+    shown = page[page.index('<h2 id="figures">') : page.index('<h2 id="tables">')]
     assert shown.count("<figure") == 4 and shown.count("How to read it:") == 4
     assert shown.index('id="fig-trash_by_depth_and_defence"') < shown.index('id="fig-brittle_vs_robust_acc"') < shown.index('id="fig-calibration"')
     assert re.search(r'<details><summary>Coefficients of every fitted survival model.*id="fig-coef-weibull"', shown, re.S)

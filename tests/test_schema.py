@@ -10,7 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.conftest import ROOT, tiny_overrides
 from trashfire.attacks import attack_strength
+from trashfire.attacks.campaign import attack_record_path, outcomes_path
 from trashfire.core import schema
 from trashfire.core.config import compose, validate
 from trashfire.core.errors import DataError
@@ -19,10 +21,8 @@ from trashfire.core.records import write_npz
 from trashfire.core.schema import AttackRecord, BrittleRecord, Outcomes, TrainRecord
 from trashfire.metrics import registry
 from trashfire.metrics.brittle import brittle_hash, brittle_record_path, brittle_settings
-from trashfire.attacks.campaign import attack_record_path, outcomes_path
 from trashfire.report import figures as report_figures
 from trashfire.stages import aggregate, timing
-from tests.conftest import ROOT, tiny_overrides
 
 
 def tiny(tmp_path, *extra):
@@ -31,8 +31,19 @@ def tiny(tmp_path, *extra):
 
 def train_record(cell, **changes) -> TrainRecord:
     return TrainRecord(
-        train_hash=cell.hash, config=cell.spec, **schema.cell_labels(cell, cell.defence), n_train=320, n_test=80, acc_ben=0.9,
-        t_train_process=0.01, t_train_wall=0.02, t_predict_process=1e-4, t_predict_wall=2e-4, device="cpu", threads=1, **changes,
+        train_hash=cell.hash,
+        config=cell.spec,
+        **schema.cell_labels(cell, cell.defence),
+        n_train=320,
+        n_test=80,
+        acc_ben=0.9,
+        t_train_process=0.01,
+        t_train_wall=0.02,
+        t_predict_process=1e-4,
+        t_predict_wall=2e-4,
+        device="cpu",
+        threads=1,
+        **changes,
     )
 
 
@@ -65,11 +76,34 @@ def test_eps_converts_between_pixel_and_standardised_units_in_one_place():
 
 
 def attack_record(**changes) -> dict:
-    record = {"attack_hash": "a", "train_hash": "t", "model_hash": "m", "dataset": "digits", "seed": 0, "model": "resnet18", "depth": 18,
-              "epochs": 1, "lr": 0.05, "defence": "none", "defence_param": None, "defence_value": 0, "n_train": 320,
-              "t_train_process": 0.1, "t_train_wall": 0.1, "acc_ben": 0.9, "t_predict_process": 1e-4, "t_predict_wall": 1e-4,
-              "attack": "pgd", "norm": "inf", "attack_param": "eps", "attack_value": 0.3, "n_attack": 20, "acc_adv": 0.5,
-              "t_attack_process": 0.01, "t_attack_wall": 0.01}
+    record = {
+        "attack_hash": "a",
+        "train_hash": "t",
+        "model_hash": "m",
+        "dataset": "digits",
+        "seed": 0,
+        "model": "resnet18",
+        "depth": 18,
+        "epochs": 1,
+        "lr": 0.05,
+        "defence": "none",
+        "defence_param": None,
+        "defence_value": 0,
+        "n_train": 320,
+        "t_train_process": 0.1,
+        "t_train_wall": 0.1,
+        "acc_ben": 0.9,
+        "t_predict_process": 1e-4,
+        "t_predict_wall": 1e-4,
+        "attack": "pgd",
+        "norm": "inf",
+        "attack_param": "eps",
+        "attack_value": 0.3,
+        "n_attack": 20,
+        "acc_adv": 0.5,
+        "t_attack_process": 0.01,
+        "t_attack_wall": 0.01,
+    }
     return record | changes
 
 
@@ -110,36 +144,87 @@ def record_run(cfg) -> Path:
         y_adv = np.where(broken, (y_true + 1) % 10, y_ben)
         event = y_adv != y_true
         outcomes = Outcomes(
-            position=np.arange(n), y_true=y_true, y_pred_ben=y_ben, y_pred_adv=y_adv, margin_ben=rng.normal(size=n),
-            failure_step=np.where(event, 1, -1), event=event, duration_process=rng.uniform(0.005, 0.015, n),
-            duration_wall=rng.uniform(0.005, 0.015, n), norm_l0=np.zeros(n), norm_l1=np.zeros(n), norm_l2=np.zeros(n), norm_linf=np.zeros(n),
+            position=np.arange(n),
+            y_true=y_true,
+            y_pred_ben=y_ben,
+            y_pred_adv=y_adv,
+            margin_ben=rng.normal(size=n),
+            failure_step=np.where(event, 1, -1),
+            event=event,
+            duration_process=rng.uniform(0.005, 0.015, n),
+            duration_wall=rng.uniform(0.005, 0.015, n),
+            norm_l0=np.zeros(n),
+            norm_l1=np.zeros(n),
+            norm_l2=np.zeros(n),
+            norm_linf=np.zeros(n),
         )
         AttackRecord(
-            attack_hash=cell.hash, train_hash=model.train.hash, model_hash=model.hash, **schema.cell_labels(model.train, model.defence),
-            n_train=320, t_train_process=0.02, t_train_wall=0.03, acc_ben=0.9, t_predict_process=1e-4, t_predict_wall=2e-4,
-            attack=cell.attack, norm=cell.norm, attack_param=cell.param, attack_value=cell.value, n_attack=n,
-            acc_adv=float(np.mean(y_adv == y_true)), t_attack_process=0.01, t_attack_wall=0.012, attack_units=cell.spec.get("units", "standardised"),
-            pixel_std=0.4, config=cell.spec, engine="torch", early_exit=True, n_events=int(event.sum()),
-            acc_ben_attack_subset=0.9, device="cpu", threads=1,
+            attack_hash=cell.hash,
+            train_hash=model.train.hash,
+            model_hash=model.hash,
+            **schema.cell_labels(model.train, model.defence),
+            n_train=320,
+            t_train_process=0.02,
+            t_train_wall=0.03,
+            acc_ben=0.9,
+            t_predict_process=1e-4,
+            t_predict_wall=2e-4,
+            attack=cell.attack,
+            norm=cell.norm,
+            attack_param=cell.param,
+            attack_value=cell.value,
+            n_attack=n,
+            acc_adv=float(np.mean(y_adv == y_true)),
+            t_attack_process=0.01,
+            t_attack_wall=0.012,
+            attack_units=cell.spec.get("units", "standardised"),
+            pixel_std=0.4,
+            config=cell.spec,
+            engine="torch",
+            early_exit=True,
+            n_events=int(event.sum()),
+            acc_ben_attack_subset=0.9,
+            device="cpu",
+            threads=1,
         ).write(attack_record_path(cfg.paths.attacks, cell.hash))
         write_npz(outcomes_path(cfg.paths.attacks, cell.hash), **outcomes.to_arrays())
     reports = Path(cfg.paths.reports)
     settings = brittle_settings(cfg)
     for number, model in enumerate(model_cells(cfg)):  # noqa: B007
         BrittleRecord(
-            brittle_hash=brittle_hash(model.hash, settings), model_hash=model.hash, train_hash=model.train.hash,
-            **schema.cell_labels(model.train, model.defence), n_samples=3, n_features_mean=4.0, brittle_score=0.1 + 0.01 * number,
-            brittle_score_sd=0.01, image_scores=[0.1, 0.1, 0.1], positions=[0, 1, 2], lime_samples=settings["lime_samples"],
-            perturbations_per_eval=settings["perturbations_per_eval"], brittle_seed=settings["seed"], segments=settings["segments"],
-            t_brittle_process=0.5, t_brittle_wall=0.5, device="cpu",
+            brittle_hash=brittle_hash(model.hash, settings),
+            model_hash=model.hash,
+            train_hash=model.train.hash,
+            **schema.cell_labels(model.train, model.defence),
+            n_samples=3,
+            n_features_mean=4.0,
+            brittle_score=0.1 + 0.01 * number,
+            brittle_score_sd=0.01,
+            image_scores=[0.1, 0.1, 0.1],
+            positions=[0, 1, 2],
+            lime_samples=settings["lime_samples"],
+            perturbations_per_eval=settings["perturbations_per_eval"],
+            brittle_seed=settings["seed"],
+            segments=settings["segments"],
+            t_brittle_process=0.5,
+            t_brittle_wall=0.5,
+            device="cpu",
         ).write(brittle_record_path(reports / "brittle", brittle_hash(model.hash, settings)))
     experiments, _ = timing.run(cfg)
     (reports / "survival").mkdir(parents=True, exist_ok=True)
     pd.DataFrame({"attack_hash": experiments["attack_hash"], "E_T": 0.01}).to_csv(reports / "survival" / "expected_times.csv", index=False)
-    pd.DataFrame({"fitter": ["weibull", "runtime_baseline", "failure_share_baseline"], "model": ["Weibull AFT", "Runtime", "Failure share"],
-                  "status": ["fitted", "baseline", "baseline"], "test_concordance": [0.7, 0.6, 0.55], "test_ICI": [0.02, np.nan, np.nan],
-                  "beats_baselines": [True, np.nan, np.nan], "split_by": "train_hash", "selected": [True, False, False]},
-                 ).to_csv(reports / "survival" / "aft_comparison.csv", index=False)
+    pd.DataFrame(
+        {
+            "fitter": ["weibull", "runtime_baseline", "failure_share_baseline"],
+            "model": ["Weibull AFT", "Runtime", "Failure share"],
+            "status": ["fitted", "baseline", "baseline"],
+            "test_concordance": [0.7, 0.6, 0.55],
+            "test_ICI": [0.02, np.nan, np.nan],
+            "beats_baselines": [True, np.nan, np.nan],
+            "split_by": "train_hash",
+            "selected": [True, False, False],
+        },
+    ).to_csv(reports / "survival" / "aft_comparison.csv", index=False)
     return reports
 
 
@@ -158,14 +243,22 @@ def test_every_table_the_stages_write_has_the_schema_columns(recorded):
     reports = Path(recorded.paths.reports)
     summary = aggregate.run(recorded)
     assert header(reports / "experiments.csv") == schema.EXPERIMENTS
-    assert header(reports / "survival_data.csv")[:len(schema.SURVIVAL_IDS)] == schema.SURVIVAL_IDS
+    assert header(reports / "survival_data.csv")[: len(schema.SURVIVAL_IDS)] == schema.SURVIVAL_IDS
     survival = pd.read_csv(reports / "survival_data.csv")
     assert set(survival["attack_family"]) == {"fgm linf", "pgd linf"}  # the label every table uses
     assert "attack_pgd_inf" in survival  # its identifier names the dummy (fgm linf is the reference)
-    columns = {"trash.csv": schema.TRASH, "trash_summary.csv": schema.TRASH_SUMMARY, "curves.csv": schema.CURVES,
-               "evp_tau.csv": schema.EVP_TAU, "evp_convergence.csv": schema.EVP_CONVERGENCE, "auc_table.csv": schema.AUC_TABLE,
-               "tau_table.csv": schema.TAU_TABLE, "brittle.csv": schema.BRITTLE, "findings.csv": schema.FINDINGS,
-               "robustness.csv": schema.robustness_columns(registry.curve_metric_names())}
+    columns = {
+        "trash.csv": schema.TRASH,
+        "trash_summary.csv": schema.TRASH_SUMMARY,
+        "curves.csv": schema.CURVES,
+        "evp_tau.csv": schema.EVP_TAU,
+        "evp_convergence.csv": schema.EVP_CONVERGENCE,
+        "auc_table.csv": schema.AUC_TABLE,
+        "tau_table.csv": schema.TAU_TABLE,
+        "brittle.csv": schema.BRITTLE,
+        "findings.csv": schema.FINDINGS,
+        "robustness.csv": schema.robustness_columns(registry.curve_metric_names()),
+    }
     for name, expected in columns.items():
         assert header(reports / name) == expected, name
     for name in ("trash.csv", "robustness.csv", "curves.csv"):

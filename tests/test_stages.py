@@ -13,22 +13,15 @@ import torch
 from lifelines.calibration import survival_probability_calibration
 from omegaconf import OmegaConf
 
-from trashfire.survival import fitters as F
-from trashfire.stages import aggregate
-from trashfire.stages import attack
-from trashfire.stages import brittle
-from trashfire.stages import figures
-from trashfire.stages import prepare
-from trashfire.stages import survival
-from trashfire.stages import timing
-from trashfire.stages import train
 from trashfire.attacks import campaign
-from trashfire.models import training
-from trashfire.survival import analysis
-from trashfire.data.datasets import load_split
 from trashfire.core.grid import attack_cells, model_cells, training_cells
 from trashfire.core.records import read_npz
 from trashfire.core.schema import AttackRecord, BrittleRecord, Outcomes, TrainRecord
+from trashfire.data.datasets import load_split
+from trashfire.models import training
+from trashfire.stages import aggregate, attack, brittle, figures, prepare, survival, timing, train
+from trashfire.survival import analysis
+from trashfire.survival import fitters as F
 
 
 @pytest.fixture
@@ -61,6 +54,7 @@ def test_train_records_both_clocks_and_is_cached(tiny_cfg):
         assert record["n_train"] == 320 and 0 <= record["acc_ben"] <= 1
         for quantity in ("t_train", "t_predict"):
             assert record[f"{quantity}_process"] > 0 and record[f"{quantity}_wall"] > 0
+
     def weight_stamps():
         return sorted(p.stat().st_mtime_ns for p in Path(tiny_cfg.paths.models).glob("*.pt"))
 
@@ -108,14 +102,38 @@ def test_downstream_stages_write_every_table_and_figure(pipeline, tmp_path):
     assert summary["survival_split_by"] == "train_hash" and isinstance(summary["survival_beats_baselines"], bool)
     written = figures.run(pipeline)
     reports = tmp_path / "reports"
-    for name in ("experiments.csv", "survival_data.csv", "trash.csv", "trash_summary.csv", "robustness.csv", "auc_table.csv",
-                 "tau_table.csv", "evp_tau.csv", "evp_convergence.csv", "curves.csv", "brittle.csv", "metrics.json", "report.html",
-                 "survival/aft_comparison.csv", "survival/aft_comparison.tex", "survival/calibration.png",
-                 "survival/coefficients.png", "survival/expected_times.csv", "survival/models.pkl",
-                 "survival/kaplan_meier.png", "survival/logrank.csv"):
+    for name in (
+        "experiments.csv",
+        "survival_data.csv",
+        "trash.csv",
+        "trash_summary.csv",
+        "robustness.csv",
+        "auc_table.csv",
+        "tau_table.csv",
+        "evp_tau.csv",
+        "evp_convergence.csv",
+        "curves.csv",
+        "brittle.csv",
+        "metrics.json",
+        "report.html",
+        "survival/aft_comparison.csv",
+        "survival/aft_comparison.tex",
+        "survival/calibration.png",
+        "survival/coefficients.png",
+        "survival/expected_times.csv",
+        "survival/models.pkl",
+        "survival/kaplan_meier.png",
+        "survival/logrank.csv",
+    ):
         assert (reports / name).is_file(), name
-    for stem in ("accuracy_by_attack_and_defence", "trash_by_depth_and_defence", "evp_vs_tau", "evp_convergence",
-                 "accuracy_eps_curves", "brittle_vs_robust_acc"):
+    for stem in (
+        "accuracy_by_attack_and_defence",
+        "trash_by_depth_and_defence",
+        "evp_vs_tau",
+        "evp_convergence",
+        "accuracy_eps_curves",
+        "brittle_vs_robust_acc",
+    ):
         assert (reports / "figures" / f"{stem}.png").is_file() and (reports / "figures" / f"{stem}.pdf").is_file(), stem
     assert (reports / "report.html") in written
     trash = pd.read_csv(reports / "trash.csv")

@@ -2,9 +2,9 @@
 stage's diagnostics, retries and outputs (the survival data set: tests/test_survival_data.py)."""
 
 import math
-import warnings
 import subprocess
 import sys
+import warnings
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -24,18 +24,21 @@ from lifelines.exceptions import ApproximationWarning
 from omegaconf import OmegaConf
 from scipy.optimize import minimize
 
-from trashfire.survival import fitters as F
-from trashfire.stages import survival
-from trashfire.survival import analysis
+from tests.conftest import ROOT, stage_cfg, tiny_overrides
 from trashfire.core.config import compose, validate
 from trashfire.core.errors import ConfigError, DataError
 from trashfire.params import composed_yaml
+from trashfire.stages import survival
+from trashfire.survival import analysis
+from trashfire.survival import fitters as F
 from trashfire.survival.data import LABEL_COLUMNS
-from tests.conftest import ROOT, stage_cfg, tiny_overrides
 
 ROSSI_COVARIATES = ["fin", "age", "race", "wexp", "mar", "paro", "prio"]
 LIFELINES_CLASSES = {
-    "weibull": WeibullAFTFitter, "lognormal": LogNormalAFTFitter, "loglogistic": LogLogisticAFTFitter, "cox": CoxPHFitter,
+    "weibull": WeibullAFTFitter,
+    "lognormal": LogNormalAFTFitter,
+    "loglogistic": LogLogisticAFTFitter,
+    "cox": CoxPHFitter,
 }
 # k by hand: 7 covariates + intercept on the location, plus each ancillary parameter's intercept
 K_ON_ROSSI = {"weibull": 9, "lognormal": 9, "loglogistic": 9, "exponential": 8, "gengamma": 10, "cox": 7}
@@ -78,7 +81,9 @@ def test_unpenalised_fits_report_lifelines_log_likelihood(settings, rossi, name)
 
 def test_generalised_gamma_is_lifelines_regression_fitter_with_covariates_on_mu(settings, rossi, rossi_fits):
     reference = GeneralizedGammaRegressionFitter(penalizer=settings.models.gengamma.fitter.penalizer).fit(
-        load_rossi().assign(Intercept=1.0), "week", "arrest",
+        load_rossi().assign(Intercept=1.0),
+        "week",
+        "arrest",
         regressors={"lambda_": ["Intercept"], "mu_": ROSSI_COVARIATES + ["Intercept"], "sigma_": ["Intercept"]},
         timeline=np.geomspace(1, 2000, 5_000),  # lifelines reads medians off this curve; rossi's 52 weeks leave most infinite
     )
@@ -154,6 +159,7 @@ def test_closed_form_mean_and_median_match_the_survival_curve(rossi, rossi_fits,
 
 # --- the stage on synthetic cells ------------------------------------------------------------
 
+
 def synthetic_cells(n_cells=60, samples=20, seed=0):
     """Attack cells whose survival follows a Weibull AFT in epochs, depth and an attack dummy,
     in the survival data set's columns (two attack cells per trained model; weighted rows)."""
@@ -166,11 +172,19 @@ def synthetic_cells(n_cells=60, samples=20, seed=0):
     failed = [(rng.weibull(1.5, samples) * s < t).sum() for s, t in zip(scale, t_attack)]
     rows = []
     for cell, (t, n_failed) in enumerate(zip(t_attack, failed)):
-        labels = {"attack_hash": f"c{cell}", "train_hash": f"t{cell // 2}", "model_hash": f"m{cell // 2}",
-                  "attack_family": "pgd_inf" if pgd[cell] else "fgm_inf", "defence": "none", "dataset": "digits"}
+        labels = {
+            "attack_hash": f"c{cell}",
+            "train_hash": f"t{cell // 2}",
+            "model_hash": f"m{cell // 2}",
+            "attack_family": "pgd_inf" if pgd[cell] else "fgm_inf",
+            "defence": "none",
+            "dataset": "digits",
+        }
         covariates = {"epochs": epochs[cell], "depth": depth[cell], "attack_pgd_inf": pgd[cell]}
-        rows += [{**labels, "duration": t, "event": 1, "weight": n_failed, **covariates},
-                 {**labels, "duration": t, "event": 0, "weight": samples - n_failed, **covariates}]
+        rows += [
+            {**labels, "duration": t, "event": 1, "weight": n_failed, **covariates},
+            {**labels, "duration": t, "event": 0, "weight": samples - n_failed, **covariates},
+        ]
     return pd.DataFrame(rows).query("weight > 0").reset_index(drop=True)
 
 
@@ -276,10 +290,14 @@ def test_fits_in_worker_processes_give_the_table_of_one_process(settings):
 
 
 def test_selection_rule_and_chosen_model():
-    comparison = pd.DataFrame({
-        "fitter": ["weibull", "loglogistic", "lognormal", "cox"],
-        "test_ICI": [0.05, 0.01, 0.03, 0.001], "BIC": [10.0, 30.0, 20.0, 1.0], "test_concordance": [0.8, 0.7, 0.9, 0.95],
-    })
+    comparison = pd.DataFrame(
+        {
+            "fitter": ["weibull", "loglogistic", "lognormal", "cox"],
+            "test_ICI": [0.05, 0.01, 0.03, 0.001],
+            "BIC": [10.0, 30.0, 20.0, 1.0],
+            "test_concordance": [0.8, 0.7, 0.9, 0.95],
+        }
+    )
     times = pd.DataFrame({"E_T_weibull": [1.0, 2.0], "E_T_loglogistic": [1.0, np.nan], "E_T_lognormal": [3.0, 4.0]})
     # log-logistic has the best test ICI but no mean for one cell; Cox PH gives no E[T]
     assert analysis.select(comparison, times, None, "test_ICI") == "lognormal"

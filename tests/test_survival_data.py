@@ -9,25 +9,47 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from trashfire.stages import timing
-from trashfire.metrics import experiments as experiment_tables
+from tests.conftest import ROOT, tiny_overrides
 from trashfire.attacks.campaign import attack_record_path, outcomes_path
 from trashfire.core.config import compose, validate
 from trashfire.core.errors import DataError
 from trashfire.core.grid import attack_cells
 from trashfire.core.records import write_json, write_npz
+from trashfire.metrics import experiments as experiment_tables
+from trashfire.stages import timing
 from trashfire.survival.data import ID_COLUMNS, LABEL_COLUMNS, diagnose, drop_degenerate, survival_table
-from tests.conftest import ROOT, tiny_overrides
 
 
 def hand_made_record(attack, value, epochs, n_attack, t_attack, defence="none", attack_hash=None):
     return {
-        "attack_hash": attack_hash or f"{attack}-{value}", "model_hash": f"m{epochs}", "train_hash": f"t{epochs}", "dataset": "digits",
-        "pretrained_on": None, "seed": 0, "model": "resnet18", "depth": 18, "epochs": epochs, "lr": 0.05, "n_train": 320,
-        "defence": defence, "defence_param": None, "defence_value": 0.0,
-        "attack": attack, "norm": "inf", "attack_param": "eps", "attack_value": value, "n_attack": n_attack,
-        "acc_ben": 0.9, "acc_adv": 0.5, "t_train_process": 0.5, "t_train_wall": 0.4, "t_predict_process": 0.001, "t_predict_wall": 0.002,
-        "t_attack_process": t_attack, "t_attack_wall": 2 * t_attack, "config": {"values": [value]},
+        "attack_hash": attack_hash or f"{attack}-{value}",
+        "model_hash": f"m{epochs}",
+        "train_hash": f"t{epochs}",
+        "dataset": "digits",
+        "pretrained_on": None,
+        "seed": 0,
+        "model": "resnet18",
+        "depth": 18,
+        "epochs": epochs,
+        "lr": 0.05,
+        "n_train": 320,
+        "defence": defence,
+        "defence_param": None,
+        "defence_value": 0.0,
+        "attack": attack,
+        "norm": "inf",
+        "attack_param": "eps",
+        "attack_value": value,
+        "n_attack": n_attack,
+        "acc_ben": 0.9,
+        "acc_adv": 0.5,
+        "t_train_process": 0.5,
+        "t_train_wall": 0.4,
+        "t_predict_process": 0.001,
+        "t_predict_wall": 0.002,
+        "t_attack_process": t_attack,
+        "t_attack_wall": 2 * t_attack,
+        "config": {"values": [value]},
     }
 
 
@@ -36,10 +58,16 @@ def hand_made_outcomes(y_true, y_ben, y_adv, margin, duration, event, failure_st
     n = len(y_true)
     duration = np.array(duration, dtype=float)
     return {
-        "position": np.arange(n), "y_true": np.array(y_true), "y_pred_ben": np.array(y_ben), "y_pred_adv": np.array(y_adv),
+        "position": np.arange(n),
+        "y_true": np.array(y_true),
+        "y_pred_ben": np.array(y_ben),
+        "y_pred_adv": np.array(y_adv),
         **{f"norm_{p}": np.zeros(n) for p in ("l0", "l1", "l2", "linf")},
-        "margin_ben": np.array(margin, dtype=float), "failure_step": np.array(failure_step, dtype=np.int64),
-        "duration_process": duration, "duration_wall": 2 * duration, "event": np.array(event, dtype=bool),
+        "margin_ben": np.array(margin, dtype=float),
+        "failure_step": np.array(failure_step, dtype=np.int64),
+        "duration_process": duration,
+        "duration_wall": 2 * duration,
+        "event": np.array(event, dtype=bool),
     }
 
 
@@ -78,7 +106,10 @@ def rows_of(table):
 def test_one_row_per_attacked_sample_on_the_process_clock(two_cells, survival_log):
     table = survival_table(*two_cells)
     assert rows_of(table) == [
-        ("fgm-0.1", 0.02, 0, 1), ("fgm-0.1", 0.015, 1, 1), ("fgm-0.1", 0.02, 0, 1), ("fgm-0.1", 0.005, 1, 1),
+        ("fgm-0.1", 0.02, 0, 1),
+        ("fgm-0.1", 0.015, 1, 1),
+        ("fgm-0.1", 0.02, 0, 1),
+        ("fgm-0.1", 0.005, 1, 1),
         ("fgm-0.1", 0.001, 1, 1),  # wrong before the attack: a failure at its share of the first query
         *[("pgd-0.3", 0.03, 0, 1)] * 4,
     ]
@@ -172,6 +203,7 @@ def test_rank_test_stays_fast_on_a_per_sample_table():
 
 # --- the timing stage on hand-made records ---------------------------------------------------
 
+
 @pytest.fixture
 def recorded_grid(tmp_path):
     """Hand-made records and arrays at the hashes of a small grid's attack cells."""
@@ -183,8 +215,9 @@ def recorded_grid(tmp_path):
         record |= {"norm": cell.norm, "defence_value": cell.model.defence.get("value") or 0.0}
         y_true = rng.integers(0, 10, n)
         event = rng.random(n) < 0.5
-        outcomes = hand_made_outcomes(y_true, y_true, np.where(event, (y_true + 1) % 10, y_true), rng.normal(size=n),
-                                      rng.uniform(0.005, 0.015, n), event, np.ones(n))
+        outcomes = hand_made_outcomes(
+            y_true, y_true, np.where(event, (y_true + 1) % 10, y_true), rng.normal(size=n), rng.uniform(0.005, 0.015, n), event, np.ones(n)
+        )
         write_json(attack_record_path(cfg.paths.attacks, cell.hash), record)
         write_npz(outcomes_path(cfg.paths.attacks, cell.hash), **outcomes)
     return cfg

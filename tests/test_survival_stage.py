@@ -15,15 +15,14 @@ from lifelines.utils import concordance_index
 from omegaconf import OmegaConf
 from scipy.special import gamma, gammainc
 
-from trashfire.stages import survival
-from trashfire.survival import analysis
-from trashfire.metrics import aggregate as aggregation
-from trashfire.report import figures as report_figures
-from trashfire.survival import fitters as F
+from tests.conftest import ROOT, stage_cfg
 from trashfire.core.config import compose, validate
 from trashfire.core.errors import ConfigError, DataError
-from tests.conftest import ROOT, stage_cfg
-
+from trashfire.metrics import aggregate as aggregation
+from trashfire.report import figures as report_figures
+from trashfire.stages import survival
+from trashfire.survival import analysis
+from trashfire.survival import fitters as F
 
 FAMILIES = ("fgm_2", "pgd_inf", "deepfool_2")
 DEFENCES = ("none", "fsq", "gauss_in")
@@ -44,17 +43,32 @@ def per_sample_data(n_models=12, cells_per_model=4, samples=20, seed=0, frailty=
             family = FAMILIES[cell % len(FAMILIES)]
             strength = float(rng.choice([0.0, 0.5, 1.0]))  # min-max scaled within the family
             margin = rng.gamma(2.0, 1.0, samples)
-            log_scale = (-6 + 0.15 * epochs + 0.02 * depth - strength + 0.3 * margin + 0.5 * (defence == "fsq")
-                         + 0.8 * (family == "pgd_inf") + shared)
+            log_scale = -6 + 0.15 * epochs + 0.02 * depth - strength + 0.3 * margin + 0.5 * (defence == "fsq") + 0.8 * (family == "pgd_inf") + shared
             failure = rng.weibull(1.5, samples) * np.exp(log_scale)
             budget = math.exp(-5.2 + 0.8 * (family == "pgd_inf"))
-            parts.append(pd.DataFrame({
-                "attack_hash": f"a{model}_{cell}", "train_hash": f"t{model}", "model_hash": f"m{model}", "attack_family": family,
-                "defence": defence, "dataset": "digits", "duration": np.minimum(failure, budget), "event": (failure < budget).astype(int),
-                "weight": 1, "epochs": epochs, "depth": depth, "attack_strength": strength, "margin": margin,
-                "attack_fgm_2": float(family == "fgm_2"), "attack_pgd_inf": float(family == "pgd_inf"),
-                "defence_fsq": float(defence == "fsq"), "defence_gauss_in": float(defence == "gauss_in"),
-            }))
+            parts.append(
+                pd.DataFrame(
+                    {
+                        "attack_hash": f"a{model}_{cell}",
+                        "train_hash": f"t{model}",
+                        "model_hash": f"m{model}",
+                        "attack_family": family,
+                        "defence": defence,
+                        "dataset": "digits",
+                        "duration": np.minimum(failure, budget),
+                        "event": (failure < budget).astype(int),
+                        "weight": 1,
+                        "epochs": epochs,
+                        "depth": depth,
+                        "attack_strength": strength,
+                        "margin": margin,
+                        "attack_fgm_2": float(family == "fgm_2"),
+                        "attack_pgd_inf": float(family == "pgd_inf"),
+                        "defence_fsq": float(defence == "fsq"),
+                        "defence_gauss_in": float(defence == "gauss_in"),
+                    }
+                )
+            )
     return pd.concat(parts, ignore_index=True)
 
 
@@ -64,6 +78,7 @@ def settings():
 
 
 # --- the split ---------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("by", ["train_hash", "model_hash", "attack_hash"])
 def test_split_keeps_every_group_on_one_side(by):
@@ -102,6 +117,7 @@ def test_labels_are_never_covariates(settings):
 
 
 # --- cluster-robust standard errors -------------------------------------------------------------
+
 
 def robust_to_naive(fit):
     return (fit.robust_se / fit.fitter.standard_errors_).to_numpy()
@@ -158,14 +174,17 @@ def test_cox_robust_errors_with_tied_times_do_not_depend_on_row_order():
 
 # --- baselines ---------------------------------------------------------------------------------
 
+
 def tiny_cells():
     """Three attack cells of three samples each, by hand."""
-    return pd.DataFrame({
-        "attack_hash": ["a"] * 3 + ["b"] * 3 + ["c"] * 3,
-        "duration": [1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 0.5, 1.5, 1.0],
-        "event": [1, 1, 0, 1, 0, 0, 1, 1, 1],
-        "weight": 1,
-    })
+    return pd.DataFrame(
+        {
+            "attack_hash": ["a"] * 3 + ["b"] * 3 + ["c"] * 3,
+            "duration": [1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 0.5, 1.5, 1.0],
+            "event": [1, 1, 0, 1, 0, 0, 1, 1, 1],
+            "weight": 1,
+        }
+    )
 
 
 def test_baseline_scores_by_hand():
@@ -186,8 +205,14 @@ def test_baseline_rows_and_verdicts():
     runtime = rows.set_index("fitter").loc["runtime_baseline"]
     assert runtime["test_concordance"] == pytest.approx(concordance_index(cells["duration"], analysis.cell_mean_runtime(cells), cells["event"]))
     assert "mean attack runtime" in runtime["note"] and "no likelihood" in runtime["note"]
-    models = pd.DataFrame({"fitter": ["weibull", "lognormal", "gengamma"], "model": ["Weibull", "Log-Normal", "GG"],
-                           "status": ["fitted", "fitted", "failed"], "test_concordance": [0.99, 0.5, np.nan]})
+    models = pd.DataFrame(
+        {
+            "fitter": ["weibull", "lognormal", "gengamma"],
+            "model": ["Weibull", "Log-Normal", "GG"],
+            "status": ["fitted", "fitted", "failed"],
+            "test_concordance": [0.99, 0.5, np.nan],
+        }
+    )
     table = analysis.with_baseline_verdict(pd.concat([models, rows], ignore_index=True)).set_index("fitter")
     assert table.loc["weibull", "beats_baselines"] is True and table.loc["lognormal", "beats_baselines"] is False
     assert table.loc[["gengamma", "runtime_baseline"], "beats_baselines"].isna().all()
@@ -198,6 +223,7 @@ def test_baseline_rows_and_verdicts():
 
 
 # --- E[T] -------------------------------------------------------------------------------------
+
 
 def test_restricted_mean_of_an_exponential_is_its_closed_form():
     data = per_sample_data(n_models=6)[["duration", "event", "weight", "epochs", "margin"]]
@@ -228,9 +254,11 @@ def test_cell_budget_is_the_largest_censoring_time_else_the_largest_duration():
 
 # --- Kaplan-Meier and log-rank ------------------------------------------------------------------
 
+
 def test_kaplan_meier_of_a_hand_made_set():
-    data = pd.DataFrame({"attack_family": "pgd_inf", "defence": "none", "duration": [1.0, 2.0, 2.0, 3.0, 4.0],
-                         "event": [1, 1, 0, 1, 0], "weight": [1, 1, 1, 2, 1]})
+    data = pd.DataFrame(
+        {"attack_family": "pgd_inf", "defence": "none", "duration": [1.0, 2.0, 2.0, 3.0, 4.0], "event": [1, 1, 0, 1, 0], "weight": [1, 1, 1, 2, 1]}
+    )
     km = analysis.kaplan_meier_fits(data)[("pgd_inf", "none")]
     # six samples: at 1, 1 of 6 fails; at 2, 1 of 5 (one more censored); at 3, 2 of 3
     expected = {0.0: 1.0, 1.0: 5 / 6, 2.0: 5 / 6 * 4 / 5, 3.0: 5 / 6 * 4 / 5 * 1 / 3, 4.0: 5 / 6 * 4 / 5 * 1 / 3}
@@ -242,11 +270,14 @@ def test_logrank_separates_defences_and_needs_an_undefended_reference():
     rng = np.random.default_rng(0)
     fast, slow = rng.exponential(1.0, 60), rng.exponential(10.0, 60)
     family = lambda name, defences, durations: pd.DataFrame(  # noqa: E731
-        {"attack_family": name, "defence": defences, "duration": durations, "event": 1, "weight": 1})
-    data = pd.concat([
-        family("pgd_inf", ["none"] * 60 + ["fsq"] * 60 + ["conf"] * 60, np.r_[fast, slow, rng.exponential(1.0, 60)]),
-        family("fgm_2", ["fsq"] * 60, slow),  # no undefended samples: no rows
-    ])
+        {"attack_family": name, "defence": defences, "duration": durations, "event": 1, "weight": 1}
+    )
+    data = pd.concat(
+        [
+            family("pgd_inf", ["none"] * 60 + ["fsq"] * 60 + ["conf"] * 60, np.r_[fast, slow, rng.exponential(1.0, 60)]),
+            family("fgm_2", ["fsq"] * 60, slow),  # no undefended samples: no rows
+        ]
+    )
     table = analysis.logrank_table(data).set_index("defence")
     assert list(table["attack_family"]) == ["pgd_inf", "pgd_inf"]
     assert table.loc["fsq", "p"] < 1e-6 and table.loc["conf", "p"] > 0.01
@@ -254,6 +285,7 @@ def test_logrank_separates_defences_and_needs_an_undefended_reference():
 
 
 # --- the stage --------------------------------------------------------------------------------
+
 
 def test_stage_on_per_sample_data(tmp_path):
     data = per_sample_data(frailty=0.3)

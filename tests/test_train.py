@@ -6,15 +6,13 @@ import logging
 import pytest
 import torch
 
-from trashfire.stages import prepare
-from trashfire.stages import train
-from trashfire.models import training
+from tests.conftest import ROOT, tiny_overrides
 from trashfire.core.config import compose, validate
-from trashfire.data.datasets import load_split
 from trashfire.core.errors import DataError
 from trashfire.core.grid import training_cells
-
-from tests.conftest import ROOT, tiny_overrides
+from trashfire.data.datasets import load_split
+from trashfire.models import training
+from trashfire.stages import prepare, train
 
 CPU = torch.device("cpu")
 
@@ -78,8 +76,14 @@ def two_mnist_shaped_sets(tmp_path, *extra):
 def mnist_shaped_overrides(tmp_path, *extra):
     """The tiny overrides with lenet on two 200-image IDX data sets instead of digits."""
     tiny = [o for o in tiny_overrides(tmp_path) if not o.startswith("data.digits")]
-    return tiny + ["model=[lenet]", "defence=[none]", "split.n_attack=10",
-                   f"data.mnist.root={tmp_path / 'mnist'}", f"data.fashion_mnist.root={tmp_path / 'fashion'}", *extra]
+    return tiny + [
+        "model=[lenet]",
+        "defence=[none]",
+        "split.n_attack=10",
+        f"data.mnist.root={tmp_path / 'mnist'}",
+        f"data.fashion_mnist.root={tmp_path / 'fashion'}",
+        *extra,
+    ]
 
 
 def test_fine_tuning_starts_from_the_base_data_sets_final_weights(tmp_path):
@@ -99,8 +103,18 @@ def test_fine_tuning_starts_from_the_base_data_sets_final_weights(tmp_path):
 
 def test_a_base_outside_the_grid_is_trained_first(tmp_path, caplog):
     two_mnist_shaped_sets(tmp_path)  # writes the files
-    cfg = validate(compose(mnist_shaped_overrides(tmp_path, "data=[mnist,fashion_mnist]", "train.epochs=[1]",
-        "+train.pretrained_on.mnist=[fashion_mnist]", "+train.pretrained_on.fashion_mnist=[mnist]"), conf=ROOT / "conf"))
+    cfg = validate(
+        compose(
+            mnist_shaped_overrides(
+                tmp_path,
+                "data=[mnist,fashion_mnist]",
+                "train.epochs=[1]",
+                "+train.pretrained_on.mnist=[fashion_mnist]",
+                "+train.pretrained_on.fashion_mnist=[mnist]",
+            ),
+            conf=ROOT / "conf",
+        )
+    )
     prepare.run(cfg)
     with caplog.at_level(logging.INFO, logger="trashfire.models.training"):
         records = train.run(cfg)
@@ -114,8 +128,19 @@ def test_pretraining_on_a_data_set_of_another_shape_names_both(tmp_path):
     write_cifar(tmp_path / "cifar", n_per_batch=20)
     two_mnist_shaped_sets(tmp_path)  # writes the files
     overrides = [o for o in mnist_shaped_overrides(tmp_path) if not o.startswith("data.fashion_mnist")]
-    cfg = validate(compose(overrides + ["data=[mnist,cifar10]", "+train.pretrained_on.mnist=[cifar10]", "train.epochs=[1]",
-                                        f"data.cifar10.root={tmp_path / 'cifar'}", "data.cifar10.verify=false"], conf=ROOT / "conf"))
+    cfg = validate(
+        compose(
+            overrides
+            + [
+                "data=[mnist,cifar10]",
+                "+train.pretrained_on.mnist=[cifar10]",
+                "train.epochs=[1]",
+                f"data.cifar10.root={tmp_path / 'cifar'}",
+                "data.cifar10.verify=false",
+            ],
+            conf=ROOT / "conf",
+        )
+    )
     prepare.run(cfg)
     with pytest.raises(DataError, match=r"cannot fine-tune lenet on mnist from cifar10.*data.mnist.size=32"):
         train.run(cfg)

@@ -27,16 +27,14 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from trashfire.stages import attack
 from trashfire import metrics
-from trashfire.stages import prepare
-from trashfire.stages import train
-from trashfire.metrics import experiments as experiment_tables
-from trashfire.metrics import aggregate as aggregation
 from trashfire.core.cli import configure_logging
 from trashfire.core.config import check_group_options, config_dir, normalise, validate
-from trashfire.data.datasets import dataset_dir
 from trashfire.core.errors import ConfigError, TrashfireError
+from trashfire.data.datasets import dataset_dir
+from trashfire.metrics import aggregate as aggregation
+from trashfire.metrics import experiments as experiment_tables
+from trashfire.stages import attack, prepare, train
 
 log = logging.getLogger("trashfire.experiment")  # not __name__: it is __main__ under python -m
 
@@ -70,6 +68,7 @@ def objective_values(cfg: DictConfig, names: list[str]) -> list[float]:
 
 def objectives_of(table: pd.DataFrame, names: list[str], metric_cfg: DictConfig) -> list[float]:
     """Each objective as a mean over the rows of an experiments table (one per attack cell)."""
+
     def robustness() -> pd.DataFrame:
         return aggregation.robustness_table(aggregation.eps_curves(aggregation.with_family(table)), metric_cfg.evp, metric_cfg.auc)
 
@@ -99,7 +98,9 @@ def run_experiment(cfg: DictConfig) -> list[float]:
         # a sweep runs trials side by side (the launcher), each a few cells: worker processes
         # would cost more than they save, and a trial's `threads` is its thread budget
         OmegaConf.update(cfg, "train.workers", 1, force_add=True)
-    unprepared = {name: spec for name, spec in cfg.data.items() if not all((dataset_dir(cfg.paths.processed, name) / f"split_{s}.npz").is_file() for s in cfg.split.seeds)}
+    unprepared = {
+        name: spec for name, spec in cfg.data.items() if not all((dataset_dir(cfg.paths.processed, name) / f"split_{s}.npz").is_file() for s in cfg.split.seeds)
+    }
     if unprepared:
         prepare.run(cfg)
     train.run(cfg)
@@ -111,7 +112,10 @@ def _refuse_thread_launchers() -> None:
     """Trials in threads of one process would share its CPU clock, and each trial's t_train
     and t_attack would count the others' work."""
     if threading.current_thread() is not threading.main_thread():
-        raise ConfigError("hydra.launcher", "trials run as threads of one process, whose CPU clock would count every trial's work; use the joblib launcher's processes (launcher=joblib) or the basic launcher")
+        raise ConfigError(
+            "hydra.launcher",
+            "trials run as threads of one process, whose CPU clock would count every trial's work; use the joblib launcher's processes (launcher=joblib) or the basic launcher",
+        )
 
 
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")

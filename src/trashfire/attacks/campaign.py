@@ -26,14 +26,14 @@ from trashfire.attacks import art_classifier, attack_strength, budget_subset, bu
 from trashfire.attacks.engine import run_engine
 from trashfire.attacks.target import Target
 from trashfire.core.clocks import Stopwatch
-from trashfire.data.datasets import Split, cached_split
 from trashfire.core.errors import DataError
 from trashfire.core.grid import AttackCell, ModelCell, attack_cells
-from trashfire.metrics import accuracy
-from trashfire.models import resolve_device
 from trashfire.core.parallel import describe, resolve_workers, run_jobs
 from trashfire.core.records import cell_file, read_json, remove_dead_temps, write_npz
 from trashfire.core.schema import AttackRecord, BenignRecord, Outcomes, TrainRecord, cell_labels
+from trashfire.data.datasets import Split, cached_split
+from trashfire.metrics import accuracy
+from trashfire.models import resolve_device
 from trashfire.models.training import load_weights, record_path
 
 log = logging.getLogger(__name__)
@@ -129,8 +129,12 @@ def attack_model_cell(cfg: DictConfig, model_cell: ModelCell, cells: list[Attack
         "train_hash": model_cell.train.hash,
         "model_hash": model_cell.hash,
         **cell_labels(train, model_cell.defence),
-        "n_train": train.n_train, "t_train_process": train.t_train_process, "t_train_wall": train.t_train_wall,
-        "acc_ben": benign.acc_ben, "t_predict_process": benign.t_predict_process, "t_predict_wall": benign.t_predict_wall,
+        "n_train": train.n_train,
+        "t_train_process": train.t_train_process,
+        "t_train_wall": train.t_train_wall,
+        "acc_ben": benign.acc_ben,
+        "t_predict_process": benign.t_predict_process,
+        "t_predict_wall": benign.t_predict_wall,
         "device": str(device),
         "threads": torch.get_num_threads(),
     }
@@ -164,4 +168,3 @@ def attack_grid(cfg: DictConfig) -> int:
     with tqdm(total=len(pending), desc="attack cells", disable=not cfg.train.get("progress", True)) as progress:
         run_jobs(attack_job, jobs, workers, progress, log.name)
     return len(pending)
-

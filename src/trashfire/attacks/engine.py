@@ -34,6 +34,7 @@ from torch.nn import functional as F
 from trashfire.attacks import NORMS, pgd_step_size
 from trashfire.attacks.target import Target, margins
 from trashfire.core.clocks import LapClock
+
 DEEPFOOL_TOL = 10e-8  # ART's guard against division by zero
 UNKNOWN_STEP = -1  # the `art` engine cannot see at which step a sample broke
 
@@ -73,9 +74,13 @@ class FailureLog:
 
     def arrays(self, clock: LapClock) -> dict[str, np.ndarray]:
         return {
-            "y_pred_ben": self.y_pred_ben, "y_pred_adv": self.y_pred_adv, "margin_ben": self.margin_ben,
-            "failure_step": self.failure_step, "event": self.event,
-            "duration_process": clock.process, "duration_wall": clock.wall,
+            "y_pred_ben": self.y_pred_ben,
+            "y_pred_adv": self.y_pred_adv,
+            "margin_ben": self.margin_ben,
+            "failure_step": self.failure_step,
+            "event": self.event,
+            "duration_process": clock.process,
+            "duration_wall": clock.wall,
         }
 
 
@@ -87,16 +92,24 @@ class GradientSettings:
     max_iter: int
 
 
-def run_engine(engine: str, attack: Any, spec: dict, target: Target, x: np.ndarray, y: np.ndarray,
-               strength: float, early_exit: bool = True) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+def run_engine(
+    engine: str, attack: Any, spec: dict, target: Target, x: np.ndarray, y: np.ndarray, strength: float, early_exit: bool = True
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Attack (x, y); returns the adversarial examples and the per-sample arrays.
     `attack` is the built ART attack (for `per_image` and `art`), `strength` the attack's
     value on the standardised scale."""
     clock = LapClock(len(y), target.device).start()
     log = FailureLog(x.astype(np.float32), y.astype(np.int64), budget_of(spec))
     if engine == "torch" and spec["name"] == "deepfool":
-        deepfool(target, log, clock, nb_grads=int(strength), max_iter=spec["max_iter"],
-                 overshoot=spec.get("kwargs", {}).get("epsilon", 1e-6), batch_size=spec.get("batch_size", 100))
+        deepfool(
+            target,
+            log,
+            clock,
+            nb_grads=int(strength),
+            max_iter=spec["max_iter"],
+            overshoot=spec.get("kwargs", {}).get("epsilon", 1e-6),
+            batch_size=spec.get("batch_size", 100),
+        )
     elif engine == "torch":
         gradient_attack(target, log, clock, gradient_settings(spec, strength), early_exit, spec.get("batch_size", 100))
     elif engine == "per_image":
@@ -292,6 +305,7 @@ def seeded_search(seed: int):
     a `np.random.RandomState()` the OS seeds, and CMA-ES (Pixel, Threshold) reseeds NumPy's
     global generator from the clock."""
     import cma.options_parameters as cma_options
+
     draws = np.random.SeedSequence(seed)
     unseeded = np.random.RandomState
 
@@ -316,7 +330,7 @@ def per_image(attack: Any, target: Target, log: FailureLog, clock: LapClock, bat
         warnings.filterwarnings("ignore", module="cma")  # CMA-ES's note on ART's fitness arrays, once per image
         for number, i in enumerate(standing):
             with counting_queries(target.classifier) as count, seeded_search(int(seeds[number])):
-                log.x_adv[i] = attack.generate(x=log.x[i:i + 1], y=log.y[i:i + 1])[0]
+                log.x_adv[i] = attack.generate(x=log.x[i : i + 1], y=log.y[i : i + 1])[0]
             queries[number] = count[0]
             clock.lap([i])
     _verify(target, log, clock, standing, queries)

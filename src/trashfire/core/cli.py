@@ -10,13 +10,13 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from trashfire.core.config import load_params, normalise, validate
 from trashfire.core.errors import ConfigError, TrashfireError
-
 
 _ABSENT = object()
 

@@ -18,7 +18,7 @@ import torch
 CLOCKS = ("process", "wall")
 
 
-_EXCLUDED: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
+_EXCLUDED: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
 
 
 def exclude_thread_cpu(thread: threading.Thread) -> None:
@@ -55,7 +55,7 @@ class Stopwatch:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def __enter__(self) -> "Stopwatch":
+    def __enter__(self) -> Stopwatch:
         self._sync()
         self._process = process_cpu_time()
         self._wall = time.perf_counter()
@@ -88,7 +88,7 @@ class LapClock:
             torch.cuda.synchronize(self.device)
         return process_cpu_time(), time.perf_counter()
 
-    def start(self) -> "LapClock":
+    def start(self) -> LapClock:
         self._mark = self._start = self._now()
         return self
 

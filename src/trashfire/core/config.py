@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import copy
 import math
-import re
 import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from numbers import Number
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -278,7 +279,9 @@ def _check_auc_interval(cfg: DictConfig) -> None:
             continue
         largest = max(as_list(spec["values"]))
         if auc.eps1 > largest:
-            raise ConfigError("metrics.auc.eps1", f"{auc.eps1} exceeds the largest eps {largest} of attack.{name} ({auc.units} units); lower it or extend the grid")
+            raise ConfigError(
+                "metrics.auc.eps1", f"{auc.eps1} exceeds the largest eps {largest} of attack.{name} ({auc.units} units); lower it or extend the grid"
+            )
 
 
 # --- the grid's options, each checked by its own rules ----------------------------------------
@@ -293,7 +296,10 @@ def _option(group: str, name: str, spec: Any, required: Sequence[str] = ()) -> D
     rules = spec.get(RULES)
     if not isinstance(rules, DictConfig):
         problem = f"got {rules!r}; allowed: a mapping" if rules is not None else "missing"
-        raise ConfigError(f"{key}.{RULES}", f"{problem}; every {group} option states what it allows under `{RULES}:` (see the top of its conf/{group}/ file; an older params.yaml: run `make params`)")
+        raise ConfigError(
+            f"{key}.{RULES}",
+            f"{problem}; every {group} option states what it allows under `{RULES}:` (see the top of its conf/{group}/ file; an older params.yaml: run `make params`)",
+        )
     for entry in required:
         if entry not in rules:
             raise ConfigError(f"{key}.{RULES}.{entry}", f"missing; every {group} option declares it (see the top of its conf/{group}/ file)")
@@ -375,7 +381,9 @@ def strength_check(key: str, rules: DictConfig) -> dict[str, Any]:
     """The check of an option's `values`: a count (an integer) or a real (a finite number)."""
     check = rule_check(f"{key}.{RULES}.values", rules["values"])
     if check.get("kind") not in STRENGTH_KINDS:
-        raise ConfigError(f"{key}.{RULES}.values.kind", f"got {check.get('kind')!r}; allowed: {', '.join(STRENGTH_KINDS)} (a strength is an integer or a finite number)")
+        raise ConfigError(
+            f"{key}.{RULES}.values.kind", f"got {check.get('kind')!r}; allowed: {', '.join(STRENGTH_KINDS)} (a strength is an integer or a finite number)"
+        )
     return check
 
 
@@ -475,7 +483,10 @@ def _validate_attacks(attacks: dict[str, Any]) -> None:
             _number(f"{key}.step_scale", spec.step_scale, low=0, open_low=True)
         units = _choice(f"{key}.units", spec.get("units", "standardised"), ATTACK_UNITS)
         if units == "pixel" and kind != "real":
-            raise ConfigError(f"{key}.units", f"got 'pixel'; pixel units convert a real strength (eps), and {name}'s values are {kind}s ({key}.{RULES}.values); allowed: standardised")
+            raise ConfigError(
+                f"{key}.units",
+                f"got 'pixel'; pixel units convert a real strength (eps), and {name}'s values are {kind}s ({key}.{RULES}.values); allowed: standardised",
+            )
         _validate_engine(key, spec, rules, attacks)
 
 
@@ -521,7 +532,10 @@ def _validate_engine(key: str, spec: DictConfig, rules: DictConfig, attacks: dic
             raise ConfigError(f"{key}.early_exit", f"got {spec.early_exit!r}; must be true or false")
         if not (engine == "torch" and torch_rules.get("early_exit", False)):
             exiting = [n for n, s in attacks.items() if _selected(s, f"{RULES}.torch.early_exit") is True]
-            raise ConfigError(f"{key}.early_exit", f"applies to {', '.join(exiting) or 'no selected attack'} on the torch engine only (where {RULES}.torch.early_exit is true); remove it")
+            raise ConfigError(
+                f"{key}.early_exit",
+                f"applies to {', '.join(exiting) or 'no selected attack'} on the torch engine only (where {RULES}.torch.early_exit is true); remove it",
+            )
 
 
 def _selected(spec: Any, path: str) -> Any:
@@ -541,7 +555,9 @@ def _validate_torch_engine(key: str, spec: DictConfig, torch_rules: DictConfig) 
         if option not in allowed:
             raise ConfigError(f"{key}.kwargs.{option}", f"the torch engine does not implement it; allowed: {', '.join(allowed) or 'none'}, or engine: art")
         if option in fixed and option not in free and value != fixed[option]:
-            raise ConfigError(f"{key}.kwargs.{option}", f"got {value!r}; the torch engine runs ART's default ({fixed[option]!r}) only; use engine: art for another")
+            raise ConfigError(
+                f"{key}.kwargs.{option}", f"got {value!r}; the torch engine runs ART's default ({fixed[option]!r}) only; use engine: art for another"
+            )
 
 
 def _validate_train(train: DictConfig) -> None:
@@ -598,7 +614,10 @@ def _validate_survival(survival: DictConfig) -> None:
     for kind in as_list(data.get("dummies") or []):
         _choice("survival.data.dummies", kind, tuple(DUMMY_SOURCES))
     if data.get("misclassified_before_attack") in ("attack_time", "predict_time"):
-        raise ConfigError("survival.data.misclassified_before_attack", f"{data.misclassified_before_attack} was removed with the per-sample failure clock; allowed: first_query (such a sample fails at its share of the first query), drop")
+        raise ConfigError(
+            "survival.data.misclassified_before_attack",
+            f"{data.misclassified_before_attack} was removed with the per-sample failure clock; allowed: first_query (such a sample fails at its share of the first query), drop",
+        )
     _choice("survival.data.misclassified_before_attack", data.get("misclassified_before_attack"), BEFORE_ATTACK_POLICIES)
     _choice("survival.data.nonpositive_durations", data.get("nonpositive_durations"), NONPOSITIVE_POLICIES)
     models = survival.get("models")

@@ -38,7 +38,7 @@ class TrainCell:
     lr: float
     defence: dict[str, Any]  # UNDEFENDED or one train-time defence value
     spec: dict[str, Any] = field(repr=False, compare=False)
-    base: "TrainCell | None" = field(default=None, repr=False, compare=False)  # pretrained on another data set
+    base: TrainCell | None = field(default=None, repr=False, compare=False)  # pretrained on another data set
 
     @property
     def pretrained_on(self) -> str | None:
@@ -53,7 +53,7 @@ class TrainCell:
         """Equal for the cells that are checkpoints of one training run."""
         return config_hash({**self.spec, "train": {k: v for k, v in self.spec["train"].items() if k != "epochs"}})
 
-    def at_epochs(self, epochs: int) -> "TrainCell":
+    def at_epochs(self, epochs: int) -> TrainCell:
         """The same run's checkpoint at another epoch."""
         spec = {**self.spec, "train": {**self.spec["train"], "epochs": epochs}}
         return replace(self, epochs=epochs, spec=spec)
@@ -130,7 +130,7 @@ def training_cells(cfg: DictConfig) -> list[TrainCell]:
         if spec.stage == "train":
             train_defences += defence_values(name, spec)
     cells = []
-    for (dname, dspec), seed, (mname, mspec), defence in itertools.product(cfg.data.items(), as_list(cfg.split.seeds), cfg.model.items(), train_defences):
+    for (dname, _dspec), seed, (mname, _mspec), defence in itertools.product(cfg.data.items(), as_list(cfg.split.seeds), cfg.model.items(), train_defences):
         if not trains_model(cfg, defence, mname):
             continue
         epochs_grid, lr_grid = model_grids(cfg, mname)
@@ -184,12 +184,7 @@ def _train_cell(cfg: DictConfig, dname: str, seed: int, mname: str, epochs: int,
 
 
 def model_cells(cfg: DictConfig) -> list[ModelCell]:
-    predict_defences = [
-        value
-        for name, spec in cfg.defence.items()
-        if spec.stage == "predict"
-        for value in defence_values(name, spec)
-    ]
+    predict_defences = [value for name, spec in cfg.defence.items() if spec.stage == "predict" for value in defence_values(name, spec)]
     evaluate_undefended = "none" in _stages(cfg)
     cells = []
     for train in training_cells(cfg):
@@ -230,8 +225,4 @@ def attack_specs(cfg: DictConfig) -> list[dict[str, Any]]:
 
 def attack_cells(cfg: DictConfig) -> list[AttackCell]:
     specs = attack_specs(cfg)
-    return [
-        AttackCell(model, s["name"], s["norm"], s["param"], float(s["value"]), s)
-        for model in model_cells(cfg)
-        for s in specs
-    ]
+    return [AttackCell(model, s["name"], s["norm"], s["param"], float(s["value"]), s) for model in model_cells(cfg) for s in specs]

@@ -23,9 +23,10 @@ import logging
 import multiprocessing
 import os
 import signal
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 from tqdm import tqdm
 

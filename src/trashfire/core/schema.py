@@ -24,9 +24,10 @@ holds and which columns a table has.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, ClassVar, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -65,7 +66,9 @@ def cell_labels(trained: Any, defence: Mapping[str, Any]) -> dict[str, Any]:
     defence from `defence` (a grid defence: name, param, value). The train, attack and brittle
     records all carry this block."""
     return {key: getattr(trained, key) for key in TRAINED_LABELS} | {
-        "defence": defence["name"], "defence_param": defence["param"], "defence_value": defence["value"],
+        "defence": defence["name"],
+        "defence_param": defence["param"],
+        "defence_value": defence["value"],
     }
 
 
@@ -149,7 +152,7 @@ class Record:
         return cls(**{key: value for key, value in data.items() if key in known})
 
     @classmethod
-    def of(cls: type[R], record: "R | Mapping[str, Any]", source: Any = "record") -> R:
+    def of(cls: type[R], record: R | Mapping[str, Any], source: Any = "record") -> R:
         """`record` as this type: a record as it is, a mapping (a read JSON) checked."""
         return record if isinstance(record, cls) else cls.from_json(record, source)
 
@@ -287,7 +290,7 @@ class AttackRecord(Record):
     threads: int | None = None
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any], source: Any = "record") -> "AttackRecord":
+    def from_json(cls, data: Mapping[str, Any], source: Any = "record") -> AttackRecord:
         if "pixel_std" not in data and "attack_value" in data:  # a record from before pixel_std was kept
             data = dict(data) | {"pixel_std": legacy_pixel_std(data)}
         return super().from_json(data, source)
@@ -337,15 +340,28 @@ class Outcomes:
     norm_linf: np.ndarray | None = None
 
     # the order of the arrays in the file
-    ORDER: ClassVar[tuple[str, ...]] = ("position", "y_true", "y_pred_ben", "y_pred_adv", "margin_ben", "failure_step", "event",
-                                        "duration_process", "duration_wall", "norm_l0", "norm_l1", "norm_l2", "norm_linf")
+    ORDER: ClassVar[tuple[str, ...]] = (
+        "position",
+        "y_true",
+        "y_pred_ben",
+        "y_pred_adv",
+        "margin_ben",
+        "failure_step",
+        "event",
+        "duration_process",
+        "duration_wall",
+        "norm_l0",
+        "norm_l1",
+        "norm_l2",
+        "norm_linf",
+    )
 
     @classmethod
     def required(cls) -> list[str]:
         return [f.name for f in fields(cls) if f.default is MISSING]
 
     @classmethod
-    def of(cls, arrays: "Outcomes | Mapping[str, np.ndarray]", source: Any = "outcome arrays") -> "Outcomes":
+    def of(cls, arrays: Outcomes | Mapping[str, np.ndarray], source: Any = "outcome arrays") -> Outcomes:
         """`arrays` as Outcomes; arrays that predate the per-sample failure clock are one
         DataError line naming what they lack."""
         if isinstance(arrays, cls):
@@ -432,11 +448,26 @@ HASHES = ["train_hash", "model_hash", "attack_hash"]
 
 # experiments.csv (timing): one row per attack cell
 EXPERIMENTS = [
-    *MODEL_LABELS, *ATTACK_LABELS, "n_train", "n_attack", "n_classes", *OUTCOME_COUNTS,
-    *ACCURACIES, *TIMED, "clock", *(f"{t}_{clock}" for clock in CLOCKS for t in TIMED),
-    "device", *HASHES,
+    *MODEL_LABELS,
+    *ATTACK_LABELS,
+    "n_train",
+    "n_attack",
+    "n_classes",
+    *OUTCOME_COUNTS,
+    *ACCURACIES,
+    *TIMED,
+    "clock",
+    *(f"{t}_{clock}" for clock in CLOCKS for t in TIMED),
+    "device",
+    *HASHES,
     # the rest of the attack record, as it sorts
-    "acc_ben_attack_subset", "attack_units", "attack_value_standardised", "early_exit", "engine", "pixel_std", "threads",
+    "acc_ben_attack_subset",
+    "attack_units",
+    "attack_value_standardised",
+    "early_exit",
+    "engine",
+    "pixel_std",
+    "threads",
     "degenerate",
 ]
 # how the tables' text columns read back: norms stay "inf", "2"; an empty label stays text
@@ -477,8 +508,22 @@ def robustness_columns(curve_metrics: Sequence[str]) -> list[str]:
 CARD_TRAINING = TRAINED_LABELS + ["n_train"]
 CARD_TIMES = ["clock", "t_train", "t_train_process", "t_train_wall"]
 CARD_DEFENCE = DEFENCE_LABELS
-CARD_ATTACK = ["attack", "norm", "attack_family", "attack_param", "attack_value", "attack_units", "attack_value_standardised",
-               "n_attack", "acc_ben_attack_subset", "acc_adv", "t_attack", "t_attack_process", "t_attack_wall", "attack_hash"]
+CARD_ATTACK = [
+    "attack",
+    "norm",
+    "attack_family",
+    "attack_param",
+    "attack_value",
+    "attack_units",
+    "attack_value_standardised",
+    "n_attack",
+    "acc_ben_attack_subset",
+    "acc_adv",
+    "t_attack",
+    "t_attack_process",
+    "t_attack_wall",
+    "attack_hash",
+]
 CARD_FAMILY = ["attack_family", "E_T", "trash_adv", "trash_ben", "f_adv", "f_ben"]
 
 

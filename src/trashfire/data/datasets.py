@@ -12,9 +12,9 @@ import pickle
 import shutil
 import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
@@ -117,7 +117,9 @@ def load_torchvision_cifar(root: str, download: bool = False, classes: int = 10,
     expected = [name for name, _ in base.train_list + base.test_list] + [base.meta["filename"]]
     missing = [name for name in expected if not (folder / name).is_file()]
     if missing and not download:
-        raise DataError(f"CIFAR-{classes} files missing in {folder}/: {', '.join(missing)}; point data.cifar{classes}.root at the folder holding {base.base_folder}/, or set download=true when online")
+        raise DataError(
+            f"CIFAR-{classes} files missing in {folder}/: {', '.join(missing)}; point data.cifar{classes}.root at the folder holding {base.base_folder}/, or set download=true when online"
+        )
     try:
         parts = [dataset_class(str(root), train=train, download=download) for train in (True, False)]
     except (RuntimeError, OSError, ValueError, KeyError, EOFError, TypeError, pickle.UnpicklingError) as err:
@@ -131,11 +133,15 @@ def load_torchvision_cifar(root: str, download: bool = False, classes: int = 10,
 def _without_checksums(base: type) -> type:
     """torchvision's class with every MD5 set to None, which its integrity check reads as
     'the file exists'."""
-    return type(f"Unverified{base.__name__}", (base,), {
-        "train_list": [[name, None] for name, _ in base.train_list],
-        "test_list": [[name, None] for name, _ in base.test_list],
-        "meta": base.meta | {"md5": None},
-    })
+    return type(
+        f"Unverified{base.__name__}",
+        (base,),
+        {
+            "train_list": [[name, None] for name, _ in base.train_list],
+            "test_list": [[name, None] for name, _ in base.test_list],
+            "meta": base.meta | {"md5": None},
+        },
+    )
 
 
 def to_shape(data: RawDataset, size: int | None, channels: int | None) -> RawDataset:
@@ -233,10 +239,10 @@ def dataset_dir(processed: str | Path, name: str) -> Path:
     return Path(processed) / name
 
 
-_SPLITS: dict[tuple[str, str, int], "Split"] = {}  # per process: a worker's jobs share them
+_SPLITS: dict[tuple[str, str, int], Split] = {}  # per process: a worker's jobs share them
 
 
-def cached_split(processed: str | Path, dataset: str, seed: int, n_classes: int) -> "Split":
+def cached_split(processed: str | Path, dataset: str, seed: int, n_classes: int) -> Split:
     """`load_split`, once per process (a stage's worker runs many cells of one split)."""
     key = (str(processed), dataset, seed)
     if key not in _SPLITS:
@@ -269,8 +275,14 @@ def load_split(processed: str | Path, name: str, seed: int, n_classes: int) -> S
         return torch.from_numpy(labels[index])
 
     return Split(
-        standardised(meta["train"]), targets(meta["train"]),
-        standardised(meta["test"]), targets(meta["test"]),
-        standardised(meta["attack"]), targets(meta["attack"]),
-        mean.astype(np.float32), std.astype(np.float32), n_classes, standardised_range(standardise, len(mean)),
+        standardised(meta["train"]),
+        targets(meta["train"]),
+        standardised(meta["test"]),
+        targets(meta["test"]),
+        standardised(meta["attack"]),
+        targets(meta["attack"]),
+        mean.astype(np.float32),
+        std.astype(np.float32),
+        n_classes,
+        standardised_range(standardise, len(mean)),
     )

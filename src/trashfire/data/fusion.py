@@ -18,9 +18,9 @@ import torch
 from omegaconf import DictConfig
 from sklearn.model_selection import train_test_split
 
-from trashfire.data.datasets import RawDataset, Split, balanced_subset, load_torchvision_cifar, load_torchvision_mnist, standardised_range, to_shape
 from trashfire.core.errors import DataError
 from trashfire.core.records import atomic_path, write_npy, write_npz
+from trashfire.data.datasets import RawDataset, Split, balanced_subset, load_torchvision_cifar, load_torchvision_mnist, standardised_range, to_shape
 
 PIXEL_MAX = 255.0
 
@@ -56,9 +56,14 @@ def split_permutation(components: dict[str, RawDataset], task: str, seed: int, t
     pixels = fuse(own.images[train], other.images[stats_partner]).astype(np.float64)
     attack = test[balanced_subset(own.labels[test], n_attack, n_classes, rng)]
     return {
-        "train": train, "test": test, "attack": attack, "test_partner": test_partner,
+        "train": train,
+        "test": test,
+        "attack": attack,
+        "test_partner": test_partner,
         "partner_train": partner_train,
-        "mean": pixels.mean(axis=(0, 2, 3)), "std": pixels.std(axis=(0, 2, 3)), "pixel_max": np.float64(PIXEL_MAX),
+        "mean": pixels.mean(axis=(0, 2, 3)),
+        "std": pixels.std(axis=(0, 2, 3)),
+        "pixel_max": np.float64(PIXEL_MAX),
     }
 
 
@@ -107,8 +112,15 @@ def load_fusion_split(folder: Path, seed: int, n_classes: int) -> Split:
     attack_partner = meta["test_partner"][np.searchsorted(meta["test"], meta["attack"])]
     x_train, y_train = train_epoch(0)
     return Split(
-        x_train, y_train,
-        standardised(meta["test"], meta["test_partner"]), torch.from_numpy(labels[meta["test"]]),
-        standardised(meta["attack"], attack_partner), torch.from_numpy(labels[meta["attack"]]),
-        mean, std, n_classes, standardised_range(standardise, len(mean)), redraw=train_epoch,
+        x_train,
+        y_train,
+        standardised(meta["test"], meta["test_partner"]),
+        torch.from_numpy(labels[meta["test"]]),
+        standardised(meta["attack"], attack_partner),
+        torch.from_numpy(labels[meta["attack"]]),
+        mean,
+        std,
+        n_classes,
+        standardised_range(standardise, len(mean)),
+        redraw=train_epoch,
     )

@@ -11,10 +11,10 @@ from omegaconf import DictConfig
 from sklearn.model_selection import train_test_split
 
 from trashfire.core.config import as_list
-from trashfire.data.datasets import LOADERS, RawDataset, balanced_subset, dataset_dir, to_shape
 from trashfire.core.errors import DataError
-from trashfire.data.fusion import prepare_fusion
 from trashfire.core.records import write_npy, write_npz
+from trashfire.data.datasets import LOADERS, RawDataset, balanced_subset, dataset_dir, to_shape
+from trashfire.data.fusion import prepare_fusion
 
 log = logging.getLogger(__name__)
 
@@ -60,4 +60,3 @@ def prepare_dataset(name: str, spec: DictConfig, split: DictConfig, processed: P
 
 def prepare_all(cfg: DictConfig) -> list[Path]:
     return [prepare_dataset(name, spec, cfg.split, Path(cfg.paths.processed)) for name, spec in cfg.data.items()]
-

@@ -46,11 +46,20 @@ def trash_table(experiments: pd.DataFrame, expected: pd.DataFrame, eps_max: floa
     if eps_max is not None:
         cells = cells[cells["attack_value"] <= eps_max]
     cells = cells.assign(f_adv=metrics.failure_rate(cells["acc_adv"], cells["t_attack"]))
-    table = cells.groupby(CELL, dropna=False).agg(
-        t_train=("t_train", "first"), t_predict=("t_predict", "first"), acc_ben=("acc_ben", "first"),
-        acc_adv=("acc_adv", "mean"), t_attack=("t_attack", "mean"), E_T=("E_T", "mean"), f_adv=("f_adv", "mean"),
-        eps_max=("attack_value", "max"),
-    ).reset_index()
+    table = (
+        cells.groupby(CELL, dropna=False)
+        .agg(
+            t_train=("t_train", "first"),
+            t_predict=("t_predict", "first"),
+            acc_ben=("acc_ben", "first"),
+            acc_adv=("acc_adv", "mean"),
+            t_attack=("t_attack", "mean"),
+            E_T=("E_T", "mean"),
+            f_adv=("f_adv", "mean"),
+            eps_max=("attack_value", "max"),
+        )
+        .reset_index()
+    )
     table["f_ben"] = metrics.failure_rate(table["acc_ben"], table["t_predict"])
     table["trash_adv"] = metrics.trash(table["t_train"], table["E_T"])
     table["trash_ben"] = metrics.trash_benign(table["t_train"], table["acc_ben"], table["t_predict"])
@@ -112,10 +121,21 @@ def robustness_table(curves: pd.DataFrame, evp: DictConfig, auc: DictConfig, deg
             values, r, s, note = dict.fromkeys(values, np.nan), np.nan, np.nan, DEGENERATE_NOTE
         elif not reaches:
             note = "; ".join(filter(None, [f"{SHORT_OF_NONVIABILITY} (accuracy {curve['acc'].iloc[-1]:.2f} >= tau {threshold:.2f} at the largest eps)", note]))
-        rows.append(labels | {"n_classes": int(curve["n_classes"].iloc[0]), "acc_ben": curve["acc"].iloc[0], "tau": threshold} | values | {
-            "auc_R": r, "auc_S": s, "auc_units": auc.units, "eps0": auc.eps0, "eps1": upper,
-            "degenerate": flagged, "reaches_nonviability": reaches, "note": note,
-        })
+        rows.append(
+            labels
+            | {"n_classes": int(curve["n_classes"].iloc[0]), "acc_ben": curve["acc"].iloc[0], "tau": threshold}
+            | values
+            | {
+                "auc_R": r,
+                "auc_S": s,
+                "auc_units": auc.units,
+                "eps0": auc.eps0,
+                "eps1": upper,
+                "degenerate": flagged,
+                "reaches_nonviability": reaches,
+                "note": note,
+            }
+        )
     return pd.DataFrame(rows, columns=schema.robustness_columns(registry.curve_metric_names()))
 
 
@@ -165,8 +185,7 @@ def tau_table(classes: list[int], w: float, datasets: dict[str, int]) -> pd.Data
 def auc_table(robustness: pd.DataFrame) -> pd.DataFrame:
     """004's appendix tables: R and S, mean and SD across seeds (SD is NaN for one seed)."""
     grouped = robustness.groupby(schema.without(OVER_SEEDS, "attack", "norm"), dropna=False)
-    table = grouped.agg(n_seeds=("auc_R", "count"), R_mean=("auc_R", "mean"), R_sd=("auc_R", "std"),
-                        S_mean=("auc_S", "mean"), S_sd=("auc_S", "std"))
+    table = grouped.agg(n_seeds=("auc_R", "count"), R_mean=("auc_R", "mean"), R_sd=("auc_R", "std"), S_mean=("auc_S", "mean"), S_sd=("auc_S", "std"))
     return table.reset_index()[schema.AUC_TABLE]
 
 
@@ -257,16 +276,25 @@ def aggregate_reports(cfg: DictConfig) -> dict:
     records = read_brittle(reports / "brittle", experiments["model_hash"].unique(), brittle_settings(cfg))
     stages = {name: spec.stage for name, spec in cfg.defence.items()} | {"none": "none"}
     brittle = brittle_table(records, experiments, m.brittle.robust_acc).assign(
-        degenerate=lambda t: t["model_hash"].map(degenerate), defence_stage=lambda t: t["defence"].map(stages))[schema.BRITTLE]
+        degenerate=lambda t: t["model_hash"].map(degenerate), defence_stage=lambda t: t["defence"].map(stages)
+    )[schema.BRITTLE]
     checked = check_findings(experiments, trash, robustness, brittle, m.findings)
     classes = experiments.groupby("dataset")["n_classes"].first().astype(int).to_dict()
-    write_tables(reports, {
-        "trash.csv": trash, "trash_summary.csv": trash_summary(trash, m.trash.bootstrap, m.trash.seed),
-        "robustness.csv": robustness, "auc_table.csv": auc_table(robustness), "curves.csv": curves,
-        "tau_table.csv": tau_table(list(m.evp.table_classes), m.evp.w, classes),
-        "evp_tau.csv": evp_tau_table(curves, m.evp.tau_grid), "evp_convergence.csv": evp_convergence_table(curves, m.evp),
-        "brittle.csv": brittle, "findings.csv": findings.findings_frame(checked),
-    })
+    write_tables(
+        reports,
+        {
+            "trash.csv": trash,
+            "trash_summary.csv": trash_summary(trash, m.trash.bootstrap, m.trash.seed),
+            "robustness.csv": robustness,
+            "auc_table.csv": auc_table(robustness),
+            "curves.csv": curves,
+            "tau_table.csv": tau_table(list(m.evp.table_classes), m.evp.w, classes),
+            "evp_tau.csv": evp_tau_table(curves, m.evp.tau_grid),
+            "evp_convergence.csv": evp_convergence_table(curves, m.evp),
+            "brittle.csv": brittle,
+            "findings.csv": findings.findings_frame(checked),
+        },
+    )
     write_cards(reports / "cards", experiments, trash, robustness, brittle)
     summary = headline(experiments, trash, robustness, brittle, comparison, checked)
     write_json(reports / "metrics.json", without_nan(summary))
@@ -275,4 +303,3 @@ def aggregate_reports(cfg: DictConfig) -> dict:
     for finding in checked:
         log.info("finding %s: %s (%s)", finding.id, finding.verdict, finding.detail)
     return summary
-

@@ -11,9 +11,10 @@ model cell, `<reports>/brittle/<hash>.json`, keyed by the model cell and the LIM
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from itertools import groupby
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -26,14 +27,14 @@ from tqdm import tqdm
 
 from trashfire.attacks import art_classifier
 from trashfire.core.clocks import Stopwatch
-from trashfire.data.datasets import Split, cached_split
-from trashfire.models.defences import Softmax
 from trashfire.core.errors import ConfigError, DataError
 from trashfire.core.grid import ModelCell, model_cells
-from trashfire.models import resolve_device
 from trashfire.core.parallel import describe, resolve_workers, run_jobs
 from trashfire.core.records import cell_file, config_hash, read_json, remove_dead_temps
 from trashfire.core.schema import BrittleRecord, TrainRecord, cell_labels
+from trashfire.data.datasets import Split, cached_split
+from trashfire.models import resolve_device
+from trashfire.models.defences import Softmax
 from trashfire.models.training import load_weights, record_path
 
 log = logging.getLogger(__name__)
@@ -70,8 +71,12 @@ def slic_labels(image: np.ndarray, n_segments: int, compactness: float) -> np.nd
     grey = image.shape[0] == 1
     pixels = image[0] if grey else np.moveaxis(image, 0, -1)
     labels = slic(
-        pixels, n_segments=n_segments, compactness=compactness, start_label=0,
-        channel_axis=None if grey else -1, convert2lab=False,
+        pixels,
+        n_segments=n_segments,
+        compactness=compactness,
+        start_label=0,
+        channel_axis=None if grey else -1,
+        convert2lab=False,
     )
     return consecutive(labels)
 
@@ -122,8 +127,13 @@ def coin_flips(generator: torch.Generator) -> Callable[..., torch.Tensor]:
 
 
 def brittle_scores(
-    forward: Forward, images: torch.Tensor, masks: torch.Tensor, targets: torch.Tensor | np.ndarray,
-    lime_samples: int, perturbations_per_eval: int, seed: int,
+    forward: Forward,
+    images: torch.Tensor,
+    masks: torch.Tensor,
+    targets: torch.Tensor | np.ndarray,
+    lime_samples: int,
+    perturbations_per_eval: int,
+    seed: int,
 ) -> np.ndarray:
     """‖w_i‖₁ / d_i per image: w_i are the LIME weights of the target class's probability
     over image i's d_i superpixels. A superpixel that is off takes the value 0, the training
@@ -136,8 +146,13 @@ def brittle_scores(
     scores = np.empty(len(images))
     for i, (image, mask, target) in enumerate(zip(images, masks, targets)):
         weights = lime.attribute(
-            image[None], target=int(target), feature_mask=mask[None], baselines=0.0,
-            n_samples=lime_samples, perturbations_per_eval=perturbations_per_eval, return_input_shape=False,
+            image[None],
+            target=int(target),
+            feature_mask=mask[None],
+            baselines=0.0,
+            n_samples=lime_samples,
+            perturbations_per_eval=perturbations_per_eval,
+            return_input_shape=False,
         )
         scores[i] = float(weights.abs().sum()) / weights.numel()
     return scores
@@ -213,8 +228,13 @@ def score_model_cell(model: nn.Module, train_record: TrainRecord, model_cell: Mo
     with Stopwatch(device) as watch:
         targets = predicted_classes(forward, samples.images)
         scores = brittle_scores(
-            forward, samples.images, samples.masks, targets,
-            settings["lime_samples"], settings["perturbations_per_eval"], settings["seed"],
+            forward,
+            samples.images,
+            samples.masks,
+            targets,
+            settings["lime_samples"],
+            settings["perturbations_per_eval"],
+            settings["seed"],
         )
     return BrittleRecord(
         brittle_hash=brittle_hash(model_cell.hash, settings),
@@ -277,4 +297,3 @@ def score_grid(cfg: DictConfig) -> int:
     with tqdm(total=len(pending), desc="brittle cells", disable=not cfg.train.get("progress", True)) as progress:
         run_jobs(brittle_job, jobs, workers, progress, log.name)
     return len(pending)
-

@@ -70,9 +70,12 @@ def flag_degenerate(table: pd.DataFrame, metrics_cfg: DictConfig) -> pd.DataFram
     table = table.assign(degenerate=table["acc_ben"] <= thresholds)
     flagged = table.loc[table["degenerate"]].drop_duplicates("model_hash")
     if len(flagged):
-        log.warning("%d model cell(s) degenerate (benign accuracy <= %s): %s; left out of R, EVP, the brittle correlations and the headline means",
-                    len(flagged), "tau(K)" if margin is None else f"1/K + {margin:g}",
-                    ", ".join(f"{r.model} {r.defence} seed {r.seed} ({r.acc_ben:.2f})" for r in flagged.head(5).itertuples()) + (" ..." if len(flagged) > 5 else ""))
+        log.warning(
+            "%d model cell(s) degenerate (benign accuracy <= %s): %s; left out of R, EVP, the brittle correlations and the headline means",
+            len(flagged),
+            "tau(K)" if margin is None else f"1/K + {margin:g}",
+            ", ".join(f"{r.model} {r.defence} seed {r.seed} ({r.acc_ben:.2f})" for r in flagged.head(5).itertuples()) + (" ..." if len(flagged) > 5 else ""),
+        )
     return table
 
 
@@ -117,11 +120,16 @@ def build_tables(cfg: DictConfig) -> tuple[pd.DataFrame, pd.DataFrame]:
     outcomes_by_hash = {record.attack_hash: arrays for record, arrays in cells}
     data = cfg.survival.data
     survival = survival_table(
-        experiments, outcomes_by_hash, data.covariates, data.dummies, data.misclassified_before_attack, data.nonpositive_durations, cfg.timing.clock,
+        experiments,
+        outcomes_by_hash,
+        data.covariates,
+        data.dummies,
+        data.misclassified_before_attack,
+        data.nonpositive_durations,
+        cfg.timing.clock,
     )
     for name, table in (("experiments.csv", experiments), ("survival_data.csv", survival)):
         with atomic_path(reports / name) as tmp:
             table.to_csv(tmp, index=False)
-    log.info("%d experiment rows, %d survival rows, covariates: %s", len(experiments), len(survival), ", ".join(survival.columns[len(schema.SURVIVAL_IDS):]))
+    log.info("%d experiment rows, %d survival rows, covariates: %s", len(experiments), len(survival), ", ".join(survival.columns[len(schema.SURVIVAL_IDS) :]))
     return experiments, survival
-

@@ -46,8 +46,9 @@ class Tables:
 CLAIMS = {
     "003_deeper_trains_longer": ("003", "Deeper models take longer to train per sample."),
     "003_depth_not_proportional": (
-        "003", "Depth does not lengthen the expected time to failure E[T] in proportion to training time "
-               "(deeper models' gains come from latency, not robustness)."),
+        "003",
+        "Depth does not lengthen the expected time to failure E[T] in proportion to training time (deeper models' gains come from latency, not robustness).",
+    ),
     "003_trash_above_one_fgm": ("003", "Breaking an undefended model with FGM costs less than training it: TRASH > 1."),
     "003_trash_above_one_pgd": ("003", "Breaking an undefended model with PGD costs less than training it: TRASH > 1."),
     "001_adv_train_raises_evp": ("001", "Adversarial training raises EVP."),
@@ -55,15 +56,16 @@ CLAIMS = {
     "002_brittle_negative": ("002", "The brittle-score correlates negatively with robust accuracy."),
     "002_adv_train_lowers_brittle": ("002", "Adversarial training lowers the brittle-score."),
     "004_r_rises_with_epochs": (
-        "004", "Normalised robustness R rises with training epochs (004's tables: e.g. 0.44 at epoch 1 to 0.55 "
-               "at 150 for MNIST LeNet)."),
+        "004",
+        "Normalised robustness R rises with training epochs (004's tables: e.g. 0.44 at epoch 1 to 0.55 at 150 for MNIST LeNet).",
+    ),
     "004_pretraining_effect": (
-        "004", "Pretraining on another data set does not make models more robust (004: generally no gain from "
-               "CIFAR-10 pretraining on MNIST)."),
+        "004",
+        "Pretraining on another data set does not make models more robust (004: generally no gain from CIFAR-10 pretraining on MNIST).",
+    ),
 }
 
-NEEDS_DEPTHS = ("needs >= 3 depths of one architecture family trained for the same epochs, "
-                "e.g. model=[cifar_resnet8,cifar_resnet14,cifar_resnet20]")
+NEEDS_DEPTHS = "needs >= 3 depths of one architecture family trained for the same epochs, e.g. model=[cifar_resnet8,cifar_resnet14,cifar_resnet20]"
 NEEDS_ADV_TRAIN = "needs adversarially trained models: add adv_train to defence, e.g. defence=[none,adv_train]"
 NEEDS_SEEDS = "needs >= 2 seeds: split.seeds=[0,1,2]"
 NEEDS_EPOCHS = "needs >= 2 epoch values: train.epochs=[6,10]"
@@ -74,8 +76,7 @@ NEEDS_PRETRAINED = "needs pretrained cells: +train.pretrained_on.<data>=[null,<o
 # Building blocks
 
 
-def finding(id: str, test: str, n: int, value: float, lo: float, hi: float, p: float,
-            verdict: str, detail: str) -> Finding:
+def finding(id: str, test: str, n: int, value: float, lo: float, hi: float, p: float, verdict: str, detail: str) -> Finding:
     paper, claim = CLAIMS[id]
     return Finding(id, paper, claim, test, int(n), float(value), float(lo), float(hi), float(p), verdict, detail)
 
@@ -141,8 +142,7 @@ def mean_per_key(df: pd.DataFrame, keys: list[str], column: str) -> pd.DataFrame
     return df.groupby(keys, dropna=False)[column].mean().reset_index()
 
 
-def paired_finding(id: str, test: str, pairs: pd.DataFrame, sign: int, resamples: int, seed: int,
-                   what: str, extra: str = "") -> Finding:
+def paired_finding(id: str, test: str, pairs: pd.DataFrame, sign: int, resamples: int, seed: int, what: str, extra: str = "") -> Finding:
     """Paired bootstrap of d = pairs["d"]: value = mean d, interval of the mean over pairs."""
     if len(pairs) < 2:
         return not_testable(id, test, f"needs >= 2 pairs of {what}; found {len(pairs)}")
@@ -199,10 +199,10 @@ def slope(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Least-squares slopes of y on x along the last axis (np.polyfit deg 1's, vectorised);
     NaN where x is constant."""
     xc = x - x.mean(axis=-1, keepdims=True)
-    var = (xc ** 2).sum(axis=-1)
+    var = (xc**2).sum(axis=-1)
     cov = (xc * (y - y.mean(axis=-1, keepdims=True))).sum(axis=-1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(var > 1e-12 * np.maximum(1.0, (x ** 2).sum(axis=-1)), cov / var, np.nan)
+        return np.where(var > 1e-12 * np.maximum(1.0, (x**2).sum(axis=-1)), cov / var, np.nan)
 
 
 def depth_not_proportional(tables: Tables, resamples: int, seed: int) -> Finding:
@@ -218,16 +218,16 @@ def depth_not_proportional(tables: Tables, resamples: int, seed: int) -> Finding
     per_model = cells.groupby("model_hash")[["E_T", "t_train"]].mean()
     per_model = per_model[(per_model["E_T"] > 0) & (per_model["t_train"] > 0)]
     if per_model["t_train"].nunique() < 3:
-        return not_testable(id, test, f"needs FGM or PGD TRASH cells of >= 3 models with distinct t_train "
-                                      f"({what}; found {per_model['t_train'].nunique()}): attack=[fgm,pgd]")
+        return not_testable(
+            id, test, f"needs FGM or PGD TRASH cells of >= 3 models with distinct t_train ({what}; found {per_model['t_train'].nunique()}): attack=[fgm,pgd]"
+        )
     x, y = np.log(per_model["t_train"].to_numpy()), np.log(per_model["E_T"].to_numpy())
     b = float(np.polyfit(x, y, 1)[0])
     idx = np.random.default_rng(seed).integers(0, len(x), size=(resamples, len(x)))
     lo, hi = np.nanpercentile(slope(x[idx], y[idx]), [2.5, 97.5])
     # The claim is about the slope against 1 (proportional growth), not against 0.
     verdict = HOLDS if hi < 1 else CONTRADICTED if lo > 1 else INCONCLUSIVE
-    detail = (f"E[T] ~ t_train^{b:.3g} over {len(x)} models ({what}), 95% CI [{lo:.3g}, {hi:.3g}]; "
-              "a slope below 1 means E[T] grows less than training time")
+    detail = f"E[T] ~ t_train^{b:.3g} over {len(x)} models ({what}), 95% CI [{lo:.3g}, {hi:.3g}]; a slope below 1 means E[T] grows less than training time"
     return finding(id, f"{test} ({len(x)} models, {what})", len(x), b, lo, hi, NAN, verdict, detail)
 
 
@@ -240,8 +240,9 @@ def trash_above_one(tables: Tables, attack: str, resamples: int, seed: int) -> F
         return not_testable(id, test, f"needs undefended {attack.upper()} TRASH cells: add {attack} to attack")
     logs = np.log(rows["trash_adv"][rows["trash_adv"] > 0].to_numpy(dtype=float))
     if len(logs) < 2:
-        return not_testable(id, test, f"needs >= 2 undefended {attack.upper()} cells with positive TRASH; "
-                                      f"found {len(logs)}: more models or split.seeds=[0,1,2]")
+        return not_testable(
+            id, test, f"needs >= 2 undefended {attack.upper()} cells with positive TRASH; found {len(logs)}: more models or split.seeds=[0,1,2]"
+        )
     mean_log, log_lo, log_hi = bootstrap_mean(logs, resamples, seed)
     # TRASH > 1 <=> log TRASH > 0: the ordinary interval rule on the log scale.
     verdict = interval_verdict(log_lo, log_hi, +1)
@@ -258,15 +259,13 @@ def adv_train_raises_evp(tables: Tables, resamples: int, seed: int) -> Finding:
     id = "001_adv_train_raises_evp"
     test = "paired bootstrap of EVP(adv_train) - EVP(none) over matching cells"
     keys = TRAINING + ["seed", "attack_family"]
-    rows = with_keys(usable(tables.robustness, ["defence", "evp", "attack_family", "seed", "model", "epochs", "lr",
-                                                "dataset"]))
+    rows = with_keys(usable(tables.robustness, ["defence", "evp", "attack_family", "seed", "model", "epochs", "lr", "dataset"]))
     if not (rows["defence"] == "adv_train").any():
         return not_testable(id, test, NEEDS_ADV_TRAIN)
     pairs = pair_defences(rows, keys, "evp", "adv_train")
     adv = rows[rows["defence"] == "adv_train"].merge(pairs[keys], on=keys)
     unreached = int(adv["reaches_nonviability"].eq(False).sum()) if "reaches_nonviability" in adv else 0
-    extra = (f"; {unreached} of {len(adv)} adv_train curves do not reach non-viability, "
-             "so their EVP is a lower bound set by the attack's strength grid")
+    extra = f"; {unreached} of {len(adv)} adv_train curves do not reach non-viability, so their EVP is a lower bound set by the attack's strength grid"
     return paired_finding(id, test, pairs, +1, resamples, seed, "adv_train/none cells", extra)
 
 
@@ -302,16 +301,18 @@ def kendall(group: pd.DataFrame) -> float:
 
 def evp_ranks_differently(tables: Tables) -> Finding:
     id = "001_evp_ranks_differently"
-    test = ("pairs of configurations within each data set and attack family ordered oppositely by acc_ben and "
-            "EVP beyond their seed standard errors; value = size-weighted mean Kendall tau-b")
+    test = (
+        "pairs of configurations within each data set and attack family ordered oppositely by acc_ben and "
+        "EVP beyond their seed standard errors; value = size-weighted mean Kendall tau-b"
+    )
     config = TRAINING + ["defence", "attack_family"]
-    rows = with_keys(usable(tables.robustness, ["acc_ben", "evp", "seed", "model", "epochs", "lr", "defence",
-                                                "attack_family", "dataset"]))
+    rows = with_keys(usable(tables.robustness, ["acc_ben", "evp", "seed", "model", "epochs", "lr", "defence", "attack_family", "dataset"]))
     configs = config_stats(rows, config) if not rows.empty else rows
     groups = [g for _, g in configs.groupby(["dataset", "attack_family"]) if len(g) >= 3] if len(configs) else []
     if not groups:
-        return not_testable(id, test, "needs >= 3 configurations of one data set and attack family, "
-                                      "e.g. model=[resnet18,resnet34] with defence=[none,gauss_in]")
+        return not_testable(
+            id, test, "needs >= 3 configurations of one data set and attack family, e.g. model=[resnet18,resnet34] with defence=[none,gauss_in]"
+        )
     if configs["n_seeds"].max() < 2:
         return not_testable(id, test, NEEDS_SEEDS + " (no seed standard error with one seed)")
     n, opposite, beyond = map(sum, zip(*(discordance(g) for g in groups)))
@@ -320,8 +321,7 @@ def evp_ranks_differently(tables: Tables) -> Finding:
     ok = np.isfinite(taus)
     tau = float(np.average(taus[ok], weights=sizes[ok])) if ok.any() else NAN
     verdict = HOLDS if beyond else CONTRADICTED if not opposite else INCONCLUSIVE
-    detail = (f"{beyond} of {n} pairs ordered oppositely beyond their seed standard errors "
-              f"({opposite} ordered oppositely at all); Kendall tau-b {tau:.3g}")
+    detail = f"{beyond} of {n} pairs ordered oppositely beyond their seed standard errors ({opposite} ordered oppositely at all); Kendall tau-b {tau:.3g}"
     return finding(id, test, n, tau, NAN, NAN, NAN, verdict, detail)
 
 
@@ -353,16 +353,15 @@ def brittle_spearman_per_seed(brittle: pd.DataFrame) -> dict[str, dict]:
 def brittle_negative(tables: Tables, alpha: float) -> Finding:
     id = "002_brittle_negative"
     rows = usable(trained_models_only(tables.brittle), ["brittle_score", "robust_acc"])
-    test = (f"Spearman rho of brittle_score and robust_acc over {len(rows)} model cells without a predict-time "
-            f"defence (002's trained models), pooled over seeds")
+    test = f"Spearman rho of brittle_score and robust_acc over {len(rows)} model cells without a predict-time defence (002's trained models), pooled over seeds"
     rho, p = spearman(rows["brittle_score"], rows["robust_acc"])
     if not np.isfinite(rho):
-        return not_testable(id, test, f"needs >= 3 model cells with varying brittle_score and robust_acc "
-                                      f"(found {len(rows)}): more models or defence=[none,adv_train]")
+        return not_testable(
+            id, test, f"needs >= 3 model cells with varying brittle_score and robust_acc (found {len(rows)}): more models or defence=[none,adv_train]"
+        )
     per_seed = {s: v["rho"] for s, v in brittle_spearman_per_seed(tables.brittle).items() if v["rho"] is not None}
     signs = {np.sign(r) for r in per_seed.values()}
-    agreement = ("no seed has >= 3 cells" if not per_seed else
-                 "the sign agrees across seeds" if len(signs) == 1 else "the sign differs across seeds")
+    agreement = "no seed has >= 3 cells" if not per_seed else "the sign agrees across seeds" if len(signs) == 1 else "the sign differs across seeds"
     listing = ", ".join(f"{s}: {r:.2f}" for s, r in per_seed.items())
     detail = f"pooled rho {rho:.3g} (p = {p:.3g}); per seed: {listing or 'none'}; {agreement}{predict_time_note(tables.brittle)}"
     return finding(id, test, len(rows), rho, NAN, NAN, p, spearman_verdict(rho, p, -1, alpha), detail)
@@ -398,8 +397,7 @@ def r_rises_with_epochs(tables: Tables, resamples: int, seed: int) -> Finding:
     keys = without(UNSTRENGTHENED, "epochs") + ["attack_family"]
     rows = with_keys(usable(tables.robustness, ["auc_R", "epochs"] + [k for k in keys if k != "pretrained_on"]))
     per_epoch = mean_per_key(rows, keys + ["epochs"], "auc_R")
-    spans = per_epoch.sort_values("epochs").groupby(keys).agg(
-        n_epochs=("epochs", "nunique"), first=("auc_R", "first"), last=("auc_R", "last"))
+    spans = per_epoch.sort_values("epochs").groupby(keys).agg(n_epochs=("epochs", "nunique"), first=("auc_R", "first"), last=("auc_R", "last"))
     spans = spans[spans["n_epochs"] >= 2]
     if spans.empty:
         return not_testable(id, test, NEEDS_EPOCHS)
@@ -458,5 +456,7 @@ def none_if_nan(x):
 
 def findings_metrics(findings: list[Finding]) -> dict:
     """{id: {verdict, value, lo, hi, p, n}} with NaN as None, for metrics.json."""
-    return {f.id: {"verdict": f.verdict, "value": none_if_nan(f.value), "lo": none_if_nan(f.lo),
-                   "hi": none_if_nan(f.hi), "p": none_if_nan(f.p), "n": f.n} for f in findings}
+    return {
+        f.id: {"verdict": f.verdict, "value": none_if_nan(f.value), "lo": none_if_nan(f.lo), "hi": none_if_nan(f.hi), "p": none_if_nan(f.p), "n": f.n}
+        for f in findings
+    }

@@ -31,8 +31,9 @@ cards and report.html.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -139,48 +140,102 @@ HEADLINE: list[Metric] = [
     Metric("n_evp_curves", lambda r: int(r.robustness["evp"].notna().sum()), section="run"),
     Metric("n_evp_curves_short_of_nonviability", lambda r: int((r.robustness["evp"].notna() & ~reaching(r.robustness)).sum()), section="run"),
     # the headline, in reading order; means and medians leave degenerate model cells out
-    Metric("trash_adv_median", lambda r: float(sound(r.trash)["trash_adv"].median()),
-           "median over attack cells of training time / expected time to adversarial failure; above 1 a model is cheaper to break than to train"),
-    Metric("trash_adv_share_above_1", lambda r: float((sound(r.trash)["trash_adv"] > 1).mean()),
-           "share of attack cells whose TRASH exceeds 1, i.e. where breaking the model costs less compute than training it"),
-    Metric("trash_ben_median", lambda r: float(sound(r.trash)["trash_ben"].median()),
-           "the same ratio for benign failures: training time over the expected time until an unattacked input is misclassified"),
-    Metric("acc_ben_mean", lambda r: float(sound(r.experiments).drop_duplicates("model_hash")["acc_ben"].mean()),
-           "mean benign test accuracy of the model cells: how good the models are without an adversary"),
-    Metric("acc_adv_mean", lambda r: float(sound(r.experiments)["acc_adv"].mean()),
-           "mean accuracy under attack over every attack cell (all attacks, strengths and defences)"),
-    Metric("evp_mean", lambda r: float(r.robustness.loc[reaching(r.robustness), "evp"].mean()),
-           "mean expected viable performance: area under accuracy against eps (scaled to [0, 1]) counting accuracy only while it is at least τ; higher keeps useful accuracy against stronger attacks"),
-    Metric("evp_mean_short_of_nonviability", lambda r: float(r.robustness.loc[~reaching(r.robustness), "evp"].mean()),
-           "mean EVP of the curves still viable at the largest eps tried: a lower bound set by the eps grid; empty when every curve reaches non-viability"),
-    Metric("auc_R_mean", lambda r: float(r.robustness["auc_R"].mean()),
-           "mean normalised robustness AUC R: accuracy over the eps interval relative to benign accuracy; 1 loses nothing, 0 loses everything at once"),
-    Metric("brittle_score_mean", lambda r: float(sound(r.brittle)["brittle_score"].mean()),
-           "mean brittle-score: mean |LIME weight| per superpixel; higher means the model leans harder on single image regions"),
-    Metric("brittle_spearman", lambda r: spearman_by_dataset(r.brittle),
-           "Spearman's rank correlation of brittle-score and robust accuracy over the trained models (predict-time defences left out); the brittle-score paper expects it negative"),
-    Metric("survival_model", lambda r: str(selected_survival(r.comparison)["fitter"]),
-           "the survival (AFT) model whose expected time to failure E[T] feeds TRASH, chosen by survival.select_by"),
-    Metric("survival_test_concordance", lambda r: float(selected_survival(r.comparison)["test_concordance"]),
-           "how well that model ranks held-out samples by time to failure: 0.5 is a coin toss, 1 is perfect"),
-    Metric("survival_test_ici", lambda r: float(selected_survival(r.comparison)["test_ICI"]),
-           "its calibration error on held-out samples: mean gap between predicted and observed failure probability (0 is perfect)"),
-    Metric("survival_beats_baselines", lambda r: str(selected_survival(r.comparison).get("beats_baselines")).lower() == "true",
-           "whether its held-out concordance beats both baselines below; if not, it adds nothing over knowing each cell's runtime or failure share"),
-    Metric("survival_runtime_baseline_test_concordance", lambda r: baseline_concordance(r.comparison, "runtime_baseline"),
-           "held-out concordance of ranking samples by their attack cell's mean runtime alone"),
-    Metric("survival_failure_share_baseline_test_concordance", lambda r: baseline_concordance(r.comparison, "failure_share_baseline"),
-           "held-out concordance of ranking samples by their attack cell's failure share alone"),
-    Metric("survival_split_by", lambda r: str(selected_survival(r.comparison).get("split_by", "")),
-           "the unit the 80/20 train/test split holds out whole (train_hash: trained models)"),
+    Metric(
+        "trash_adv_median",
+        lambda r: float(sound(r.trash)["trash_adv"].median()),
+        "median over attack cells of training time / expected time to adversarial failure; above 1 a model is cheaper to break than to train",
+    ),
+    Metric(
+        "trash_adv_share_above_1",
+        lambda r: float((sound(r.trash)["trash_adv"] > 1).mean()),
+        "share of attack cells whose TRASH exceeds 1, i.e. where breaking the model costs less compute than training it",
+    ),
+    Metric(
+        "trash_ben_median",
+        lambda r: float(sound(r.trash)["trash_ben"].median()),
+        "the same ratio for benign failures: training time over the expected time until an unattacked input is misclassified",
+    ),
+    Metric(
+        "acc_ben_mean",
+        lambda r: float(sound(r.experiments).drop_duplicates("model_hash")["acc_ben"].mean()),
+        "mean benign test accuracy of the model cells: how good the models are without an adversary",
+    ),
+    Metric(
+        "acc_adv_mean",
+        lambda r: float(sound(r.experiments)["acc_adv"].mean()),
+        "mean accuracy under attack over every attack cell (all attacks, strengths and defences)",
+    ),
+    Metric(
+        "evp_mean",
+        lambda r: float(r.robustness.loc[reaching(r.robustness), "evp"].mean()),
+        "mean expected viable performance: area under accuracy against eps (scaled to [0, 1]) counting accuracy only while it is at least τ; higher keeps useful accuracy against stronger attacks",
+    ),
+    Metric(
+        "evp_mean_short_of_nonviability",
+        lambda r: float(r.robustness.loc[~reaching(r.robustness), "evp"].mean()),
+        "mean EVP of the curves still viable at the largest eps tried: a lower bound set by the eps grid; empty when every curve reaches non-viability",
+    ),
+    Metric(
+        "auc_R_mean",
+        lambda r: float(r.robustness["auc_R"].mean()),
+        "mean normalised robustness AUC R: accuracy over the eps interval relative to benign accuracy; 1 loses nothing, 0 loses everything at once",
+    ),
+    Metric(
+        "brittle_score_mean",
+        lambda r: float(sound(r.brittle)["brittle_score"].mean()),
+        "mean brittle-score: mean |LIME weight| per superpixel; higher means the model leans harder on single image regions",
+    ),
+    Metric(
+        "brittle_spearman",
+        lambda r: spearman_by_dataset(r.brittle),
+        "Spearman's rank correlation of brittle-score and robust accuracy over the trained models (predict-time defences left out); the brittle-score paper expects it negative",
+    ),
+    Metric(
+        "survival_model",
+        lambda r: str(selected_survival(r.comparison)["fitter"]),
+        "the survival (AFT) model whose expected time to failure E[T] feeds TRASH, chosen by survival.select_by",
+    ),
+    Metric(
+        "survival_test_concordance",
+        lambda r: float(selected_survival(r.comparison)["test_concordance"]),
+        "how well that model ranks held-out samples by time to failure: 0.5 is a coin toss, 1 is perfect",
+    ),
+    Metric(
+        "survival_test_ici",
+        lambda r: float(selected_survival(r.comparison)["test_ICI"]),
+        "its calibration error on held-out samples: mean gap between predicted and observed failure probability (0 is perfect)",
+    ),
+    Metric(
+        "survival_beats_baselines",
+        lambda r: str(selected_survival(r.comparison).get("beats_baselines")).lower() == "true",
+        "whether its held-out concordance beats both baselines below; if not, it adds nothing over knowing each cell's runtime or failure share",
+    ),
+    Metric(
+        "survival_runtime_baseline_test_concordance",
+        lambda r: baseline_concordance(r.comparison, "runtime_baseline"),
+        "held-out concordance of ranking samples by their attack cell's mean runtime alone",
+    ),
+    Metric(
+        "survival_failure_share_baseline_test_concordance",
+        lambda r: baseline_concordance(r.comparison, "failure_share_baseline"),
+        "held-out concordance of ranking samples by their attack cell's failure share alone",
+    ),
+    Metric(
+        "survival_split_by",
+        lambda r: str(selected_survival(r.comparison).get("split_by", "")),
+        "the unit the 80/20 train/test split holds out whole (train_hash: trained models)",
+    ),
     # beside the findings
     Metric("brittle_spearman_per_seed", lambda r: findings.brittle_spearman_per_seed(sound(r.brittle)), section="findings"),
     Metric("findings", lambda r: findings.findings_metrics(list(r.findings)), section="findings"),
 ]
 
 CURVE_METRICS: list[CurveMetric] = [
-    CurveMetric("evp", lambda curve, tau: metrics.evp(curve["eps_standardised"], curve["acc"], tau),
-                "expected viable performance in [0, 1]: the area under accuracy against eps (scaled to [0, 1]) while accuracy is at least tau; higher keeps viable accuracy further"),
+    CurveMetric(
+        "evp",
+        lambda curve, tau: metrics.evp(curve["eps_standardised"], curve["acc"], tau),
+        "expected viable performance in [0, 1]: the area under accuracy against eps (scaled to [0, 1]) while accuracy is at least tau; higher keeps viable accuracy further",
+    ),
 ]
 
 

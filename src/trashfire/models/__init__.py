@@ -4,7 +4,8 @@ casts its input to float32. `depth` in the configs is the number of weight layer
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torchvision
@@ -59,8 +60,12 @@ def lenet(n_classes: int, input_shape: Sequence[int]) -> nn.Module:
     convolutions keep it valid from 8x8 inputs up."""
     channels, height, width = input_shape
     features = nn.Sequential(
-        nn.Conv2d(channels, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(6, 16, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(channels, 6, 5, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(6, 16, 5, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
     )
     flat = 16 * (height // 4) * (width // 4)
     head = nn.Sequential(nn.Flatten(), nn.Linear(flat, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, n_classes))

@@ -61,8 +61,13 @@ def adversarial_trainer(defence: dict[str, Any], model, optimiser, split, device
     from torch import nn
 
     classifier = PyTorchClassifier(
-        model=model, loss=nn.CrossEntropyLoss(), optimizer=optimiser, input_shape=split.input_shape,
-        nb_classes=split.n_classes, clip_values=split.clip_values, device_type="gpu" if device.type == "cuda" else "cpu",
+        model=model,
+        loss=nn.CrossEntropyLoss(),
+        optimizer=optimiser,
+        input_shape=split.input_shape,
+        nb_classes=split.n_classes,
+        clip_values=split.clip_values,
+        device_type="gpu" if device.type == "cuda" else "cpu",
     )
     kwargs = dict(defence.get("kwargs", {}))
     attack_spec = dict(kwargs.pop("attack"))

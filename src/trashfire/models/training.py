@@ -11,10 +11,9 @@ generator state), so a grid that later asks for more epochs trains on from it.
 
 from __future__ import annotations
 
-import math
-
 import io
 import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,15 +25,15 @@ from torch import nn
 from tqdm import tqdm
 
 from trashfire.core.clocks import Elapsed, Stopwatch
-from trashfire.data.datasets import Split, cached_split
-from trashfire.models.defences import adversarial_trainer, augment, is_trainer
 from trashfire.core.errors import DataError
 from trashfire.core.grid import TrainCell, training_cells
-from trashfire.metrics import accuracy
-from trashfire.models import build_model, resolve_device
 from trashfire.core.parallel import describe, resolve_workers, run_jobs
 from trashfire.core.records import atomic_path, cell_file, file_sha256, remove_dead_temps
 from trashfire.core.schema import TrainRecord, cell_labels
+from trashfire.data.datasets import Split, cached_split
+from trashfire.metrics import accuracy
+from trashfire.models import build_model, resolve_device
+from trashfire.models.defences import adversarial_trainer, augment, is_trainer
 
 log = logging.getLogger(__name__)
 
@@ -334,4 +333,3 @@ def train_grid(cfg: DictConfig) -> list[dict[str, Any]]:
             jobs = [(cfg, group, workers == 1) for group in wave]
             run_jobs(train_job, jobs, workers, progress, log.name)
     return [TrainRecord.read(record_path(models, cell.hash)).to_json() for cell in cells]
-

@@ -22,8 +22,8 @@ import json
 import logging
 import math
 import warnings
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
 import matplotlib
 
@@ -58,39 +58,48 @@ CAPTIONS = {
     "trash_by_depth_and_defence": (
         "TRASH by depth, defence and attack family (TRASHFIRE Fig. 4)",
         "TRASH score (training time over expected time to failure) by model depth and defence, benign and adversarial, and adversarial by attack family, on a log axis; violins over cells.",
-        "points above the dashed red line at 1 are models cheaper to break than to train; a defence that works sits lower than the undefended violin; a rise with depth means training cost grows faster than the adversary's."),
+        "points above the dashed red line at 1 are models cheaper to break than to train; a defence that works sits lower than the undefended violin; a rise with depth means training cost grows faster than the adversary's.",
+    ),
     "accuracy_by_attack_and_defence": (
         "Accuracy by defence and attack family (TRASHFIRE Fig. 1)",
         "Benign accuracy by defence, adversarial accuracy by defence and by attack family: violins over cells, diamonds the pooled accuracy over every attacked sample with its 95% Wilson interval.",
-        "the drop from the benign panel to the adversarial ones is what the attacks take; a defence helps where its adversarial violin sits above the undefended one; diamonds whose intervals do not overlap differ beyond sampling noise."),
+        "the drop from the benign panel to the adversarial ones is what the attacks take; a defence helps where its adversarial violin sits above the undefended one; diamonds whose intervals do not overlap differ beyond sampling noise.",
+    ),
     "accuracy_eps_curves": (
         "Accuracy against attack strength eps (normalised-AUC paper Fig. 2, 4)",
         "Accuracy (top) and accuracy normalised by the benign accuracy (bottom) against eps in pixel units, mean over seeds with a ±1 SD band; the shaded interval is the one R integrates over.",
-        "a curve that stays high for longer is more robust; the bottom row removes differences in benign accuracy, and the area under it over the shaded interval, relative to the interval, is R."),
+        "a curve that stays high for longer is more robust; the bottom row removes differences in benign accuracy, and the area under it over the shaded interval, relative to the interval, is R.",
+    ),
     "evp_vs_tau": (
         "EVP against the viability threshold τ (EVP paper Fig. 7)",
         "Expected viable performance against the viability threshold tau, one line per model cell (mean over seeds); the dotted line is the default tau(K) of the data set.",
-        "read each line at the dotted default τ: higher means viable accuracy against stronger attacks; lines that cross rank the models differently at different thresholds."),
+        "read each line at the dotted default τ: higher means viable accuracy against stronger attacks; lines that cross rank the models differently at different thresholds.",
+    ),
     "evp_convergence": (
         "EVP against the number of eps intervals (EVP paper Fig. 8)",
         "EVP on nested sub-grids of the recorded eps grid against the number of eps intervals.",
-        "a line flat at its right end means the eps grid is fine enough for that EVP; a line still moving there means a finer grid would change it."),
+        "a line flat at its right end means the eps grid is fine enough for that EVP; a line still moving there means a finer grid would change it.",
+    ),
     "brittle_vs_robust_acc": (
         "Brittle-score against robust accuracy (brittle-score paper Fig. 4)",
         "Brittle-score against robust accuracy, one colour per defence, with Spearman's rank correlation per data set over the trained models (filled); predict-time defences (hollow) wrap a trained model's outputs and are outside the paper's claim.",
-        "the paper expects the filled points to fall from top left to bottom right (ρ < 0); a ρ near 0 or a large p means no such relation in this run; hollow points far left of their model's filled point are a wrapper that lowers the brittle-score without adding robustness."),
+        "the paper expects the filled points to fall from top left to bottom right (ρ < 0); a ρ near 0 or a large p means no such relation in this run; hollow points far left of their model's filled point are a wrapper that lowers the brittle-score without adding robustness.",
+    ),
     "kaplan_meier": (
         "Kaplan-Meier survival per attack family and defence",
         "Kaplan-Meier survival of the attacked samples per attack family and defence (solid) and the selected survival model's predicted survival of the same samples (dashed).",
-        "each curve is the share of samples not yet misclassified after that much adversary compute; lower and further left is broken sooner; dashed close to solid means the survival model behind E[T] fits."),
+        "each curve is the share of samples not yet misclassified after that much adversary compute; lower and further left is broken sooner; dashed close to solid means the survival model behind E[T] fits.",
+    ),
     "coefficients": (
         "Coefficients of the selected survival model (TRASHFIRE Fig. 3)",
         "Coefficients of the selected survival model with 95% intervals, thick cluster-robust (clusters: the train/test split's groups, trained models by default), thin naive.",
-        "an interval clear of 0 is an effect beyond noise; above 0 a longer time to failure (more robust), below 0 a shorter one; dummies are against their reference level, covariates per +1 SD."),
+        "an interval clear of 0 is an effect beyond noise; above 0 a longer time to failure (more robust), below 0 a shorter one; dummies are against their reference level, covariates per +1 SD.",
+    ),
     "calibration": (
         "Calibration of every survival model (TRASHFIRE Fig. 2)",
         "Calibration of every survival model on the training and test splits: observed against predicted failure probability.",
-        "a red curve on the dashed diagonal is perfectly calibrated; above it the model predicts too few failures, below it too many; ICI is the mean distance from the diagonal, and the test panels are the ones that count."),
+        "a red curve on the dashed diagonal is perfectly calibrated; above it the model predicts too few failures, below it too many; ICI is the mean distance from the diagonal, and the test panels are the ones that count.",
+    ),
 }
 
 
@@ -347,8 +356,10 @@ def accuracy_figure(experiments: pd.DataFrame, folder: Path) -> list[Path]:
     accuracy_panel(axes[2], cells, "attack_family", "acc_adv", "adversarial, by attack family", None)
     axes[0].set_ylim(-0.03, 1.03)
     axes[0].set_ylabel("accuracy (fraction correct)")
-    handles = [Patch(color="C7", alpha=0.4, label="violin + dots: per-cell accuracy"),
-               Line2D([], [], marker="D", color="black", ls="", label="pooled accuracy, 95% Wilson interval")]
+    handles = [
+        Patch(color="C7", alpha=0.4, label="violin + dots: per-cell accuracy"),
+        Line2D([], [], marker="D", color="black", ls="", label="pooled accuracy, 95% Wilson interval"),
+    ]
     axes[2].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8)
     fig.suptitle("Benign and adversarial accuracy of every cell, by defence and by attack family")
     fig.tight_layout()
@@ -413,9 +424,11 @@ def trash_figure(trash: pd.DataFrame, folder: Path) -> list[Path]:
     benign = trash.drop_duplicates("model_hash")  # trash_ben does not depend on the attack
     colours = defence_colours(trash["defence"])
     fig, axes = plt.subplots(1, 3, figsize=(16, 5.2), sharey=True)
-    panels = ((axes[0], benign, "trash_ben", "depth", colours, "benign TRASH, by depth and defence"),
-              (axes[1], trash, "trash_adv", "depth", colours, "adversarial TRASH, by depth and defence"),
-              (axes[2], trash, "trash_adv", "attack_family", None, "adversarial TRASH, by attack family"))
+    panels = (
+        (axes[0], benign, "trash_ben", "depth", colours, "benign TRASH, by depth and defence"),
+        (axes[1], trash, "trash_adv", "depth", colours, "adversarial TRASH, by depth and defence"),
+        (axes[2], trash, "trash_adv", "attack_family", None, "adversarial TRASH, by attack family"),
+    )
     for ax, cells, column, by, panel_colours, title in panels:
         dropped = trash_panel(ax, cells, column, by, panel_colours)
         ax.set_title(title + (f"\n({dropped} non-positive or non-finite dropped)" if dropped else ""), fontsize=10)
@@ -461,8 +474,9 @@ def figure_legend(fig, colours: dict[str, tuple], extra: list | None = None) -> 
     fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 0.95), fontsize=8, title="model cell (mean over seeds)")
 
 
-def evp_line_figure(table: pd.DataFrame, x: str, xlabel: str, title: str, stem: str, folder: Path,
-                    decorate: Callable | None = None, extra: list | None = None) -> list[Path]:
+def evp_line_figure(
+    table: pd.DataFrame, x: str, xlabel: str, title: str, stem: str, folder: Path, decorate: Callable | None = None, extra: list | None = None
+) -> list[Path]:
     """One panel per data set (rows) and attack family (columns), one line per model cell
     with EVP averaged over seeds at each x."""
     datasets, families = panels_by_dataset_and_family(table)
@@ -502,8 +516,16 @@ def evp_tau_figure(evp_tau: pd.DataFrame, tau_table: pd.DataFrame, folder: Path)
         return f"default τ(K={k}) = {tau:.3f}"
 
     marker = [Line2D([], [], color="black", ls=":", label="default τ(K) of the data set")]
-    return evp_line_figure(evp_tau, "tau", "viability threshold τ (accuracy)",
-                           "Expected viable performance against the viability threshold τ", "evp_vs_tau", folder, mark_default, marker)
+    return evp_line_figure(
+        evp_tau,
+        "tau",
+        "viability threshold τ (accuracy)",
+        "Expected viable performance against the viability threshold τ",
+        "evp_vs_tau",
+        folder,
+        mark_default,
+        marker,
+    )
 
 
 def evp_convergence_figure(evp_convergence: pd.DataFrame, folder: Path) -> list[Path]:
@@ -515,9 +537,15 @@ def evp_convergence_figure(evp_convergence: pd.DataFrame, folder: Path) -> list[
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         return ""
 
-    return evp_line_figure(evp_convergence, "n_intervals", "number of eps intervals in the grid",
-                           "Convergence of EVP as the eps grid gets finer (rightmost point: the full grid)",
-                           "evp_convergence", folder, integer_ticks)
+    return evp_line_figure(
+        evp_convergence,
+        "n_intervals",
+        "number of eps intervals in the grid",
+        "Convergence of EVP as the eps grid gets finer (rightmost point: the full grid)",
+        "evp_convergence",
+        folder,
+        integer_ticks,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -555,10 +583,19 @@ def r_interval(robustness: pd.DataFrame, panel: pd.DataFrame, dataset: str, fami
 def curve_lines(ax_raw, ax_norm, panel: pd.DataFrame, lines: pd.DataFrame, labels: list[str], colours: dict, axis: str) -> None:
     """Mean over seeds at each configured eps (pixel eps differs by a split's std), ±1 SD band."""
     for label, (_, line) in zip(labels, lines.iterrows()):
-        points = line_rows(panel, line).groupby("eps").agg(
-            x=(axis, "mean"), acc=("acc", "mean"), acc_sd=("acc", "std"),
-            norm=("acc_norm", "mean"), norm_sd=("acc_norm", "std"), seeds=("acc", "count"),
-        ).sort_values("x")
+        points = (
+            line_rows(panel, line)
+            .groupby("eps")
+            .agg(
+                x=(axis, "mean"),
+                acc=("acc", "mean"),
+                acc_sd=("acc", "std"),
+                norm=("acc_norm", "mean"),
+                norm_sd=("acc_norm", "std"),
+                seeds=("acc", "count"),
+            )
+            .sort_values("x")
+        )
         for ax, y, sd in ((ax_raw, "acc", "acc_sd"), (ax_norm, "norm", "norm_sd")):
             ax.plot(points["x"], points[y], color=colours[label], lw=1.4, marker="o", ms=3)
             if points["seeds"].max() >= 2:
@@ -621,8 +658,15 @@ def brittle_figure(brittle: pd.DataFrame | None, folder: Path) -> list[Path]:
             part = panel[panel["defence"] == defence]
             if not part.empty:  # predict-time defences hollow: 002's correlation is over trained models
                 hollow = wrapped[part.index].any()
-                ax.scatter(part["brittle_score"], part["robust_acc"], s=28, label=defence + (" (predict-time)" if hollow else ""), alpha=0.85,
-                           facecolors="none" if hollow else colour, edgecolors=colour)
+                ax.scatter(
+                    part["brittle_score"],
+                    part["robust_acc"],
+                    s=28,
+                    label=defence + (" (predict-time)" if hollow else ""),
+                    alpha=0.85,
+                    facecolors="none" if hollow else colour,
+                    edgecolors=colour,
+                )
         models = panel[~(wrapped | degenerate)]  # the finding's population
         ax.set_title(f"{dataset}, trained models (filled)\n{spearman_text(models['brittle_score'], models['robust_acc'])}", fontsize=10)
         ax.set_xlabel("brittle-score (mean |LIME weight| per feature)")
@@ -641,8 +685,12 @@ def brittle_figure(brittle: pd.DataFrame | None, folder: Path) -> list[Path]:
 
 PAPERS = {"001": "EVP", "002": "brittle-score", "003": "TRASHFIRE", "004": "normalised AUC"}
 # verdict -> (badge class, word in the count sentence)
-VERDICTS = {"holds": ("v-holds", "hold"), "contradicted": ("v-contradicted", "contradicted"),
-            "inconclusive": ("v-inconclusive", "inconclusive"), "not testable": ("v-not-testable", "not testable")}
+VERDICTS = {
+    "holds": ("v-holds", "hold"),
+    "contradicted": ("v-contradicted", "contradicted"),
+    "inconclusive": ("v-inconclusive", "inconclusive"),
+    "not testable": ("v-not-testable", "not testable"),
+}
 FINDING_COLUMNS = set(schema.FINDINGS)
 BRITTLE_FINDING = "002_brittle_negative"  # metrics.json's per-seed correlations belong beside it
 LEFT_OUT = "left out of R, EVP, the brittle correlations and the headline means"
@@ -674,8 +722,7 @@ def how_to_read(text: str) -> str:
 def folded(key: str, title: str, rows: int, caption: str, content: str) -> str:
     """A long table behind its name and size, so that the page reads top to bottom in a minute."""
     size = f"{rows} rows" if rows else "nothing to show"
-    return (f'<details id="{key}"><summary>{html.escape(title)} <span class="size">({size})</span></summary>'
-            f"{how_to_read(caption)}{content}</details>")
+    return f'<details id="{key}"><summary>{html.escape(title)} <span class="size">({size})</span></summary>{how_to_read(caption)}{content}</details>'
 
 
 ONE_SEED = "n/a (1 seed)"
@@ -760,11 +807,9 @@ def per_seed_text(per_seed) -> str:
 
 def finding_row(row: pd.Series, beside: str = "") -> str:
     paper = format_value(row["paper"])
-    claim = (f'{html.escape(format_value(row["claim"]))}'
-             f'<div class="test">test: {html.escape(format_value(row["test"]))}</div>')
+    claim = f'{html.escape(format_value(row["claim"]))}<div class="test">test: {html.escape(format_value(row["test"]))}</div>'
     detail = html.escape(format_value(row["detail"])) + (f'<div class="test">{html.escape(beside)}</div>' if beside else "")
-    cells = [verdict_badge(row["verdict"]), html.escape(f"{paper} {PAPERS.get(paper, '')}".strip()), claim,
-             html.escape(measured_text(row)), detail]
+    cells = [verdict_badge(row["verdict"]), html.escape(f"{paper} {PAPERS.get(paper, '')}".strip()), claim, html.escape(measured_text(row)), detail]
     return "<tr>" + "".join(f'<td class="t">{cell}</td>' for cell in cells) + "</tr>"
 
 
@@ -813,8 +858,10 @@ def headline_section(metrics: dict) -> str:
     shown = {k: v for k, v in metrics.items() if k not in registry.in_section("run") + registry.in_section("findings")}
     order = [k for k in meanings if k in shown] + sorted(k for k in shown if k not in meanings)
     rows = [row for key in order for row in metric_rows(key, shown[key], meanings.get(key, ""))]
-    body = "".join(f'<tr><td class="t m">{html.escape(name)}</td><td class="v">{html.escape(value)}</td>'
-                   f'<td class="t">{html.escape(meaning)}</td></tr>' for name, value, meaning in rows)
+    body = "".join(
+        f'<tr><td class="t m">{html.escape(name)}</td><td class="v">{html.escape(value)}</td><td class="t">{html.escape(meaning)}</td></tr>'
+        for name, value, meaning in rows
+    )
     note = '<p class="test">Means and medians leave degenerate model cells out.</p>'
     return f'<div class="wide"><table class="headline"><tbody>{body}</tbody></table></div>{note}'
 
@@ -834,17 +881,18 @@ def degenerate_text(degenerate: pd.DataFrame) -> str:
     listing = html_table(degenerate)
     if len(degenerate) > 10:
         listing = f"<details><summary>{len(degenerate)} degenerate model cells</summary>{listing}</details>"
-    return (f'<p class="warn">{len(degenerate)} degenerate model cell(s): benign accuracy does not exceed chance (1/K) '
-            f"by the margin; {LEFT_OUT}.</p>{listing}")
+    return f'<p class="warn">{len(degenerate)} degenerate model cell(s): benign accuracy does not exceed chance (1/K) by the margin; {LEFT_OUT}.</p>{listing}'
 
 
 def run_section(metrics: dict, experiments: pd.DataFrame, degenerate: pd.DataFrame) -> str:
     """What was run, in one line: a reader judges every number above against it."""
     count = lambda column: experiments[column].nunique() if column in experiments else "?"  # noqa: E731
     datasets = ", ".join(sorted(experiments["dataset"].astype(str).unique())) if "dataset" in experiments else "?"
-    line = (f"{datasets}: {count('train_hash')} trained cells over {count('seed')} seeds → {count('model_hash')} model cells "
-            f"(with predict-time defences) → {len(experiments)} attack cells (attack × strength); "
-            f"{len(degenerate)} degenerate")
+    line = (
+        f"{datasets}: {count('train_hash')} trained cells over {count('seed')} seeds → {count('model_hash')} model cells "
+        f"(with predict-time defences) → {len(experiments)} attack cells (attack × strength); "
+        f"{len(degenerate)} degenerate"
+    )
     if "n_evp_curves" in metrics:
         line += f"; {metrics['n_evp_curves']} EVP curves, {metrics.get('n_evp_curves_short_of_nonviability', '?')} still viable at the largest eps"
     if "clock" in metrics:
@@ -881,8 +929,10 @@ def trash_summary_section(summary: pd.DataFrame) -> str:
 def auc_section(auc: pd.DataFrame) -> str:
     if auc.empty:
         return not_computed("auc_table.csv has no rows (no attack with an eps grid)")
-    shown = auc.assign(R=[spread_text(*v) for v in auc[["R_mean", "R_sd", "n_seeds"]].to_numpy(float)],
-                       S=[spread_text(*v) for v in auc[["S_mean", "S_sd", "n_seeds"]].to_numpy(float)])
+    shown = auc.assign(
+        R=[spread_text(*v) for v in auc[["R_mean", "R_sd", "n_seeds"]].to_numpy(float)],
+        S=[spread_text(*v) for v in auc[["S_mean", "S_sd", "n_seeds"]].to_numpy(float)],
+    )
     columns = schema.REPORT_SUMMARY + ["attack_family", "n_seeds", "R", "S"]
     return html_table(drop_empty(shown[columns]))
 
@@ -933,8 +983,11 @@ def card_row(path: Path, reports: Path) -> dict:
     cells = [c for c in card.get("model_cells", []) if isinstance(c, dict)] if isinstance(card.get("model_cells"), list) else []
     defences = {str(c["defence"].get("defence")) if isinstance(c.get("defence"), dict) else str(c.get("defence")) for c in cells}
     flagged = sum(c.get("degenerate") is True for c in cells) if any("degenerate" in c for c in cells) else None
-    return ({"card": str(path.relative_to(reports))} | {k: training.get(k) for k in schema.REPORT_CARD}
-            | {"model cells": len(cells), "defences": ", ".join(defence_order(defences)), "degenerate": flagged})
+    return (
+        {"card": str(path.relative_to(reports))}
+        | {k: training.get(k) for k in schema.REPORT_CARD}
+        | {"model cells": len(cells), "defences": ", ".join(defence_order(defences)), "degenerate": flagged}
+    )
 
 
 def card_paths(reports: Path) -> list[Path]:
@@ -957,27 +1010,45 @@ def survival_tables(comparison: pd.DataFrame, logrank: pd.DataFrame | None) -> s
     baselines on test concordance (visible: it says whether E[T] is worth anything); then
     the log-rank tests of each defence against none."""
     sentences = "".join(f"<li>{html.escape(line)}</li>" for line in baseline_sentences(comparison))
-    markup = f'<h3>Survival models against the two baselines</h3><ul class="compact">{sentences}</ul>' + folded("table-survival", "Survival model comparison (TRASHFIRE Table I)", len(comparison),
-                                TABLE_CAPTIONS["survival"], html_table(drop_empty(comparison)))
+    markup = f'<h3>Survival models against the two baselines</h3><ul class="compact">{sentences}</ul>' + folded(
+        "table-survival", "Survival model comparison (TRASHFIRE Table I)", len(comparison), TABLE_CAPTIONS["survival"], html_table(drop_empty(comparison))
+    )
     if logrank is not None and not logrank.empty:
-        markup += folded("table-logrank", "Log-rank tests per attack family, each defence against none (weighted samples)",
-                         len(logrank), TABLE_CAPTIONS["logrank"], html_table(logrank))
+        markup += folded(
+            "table-logrank",
+            "Log-rank tests per attack family, each defence against none (weighted samples)",
+            len(logrank),
+            TABLE_CAPTIONS["logrank"],
+            html_table(logrank),
+        )
     return markup
 
 
 def tables_section(tables: dict, reports: Path) -> str:
     t = tables
-    return "".join([
-        folded("table-tau", "Viability threshold τ(K) (EVP paper Table I)", rows_of(t["tau_table"]), TABLE_CAPTIONS["tau"], html_table(t["tau_table"])),
-        folded("table-trash", "TRASH score over seeds", rows_of(t["trash_summary"]), TABLE_CAPTIONS["trash"], trash_summary_section(t["trash_summary"])),
-        folded("table-auc", "Normalised robustness AUC R and sensitivity S (normalised-AUC paper, appendix tables)", rows_of(t["auc_table"]),
-               TABLE_CAPTIONS["auc"], auc_section(t["auc_table"])),
-        folded("table-robustness", "EVP and R per cell", rows_of(t["robustness"]), robustness_caption(), robustness_section(t["robustness"])),
-        folded("table-brittle", "Brittle-score and relative improvement (brittle-score paper Table 1)", rows_of(t["brittle"]),
-               TABLE_CAPTIONS["brittle"], brittle_section(t["brittle"])),
-        survival_tables(t["survival"], t["logrank"]),
-        folded("table-cards", "Model cards", len(card_paths(reports)), TABLE_CAPTIONS["cards"], cards_section(reports)),
-    ])
+    return "".join(
+        [
+            folded("table-tau", "Viability threshold τ(K) (EVP paper Table I)", rows_of(t["tau_table"]), TABLE_CAPTIONS["tau"], html_table(t["tau_table"])),
+            folded("table-trash", "TRASH score over seeds", rows_of(t["trash_summary"]), TABLE_CAPTIONS["trash"], trash_summary_section(t["trash_summary"])),
+            folded(
+                "table-auc",
+                "Normalised robustness AUC R and sensitivity S (normalised-AUC paper, appendix tables)",
+                rows_of(t["auc_table"]),
+                TABLE_CAPTIONS["auc"],
+                auc_section(t["auc_table"]),
+            ),
+            folded("table-robustness", "EVP and R per cell", rows_of(t["robustness"]), robustness_caption(), robustness_section(t["robustness"])),
+            folded(
+                "table-brittle",
+                "Brittle-score and relative improvement (brittle-score paper Table 1)",
+                rows_of(t["brittle"]),
+                TABLE_CAPTIONS["brittle"],
+                brittle_section(t["brittle"]),
+            ),
+            survival_tables(t["survival"], t["logrank"]),
+            folded("table-cards", "Model cards", len(card_paths(reports)), TABLE_CAPTIONS["cards"], cards_section(reports)),
+        ]
+    )
 
 
 def not_computed(reason: str) -> str:
@@ -992,11 +1063,14 @@ def caption_for(path: Path) -> tuple[str, str, str]:
     if path.stem in CAPTIONS:
         return CAPTIONS[path.stem]
     if path.parent.name == "coefficients":
-        sign = ("above 0 a higher hazard, i.e. earlier failure" if path.stem == "cox"
-                else "above 0 a longer time to failure (more robust), below 0 a shorter one")
-        return (f"Coefficients of the {path.stem} survival model",
-                "95% intervals (thick cluster-robust, thin naive): dummies against their reference level, covariates per +1 SD (TRASHFIRE Fig. 3).",
-                f"an interval clear of 0 is an effect beyond noise: {sign}; a thick bar much wider than the thin one means samples of one model fail together.")
+        sign = (
+            "above 0 a higher hazard, i.e. earlier failure" if path.stem == "cox" else "above 0 a longer time to failure (more robust), below 0 a shorter one"
+        )
+        return (
+            f"Coefficients of the {path.stem} survival model",
+            "95% intervals (thick cluster-robust, thin naive): dummies against their reference level, covariates per +1 SD (TRASHFIRE Fig. 3).",
+            f"an interval clear of 0 is an effect beyond noise: {sign}; a thick bar much wider than the thin one means samples of one model fail together.",
+        )
     return path.stem.replace("_", " "), "a figure of the survival stage.", "see the survival stage's documentation."
 
 
@@ -1011,9 +1085,11 @@ def figure_block(path: Path, reports: Path) -> str:
     data = base64.b64encode(path.read_bytes()).decode()
     name = html.escape(str(path.relative_to(reports)) if path.is_relative_to(reports) else path.name)
     title, shows, read = caption_for(path)
-    return (f'<figure id="{figure_id(path)}"><h3>{html.escape(title)} <span class="size">{name}</span></h3>'
-            f"<p>{html.escape(shows)}</p>{how_to_read(read)}"
-            f'<img alt="{name}" src="data:image/png;base64,{data}"></figure>')
+    return (
+        f'<figure id="{figure_id(path)}"><h3>{html.escape(title)} <span class="size">{name}</span></h3>'
+        f"<p>{html.escape(shows)}</p>{how_to_read(read)}"
+        f'<img alt="{name}" src="data:image/png;base64,{data}"></figure>'
+    )
 
 
 def figure_id(path: Path) -> str:
@@ -1029,8 +1105,10 @@ def figures_section(images: list[Path], reports: Path, skipped: dict[str, str] |
     links = " · ".join(f'<a href="#{figure_id(p)}">{html.escape(caption_for(p)[0])}</a>' for p in main)
     markup = f'<p class="test">{links}</p>' + "".join(figure_block(p, reports) for p in main)
     if per_model:
-        markup += (f"<details><summary>Coefficients of every fitted survival model <span class=\"size\">({len(per_model)} figures)</span>"
-                   f"</summary>{''.join(figure_block(p, reports) for p in per_model)}</details>")
+        markup += (
+            f'<details><summary>Coefficients of every fitted survival model <span class="size">({len(per_model)} figures)</span>'
+            f"</summary>{''.join(figure_block(p, reports) for p in per_model)}</details>"
+        )
     return markup + "".join(f"<h3>{html.escape(stem)}</h3>{not_computed(reason)}" for stem, reason in (skipped or {}).items())
 
 
@@ -1072,8 +1150,10 @@ def report_html(reports: Path, images: list[Path], skipped: dict[str, str] | Non
     }
     toc = "".join(f'<a href="#{key}">{title}</a>' for key, title in SECTIONS)
     body = "".join(f'<h2 id="{key}">{title}</h2>{content[key]}' for key, title in SECTIONS)
-    page = (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>trashfire report</title>'
-            f"<style>{STYLE}</style></head><body><h1>trashfire report</h1><nav>Contents: {toc}</nav>{body}</body></html>\n")
+    page = (
+        f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>trashfire report</title>'
+        f"<style>{STYLE}</style></head><body><h1>trashfire report</h1><nav>Contents: {toc}</nav>{body}</body></html>\n"
+    )
     path = reports / "report.html"
     with atomic_path(path) as tmp:
         tmp.write_text(page, encoding="utf-8")
@@ -1120,4 +1200,3 @@ def draw_report(cfg: DictConfig) -> list[Path]:
     written.append(report_html(reports, drawn + survival_images(reports), skipped))
     log.info("wrote %d figures (PNG and PDF) to %s and %s", len(drawn), folder, written[-1])
     return written
-

@@ -4,9 +4,9 @@
 `trashfire.attacks.campaign.attack_grid`.
 """
 
+from trashfire.attacks import campaign
 from trashfire.core.cli import run_cli
 from trashfire.core.stage import Stage
-from trashfire.attacks import campaign
 
 STAGE = Stage(
     "attack",

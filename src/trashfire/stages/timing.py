@@ -10,7 +10,20 @@ from trashfire.metrics import experiments
 
 STAGE = Stage(
     "timing",
-    params=("data", "split", "model", "defence", "train", "attack", "timing", "survival.data", "metrics.degenerate", "metrics.evp", "paths.attacks", "paths.reports"),
+    params=(
+        "data",
+        "split",
+        "model",
+        "defence",
+        "train",
+        "attack",
+        "timing",
+        "survival.data",
+        "metrics.degenerate",
+        "metrics.evp",
+        "paths.attacks",
+        "paths.reports",
+    ),
     deps=("reports/attacks",),
     outs=("reports/experiments.csv", "reports/survival_data.csv"),
 )

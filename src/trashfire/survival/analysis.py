@@ -45,10 +45,10 @@ from lifelines import KaplanMeierFitter
 from lifelines.statistics import logrank_test
 from omegaconf import DictConfig
 
-from trashfire.survival import fitters as F
 from trashfire.core.errors import ConfigError, DataError
 from trashfire.core.parallel import resolve_workers, results_as_completed
 from trashfire.core.records import atomic_path
+from trashfire.survival import fitters as F
 from trashfire.survival.data import diagnose, drop_degenerate
 from trashfire.survival.figures import calibration_grid, coefficient_figure, finish_calibration, kaplan_meier_figure, save
 
@@ -226,7 +226,7 @@ def baseline_rows(train: pd.DataFrame, test: pd.DataFrame) -> list[dict[str, Any
         row: dict[str, Any] = {"fitter": name, "model": label, "status": "baseline", "aft": False}
         row |= {"n": float(F.sample_weights(train).sum()), "n_events": float(F.sample_weights(train)[train[F.EVENT].to_numpy() == 1].sum())}
         for prefix, part in (("", train), ("test_", test)):
-            row[f"{prefix}concordance"] = _guarded(notes, f"{prefix}concordance", lambda p: F.ranking_concordance(p, scores(p)), part)
+            row[f"{prefix}concordance"] = _guarded(notes, f"{prefix}concordance", lambda p: F.ranking_concordance(p, scores(p)), part)  # noqa: B023 -- called at once
         rows.append(row | {"note": "; ".join(notes)})
     return rows
 
@@ -322,12 +322,24 @@ def logrank_table(data: pd.DataFrame) -> pd.DataFrame:
             continue
         for defence, group in samples[samples["defence"] != REFERENCE_DEFENCE].groupby("defence", sort=True):
             result = logrank_test(
-                group[F.DURATION], reference[F.DURATION], group[F.EVENT], reference[F.EVENT],
-                weights_A=F.sample_weights(group), weights_B=F.sample_weights(reference),
+                group[F.DURATION],
+                reference[F.DURATION],
+                group[F.EVENT],
+                reference[F.EVENT],
+                weights_A=F.sample_weights(group),
+                weights_B=F.sample_weights(reference),
             )
-            rows.append({"attack_family": family, "defence": defence, "reference": REFERENCE_DEFENCE,
-                         **_counts(group), **{f"{k}_reference": v for k, v in _counts(reference).items()},
-                         "test_statistic": float(result.test_statistic), "p": float(result.p_value)})
+            rows.append(
+                {
+                    "attack_family": family,
+                    "defence": defence,
+                    "reference": REFERENCE_DEFENCE,
+                    **_counts(group),
+                    **{f"{k}_reference": v for k, v in _counts(reference).items()},
+                    "test_statistic": float(result.test_statistic),
+                    "p": float(result.p_value),
+                }
+            )
     columns = ["attack_family", "defence", "reference", "n", "events", "n_reference", "events_reference", "test_statistic", "p"]
     return pd.DataFrame(rows, columns=columns)
 
@@ -367,8 +379,16 @@ def predicted_curves(fit: F.Fit, data: pd.DataFrame, points: int = CURVE_POINTS)
 def latex_table(comparison: pd.DataFrame, test_size: float) -> str:
     """Table I's layout: AIC, BIC, concordance, ICI and E50 (train and test) per model and
     baseline; '--' where a score is missing, with the reason as a footnote."""
-    columns = {"AIC": "AIC", "BIC": "BIC", "concordance": "Concordance", "test_concordance": "Test Concordance",
-               "ICI": "ICI", "test_ICI": "Test ICI", "E50": "E50", "test_E50": "Test E50"}
+    columns = {
+        "AIC": "AIC",
+        "BIC": "BIC",
+        "concordance": "Concordance",
+        "test_concordance": "Test Concordance",
+        "ICI": "ICI",
+        "test_ICI": "Test ICI",
+        "E50": "E50",
+        "test_E50": "Test E50",
+    }
     table = comparison.set_index("model")[list(columns)].rename(columns=columns)
     table.index.name = None
     # concordance to 3 decimals: a model and a baseline often differ in the third
@@ -432,8 +452,10 @@ def check_fitters(settings: Any) -> None:
         except Exception as err:
             target = settings.models[name].fitter.get("_target_")
             reason = F.first_line(err).split(", set env var HYDRA_FULL_ERROR")[0]  # Hydra's hint is no help here
-            raise ConfigError(f"survival.models.{name}.fitter", f"cannot build {target!r}: {reason}; allowed: a lifelines fitter class "
-                                                                 "and its arguments, e.g. lifelines.WeibullAFTFitter") from None
+            raise ConfigError(
+                f"survival.models.{name}.fitter",
+                f"cannot build {target!r}: {reason}; allowed: a lifelines fitter class and its arguments, e.g. lifelines.WeibullAFTFitter",
+            ) from None
 
 
 def save_models(fits: dict[str, F.Fit], path: Path) -> None:
@@ -464,11 +486,18 @@ def analyse(cfg: DictConfig) -> pd.DataFrame:
     data = read_survival_data(reports / "survival_data.csv")
     diagnose(data, str(reports / "survival_data.csv"))
     train, test = usable_covariates(*split_groups(data, settings.split_by, settings.test_size, settings.seed))
-    log.info("train/test split by %s: %d / %d groups, %d / %d samples", settings.split_by, train[settings.split_by].nunique(),
-             test[settings.split_by].nunique(), F.sample_weights(train).sum(), F.sample_weights(test).sum())
+    log.info(
+        "train/test split by %s: %d / %d groups, %d / %d samples",
+        settings.split_by,
+        train[settings.split_by].nunique(),
+        test[settings.split_by].nunique(),
+        F.sample_weights(train).sum(),
+        F.sample_weights(test).sum(),
+    )
     if train[CLUSTER_BY].nunique() < FEW_CLUSTERS:
-        log.warning("cluster-robust standard errors from %d %s clusters (< %d) run small: read them with care",
-                    train[CLUSTER_BY].nunique(), CLUSTER_BY, FEW_CLUSTERS)
+        log.warning(
+            "cluster-robust standard errors from %d %s clusters (< %d) run small: read them with care", train[CLUSTER_BY].nunique(), CLUSTER_BY, FEW_CLUSTERS
+        )
     fig, axes = calibration_grid([settings.models[name].label for name in settings.fitters], list(settings.fitters))
     comparison, fits = compare(train, test, settings, axes, resolve_workers(cfg.train.get("workers", "auto"), "cpu"))
     aft = [name for name in settings.fitters if settings.models[name].aft]
@@ -492,9 +521,14 @@ def analyse(cfg: DictConfig) -> pd.DataFrame:
     kaplan_meier_figure(kaplan_meier_fits(data), predicted_curves(fits[selected], data), settings.models[selected].label, out / "kaplan_meier.png")
     save_models(fits, out / "models.pkl")
     shown = comparison.drop(columns=["note", "aft", "model", "split_by"])
-    log.info("fitted %s of %s; selected %s (%s)\n%s", ", ".join(fits), ", ".join(settings.fitters), selected,
-             settings.chosen and "survival.chosen" or f"best {settings.select_by}", shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    log.info(
+        "fitted %s of %s; selected %s (%s)\n%s",
+        ", ".join(fits),
+        ", ".join(settings.fitters),
+        selected,
+        settings.chosen and "survival.chosen" or f"best {settings.select_by}",
+        shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"),
+    )
     for line in baseline_verdicts(comparison):
         log.info("%s", line)
     return comparison
-

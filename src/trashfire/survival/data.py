@@ -34,7 +34,7 @@ collinear columns (on the rows kept) are dropped with a logged note.
 from __future__ import annotations
 
 import logging
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -129,14 +129,18 @@ def sample_rows(attack_hashes: pd.Series, outcomes_by_hash: Mapping[str, Mapping
         if attack_hash not in outcomes_by_hash:
             raise DataError(f"no outcome arrays for attack cell {attack_hash}; run the attack stage first")
         arrays = Outcomes.of(outcomes_by_hash[attack_hash], f"attack cell {attack_hash}")
-        parts.append(pd.DataFrame({
-            "cell": cell,
-            "duration": np.asarray(arrays.duration(clock), dtype=float),
-            "event": np.asarray(arrays.event).astype(int),  # a bool array: 0/1, not a count
-            "weight": 1,
-            "wrong_before": np.asarray(arrays.y_pred_ben) != np.asarray(arrays.y_true),
-            **{name: np.asarray(arrays[source], dtype=float) for name, source in SAMPLE_COVARIATES.items()},
-        }))
+        parts.append(
+            pd.DataFrame(
+                {
+                    "cell": cell,
+                    "duration": np.asarray(arrays.duration(clock), dtype=float),
+                    "event": np.asarray(arrays.event).astype(int),  # a bool array: 0/1, not a count
+                    "weight": 1,
+                    "wrong_before": np.asarray(arrays.y_pred_ben) != np.asarray(arrays.y_true),
+                    **{name: np.asarray(arrays[source], dtype=float) for name, source in SAMPLE_COVARIATES.items()},
+                }
+            )
+        )
     if not parts:
         return pd.DataFrame(columns=["cell", "duration", "event", "weight", "wrong_before", *SAMPLE_COVARIATES])
     return pd.concat(parts, ignore_index=True)
@@ -148,7 +152,11 @@ def apply_before_attack_policy(samples: pd.DataFrame, policy: str) -> pd.DataFra
     action = "dropped (policy drop)" if policy == "drop" else "kept as failures at the first query (policy first_query)"
     log.info(
         "survival data: %d of %d attacked samples, in %d of %d attack cells, misclassified before the attack: %s",
-        wrong.sum(), len(samples), samples.loc[wrong, "cell"].nunique(), samples["cell"].nunique(), action,
+        wrong.sum(),
+        len(samples),
+        samples.loc[wrong, "cell"].nunique(),
+        samples["cell"].nunique(),
+        action,
     )
     kept = samples[~wrong] if policy == "drop" else samples
     return kept.drop(columns="wrong_before")
@@ -163,7 +171,12 @@ def fix_nonpositive(rows: pd.DataFrame, policy: str) -> pd.DataFrame:
         log.warning("survival data: dropping %d rows (%d samples) timed at <= 0 s, below the clock's resolution", bad.sum(), rows.loc[bad, "weight"].sum())
         return rows[~bad]
     floor = positive.min() / 2
-    log.warning("survival data: %d rows (%d samples) timed at <= 0 s (below the clock's resolution) set to %.3g s, half the smallest measured duration", bad.sum(), rows.loc[bad, "weight"].sum(), floor)
+    log.warning(
+        "survival data: %d rows (%d samples) timed at <= 0 s (below the clock's resolution) set to %.3g s, half the smallest measured duration",
+        bad.sum(),
+        rows.loc[bad, "weight"].sum(),
+        floor,
+    )
     return rows.assign(duration=rows["duration"].where(~bad, floor))
 
 

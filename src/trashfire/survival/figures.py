@@ -30,7 +30,7 @@ def calibration_grid(labels: list[str], names: list[str]):
     columns = 2 * min(len(names), FITTERS_PER_ROW)
     fig, grid = plt.subplots(rows, columns, figsize=(4.6 * columns, 4.0 * rows), squeeze=False)
     axes = {name: (grid.flat[2 * i], grid.flat[2 * i + 1]) for i, name in enumerate(names)}
-    for ax in grid.flat[2 * len(names):]:
+    for ax in grid.flat[2 * len(names) :]:
         ax.set_visible(False)
     return fig, axes
 
@@ -120,7 +120,7 @@ def kaplan_meier_figure(km_fits: dict, predicted: dict, label: str, path: Path) 
         ax.set_xlabel("adversary's compute per sample (s)")
         ax.set_ylabel("P(not yet misclassified)")
         ax.legend(fontsize=7)
-    for ax in grid.flat[len(families):]:
+    for ax in grid.flat[len(families) :]:
         ax.set_visible(False)
     fig.suptitle(f"Kaplan-Meier survival per defence (solid) and the {label} model's prediction for the same samples (dashed)")
     fig.tight_layout()

@@ -201,11 +201,13 @@ def attempts(spec: Any, retries: list) -> list[dict[str, Any]]:
     }
     ladder = [base]
     for retry in retries:
-        ladder.append({
-            "penalizer": max(base["penalizer"], float(retry.get("penalizer") or 0.0)),
-            "optimiser": retry.get("optimiser", base["optimiser"]),
-            "fit_options": dict(retry["fit_options"]) if retry.get("fit_options") is not None else base["fit_options"],
-        })
+        ladder.append(
+            {
+                "penalizer": max(base["penalizer"], float(retry.get("penalizer") or 0.0)),
+                "optimiser": retry.get("optimiser", base["optimiser"]),
+                "fit_options": dict(retry["fit_options"]) if retry.get("fit_options") is not None else base["fit_options"],
+            }
+        )
     return ladder
 
 
@@ -317,9 +319,11 @@ def concordance(fit: Fit, data: pd.DataFrame) -> float:
 def ranking_concordance(data: pd.DataFrame, ranking: np.ndarray) -> float:
     """Harrell's C over samples of any ranking of `data`'s rows (higher = longer survival)."""
     weights = sample_weights(data)
-    return float(concordance_index(
-        np.repeat(data[DURATION].to_numpy(float), weights), np.repeat(np.asarray(ranking, float), weights), np.repeat(data[EVENT].to_numpy(), weights)
-    ))
+    return float(
+        concordance_index(
+            np.repeat(data[DURATION].to_numpy(float), weights), np.repeat(np.asarray(ranking, float), weights), np.repeat(data[EVENT].to_numpy(), weights)
+        )
+    )
 
 
 def calibration(fit: Fit, data: pd.DataFrame, t0: float, ax=None) -> tuple[float, float]:
@@ -516,6 +520,12 @@ def robust_summary(fit: Fit, level: float = 0.95) -> pd.DataFrame:
     coef = fit.fitter.params_
     se = fit.robust_se.reindex(coef.index) if fit.robust_se is not None else pd.Series(np.nan, index=coef.index)
     z = stats.norm.ppf(0.5 + level / 2)
-    return pd.DataFrame({
-        "se_robust": se, "lower_robust": coef - z * se, "upper_robust": coef + z * se, "p_robust": stats.chi2.sf((coef / se) ** 2, 1),
-    }, index=coef.index)
+    return pd.DataFrame(
+        {
+            "se_robust": se,
+            "lower_robust": coef - z * se,
+            "upper_robust": coef + z * se,
+            "p_robust": stats.chi2.sf((coef / se) ** 2, 1),
+        },
+        index=coef.index,
+    )
