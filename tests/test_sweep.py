@@ -1,6 +1,7 @@
 """Sweeps through the trashfire sweeper: a killed grid sweep resumes and runs every cell once,
 a failed trial is recorded and the sweep goes on, joblib-parallel trials give the sequential
-records, two sweepers share a PostgreSQL study, and submitit's local executor runs a sweep."""
+records, two sweepers share a PostgreSQL study, and submitit's local executor runs a sweep; a
+study in a journal file resumes as one in SQLite does."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT
-from trashfire.sweep import STALE_NOTE, grid_points, study_lock
+from trashfire.sweep import STALE_NOTE, grid_points, optuna_storage, study_lock
 
 CELL = [
     "data.digits.subsample=400", "split.n_attack=20", "split.seeds=[0]", "train.progress=false", "attack.fgm.norms=[inf,2]",
@@ -49,7 +50,7 @@ def run_sweep(tmp_path: Path, storage: str, *args: str, preset: str = "training_
 
 
 def trials_of(storage: str, name: str = "training_grid") -> list[optuna.trial.FrozenTrial]:
-    return optuna.load_study(study_name=name, storage=storage).get_trials()
+    return optuna.load_study(study_name=name, storage=optuna_storage(storage)).get_trials()
 
 
 def completed_points(trials) -> list[tuple]:
@@ -69,25 +70,31 @@ def test_grid_points_cover_the_product_in_order():
     assert len(EXPECTED_POINTS) == 4
 
 
-def sqlite_states(db: Path) -> list[str]:
+def trial_states(storage: str) -> list[str]:
+    """The study's trial states, read while a sweeper writes it."""
+    if storage.startswith("sqlite:///"):
+        try:
+            with sqlite3.connect(storage[len("sqlite:///"):], timeout=1) as connection:
+                return [row[0] for row in connection.execute("SELECT state FROM trials")]
+        except sqlite3.Error:
+            return []
     try:
-        with sqlite3.connect(db, timeout=1) as connection:
-            return [row[0] for row in connection.execute("SELECT state FROM trials")]
-    except sqlite3.Error:
+        return [t.state.name for t in trials_of(storage)]
+    except KeyError:  # no study yet
         return []
 
 
-def test_killed_grid_sweep_reruns_to_every_cell_exactly_once(tmp_path):
-    db = tmp_path / "optuna.db"
-    storage = f"sqlite:///{db}"
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_killed_grid_sweep_reruns_to_every_cell_exactly_once(tmp_path, kind):
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}" if kind == "sqlite" else f"journal://{tmp_path / 'optuna.log'}"
     process = subprocess.Popen(sweep_command(tmp_path, storage, *GRID), cwd=tmp_path, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.monotonic() + 300
-    while not (sqlite_states(db).count("COMPLETE") >= 1 and "RUNNING" in sqlite_states(db)):
+    while not (trial_states(storage).count("COMPLETE") >= 1 and "RUNNING" in trial_states(storage)):
         assert process.poll() is None and time.monotonic() < deadline, "the sweep ended before it could be killed midway"
         time.sleep(0.05)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
-    states = sqlite_states(db)
+    states = trial_states(storage)
     assert "RUNNING" in states and 1 <= states.count("COMPLETE") < 4, states
     before = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "attacks").glob("*.json")}
 
@@ -123,6 +130,18 @@ def test_a_failing_trial_is_recorded_and_the_sweep_goes_on(tmp_path):
     assert "hparams_search" in (sweep_dir / "multirun.yaml").read_text()
     assert sorted(p.name for p in (sweep_dir / "0" / ".hydra").iterdir()) == ["overrides.yaml"]
     assert yaml.safe_load((sweep_dir / "0" / ".hydra" / "overrides.yaml").read_text())[:3] == ["model=fcnet", "train.epochs=1", "defence_cell=fsq@0"]  # the rerun's trial
+
+
+def test_a_sampled_sweep_counts_n_trials_over_the_study(tmp_path):
+    """TPE through ask/tell: n_trials is the study's total, so a rerun asks only the rest."""
+    storage = f"journal://{tmp_path / 'optuna.log'}"
+    args = ["model=choice(fcnet)", "train.epochs=choice(1)", "defence_cell=choice(none@0,fsq@4)", "train.lr=tag(log, interval(0.01, 0.3))", "attack=[fgm]"]
+    run_sweep(tmp_path, storage, *args, "hydra.sweeper.n_trials=2", preset="search")
+    rerun = run_sweep(tmp_path, storage, *args, "hydra.sweeper.n_trials=3", preset="search")
+    trials = trials_of(storage, "search_acc_adv")
+    assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 3 and "3 trials complete, 0 failed" in rerun
+    assert all(0.01 <= t.params["train.lr"] <= 0.3 and t.params["defence_cell"] in ("none@0", "fsq@4") for t in trials)
+    assert trials[-1].user_attrs["data.digits.subsample"] == "400"  # the fixed overrides, recorded with each trial
 
 
 def test_joblib_parallel_sweep_gives_the_sequential_records(tmp_path):
@@ -208,10 +227,10 @@ def compose_with_hydra(*overrides: str):
 
 
 def test_paper_grid_preset_is_trashfires_grid_of_4800_cells():
-    from hydra_plugins.hydra_optuna_sweeper._impl import create_params_from_overrides
+    from trashfire.sweep import search_space
 
     cfg = compose_with_hydra("experiment=trashfire_paper", "hparams_search=paper_grid")
-    space, _ = create_params_from_overrides([f"{k}={v}" for k, v in cfg.hydra.sweeper.params.items()])
+    space, _ = search_space([f"{k}={v}" for k, v in cfg.hydra.sweeper.params.items()])
     choices = {name: list(dist.choices) for name, dist in space.items()}
     cells = [c for c in choices["defence_cell"] if c != "none@0"]
     assert cells == [f"{d}@{v}" for d in ("gauss_in", "gauss_out", "conf", "fsq") for v in cfg.defence[d]["values"]]  # the preset's value grids
@@ -260,24 +279,40 @@ def test_the_sweep_config_cache_composes_what_hydra_composes():
         assert len(cache._composed) == 3  # one composition per distinct set of group choices
 
 
-def test_a_beat_newer_than_the_readers_clock_is_not_stale(tmp_path):
-    """Another sweeper's beat may commit after this reader's transaction began; Optuna's own
-    check reads that negative age as a day and failed live trials."""
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_a_beat_newer_than_the_readers_clock_is_not_stale(tmp_path, kind):
+    """Another sweeper's beat may commit after this reader's transaction began (PostgreSQL's
+    now() is the transaction's start), so its age reads negative; Optuna 2's own check took
+    `timedelta.seconds` of it, a day, and failed live trials. A trial that never beat is stale
+    once it started longer than the grace period ago."""
     from datetime import datetime, timedelta
 
-    from optuna.storages._rdb import models
+    import sqlalchemy as sa
 
-    from trashfire.sweep import stale_trial_ids
+    from trashfire.sweep import FileBeats, SqlBeats, stale_trials
 
-    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'optuna.db'}", heartbeat_interval=1, grace_period=2)
-    study = optuna.create_study(storage=storage)
-    fresh, old, silent = (study.ask()._trial_id for _ in range(3))
-    for trial_id in (fresh, old):
-        storage.record_heartbeat(trial_id)
-    with storage.scoped_session() as session:
-        beats = {b.trial_id: b for b in session.query(models.TrialHeartbeatModel)}
-        beats[fresh].heartbeat += timedelta(seconds=1)  # committed "in the future" of the reader
-        beats[old].heartbeat -= timedelta(seconds=10)
-        session.query(models.TrialModel).filter(models.TrialModel.trial_id == silent).update({"datetime_start": datetime.now() - timedelta(seconds=10)})
-        session.commit()
-    assert sorted(stale_trial_ids(storage, study._study_id, grace=2)) == sorted([old, silent])
+    url = f"sqlite:///{tmp_path / 'optuna.db'}" if kind == "sqlite" else f"journal://{tmp_path / 'optuna.log'}"
+    study = optuna.create_study(study_name="s", storage=optuna_storage(url))
+    fresh, old = (study.ask().number for _ in range(2))
+    study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.RUNNING))  # as a sweeper killed before its first beat leaves it
+    silent = study.trials[-1].number
+    beats = SqlBeats(url, "s") if kind == "sqlite" else FileBeats(tmp_path / "optuna.log", "s")
+    beats.beat([fresh, old])
+    shift = {fresh: timedelta(seconds=1), old: timedelta(seconds=-10)}  # fresh: committed "in the future" of the reader
+    if kind == "sqlite":
+        table = beats.table
+        with beats.engine.begin() as connection:
+            for number, by in shift.items():
+                stamp = connection.execute(sa.select(table.c.beat).where(table.c.number == number)).scalar_one()
+                connection.execute(sa.update(table).where(table.c.number == number).values(beat=stamp + by))
+    else:
+        for number, by in shift.items():
+            stamp = (beats.folder / str(number)).stat().st_mtime + by.total_seconds()
+            os.utime(beats.folder / str(number), (stamp, stamp))
+    ages = beats.ages([fresh, old, silent])
+    assert ages[fresh] < timedelta(0) < ages[old] and silent not in ages
+    running = study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
+    assert [t.number for t in stale_trials(running, ages, grace=2, now=datetime.now() + timedelta(seconds=3))] == [old, silent]
+    assert [t.number for t in stale_trials(running, ages, grace=2, now=datetime.now() - timedelta(seconds=1))] == [old]  # silent: started within the grace period
+    beats.forget([fresh, old])
+    assert beats.ages([fresh, old]) == {}
