@@ -45,11 +45,9 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("TRASHFIRE_CONFIG_DIR", str(ROOT / "conf"))
 
-    from trashfire.stages import attack
     from trashfire import experiment
-    from trashfire.stages import prepare
-    from trashfire.stages import train
     from trashfire.core.records import write_json
+    from trashfire.stages import attack, prepare, train
     from trashfire.sweep import ResumableOptunaSweeper
 
     compute: list[float] = []
@@ -61,11 +59,23 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="trashfire-sweep-bench-"))
     os.chdir(work)
     sys.argv = [
-        "trashfire.experiment", "--multirun", "hparams_search=training_grid",
-        f"model=choice({args.model})", f"defence_cell=choice({DEFENCE_CELLS})", "train.epochs=choice(1,2)", "~hydra.sweeper.params.defence",
-        "data.digits.subsample=400", "split.n_attack=20", "train.progress=false", "attack=[fgm,pgd]",
-        "attack.fgm.values=[0.3]", "attack.pgd.values=[0.3]", f"hydra.sweeper.storage=sqlite:///{work / 'optuna.db'}",
-        "hydra.sweeper.study_name=bench", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled",
+        "trashfire.experiment",
+        "--multirun",
+        "hparams_search=training_grid",
+        f"model=choice({args.model})",
+        f"defence_cell=choice({DEFENCE_CELLS})",
+        "train.epochs=choice(1,2)",
+        "~hydra.sweeper.params.defence",
+        "data.digits.subsample=400",
+        "split.n_attack=20",
+        "train.progress=false",
+        "attack=[fgm,pgd]",
+        "attack.fgm.values=[0.3]",
+        "attack.pgd.values=[0.3]",
+        f"hydra.sweeper.storage=sqlite:///{work / 'optuna.db'}",
+        "hydra.sweeper.study_name=bench",
+        "hydra/job_logging=disabled",
+        "hydra/hydra_logging=disabled",
     ]
     try:
         experiment.main()

@@ -23,8 +23,14 @@ from tests.conftest import ROOT
 from trashfire.sweep import STALE_NOTE, grid_points, optuna_storage, study_lock
 
 CELL = [
-    "data.digits.subsample=400", "split.n_attack=20", "split.seeds=[0]", "train.progress=false", "attack.fgm.norms=[inf,2]",
-    "attack=[fgm,pgd]", "attack.fgm.values=[0.3]", "attack.pgd.values=[0.3]",
+    "data.digits.subsample=400",
+    "split.n_attack=20",
+    "split.seeds=[0]",
+    "train.progress=false",
+    "attack.fgm.norms=[inf,2]",
+    "attack=[fgm,pgd]",
+    "attack.fgm.values=[0.3]",
+    "attack.pgd.values=[0.3]",
 ]
 GRID = ["model=choice(fcnet,mlp2)", "defence=choice(none,fsq)", "train.epochs=choice(1)"]
 FAST_BEATS = ["hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=2", "hydra.sweeper.poll_interval=0.5"]
@@ -34,8 +40,19 @@ TIMING_KEYS = ("t_", "device")
 def sweep_command(tmp_path: Path, storage: str | None, *args: str, preset: str = "training_grid") -> list[str]:
     """storage None: the preset's, i.e. $TRASHFIRE_STUDY_URL."""
     paths = [f"paths.{k}={tmp_path / k}" for k in ("processed", "models", "attacks")]
-    return [sys.executable, "-m", "trashfire.experiment", "--multirun", f"hparams_search={preset}", *CELL, *paths,
-            *([f"hydra.sweeper.storage='{storage}'"] if storage else []), f"hydra.sweep.dir={tmp_path / 'sweep'}", *FAST_BEATS, *args]
+    return [
+        sys.executable,
+        "-m",
+        "trashfire.experiment",
+        "--multirun",
+        f"hparams_search={preset}",
+        *CELL,
+        *paths,
+        *([f"hydra.sweeper.storage='{storage}'"] if storage else []),
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        *FAST_BEATS,
+        *args,
+    ]
 
 
 def env(**extra: str) -> dict[str, str]:
@@ -74,7 +91,7 @@ def trial_states(storage: str) -> list[str]:
     """The study's trial states, read while a sweeper writes it."""
     if storage.startswith("sqlite:///"):
         try:
-            with sqlite3.connect(storage[len("sqlite:///"):], timeout=1) as connection:
+            with sqlite3.connect(storage[len("sqlite:///") :], timeout=1) as connection:
                 return [row[0] for row in connection.execute("SELECT state FROM trials")]
         except sqlite3.Error:
             return []
@@ -87,7 +104,9 @@ def trial_states(storage: str) -> list[str]:
 @pytest.mark.parametrize("kind", ["sqlite", "journal"])
 def test_killed_grid_sweep_reruns_to_every_cell_exactly_once(tmp_path, kind):
     storage = f"sqlite:///{tmp_path / 'optuna.db'}" if kind == "sqlite" else f"journal://{tmp_path / 'optuna.log'}"
-    process = subprocess.Popen(sweep_command(tmp_path, storage, *GRID), cwd=tmp_path, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    process = subprocess.Popen(
+        sweep_command(tmp_path, storage, *GRID), cwd=tmp_path, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
     deadline = time.monotonic() + 300
     while not (trial_states(storage).count("COMPLETE") >= 1 and "RUNNING" in trial_states(storage)):
         assert process.poll() is None and time.monotonic() < deadline, "the sweep ended before it could be killed midway"
@@ -129,7 +148,11 @@ def test_a_failing_trial_is_recorded_and_the_sweep_goes_on(tmp_path):
     sweep_dir = tmp_path / "sweep"  # trial_configs: overrides, the default
     assert "hparams_search" in (sweep_dir / "multirun.yaml").read_text()
     assert sorted(p.name for p in (sweep_dir / "0" / ".hydra").iterdir()) == ["overrides.yaml"]
-    assert yaml.safe_load((sweep_dir / "0" / ".hydra" / "overrides.yaml").read_text())[:3] == ["model=fcnet", "train.epochs=1", "defence_cell=fsq@0"]  # the rerun's trial
+    assert yaml.safe_load((sweep_dir / "0" / ".hydra" / "overrides.yaml").read_text())[:3] == [
+        "model=fcnet",
+        "train.epochs=1",
+        "defence_cell=fsq@0",
+    ]  # the rerun's trial
 
 
 def test_a_sampled_sweep_counts_n_trials_over_the_study(tmp_path):
@@ -211,8 +234,15 @@ def test_two_sweepers_share_one_postgresql_study(tmp_path, postgres):
 
 def test_submitit_local_runs_a_two_trial_sweep(tmp_path):
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
-    run_sweep(tmp_path, storage, "model=choice(fcnet)", "defence=choice(none,fsq)", "train.epochs=choice(1)", "launcher=submitit_local",
-              "hydra.sweeper.trial_configs=full")
+    run_sweep(
+        tmp_path,
+        storage,
+        "model=choice(fcnet)",
+        "defence=choice(none,fsq)",
+        "train.epochs=choice(1)",
+        "launcher=submitit_local",
+        "hydra.sweeper.trial_configs=full",
+    )
     trials = trials_of(storage)
     assert len(trials) == 2 and all(t.state == optuna.trial.TrialState.COMPLETE and 0 <= t.value <= 1 for t in trials)
     assert list((tmp_path / "sweep" / ".submitit").glob("*/*_result.pkl"))  # the trials ran as submitit jobs
@@ -246,10 +276,13 @@ def test_launcher_presets_compose_to_their_hydra_launchers():
     assert joblib.hydra.launcher._target_.endswith("JoblibLauncher") and joblib.threads == 1 and joblib.hydra.sweeper.n_jobs == 2
 
 
-@pytest.mark.parametrize("override, line", [
-    ("objective=[acc_adv,trash]", "hydra.sweeper.direction: 1 direction(s) ['maximize'] for 2 objective(s) ['acc_adv', 'trash']; give one per objective"),
-    ("hydra.sweeper.trial_configs=all", "hydra.sweeper.trial_configs: got 'all'; allowed: overrides, full"),
-])
+@pytest.mark.parametrize(
+    "override, line",
+    [
+        ("objective=[acc_adv,trash]", "hydra.sweeper.direction: 1 direction(s) ['maximize'] for 2 objective(s) ['acc_adv', 'trash']; give one per objective"),
+        ("hydra.sweeper.trial_configs=all", "hydra.sweeper.trial_configs: got 'all'; allowed: overrides, full"),
+    ],
+)
 def test_sweeper_config_errors_end_in_one_line_before_any_trial(tmp_path, override, line):
     command = sweep_command(tmp_path, f"sqlite:///{tmp_path / 'optuna.db'}", override, preset="search")
     result = subprocess.run(command, cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=300)
@@ -270,9 +303,11 @@ def test_the_sweep_config_cache_composes_what_hydra_composes():
         loader = GlobalHydra.instance().config_loader()
         master = loader.load_configuration("config", overrides=["hparams_search=training_grid", "hydra.verbose=false"], run_mode=RunMode.MULTIRUN)
         cache = SweepConfigCache(loader)
-        trials = [["model=fcnet", "defence=fsq", "train.epochs=1", "data.digits.subsample=400", "attack=[fgm,pgd]", "defence_cell=fsq@4"],
-                  ["model=fcnet", "defence=none", "train.epochs=2", "data.digits.subsample=400", "attack=[fgm,pgd]", "defence_cell=null"],
-                  ["model=mlp2", "defence=fsq", "train.epochs=1", "data.digits.subsample=300", "attack=[fgm]", "+extra.key=1", "hydra.output_subdir=null"]]
+        trials = [
+            ["model=fcnet", "defence=fsq", "train.epochs=1", "data.digits.subsample=400", "attack=[fgm,pgd]", "defence_cell=fsq@4"],
+            ["model=fcnet", "defence=none", "train.epochs=2", "data.digits.subsample=400", "attack=[fgm,pgd]", "defence_cell=null"],
+            ["model=mlp2", "defence=fsq", "train.epochs=1", "data.digits.subsample=300", "attack=[fgm]", "+extra.key=1", "hydra.output_subdir=null"],
+        ]
         for overrides in trials + trials:  # the second round comes from the cache
             direct, cached = loader.load_sweep_config(master, overrides), cache.load_sweep_config(master, overrides)
             assert OmegaConf.to_yaml(cached) == OmegaConf.to_yaml(direct), overrides
@@ -313,6 +348,8 @@ def test_a_beat_newer_than_the_readers_clock_is_not_stale(tmp_path, kind):
     assert ages[fresh] < timedelta(0) < ages[old] and silent not in ages
     running = study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
     assert [t.number for t in stale_trials(running, ages, grace=2, now=datetime.now() + timedelta(seconds=3))] == [old, silent]
-    assert [t.number for t in stale_trials(running, ages, grace=2, now=datetime.now() - timedelta(seconds=1))] == [old]  # silent: started within the grace period
+    assert [t.number for t in stale_trials(running, ages, grace=2, now=datetime.now() - timedelta(seconds=1))] == [
+        old
+    ]  # silent: started within the grace period
     beats.forget([fresh, old])
     assert beats.ages([fresh, old]) == {}

@@ -49,10 +49,11 @@ import time
 import urllib.parse
 import warnings
 import zlib
-from datetime import datetime, timedelta, timezone
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from textwrap import dedent
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import optuna
 import yaml
@@ -90,7 +91,7 @@ def journal_file(spec: str | None) -> Path | None:
     if not spec:
         return None
     if spec.startswith(JOURNAL_SCHEME):
-        return Path(spec[len(JOURNAL_SCHEME):])
+        return Path(spec[len(JOURNAL_SCHEME) :])
     if "://" not in spec and spec.endswith(".log"):
         return Path(spec)
     return None
@@ -146,7 +147,7 @@ def study_lock(url: str | None, study_name: str) -> Iterator[None]:
         return
     journal = journal_file(url)
     if journal is not None or url.startswith("sqlite:///"):
-        with _file_lock((journal or Path(url[len("sqlite:///"):])).with_suffix(".lock")):
+        with _file_lock((journal or Path(url[len("sqlite:///") :])).with_suffix(".lock")):
             yield
         return
     if url.startswith("postgresql"):
@@ -182,7 +183,8 @@ class SqlBeats:
         self.engine = sa.create_engine(url, **engine_kwargs(url))
         metadata = sa.MetaData()
         self.table = sa.Table(
-            self.TABLE, metadata,
+            self.TABLE,
+            metadata,
             sa.Column("study_name", sa.String(512), primary_key=True),
             sa.Column("number", sa.Integer, primary_key=True),
             sa.Column("beat", sa.DateTime(timezone=True), nullable=False),
@@ -233,7 +235,7 @@ class SqlBeats:
 def _utc(stamp: datetime) -> datetime:
     """A database time without a zone: PostgreSQL's timestamptz values come with one (both the
     beat and `now`), SQLite's CURRENT_TIMESTAMP is UTC without one."""
-    return stamp if stamp.tzinfo is None else stamp.astimezone(timezone.utc).replace(tzinfo=None)
+    return stamp if stamp.tzinfo is None else stamp.astimezone(UTC).replace(tzinfo=None)
 
 
 class FileBeats:
@@ -285,7 +287,7 @@ class Heartbeat:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="trashfire-heartbeat", daemon=True)
 
-    def __enter__(self) -> "Heartbeat":
+    def __enter__(self) -> Heartbeat:
         self.beats.beat(self.numbers)
         self._thread.start()
         exclude_thread_cpu(self._thread)
@@ -404,7 +406,10 @@ def directions_of(direction: Any) -> list[str]:
     names = [str(getattr(d, "name", d)).lower() for d in listed]
     bad = [n for n in names if n not in DIRECTIONS]
     if bad or not names:
-        raise ConfigError("hydra.sweeper.direction", f"got {OmegaConf.to_container(direction) if OmegaConf.is_config(direction) else direction!r}; each must be minimize or maximize")
+        raise ConfigError(
+            "hydra.sweeper.direction",
+            f"got {OmegaConf.to_container(direction) if OmegaConf.is_config(direction) else direction!r}; each must be minimize or maximize",
+        )
     return names
 
 
@@ -414,7 +419,9 @@ def apply_value_overrides(overrides: Sequence[Override], cfg: DictConfig) -> Non
     as Hydra's config loader applies them (hydra/_internal/config_loader_impl.py, MIT)."""
     for override in overrides:
         if override.package is not None:
-            raise ConfigCompositionException(f"Override {override.input_line} looks like a config group override, but config group '{override.key_or_group}' does not exist.")
+            raise ConfigCompositionException(
+                f"Override {override.input_line} looks like a config group override, but config group '{override.key_or_group}' does not exist."
+            )
         key = override.key_or_group
         value = override.value()
         try:
@@ -430,24 +437,28 @@ def apply_value_overrides(overrides: Sequence[Override], cfg: DictConfig) -> Non
                         del cfg[key]
                     else:
                         node = OmegaConf.select(cfg, key[0:last_dot])
-                        del node[key[last_dot + 1:]]
+                        del node[key[last_dot + 1 :]]
             elif override.is_add():
                 if OmegaConf.select(cfg, key, throw_on_missing=False) is None or isinstance(value, (dict, list)):
                     OmegaConf.update(cfg, key, value, merge=True, force_add=True)
                 else:
                     assert override.input_line is not None
-                    raise ConfigCompositionException(dedent(f"""\
+                    raise ConfigCompositionException(
+                        dedent(f"""\
                         Could not append to config. An item is already at '{override.key_or_group}'.
                         Either remove + prefix: '{override.input_line[1:]}'
                         Or add a second + to add or override '{override.key_or_group}': '+{override.input_line}'
-                        """))
+                        """)
+                    )
             elif override.is_force_add():
                 OmegaConf.update(cfg, key, value, merge=True, force_add=True)
             else:
                 try:
                     OmegaConf.update(cfg, key, value, merge=True)
                 except (ConfigAttributeError, ConfigKeyError) as ex:
-                    raise ConfigCompositionException(f"Could not override '{override.key_or_group}'.\nTo append to your config use +{override.input_line}") from ex
+                    raise ConfigCompositionException(
+                        f"Could not override '{override.key_or_group}'.\nTo append to your config use +{override.input_line}"
+                    ) from ex
         except OmegaConfBaseException as ex:
             raise ConfigCompositionException(f"Error merging override {override.input_line}") from ex
 
@@ -521,9 +532,23 @@ class SweepConfigCache:
 
 # --- the sweeper ------------------------------------------------------------------------------
 class ResumableOptunaSweeper(Sweeper):
-    def __init__(self, sampler: Any, direction: Any, storage: Any | None, study_name: str | None, n_trials: int, n_jobs: int,
-                 max_failure_rate: float, custom_search_space: str | None, params: DictConfig | None, *,
-                 heartbeat_interval: int, grace_period: int | None, poll_interval: float, trial_configs: str = "overrides"):
+    def __init__(
+        self,
+        sampler: Any,
+        direction: Any,
+        storage: Any | None,
+        study_name: str | None,
+        n_trials: int,
+        n_jobs: int,
+        max_failure_rate: float,
+        custom_search_space: str | None,
+        params: DictConfig | None,
+        *,
+        heartbeat_interval: int,
+        grace_period: int | None,
+        poll_interval: float,
+        trial_configs: str = "overrides",
+    ):
         if heartbeat_interval <= 0:
             raise ValueError(f"hydra.sweeper.heartbeat_interval must be a positive whole number of seconds, got {heartbeat_interval}")
         if not 0.0 <= max_failure_rate <= 1.0:
@@ -579,7 +604,9 @@ class ResumableOptunaSweeper(Sweeper):
             except RuntimeError as err:
                 if "storage upgrade" not in str(err):
                     raise
-                raise ConfigError("hydra.sweeper.storage", f"{url} holds studies of an older Optuna; upgrade its schema once: optuna storage upgrade --storage {url}") from None
+                raise ConfigError(
+                    "hydra.sweeper.storage", f"{url} holds studies of an older Optuna; upgrade its schema once: optuna storage upgrade --storage {url}"
+                ) from None
 
     def _open_beats(self, study_name: str) -> Beats | None:
         url = self._url()
@@ -592,7 +619,9 @@ class ResumableOptunaSweeper(Sweeper):
         with study_lock(self._url(), self.study_name or ""):
             study = optuna.create_study(study_name=self.study_name, storage=storage, sampler=sampler, directions=directions, load_if_exists=True)
         if [d.name.lower() for d in study.directions] != directions:
-            raise ConfigError("hydra.sweeper.study_name", f"study {study.study_name!r} exists with other directions than {directions}; name a new study for these objectives")
+            raise ConfigError(
+                "hydra.sweeper.study_name", f"study {study.study_name!r} exists with other directions than {directions}; name a new study for these objectives"
+            )
         return study
 
     # --- the sweep ----------------------------------------------------------------------
@@ -602,7 +631,10 @@ class ResumableOptunaSweeper(Sweeper):
             return
         n = len(objective) if OmegaConf.is_list(objective) else 1
         if n != len(directions):
-            raise ConfigError("hydra.sweeper.direction", f"{len(directions)} direction(s) {directions} for {n} objective(s) {OmegaConf.to_container(objective) if n > 1 else objective}; give one per objective")
+            raise ConfigError(
+                "hydra.sweeper.direction",
+                f"{len(directions)} direction(s) {directions} for {n} objective(s) {OmegaConf.to_container(objective) if n > 1 else objective}; give one per objective",
+            )
 
     def sweep(self, arguments: list[str]) -> None:
         if self.trial_configs not in TRIAL_CONFIGS:
@@ -621,7 +653,13 @@ class ResumableOptunaSweeper(Sweeper):
         self.study_id = self.optuna_storage.get_study_id_from_name(study.study_name)
         self.beats = self._open_beats(study.study_name)
         self._save_sweep_config()
-        log.info("study %s in %s, sampler %s, directions %s", study.study_name, self._url() or "memory", "grid (queued)" if grid else type(sampler).__name__, directions)
+        log.info(
+            "study %s in %s, sampler %s, directions %s",
+            study.study_name,
+            self._url() or "memory",
+            "grid (queued)" if grid else type(sampler).__name__,
+            directions,
+        )
         if grid:
             self._sweep_queue(study, space, fixed, directions, grid_points(choices))
         else:
@@ -792,7 +830,9 @@ class ResumableOptunaSweeper(Sweeper):
         if self.beats:
             self.beats.forget(numbers)
         if failures / len(returns) > self.max_failure_rate:
-            raise RuntimeError(f"{failures} of {len(returns)} trials failed, above hydra.sweeper.max_failure_rate={self.max_failure_rate}; see the errors above")
+            raise RuntimeError(
+                f"{failures} of {len(returns)} trials failed, above hydra.sweeper.max_failure_rate={self.max_failure_rate}; see the errors above"
+            )
 
     def _tell(self, study: optuna.Study, trial: optuna.Trial, ret: JobReturn, n_objectives: int) -> bool:
         error = None
@@ -816,8 +856,11 @@ class ResumableOptunaSweeper(Sweeper):
         except UpdateFinishedTrialError:  # finished between the check and the update: the same
             taken_over = True
         if taken_over:
-            log.warning("trial %d was taken over by another sweeper (no heartbeat within hydra.sweeper.grace_period=%s s); "
-                        "its queued copy gives the result", trial.number, self.grace_period)
+            log.warning(
+                "trial %d was taken over by another sweeper (no heartbeat within hydra.sweeper.grace_period=%s s); its queued copy gives the result",
+                trial.number,
+                self.grace_period,
+            )
         if error is not None:
             log.warning("trial %d failed (%s): %s", trial.number, " ".join(ret.overrides), error)
         return error is None

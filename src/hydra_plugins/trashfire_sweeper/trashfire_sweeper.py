@@ -4,17 +4,15 @@ configs (`hydra/sweeper/sampler=grid|tpe|random|cmaes|nsgaii|qmc|gp`). Hydra fin
 only under the `hydra_plugins` package, hence this thin module; it imports no Optuna, so
 that Hydra's plugin scan stays quick."""
 
-
 import logging
 import sys
 from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import MISSING, DictConfig
-
 
 logging.getLogger("alembic").setLevel(logging.WARNING)  # "setup plugin" INFO lines when optuna imports it
 
@@ -28,6 +26,7 @@ class SamplerConfig:
 @dataclass
 class GridSamplerConfig(SamplerConfig):
     """Every point of hydra.sweeper.params (choice(...), range(...)) once, queued in the study."""
+
     _target_: str = "optuna.samplers.GridSampler"
     _partial_: bool = True  # the sweeper reads the grid from the params
 
@@ -35,10 +34,10 @@ class GridSamplerConfig(SamplerConfig):
 @dataclass
 class TPESamplerConfig(SamplerConfig):
     _target_: str = "optuna.samplers.TPESampler"
-    seed: Optional[int] = None
+    seed: int | None = None
     n_startup_trials: int = 10
     n_ei_candidates: int = 24
-    multivariate: Optional[bool] = None
+    multivariate: bool | None = None
     group: bool = False
     constant_liar: bool = True
 
@@ -46,17 +45,17 @@ class TPESamplerConfig(SamplerConfig):
 @dataclass
 class RandomSamplerConfig(SamplerConfig):
     _target_: str = "optuna.samplers.RandomSampler"
-    seed: Optional[int] = None
+    seed: int | None = None
 
 
 @dataclass
 class CmaEsSamplerConfig(SamplerConfig):
     _target_: str = "optuna.samplers.CmaEsSampler"
-    seed: Optional[int] = None
-    sigma0: Optional[float] = None
+    seed: int | None = None
+    sigma0: float | None = None
     n_startup_trials: int = 1
-    restart_strategy: Optional[str] = None
-    popsize: Optional[int] = None
+    restart_strategy: str | None = None
+    popsize: int | None = None
     inc_popsize: int = -1
     use_separable_cma: bool = False
     with_margin: bool = False
@@ -66,9 +65,9 @@ class CmaEsSamplerConfig(SamplerConfig):
 @dataclass
 class NSGAIISamplerConfig(SamplerConfig):
     _target_: str = "optuna.samplers.NSGAIISampler"
-    seed: Optional[int] = None
+    seed: int | None = None
     population_size: int = 50
-    mutation_prob: Optional[float] = None
+    mutation_prob: float | None = None
     crossover_prob: float = 0.9
     swapping_prob: float = 0.5
 
@@ -76,7 +75,7 @@ class NSGAIISamplerConfig(SamplerConfig):
 @dataclass
 class QMCSamplerConfig(SamplerConfig):
     _target_: str = "optuna.samplers.QMCSampler"
-    seed: Optional[int] = None
+    seed: int | None = None
     qmc_type: str = "sobol"
     scramble: bool = False
 
@@ -84,32 +83,39 @@ class QMCSamplerConfig(SamplerConfig):
 @dataclass
 class GPSamplerConfig(SamplerConfig):
     _target_: str = "optuna.samplers.GPSampler"
-    seed: Optional[int] = None
+    seed: int | None = None
     n_startup_trials: int = 10
     deterministic_objective: bool = False
 
 
-SAMPLERS = {"grid": GridSamplerConfig, "tpe": TPESamplerConfig, "random": RandomSamplerConfig, "cmaes": CmaEsSamplerConfig,
-            "nsgaii": NSGAIISamplerConfig, "qmc": QMCSamplerConfig, "gp": GPSamplerConfig}
+SAMPLERS = {
+    "grid": GridSamplerConfig,
+    "tpe": TPESamplerConfig,
+    "random": RandomSamplerConfig,
+    "cmaes": CmaEsSamplerConfig,
+    "nsgaii": NSGAIISamplerConfig,
+    "qmc": QMCSamplerConfig,
+    "gp": GPSamplerConfig,
+}
 
 
 @dataclass
 class TrashfireSweeperConf:
     _target_: str = "hydra_plugins.trashfire_sweeper.trashfire_sweeper.TrashfireSweeper"
-    defaults: List[Any] = field(default_factory=lambda: [{"sampler": "tpe"}])
+    defaults: list[Any] = field(default_factory=lambda: [{"sampler": "tpe"}])
     sampler: SamplerConfig = MISSING
-    direction: Any = "minimize"           # minimize or maximize, or a list of them (one per objective)
-    storage: Optional[Any] = None         # SQLAlchemy URL, journal file (journal:///path/optuna.log), or null (in memory)
-    study_name: Optional[str] = None
-    n_trials: int = 20                    # the study's total (samplers other than grid)
-    n_jobs: int = 1                       # trials per batch (the launcher runs a batch)
-    max_failure_rate: float = 1.0         # failed trials are recorded and the sweep goes on
-    params: Optional[Any] = None          # key: choice(...) | range(...) | interval(...) | tag(log, interval(...)) | a fixed value
-    custom_search_space: Optional[str] = None  # dotted path of a callable(cfg, trial) that suggests more parameters
-    heartbeat_interval: int = 10          # s between a running trial's beats in the storage
-    grace_period: Optional[int] = None    # s without a beat before a trial counts as dead (3 beats)
-    poll_interval: float = 5.0            # s between looks at other sweepers' running trials
-    trial_configs: str = "overrides"      # per trial folder: .hydra/overrides.yaml, or Hydra's "full" .hydra/
+    direction: Any = "minimize"  # minimize or maximize, or a list of them (one per objective)
+    storage: Any | None = None  # SQLAlchemy URL, journal file (journal:///path/optuna.log), or null (in memory)
+    study_name: str | None = None
+    n_trials: int = 20  # the study's total (samplers other than grid)
+    n_jobs: int = 1  # trials per batch (the launcher runs a batch)
+    max_failure_rate: float = 1.0  # failed trials are recorded and the sweep goes on
+    params: Any | None = None  # key: choice(...) | range(...) | interval(...) | tag(log, interval(...)) | a fixed value
+    custom_search_space: str | None = None  # dotted path of a callable(cfg, trial) that suggests more parameters
+    heartbeat_interval: int = 10  # s between a running trial's beats in the storage
+    grace_period: int | None = None  # s without a beat before a trial counts as dead (3 beats)
+    poll_interval: float = 5.0  # s between looks at other sweepers' running trials
+    trial_configs: str = "overrides"  # per trial folder: .hydra/overrides.yaml, or Hydra's "full" .hydra/
 
 
 ConfigStore.instance().store(group="hydra/sweeper", name="trashfire", node=TrashfireSweeperConf, provider="trashfire")
@@ -118,21 +124,44 @@ for _name, _node in SAMPLERS.items():
 
 
 class TrashfireSweeper(Sweeper):
-    def __init__(self, sampler: Any, direction: Any, storage: Optional[Any], study_name: Optional[str], n_trials: int, n_jobs: int,
-                 max_failure_rate: float, params: Optional[DictConfig], custom_search_space: Optional[str],
-                 heartbeat_interval: int, grace_period: Optional[int], poll_interval: float, trial_configs: str = "overrides") -> None:
+    def __init__(
+        self,
+        sampler: Any,
+        direction: Any,
+        storage: Any | None,
+        study_name: str | None,
+        n_trials: int,
+        n_jobs: int,
+        max_failure_rate: float,
+        params: DictConfig | None,
+        custom_search_space: str | None,
+        heartbeat_interval: int,
+        grace_period: int | None,
+        poll_interval: float,
+        trial_configs: str = "overrides",
+    ) -> None:
         from trashfire.sweep import ResumableOptunaSweeper
 
         self.sweeper = ResumableOptunaSweeper(
-            sampler, direction, storage, study_name, n_trials, n_jobs, max_failure_rate, custom_search_space, params,
-            heartbeat_interval=heartbeat_interval, grace_period=grace_period, poll_interval=poll_interval,
+            sampler,
+            direction,
+            storage,
+            study_name,
+            n_trials,
+            n_jobs,
+            max_failure_rate,
+            custom_search_space,
+            params,
+            heartbeat_interval=heartbeat_interval,
+            grace_period=grace_period,
+            poll_interval=poll_interval,
             trial_configs=trial_configs,
         )
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.sweeper.setup(hydra_context=hydra_context, task_function=task_function, config=config)
 
-    def sweep(self, arguments: List[str]) -> None:
+    def sweep(self, arguments: list[str]) -> None:
         from trashfire.core.errors import TrashfireError
 
         try:
