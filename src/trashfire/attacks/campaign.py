@@ -26,10 +26,9 @@ from trashfire.attacks import art_classifier, attack_strength, budget_subset, bu
 from trashfire.attacks.engine import run_engine
 from trashfire.attacks.target import Target
 from trashfire.core.clocks import Stopwatch
-from trashfire.core.errors import DataError
 from trashfire.core.grid import AttackCell, ModelCell, attack_cells
 from trashfire.core.parallel import describe, resolve_workers, run_jobs
-from trashfire.core.records import cell_file, read_json, remove_dead_temps, write_npz
+from trashfire.core.records import cell_file, is_recorded, remove_dead_temps, write_npz
 from trashfire.core.schema import AttackRecord, BenignRecord, Outcomes, TrainRecord, cell_labels
 from trashfire.data.datasets import Split, cached_split
 from trashfire.metrics import accuracy
@@ -49,14 +48,6 @@ def outcomes_path(folder: str | Path, cell_hash: str) -> Path:
 
 def benign_path(folder: str | Path, model_hash: str) -> Path:
     return cell_file(Path(folder) / "benign", model_hash, ".json")
-
-
-def is_recorded(path: Path) -> bool:
-    try:
-        read_json(path)
-    except DataError:
-        return False
-    return True
 
 
 def _seed_everything(cell_hash: str) -> None:

@@ -81,6 +81,15 @@ def write_json(path: str | Path, data: dict[str, Any]) -> None:
         tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=_jsonable) + "\n")
 
 
+def is_recorded(path: str | Path) -> bool:
+    """A record a rerun can trust: it exists and parses (writes are atomic, so it is whole)."""
+    try:
+        read_json(path)
+    except DataError:
+        return False
+    return True
+
+
 def read_json(path: str | Path) -> dict[str, Any]:
     try:
         record = json.loads(Path(path).read_text())

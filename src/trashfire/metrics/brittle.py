@@ -27,10 +27,10 @@ from tqdm import tqdm
 
 from trashfire.attacks import art_classifier
 from trashfire.core.clocks import Stopwatch
-from trashfire.core.errors import ConfigError, DataError
+from trashfire.core.errors import ConfigError
 from trashfire.core.grid import ModelCell, model_cells
 from trashfire.core.parallel import describe, resolve_workers, run_jobs
-from trashfire.core.records import cell_file, config_hash, read_json, remove_dead_temps
+from trashfire.core.records import cell_file, config_hash, is_recorded, remove_dead_temps
 from trashfire.core.schema import BrittleRecord, TrainRecord, cell_labels
 from trashfire.data.datasets import Split, cached_split
 from trashfire.models import resolve_device
@@ -200,14 +200,6 @@ def brittle_hash(model_hash: str, settings: dict[str, Any]) -> str:
 
 def brittle_record_path(folder: str | Path, cell_hash: str) -> Path:
     return cell_file(folder, cell_hash, ".json")
-
-
-def is_recorded(path: Path) -> bool:
-    try:
-        read_json(path)
-    except DataError:
-        return False
-    return True
 
 
 class Samples:
