@@ -138,7 +138,7 @@ def test_a_failing_trial_is_recorded_and_the_sweep_goes_on(tmp_path):
     trials = trials_of(storage)
     failed = [t for t in trials if t.state == optuna.trial.TrialState.FAIL]
     assert [t.params["defence_cell"] for t in failed] == ["fsq@0"]
-    assert failed[0].user_attrs["error"] == "config error: defence.fsq.values: got 0; must be an integer in [1, 64]"
+    assert failed[0].user_attrs["error"] == "config error: defence_cell: got 0; must be an integer in [1, 64] (the value of fsq: defence.fsq.rules.values)"
     assert completed_points(trials) == [(("defence_cell", "fsq@4"), ("model", "fcnet"), ("train.epochs", 1))]
     assert "1 trials complete, 1 failed" in result
 
