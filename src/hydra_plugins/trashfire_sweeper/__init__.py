@@ -1,0 +1,1 @@
+"""Hydra discovers the trashfire Optuna sweeper in this namespace package."""

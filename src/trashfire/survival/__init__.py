@@ -1,0 +1,1 @@
+"""Survival analysis of time to adversarial failure: the per-sample data set, the lifelines fitters, model comparison and its figures."""
