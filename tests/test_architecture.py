@@ -3,6 +3,8 @@ the library never imports a stage, and dvc.yaml is what the stage declarations g
 
 import ast
 import pkgutil
+import subprocess
+import sys
 
 import pytest
 from omegaconf import OmegaConf
@@ -91,3 +93,13 @@ def test_a_stage_view_has_only_the_declared_keys():
 
 def test_a_folded_key_is_declared_to_dvc_beside_the_key_it_narrows():
     assert Stage("demo", params=("defence", "train")).dvc_params() == ["defence", "train", "defence_cell"]
+
+
+@pytest.mark.parametrize("stage", ["timing", "survival", "aggregate", "figures"])
+def test_a_table_stage_never_loads_torch_art_or_captum(stage):
+    """timing, survival, aggregate and figures read records and tables: loading torch and ART
+    (1.3 s and several hundred MB each time) would be paid by every `dvc repro` of a metric."""
+    heavy = ("torch", "art", "captum", "torchvision")
+    probe = f"import sys, trashfire.stages.{stage}; print(','.join(m for m in {heavy!r} if m in sys.modules))"
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == "", f"trashfire.stages.{stage} loads {loaded}"

@@ -28,26 +28,15 @@ from trashfire.attacks.target import Target
 from trashfire.core.clocks import Stopwatch
 from trashfire.core.grid import AttackCell, ModelCell, attack_cells
 from trashfire.core.parallel import describe, resolve_workers, run_jobs
-from trashfire.core.records import cell_file, is_recorded, remove_dead_temps, write_npz
+from trashfire.core.records import is_recorded, remove_dead_temps, write_npz
 from trashfire.core.schema import AttackRecord, BenignRecord, Outcomes, TrainRecord, cell_labels
+from trashfire.core.store import attack_record_path, benign_path, outcomes_path
 from trashfire.data.datasets import Split, cached_split
 from trashfire.metrics import accuracy
 from trashfire.models import resolve_device
 from trashfire.models.training import load_weights, record_path
 
 log = logging.getLogger(__name__)
-
-
-def attack_record_path(folder: str | Path, cell_hash: str) -> Path:
-    return cell_file(folder, cell_hash, ".json")
-
-
-def outcomes_path(folder: str | Path, cell_hash: str) -> Path:
-    return cell_file(folder, cell_hash, ".npz")
-
-
-def benign_path(folder: str | Path, model_hash: str) -> Path:
-    return cell_file(Path(folder) / "benign", model_hash, ".json")
 
 
 def _seed_everything(cell_hash: str) -> None:

@@ -31,7 +31,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from trashfire.core.clocks import CLOCKS
 from trashfire.core.errors import ConfigError
-from trashfire.data.datasets import LOADERS
+from trashfire.data.loaders import LOADERS
 from trashfire.survival.data import BEFORE_ATTACK_POLICIES, DUMMY_SOURCES, NONPOSITIVE_POLICIES, NUMERIC_COVARIATES
 
 DATA_SOURCES = (*LOADERS, "fusion")  # the loaders of trashfire.data.datasets; fusion mixes two of them

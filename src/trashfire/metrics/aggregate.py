@@ -23,8 +23,8 @@ from trashfire.core import schema
 from trashfire.core.errors import DataError
 from trashfire.core.records import atomic_path, write_json
 from trashfire.core.schema import CELL, OVER_SEEDS, UNDEFENDED_PEER, BrittleRecord
+from trashfire.core.store import brittle_hash, brittle_record_path, brittle_settings
 from trashfire.metrics import findings, registry
-from trashfire.metrics.brittle import brittle_hash, brittle_record_path, brittle_settings
 from trashfire.metrics.experiments import read_experiments
 from trashfire.metrics.registry import degenerate_cells, sound, spearman_by_dataset, survival_headline  # noqa: F401  (also this module's API)
 from trashfire.report.cards import write_cards

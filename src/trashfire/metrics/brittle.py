@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from captum._utils.models.linear_model import SkLearnLinearRegression
 from captum.attr import Lime
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from skimage.segmentation import slic
 from torch import nn
 from tqdm import tqdm
@@ -30,8 +30,9 @@ from trashfire.core.clocks import Stopwatch
 from trashfire.core.errors import ConfigError
 from trashfire.core.grid import ModelCell, model_cells
 from trashfire.core.parallel import describe, resolve_workers, run_jobs
-from trashfire.core.records import cell_file, config_hash, is_recorded, remove_dead_temps
+from trashfire.core.records import config_hash, is_recorded, remove_dead_temps
 from trashfire.core.schema import BrittleRecord, TrainRecord, cell_labels
+from trashfire.core.store import brittle_hash, brittle_record_path, brittle_settings
 from trashfire.data.datasets import Split, cached_split
 from trashfire.models import resolve_device
 from trashfire.models.defences import Softmax
@@ -178,28 +179,6 @@ def pixel_units(x: torch.Tensor, split: Split) -> np.ndarray:
 
 
 # --- the stage ---------------------------------------------------------------------------
-
-
-def brittle_settings(cfg: DictConfig) -> dict[str, Any]:
-    """The LIME settings a record depends on (robust_acc only says what `aggregate` plots
-    the score against)."""
-    brittle = (cfg.get("metrics") or {}).get("brittle")
-    if brittle is None:
-        raise ConfigError("metrics.brittle", "missing; compose params.yaml with `make params`")
-    settings = OmegaConf.to_container(brittle, resolve=True)
-    settings.pop("robust_acc", None)
-    return settings
-
-
-def brittle_hash(model_hash: str, settings: dict[str, Any]) -> str:
-    """A record's cache key: the model cell and the LIME settings that change its scores
-    (perturbations_per_eval only batches the forward passes)."""
-    scored = {k: v for k, v in settings.items() if k != "perturbations_per_eval"}
-    return config_hash({"model": model_hash, "brittle": scored})
-
-
-def brittle_record_path(folder: str | Path, cell_hash: str) -> Path:
-    return cell_file(folder, cell_hash, ".json")
 
 
 class Samples:

@@ -19,12 +19,12 @@ from pathlib import Path
 import pandas as pd
 from omegaconf import DictConfig
 
-from trashfire.attacks.campaign import attack_record_path, outcomes_path
 from trashfire.core import schema
 from trashfire.core.errors import DataError
 from trashfire.core.grid import attack_cells
 from trashfire.core.records import atomic_path, read_npz
 from trashfire.core.schema import AttackRecord, Outcomes
+from trashfire.core.store import attack_record_path, outcomes_path
 from trashfire.metrics import degeneracy_threshold
 from trashfire.survival.data import event_counts, outcome_counts, survival_table
 
