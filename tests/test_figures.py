@@ -12,6 +12,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from tests.conftest import ROOT, tiny_overrides
+from trashfire.core import schema
 from trashfire.core.config import compose, validate
 from trashfire.core.errors import DataError
 from trashfire.report import figures as report_figures
@@ -263,6 +264,7 @@ def write_reports(reports) -> None:
             {"n_classes": [2, 10, 10, 10], "tau": [0.75, 0.25, 0.25, 0.25], "w": 0.5, "source": ["001 Table I", "001 Table I", "digits", "mnist"]}
         ),
         "survival/aft_comparison.csv": pd.DataFrame({"fitter": ["weibull", "cox"], "AIC": [123.456789, 130.1], "selected": [True, False]}),
+        "validity.csv": validity_table(),
     }
     for name, table in tables.items():
         (reports / name).parent.mkdir(parents=True, exist_ok=True)
@@ -275,6 +277,7 @@ def write_reports(reports) -> None:
                 "survival_model": "weibull",
                 "brittle_spearman": {"digits": {"rho": -0.81234, "p": 0.04}},
                 "brittle_spearman_per_seed": {"0": {"rho": -0.5, "p": 0.3, "n": 6}},
+                "validity_flags": {name: {"tripped": int(name == "randomised"), "checked": 2} for name in schema.VALIDITY_FLAGS},
             }
         )
     )
@@ -290,6 +293,19 @@ def write_reports(reports) -> None:
         image = np.random.default_rng(0).uniform(size=(40, 60, 3))
         (reports / name).parent.mkdir(parents=True, exist_ok=True)
         mpimg.imsave(reports / name, image)
+
+
+def validity_table() -> pd.DataFrame:
+    """Two model cells in aggregate's validity.csv schema, one tripping the repeated-query flag."""
+    rows = []
+    for defence, noisy in (("none", False), ("gauss_out", True)):
+        row = {"model_hash": f"m{defence}", "dataset": "digits", "model": "resnet18", "seed": 0, "defence": defence, "degenerate": False}
+        row["flags"] = "randomised" if noisy else ""
+        for name in schema.VALIDITY_FLAGS:
+            tripped = noisy and name == "randomised"
+            row[name], row[f"{name}_detail"] = tripped, "12% of samples change label over 5 queries; evaluate with EOT" if tripped else "clean"
+        rows.append(row)
+    return pd.DataFrame(rows).reindex(columns=schema.VALIDITY)
 
 
 def findings_table() -> pd.DataFrame:
@@ -405,6 +421,9 @@ def test_report_is_self_contained_and_holds_every_figure(drawn):
         "none, conf",
         "brittle_spearman · digits",
         "ρ = -0.812",
+        "Validity flags",
+        "1 of 2",
+        "randomised: 12% of samples change label over 5 queries; evaluate with EOT",
         "f(eps0) = 0",
     ):
         assert text in page, text

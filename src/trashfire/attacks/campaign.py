@@ -22,7 +22,7 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from trashfire.attacks import art_classifier, attack_strength, budget_subset, build_attack, engine_of, perturbation_norms
+from trashfire.attacks import art_classifier, attack_strength, budget_subset, build_attack, engine_of, perturbation_norms, validity
 from trashfire.attacks.engine import run_engine
 from trashfire.attacks.target import Target
 from trashfire.core.clocks import Stopwatch
@@ -58,7 +58,14 @@ def evaluate_benign(classifier, split: Split, cell: ModelCell, device) -> Benign
         t_predict_process=watch.elapsed.process / n,
         t_predict_wall=watch.elapsed.wall / n,
         n_test=n,
+        **validity.probe(classifier, split.x_attack.numpy(), split.y_attack.numpy()),
     )
+
+
+def benign_pending(folder: str | Path, model_hash: str) -> bool:
+    """No benign record yet, or one from before the validity probes."""
+    path = benign_path(folder, model_hash)
+    return not is_recorded(path) or BenignRecord.read(path).grad_zero_share is None
 
 
 def run_attack_cell(classifier, split: Split, cell: AttackCell, device, shared: dict[str, Any]) -> tuple[AttackRecord, Outcomes]:
@@ -102,7 +109,7 @@ def attack_model_cell(cfg: DictConfig, model_cell: ModelCell, cells: list[Attack
     train = TrainRecord.read(record_path(cfg.paths.models, model_cell.train.hash))
     classifier = art_classifier(load_weights(cfg.paths.models, model_cell.train, split).to(device), split, model_cell.defence, device)
     benign_file = benign_path(folder, model_cell.hash)
-    if not is_recorded(benign_file):
+    if benign_pending(folder, model_cell.hash):
         evaluate_benign(classifier, split, model_cell, device).write(benign_file)
     benign = BenignRecord.read(benign_file)
     shared = {
@@ -144,6 +151,9 @@ def attack_grid(cfg: DictConfig) -> int:
     workers = resolve_workers(cfg.train.get("workers", "auto"), device.type)
     log.info("%d attack cells, %d recorded, %d to run on %s (%s)", len(cells), len(cells) - len(pending), len(pending), device, describe(workers))
     jobs = [(cfg, model_cell, list(group)) for model_cell, group in groupby(pending, key=lambda cell: cell.model)]
+    queued = {job[1].hash for job in jobs}
+    models = {cell.model.hash: cell.model for cell in cells}
+    jobs += [(cfg, model, []) for h, model in models.items() if h not in queued and benign_pending(folder, h)]  # probes for older records
     jobs.sort(key=lambda job: job[1].train.depth * len(job[2]), reverse=True)  # the longest first keeps the workers busy to the end
     with tqdm(total=len(pending), desc="attack cells", disable=not cfg.train.get("progress", True)) as progress:
         run_jobs(attack_job, jobs, workers, progress, log.name)

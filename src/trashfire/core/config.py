@@ -692,6 +692,17 @@ def _validate_metrics(metrics: DictConfig) -> None:
     _integer("metrics.trash.bootstrap", metrics.trash.get("bootstrap"), low=100)
     _integer("metrics.trash.seed", metrics.trash.get("seed"), low=0)
     _validate_brittle(metrics.get("brittle"))
+    _validate_validity(metrics.get("validity"))
+
+
+def _validate_validity(validity) -> None:
+    if validity is None:
+        raise ConfigError("metrics.validity", "missing; compose params.yaml with `make params`")
+    for key in ("rise_tol", "black_box_tol", "gradient_share", "near_zero"):
+        _number(f"metrics.validity.{key}", validity.get(key), low=0, high=1)
+    names = validity.get("black_box")
+    if not isinstance(names, Sequence) or isinstance(names, str) or not all(isinstance(n, str) for n in names):
+        raise ConfigError("metrics.validity.black_box", f"got {names!r}; must be a list of attack names (e.g. [square, hsj])")
 
 
 def _validate_brittle(brittle: Any) -> None:

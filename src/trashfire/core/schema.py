@@ -233,6 +233,15 @@ class BenignRecord(Record):
     t_predict_process: float
     t_predict_wall: float
     n_test: int
+    # validity probes on the attack subset (trashfire.attacks.validity); records from before
+    # them lack these, and the attack stage probes such a cell again
+    probe_samples: int | None = None
+    grad_zero_share: float | None = None
+    grad_nonfinite_share: float | None = None
+    query_repeats: int | None = None
+    query_flip_share: float | None = None
+    acc_query_sd: float | None = None
+    acc_query_range: float | None = None
 
 
 # what the tables downstream read from an attack record, named first when missing
@@ -445,6 +454,8 @@ CLOCKS = ("process", "wall")
 TIMED = ("t_train", "t_predict", "t_attack")  # seconds per sample, on the configured clock and on each
 OUTCOME_COUNTS = ["n_failed", "n_misclassified_before", "n_broken", "n_survived", "n_events", "n_censored", "event_share", "median_event_step"]
 HASHES = ["train_hash", "model_hash", "attack_hash"]
+# the model cell's validity probes (BenignRecord), joined to every attack cell of it by timing
+PROBES = ["grad_zero_share", "grad_nonfinite_share", "query_repeats", "query_flip_share", "acc_query_sd", "acc_query_range"]
 
 # experiments.csv (timing): one row per attack cell
 EXPERIMENTS = [
@@ -469,6 +480,7 @@ EXPERIMENTS = [
     "pixel_std",
     "threads",
     "degenerate",
+    *PROBES,
 ]
 # how the tables' text columns read back: norms stay "inf", "2"; an empty label stays text
 EXPERIMENTS_DTYPES = {"norm": str, "defence_param": str}
@@ -492,6 +504,9 @@ EVP_TAU = CELL + ["tau", "evp"]
 EVP_CONVERGENCE = CELL + ["n_intervals", "evp", "tau"]
 AUC_TABLE = without(OVER_SEEDS, "attack", "norm") + ["n_seeds", "R_mean", "R_sd", "S_mean", "S_sd"]
 TAU_TABLE = ["n_classes", "tau", "w", "source"]
+# validity.csv (aggregate): per model cell, each flag (true, false, or empty: not checked) and its detail
+VALIDITY_FLAGS = ["non_monotone", "black_box_stronger", "gradients_masked", "randomised", "largest_eps_not_breaking"]
+VALIDITY = MODEL_CELL + ["train_hash", "degenerate", "flags"] + [c for f in VALIDITY_FLAGS for c in (f, f"{f}_detail")]
 AUC = ["auc_R", "auc_S", "auc_units", "eps0", "eps1"]
 GUARDS = ["degenerate", "reaches_nonviability", "note"]
 BRITTLE = sorted(f.name for f in fields(BrittleRecord)) + ["brittle_ri", "robust_acc", "robust_attack", "degenerate", "defence_stage"]

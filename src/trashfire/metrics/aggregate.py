@@ -24,7 +24,7 @@ from trashfire.core.errors import DataError
 from trashfire.core.records import atomic_path, write_json
 from trashfire.core.schema import CELL, OVER_SEEDS, UNDEFENDED_PEER, BrittleRecord
 from trashfire.core.store import brittle_hash, brittle_record_path, brittle_settings
-from trashfire.metrics import findings, registry
+from trashfire.metrics import findings, registry, validity
 from trashfire.metrics.experiments import read_experiments
 from trashfire.metrics.registry import degenerate_cells, sound, spearman_by_dataset, survival_headline  # noqa: F401  (also this module's API)
 from trashfire.report.cards import write_cards
@@ -227,11 +227,11 @@ def _robust_label(robust: DictConfig) -> str:
     return f"{schema.attack_family(robust.attack, robust.norm)}, {where}"
 
 
-def headline(experiments, trash, robustness, brittle, comparison, checked: list[schema.Finding] | tuple = ()) -> dict:
+def headline(experiments, trash, robustness, brittle, comparison, checked: list[schema.Finding] | tuple = (), flags: pd.DataFrame | None = None) -> dict:
     """metrics.json, the metrics DVC tracks: every metric of the registry (trashfire.metrics.registry.HEADLINE).
     Means and medians leave degenerate model cells out; EVP is averaged over the curves that
     reach non-viability, the others apart."""
-    return registry.headline(registry.Results(experiments, trash, robustness, brittle, comparison, tuple(checked)))
+    return registry.headline(registry.Results(experiments, trash, robustness, brittle, comparison, tuple(checked), flags))
 
 
 def trained_models(experiments: pd.DataFrame) -> pd.DataFrame:
@@ -279,6 +279,7 @@ def aggregate_reports(cfg: DictConfig) -> dict:
         degenerate=lambda t: t["model_hash"].map(degenerate), defence_stage=lambda t: t["defence"].map(stages)
     )[schema.BRITTLE]
     checked = check_findings(experiments, trash, robustness, brittle, m.findings)
+    flags = validity.validity_table(experiments, curves, m.validity)
     classes = experiments.groupby("dataset")["n_classes"].first().astype(int).to_dict()
     write_tables(
         reports,
@@ -293,10 +294,11 @@ def aggregate_reports(cfg: DictConfig) -> dict:
             "evp_convergence.csv": evp_convergence_table(curves, m.evp),
             "brittle.csv": brittle,
             "findings.csv": findings.findings_frame(checked),
+            "validity.csv": flags,
         },
     )
-    write_cards(reports / "cards", experiments, trash, robustness, brittle)
-    summary = headline(experiments, trash, robustness, brittle, comparison, checked)
+    write_cards(reports / "cards", experiments, trash, robustness, brittle, flags)
+    summary = headline(experiments, trash, robustness, brittle, comparison, checked, flags)
     write_json(reports / "metrics.json", without_nan(summary))
     shown = {k: v for k, v in summary.items() if not isinstance(v, dict)}
     log.info("%s", ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()))

@@ -23,8 +23,8 @@ from trashfire.core import schema
 from trashfire.core.errors import DataError
 from trashfire.core.grid import attack_cells
 from trashfire.core.records import atomic_path, read_npz
-from trashfire.core.schema import AttackRecord, Outcomes
-from trashfire.core.store import attack_record_path, outcomes_path
+from trashfire.core.schema import AttackRecord, BenignRecord, Outcomes
+from trashfire.core.store import attack_record_path, benign_path, outcomes_path
 from trashfire.metrics import degeneracy_threshold
 from trashfire.survival.data import event_counts, outcome_counts, survival_table
 
@@ -56,7 +56,22 @@ def read_outcomes(folder: str | Path, attack_hash: str) -> Outcomes:
 def tabulate(cfg: DictConfig, cells: list[tuple[AttackRecord, Outcomes | None]]) -> pd.DataFrame:
     rows = [experiment_row(record, arrays, cfg.data[record.dataset].n_classes) for record, arrays in cells]
     table = flag_degenerate(with_clock(pd.DataFrame(rows), cfg.timing.clock), cfg.metrics)
-    return in_order(table, schema.EXPERIMENTS)
+    return in_order(with_probes(table, cfg.paths.attacks), schema.EXPERIMENTS)
+
+
+def with_probes(table: pd.DataFrame, folder: str | Path) -> pd.DataFrame:
+    """Each row's model-cell validity probes from its benign record (trashfire.attacks.validity);
+    empty where the record has none (written before the probes, or absent)."""
+    if table.empty:
+        return table.assign(**{column: pd.Series(dtype=float) for column in schema.PROBES})
+    probes = pd.DataFrame([read_probes(folder, model_hash) for model_hash in table["model_hash"].unique()])
+    return table.drop(columns=[c for c in schema.PROBES if c in table]).merge(probes, on="model_hash", how="left")
+
+
+def read_probes(folder: str | Path, model_hash: str) -> dict:
+    path = benign_path(folder, model_hash)
+    record = BenignRecord.read(path).to_json() if path.is_file() else {}
+    return {"model_hash": model_hash} | {column: record.get(column) for column in schema.PROBES}
 
 
 def flag_degenerate(table: pd.DataFrame, metrics_cfg: DictConfig) -> pd.DataFrame:

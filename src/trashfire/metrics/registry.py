@@ -41,16 +41,16 @@ from scipy import stats
 
 from trashfire import metrics
 from trashfire.core.schema import Finding
-from trashfire.metrics import findings
+from trashfire.metrics import findings, validity
 
-SECTIONS = ("headline", "run", "findings")
+SECTIONS = ("headline", "run", "findings", "validity")
 
 
 @dataclass(frozen=True)
 class Results:
     """The aggregate's tables a headline metric is computed from: experiments.csv (with its
     attack_family), trash.csv, robustness.csv, brittle.csv, the survival stage's
-    aft_comparison.csv and the checked findings."""
+    aft_comparison.csv, the checked findings and the validity flags (validity.csv)."""
 
     experiments: pd.DataFrame | None = None
     trash: pd.DataFrame | None = None
@@ -58,6 +58,7 @@ class Results:
     brittle: pd.DataFrame | None = None
     comparison: pd.DataFrame | None = None
     findings: tuple[Finding, ...] = ()
+    validity: pd.DataFrame | None = None
 
 
 @dataclass(frozen=True)
@@ -228,6 +229,12 @@ HEADLINE: list[Metric] = [
     # beside the findings
     Metric("brittle_spearman_per_seed", lambda r: findings.brittle_spearman_per_seed(sound(r.brittle)), section="findings"),
     Metric("findings", lambda r: findings.findings_metrics(list(r.findings)), section="findings"),
+    Metric(
+        "validity_flags",
+        lambda r: validity.validity_summary(r.validity) if r.validity is not None else {},
+        "per validity flag, over the sound model cells: how many could be checked and how many tripped it (validity.csv)",
+        section="validity",
+    ),
 ]
 
 CURVE_METRICS: list[CurveMetric] = [

@@ -21,18 +21,20 @@ from trashfire.metrics.registry import curve_metric_names
 # metrics of the registry with R (schema.card_robustness).
 
 
-def card(train_hash: str, experiments: pd.DataFrame, trash: pd.DataFrame, robustness: pd.DataFrame, brittle: pd.DataFrame) -> dict[str, Any]:
+def card(
+    train_hash: str, experiments: pd.DataFrame, trash: pd.DataFrame, robustness: pd.DataFrame, brittle: pd.DataFrame, flags: pd.DataFrame | None = None
+) -> dict[str, Any]:
     rows = experiments[experiments["train_hash"] == train_hash]
     first = rows.iloc[0]
     return {
         "train_hash": train_hash,
         "training": _plain(first[schema.CARD_TRAINING]),
         "times_per_sample_seconds": _plain(first[schema.CARD_TIMES]),
-        "model_cells": [_model_cell(group, trash, robustness, brittle) for _, group in rows.groupby("model_hash", sort=False)],
+        "model_cells": [_model_cell(group, trash, robustness, brittle, flags) for _, group in rows.groupby("model_hash", sort=False)],
     }
 
 
-def _model_cell(rows: pd.DataFrame, trash: pd.DataFrame, robustness: pd.DataFrame, brittle: pd.DataFrame) -> dict[str, Any]:
+def _model_cell(rows: pd.DataFrame, trash: pd.DataFrame, robustness: pd.DataFrame, brittle: pd.DataFrame, flags: pd.DataFrame | None) -> dict[str, Any]:
     model_hash = rows["model_hash"].iloc[0]
     first = rows.iloc[0]
     mine = brittle[brittle["model_hash"] == model_hash]
@@ -47,15 +49,28 @@ def _model_cell(rows: pd.DataFrame, trash: pd.DataFrame, robustness: pd.DataFram
         "attacks": [_plain(r) for _, r in rows[schema.CARD_ATTACK].iterrows()],
         "survival_and_trash": [_plain(r) for _, r in trash.loc[trash["model_hash"] == model_hash, schema.CARD_FAMILY].iterrows()],
         "evp_and_auc": [_plain(r) for _, r in robustness.loc[robustness["model_hash"] == model_hash, schema.card_robustness(curve_metric_names())].iterrows()],
+        "validity": _validity(flags, model_hash),
     }
 
 
-def write_cards(folder: Path, experiments: pd.DataFrame, trash: pd.DataFrame, robustness: pd.DataFrame, brittle: pd.DataFrame) -> list[Path]:
+def _validity(flags: pd.DataFrame | None, model_hash: str) -> dict[str, Any] | None:
+    """Each validity flag of the cell: tripped (true/false, null where this run cannot check
+    it) and what was seen (trashfire.metrics.validity)."""
+    mine = flags[flags["model_hash"] == model_hash] if flags is not None else None
+    if mine is None or mine.empty:
+        return None
+    row = mine.iloc[0]
+    return {"tripped": row["flags"] or "none"} | {name: {"tripped": _number(row[name]), "seen": row[f"{name}_detail"]} for name in schema.VALIDITY_FLAGS}
+
+
+def write_cards(
+    folder: Path, experiments: pd.DataFrame, trash: pd.DataFrame, robustness: pd.DataFrame, brittle: pd.DataFrame, flags: pd.DataFrame | None = None
+) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     for train_hash in experiments["train_hash"].unique():
         path = cell_file(folder, train_hash, ".json")
-        write_json(path, card(train_hash, experiments, trash, robustness, brittle))
+        write_json(path, card(train_hash, experiments, trash, robustness, brittle, flags))
         written.append(path)
     for stale in set(folder.glob("*.json")) - set(written):
         stale.unlink()

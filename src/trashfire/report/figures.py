@@ -41,7 +41,7 @@ from scipy import stats
 from trashfire.core import schema
 from trashfire.core.errors import DataError
 from trashfire.core.records import atomic_path
-from trashfire.metrics import registry
+from trashfire.metrics import registry, validity
 from trashfire.metrics.experiments import read_experiments
 
 log = logging.getLogger(__name__)
@@ -151,6 +151,7 @@ def read_tables(reports: Path) -> dict[str, pd.DataFrame | None]:
     tables |= {name: read_table(reports, f"{name}.csv") for name in AGGREGATE_TABLES}
     tables["brittle"] = read_table(reports, "brittle.csv", required=False)
     tables["findings"] = read_table(reports, "findings.csv", required=False)  # runs from before findings have none
+    tables["validity"] = read_table(reports, "validity.csv", required=False)  # nor from before the validity flags
     tables["survival"] = read_table(reports, "survival/aft_comparison.csv", stage="survival")
     tables["logrank"] = read_table(reports, "survival/logrank.csv", stage="survival", required=False)
     return tables
@@ -855,7 +856,8 @@ def metric_rows(name: str, value, meaning: str) -> list[tuple[str, str, str]]:
 
 def headline_section(metrics: dict) -> str:
     meanings = registry.meanings()
-    shown = {k: v for k, v in metrics.items() if k not in registry.in_section("run") + registry.in_section("findings")}
+    elsewhere = registry.in_section("run") + registry.in_section("findings") + registry.in_section("validity")
+    shown = {k: v for k, v in metrics.items() if k not in elsewhere}
     order = [k for k in meanings if k in shown] + sorted(k for k in shown if k not in meanings)
     rows = [row for key in order for row in metric_rows(key, shown[key], meanings.get(key, ""))]
     body = "".join(
@@ -864,6 +866,35 @@ def headline_section(metrics: dict) -> str:
     )
     note = '<p class="test">Means and medians leave degenerate model cells out.</p>'
     return f'<div class="wide"><table class="headline"><tbody>{body}</tbody></table></div>{note}'
+
+
+def validity_section(flags: pd.DataFrame | None, metrics: dict) -> str:
+    """Per flag, how many sound model cells tripped it of those checked, then the cells that
+    tripped any, with what was seen."""
+    if flags is None:
+        return not_computed("validity.csv not found (a run from before the validity flags; rerun `dvc repro aggregate`)")
+    counts = metrics.get("validity_flags") or {}
+    rows = "".join(
+        f'<tr><td class="t m">{html.escape(name)}</td><td class="v">{c.get("tripped", 0)} of {c.get("checked", 0)}</td>'
+        f'<td class="t">{html.escape(validity.MEANINGS[name])}</td></tr>'
+        for name, c in counts.items()
+        if name in validity.MEANINGS
+    )
+    lead = (
+        '<p class="lead">Signs that an evaluation is fooled rather than the model robust, per model cell '
+        "(tripped of checked, degenerate cells left out); a flag this run cannot check says why in validity.csv.</p>"
+    )
+    tripped = flags[flags["flags"].fillna("").astype(str).str.len() > 0]
+    if tripped.empty:
+        return lead + f'<div class="wide"><table class="headline"><tbody>{rows}</tbody></table></div><p>No model cell tripped a flag.</p>'
+    seen = tripped.apply(lambda r: "; ".join(f"{name}: {r[f'{name}_detail']}" for name in str(r["flags"]).split(", ")), axis=1)
+    listing = drop_empty(tripped[[c for c in schema.REPORT_CELL if c in tripped]].assign(flags=tripped["flags"], seen=seen)).reset_index(drop=True)
+    caption = f"{len(tripped)} model cell(s) tripped at least one flag"
+    return (
+        lead
+        + f'<div class="wide"><table class="headline"><tbody>{rows}</tbody></table></div>'
+        + folded("validity-cells", caption, len(listing), "what each flag saw, per model cell", html_table(listing))
+    )
 
 
 def degenerate_cells(experiments: pd.DataFrame) -> pd.DataFrame:
@@ -1131,7 +1162,14 @@ table.headline td.v{font-weight:600;white-space:nowrap}
 details{margin:.35em 0;border:1px solid #e3e3e3;border-radius:4px;padding:.3em .7em}summary{cursor:pointer;font-weight:600}
 figure{margin:0}ul.compact{margin:.2em 0 .5em;padding-left:1.4em;font-size:.92em}img{max-width:100%;border:1px solid #eee}.missing{color:#a33;font-style:italic}"""
 
-SECTIONS = (("findings", "Findings"), ("headline", "Headline metrics"), ("run", "Run"), ("figures", "Figures"), ("tables", "Tables"))
+SECTIONS = (
+    ("findings", "Findings"),
+    ("validity", "Validity flags"),
+    ("headline", "Headline metrics"),
+    ("run", "Run"),
+    ("figures", "Figures"),
+    ("tables", "Tables"),
+)
 
 
 def report_html(reports: Path, images: list[Path], skipped: dict[str, str] | None = None) -> Path:
@@ -1143,6 +1181,7 @@ def report_html(reports: Path, images: list[Path], skipped: dict[str, str] | Non
     degenerate = degenerate_cells(tables["experiments"])
     content = {
         "findings": findings_section(tables["findings"], metrics, degenerate),
+        "validity": validity_section(tables["validity"], metrics),
         "headline": headline_section(metrics),
         "run": run_section(metrics, tables["experiments"], degenerate),
         "figures": figures_section(images, reports, skipped),

@@ -20,6 +20,7 @@ STAGE = Stage(
         "reports/tau_table.csv",
         "reports/evp_convergence.csv",
         "reports/findings.csv",
+        "reports/validity.csv",
         "reports/cards",
         {"reports/brittle.csv": {"cache": False}},
         {"reports/curves.csv": {"cache": False}},

@@ -22,6 +22,7 @@ STAGE = Stage(
         "reports/evp_convergence.csv",
         "reports/curves.csv",
         "reports/brittle.csv",
+        "reports/validity.csv",
         "reports/cards",
         "reports/metrics.json",
         "reports/findings.csv",

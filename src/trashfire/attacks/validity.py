@@ -1,0 +1,51 @@
+"""Probes of a model cell that say whether its attack numbers can be trusted (Carlini et al.,
+"On evaluating adversarial robustness", 2019; Croce & Hein's AutoAttack flags), run with the
+benign evaluation on the attack subset, through the defence as the attacks see it:
+
+- input gradients: the share of samples whose loss gradient (through ART's estimate of each
+  preprocessing defence's gradient) is zero everywhere, and whose gradient is not finite.
+  Gradient attacks make no progress on either: obfuscated gradients.
+- repeated queries: the same images predicted `QUERY_REPEATS` times. A randomised defence
+  (Gauss-out) answers differently, so one attack run is one draw: Expectation over
+  Transformation (EOT) would be needed, and the accuracy's spread says by how much one draw
+  can mislead.
+
+The flags themselves are raised by `trashfire.metrics.validity` from these and the tables.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+QUERY_REPEATS = 5  # five draws show a randomised answer on any sample it flips with p >= 0.45 (1 - 0.55^5 > 0.95)
+
+
+def gradient_shares(classifier, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """(share of all-zero gradients, share of non-finite gradients) of the loss with respect
+    to the input."""
+    one_hot = np.eye(classifier.nb_classes, dtype=np.float32)[y.astype(np.int64)]  # ART's loss_gradient takes one-hot labels
+    gradients = np.asarray(classifier.loss_gradient(x.astype(np.float32), one_hot)).reshape(len(x), -1)
+    nonfinite = ~np.isfinite(gradients).all(axis=1)
+    zero = ~nonfinite & (np.abs(np.nan_to_num(gradients)).max(axis=1) == 0)
+    return float(zero.mean()), float(nonfinite.mean())
+
+
+def query_spread(classifier, x: np.ndarray, y: np.ndarray, repeats: int = QUERY_REPEATS) -> dict[str, float]:
+    """How repeated predictions of the same images differ: the share of samples whose label
+    changes, and the SD and range of the accuracy over the repeats."""
+    predictions = np.stack([classifier.predict(x, batch_size=256).argmax(1) for _ in range(repeats)])
+    accuracies = (predictions == y).mean(axis=1)
+    return {
+        "query_repeats": repeats,
+        "query_flip_share": float((predictions != predictions[0]).any(axis=0).mean()),
+        "acc_query_sd": float(accuracies.std(ddof=1)) if repeats > 1 else 0.0,
+        "acc_query_range": float(accuracies.max() - accuracies.min()),
+    }
+
+
+def probe(classifier, x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
+    """Every probe of one model cell, as BenignRecord's fields."""
+    zero, nonfinite = gradient_shares(classifier, x, y)
+    return {"probe_samples": len(x), "grad_zero_share": zero, "grad_nonfinite_share": nonfinite, **query_spread(classifier, x, y)}

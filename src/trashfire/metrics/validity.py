@@ -1,0 +1,137 @@
+"""Validity flags per model cell: signs that an evaluation is fooled rather than the model
+robust (Carlini et al. 2019's checklist; Athalye et al. 2018 on obfuscated gradients; Croce &
+Hein 2020's AutoAttack flags). Each flag is true, false, or missing where this run cannot
+check it (the detail says why), and comes with a sentence of what was seen:
+
+- `non_monotone`: accuracy rises with eps on some attack family's curve (benign point at
+  eps = 0 included) by more than `rise_tol`. A stronger attack can never do worse; the attack
+  is failing to optimise (e.g. FGM overshooting) or the defence is randomised.
+- `black_box_stronger`: at one norm and eps, a black-box attack (`black_box`) leaves lower
+  accuracy than every white-box one, by more than `black_box_tol`: the gradients mislead
+  the white-box attacks (gradient masking).
+- `gradients_masked`: more than `gradient_share` of the samples have zero or non-finite
+  input gradients through the defence (obfuscated gradients).
+- `randomised`: repeated queries of the same images answer differently: one attack run is
+  one draw, and EOT would be needed; the accuracy's SD over the repeats says by how much.
+- `largest_eps_not_breaking`: the strongest white-box eps attack at its largest eps leaves
+  more than `near_zero` accuracy. An unbounded attack must reach about zero; when it does
+  not, the grid stops short of it or the attack is being masked.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from trashfire.core import schema
+
+MEANINGS = {
+    "non_monotone": "robust accuracy rises with eps",
+    "black_box_stronger": "a black-box attack beats every white-box one at the same budget: gradient masking suspected",
+    "gradients_masked": "zero or non-finite input gradients on a share of samples: obfuscated gradients",
+    "randomised": "predictions differ across repeated queries: one attack run is one draw, EOT needed",
+    "largest_eps_not_breaking": "the strongest attack at its largest eps does not drive accuracy near zero",
+}
+Check = tuple[Any, str]  # (True, False or None when not checked; the detail)
+
+
+def non_monotone(curves: pd.DataFrame, rise_tol: float) -> Check:
+    """The largest rise of accuracy over its running minimum along eps, over the cell's curves."""
+    if curves.empty:
+        return None, "not checked: no eps attack family"
+    worst = None
+    for family, curve in curves.groupby("attack_family", sort=True):
+        acc, eps = curve["acc"].to_numpy(float), curve["eps"].to_numpy(float)
+        floor = np.minimum.accumulate(acc)
+        rise = acc - floor
+        j = int(np.argmax(rise))
+        if worst is None or rise[j] > worst[0]:
+            i = int(np.flatnonzero(acc[: j + 1] == floor[j])[0])
+            worst = (rise[j], f"{family}: {acc[i]:.2f} at eps {eps[i]:g} -> {acc[j]:.2f} at eps {eps[j]:g}")
+    if worst[0] > rise_tol:
+        return True, worst[1]
+    return False, f"no rise above {rise_tol:g} over {curves['attack_family'].nunique()} curve(s)"
+
+
+def black_box_stronger(rows: pd.DataFrame, black_box: list[str], tol: float) -> Check:
+    """Per (norm, eps) budget the cell was attacked at by both kinds: the best black-box
+    accuracy against the best white-box one."""
+    eps = rows[rows["attack_param"] == "eps"].assign(budget=lambda t: t["attack_value_standardised"].astype(float).round(9))
+    black = eps[eps["attack"].isin(black_box)].groupby(["norm", "budget"])["acc_adv"].min()
+    white = eps[~eps["attack"].isin(black_box)].groupby(["norm", "budget"])["acc_adv"].min()
+    shared = black.index.intersection(white.index)
+    if shared.empty:
+        return None, "not checked: no black-box attack shares a norm and eps with a white-box one (add square at the white-box grid)"
+    gap = (white[shared] - black[shared]).sort_values(ascending=False)
+    (norm, budget), worst = gap.index[0], gap.iloc[0]
+    seen = f"at {schema.attack_family('', norm).strip()} eps {budget:g} (standardised): black-box {black[(norm, budget)]:.2f}, white-box {white[(norm, budget)]:.2f}"
+    return bool(worst > tol), seen
+
+
+def gradients_masked(first: pd.Series, share: float) -> Check:
+    zero, nonfinite = _number(first.get("grad_zero_share")), _number(first.get("grad_nonfinite_share"))
+    if np.isnan(zero) or np.isnan(nonfinite):
+        return None, "not checked: the benign record has no gradient probe (rerun the attack stage)"
+    seen = f"{zero:.0%} of samples with zero and {nonfinite:.0%} with non-finite input gradients"
+    return bool(zero + nonfinite > share), seen
+
+
+def randomised(first: pd.Series) -> Check:
+    flips, sd, spread = (_number(first.get(c)) for c in ("query_flip_share", "acc_query_sd", "acc_query_range"))
+    if np.isnan(flips):
+        return None, "not checked: the benign record has no repeated-query probe (rerun the attack stage)"
+    repeats = int(_number(first.get("query_repeats")))
+    if flips == 0:
+        return False, f"the same answers over {repeats} queries"
+    return True, f"{flips:.0%} of samples change label over {repeats} queries; accuracy SD {sd:.3f}, range {spread:.2f}: evaluate with EOT"
+
+
+def largest_eps_not_breaking(curves: pd.DataFrame, black_box: list[str], near_zero: float) -> Check:
+    white = curves[~curves["attack"].isin(black_box) & (curves["eps"] > 0)]
+    if white.empty:
+        return None, "not checked: no white-box eps attack family"
+    last = white.sort_values("eps", kind="stable").groupby("attack_family").tail(1).sort_values("acc", kind="stable")
+    best = last.iloc[0]
+    seen = "; ".join(f"{r.attack_family} {r.acc:.2f} at eps {r.eps:g}" for r in last.itertuples())
+    return bool(best["acc"] > near_zero), f"accuracy at the largest eps: {seen}"
+
+
+def validity_table(experiments: pd.DataFrame, curves: pd.DataFrame, settings) -> pd.DataFrame:
+    """One row per model cell: each flag, its detail, and the tripped flags by name."""
+    black_box = list(settings["black_box"])
+    rows = []
+    for model_hash, cell in experiments.groupby("model_hash", sort=False):
+        first = cell.iloc[0]
+        own_curves = curves[curves["model_hash"] == model_hash]
+        checks = {
+            "non_monotone": non_monotone(own_curves, settings["rise_tol"]),
+            "black_box_stronger": black_box_stronger(cell, black_box, settings["black_box_tol"]),
+            "gradients_masked": gradients_masked(first, settings["gradient_share"]),
+            "randomised": randomised(first),
+            "largest_eps_not_breaking": largest_eps_not_breaking(own_curves, black_box, settings["near_zero"]),
+        }
+        row = {column: first.get(column) for column in schema.MODEL_CELL + ["train_hash", "degenerate"]}
+        row["flags"] = ", ".join(name for name, (tripped, _) in checks.items() if tripped is True)
+        for name, (tripped, detail) in checks.items():
+            row[name], row[f"{name}_detail"] = tripped, detail
+        rows.append(row)
+    return pd.DataFrame(rows, columns=schema.VALIDITY)
+
+
+def validity_summary(validity: pd.DataFrame) -> dict[str, dict[str, int]]:
+    """Per flag, over the sound (not degenerate) model cells: how many were checked and how
+    many tripped it."""
+    sound = validity[~validity["degenerate"].astype(str).str.lower().eq("true")]
+    return {
+        name: {"tripped": int((sound[name] == True).sum()), "checked": int(sound[name].notna().sum())}  # noqa: E712  (object column of True/False/None)
+        for name in schema.VALIDITY_FLAGS
+    }
+
+
+def _number(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")

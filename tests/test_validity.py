@@ -1,0 +1,240 @@
+"""Validity flags: models built to trip them (zeroed gradients, a randomised output), a clean
+model that trips none, and each flag's rule on hand-made curves."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from art.attacks.evasion import ProjectedGradientDescent, SquareAttack
+from art.estimators.classification import PyTorchClassifier
+from omegaconf import OmegaConf
+from sklearn.datasets import load_digits
+from torch import nn
+
+from trashfire.attacks import validity as probes
+from trashfire.core import schema
+from trashfire.metrics import validity
+from trashfire.metrics.aggregate import eps_curves, with_family
+
+SETTINGS = OmegaConf.load("conf/metrics/default.yaml").validity
+EPS = [0.5, 1.0, 2.0, 4.0]  # standardised; 4 standard deviations reach any pixel value
+
+
+class Quantised(nn.Module):
+    """Rounds its input to quarter steps first: the same answers as a plain net, but a zero
+    input gradient everywhere (round's derivative), the textbook obfuscated gradient."""
+
+    def __init__(self, net: nn.Module):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x):
+        return self.net(torch.round(x * 4) / 4)
+
+
+class NoisyLogits(nn.Module):
+    """Adds fresh Gaussian noise to the logits at every query, as Gauss-out does."""
+
+    def __init__(self, net: nn.Module, scale: float):
+        super().__init__()
+        self.net, self.scale = net, scale
+
+    def forward(self, x):
+        logits = self.net(x)
+        return logits + self.scale * torch.randn_like(logits)
+
+
+@pytest.fixture(scope="module")
+def digits():
+    data = load_digits()
+    x = (data.images / 16.0).astype(np.float32)[:, None]
+    mean, std = x[:1500].mean(), x[:1500].std()
+    x = (x - mean) / std
+    return x[:1500], data.target[:1500].astype(np.int64), x[1500:1560], data.target[1500:1560].astype(np.int64)
+
+
+def trained(digits, wrap=lambda net: net) -> nn.Module:
+    torch.manual_seed(0)
+    x, y = torch.from_numpy(digits[0]), torch.from_numpy(digits[1])
+    model = wrap(nn.Sequential(nn.Flatten(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10)))
+    optimiser = torch.optim.Adam(model.parameters(), lr=0.01)
+    for _ in range(300):
+        optimiser.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimiser.step()
+    return model.eval()
+
+
+def classifier(model: nn.Module, digits) -> PyTorchClassifier:
+    low, high = float(digits[0].min()), float(digits[0].max())
+    return PyTorchClassifier(model, loss=nn.CrossEntropyLoss(), input_shape=(1, 8, 8), nb_classes=10, clip_values=(low, high))
+
+
+def evaluated(name: str, model: nn.Module, digits) -> pd.DataFrame:
+    """The experiments rows of one model cell: PGD (white-box) and Square (black-box) over
+    EPS, with the benign probes of the attack stage."""
+    np.random.seed(0)
+    torch.manual_seed(0)
+    art = classifier(model, digits)
+    x, y = digits[2], digits[3]
+    benign = (art.predict(x).argmax(1) == y).mean()
+    rows = []
+    for eps in EPS:
+        attacks = {
+            "pgd": ProjectedGradientDescent(art, eps=eps, eps_step=eps / 8, max_iter=20, num_random_init=0, verbose=False),
+            "square": SquareAttack(art, eps=eps, max_iter=50, nb_restarts=1, verbose=False),
+        }
+        for attack, built in attacks.items():
+            acc = float((art.predict(built.generate(x, y)).argmax(1) == y).mean())
+            rows.append({"attack": attack, "attack_value": eps, "attack_value_standardised": eps, "acc_adv": acc})
+    table = pd.DataFrame(rows).assign(
+        model_hash=name,
+        train_hash=name,
+        dataset="digits",
+        pretrained_on="",
+        seed=0,
+        model="mlp",
+        depth=2,
+        epochs=1,
+        lr=0.01,
+        defence="none",
+        defence_param="",
+        defence_value=0,
+        norm="inf",
+        attack_param="eps",
+        attack_units="standardised",
+        pixel_std=1.0,
+        n_classes=10,
+        acc_ben_attack_subset=benign,
+        degenerate=False,
+        **probes.probe(art, x, y),
+    )
+    return with_family(table)
+
+
+def flags_of(experiments: pd.DataFrame) -> dict:
+    """The cell's flags as True, False or None (not checked), beside their details."""
+    row = validity.validity_table(experiments, eps_curves(experiments), SETTINGS).iloc[0].to_dict()
+    return row | {name: None if pd.isna(row[name]) else bool(row[name]) for name in schema.VALIDITY_FLAGS}
+
+
+def test_a_clean_model_trips_no_flag(digits):
+    row = flags_of(evaluated("clean", trained(digits), digits))
+    assert row["flags"] == "", {name: row[f"{name}_detail"] for name in schema.VALIDITY_FLAGS}
+    checked = [name for name in schema.VALIDITY_FLAGS if row[name] is not None]
+    assert checked == schema.VALIDITY_FLAGS  # every flag was checked, not skipped
+
+
+def test_zeroed_gradients_trip_masking_the_black_box_check_and_the_largest_eps(digits):
+    row = flags_of(evaluated("quantised", trained(digits, Quantised), digits))
+    assert row["gradients_masked"] is True and "100% of samples with zero" in row["gradients_masked_detail"]
+    assert row["black_box_stronger"] is True  # PGD stands still, Square does not
+    assert row["largest_eps_not_breaking"] is True
+    assert row["randomised"] is False
+
+
+def test_a_randomised_output_trips_the_repeated_query_flag_and_says_how_much_accuracy_varies(digits):
+    experiments = evaluated("noisy", NoisyLogits(trained(digits), scale=3.0), digits)
+    row = flags_of(experiments)
+    assert row["randomised"] is True
+    assert experiments["query_flip_share"].iloc[0] > 0 and experiments["acc_query_sd"].iloc[0] > 0
+    assert "EOT" in row["randomised_detail"] and "accuracy SD" in row["randomised_detail"]
+    assert row["gradients_masked"] is False
+
+
+def test_non_finite_gradients_count_as_masked():
+    class NanGradient(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            return torch.full_like(grad, float("nan"))
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = nn.Linear(4, 3)
+
+        def forward(self, x):
+            return self.linear(NanGradient.apply(x))
+
+    art = PyTorchClassifier(Net(), loss=nn.CrossEntropyLoss(), input_shape=(4,), nb_classes=3, clip_values=(0.0, 1.0))
+    x = np.random.default_rng(0).random((10, 4), dtype=np.float32)
+    assert probes.gradient_shares(art, x, np.zeros(10, dtype=np.int64)) == (0.0, 1.0)
+
+
+def curve_cells(acc_by_attack: dict[str, list[float]], eps=(0.1, 0.2, 0.3), benign=0.9, **probe) -> pd.DataFrame:
+    rows = [
+        {"attack": attack, "attack_value": e, "attack_value_standardised": e, "acc_adv": a} for attack, accs in acc_by_attack.items() for e, a in zip(eps, accs)
+    ]
+    probe = {
+        "grad_zero_share": 0.0,
+        "grad_nonfinite_share": 0.0,
+        "query_repeats": 5,
+        "query_flip_share": 0.0,
+        "acc_query_sd": 0.0,
+        "acc_query_range": 0.0,
+    } | probe
+    table = pd.DataFrame(rows).assign(
+        model_hash="m",
+        train_hash="t",
+        dataset="digits",
+        pretrained_on="",
+        seed=0,
+        model="mlp",
+        depth=2,
+        epochs=1,
+        lr=0.01,
+        defence="none",
+        defence_param="",
+        defence_value=0,
+        norm="inf",
+        attack_param="eps",
+        attack_units="standardised",
+        pixel_std=1.0,
+        n_classes=10,
+        acc_ben_attack_subset=benign,
+        degenerate=False,
+        **probe,
+    )
+    return with_family(table)
+
+
+def test_non_monotone_is_a_rise_over_the_running_minimum_beyond_the_tolerance():
+    row = flags_of(curve_cells({"fgm": [0.5, 0.2, 0.25]}))
+    assert row["non_monotone"] is True and "fgm linf: 0.20 at eps 0.2 -> 0.25 at eps 0.3" in row["non_monotone_detail"]
+    assert flags_of(curve_cells({"fgm": [0.5, 0.2, 0.21]}))["non_monotone"] is False  # 0.01 <= rise_tol 0.02
+    assert flags_of(curve_cells({"fgm": [0.95, 0.5, 0.0]}))["non_monotone"] is True  # above the benign point 0.9
+
+
+def test_black_box_stronger_compares_the_best_of_each_kind_at_one_budget():
+    row = flags_of(curve_cells({"fgm": [0.6, 0.4, 0.2], "pgd": [0.3, 0.1, 0.0], "square": [0.2, 0.05, 0.0]}))
+    assert row["black_box_stronger"] is True and "black-box 0.20, white-box 0.30" in row["black_box_stronger_detail"]
+    assert flags_of(curve_cells({"pgd": [0.3, 0.1, 0.0], "square": [0.29, 0.1, 0.0]}))["black_box_stronger"] is False
+    unchecked = flags_of(curve_cells({"pgd": [0.3, 0.1, 0.0]}))
+    assert unchecked["black_box_stronger"] is None and "not checked" in unchecked["black_box_stronger_detail"]
+
+
+def test_largest_eps_not_breaking_reads_the_strongest_white_box_attack_at_its_largest_eps():
+    assert flags_of(curve_cells({"fgm": [0.6, 0.5, 0.4], "pgd": [0.3, 0.1, 0.05]}))["largest_eps_not_breaking"] is False
+    row = flags_of(curve_cells({"fgm": [0.6, 0.5, 0.4], "pgd": [0.5, 0.3, 0.2]}))
+    assert row["largest_eps_not_breaking"] is True and "pgd linf 0.20 at eps 0.3" in row["largest_eps_not_breaking_detail"]
+
+
+def test_probes_missing_from_an_older_record_leave_their_flags_unchecked_not_false():
+    cells = curve_cells({"pgd": [0.3, 0.1, 0.0]}).drop(columns=schema.PROBES)
+    row = flags_of(cells)
+    assert row["gradients_masked"] is None and row["randomised"] is None
+    assert "rerun the attack stage" in row["gradients_masked_detail"]
+
+
+def test_the_summary_counts_checked_and_tripped_over_sound_cells():
+    tripped = validity.validity_table(curve_cells({"fgm": [0.5, 0.2, 0.25]}), eps_curves(curve_cells({"fgm": [0.5, 0.2, 0.25]})), SETTINGS)
+    degenerate = tripped.assign(model_hash="d", degenerate=True)
+    summary = validity.validity_summary(pd.concat([tripped, degenerate]))
+    assert summary["non_monotone"] == {"tripped": 1, "checked": 1}
+    assert summary["black_box_stronger"] == {"tripped": 0, "checked": 0}
