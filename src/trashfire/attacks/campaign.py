@@ -119,6 +119,7 @@ def attack_model_cell(cfg: DictConfig, model_cell: ModelCell, cells: list[Attack
         "n_train": train.n_train,
         "t_train_process": train.t_train_process,
         "t_train_wall": train.t_train_wall,
+        "t_train_source": train.t_train_source,
         "acc_ben": benign.acc_ben,
         "t_predict_process": benign.t_predict_process,
         "t_predict_wall": benign.t_predict_wall,

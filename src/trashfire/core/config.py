@@ -29,6 +29,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from trashfire.core import external
 from trashfire.core.clocks import CLOCKS
 from trashfire.core.errors import ConfigError
 from trashfire.data.loaders import LOADERS
@@ -415,10 +416,25 @@ def _validate_models(models: dict[str, Any]) -> None:
     _nonempty_mapping("model", models)
     for name, spec in models.items():
         rules = _option("model", name, spec)
+        if external.is_external(spec):
+            _validate_external(f"model.{name}", spec)
+            _check_keys(f"model.{name}", spec, rules)
+            continue
         if not isinstance(spec.get("_target_"), str):
             raise ConfigError(f"model.{name}._target_", "missing; name the builder, e.g. trashfire.models.resnet")
         _integer(f"model.{name}.depth", spec.get("depth"), low=1)
         _check_keys(f"model.{name}", spec, rules)
+
+
+def _validate_external(key: str, spec: DictConfig) -> None:
+    """A model trained elsewhere (trashfire.core.external): its module builds, its checkpoint
+    exists and its training cost is supplied. Reading the checkpoint (keys, a forward pass on
+    the prepared data) is the train stage's import, before it trains anything."""
+    external.checkpoint_path(f"{key}.{external.CHECKPOINT}", spec.get(external.CHECKPOINT))
+    external.t_train(key, spec)
+    if spec.get("depth") is not None:
+        _integer(f"{key}.depth", spec.depth, low=1)
+    external.counted_depth(key, spec)  # builds the module: a bad _target_ or kwargs fails here
 
 
 def _validate_defences(defences: dict[str, Any]) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from trashfire.core import external
 from trashfire.core.config import RULES, as_list
 from trashfire.core.records import config_hash
 
@@ -34,8 +35,8 @@ class TrainCell:
     seed: int
     model: str
     depth: int
-    epochs: int
-    lr: float
+    epochs: int | None  # None: an imported model (trashfire.core.external), whose training we do not know
+    lr: float | None
     defence: dict[str, Any]  # UNDEFENDED or one train-time defence value
     spec: dict[str, Any] = field(repr=False, compare=False)
     base: TrainCell | None = field(default=None, repr=False, compare=False)  # pretrained on another data set
@@ -47,6 +48,11 @@ class TrainCell:
     @property
     def hash(self) -> str:
         return config_hash(self.spec)
+
+    @property
+    def is_external(self) -> bool:
+        """Imported from a checkpoint by the train stage, not trained."""
+        return external.is_external(self.spec["model"])
 
     @property
     def run_key(self) -> str:
@@ -124,7 +130,8 @@ def training_cells(cfg: DictConfig) -> list[TrainCell]:
     """Undefended weights are trained when `none` or a predict-time defence needs them.
     `train.per_model` replaces the epoch and lr grids for a model (004 trains LeNet at 0.01
     for 300 epochs, ResNet-50 at 0.1 for 125); `train.pretrained_on` adds cells fine-tuned
-    from another data set's final weights."""
+    from another data set's final weights. An external model (a `checkpoint`) is one
+    imported cell per data set and seed, undefended: a train-time defence would train it."""
     train_defences = [dict(UNDEFENDED)] if _stages(cfg) & {"none", "predict"} else []
     for name, spec in cfg.defence.items():
         if spec.stage == "train":
@@ -132,6 +139,10 @@ def training_cells(cfg: DictConfig) -> list[TrainCell]:
     cells = []
     for (dname, _dspec), seed, (mname, _mspec), defence in itertools.product(cfg.data.items(), as_list(cfg.split.seeds), cfg.model.items(), train_defences):
         if not trains_model(cfg, defence, mname):
+            continue
+        if external.is_external(_mspec):
+            if defence["stage"] != "train":
+                cells.append(_external_cell(cfg, dname, seed, mname))
             continue
         epochs_grid, lr_grid = model_grids(cfg, mname)
         for base_data, epochs, lr in itertools.product(bases_of(cfg, dname), epochs_grid, lr_grid):
@@ -163,7 +174,7 @@ def bases_of(cfg: DictConfig, dname: str) -> list[str | None]:
 
 
 def _train_cell(cfg: DictConfig, dname: str, seed: int, mname: str, epochs: int, lr: float, defence: dict, base: TrainCell | None) -> TrainCell:
-    dspec, mspec = cfg.data[dname], cfg.model[mname]
+    mspec = cfg.model[mname]
     hyper = {k: _plain(cfg.train[k]) for k in ("momentum", "weight_decay", "batch_size")}
     if cfg.train.get("lr_schedule", "constant") != "constant":  # absent when constant: older hashes hold
         # the decay comes at half of the run, whose length is the model's largest epoch:
@@ -171,8 +182,7 @@ def _train_cell(cfg: DictConfig, dname: str, seed: int, mname: str, epochs: int,
         hyper["lr_schedule"] = cfg.train.lr_schedule
         hyper["horizon"] = max(model_grids(cfg, mname)[0])
     spec = {
-        "data": {"name": dname, "source": dspec.source, "subsample": dspec.get("subsample"), **_shape_keys(dspec)},
-        "split": {"seed": seed, "test_size": cfg.split.test_size},
+        **_data_spec(cfg, dname, seed),
         "model": without_rules(_plain(mspec)),
         "train": {"epochs": epochs, "lr": lr, **hyper},
         "defence": defence,
@@ -181,6 +191,33 @@ def _train_cell(cfg: DictConfig, dname: str, seed: int, mname: str, epochs: int,
     if base is not None:
         spec["pretrained"] = base.hash
     return TrainCell(dname, seed, mname, mspec.depth, epochs, float(lr), defence, spec, base)
+
+
+def _data_spec(cfg: DictConfig, dname: str, seed: int) -> dict[str, Any]:
+    dspec = cfg.data[dname]
+    return {
+        "data": {"name": dname, "source": dspec.source, "subsample": dspec.get("subsample"), **_shape_keys(dspec)},
+        "split": {"seed": seed, "test_size": cfg.split.test_size},
+    }
+
+
+def _external_cell(cfg: DictConfig, dname: str, seed: int, mname: str) -> TrainCell:
+    """An imported model: its identity is the checkpoint's content (its sha256; the path may
+    move), the module and the supplied training cost. No train.* key enters it: changing the
+    epoch or lr grids keeps it."""
+    key, mspec = f"model.{mname}", cfg.model[mname]
+    spec = {
+        **_data_spec(cfg, dname, seed),
+        "model": {
+            **external.module_spec(mspec),
+            "depth": mspec.get("depth"),
+            "checkpoint_sha256": external.checkpoint_sha256(f"{key}.{external.CHECKPOINT}", mspec.get(external.CHECKPOINT)),
+        },
+        "t_train": external.t_train(key, mspec),
+        "defence": dict(UNDEFENDED),
+        "v": TRAIN_VERSION,
+    }
+    return TrainCell(dname, seed, mname, external.counted_depth(key, mspec), None, None, dict(UNDEFENDED), spec)
 
 
 def model_cells(cfg: DictConfig) -> list[ModelCell]:

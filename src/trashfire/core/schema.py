@@ -220,6 +220,11 @@ class TrainRecord(Record):
     weights: str | None = None  # set when the weights are saved, just before the record
     weights_bytes: int | None = None
     weights_sha256: str | None = None
+    # an imported model (trashfire.core.external): where its supplied t_train came from
+    # ("config" or "log:<path>"; None: trained and timed here), and the file it came from
+    t_train_source: str | None = None
+    checkpoint: str | None = None
+    checkpoint_sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -297,6 +302,7 @@ class AttackRecord(Record):
     acc_ben_attack_subset: float | None = None
     device: str | None = None
     threads: int | None = None
+    t_train_source: str | None = None  # an imported model's (TrainRecord.t_train_source)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], source: Any = "record") -> AttackRecord:

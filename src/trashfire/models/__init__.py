@@ -105,7 +105,12 @@ def count_weight_layers(model: nn.Module) -> int:
 
 def build_model(spec: dict[str, Any], n_classes: int, input_shape: Sequence[int]) -> nn.Module:
     """`depth` is recorded for the analysis and `rules` are the validator's: neither is a
-    builder argument."""
+    builder argument. An external model (trashfire.core.external) is the user's module,
+    whose shape the checkpoint fixes: it takes no n_classes or input_shape."""
+    from trashfire.core import external
+
+    if external.is_external(spec):
+        return external.build("model", spec)
     builder = {key: value for key, value in spec.items() if key not in ("depth", "rules")}
     return instantiate(builder, n_classes=n_classes, input_shape=list(input_shape))
 

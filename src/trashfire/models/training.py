@@ -24,8 +24,9 @@ from omegaconf import DictConfig
 from torch import nn
 from tqdm import tqdm
 
+from trashfire.core import external
 from trashfire.core.clocks import Elapsed, Stopwatch
-from trashfire.core.errors import DataError
+from trashfire.core.errors import ConfigError, DataError
 from trashfire.core.grid import TrainCell, training_cells
 from trashfire.core.parallel import describe, resolve_workers, run_jobs
 from trashfire.core.records import atomic_path, cell_file, file_sha256, remove_dead_temps
@@ -314,6 +315,78 @@ def waves(groups: list[list[TrainCell]]) -> list[list[list[TrainCell]]]:
     return [[g for g, w in zip(groups, wave_of_group) if w == wave] for wave in range(max(wave_of_group, default=-1) + 1)]
 
 
+def import_cell(cell: TrainCell, split: Split, mspec: DictConfig, device: torch.device) -> tuple[nn.Module, TrainRecord]:
+    """An external model (trashfire.core.external) in place of training: the checkpoint
+    loaded into its module, its keys checked, one prepared sample through it, then the
+    benign evaluation every trained cell gets. Each problem is one ConfigError line."""
+    key = f"model.{cell.model}"
+    target = mspec._target_
+    model = build_model(cell.spec["model"], split.n_classes, split.input_shape)
+    state = external.load_state_dict(f"{key}.{external.CHECKPOINT}", mspec[external.CHECKPOINT])
+    try:
+        missing, unexpected = model.net.load_state_dict(state, strict=False)
+    except RuntimeError as err:  # a key of the right name with the wrong shape
+        raise ConfigError(f"{key}.{external.CHECKPOINT}", external.size_mismatch(mspec[external.CHECKPOINT], target, str(err))) from None
+    external.check_keys(f"{key}.{external.CHECKPOINT}", mspec[external.CHECKPOINT], target, list(missing), list(unexpected))
+    model = model.to(device).eval()
+    shape = tuple(split.input_shape)
+    try:
+        with torch.no_grad():
+            out = model(split.x_test[:1].to(device))
+    except Exception as err:  # the user's forward: any error is a shape it cannot take
+        raise external.shape_error(
+            key,
+            target,
+            cell.dataset,
+            shape,
+            f"a forward pass on one sample of shape (1, {', '.join(map(str, shape))}) fails: {str(err).strip().splitlines()[0]}",
+        ) from None
+    if tuple(out.shape) != (1, split.n_classes):
+        raise external.shape_error(
+            key, target, cell.dataset, shape, f"one sample gives output shape {tuple(out.shape)}, and {cell.dataset} has {split.n_classes} classes"
+        )
+    preds, predict_time = predict(model, split.x_test, device)
+    n_test, supplied = len(split.y_test), cell.spec["t_train"]
+    record = TrainRecord(
+        train_hash=cell.hash,
+        config=cell.spec,
+        **cell_labels(cell, cell.defence),
+        n_train=supplied["n_train"],
+        n_test=n_test,
+        acc_ben=accuracy(split.y_test.numpy(), preds),
+        t_train_process=supplied["process"],
+        t_train_wall=supplied["wall"],
+        t_predict_process=predict_time.process / n_test,
+        t_predict_wall=predict_time.wall / n_test,
+        device=str(device),
+        threads=torch.get_num_threads(),
+        torch=torch.__version__,
+        t_train_source=supplied["source"],
+        checkpoint=str(mspec[external.CHECKPOINT]),
+        checkpoint_sha256=cell.spec["model"]["checkpoint_sha256"],
+    )
+    return model, record
+
+
+def import_external(cfg: DictConfig, cells: list[TrainCell], models: Path) -> None:
+    """Imports take a forward pass each: they run first, so that a checkpoint that does not
+    fit stops the stage before any training."""
+    device = resolve_device(cfg.train.device)
+    for cell in cells:
+        split = cached_split(cfg.paths.processed, cell.dataset, cell.seed, cfg.data[cell.dataset].n_classes)
+        model, record = import_cell(cell, split, cfg.model[cell.model], device)
+        save_cell(models, model, record)
+        log.info(
+            "imported %s on %s seed %d from %s: acc_ben=%.3f, t_train from %s",
+            cell.model,
+            cell.dataset,
+            cell.seed,
+            record.checkpoint,
+            record.acc_ben,
+            record.t_train_source,
+        )
+
+
 def train_grid(cfg: DictConfig) -> list[dict[str, Any]]:
     device = resolve_device(cfg.train.device)
     models = Path(cfg.paths.models)
@@ -324,6 +397,8 @@ def train_grid(cfg: DictConfig) -> list[dict[str, Any]]:
     if models.is_dir():
         remove_dead_temps(models)
     pending = [cell for cell in ordered if not is_cached(models, cell.hash)]
+    import_external(cfg, [cell for cell in pending if cell.is_external], models)
+    pending = [cell for cell in pending if not cell.is_external]
     workers = resolve_workers(cfg.train.get("workers", "auto"), device.type)
     log.info("%d training cells, %d cached, %d to train on %s (%s)", len(ordered), len(ordered) - len(pending), len(pending), device, describe(workers))
     groups = runs(pending)

@@ -30,8 +30,27 @@ def card(
         "train_hash": train_hash,
         "training": _plain(first[schema.CARD_TRAINING]),
         "times_per_sample_seconds": _plain(first[schema.CARD_TIMES]),
+        "provenance": provenance(first),
         "model_cells": [_model_cell(group, trash, robustness, brittle, flags) for _, group in rows.groupby("model_hash", sort=False)],
     }
+
+
+def provenance(row: pd.Series) -> dict[str, Any]:
+    """Who trained the model and where its t_train comes from: measured by our train stage, or
+    supplied with an imported model (trashfire.core.external), which we evaluate only."""
+    source = row.get("t_train_source")
+    if not isinstance(source, str) or not source:
+        return {"trained_by": "trashfire", "t_train_source": "measured", "t_train": "measured by trashfire's train stage on both clocks"}
+    return {
+        "trained_by": "not trashfire: an external model imported from its checkpoint (model.<name>.checkpoint) and evaluated as it is; its epochs and lr are unknown",
+        "t_train_source": source,
+        "t_train": f"supplied, not measured: from {_source_text(source)}",
+    }
+
+
+def _source_text(source: str) -> str:
+    kind, _, where = source.partition(":")
+    return f"the training log {where}" if kind == "log" else "the config (model.<name>.t_train)"
 
 
 def _model_cell(rows: pd.DataFrame, trash: pd.DataFrame, robustness: pd.DataFrame, brittle: pd.DataFrame, flags: pd.DataFrame | None) -> dict[str, Any]:

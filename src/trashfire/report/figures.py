@@ -281,10 +281,15 @@ def format_value(value) -> str:
 def cell_label(row) -> str:
     """'resnet18 · conf 0.5 · 1 ep': what tells one model cell from another in a legend."""
     defence = "no defence" if row["defence"] == "none" else f"{row['defence']} {format_value(row['defence_value'])}"
-    parts = [str(row["model"]), defence, f"{format_value(row['epochs'])} ep"]
+    parts = [str(row["model"]), defence, epochs_text(row["epochs"])]
     if row.get("pretrained_on", ""):
         parts.append(f"from {row['pretrained_on']}")
     return " · ".join(parts)
+
+
+def epochs_text(epochs) -> str:
+    """'10 ep', or 'imported' for an external model, whose training we do not know."""
+    return "imported" if format_value(epochs) == "" else f"{format_value(epochs)} ep"
 
 
 def line_labels(lines: pd.DataFrame) -> list[str]:
@@ -303,6 +308,9 @@ def sorted_lines(table: pd.DataFrame) -> pd.DataFrame:
     return lines.sort_values(order).drop(columns="_control_last").reset_index(drop=True)
 
 
+IMPORTED_EPOCHS = -1.0  # below every trained cell's: a tie goes to the longest-trained
+
+
 def capped_lines(table: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     """At most MAX_LINES lines: past that, the model, depth and epochs with the most cells (the
     richest defence comparison, the one the papers draw; the longest-trained on a tie), cut at
@@ -310,10 +318,11 @@ def capped_lines(table: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     lines = sorted_lines(table)
     if len(lines) <= MAX_LINES:
         return lines, ""
-    sizes = lines.groupby(["model", "depth", "epochs"], sort=False).size()
+    known = lines["epochs"].astype(float).fillna(IMPORTED_EPOCHS)  # an imported model's NaN epochs would drop out of the groups
+    sizes = lines.assign(_epochs=known).groupby(["model", "depth", "_epochs"], sort=False).size()
     model, depth, epochs = max(sizes.index, key=lambda key: (sizes[key], key[2]))  # max keeps the first of equals
-    kept = lines[(lines["model"] == model) & (lines["depth"] == depth) & (lines["epochs"] == epochs)].head(MAX_LINES)
-    return kept, f"{len(kept)} of {len(lines)} cells shown: {model} · {format_value(epochs)} ep"
+    kept = lines[(lines["model"] == model) & (lines["depth"] == depth) & (known == epochs)].head(MAX_LINES)
+    return kept, f"{len(kept)} of {len(lines)} cells shown: {model} · {epochs_text(None if epochs == IMPORTED_EPOCHS else epochs)}"
 
 
 def line_rows(table: pd.DataFrame, line: pd.Series) -> pd.DataFrame:
@@ -1014,9 +1023,11 @@ def card_row(path: Path, reports: Path) -> dict:
     cells = [c for c in card.get("model_cells", []) if isinstance(c, dict)] if isinstance(card.get("model_cells"), list) else []
     defences = {str(c["defence"].get("defence")) if isinstance(c.get("defence"), dict) else str(c.get("defence")) for c in cells}
     flagged = sum(c.get("degenerate") is True for c in cells) if any("degenerate" in c for c in cells) else None
+    provenance = card.get("provenance") if isinstance(card.get("provenance"), dict) else {}  # cards before imports lack it
     return (
         {"card": str(path.relative_to(reports))}
         | {k: training.get(k) for k in schema.REPORT_CARD}
+        | {"t_train": provenance.get("t_train_source", "measured")}
         | {"model cells": len(cells), "defences": ", ".join(defence_order(defences)), "degenerate": flagged}
     )
 

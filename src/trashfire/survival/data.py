@@ -28,7 +28,8 @@ acc_ben, attack and defence strength min-max scaled within their family) or per 
 negative when wrong before the attack), then one-hot dummies for attack family, defence and
 data set, each without its reference level, named `<kind>_<level>` with the level as an
 identifier (`dummy_name`: attack_pgd_inf, defence_fsq, data_mnist). Constant and perfectly
-collinear columns (on the rows kept) are dropped with a logged note.
+collinear columns (on the rows kept) are dropped with a logged note, and so is a column with
+a missing value (an external model's unknown epochs or lr).
 """
 
 from __future__ import annotations
@@ -234,6 +235,9 @@ def drop_degenerate(covariates: pd.DataFrame, weights: np.ndarray | None = None,
     basis = np.ones((len(distinct), 1))
     for column in covariates.columns:
         values = distinct[column].to_numpy(dtype=float)
+        if np.isnan(values).any():  # an imported model's epochs and lr are unknown: no value to fit
+            log.info("%s: dropping covariate %s: unknown for some cells (an external model records no epochs or lr)", where, column)
+            continue
         if len(values) == 0 or np.ptp(values) == 0:
             log.info("%s: dropping covariate %s: it takes one value", where, column)
             continue

@@ -1,0 +1,240 @@
+"""Models trained elsewhere: any torch module, built from its `_target_` and `kwargs`, with its
+weights from a local state_dict file (`.pt`/`.pth` from torch.save, or `.safetensors`).
+
+An external model option is a model option with a `checkpoint` key (conf/model/external.yaml).
+The train stage imports it instead of training it (`trashfire.models.training.import_cell`):
+it loads the checkpoint into the module, checks the keys and a forward pass on one prepared
+sample, and writes the usual weights and TrainRecord, so that attack and brittle load it as
+they load any trained cell. Its identity is the checkpoint's content (sha256), not its path.
+
+We did not train it, so its training cost is supplied: `t_train: {process: s, wall: s}`, the
+training seconds per training sample on both clocks, or `train_log: <file>`, a JSON file
+(`TRAIN_LOG_KEYS`) with the whole run's seconds on both clocks and its training-set size:
+
+    {"n_train": 60000, "process_seconds": 5123.4, "wall_seconds": 1400.2}
+
+Epochs and learning rate are unknown: records and tables hold null (NaN) for them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from trashfire.core.errors import ConfigError
+from trashfire.core.records import file_sha256
+
+CHECKPOINT = "checkpoint"  # the key that makes a model option external
+CHECKPOINT_SUFFIXES = (".pt", ".pth", ".safetensors")
+TRAIN_LOG_KEYS = ("n_train", "process_seconds", "wall_seconds")
+CLOCKS = ("process", "wall")
+# keys of an external option that are not the module's: the import's and the validator's
+OWN_KEYS = ("_target_", "kwargs", CHECKPOINT, "checkpoint_sha256", "t_train", "train_log", "depth", "rules")
+SHOWN = 4  # keys named in an error about a checkpoint's keys
+
+
+def is_external(spec: Any) -> bool:
+    """A model option or a cell's hashed model spec that imports a checkpoint."""
+    return hasattr(spec, "get") and (CHECKPOINT in spec or "checkpoint_sha256" in spec)
+
+
+def allowed_checkpoint() -> str:
+    return f"an existing state_dict file ({', '.join(CHECKPOINT_SUFFIXES)})"
+
+
+def checkpoint_path(key: str, value: Any) -> Path:
+    """The checkpoint file, relative paths from the project root (where the stages run)."""
+    if not isinstance(value, str) or not value:
+        raise ConfigError(key, f"got {value!r}; allowed: {allowed_checkpoint()}, e.g. checkpoints/net.pt")
+    path = Path(value)
+    if path.suffix not in CHECKPOINT_SUFFIXES:
+        raise ConfigError(key, f"got {value!r}; allowed: {allowed_checkpoint()} (the suffix picks the format)")
+    if not path.is_file():
+        raise ConfigError(key, f"{value} not found (from {Path.cwd()}); allowed: {allowed_checkpoint()}")
+    return path
+
+
+def checkpoint_sha256(key: str, value: Any) -> str:
+    path = checkpoint_path(key, value)
+    stat = path.stat()
+    return _sha256(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=64)
+def _sha256(path: str, mtime_ns: int, size: int) -> str:
+    """Every stage computes the grid, so a large checkpoint is hashed once per process and
+    again only when the file changes (its time or size)."""
+    return file_sha256(path)
+
+
+def t_train(key: str, spec: Any) -> dict[str, Any]:
+    """The supplied training cost: {process, wall} seconds per training sample, `source`
+    ("config" or "log:<path>") and `n_train` (the log's; None from the config)."""
+    given, log_file = spec.get("t_train"), spec.get("train_log")
+    allowed = "t_train: {process: <s>, wall: <s>} (training seconds per training sample on both clocks), or train_log: <a JSON file with n_train, process_seconds, wall_seconds>"
+    if given is not None and log_file is not None:
+        raise ConfigError(f"{key}.t_train", f"given twice, as t_train and as train_log {log_file}; allowed: one of {allowed}")
+    if given is None and log_file is None:
+        raise ConfigError(f"{key}.t_train", f"missing; trashfire did not train this model, so its training cost must be supplied: {allowed}")
+    if given is not None:
+        if not hasattr(given, "keys") or sorted(given.keys()) != sorted(CLOCKS):
+            raise ConfigError(f"{key}.t_train", f"got {_plain(given)!r}; allowed: {{process: <s>, wall: <s>}}, seconds per training sample")
+        per_sample = {clock: _seconds(f"{key}.t_train.{clock}", given[clock]) for clock in CLOCKS}
+        return {**per_sample, "source": "config", "n_train": None}
+    return _read_log(f"{key}.train_log", log_file)
+
+
+def _read_log(key: str, value: Any) -> dict[str, Any]:
+    allowed = f"a JSON file holding {{{', '.join(f'{k!r}: ...' for k in TRAIN_LOG_KEYS)}}}, the whole training run's seconds"
+    if not isinstance(value, str) or not value:
+        raise ConfigError(key, f"got {value!r}; allowed: {allowed}")
+    path = Path(value)
+    if not path.is_file():
+        raise ConfigError(key, f"{value} not found (from {Path.cwd()}); allowed: {allowed}")
+    try:
+        log = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError(key, f"{value} is not JSON ({err}); allowed: {allowed}") from None
+    missing = [k for k in TRAIN_LOG_KEYS if not isinstance(log, dict) or k not in log]
+    if missing:
+        raise ConfigError(key, f"{value} has no {', '.join(missing)}; allowed: {allowed}")
+    n_train = log["n_train"]
+    if isinstance(n_train, bool) or not isinstance(n_train, int) or n_train < 1:
+        raise ConfigError(key, f"{value}: n_train is {n_train!r}; must be an integer >= 1")
+    per_sample = {clock: _seconds(f"{key} ({value}: {clock}_seconds)", log[f"{clock}_seconds"]) / n_train for clock in CLOCKS}
+    return {**per_sample, "source": f"log:{value}", "n_train": n_train}
+
+
+def _seconds(key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(key, f"got {value!r}; must be a finite number of seconds > 0")
+    return float(value)
+
+
+def _plain(value: Any) -> Any:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+
+
+def module_spec(spec: Any) -> dict[str, Any]:
+    """The module's own config: its `_target_` and its `kwargs`."""
+    spec = _plain(spec)
+    return {"_target_": spec.get("_target_"), "kwargs": spec.get("kwargs") or {}}
+
+
+def build(key: str, spec: Any):
+    """The user's module, wrapped to take ART's float64 arrays as the builders' modules do;
+    an import or constructor failure is one ConfigError line."""
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    from trashfire.models import Float32Input
+
+    module = module_spec(spec)
+    if not isinstance(module["_target_"], str) or not module["_target_"]:
+        raise ConfigError(
+            f"{key}._target_", f"got {module['_target_']!r}; allowed: your torch.nn.Module class as a dotted import path, e.g. mypackage.nets.Net"
+        )
+    if not isinstance(module["kwargs"], dict):
+        raise ConfigError(f"{key}.kwargs", f"got {module['kwargs']!r}; allowed: a mapping of the module's constructor arguments")
+    try:
+        net = instantiate({"_target_": module["_target_"], **module["kwargs"]})
+    except InstantiationException as err:
+        reason = (str(err.__cause__) if err.__cause__ else str(err)).strip().splitlines()[0]
+        raise ConfigError(f"{key}._target_", f"cannot build {module['_target_']}({_kwargs_text(module['kwargs'])}): {reason}") from None
+    import torch
+
+    if not isinstance(net, torch.nn.Module):
+        raise ConfigError(f"{key}._target_", f"{module['_target_']} gives a {type(net).__name__}; allowed: a torch.nn.Module class")
+    return Float32Input(net)
+
+
+def _kwargs_text(kwargs: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+
+
+def counted_depth(key: str, spec: Any) -> int:
+    """`depth` as given, else the module's weight layers (trashfire.models.count_weight_layers)."""
+    if spec.get("depth") is not None:
+        return int(spec["depth"])
+    module = module_spec(spec)
+    return _counted(key, json.dumps(module, sort_keys=True, default=str))
+
+
+@lru_cache(maxsize=64)
+def _counted(key: str, module_json: str) -> int:
+    from trashfire.models import count_weight_layers
+
+    depth = count_weight_layers(build(key, json.loads(module_json)))
+    if depth < 1:
+        raise ConfigError(f"{key}.depth", "the module has no Conv2d or Linear layer to count; give depth: <weight layers> (>= 1)")
+    return depth
+
+
+def load_state_dict(key: str, value: Any) -> dict[str, Any]:
+    """The checkpoint's tensors by name; a file torch or safetensors cannot read is one line."""
+    import torch
+
+    path = checkpoint_path(key, value)
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            state = load_file(str(path), device="cpu")
+        else:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch's unpickling and safetensors' errors differ per corruption
+        fmt = "safetensors" if path.suffix == ".safetensors" else "torch.save"
+        reason = _first_line(err)
+        if reason.startswith("Weights only load failed"):  # torch's paragraph on weights_only, for garbage and pickled modules alike
+            reason = "torch.load(weights_only=True) cannot read it: corrupt, or more than tensors (a whole pickled model)"
+        raise ConfigError(key, f"{value} is not a readable {fmt} state_dict ({reason}); allowed: {allowed_checkpoint()} written by {_writer(path)}") from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ConfigError(key, f"{value} holds a {type(state).__name__}, not a state_dict of tensors; save model.state_dict() with {_writer(path)}")
+    return state
+
+
+def _writer(path: Path) -> str:
+    return "safetensors.torch.save_file(model.state_dict(), path)" if path.suffix == ".safetensors" else "torch.save(model.state_dict(), path)"
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def check_keys(key: str, value: str, target: str, missing: list[str], unexpected: list[str]) -> None:
+    """Missing or unexpected keys are a checkpoint of another module: name a few of each."""
+    problems = [f"{label} {_some(keys)}" for label, keys in (("missing keys", missing), ("unexpected keys", unexpected)) if keys]
+    if problems:
+        raise ConfigError(key, f"{value} does not fit {target}: {'; '.join(problems)}; allowed: a state_dict of this module with these kwargs")
+
+
+def _some(keys: list[str]) -> str:
+    more = f" (+{len(keys) - SHOWN} more)" if len(keys) > SHOWN else ""
+    return ", ".join(keys[:SHOWN]) + more
+
+
+MISMATCH = re.compile(
+    r"size mismatch for (\S+): copying a param with shape torch\.Size\((\[.*?\])\) from checkpoint, the shape in current model is torch\.Size\((\[.*?\])\)"
+)
+
+
+def size_mismatch(value: str, target: str, message: str) -> str:
+    """torch's size-mismatch paragraph as a few `name checkpoint-shape vs module-shape`."""
+    found = MISMATCH.findall(message)
+    shown = "; ".join(f"{name} is {ours} in the checkpoint, {theirs} in the module" for name, ours, theirs in found[:SHOWN])
+    more = f" (+{len(found) - SHOWN} more)" if len(found) > SHOWN else ""
+    return f"{value} does not fit {target}: {shown or message.strip().splitlines()[0]}{more}; allowed: a state_dict of this module with these kwargs"
+
+
+def shape_error(key: str, target: str, dataset: str, shape: tuple[int, ...], problem: str) -> ConfigError:
+    return ConfigError(
+        key,
+        f"{target} does not fit {dataset}: {problem}; allowed: a module that maps prepared images of shape (N, {', '.join(map(str, shape))}) to (N, classes) logits",
+    )
