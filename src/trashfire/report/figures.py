@@ -696,7 +696,7 @@ def eps_survival_figure(curves: pd.DataFrame | None, table: pd.DataFrame | None,
         ax.set_ylabel("share of samples still standing")
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
-        ax.legend(title="area", fontsize=7, title_fontsize=7, loc="upper right")
+        ax.legend(title="area", fontsize=7, title_fontsize=7, loc="lower left")  # grid curves fall to the right
     hide_unused(axes)
     fig.suptitle("Survival in ε (Kaplan-Meier): share of samples not yet broken against the perturbation size; mean over seeds")
     fig.tight_layout()
