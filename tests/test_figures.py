@@ -18,7 +18,16 @@ from trashfire.core.errors import DataError
 from trashfire.report import figures as report_figures
 from trashfire.stages import figures
 
-STEMS = ["accuracy_by_attack_and_defence", "trash_by_depth_and_defence", "evp_vs_tau", "evp_convergence", "accuracy_eps_curves", "brittle_vs_robust_acc"]
+STEMS = [
+    "accuracy_by_attack_and_defence",
+    "trash_by_depth_and_defence",
+    "evp_vs_tau",
+    "evp_convergence",
+    "accuracy_eps_curves",
+    "brittle_vs_robust_acc",
+    "eps_survival_curves",
+    "eps_survival_vs_evp_r",
+]
 EPS = [0.1, 0.3, 1.0]
 FAMILIES = [("fgm", "inf"), ("pgd", "inf"), ("deepfool", "2")]  # deepfool has no eps grid
 PIXEL_STD = {"digits": 0.3, "mnist": 0.31}
@@ -245,6 +254,25 @@ def brittle_table(cells: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def eps_survival_tables(cells: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """eps_survival.csv and its curves: the grid families stand as their accuracy falls;
+    DeepFool's steps in pixel units."""
+    rows, points = [], []
+    for cell in cells:
+        for attack, norm in FAMILIES:
+            key = cell | {"attack": attack, "norm": norm, "attack_family": family_name(attack, norm)}
+            if attack == "deepfool":
+                eps, survival, search, units = [0.0, 0.5, 1.0, 2.0], [1.0, 0.6, 0.2, 0.0], "minimal", "pixel"
+            else:
+                eps, search, units = [0.0, *EPS], "grid", "standardised"
+                survival = [accuracy_at(cell, e) for e in eps]
+            area = float(np.trapezoid(survival, eps) / eps[-1])
+            rows.append(key | {"search": search, "units": units, "n": 20, "events": 15, "events_at_zero": 2, "eps_max": eps[-1]})
+            rows[-1] |= {"area": area, "area_lo": area - 0.05, "area_hi": area + 0.05, "median_eps": 0.5, "n_nonmonotone": 0, "degenerate": False}
+            points += [key | {"search": search, "units": units, "eps": e, "survival": v} for e, v in zip(eps, survival)]
+    return pd.DataFrame(rows), pd.DataFrame(points)
+
+
 def write_reports(reports) -> None:
     """Every table aggregate, timing and survival write, small and in their schema."""
     cells = model_cells()
@@ -260,6 +288,8 @@ def write_reports(reports) -> None:
         "evp_convergence.csv": evp_convergence_table(cells),
         "auc_table.csv": auc_table(robustness),
         "brittle.csv": brittle_table(cells),
+        "eps_survival.csv": eps_survival_tables(cells)[0],
+        "eps_survival_curves.csv": eps_survival_tables(cells)[1],
         "tau_table.csv": pd.DataFrame(
             {"n_classes": [2, 10, 10, 10], "tau": [0.75, 0.25, 0.25, 0.25], "w": 0.5, "source": ["001 Table I", "001 Table I", "digits", "mnist"]}
         ),
@@ -370,7 +400,16 @@ def findings_table() -> pd.DataFrame:
 
 def only_draw(monkeypatch, *kept: str) -> None:
     """Stub the figures a test is not about: drawing them is most of a run's time."""
-    for name in ("accuracy_figure", "trash_figure", "evp_tau_figure", "evp_convergence_figure", "curves_figure", "brittle_figure"):
+    for name in (
+        "accuracy_figure",
+        "trash_figure",
+        "evp_tau_figure",
+        "evp_convergence_figure",
+        "curves_figure",
+        "brittle_figure",
+        "eps_survival_figure",
+        "eps_survival_scatter",
+    ):
         if name not in kept:
             monkeypatch.setattr(report_figures, name, lambda *args: [])
 

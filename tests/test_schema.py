@@ -258,10 +258,13 @@ def test_every_table_the_stages_write_has_the_schema_columns(recorded):
         "brittle.csv": schema.BRITTLE,
         "findings.csv": schema.FINDINGS,
         "robustness.csv": schema.robustness_columns(registry.curve_metric_names()),
+        "eps_survival_data.csv": schema.EPS_SURVIVAL_DATA,
+        "eps_survival.csv": schema.EPS_SURVIVAL,
+        "eps_survival_curves.csv": schema.EPS_SURVIVAL_CURVES,
     }
     for name, expected in columns.items():
         assert header(reports / name) == expected, name
-    for name in ("trash.csv", "robustness.csv", "curves.csv"):
+    for name in ("trash.csv", "robustness.csv", "curves.csv", "eps_survival.csv", "eps_survival_curves.csv"):
         assert set(pd.read_csv(reports / name)["attack_family"]) == {"fgm linf", "pgd linf"}, name
     card = json.loads(sorted((reports / "cards").glob("*.json"))[0].read_text())
     assert set(card["training"]) == set(schema.CARD_TRAINING) and set(card["times_per_sample_seconds"]) == set(schema.CARD_TIMES)

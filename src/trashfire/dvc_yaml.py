@@ -49,6 +49,12 @@ plots:
       x: eps_pixel
       y:
         reports/curves.csv: acc_norm
+  - eps_survival:
+      template: scatter
+      title: Share of samples still standing against eps (Kaplan-Meier), every model cell and family, each in its family's units
+      x: eps
+      y:
+        reports/eps_survival_curves.csv: survival
   - evp_vs_tau:
       template: scatter
       title: EVP against the viability threshold tau (001 Fig. 7)

@@ -707,6 +707,7 @@ def _validate_metrics(metrics: DictConfig) -> None:
     _integer("metrics.findings.bootstrap", findings.get("bootstrap"), low=100)
     _integer("metrics.trash.bootstrap", metrics.trash.get("bootstrap"), low=100)
     _integer("metrics.trash.seed", metrics.trash.get("seed"), low=0)
+    _validate_eps_survival(metrics.get("eps_survival"))
     _validate_brittle(metrics.get("brittle"))
     _validate_validity(metrics.get("validity"))
 
@@ -719,6 +720,18 @@ def _validate_validity(validity) -> None:
     names = validity.get("black_box")
     if not isinstance(names, Sequence) or isinstance(names, str) or not all(isinstance(n, str) for n in names):
         raise ConfigError("metrics.validity.black_box", f"got {names!r}; must be a list of attack names (e.g. [square, hsj])")
+
+
+def _validate_eps_survival(eps: Any) -> None:
+    key = "metrics.eps_survival"
+    if not isinstance(eps, DictConfig):
+        raise ConfigError(key, "missing; compose params.yaml with `make params`")
+    for name in as_list(eps.get("minimal") or []):
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"{key}.minimal", f"got {name!r}; must be a list of attack names (minimal-perturbation attacks, e.g. deepfool)")
+    _choice(f"{key}.minimal_units", eps.get("minimal_units"), ATTACK_UNITS)
+    if eps.get("minimal_eps_max") is not None:
+        _number(f"{key}.minimal_eps_max", eps.minimal_eps_max, low=0, open_low=True)
 
 
 def _validate_brittle(brittle: Any) -> None:

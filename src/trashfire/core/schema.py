@@ -16,7 +16,8 @@ holds and which columns a table has.
   `attack_units`) with the data set's `pixel_std`; `to_standardised` and `to_pixel` convert.
 - Table columns: experiments.csv, survival_data.csv's labels, trash.csv, trash_summary.csv,
   robustness.csv, curves.csv, evp_tau.csv, evp_convergence.csv, auc_table.csv, brittle.csv,
-  findings.csv, the cards' sections and the report's views of them.
+  findings.csv, eps_survival_data.csv, eps_survival.csv, eps_survival_curves.csv, the cards'
+  sections and the report's views of them.
 - Timed columns: which columns are measured on a clock or the machine, and so differ between
   two runs of one config (the determinism and differential tests leave exactly these out).
 """
@@ -515,6 +516,25 @@ VALIDITY_FLAGS = ["non_monotone", "black_box_stronger", "gradients_masked", "ran
 VALIDITY = MODEL_CELL + ["train_hash", "degenerate", "flags"] + [c for f in VALIDITY_FLAGS for c in (f, f"{f}_detail")]
 AUC = ["auc_R", "auc_S", "auc_units", "eps0", "eps1"]
 GUARDS = ["degenerate", "reaches_nonviability", "note"]
+# survival in eps (trashfire.survival.epsilon): per sample (timing), per model cell and family,
+# and the Kaplan-Meier curves' points (aggregate); eps in `units`
+EPS_SURVIVAL_DATA = [
+    "model_hash",
+    "dataset",
+    "attack",
+    "norm",
+    "attack_family",
+    "search",
+    "units",
+    "eps_max",
+    "position",
+    "eps_lower",
+    "eps",
+    "event",
+    "nonmonotone",
+]
+EPS_SURVIVAL = CELL + ["search", "units", "n", "events", "events_at_zero", "eps_max", "area", "area_lo", "area_hi", "median_eps", "n_nonmonotone", "degenerate"]
+EPS_SURVIVAL_CURVES = CELL + ["search", "units", "eps", "survival"]
 BRITTLE = sorted(f.name for f in fields(BrittleRecord)) + ["brittle_ri", "robust_acc", "robust_attack", "degenerate", "defence_stage"]
 FINDINGS = [f.name for f in fields(Finding)]
 
@@ -557,6 +577,19 @@ def card_robustness(curve_metrics: Sequence[str]) -> list[str]:
 REPORT_CELL = ["dataset", "pretrained_on", "model", "epochs", "lr", "defence", "defence_value", "seed"]
 REPORT_SUMMARY = without(SEEDLESS_LABELS, "defence_param")  # tables over seeds
 REPORT_BRITTLE = REPORT_CELL + ["brittle_score", "brittle_ri", "robust_acc", "robust_attack"]
+REPORT_EPS_SURVIVAL = REPORT_CELL + [
+    "attack_family",
+    "units",
+    "n",
+    "events",
+    "events_at_zero",
+    "eps_max",
+    "area",
+    "area_lo",
+    "area_hi",
+    "median_eps",
+    "n_nonmonotone",
+]
 REPORT_DEGENERATE = ["dataset", "pretrained_on", "model", "depth", "epochs", "defence", "defence_value", "seed", "n_classes", "acc_ben"]
 REPORT_CARD = ["dataset", "pretrained_on", "model", "depth", "epochs", "lr", "seed"]
 

@@ -6,6 +6,9 @@ TRASH and its benign analogue with failure rates (003), EVP (001) and the normal
 brittle-score (002) with its relative improvement. Over seeds (permutations), bootstrap
 intervals of TRASH and 004's mean/SD tables of R. One JSON card per trained cell, and the
 headline metrics DVC tracks. P(0) for EVP and R is the benign accuracy on the attacked subset.
+Survival in eps (trashfire.survival.epsilon): per model cell and family, the Kaplan-Meier curve
+of the samples still standing against eps, its normalised area, and the area's rank
+correlation with EVP and R over model cells.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from trashfire.metrics import findings, registry, validity
 from trashfire.metrics.experiments import read_experiments
 from trashfire.metrics.registry import degenerate_cells, sound, spearman_by_dataset, survival_headline  # noqa: F401  (also this module's API)
 from trashfire.report.cards import write_cards
+from trashfire.survival import epsilon
 
 log = logging.getLogger(__name__)
 
@@ -227,11 +231,22 @@ def _robust_label(robust: DictConfig) -> str:
     return f"{schema.attack_family(robust.attack, robust.norm)}, {where}"
 
 
-def headline(experiments, trash, robustness, brittle, comparison, checked: list[schema.Finding] | tuple = (), flags: pd.DataFrame | None = None) -> dict:
+def headline(
+    experiments, trash, robustness, brittle, comparison, checked: list[schema.Finding] | tuple = (), eps_survival=None, flags: pd.DataFrame | None = None
+) -> dict:
     """metrics.json, the metrics DVC tracks: every metric of the registry (trashfire.metrics.registry.HEADLINE).
     Means and medians leave degenerate model cells out; EVP is averaged over the curves that
     reach non-viability, the others apart."""
-    return registry.headline(registry.Results(experiments, trash, robustness, brittle, comparison, tuple(checked), flags))
+    results = registry.Results(experiments, trash, robustness, brittle, comparison, tuple(checked), eps_survival=eps_survival, validity=flags)
+    return registry.headline(results)
+
+
+def read_eps_survival_data(reports: Path) -> pd.DataFrame:
+    """timing's eps_survival_data.csv (norms kept as text); missing, it names the stage to run."""
+    path = reports / "eps_survival_data.csv"
+    if not path.is_file():
+        raise DataError(f"{path} not found; run `dvc repro timing` first")
+    return pd.read_csv(path, dtype={"norm": str})
 
 
 def trained_models(experiments: pd.DataFrame) -> pd.DataFrame:
@@ -280,6 +295,7 @@ def aggregate_reports(cfg: DictConfig) -> dict:
     )[schema.BRITTLE]
     checked = check_findings(experiments, trash, robustness, brittle, m.findings)
     flags = validity.validity_table(experiments, curves, m.validity)
+    eps_survival, eps_curves_table = epsilon.survival_tables(read_eps_survival_data(reports), experiments, degenerate)
     classes = experiments.groupby("dataset")["n_classes"].first().astype(int).to_dict()
     write_tables(
         reports,
@@ -295,10 +311,12 @@ def aggregate_reports(cfg: DictConfig) -> dict:
             "brittle.csv": brittle,
             "findings.csv": findings.findings_frame(checked),
             "validity.csv": flags,
+            "eps_survival.csv": eps_survival,
+            "eps_survival_curves.csv": eps_curves_table,
         },
     )
     write_cards(reports / "cards", experiments, trash, robustness, brittle, flags)
-    summary = headline(experiments, trash, robustness, brittle, comparison, checked, flags)
+    summary = headline(experiments, trash, robustness, brittle, comparison, checked, eps_survival, flags)
     write_json(reports / "metrics.json", without_nan(summary))
     shown = {k: v for k, v in summary.items() if not isinstance(v, dict)}
     log.info("%s", ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()))

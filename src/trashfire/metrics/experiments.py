@@ -7,6 +7,8 @@ failure-clock counts (events within the budget, censored samples, event share, m
 of a failure).
 `reports/survival_data.csv`: the survival data set of `trashfire.survival.data`, one row per
 attacked sample, built as `survival.data` configures it on `timing.clock`.
+`reports/eps_survival_data.csv`: survival in eps (`trashfire.survival.epsilon`), each sample's
+smallest successful perturbation per model cell and eps-grid or minimal-perturbation family.
 
 Each cell's record and outcome arrays are read once and feed both tables.
 """
@@ -26,6 +28,7 @@ from trashfire.core.records import atomic_path, read_npz
 from trashfire.core.schema import AttackRecord, BenignRecord, Outcomes
 from trashfire.core.store import attack_record_path, benign_path, outcomes_path
 from trashfire.metrics import degeneracy_threshold
+from trashfire.survival import epsilon
 from trashfire.survival.data import event_counts, outcome_counts, survival_table
 
 log = logging.getLogger(__name__)
@@ -143,7 +146,9 @@ def build_tables(cfg: DictConfig) -> tuple[pd.DataFrame, pd.DataFrame]:
         data.nonpositive_durations,
         cfg.timing.clock,
     )
-    for name, table in (("experiments.csv", experiments), ("survival_data.csv", survival)):
+    eps = cfg.metrics.eps_survival
+    eps_data = epsilon.sample_table(experiments, outcomes_by_hash, list(eps.minimal or []), eps.minimal_units, eps.minimal_eps_max)
+    for name, table in (("experiments.csv", experiments), ("survival_data.csv", survival), ("eps_survival_data.csv", eps_data)):
         with atomic_path(reports / name) as tmp:
             table.to_csv(tmp, index=False)
     log.info("%d experiment rows, %d survival rows, covariates: %s", len(experiments), len(survival), ", ".join(survival.columns[len(schema.SURVIVAL_IDS) :]))

@@ -42,6 +42,7 @@ from scipy import stats
 from trashfire import metrics
 from trashfire.core.schema import Finding
 from trashfire.metrics import findings, validity
+from trashfire.survival import epsilon
 
 SECTIONS = ("headline", "run", "findings", "validity")
 
@@ -50,7 +51,7 @@ SECTIONS = ("headline", "run", "findings", "validity")
 class Results:
     """The aggregate's tables a headline metric is computed from: experiments.csv (with its
     attack_family), trash.csv, robustness.csv, brittle.csv, the survival stage's
-    aft_comparison.csv, the checked findings and the validity flags (validity.csv)."""
+    aft_comparison.csv, the checked findings, eps_survival.csv and the validity flags (validity.csv)."""
 
     experiments: pd.DataFrame | None = None
     trash: pd.DataFrame | None = None
@@ -59,6 +60,7 @@ class Results:
     comparison: pd.DataFrame | None = None
     findings: tuple[Finding, ...] = ()
     validity: pd.DataFrame | None = None
+    eps_survival: pd.DataFrame | None = None
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,16 @@ def spearman_by_dataset(brittle: pd.DataFrame) -> dict[str, dict[str, float]]:
         rho, p = stats.spearmanr(group["brittle_score"], group["robust_acc"])
         result[dataset] = {"rho": float(rho), "p": float(p), "n": len(group)}
     return result
+
+
+def eps_survival_means(eps_survival: pd.DataFrame | None) -> dict[str, dict[str, float]]:
+    """The mean eps-survival area per data set and attack family over the sound model cells."""
+    if eps_survival is None or eps_survival.empty:
+        return {}
+    means: dict = {}
+    for (dataset, family), area in sound(eps_survival).groupby(["dataset", "attack_family"])["area"].mean().items():
+        means.setdefault(str(dataset), {})[str(family)] = float(area)
+    return means
 
 
 def selected_survival(comparison: pd.DataFrame) -> pd.Series:
@@ -190,6 +202,16 @@ HEADLINE: list[Metric] = [
         "brittle_spearman",
         lambda r: spearman_by_dataset(r.brittle),
         "Spearman's rank correlation of brittle-score and robust accuracy over the trained models (predict-time defences left out); the brittle-score paper expects it negative",
+    ),
+    Metric(
+        "eps_survival_area_mean",
+        lambda r: eps_survival_means(r.eps_survival),
+        "per data set and attack family, the mean over model cells of the area under the share of samples still standing against eps, up to the family's largest eps and over it: 1 means no sample breaks within that eps",
+    ),
+    Metric(
+        "eps_survival_spearman",
+        lambda r: epsilon.spearman_against(r.eps_survival, r.robustness),
+        "per data set and eps attack family, Spearman's rank correlation over model cells of that area with EVP and with R, from the accuracy-eps curves of the same cells; expected strongly positive",
     ),
     Metric(
         "survival_model",

@@ -10,7 +10,9 @@ the long tables folded away.
 Figures (reports/figures/): accuracy by attack and defence and TRASH by depth and defence
 (TRASHFIRE Fig. 1, 4), EVP against the viability threshold and against the number of eps
 intervals (EVP paper Fig. 7, 8), accuracy and normalised accuracy against eps (normalised-AUC
-paper Fig. 2, 4), brittle-score against robust accuracy (brittle-score paper Fig. 4).
+paper Fig. 2, 4), brittle-score against robust accuracy (brittle-score paper Fig. 4), and
+survival in eps: Kaplan-Meier curves of the samples still standing against eps and their area
+against EVP and R.
 A figure with nothing to draw is skipped, and the report says why.
 """
 
@@ -43,6 +45,7 @@ from trashfire.core.errors import DataError
 from trashfire.core.records import atomic_path
 from trashfire.metrics import registry, validity
 from trashfire.metrics.experiments import read_experiments
+from trashfire.survival import epsilon
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +72,16 @@ CAPTIONS = {
         "Accuracy against attack strength eps (normalised-AUC paper Fig. 2, 4)",
         "Accuracy (top) and accuracy normalised by the benign accuracy (bottom) against eps in pixel units, mean over seeds with a ±1 SD band; the shaded interval is the one R integrates over.",
         "a curve that stays high for longer is more robust; the bottom row removes differences in benign accuracy, and the area under it over the shaded interval, relative to the interval, is R.",
+    ),
+    "eps_survival_curves": (
+        "Survival in ε: the share of samples still standing against the perturbation size",
+        "Kaplan-Meier estimate of the share of attacked samples not yet broken against ε, one panel per data set and attack family, one line per model cell (mean over seeds). Grid families (FGM, PGD): each sample's smallest grid ε that broke it, in the attack's units, points at the grid's ε; minimal-perturbation attacks (DeepFool): the norm of each sample's adversarial example, in its own norm and units, as steps. The legend gives each line's normalised area up to the panel's largest ε.",
+        "a line that stays high for longer withstands larger perturbations; its area over the panel's ε range is the table's `area` (1: nobody breaks); a start below 1 at ε = 0 is the samples wrong before any perturbation; linf grid and l2 DeepFool panels are in different norms and do not compare across panels.",
+    ),
+    "eps_survival_vs_evp_r": (
+        "Area under the ε-survival curve against EVP and R",
+        "Per eps attack family (rows), the normalised area under each model cell's ε-survival curve against its EVP (left) and R (right), one colour per defence, with Spearman's rank correlation over the sound model cells.",
+        "all three come from one attack grid, so a strong positive ρ is expected; points below the trend are cells whose accuracy curve overstates them (samples broken at a small ε but standing at a larger one: the table's n_nonmonotone), and a negative ρ would be a finding to explain.",
     ),
     "evp_vs_tau": (
         "EVP against the viability threshold τ (EVP paper Fig. 7)",
@@ -150,6 +163,8 @@ def read_tables(reports: Path) -> dict[str, pd.DataFrame | None]:
     tables = {"experiments": experiments}
     tables |= {name: read_table(reports, f"{name}.csv") for name in AGGREGATE_TABLES}
     tables["brittle"] = read_table(reports, "brittle.csv", required=False)
+    tables["eps_survival"] = read_table(reports, "eps_survival.csv", required=False)  # runs from before survival in eps have none
+    tables["eps_survival_curves"] = read_table(reports, "eps_survival_curves.csv", required=False)
     tables["findings"] = read_table(reports, "findings.csv", required=False)  # runs from before findings have none
     tables["validity"] = read_table(reports, "validity.csv", required=False)  # nor from before the validity flags
     tables["survival"] = read_table(reports, "survival/aft_comparison.csv", stage="survival")
@@ -645,6 +660,87 @@ def curves_figure(curves: pd.DataFrame, robustness: pd.DataFrame, folder: Path) 
 
 
 # ---------------------------------------------------------------------------------------------
+# Survival in eps (trashfire.survival.epsilon)
+
+NORM_NAMES = {"inf": "ℓ∞", "2": "ℓ2", "1": "ℓ1", "0": "ℓ0"}
+
+
+def seed_mean_curve(rows: pd.DataFrame, grid: bool) -> tuple[np.ndarray, np.ndarray]:
+    """One model cell's curve averaged over seeds: at the grid's eps, or (a minimal attack,
+    whose steps differ per seed) each seed's step function read on the union of their steps."""
+    xs = np.unique(rows["eps"].to_numpy(float))
+    if not grid:
+        xs = np.unique(np.concatenate([xs, np.linspace(0.0, xs.max(), 200)]))
+    values = []
+    for _, seed in rows.groupby("model_hash"):
+        seed = seed.sort_values("eps")
+        at = np.searchsorted(seed["eps"].to_numpy(float), xs, side="right") - 1
+        values.append(seed["survival"].to_numpy(float)[np.clip(at, 0, None)])
+    return xs, np.mean(values, axis=0)
+
+
+def eps_survival_figure(curves: pd.DataFrame | None, table: pd.DataFrame | None, folder: Path) -> list[Path]:
+    """The Kaplan-Meier curves of survival in eps: a panel per data set and attack family, a
+    line per model cell (capped as the other per-cell figures), the area in the legend."""
+    if curves is None or table is None:
+        raise Skipped("eps_survival.csv not found (run `dvc repro aggregate`)")
+    if curves.empty:
+        raise Skipped("eps_survival_curves.csv has no rows (no eps-grid or minimal-perturbation attack)")
+    panels = line_panels(curves)
+    colours = label_colours(panels)
+    columns = min(3, len(panels))
+    fig, axes = panel_grid(math.ceil(len(panels) / columns), columns, width=5.0, height=3.9)
+    for ax, ((dataset, family), (lines, labels, note)) in zip(axes.flat, panels.items()):
+        panel = curves[(curves["dataset"] == dataset) & (curves["attack_family"] == family)]
+        areas = table[(table["dataset"] == dataset) & (table["attack_family"] == family)]
+        grid = str(panel["search"].iloc[0]) == "grid"
+        for label, (_, line) in zip(labels, lines.iterrows()):
+            xs, ys = seed_mean_curve(line_rows(panel, line), grid)
+            area = line_rows(areas, line)["area"].mean()
+            style = {"marker": "o", "ms": 3} if grid else {"drawstyle": "steps-post"}
+            ax.plot(xs, ys, color=colours[label], lw=1.4, label=f"{area:.2f}", **style)
+        norm = NORM_NAMES.get(str(panel["norm"].iloc[0]), f"ℓ{panel['norm'].iloc[0]}")
+        how = "smallest grid ε that broke the sample" if grid else "norm of the adversarial example"
+        ax.set_title("\n".join(filter(None, [f"{dataset} · {family}", how, note and f"({note})"])), fontsize=10)
+        ax.set_xlabel(f"ε: {norm} perturbation, {panel['units'].iloc[0]} units")
+        ax.set_ylabel("share of samples still standing")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(title="area", fontsize=7, title_fontsize=7, loc="lower left")  # grid curves fall to the right
+    hide_unused(axes)
+    fig.suptitle("Survival in ε (Kaplan-Meier): share of samples not yet broken against the perturbation size; mean over seeds")
+    fig.tight_layout()
+    figure_legend(fig, colours)
+    return save_figure(fig, folder, "eps_survival_curves")
+
+
+def eps_survival_scatter(table: pd.DataFrame | None, robustness: pd.DataFrame, folder: Path) -> list[Path]:
+    """The area against EVP and R per eps family, over the sound model cells."""
+    if table is None:
+        raise Skipped("eps_survival.csv not found (run `dvc repro aggregate`)")
+    both = epsilon.against(table, robustness) if not table.empty and not robustness.empty else pd.DataFrame()
+    if both.empty:
+        raise Skipped("no model cell has both an eps-survival area and EVP or R (no eps-grid attack)")
+    rows = list(both.groupby(["dataset", "attack_family"], sort=True))
+    colours = defence_colours(both["defence"])
+    fig, axes = panel_grid(len(rows), len(epsilon.RANKED), width=4.6, height=3.8)
+    for r, ((dataset, family), group) in enumerate(rows):
+        for c, (column, name) in enumerate(epsilon.RANKED.items()):
+            ax = axes[r, c]
+            for defence in defence_order(group["defence"]):
+                part = group[group["defence"] == defence]
+                ax.scatter(part[column], part["area"], s=22, color=colours[defence], alpha=0.85, label=defence)
+            ax.set_title(f"{dataset} · {family}\n{spearman_text(group[column], group['area'])}", fontsize=9)
+            ax.set_xlabel(name)
+            ax.set_ylabel("area under the ε-survival curve")
+            ax.grid(alpha=0.3)
+    axes[0, -1].legend(title="defence", fontsize=7, title_fontsize=7)
+    fig.suptitle("Area under the ε-survival curve against EVP and R, sound model cells")
+    fig.tight_layout()
+    return save_figure(fig, folder, "eps_survival_vs_evp_r")
+
+
+# ---------------------------------------------------------------------------------------------
 # Figure 6: brittle-score (brittle-score paper Fig. 4)
 
 
@@ -951,6 +1047,7 @@ TABLE_CAPTIONS = {
     "brittle": "one row per model cell; a higher brittle-score means larger LIME weights per superpixel; R.I. is the % by which it is below the undefended model's; robust_acc is the accuracy under the named attack.",
     "survival": "one row per survival model and the two baselines; lower AIC/BIC fit better; concordance 0.5 is a coin toss, 1 perfect; ICI and E50 are calibration errors (lower is better); `selected` feeds E[T] into TRASH.",
     "logrank": "each defence against none within an attack family; a small p means the two survival curves differ.",
+    "eps_survival": "one row per model cell and attack family with an eps grid (FGM, PGD) or a minimal perturbation (DeepFool); area is the normalised area under the share of samples still standing against eps up to eps_max (1: nobody breaks), area_lo and area_hi bound it where the grid leaves a sample's threshold between two grid points; median_eps is where half are broken (empty: more than half stand at eps_max); n_nonmonotone counts samples broken at some eps but standing at a larger one.",
     "cards": "one JSON card per trained model under reports/cards/, holding its model cells (predict-time defences) with their accuracy, attacks, TRASH, EVP and R; `degenerate` counts its cells at chance (no column: cards from before the flag).",
 }
 
@@ -988,6 +1085,14 @@ def robustness_caption() -> str:
     """How to read robustness.csv, with the meaning of each per-curve metric of the registry."""
     meanings = "; ".join(f"{name}, {meaning}" for name, meaning in registry.curve_meanings().items())
     return f"{TABLE_CAPTIONS['robustness']} {meanings}."
+
+
+def eps_survival_section(table: pd.DataFrame | None) -> str:
+    if table is None:
+        return not_computed("eps_survival.csv not found (run `dvc repro aggregate`)")
+    if table.empty:
+        return not_computed("eps_survival.csv has no rows (no eps-grid or minimal-perturbation attack)")
+    return html_table(drop_empty(table[[c for c in schema.REPORT_EPS_SURVIVAL if c in table]]))
 
 
 def brittle_section(brittle: pd.DataFrame | None) -> str:
@@ -1086,6 +1191,13 @@ def tables_section(tables: dict, reports: Path) -> str:
                 rows_of(t["brittle"]),
                 TABLE_CAPTIONS["brittle"],
                 brittle_section(t["brittle"]),
+            ),
+            folded(
+                "table-eps-survival",
+                "Survival in ε per cell",
+                rows_of(t["eps_survival"]),
+                TABLE_CAPTIONS["eps_survival"],
+                eps_survival_section(t["eps_survival"]),
             ),
             survival_tables(t["survival"], t["logrank"]),
             folded("table-cards", "Model cards", len(card_paths(reports)), TABLE_CAPTIONS["cards"], cards_section(reports)),
@@ -1223,6 +1335,8 @@ def draw_figures(tables: dict, folder: Path) -> tuple[list[Path], dict[str, str]
         "evp_convergence": lambda: evp_convergence_figure(tables["evp_convergence"], folder),
         "accuracy_eps_curves": lambda: curves_figure(tables["curves"], tables["robustness"], folder),
         "brittle_vs_robust_acc": lambda: brittle_figure(tables["brittle"], folder),
+        "eps_survival_curves": lambda: eps_survival_figure(tables["eps_survival_curves"], tables["eps_survival"], folder),
+        "eps_survival_vs_evp_r": lambda: eps_survival_scatter(tables["eps_survival"], tables["robustness"], folder),
     }
     written, skipped = [], {}
     for stem, draw in drawings.items():

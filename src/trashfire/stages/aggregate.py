@@ -1,4 +1,4 @@
-"""DVC stage `aggregate`: TRASH, EVP, R, brittle tables, findings and cards.
+"""DVC stage `aggregate`: TRASH, EVP, R, survival in eps, brittle tables, findings and cards.
 
 `python -m trashfire.stages.aggregate [--params params.yaml] [key=value ...]`; the work is
 `trashfire.metrics.aggregate.aggregate_reports`.
@@ -11,7 +11,7 @@ from trashfire.metrics import aggregate
 STAGE = Stage(
     "aggregate",
     params=("metrics", "defence", "paths.reports"),
-    deps=("reports/experiments.csv", "reports/survival", "reports/brittle"),
+    deps=("reports/experiments.csv", "reports/eps_survival_data.csv", "reports/survival", "reports/brittle"),
     outs=(
         "reports/trash.csv",
         "reports/trash_summary.csv",
@@ -21,10 +21,12 @@ STAGE = Stage(
         "reports/evp_convergence.csv",
         "reports/findings.csv",
         "reports/validity.csv",
+        "reports/eps_survival.csv",
         "reports/cards",
         {"reports/brittle.csv": {"cache": False}},
         {"reports/curves.csv": {"cache": False}},
         {"reports/evp_tau.csv": {"cache": False}},
+        {"reports/eps_survival_curves.csv": {"cache": False}},
     ),
     metrics=({"reports/metrics.json": {"cache": False}},),
 )

@@ -21,6 +21,8 @@ STAGE = Stage(
         "reports/evp_tau.csv",
         "reports/evp_convergence.csv",
         "reports/curves.csv",
+        "reports/eps_survival.csv",
+        "reports/eps_survival_curves.csv",
         "reports/brittle.csv",
         "reports/validity.csv",
         "reports/cards",

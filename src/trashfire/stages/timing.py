@@ -1,4 +1,4 @@
-"""DVC stage `timing`: the experiments table and the per-sample survival data set.
+"""DVC stage `timing`: the experiments table and the per-sample survival data sets (in time and in eps).
 
 `python -m trashfire.stages.timing [--params params.yaml] [key=value ...]`; the work is
 `trashfire.metrics.experiments.build_tables`.
@@ -21,11 +21,12 @@ STAGE = Stage(
         "survival.data",
         "metrics.degenerate",
         "metrics.evp",
+        "metrics.eps_survival",
         "paths.attacks",
         "paths.reports",
     ),
     deps=("reports/attacks",),
-    outs=("reports/experiments.csv", "reports/survival_data.csv"),
+    outs=("reports/experiments.csv", "reports/survival_data.csv", "reports/eps_survival_data.csv"),
 )
 
 

@@ -1,0 +1,288 @@
+"""Survival in eps: how large a perturbation each sample withstands, per model cell and attack
+family, as a Kaplan-Meier curve "share of samples still standing against eps" and the area
+under it up to eps_max, normalised by eps_max (1: nobody breaks within eps_max).
+
+A sample's "time" is the smallest perturbation that broke it:
+- eps-grid attacks (FGM, PGD: `attack_param` eps): a per-sample search over the recorded
+  cells of one model cell and family, matched by attack-subset `position`. The sample's time
+  is the smallest grid eps whose cell broke it (event within that cell's budget); a sample
+  wrong at the first query (the benign prediction of the smallest-eps cell) fails at 0; one
+  no cell broke is censored at the grid's largest eps. Units: the attack's configured ones
+  (`attack_units`).
+- minimal-perturbation attacks (`metrics.eps_survival.minimal`, DeepFool): the attack walks
+  until the sample breaks, so the norm of its returned example (the family's norm, measured on
+  the standardised scale the model sees) is the time of an event, and, for a sample it never
+  broke, the censoring time (its search got that far without success). A sample wrong at the
+  first query fails at 0. With several cells (strengths) in the family, the smallest
+  successful norm over them counts. Converted to `minimal_units` (pixel by default: l2 over
+  [0, 1] images, `schema.to_pixel`), never drawn beside the linf grid curves.
+
+The grid is coarse, and the true threshold of a sample broken first at eps_k lies somewhere in
+(eps_{k-1}, eps_k]: interval-censored. Every sample of a model cell shares one grid, so the
+nonparametric MLE for these intervals (lifelines' `fit_interval_censoring`, with the intervals
+half-open) equals, at the grid points, the right-censored Kaplan-Meier estimate with each
+event at its grid point eps_k, and between grid points it is not identified (tests hold the
+equality). We fit that Kaplan-Meier estimate, and bound the area by where the mass could sit:
+`area_hi` with each failure at eps_k (the KM step function itself), `area_lo` with each
+failure just above eps_{k-1}; `area` is their midpoint, which is the trapezoid rule over the
+grid, the rule EVP and R apply to accuracy over the same grid. For a minimal attack the times
+are exact: the bounds coincide. The median eps is the KM median (on a grid: the first grid
+point at which half the samples are broken; NaN when more than half survive eps_max).
+
+The per-sample table (`reports/eps_survival_data.csv`) is written by `timing`, which reads
+every cell's outcome arrays anyway; the curves, areas and their rank correlation with EVP and R
+by `aggregate`.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Mapping, Sequence
+from functools import reduce
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from trashfire.core import schema
+from trashfire.core.schema import Outcomes
+
+log = logging.getLogger(__name__)
+
+GRID, MINIMAL = "grid", "minimal"  # how a family's times were found: the `search` column
+
+
+# ---------------------------------------------------------------------------------------------
+# Each sample's smallest successful perturbation
+
+
+def matched_positions(outcomes: Sequence[Outcomes]) -> np.ndarray:
+    """The attack-subset positions every cell attacked (cells with another `samples` budget
+    attack other subsets; a sample's search needs all of its cells)."""
+    return reduce(np.intersect1d, [_positions(o) for o in outcomes])
+
+
+def _positions(outcomes: Outcomes) -> np.ndarray:
+    return np.arange(len(outcomes.y_true)) if outcomes.position is None else np.asarray(outcomes.position)
+
+
+def _rows(outcomes: Outcomes, positions: np.ndarray) -> np.ndarray:
+    return pd.Index(_positions(outcomes)).get_indexer(positions)
+
+
+def grid_search(eps: Sequence[float], outcomes: Sequence[Outcomes]) -> pd.DataFrame:
+    """Per sample of one model cell and eps family (cells at `eps`, any order): position,
+    eps_lower (the largest eps known not to break it), eps (the smallest grid eps that broke it;
+    0 when wrong at the first query; the largest eps when none did), event, and nonmonotone
+    (broken at some eps but standing at a larger one: the accuracy curve then overstates it)."""
+    order = np.argsort(eps)
+    grid = np.asarray(eps, dtype=float)[order]
+    cells = [Outcomes.of(outcomes[i]) for i in order]
+    positions = matched_positions(cells)
+    broken = np.stack([np.asarray(c.event, dtype=bool)[_rows(c, positions)] for c in cells])
+    first_cell = cells[0]
+    rows = _rows(first_cell, positions)
+    at_zero = np.asarray(first_cell.y_pred_ben)[rows] != np.asarray(first_cell.y_true)[rows]
+    event = at_zero | broken.any(axis=0)
+    first = np.where(at_zero, 0, broken.argmax(axis=0))
+    below = np.concatenate([[0.0], grid[:-1]])
+    times = np.where(event, grid[first], grid[-1])
+    lower = np.where(event, below[first], grid[-1])
+    times, lower = np.where(at_zero, 0.0, times), np.where(at_zero, 0.0, lower)
+    later = np.arange(len(grid))[:, None] >= first[None, :]
+    nonmonotone = event & (later & ~broken).any(axis=0)
+    return pd.DataFrame({"position": positions, "eps_lower": lower, "eps": times, "event": event.astype(int), "nonmonotone": nonmonotone})
+
+
+def norm_array(norm: str) -> str:
+    """The outcome array of a norm: 'inf' -> norm_linf, '2' -> norm_l2."""
+    return f"norm_l{norm}"
+
+
+def minimal_search(outcomes: Sequence[Outcomes], norm: str, scale: float = 1.0) -> pd.DataFrame:
+    """Per sample of one model cell and minimal-perturbation family: the norm of the returned
+    example times `scale` (a unit conversion), the smallest over the cells that broke it
+    (event), else the largest the searches reached (censored); 0 when wrong at the first query."""
+    cells = [Outcomes.of(o) for o in outcomes]
+    positions = matched_positions(cells)
+    sizes, broken = [], []
+    for cell in cells:
+        rows = _rows(cell, positions)
+        event = np.asarray(cell.event, dtype=bool)[rows]
+        size = np.asarray(cell[norm_array(norm)], dtype=float)[rows] * scale
+        before = event & (np.asarray(cell.failure_step)[rows] == 0)
+        sizes.append(np.where(before, 0.0, size))  # the first query breaks it before any perturbation
+        broken.append(event)
+    sizes, broken = np.stack(sizes), np.stack(broken)
+    event = broken.any(axis=0)
+    times = np.where(event, np.where(broken, sizes, np.inf).min(axis=0), sizes.max(axis=0))
+    return pd.DataFrame({"position": positions, "eps_lower": times, "eps": times, "event": event.astype(int), "nonmonotone": False})
+
+
+def sample_table(
+    experiments: pd.DataFrame,
+    outcomes_by_hash: Mapping[str, Outcomes],
+    minimal: Sequence[str] = ("deepfool",),
+    minimal_units: str = "pixel",
+    minimal_eps_max: float | None = None,
+) -> pd.DataFrame:
+    """eps_survival_data.csv: one row per sample of each model cell and family that has an
+    eps grid (attack_param eps) or is a minimal-perturbation attack (`minimal`), with the
+    family's eps_max: the grid's largest eps, or for a minimal family `minimal_eps_max`, else
+    the largest time over the data set's model cells (one upper end for every cell, so that
+    their areas compare)."""
+    if experiments.empty:
+        return pd.DataFrame(columns=schema.EPS_SURVIVAL_DATA)
+    cells = experiments.assign(norm=experiments["norm"].astype(str), attack_family=schema.attack_family(experiments["attack"], experiments["norm"]))
+    chosen = cells[(cells["attack_param"] == "eps") | cells["attack"].isin(list(minimal))]
+    frames = []
+    for (model_hash, attack, norm), group in chosen.groupby(["model_hash", "attack", "norm"], sort=True):
+        first = group.iloc[0]
+        arrays = [outcomes_by_hash[h] for h in group["attack_hash"]]
+        if attack in minimal:
+            units, search = minimal_units, MINIMAL
+            pixel_std = float(first.get("pixel_std", np.nan))
+            samples = minimal_search(arrays, norm, schema.convert_eps(1.0, "standardised", units, pixel_std))
+            eps_max = np.nan if minimal_eps_max is None else float(minimal_eps_max)
+        else:
+            units, search = str(first.get("attack_units", "standardised")), GRID
+            samples = grid_search(group["attack_value"].astype(float).to_numpy(), arrays)
+            eps_max = float(group["attack_value"].max())
+        labels = {"model_hash": model_hash, "dataset": first["dataset"], "attack": attack, "norm": norm, "attack_family": first["attack_family"]}
+        frames.append(samples.assign(**labels, search=search, units=units, eps_max=eps_max))
+    if not frames:
+        return pd.DataFrame(columns=schema.EPS_SURVIVAL_DATA)
+    table = pd.concat(frames, ignore_index=True)
+    unknown = table["eps"].isna()
+    if unknown.any():
+        log.warning("%d samples without a pixel std (older attack records) left out of the eps survival", int(unknown.sum()))
+        table = table[~unknown]
+    pooled = table.groupby(["dataset", "attack_family"])["eps"].transform("max")
+    table["eps_max"] = table["eps_max"].fillna(pooled)
+    return table[schema.EPS_SURVIVAL_DATA].reset_index(drop=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Kaplan-Meier curves and their areas
+
+
+def kaplan_meier(eps: Sequence[float], event: Sequence[int]):
+    """lifelines' Kaplan-Meier estimate of P(a sample withstands eps)."""
+    from lifelines import KaplanMeierFitter
+
+    return KaplanMeierFitter().fit(np.asarray(eps, dtype=float), np.asarray(event, dtype=int))
+
+
+def step_values(fitter, eps: np.ndarray) -> np.ndarray:
+    """The Kaplan-Meier step function (right-continuous) at `eps`, read off the fitted table."""
+    curve = fitter.survival_function_.iloc[:, 0]
+    at = np.searchsorted(curve.index.to_numpy(float), eps, side="right") - 1
+    return curve.to_numpy(float)[np.clip(at, 0, None)]
+
+
+def survival_summary(fitter, eps_max: float, grid: Sequence[float] | None = None) -> dict:
+    """n, events, failures at 0, the normalised area over [0, eps_max] with its bounds, and
+    the median eps (NaN when the curve stays above 1/2 within eps_max) of one fitted cell.
+    With a `grid` (every event at a grid point, censoring at eps_max), area_hi is the step
+    function's area (each threshold at its grid point), area_lo puts each threshold just above
+    the grid point below, and area is their midpoint, the trapezoid rule; without, the times
+    are exact and the three agree. area_hi is lifelines' restricted mean over eps_max (tested)."""
+    table = fitter.event_table
+    steps = fitter.survival_function_.index.to_numpy(float)
+    knots = np.unique(np.concatenate([[0.0], np.asarray(grid if grid is not None else steps, dtype=float), [eps_max]]))
+    knots = knots[(knots >= 0) & (knots <= eps_max)]
+    values, widths = step_values(fitter, knots), np.diff(knots)
+    hi = float(np.sum(values[:-1] * widths)) / eps_max
+    lo = float(np.sum(values[1:] * widths)) / eps_max if grid is not None else hi
+    median = float(fitter.median_survival_time_)
+    return {
+        "n": int(table["at_risk"].iloc[0]),
+        "events": int(table["observed"].sum()),
+        "events_at_zero": int(table["observed"].get(0.0, 0)),
+        "eps_max": eps_max,
+        "area": (lo + hi) / 2,
+        "area_lo": lo,
+        "area_hi": hi,
+        "median_eps": median if np.isfinite(median) and median <= eps_max else np.nan,
+    }
+
+
+def curve_points(fitter, eps_max: float, grid: Sequence[float] | None = None) -> pd.DataFrame:
+    """The curve at eps = 0, the grid's eps (or every time the estimate steps at) and eps_max."""
+    times = np.asarray(grid if grid is not None else fitter.survival_function_.index, dtype=float)
+    points = np.unique(np.concatenate([[0.0], times[(times >= 0) & (times <= eps_max)], [eps_max]]))
+    return pd.DataFrame({"eps": points, "survival": step_values(fitter, points)})
+
+
+def survival_tables(data: pd.DataFrame, experiments: pd.DataFrame, degenerate: pd.Series | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """eps_survival.csv (per model cell and family: its labels, units, n, events, eps_max, the
+    area with its bounds, the median eps, nonmonotone samples, degenerate) and
+    eps_survival_curves.csv (its Kaplan-Meier curve's points) from eps_survival_data.csv.
+    A grid family's curve points are the grid's eps (the estimate is not identified between
+    them); a minimal family's every step."""
+    if data.empty:
+        return pd.DataFrame(columns=schema.EPS_SURVIVAL), pd.DataFrame(columns=schema.EPS_SURVIVAL_CURVES)
+    degenerate = degenerate if degenerate is not None else pd.Series(dtype=bool)
+    labels = experiments.drop_duplicates("model_hash").set_index("model_hash")[schema.MODEL_LABELS]
+    grids = experiments.assign(norm=experiments["norm"].astype(str)).groupby(["model_hash", "attack", "norm"])["attack_value"].apply(lambda v: sorted(set(v)))
+    rows, curves = [], []
+    for (model_hash, attack, norm), cell in data.groupby(["model_hash", "attack", "norm"], sort=True):
+        first = cell.iloc[0]
+        eps_max = float(first["eps_max"])
+        grid = grids.get((model_hash, attack, norm)) if first["search"] == GRID else None
+        fitter = kaplan_meier(cell["eps"], cell["event"])
+        key = {"model_hash": model_hash, **labels.loc[model_hash].to_dict(), "attack": attack, "norm": norm, "attack_family": first["attack_family"]}
+        rows.append(
+            key
+            | {"search": first["search"], "units": first["units"]}
+            | survival_summary(fitter, eps_max, grid)
+            | {"n_nonmonotone": int(cell["nonmonotone"].astype(bool).sum()), "degenerate": bool(degenerate.get(model_hash, False))}
+        )
+        points = curve_points(fitter, eps_max, grid)
+        curves.append((key | {"search": first["search"], "units": first["units"]}, points))
+    table = pd.DataFrame(rows, columns=schema.EPS_SURVIVAL)
+    # one frame for every cell's points: a frame per cell costs more than its fit
+    sizes = [len(points) for _, points in curves]
+    labels_per_point = pd.DataFrame([key for key, _ in curves]).loc[np.repeat(np.arange(len(curves)), sizes)].reset_index(drop=True)
+    points = pd.concat([points for _, points in curves], ignore_index=True)
+    return table, pd.concat([labels_per_point, points], axis=1)[schema.EPS_SURVIVAL_CURVES]
+
+
+# ---------------------------------------------------------------------------------------------
+# Against EVP and R
+
+
+RANKED = {"evp": "EVP", "auc_R": "R"}  # robustness.csv's columns the area is ranked against
+
+
+def spearman_against(eps_survival: pd.DataFrame | None, robustness: pd.DataFrame | None) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
+    """Per data set and attack family with EVP and R (robustness.csv: the eps families),
+    Spearman's rank correlation over model cells of the eps-survival area with each of them:
+    the same cells, degenerate ones left out (their EVP and R are NaN), as are cells without a
+    finite value. {dataset: {family: {"evp": {rho, p, n}, "auc_R": {...}}}}; rho is NaN below 3
+    cells or on constant input."""
+    if eps_survival is None or robustness is None or eps_survival.empty or robustness.empty:
+        return {}
+    both = against(eps_survival, robustness)
+    result: dict = {}
+    for (dataset, family), group in both.groupby(["dataset", "attack_family"], sort=True):
+        result.setdefault(str(dataset), {})[str(family)] = {column: _spearman(group["area"], group[column]) for column in RANKED}
+    return result
+
+
+def against(eps_survival: pd.DataFrame, robustness: pd.DataFrame) -> pd.DataFrame:
+    """The sound model cells' areas beside their EVP and R (robustness.csv), per family."""
+    sound = eps_survival[~eps_survival["degenerate"].astype(bool)]
+    return sound.merge(robustness[["model_hash", "attack_family", *RANKED]], on=["model_hash", "attack_family"], how="inner")
+
+
+def _spearman(x: pd.Series, y: pd.Series) -> dict[str, float]:
+    keep = np.isfinite(x.to_numpy(float)) & np.isfinite(y.to_numpy(float))
+    n = int(keep.sum())
+    if n < 3 or x[keep].nunique() < 2 or y[keep].nunique() < 2:
+        return {"rho": float("nan"), "p": float("nan"), "n": n}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rho, p = stats.spearmanr(x[keep], y[keep])
+    return {"rho": float(rho), "p": float(p), "n": n}
