@@ -204,3 +204,19 @@ def test_apgd_dlr_on_two_classes_says_why():
     classifier = PyTorchClassifier(nn.Linear(4, 2), loss=nn.CrossEntropyLoss(), input_shape=(4,), nb_classes=2, clip_values=(0.0, 1.0))
     with pytest.raises(ValueError, match=">= 3 classes"):
         AutoPGD(classifier, loss_type="difference_logits_ratio", n_targets=1)
+
+
+def test_apgd_attacks_a_model_whose_predict_gives_probabilities(trained):
+    """Conf and Gauss-out put a softmax before their postprocessor; ART's APGD refuses such an
+    estimator, though its losses are on the model's logits and the defence only decides."""
+    _, split, _, _ = trained
+    model = trained[2].model
+    conf = {"name": "conf", "stage": "predict", "target": "art.defences.postprocessor.HighConfidence", "param": "cutoff", "value": 0.5, "kwargs": {}}
+    classifier = art_classifier(model, split, conf, CPU)
+    x, y = split.x_attack.numpy()[:12], split.y_attack.numpy()[:12]
+    for loss, n_targets in (("cross_entropy", 0), ("difference_logits_ratio", 2)):
+        attack_obj = AutoPGD(classifier, eps=1.0, max_iter=5, loss_type=loss, n_targets=n_targets)
+        assert attack_obj.estimator.postprocessing_defences == classifier.postprocessing_defences
+        np.random.seed(0)
+        broken = classifier.predict(attack_obj.generate(x, y)).argmax(1) != y
+        assert broken.sum() > (classifier.predict(x).argmax(1) != y).sum()

@@ -50,18 +50,28 @@ class AutoPGD(AutoProjectedGradientDescent):
             raise ValueError(f"APGD's {DLR} loss needs >= {DLR_CLASSES} classes (it divides by the gap to the third largest logit); got {estimator.nb_classes}")
         if not isinstance(n_targets, int) or isinstance(n_targets, bool) or n_targets < 0:
             raise ValueError(f"n_targets: got {n_targets!r}; must be an integer >= 0 (0: untargeted)")
-        super().__init__(
-            estimator,
-            norm=norm,
-            eps=eps,
-            eps_step=step_size * eps,
-            max_iter=max_iter,
-            targeted=n_targets > 0,
-            nb_random_init=nb_random_init,
-            batch_size=batch_size,
-            loss_type=loss_type,
-            verbose=verbose,
-        )
+        # ART refuses an estimator whose predict looks like probabilities; a predict-time
+        # postprocessor (Gauss-out, Conf: softmax first) makes it so, though the losses are on
+        # the model's logits and the postprocessor only decides. Hidden for ART's check, kept
+        # for every decision of the attack.
+        postprocessing = estimator.postprocessing_defences
+        estimator.postprocessing_defences = []
+        try:
+            super().__init__(
+                estimator,
+                norm=norm,
+                eps=eps,
+                eps_step=step_size * eps,
+                max_iter=max_iter,
+                targeted=n_targets > 0,
+                nb_random_init=nb_random_init,
+                batch_size=batch_size,
+                loss_type=loss_type,
+                verbose=verbose,
+            )
+        finally:
+            estimator.postprocessing_defences = postprocessing
+        self.estimator.postprocessing_defences = postprocessing
         self.n_targets = min(n_targets, estimator.nb_classes - 1)
 
     def generate(self, x: np.ndarray, y: np.ndarray | None = None, **kwargs) -> np.ndarray:
