@@ -86,7 +86,7 @@ def test_an_auc_interval_past_a_grid_in_the_same_units_is_rejected(conf_dir):
 
 
 def test_unknown_group_option_lists_the_available_ones(conf_dir):
-    with pytest.raises(ConfigError, match="unknown option 'cw'; available: deepfool, fgm, hsj, pgd, pixel, threshold"):
+    with pytest.raises(ConfigError, match="unknown option 'cw'; available: apgd_ce, apgd_dlr, autoattack, deepfool, fgm, hsj, pgd, pixel, square, threshold"):
         compose(["attack=[fgm,cw]"], conf=conf_dir)
 
 
@@ -185,7 +185,7 @@ def test_rules_enter_no_cell_hash(conf_dir):
         ("attack.fgm.rules.values.kind=integer", "attack.fgm.rules.values.kind", "got 'integer'; allowed: count, real, path, flag, text"),
         ("attack.hsj.rules.values.kind=text", "attack.hsj.rules.values.kind", "got 'text'; allowed: count, real"),
         ("+attack.fgm.rules.values.lowest=0", "attack.fgm.rules.values", "unknown fields ['lowest']"),
-        ("attack.pixel.rules.engine=[torch,gpu]", "attack.pixel.rules.engine", "got 'gpu'; allowed: torch, per_image, art"),
+        ("attack.pixel.rules.engine=[torch,gpu]", "attack.pixel.rules.engine", "got 'gpu'; allowed: torch, per_image, sequence, art"),
         ("~defence.fsq.rules.values", "defence.fsq.rules.values", "missing; a predict-time defence declares its value's kind"),
         ("defence.fsq.stage=train", "defence.fsq.stage", "got 'train'; allowed: predict"),
         ("~model.resnet18.rules", "model.resnet18.rules", "missing"),

@@ -15,6 +15,11 @@ misclassified (event), or until the budget ran out (censored), on both clocks.
 - `per_image`: ART's black-box searches (Pixel, Threshold, HopSkipJump), one image at a
   time, each image's search timed on its own; event = misclassified when its search ends;
   failure step = the model queries the search spent.
+- `sequence`: a composite's components (trashfire.attacks.autoattack.Sequence, AutoAttack's
+  protocol) in order, each image by image as `per_image` runs it, each on the samples the
+  previous ones left standing. A sample's clock sums its searches (and its share of each
+  component's check) up to the component that broke it; event = broken by any component;
+  failure step = the queries of all its searches; `broken_by` names the component.
 - `art`: ART's `generate` on the whole batch, the reference engine: every sample the first
   query did not fail shares the batch's time equally; it has no per-sample information
   (failure step -1: unknown).
@@ -32,11 +37,13 @@ import torch
 from torch.nn import functional as F
 
 from trashfire.attacks import NORMS, pgd_step_size
+from trashfire.attacks.autoattack import Sequence
 from trashfire.attacks.target import Target, margins
 from trashfire.core.clocks import LapClock
 
 DEEPFOOL_TOL = 10e-8  # ART's guard against division by zero
 UNKNOWN_STEP = -1  # the `art` engine cannot see at which step a sample broke
+FIRST_QUERY = "first_query"  # broken_by of a sample misclassified before any component ran
 
 
 @dataclass
@@ -57,6 +64,7 @@ class FailureLog:
         self.margin_ben = np.zeros(n)
         self.failure_step = np.full(n, self.budget, dtype=np.int64)
         self.event = np.zeros(n, dtype=bool)
+        self.broken_by: np.ndarray | None = None  # the `sequence` engine's: which component broke it
 
     def first_query(self, rows: np.ndarray, decisions: np.ndarray, margin: np.ndarray) -> np.ndarray:
         self.y_pred_ben[rows] = decisions
@@ -73,7 +81,8 @@ class FailureLog:
         return wrong
 
     def arrays(self, clock: LapClock) -> dict[str, np.ndarray]:
-        return {
+        extra = {} if self.broken_by is None else {"broken_by": self.broken_by}
+        return extra | {
             "y_pred_ben": self.y_pred_ben,
             "y_pred_adv": self.y_pred_adv,
             "margin_ben": self.margin_ben,
@@ -114,6 +123,8 @@ def run_engine(
         gradient_attack(target, log, clock, gradient_settings(spec, strength), early_exit, spec.get("batch_size", 100))
     elif engine == "per_image":
         per_image(attack, target, log, clock, spec.get("batch_size", 100))
+    elif engine == "sequence":
+        sequence(attack, target, log, clock, spec.get("batch_size", 100))
     else:
         whole_batch(attack, target, log, clock, spec.get("batch_size", 100))
     return log.x_adv, log.arrays(clock)
@@ -259,19 +270,19 @@ def deepfool_step(f: torch.Tensor, grads: torch.Tensor, own: torch.Tensor) -> to
 
 @contextlib.contextmanager
 def counting_queries(classifier):
-    """Count the samples an ART attack sends to the classifier's predict."""
+    """Count the samples an ART attack passes through the model. A forward hook on the model
+    itself, not a wrapper of `predict`: ART's APGD queries it through an estimator of its own
+    (the one carrying its loss), and gradient queries count as well."""
     count = [0]
-    original = classifier.predict
 
-    def predict(x, *args, **kwargs):
-        count[0] += len(x)
-        return original(x, *args, **kwargs)
+    def seen(_module, inputs, _output):
+        count[0] += len(inputs[0])
 
-    classifier.predict = predict
+    handle = classifier.model.register_forward_hook(seen)
     try:
         yield count
     finally:
-        del classifier.predict  # the instance attribute; the class's method shows through again
+        handle.remove()
 
 
 def _first_query_all(target: Target, log: FailureLog, clock: LapClock, batch_size: int) -> np.ndarray:
@@ -324,16 +335,41 @@ def seeded_search(seed: int):
 
 def per_image(attack: Any, target: Target, log: FailureLog, clock: LapClock, batch_size: int) -> None:
     standing = _first_query_all(target, log, clock, batch_size)
-    queries = np.zeros(len(standing), dtype=np.int64)
     seeds = np.random.randint(1, 2**31 - 1, size=len(standing))  # from the cell's seed (campaign seeds each cell)
+    queries = _search_each(attack, target, log, clock, standing, seeds)
+    _verify(target, log, clock, standing, queries)
+
+
+def _search_each(attack: Any, target: Target, log: FailureLog, clock: LapClock, rows: np.ndarray, seeds: np.ndarray) -> np.ndarray:
+    """ART's search on each image of `rows` alone (its own seed, its own lap); returns the
+    queries each spent."""
+    queries = np.zeros(len(rows), dtype=np.int64)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", module="cma")  # CMA-ES's note on ART's fitness arrays, once per image
-        for number, i in enumerate(standing):
+        for number, i in enumerate(rows):
             with counting_queries(target.classifier) as count, seeded_search(int(seeds[number])):
                 log.x_adv[i] = attack.generate(x=log.x[i : i + 1], y=log.y[i : i + 1])[0]
             queries[number] = count[0]
             clock.lap([i])
-    _verify(target, log, clock, standing, queries)
+    return queries
+
+
+def sequence(attack: Sequence, target: Target, log: FailureLog, clock: LapClock, batch_size: int) -> None:
+    """Each component image by image on the samples still standing, then one check of those
+    it attacked; a sample leaves at the first component that breaks it."""
+    standing = _first_query_all(target, log, clock, batch_size)
+    log.broken_by = np.where(log.event, FIRST_QUERY, "").astype("<U32")
+    # a sample keeps its seed through the components: the one a per_image cell of the
+    # component alone would give it from the same generator state, so that each component
+    # repeats its standalone search exactly (tests/test_autoattack.py)
+    seeds = np.random.randint(1, 2**31 - 1, size=len(standing))
+    queries = np.zeros(len(log.y), dtype=np.int64)
+    for name, component in attack.components.items():
+        pending = ~log.event[standing]
+        rows = standing[pending]
+        queries[rows] += _search_each(component, target, log, clock, rows, seeds[pending])
+        _verify(target, log, clock, rows, queries[rows])
+        log.broken_by[rows[log.event[rows]]] = name
 
 
 def whole_batch(attack: Any, target: Target, log: FailureLog, clock: LapClock, batch_size: int) -> None:

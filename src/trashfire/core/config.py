@@ -39,7 +39,7 @@ DATA_SOURCES = (*LOADERS, "fusion")  # the loaders of trashfire.data.datasets; f
 DEFENCE_STAGES = ("none", "train", "predict")  # see trashfire.core.grid
 LR_SCHEDULES = ("constant", "step_half", "one_cycle")
 ATTACK_UNITS = ("standardised", "pixel")
-ENGINES = ("torch", "per_image", "art")  # see trashfire.attacks.engine
+ENGINES = ("torch", "per_image", "sequence", "art")  # see trashfire.attacks.engine
 AUC_UNITS = ATTACK_UNITS
 SURVIVAL_SCORES = ("test_ICI", "ICI", "test_E50", "E50", "AIC", "BIC", "test_concordance", "concordance")
 SURVIVAL_SPLIT_GROUPS = ("train_hash", "model_hash", "attack_hash")  # survival data label columns a split keeps together
@@ -56,6 +56,10 @@ CHECK_FIELDS = ("kind", "one_of", "low", "high", "open_low", "open_high", "optio
 STRENGTH_KINDS = ("count", "real")  # what an attack's or a defence's `values` may be
 GRID_AXES = ("values", "norms")  # option keys that are grids: a scalar is a one-value grid
 TORCH_RULES = ("required", "early_exit", "kwargs", "any_kwargs")  # an attack's rules.torch
+# an attack's rules read beside its own keys: engine, torch, classes (a check of every
+# selected data set's n_classes) and components (true: kwargs.components are attack options,
+# each checked by its own rules at the composite's norms and values)
+ATTACK_RULES = ("engine", "torch", "classes", "components")
 
 
 def config_dir() -> Path:
@@ -226,7 +230,7 @@ def validate(cfg: DictConfig) -> DictConfig:
     _validate_models(options(cfg, "model"))
     _validate_defences(options(cfg, "defence"))
     _validate_defence_cell(cfg)
-    _validate_attacks(options(cfg, "attack"))
+    _validate_attacks(options(cfg, "attack"), {name: spec.n_classes for name, spec in options(cfg, "data").items()})
     _validate_train(cfg.train)
     _validate_per_model(cfg)
     _validate_pretraining(cfg)
@@ -479,31 +483,76 @@ def _validate_defence_cell(cfg: DictConfig) -> None:
         check_value("defence_cell", value, {**check, "why": why})
 
 
-def _validate_attacks(attacks: dict[str, Any]) -> None:
+def _validate_attacks(attacks: dict[str, Any], classes: Mapping[str, int]) -> None:
     _nonempty_mapping("attack", attacks)
     for name, spec in attacks.items():
-        key = f"attack.{name}"
-        rules = _option("attack", name, spec, required=("norms", "values", "engine"))
-        if not isinstance(spec.get("_target_"), str) or not isinstance(spec.get("param"), str):
-            missing = "_target_" if not isinstance(spec.get("_target_"), str) else "param"
-            raise ConfigError(f"{key}.{missing}", "missing; name the ART attack class (_target_) and the argument its strength sets (param)")
-        kind = strength_check(key, rules)["kind"]
-        _check_keys(key, spec, rules, reserved=("engine", "torch"))
-        if "batch_size" in spec:
-            _integer(f"{key}.batch_size", spec.batch_size, low=1)
-        if spec.get("samples") is not None:
-            _integer(f"{key}.samples", spec.samples, low=1)
-        if "max_iter" in spec:
-            _integer(f"{key}.max_iter", spec.max_iter, low=1)
-        if "step_scale" in spec:
-            _number(f"{key}.step_scale", spec.step_scale, low=0, open_low=True)
-        units = _choice(f"{key}.units", spec.get("units", "standardised"), ATTACK_UNITS)
-        if units == "pixel" and kind != "real":
-            raise ConfigError(
-                f"{key}.units",
-                f"got 'pixel'; pixel units convert a real strength (eps), and {name}'s values are {kind}s ({key}.{RULES}.values); allowed: standardised",
-            )
-        _validate_engine(key, spec, rules, attacks)
+        _validate_attack(f"attack.{name}", name, spec, attacks, classes)
+
+
+def _validate_attack(key: str, name: str, spec: Any, attacks: dict[str, Any], classes: Mapping[str, int]) -> None:
+    rules = _option("attack", name, spec, required=("norms", "values", "engine"))
+    if not isinstance(spec.get("_target_"), str) or not isinstance(spec.get("param"), str):
+        missing = "_target_" if not isinstance(spec.get("_target_"), str) else "param"
+        raise ConfigError(f"{key}.{missing}", "missing; name the ART attack class (_target_) and the argument its strength sets (param)")
+    kind = strength_check(key, rules)["kind"]
+    _check_keys(key, spec, rules, reserved=ATTACK_RULES)
+    if "batch_size" in spec:
+        _integer(f"{key}.batch_size", spec.batch_size, low=1)
+    if spec.get("samples") is not None:
+        _integer(f"{key}.samples", spec.samples, low=1)
+    if "max_iter" in spec:
+        _integer(f"{key}.max_iter", spec.max_iter, low=1)
+    if "step_scale" in spec:
+        _number(f"{key}.step_scale", spec.step_scale, low=0, open_low=True)
+    units = _choice(f"{key}.units", spec.get("units", "standardised"), ATTACK_UNITS)
+    if units == "pixel" and kind != "real":
+        raise ConfigError(
+            f"{key}.units",
+            f"got 'pixel'; pixel units convert a real strength (eps), and {name}'s values are {kind}s ({key}.{RULES}.values); allowed: standardised",
+        )
+    _validate_classes(key, rules, classes)
+    _validate_engine(key, spec, rules, attacks)
+    if rules.get("components") is not None:
+        _validate_components(key, spec, rules, attacks, classes)
+
+
+def _validate_classes(key: str, rules: DictConfig, classes: Mapping[str, int]) -> None:
+    """`rules.classes` checks the class count of every selected data set (a loss that needs
+    three logits cannot attack a two-class task)."""
+    if rules.get("classes") is None:
+        return
+    check = rule_check(f"{key}.{RULES}.classes", rules.classes)
+    for data, n_classes in classes.items():
+        try:
+            check_value(f"data.{data}.n_classes", n_classes, check)
+        except ConfigError as err:
+            raise ConfigError(key, f"cannot attack data.{data}: its n_classes {err.problem}") from None
+
+
+def _validate_components(key: str, spec: DictConfig, rules: DictConfig, attacks: dict[str, Any], classes: Mapping[str, int]) -> None:
+    """A composite's kwargs.components: a non-empty mapping of attack options (no norms or
+    values of their own: the composite's), each checked by its own rules; the sequence engine
+    runs each image by image, so each must allow per_image."""
+    if not isinstance(rules.components, bool):
+        raise ConfigError(f"{key}.{RULES}.components", f"got {rules.components!r}; allowed: true (kwargs.components are attack options), false")
+    if not rules.components:
+        return
+    components = (spec.get("kwargs") or {}).get("components")
+    if not isinstance(components, DictConfig) or len(components) == 0:
+        raise ConfigError(f"{key}.kwargs.components", f"got {components!r}; allowed: a mapping of attack options, run in its order")
+    engine = spec.get("engine") or engines_of(key, rules)[0]
+    for name, component in components.items():
+        where = f"{key}.kwargs.components.{name}"
+        if not isinstance(component, DictConfig):
+            raise ConfigError(where, f"got {component!r}; allowed: an attack option (_target_, param, kwargs, rules)")
+        for own in ("norms", "values", "units", "samples", "engine"):
+            if own in component:
+                raise ConfigError(f"{where}.{own}", f"a component runs at {key}'s norms, values and samples, on its engine; remove it")
+        inherited = {"norms": spec.norms, "values": spec["values"], "units": spec.get("units", "standardised")}
+        merged = OmegaConf.create(OmegaConf.to_container(component) | OmegaConf.to_container(OmegaConf.create(inherited)))
+        _validate_attack(where, name, merged, attacks, classes)
+        if engine == "sequence" and "per_image" not in engines_of(where, merged[RULES]):
+            raise ConfigError(f"{where}.{RULES}.engine", f"the sequence engine runs each component image by image; {name} must allow per_image")
 
 
 def engines_of(key: str, rules: DictConfig) -> list[str]:

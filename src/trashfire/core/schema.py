@@ -339,7 +339,9 @@ class Outcomes:
     engine's per-sample failure clock: the attack-subset position, true label, the first
     query's prediction and benign margin (true-class logit minus the best other), the
     adversarial prediction, the failure step (-1: unknown), the duration on both clocks, the
-    event (misclassified within the budget) and the l0/l1/l2/linf norms of the returned example."""
+    event (misclassified within the budget) and the l0/l1/l2/linf norms of the returned example.
+    A composite's cells (engine sequence) add `broken_by`: the component that broke each
+    sample ("first_query": misclassified before any ran; "": none broke it)."""
 
     y_true: np.ndarray
     y_pred_ben: np.ndarray
@@ -354,6 +356,7 @@ class Outcomes:
     norm_l1: np.ndarray | None = None
     norm_l2: np.ndarray | None = None
     norm_linf: np.ndarray | None = None
+    broken_by: np.ndarray | None = None
 
     # the order of the arrays in the file
     ORDER: ClassVar[tuple[str, ...]] = (
@@ -370,6 +373,7 @@ class Outcomes:
         "norm_l1",
         "norm_l2",
         "norm_linf",
+        "broken_by",
     )
 
     @classmethod
