@@ -217,6 +217,11 @@ def test_black_box_stronger_compares_the_best_of_each_kind_at_one_budget():
     assert flags_of(curve_cells({"pgd": [0.3, 0.1, 0.0], "square": [0.29, 0.1, 0.0]}))["black_box_stronger"] is False
     unchecked = flags_of(curve_cells({"pgd": [0.3, 0.1, 0.0]}))
     assert unchecked["black_box_stronger"] is None and "not checked" in unchecked["black_box_stronger_detail"]
+    cells = curve_cells({"pgd": [0.3, 0.1, 0.0], "square": [0.2, 0.05, 0.0]})
+    on_fewer = cells.assign(n_attack=cells["attack"].map({"pgd": 100, "square": 20}))
+    assert flags_of(on_fewer)["black_box_stronger"] is None  # accuracies on different samples do not compare
+    composite = cells.assign(engine=cells["attack"].map({"pgd": "sequence", "square": "per_image"}))
+    assert flags_of(composite)["black_box_stronger"] is None  # AutoAttack's worst case is neither kind
 
 
 def test_largest_eps_not_breaking_reads_the_strongest_white_box_attack_at_its_largest_eps():
