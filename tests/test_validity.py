@@ -144,6 +144,14 @@ def test_a_randomised_output_trips_the_repeated_query_flag_and_says_how_much_acc
     assert row["gradients_masked"] is False
 
 
+def test_noise_too_small_to_flip_a_label_still_marks_the_model_randomised(digits):
+    x, y = digits[2], digits[3]
+    spread = probes.query_spread(classifier(NoisyLogits(trained(digits), scale=1e-3), digits), x, y)
+    assert spread["query_flip_share"] == 0 and spread["query_output_change"] > 1e-5
+    row = flags_of(curve_cells({"pgd": [0.3, 0.1, 0.0]}, **spread))
+    assert row["randomised"] is True and "0% of samples change label" in row["randomised_detail"]
+
+
 def test_non_finite_gradients_count_as_masked():
     class NanGradient(torch.autograd.Function):
         @staticmethod
@@ -175,6 +183,7 @@ def curve_cells(acc_by_attack: dict[str, list[float]], eps=(0.1, 0.2, 0.3), beni
         "grad_zero_share": 0.0,
         "grad_nonfinite_share": 0.0,
         "query_repeats": 5,
+        "query_output_change": 0.0,
         "query_flip_share": 0.0,
         "acc_query_sd": 0.0,
         "acc_query_range": 0.0,

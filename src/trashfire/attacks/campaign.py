@@ -65,7 +65,7 @@ def evaluate_benign(classifier, split: Split, cell: ModelCell, device) -> Benign
 def benign_pending(folder: str | Path, model_hash: str) -> bool:
     """No benign record yet, or one from before the validity probes."""
     path = benign_path(folder, model_hash)
-    return not is_recorded(path) or BenignRecord.read(path).grad_zero_share is None
+    return not is_recorded(path) or BenignRecord.read(path).query_output_change is None
 
 
 def run_attack_cell(classifier, split: Split, cell: AttackCell, device, shared: dict[str, Any]) -> tuple[AttackRecord, Outcomes]:

@@ -6,9 +6,9 @@ benign evaluation on the attack subset, through the defence as the attacks see i
   preprocessing defence's gradient) is zero everywhere, and whose gradient is not finite.
   Gradient attacks make no progress on either: obfuscated gradients.
 - repeated queries: the same images predicted `QUERY_REPEATS` times. A randomised defence
-  (Gauss-out) answers differently, so one attack run is one draw: Expectation over
-  Transformation (EOT) would be needed, and the accuracy's spread says by how much one draw
-  can mislead.
+  (Gauss-out) changes its scores on every query, so one attack run is one draw: Expectation
+  over Transformation (EOT) would be needed; the share of labels that flip and the accuracy's
+  spread say by how much one draw can mislead.
 
 The flags themselves are raised by `trashfire.metrics.validity` from these and the tables.
 """
@@ -33,12 +33,16 @@ def gradient_shares(classifier, x: np.ndarray, y: np.ndarray) -> tuple[float, fl
 
 
 def query_spread(classifier, x: np.ndarray, y: np.ndarray, repeats: int = QUERY_REPEATS) -> dict[str, float]:
-    """How repeated predictions of the same images differ: the share of samples whose label
-    changes, and the SD and range of the accuracy over the repeats."""
-    predictions = np.stack([classifier.predict(x, batch_size=256).argmax(1) for _ in range(repeats)])
+    """How repeated predictions of the same images differ: the largest change of any output
+    score (a randomised defence changes its scores on every query, whether or not a label
+    flips), the share of samples whose label changes, and the SD and range of the accuracy
+    over the repeats."""
+    scores = np.stack([classifier.predict(x, batch_size=256) for _ in range(repeats)])
+    predictions = scores.argmax(axis=2)
     accuracies = (predictions == y).mean(axis=1)
     return {
         "query_repeats": repeats,
+        "query_output_change": float(np.abs(scores - scores[0]).max()),
         "query_flip_share": float((predictions != predictions[0]).any(axis=0).mean()),
         "acc_query_sd": float(accuracies.std(ddof=1)) if repeats > 1 else 0.0,
         "acc_query_range": float(accuracies.max() - accuracies.min()),

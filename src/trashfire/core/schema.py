@@ -245,6 +245,7 @@ class BenignRecord(Record):
     grad_zero_share: float | None = None
     grad_nonfinite_share: float | None = None
     query_repeats: int | None = None
+    query_output_change: float | None = None
     query_flip_share: float | None = None
     acc_query_sd: float | None = None
     acc_query_range: float | None = None
@@ -466,7 +467,7 @@ TIMED = ("t_train", "t_predict", "t_attack")  # seconds per sample, on the confi
 OUTCOME_COUNTS = ["n_failed", "n_misclassified_before", "n_broken", "n_survived", "n_events", "n_censored", "event_share", "median_event_step"]
 HASHES = ["train_hash", "model_hash", "attack_hash"]
 # the model cell's validity probes (BenignRecord), joined to every attack cell of it by timing
-PROBES = ["grad_zero_share", "grad_nonfinite_share", "query_repeats", "query_flip_share", "acc_query_sd", "acc_query_range"]
+PROBES = ["grad_zero_share", "grad_nonfinite_share", "query_repeats", "query_output_change", "query_flip_share", "acc_query_sd", "acc_query_range"]
 
 # experiments.csv (timing): one row per attack cell
 EXPERIMENTS = [

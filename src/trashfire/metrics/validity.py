@@ -11,8 +11,9 @@ check it (the detail says why), and comes with a sentence of what was seen:
   the white-box attacks (gradient masking).
 - `gradients_masked`: more than `gradient_share` of the samples have zero or non-finite
   input gradients through the defence (obfuscated gradients).
-- `randomised`: repeated queries of the same images answer differently: one attack run is
-  one draw, and EOT would be needed; the accuracy's SD over the repeats says by how much.
+- `randomised`: repeated queries of the same images change the output scores: one attack run
+  is one draw, and EOT would be needed; the labels that flip and the accuracy's SD over the
+  repeats say by how much.
 - `largest_eps_not_breaking`: the strongest white-box eps attack at its largest eps leaves
   more than `near_zero` accuracy. An unbounded attack must reach about zero; when it does
   not, the grid stops short of it or the attack is being masked.
@@ -82,14 +83,19 @@ def gradients_masked(first: pd.Series, share: float) -> Check:
     return bool(zero + nonfinite > share), seen
 
 
-def randomised(first: pd.Series) -> Check:
-    flips, sd, spread = (_number(first.get(c)) for c in ("query_flip_share", "acc_query_sd", "acc_query_range"))
-    if np.isnan(flips):
+def randomised(first: pd.Series, output_tol: float = 1e-5) -> Check:
+    """Scores that change between queries of the same images (beyond float noise) mark a
+    randomised model; the label flips and the accuracy's spread say how much it matters."""
+    change, flips, sd, spread = (_number(first.get(c)) for c in ("query_output_change", "query_flip_share", "acc_query_sd", "acc_query_range"))
+    if np.isnan(change):
         return None, "not checked: the benign record has no repeated-query probe (rerun the attack stage)"
     repeats = int(_number(first.get("query_repeats")))
-    if flips == 0:
-        return False, f"the same answers over {repeats} queries"
-    return True, f"{flips:.0%} of samples change label over {repeats} queries; accuracy SD {sd:.3f}, range {spread:.2f}: evaluate with EOT"
+    if change <= output_tol:
+        return False, f"the same scores over {repeats} queries"
+    return True, (
+        f"scores change by up to {change:.3g} over {repeats} queries; {flips:.0%} of samples change label, "
+        f"accuracy SD {sd:.3f}, range {spread:.2f}: one attack run is one draw, evaluate with EOT"
+    )
 
 
 def largest_eps_not_breaking(curves: pd.DataFrame, black_box: list[str], near_zero: float) -> Check:
