@@ -55,10 +55,20 @@ def stage_cfg(tmp_path: Path, data, *overrides: str):
     return cfg
 
 
+@pytest.fixture(scope="module")
+def project_conf():
+    """The stages' CLIs read conf/ through TRASHFIRE_CONFIG_DIR: this checkout's, for one module."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TRASHFIRE_CONFIG_DIR", str(ROOT / "conf"))
+        yield
+
+
 @pytest.fixture(scope="session")
 def conf_dir() -> Path:
     return ROOT / "conf"
 
+
+ATTACK_OPTIONS = ", ".join(sorted(path.stem for path in (ROOT / "conf" / "attack").glob("*.yaml")))  # as a refusal lists them
 
 TIMING_KEYS = ("t_", "device")
 TIMING_ARRAYS = ("duration_",)  # the per-sample clocks

@@ -33,7 +33,7 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from tests.conftest import ROOT, SHARED_MNIST, tiny_overrides
+from tests.conftest import ATTACK_OPTIONS, ROOT, SHARED_MNIST, tiny_overrides
 from tests.test_datasets import write_cifar, write_idx
 from trashfire import params
 from trashfire.core import cli
@@ -69,11 +69,7 @@ def path_overrides(root: Path) -> list[str]:
     return [f"paths.{key}={root / value}" for key, value in PATHS.items()]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def config_dir():
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TRASHFIRE_CONFIG_DIR", str(ROOT / "conf"))
-        yield
+pytestmark = pytest.mark.usefixtures("project_conf")
 
 
 @pytest.fixture(scope="module")
@@ -161,7 +157,7 @@ COMPOSE_CASES = [
     pytest.param(
         ["model=[resnet99]"], ("model", "'resnet99'", "available: cifar_resnet14, cifar_resnet20, cifar_resnet8, cnn3"), id="compose-unknown-model-resnet99"
     ),
-    pytest.param(["attack=[fgm,carlini]"], ("attack", "'carlini'", "available: deepfool, fgm, hsj"), id="compose-unknown-attack-carlini"),
+    pytest.param(["attack=[fgm,carlini]"], ("attack", "'carlini'", f"available: {ATTACK_OPTIONS}"), id="compose-unknown-attack-carlini"),
     pytest.param(["defence=nonsense"], ("defence", "'nonsense'", "available: adv_train, conf, fsq"), id="compose-unknown-defence-nonsense"),
     pytest.param(["data=[imagenet]"], ("data", "'imagenet'", "available: cifar10, cifar100, digits"), id="compose-unknown-data-imagenet"),
     pytest.param(["experiment=fast"], ("experiment", "'fast'", "available: auc_paper"), id="compose-unknown-experiment-preset"),

@@ -46,11 +46,7 @@ def config(root: Path, *extra: str):
     return normalise(validate(compose(overrides(root, *extra), conf=ROOT / "conf")))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def config_dir():
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TRASHFIRE_CONFIG_DIR", str(ROOT / "conf"))
-        yield
+pytestmark = pytest.mark.usefixtures("project_conf")
 
 
 @pytest.fixture(scope="module")

@@ -89,28 +89,14 @@ def evaluated(name: str, model: nn.Module, digits) -> pd.DataFrame:
         for attack, built in attacks.items():
             acc = float((art.predict(built.generate(x, y)).argmax(1) == y).mean())
             rows.append({"attack": attack, "attack_value": eps, "attack_value_standardised": eps, "acc_adv": acc})
-    table = pd.DataFrame(rows).assign(
-        model_hash=name,
-        train_hash=name,
-        dataset="digits",
-        pretrained_on="",
-        seed=0,
-        model="mlp",
-        depth=2,
-        epochs=1,
-        lr=0.01,
-        defence="none",
-        defence_param="",
-        defence_value=0,
-        norm="inf",
-        attack_param="eps",
-        attack_units="standardised",
-        pixel_std=1.0,
-        n_classes=10,
-        acc_ben_attack_subset=benign,
-        degenerate=False,
-        **probes.probe(art, x, y),
-    )
+    return experiment_rows(rows, name, benign, probes.probe(art, x, y))
+
+
+def experiment_rows(rows: list[dict], model_hash: str, benign: float, probe: dict) -> pd.DataFrame:
+    """Attack cells of one undefended linf model cell as experiments.csv has them."""
+    labels = {"train_hash": model_hash, "dataset": "digits", "pretrained_on": "", "seed": 0, "model": "mlp", "depth": 2, "epochs": 1, "lr": 0.01}
+    labels |= {"defence": "none", "defence_param": "", "defence_value": 0, "norm": "inf", "attack_param": "eps", "attack_units": "standardised"}
+    table = pd.DataFrame(rows).assign(model_hash=model_hash, pixel_std=1.0, n_classes=10, acc_ben_attack_subset=benign, degenerate=False, **labels, **probe)
     return with_family(table)
 
 
@@ -188,29 +174,7 @@ def curve_cells(acc_by_attack: dict[str, list[float]], eps=(0.1, 0.2, 0.3), beni
         "acc_query_sd": 0.0,
         "acc_query_range": 0.0,
     } | probe
-    table = pd.DataFrame(rows).assign(
-        model_hash="m",
-        train_hash="t",
-        dataset="digits",
-        pretrained_on="",
-        seed=0,
-        model="mlp",
-        depth=2,
-        epochs=1,
-        lr=0.01,
-        defence="none",
-        defence_param="",
-        defence_value=0,
-        norm="inf",
-        attack_param="eps",
-        attack_units="standardised",
-        pixel_std=1.0,
-        n_classes=10,
-        acc_ben_attack_subset=benign,
-        degenerate=False,
-        **probe,
-    )
-    return with_family(table)
+    return experiment_rows(rows, "m", benign, probe)
 
 
 def test_non_monotone_is_a_rise_over_the_running_minimum_beyond_the_tolerance():

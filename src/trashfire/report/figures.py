@@ -1088,19 +1088,20 @@ def robustness_caption() -> str:
 
 
 def eps_survival_section(table: pd.DataFrame | None) -> str:
-    if table is None:
-        return not_computed("eps_survival.csv not found (run `dvc repro aggregate`)")
-    if table.empty:
-        return not_computed("eps_survival.csv has no rows (no eps-grid or minimal-perturbation attack)")
-    return html_table(drop_empty(table[[c for c in schema.REPORT_EPS_SURVIVAL if c in table]]))
+    return listed(table, "eps_survival.csv", "aggregate", schema.REPORT_EPS_SURVIVAL, " (no eps-grid or minimal-perturbation attack)")
 
 
 def brittle_section(brittle: pd.DataFrame | None) -> str:
-    if brittle is None:
-        return not_computed("brittle.csv not found (run `dvc repro brittle`)")
-    if brittle.empty:
-        return not_computed("brittle.csv has no rows")
-    return html_table(drop_empty(brittle[[c for c in schema.REPORT_BRITTLE if c in brittle]]))
+    return listed(brittle, "brittle.csv", "brittle", schema.REPORT_BRITTLE)
+
+
+def listed(table: pd.DataFrame | None, name: str, stage: str, columns: list[str], why_empty: str = "") -> str:
+    """An optional table's report columns, or why there is nothing to show."""
+    if table is None:
+        return not_computed(f"{name} not found (run `dvc repro {stage}`)")
+    if table.empty:
+        return not_computed(f"{name} has no rows{why_empty}")
+    return html_table(drop_empty(table[[c for c in columns if c in table]]))
 
 
 def baseline_sentences(comparison: pd.DataFrame) -> list[str]:
