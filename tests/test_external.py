@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from omegaconf import OmegaConf
 from safetensors.torch import save_file
 
 from tests.conftest import ROOT, tiny_overrides
@@ -150,6 +151,22 @@ def test_new_weights_at_the_same_path_make_a_new_cell(trained, tmp_path):
     assert changed != first
     cost = training_cells(config(tmp_path, "model=[external]", *external(checkpoint, "model.external.t_train={process:0.003,wall:0.001}")))[0].hash
     assert cost not in (first, changed)  # the supplied cost is recorded, so it is part of the cell
+
+
+def test_params_yaml_records_the_checkpoint_hash_so_dvc_sees_new_weights(trained, tmp_path, caplog):
+    checkpoint = tmp_path / "net.pt"
+    shutil.copy(trained / "checkpoints" / "mlp2.pt", checkpoint)
+    composed = OmegaConf.create(composed_yaml(overrides(tmp_path, "model=[external]", *external(checkpoint, T_TRAIN))))
+    assert composed.model.external.checkpoint_sha256 == training.file_sha256(checkpoint)
+    state = torch.load(checkpoint)
+    state["net.1.bias"] += 1.0
+    torch.save(state, checkpoint)
+    with caplog.at_level(logging.WARNING):
+        cell = training_cells(normalise(validate(composed)))[0]
+    assert cell.spec["model"]["checkpoint_sha256"] == training.file_sha256(checkpoint)  # imported as what it is now
+    assert "changed since `make params`" in caplog.text
+    recomposed = OmegaConf.create(composed_yaml(overrides(tmp_path, "model=[external]", *external(checkpoint, T_TRAIN))))
+    assert recomposed.model.external.checkpoint_sha256 != composed.model.external.checkpoint_sha256  # a params change DVC reruns train on
 
 
 # --- bad input: one line, a non-zero exit, nothing imported or trained ---------------------------

@@ -14,8 +14,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 
+from trashfire.core import external
 from trashfire.core.config import compose, validate
 from trashfire.core.errors import TrashfireError
 from trashfire.core.records import atomic_path
@@ -25,7 +26,18 @@ def composed_yaml(overrides: list[str]) -> str:
     cfg = compose(overrides)
     OmegaConf.resolve(cfg)
     validate(cfg)
-    return OmegaConf.to_yaml(cfg)
+    return OmegaConf.to_yaml(with_checkpoint_hashes(cfg))
+
+
+def with_checkpoint_hashes(cfg):
+    """Each external model's checkpoint content (sha256) written beside its path: DVC tracks
+    params, not the file, so new weights at the same path rerun `train` after `make params`.
+    The cells are named by the file's own hash in any case (`trashfire.core.external`)."""
+    for name, spec in cfg.model.items():
+        if external.is_external(spec) and spec.get(external.CHECKPOINT):
+            with open_dict(spec):
+                spec.checkpoint_sha256 = external.checkpoint_sha256(f"model.{name}.{external.CHECKPOINT}", spec.get(external.CHECKPOINT))
+    return cfg
 
 
 def main(argv: list[str] | None = None) -> None:

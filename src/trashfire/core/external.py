@@ -19,6 +19,7 @@ Epochs and learning rate are unknown: records and tables hold null (NaN) for the
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 from functools import lru_cache
@@ -27,6 +28,8 @@ from typing import Any
 
 from trashfire.core.errors import ConfigError
 from trashfire.core.records import file_sha256
+
+log = logging.getLogger(__name__)
 
 CHECKPOINT = "checkpoint"  # the key that makes a model option external
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".safetensors")
@@ -69,6 +72,22 @@ def _sha256(path: str, mtime_ns: int, size: int) -> str:
     """Every stage computes the grid, so a large checkpoint is hashed once per process and
     again only when the file changes (its time or size)."""
     return file_sha256(path)
+
+
+def warn_if_stale(key: str, spec: Any) -> None:
+    """params.yaml records the checkpoint's hash at `make params`; weights replaced since then
+    are still imported as what they are, but DVC did not see the change."""
+    recorded = spec.get("checkpoint_sha256")
+    if recorded and spec.get(CHECKPOINT):
+        actual = checkpoint_sha256(f"{key}.{CHECKPOINT}", spec.get(CHECKPOINT))
+        if actual != recorded:
+            log.warning(
+                "%s.%s changed since `make params` (params.yaml has sha256 %s..., the file %s...); run `make params` so that DVC sees it",
+                key,
+                CHECKPOINT,
+                recorded[:12],
+                actual[:12],
+            )
 
 
 def t_train(key: str, spec: Any) -> dict[str, Any]:

@@ -206,6 +206,7 @@ def _external_cell(cfg: DictConfig, dname: str, seed: int, mname: str) -> TrainC
     move), the module and the supplied training cost. No train.* key enters it: changing the
     epoch or lr grids keeps it."""
     key, mspec = f"model.{mname}", cfg.model[mname]
+    external.warn_if_stale(key, mspec)
     spec = {
         **_data_spec(cfg, dname, seed),
         "model": {
