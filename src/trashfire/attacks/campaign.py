@@ -12,6 +12,7 @@ engine's whole run measured from outside; the per-sample durations sum to it.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from itertools import groupby
 from pathlib import Path
@@ -44,6 +45,14 @@ def _seed_everything(cell_hash: str) -> None:
     seed = int(cell_hash[:8], 16)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+def image_seeds(model_hash: str, positions: np.ndarray, strength: float) -> np.ndarray:
+    """The seed of each image's search: from the model cell, the sample's position in the
+    attack subset and the strength, not from the attack, so that a composite's component
+    (autoattack's APGD-CE) repeats the search of that component's own cell on each image."""
+    keys = (f"{model_hash}:{int(position)}:{float(strength)!r}".encode() for position in positions)
+    return np.array([int.from_bytes(hashlib.sha256(key).digest()[:4], "little") % (2**31 - 2) + 1 for key in keys], dtype=np.int64)
 
 
 def evaluate_benign(classifier, split: Split, cell: ModelCell, device) -> BenignRecord:
@@ -79,7 +88,7 @@ def run_attack_cell(classifier, split: Split, cell: AttackCell, device, shared: 
     attack = None if engine == "torch" else build_attack(classifier, cell.spec, pixel_std)
     target = Target(classifier, device)
     with Stopwatch(device) as watch:
-        x_adv, clocked = run_engine(engine, attack, cell.spec, target, x, y, strength, early_exit)
+        x_adv, clocked = run_engine(engine, attack, cell.spec, target, x, y, strength, early_exit, image_seeds(cell.model.hash, keep, strength))
     n = len(x)
     outcomes = Outcomes(position=keep, y_true=y, **clocked, **perturbation_norms(x, x_adv))
     record = AttackRecord(

@@ -102,11 +102,20 @@ class GradientSettings:
 
 
 def run_engine(
-    engine: str, attack: Any, spec: dict, target: Target, x: np.ndarray, y: np.ndarray, strength: float, early_exit: bool = True
+    engine: str,
+    attack: Any,
+    spec: dict,
+    target: Target,
+    x: np.ndarray,
+    y: np.ndarray,
+    strength: float,
+    early_exit: bool = True,
+    image_seeds: np.ndarray | None = None,
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Attack (x, y); returns the adversarial examples and the per-sample arrays.
     `attack` is the built ART attack (for `per_image` and `art`), `strength` the attack's
-    value on the standardised scale."""
+    value on the standardised scale. `image_seeds` (one per sample) seed the image-by-image
+    searches; without them they are drawn from NumPy's global generator."""
     clock = LapClock(len(y), target.device).start()
     log = FailureLog(x.astype(np.float32), y.astype(np.int64), budget_of(spec))
     if engine == "torch" and spec["name"] == "deepfool":
@@ -122,9 +131,9 @@ def run_engine(
     elif engine == "torch":
         gradient_attack(target, log, clock, gradient_settings(spec, strength), early_exit, spec.get("batch_size", 100))
     elif engine == "per_image":
-        per_image(attack, target, log, clock, spec.get("batch_size", 100))
+        per_image(attack, target, log, clock, spec.get("batch_size", 100), image_seeds)
     elif engine == "sequence":
-        sequence(attack, target, log, clock, spec.get("batch_size", 100))
+        sequence(attack, target, log, clock, spec.get("batch_size", 100), image_seeds)
     else:
         whole_batch(attack, target, log, clock, spec.get("batch_size", 100))
     return log.x_adv, log.arrays(clock)
@@ -333,9 +342,9 @@ def seeded_search(seed: int):
         np.random.RandomState, cma_options.cma_default_options["seed"] = unseeded, cma_seed
 
 
-def per_image(attack: Any, target: Target, log: FailureLog, clock: LapClock, batch_size: int) -> None:
+def per_image(attack: Any, target: Target, log: FailureLog, clock: LapClock, batch_size: int, image_seeds: np.ndarray | None = None) -> None:
     standing = _first_query_all(target, log, clock, batch_size)
-    seeds = np.random.randint(1, 2**31 - 1, size=len(standing))  # from the cell's seed (campaign seeds each cell)
+    seeds = _seeds_of(standing, image_seeds)
     queries = _search_each(attack, target, log, clock, standing, seeds)
     _verify(target, log, clock, standing, queries)
 
@@ -354,15 +363,24 @@ def _search_each(attack: Any, target: Target, log: FailureLog, clock: LapClock, 
     return queries
 
 
-def sequence(attack: Sequence, target: Target, log: FailureLog, clock: LapClock, batch_size: int) -> None:
+def _seeds_of(standing: np.ndarray, image_seeds: np.ndarray | None) -> np.ndarray:
+    """Each standing sample's search seed: its own (the campaign's, from the model cell, the
+    sample and the strength) or one drawn from the generator the cell's seed set."""
+    if image_seeds is not None:
+        return np.asarray(image_seeds)[standing]
+    return np.random.randint(1, 2**31 - 1, size=len(standing))
+
+
+def sequence(attack: Sequence, target: Target, log: FailureLog, clock: LapClock, batch_size: int, image_seeds: np.ndarray | None = None) -> None:
     """Each component image by image on the samples still standing, then one check of those
     it attacked; a sample leaves at the first component that breaks it."""
     standing = _first_query_all(target, log, clock, batch_size)
     log.broken_by = np.where(log.event, FIRST_QUERY, "").astype("<U32")
     # a sample keeps its seed through the components: the one a per_image cell of the
-    # component alone would give it from the same generator state, so that each component
-    # repeats its standalone search exactly (tests/test_autoattack.py)
-    seeds = np.random.randint(1, 2**31 - 1, size=len(standing))
+    # component alone gives it (the campaign's image seeds do not depend on the attack), so
+    # that each component repeats its standalone search exactly and the worst case is never
+    # above a component's own cell (tests/test_autoattack.py)
+    seeds = _seeds_of(standing, image_seeds)
     queries = np.zeros(len(log.y), dtype=np.int64)
     for name, component in attack.components.items():
         pending = ~log.event[standing]
