@@ -32,7 +32,7 @@ MEANINGS = {
     "non_monotone": "robust accuracy rises with eps",
     "black_box_stronger": "a black-box attack beats every white-box one at the same budget: gradient masking suspected",
     "gradients_masked": "zero or non-finite input gradients on a share of samples: obfuscated gradients",
-    "randomised": "predictions differ across repeated queries: one attack run is one draw, EOT needed",
+    "randomised": "the output scores change across repeated queries: one attack run is one draw, EOT needed",
     "largest_eps_not_breaking": "the strongest attack at its largest eps does not drive accuracy near zero",
 }
 Check = tuple[Any, str]  # (True, False or None when not checked; the detail)
