@@ -74,20 +74,21 @@ def _sha256(path: str, mtime_ns: int, size: int) -> str:
     return file_sha256(path)
 
 
-def warn_if_stale(key: str, spec: Any) -> None:
-    """params.yaml records the checkpoint's hash at `make params`; weights replaced since then
-    are still imported as what they are, but DVC did not see the change."""
+def current_sha256(key: str, spec: Any) -> str:
+    """The checkpoint's hash now. params.yaml records it at `make params`; weights replaced
+    since then are still imported as what they are, with a warning that DVC did not see the
+    change."""
+    actual = checkpoint_sha256(f"{key}.{CHECKPOINT}", spec.get(CHECKPOINT))
     recorded = spec.get("checkpoint_sha256")
-    if recorded and spec.get(CHECKPOINT):
-        actual = checkpoint_sha256(f"{key}.{CHECKPOINT}", spec.get(CHECKPOINT))
-        if actual != recorded:
-            log.warning(
-                "%s.%s changed since `make params` (params.yaml has sha256 %s..., the file %s...); run `make params` so that DVC sees it",
-                key,
-                CHECKPOINT,
-                recorded[:12],
-                actual[:12],
-            )
+    if recorded and actual != recorded:
+        log.warning(
+            "%s.%s changed since `make params` (params.yaml has sha256 %s..., the file %s...); run `make params` so that DVC sees it",
+            key,
+            CHECKPOINT,
+            recorded[:12],
+            actual[:12],
+        )
+    return actual
 
 
 def t_train(key: str, spec: Any) -> dict[str, Any]:

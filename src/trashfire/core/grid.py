@@ -206,13 +206,12 @@ def _external_cell(cfg: DictConfig, dname: str, seed: int, mname: str) -> TrainC
     move), the module and the supplied training cost. No train.* key enters it: changing the
     epoch or lr grids keeps it."""
     key, mspec = f"model.{mname}", cfg.model[mname]
-    external.warn_if_stale(key, mspec)
     spec = {
         **_data_spec(cfg, dname, seed),
         "model": {
             **external.module_spec(mspec),
             "depth": mspec.get("depth"),
-            "checkpoint_sha256": external.checkpoint_sha256(f"{key}.{external.CHECKPOINT}", mspec.get(external.CHECKPOINT)),
+            "checkpoint_sha256": external.current_sha256(key, mspec),
         },
         "t_train": external.t_train(key, mspec),
         "defence": dict(UNDEFENDED),

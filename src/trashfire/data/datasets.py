@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from trashfire.core.errors import DataError
-from trashfire.data.loaders import LOADERS, RawDataset  # noqa: F401  (also this module's API)
+from trashfire.data.loaders import RawDataset
 
 
 def to_shape(data: RawDataset, size: int | None, channels: int | None) -> RawDataset:

@@ -37,7 +37,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from trashfire import metrics
 from trashfire.core.schema import Finding
@@ -112,11 +111,8 @@ def spearman_by_dataset(brittle: pd.DataFrame) -> dict[str, dict[str, float]]:
     over 002's population (trained models: predict-time defences and degenerate cells left out)."""
     result = {}
     for dataset, group in findings.trained_models_only(sound(brittle)).dropna(subset=["brittle_score", "robust_acc"]).groupby("dataset"):
-        if len(group) < 3 or group["brittle_score"].nunique() < 2 or group["robust_acc"].nunique() < 2:
-            result[dataset] = {"rho": float("nan"), "p": float("nan"), "n": len(group)}
-            continue
-        rho, p = stats.spearmanr(group["brittle_score"], group["robust_acc"])
-        result[dataset] = {"rho": float(rho), "p": float(p), "n": len(group)}
+        rho, p = findings.spearman(group["brittle_score"], group["robust_acc"])
+        result[dataset] = {"rho": rho, "p": p, "n": len(group)}
     return result
 
 

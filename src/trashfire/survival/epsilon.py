@@ -37,16 +37,15 @@ by `aggregate`.
 from __future__ import annotations
 
 import logging
-import warnings
 from collections.abc import Mapping, Sequence
 from functools import reduce
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from trashfire.core import schema
 from trashfire.core.schema import Outcomes
+from trashfire.metrics import findings
 
 log = logging.getLogger(__name__)
 
@@ -279,10 +278,5 @@ def against(eps_survival: pd.DataFrame, robustness: pd.DataFrame) -> pd.DataFram
 
 def _spearman(x: pd.Series, y: pd.Series) -> dict[str, float]:
     keep = np.isfinite(x.to_numpy(float)) & np.isfinite(y.to_numpy(float))
-    n = int(keep.sum())
-    if n < 3 or x[keep].nunique() < 2 or y[keep].nunique() < 2:
-        return {"rho": float("nan"), "p": float("nan"), "n": n}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        rho, p = stats.spearmanr(x[keep], y[keep])
-    return {"rho": float(rho), "p": float(p), "n": n}
+    rho, p = findings.spearman(x[keep], y[keep])
+    return {"rho": rho, "p": p, "n": int(keep.sum())}
