@@ -10,7 +10,7 @@ import torch
 
 from tests.conftest import ROOT, tiny_overrides
 from trashfire.attacks import art_classifier, attack_strength, build_attack
-from trashfire.attacks.engine import run_engine
+from trashfire.attacks.engine import attack_samples, model_cost, price, run_engine, warm_up_batch
 from trashfire.attacks.target import Target, margins
 from trashfire.core.clocks import LapClock
 from trashfire.core.config import compose, validate
@@ -123,25 +123,25 @@ def test_lap_clock_shares_each_lap_among_its_samples():
     clock.lap([0, 1, 2])
     time.sleep(0.02)
     clock.lap([1, 2])
-    shared = clock.wall.sum()
+    shared = clock.wall_shared.sum()
     time.sleep(0.02)
     clock.lap([])  # work for nobody is nobody's
-    assert clock.wall.sum() == shared and clock.total.wall == pytest.approx(shared + 0.02, abs=0.01)
-    assert clock.wall[1] == pytest.approx(clock.wall[2]) and clock.process[1] == pytest.approx(clock.process[2])
-    assert clock.wall[1] - clock.wall[0] == pytest.approx(0.01, abs=0.005)
+    assert clock.wall_shared.sum() == shared and clock.total.wall == pytest.approx(shared + 0.02, abs=0.01)
+    assert clock.wall_shared[1] == pytest.approx(clock.wall_shared[2]) and clock.process_shared[1] == pytest.approx(clock.process_shared[2])
+    assert clock.wall_shared[1] - clock.wall_shared[0] == pytest.approx(0.01, abs=0.005)
     assert shared == pytest.approx(0.04, abs=0.01)
 
 
 @pytest.mark.parametrize("name", ["fgm", "pgd", "deepfool"])
-def test_with_early_exit_the_durations_share_out_the_whole_clock(trained, name, monkeypatch):
+def test_with_early_exit_the_shared_durations_share_out_the_whole_clock(trained, name, monkeypatch):
     clocks = []
     monkeypatch.setattr(LapClock, "start", lambda self, _start=LapClock.start: clocks.append(self) or _start(self))
     model, split = trained
     spec = spec_of(name, "2" if name == "deepfool" else "inf", 3 if name == "deepfool" else 0.3)
     classifier = art_classifier(model, split, dict(UNDEFENDED), CPU)
     _, out = run_engine("torch", None, spec, Target(classifier, CPU), split.x_attack.numpy(), split.y_attack.numpy(), attack_strength(spec, 1.0))
-    assert out["duration_process"].sum() == pytest.approx(clocks[0].total.process, rel=1e-9)
-    assert out["duration_wall"].sum() == pytest.approx(clocks[0].total.wall, rel=1e-9)
+    assert out["duration_process_shared"].sum() == pytest.approx(clocks[0].total.process, rel=1e-9)
+    assert out["duration_wall_shared"].sum() == pytest.approx(clocks[0].total.wall, rel=1e-9)
 
 
 def test_without_early_exit_a_samples_clock_still_stops_at_its_first_failure(trained):
@@ -168,8 +168,9 @@ def test_the_art_reference_engine_returns_arts_examples_and_shares_the_batch_tim
     reference = attack.generate(x=x[~before], y=y[~before])
     np.testing.assert_allclose(x_adv[~before], reference, atol=1e-5)
     np.testing.assert_array_equal(x_adv[before], x[before])  # failed at the first query: not attacked
-    attacked = out["duration_wall"][~before]
+    attacked = out["duration_wall_shared"][~before]
     assert np.ptp(attacked) < 1e-12  # one batch time, shared: no per-sample information
+    assert np.ptp(out["queries"][~before]) <= 1 and np.ptp(out["gradients"][~before]) <= 1  # and equal shares of its passes
     np.testing.assert_array_equal(out["event"], before | (out["y_pred_adv"] != y))
 
 
@@ -178,3 +179,83 @@ def test_benign_margin_on_a_hand_made_batch():
     labels = torch.tensor([0, 2, 1])
     # true-class logit minus the best other: right by 1.5, wrong by 0.1, tied at 0
     np.testing.assert_allclose(margins(logits, labels), [1.5, -0.1, 0.0], atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# The compute clock: work counted exactly, then priced at full batch
+
+
+def test_pgd_charges_each_sample_its_queries_and_gradients_exactly(trained):
+    model, split = trained
+    spec = spec_of("pgd", "inf", 0.3)
+    target = Target(art_classifier(model, split, dict(UNDEFENDED), CPU), CPU)
+    x, y = split.x_attack.numpy(), split.y_attack.numpy()
+    _, out = run_engine("torch", None, spec, target, x, y, 0.3)
+    step, budget = out["failure_step"], spec["max_iter"]
+    # a sample checked at steps 0..k and stepped after each check but the last; censored: k = budget
+    np.testing.assert_array_equal(out["queries"], step + 1)
+    np.testing.assert_array_equal(out["gradients"], step)
+    cost = model_cost(target, x, y)
+    np.testing.assert_array_equal(out["flops"], out["queries"] * cost.forward + out["gradients"] * (cost.gradient - cost.forward))
+    censored = ~out["event"]
+    assert censored.any() and (out["queries"][censored] == budget + 1).all()
+    # priced: seconds proportional to FLOPs, one rate per cell
+    ratio = out["duration_wall"] / out["flops"]
+    assert np.ptp(ratio) < 1e-12 * ratio.max()
+
+
+def test_deepfool_charges_one_gradient_per_class_of_its_set(trained):
+    model, split = trained
+    spec = spec_of("deepfool", "2", 3)
+    target = Target(art_classifier(model, split, dict(UNDEFENDED), CPU), CPU)
+    x, y = split.x_attack.numpy(), split.y_attack.numpy()
+    _, out = run_engine("torch", None, spec, target, x, y, 3)
+    np.testing.assert_array_equal(out["queries"], out["failure_step"] + 1)
+    per_step = out["gradients"][out["failure_step"] > 0] / out["failure_step"][out["failure_step"] > 0]
+    assert len(per_step) and np.ptp(per_step) == 0 and per_step[0] >= 3  # the class set: >= nb_grads classes, every step
+
+
+def test_two_runs_count_the_same_compute(trained):
+    model, split = trained
+    spec = spec_of("pgd", "inf", 0.1)
+    target = Target(art_classifier(model, split, dict(UNDEFENDED), CPU), CPU)
+    x, y = split.x_attack.numpy(), split.y_attack.numpy()
+    first = run_engine("torch", None, spec, target, x, y, 0.1)[1]
+    torch.set_num_threads(1)
+    try:
+        second = run_engine("torch", None, spec, target, x, y, 0.1)[1]
+    finally:
+        torch.set_num_threads(2)
+    for name in ("queries", "gradients", "flops"):
+        np.testing.assert_array_equal(first[name], second[name])
+
+
+def test_a_samples_compute_and_seconds_do_not_depend_on_its_batch(trained):
+    """One sample attacked alone, and inside a batch of 100 whose 99 others break at step 1:
+    its compute is equal both times, and its seconds agree within the rates' spread (alone,
+    the rate comes from a calibration at the full batch of 100; in the batch, from the laps
+    where the whole batch was active)."""
+    model, split = trained
+    spec = spec_of("pgd", "inf", 0.3, step_scale=10)  # a first step of eps breaks some at step 1
+    target = Target(art_classifier(model, split, dict(UNDEFENDED), CPU), CPU)
+    x, y = split.x_attack.numpy(), split.y_attack.numpy()
+    _, out = run_engine("torch", None, spec, target, x, y, 0.3)
+    survivor = np.flatnonzero(~out["event"])[0]
+    breakers = np.flatnonzero(out["failure_step"] == 1)
+    assert len(breakers) >= 3
+    batch = np.concatenate([[survivor], np.resize(breakers, 99)])
+    warm_up_batch(target, x, y, spec["batch_size"])  # as the attack stage does once per model cell
+    spreads, seconds = [], {}
+    for name, rows in (("alone", [survivor]), ("batch", batch)):
+        x_adv, arrays, clock = attack_samples("torch", None, spec, target, x[rows], y[rows], 0.3)
+        priced, rates = price(clock, target, x[rows], y[rows], spec["batch_size"])
+        assert rates["steps"].source == ("calibration" if name == "alone" else "laps")
+        assert arrays["event"][0] == False and (name == "alone" or arrays["failure_step"][1:].max() == 1)  # noqa: E712
+        for count in ("queries", "gradients", "flops"):
+            assert arrays[count][0] == out[count][survivor], (name, count)
+        seconds[name] = priced["duration_wall"][0]
+        spreads.append(rates["steps"].spread_wall)
+        print(name, rates["steps"], seconds[name], arrays["duration_wall_shared"][0])
+    # on a CPU a step of 1 sample costs about what a step of 100 does: the shared clock charged
+    # the survivor ~100x more alone; the priced clock charges it the same, within the spread
+    assert seconds["alone"] == pytest.approx(seconds["batch"], rel=max(spreads))

@@ -4,16 +4,20 @@ every entry of the attack grid, skipping cells already recorded.
 Per model cell, a benign record (accuracy and prediction time on the test split, with the
 defence) is kept under `benign/`. Per attack cell, `<hash>.npz` holds the per-sample
 outcomes of `trashfire.attacks.engine` (attack-subset position, true label, the first
-query's prediction and benign margin, the adversarial prediction, failure step, duration on
-both clocks, event, and the l0/l1/l2/linf norms of the returned example) and `<hash>.json`
-the cell's record, written after the arrays as its commit mark. The record's t_attack is the
-engine's whole run measured from outside; the per-sample durations sum to it.
+query's prediction and benign margin, the adversarial prediction, failure step, the compute
+counted (queries, gradients, FLOPs), the durations priced and shared on both clocks, event,
+and the l0/l1/l2/linf norms of the returned example) and `<hash>.json` the cell's record,
+written after the arrays as its commit mark. The record's t_attack is the engine's whole
+run measured from outside; the shared durations sum to it. The model's FLOPs per query and
+per gradient are measured once per model cell (trashfire.models.flops).
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import math
+from dataclasses import asdict
 from itertools import groupby
 from pathlib import Path
 from typing import Any
@@ -24,9 +28,9 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from trashfire.attacks import art_classifier, attack_strength, budget_subset, build_attack, engine_of, perturbation_norms, validity
-from trashfire.attacks.engine import run_engine
+from trashfire.attacks.engine import attack_samples, model_cost, price, warm_up_batch
 from trashfire.attacks.target import Target
-from trashfire.core.clocks import Stopwatch
+from trashfire.core.clocks import SECONDS, Stopwatch
 from trashfire.core.grid import AttackCell, ModelCell, attack_cells
 from trashfire.core.parallel import describe, resolve_workers, run_jobs
 from trashfire.core.records import is_recorded, remove_dead_temps, write_npz
@@ -35,6 +39,7 @@ from trashfire.core.store import attack_record_path, benign_path, outcomes_path
 from trashfire.data.datasets import Split, cached_split
 from trashfire.metrics import accuracy
 from trashfire.models import resolve_device
+from trashfire.models.flops import SampleCost
 from trashfire.models.training import load_weights, record_path
 
 log = logging.getLogger(__name__)
@@ -77,8 +82,9 @@ def benign_pending(folder: str | Path, model_hash: str) -> bool:
     return not is_recorded(path) or BenignRecord.read(path).query_output_change is None
 
 
-def run_attack_cell(classifier, split: Split, cell: AttackCell, device, shared: dict[str, Any]) -> tuple[AttackRecord, Outcomes]:
-    """One attack cell: its record (`shared`: the model cell's part) and per-sample outcomes."""
+def run_attack_cell(classifier, split: Split, cell: AttackCell, device, shared: dict[str, Any], cost: SampleCost | None = None) -> tuple[AttackRecord, Outcomes]:
+    """One attack cell: its record (`shared`: the model cell's part) and per-sample outcomes.
+    `cost`: the model cell's FLOPs per query and gradient (measured here when not given)."""
     _seed_everything(cell.hash)
     keep = budget_subset(split.y_attack.numpy(), cell.spec.get("samples"))
     x, y = split.x_attack.numpy()[keep], split.y_attack.numpy()[keep]
@@ -87,10 +93,12 @@ def run_attack_cell(classifier, split: Split, cell: AttackCell, device, shared: 
     strength = attack_strength(cell.spec, pixel_std)
     attack = None if engine == "torch" else build_attack(classifier, cell.spec, pixel_std)
     target = Target(classifier, device)
+    cost = cost or model_cost(target, x, y)
     with Stopwatch(device) as watch:
-        x_adv, clocked = run_engine(engine, attack, cell.spec, target, x, y, strength, early_exit, image_seeds(cell.model.hash, keep, strength))
+        x_adv, clocked, clock = attack_samples(engine, attack, cell.spec, target, x, y, strength, early_exit, image_seeds(cell.model.hash, keep, strength), cost)
+    priced, rates = price(clock, target, x, y, cell.spec.get("batch_size", 100))
     n = len(x)
-    outcomes = Outcomes(position=keep, y_true=y, **clocked, **perturbation_norms(x, x_adv))
+    outcomes = Outcomes(position=keep, y_true=y, **clocked, **priced, **perturbation_norms(x, x_adv))
     record = AttackRecord(
         **shared,
         attack_hash=cell.hash,
@@ -109,8 +117,20 @@ def run_attack_cell(classifier, split: Split, cell: AttackCell, device, shared: 
         acc_adv=accuracy(y, clocked["y_pred_adv"]),
         t_attack_process=watch.elapsed.process / n,
         t_attack_wall=watch.elapsed.wall / n,
+        t_attack_flops=float(clocked["flops"].mean()),
+        flops_forward=cost.forward,
+        flops_gradient=cost.gradient,
+        rates={group: asdict(rate) for group, rate in rates.items()},
+        **seconds_per_flop(outcomes),
     )
     return record, outcomes
+
+
+def seconds_per_flop(outcomes: Outcomes) -> dict[str, float]:
+    """The cell's priced seconds per FLOP on each clock, over its samples: what converts its
+    compute-clock E[T] to seconds."""
+    flops = float(outcomes.flops.sum())
+    return {f"seconds_per_flop_{clock}": float(outcomes.duration(clock).sum()) / flops if flops else math.nan for clock in SECONDS}
 
 
 def attack_model_cell(cfg: DictConfig, model_cell: ModelCell, cells: list[AttackCell], split: Split, device) -> None:
@@ -128,6 +148,7 @@ def attack_model_cell(cfg: DictConfig, model_cell: ModelCell, cells: list[Attack
         "n_train": train.n_train,
         "t_train_process": train.t_train_process,
         "t_train_wall": train.t_train_wall,
+        "t_train_flops": train.get("t_train_flops"),
         "t_train_source": train.t_train_source,
         "acc_ben": benign.acc_ben,
         "t_predict_process": benign.t_predict_process,
@@ -135,8 +156,13 @@ def attack_model_cell(cfg: DictConfig, model_cell: ModelCell, cells: list[Attack
         "device": str(device),
         "threads": torch.get_num_threads(),
     }
+    target = Target(classifier, device)
+    cost = model_cost(target, split.x_attack.numpy(), split.y_attack.numpy())
+    shared["t_predict_flops"] = float(cost.forward)  # one forward query per sample, the defence included
+    for batch_size in sorted({cell.spec.get("batch_size", 100) for cell in cells if engine_of(cell.spec) == "torch"}):
+        warm_up_batch(target, split.x_attack.numpy(), split.y_attack.numpy(), batch_size)  # the first cell's step 0 measures the model, not the set-up
     for cell in cells:
-        record, outcomes = run_attack_cell(classifier, split, cell, device, shared)
+        record, outcomes = run_attack_cell(classifier, split, cell, device, shared, cost)
         write_npz(outcomes_path(folder, cell.hash), **outcomes.to_arrays())
         record.write(attack_record_path(folder, cell.hash))
 

@@ -39,11 +39,15 @@ from torch.nn import functional as F
 from trashfire.attacks import NORMS, pgd_step_size
 from trashfire.attacks.autoattack import Sequence
 from trashfire.attacks.target import Target, margins
-from trashfire.core.clocks import LapClock
+from trashfire.core.clocks import LapClock, Rate, rate_of
+from trashfire.models.flops import SampleCost, sample_cost
 
 DEEPFOOL_TOL = 10e-8  # ART's guard against division by zero
 UNKNOWN_STEP = -1  # the `art` engine cannot see at which step a sample broke
 FIRST_QUERY = "first_query"  # broken_by of a sample misclassified before any component ran
+# pricing groups of the clock: the torch loop's steps; the image-by-image engines' batched
+# checks (first query, verification) and searches (a composite's: one group per component)
+STEPS, CHECKS, SEARCH = "steps", "checks", "search"
 
 
 @dataclass
@@ -81,6 +85,8 @@ class FailureLog:
         return wrong
 
     def arrays(self, clock: LapClock) -> dict[str, np.ndarray]:
+        """The per-sample arrays the attack itself decides: outcomes, exact compute and the
+        equal-share durations (`price` adds the priced ones)."""
         extra = {} if self.broken_by is None else {"broken_by": self.broken_by}
         return extra | {
             "y_pred_ben": self.y_pred_ben,
@@ -88,8 +94,11 @@ class FailureLog:
             "margin_ben": self.margin_ben,
             "failure_step": self.failure_step,
             "event": self.event,
-            "duration_process": clock.process,
-            "duration_wall": clock.wall,
+            "queries": clock.queries.copy(),
+            "gradients": clock.gradients.copy(),
+            "flops": clock.flops,
+            "duration_process_shared": clock.process_shared,
+            "duration_wall_shared": clock.wall_shared,
         }
 
 
@@ -111,13 +120,37 @@ def run_engine(
     strength: float,
     early_exit: bool = True,
     image_seeds: np.ndarray | None = None,
+    cost: SampleCost | None = None,
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """Attack (x, y); returns the adversarial examples and the per-sample arrays.
+    """Attack (x, y) and price each sample's compute; returns the adversarial examples and
+    the per-sample arrays (see `attack_samples` for the arguments)."""
+    x_adv, arrays, clock = attack_samples(engine, attack, spec, target, x, y, strength, early_exit, image_seeds, cost)
+    priced, _ = price(clock, target, x, y, spec.get("batch_size", 100))
+    return x_adv, arrays | priced
+
+
+def attack_samples(
+    engine: str,
+    attack: Any,
+    spec: dict,
+    target: Target,
+    x: np.ndarray,
+    y: np.ndarray,
+    strength: float,
+    early_exit: bool = True,
+    image_seeds: np.ndarray | None = None,
+    cost: SampleCost | None = None,
+) -> tuple[np.ndarray, dict[str, np.ndarray], LapClock]:
+    """Attack (x, y); returns the adversarial examples, the per-sample arrays the attack
+    decides (outcomes, compute, shared durations) and the clock, to `price` after.
     `attack` is the built ART attack (for `per_image` and `art`), `strength` the attack's
-    value on the standardised scale. `image_seeds` (one per sample) seed the image-by-image
+    value on the standardised scale, `cost` the model's FLOPs per query and gradient
+    (measured here when not given). `image_seeds` (one per sample) seed the image-by-image
     searches; without them they are drawn from NumPy's global generator."""
-    clock = LapClock(len(y), target.device).start()
+    cost = cost or model_cost(target, x, y)
+    clock = LapClock(len(y), target.device, cost.forward, cost.backward).start()
     log = FailureLog(x.astype(np.float32), y.astype(np.int64), budget_of(spec))
+    batch_size = spec.get("batch_size", 100)
     if engine == "torch" and spec["name"] == "deepfool":
         deepfool(
             target,
@@ -126,17 +159,72 @@ def run_engine(
             nb_grads=int(strength),
             max_iter=spec["max_iter"],
             overshoot=spec.get("kwargs", {}).get("epsilon", 1e-6),
-            batch_size=spec.get("batch_size", 100),
+            batch_size=batch_size,
         )
     elif engine == "torch":
-        gradient_attack(target, log, clock, gradient_settings(spec, strength), early_exit, spec.get("batch_size", 100))
+        gradient_attack(target, log, clock, gradient_settings(spec, strength), early_exit, batch_size)
     elif engine == "per_image":
-        per_image(attack, target, log, clock, spec.get("batch_size", 100), image_seeds)
+        per_image(attack, target, log, clock, batch_size, image_seeds)
     elif engine == "sequence":
-        sequence(attack, target, log, clock, spec.get("batch_size", 100), image_seeds)
+        sequence(attack, target, log, clock, batch_size, image_seeds)
     else:
-        whole_batch(attack, target, log, clock, spec.get("batch_size", 100))
-    return log.x_adv, log.arrays(clock)
+        whole_batch(attack, target, log, clock, batch_size)
+    return log.x_adv, log.arrays(clock), clock
+
+
+def warm_up_batch(target: Target, x: np.ndarray, y: np.ndarray, batch_size: int) -> None:
+    """`warm_up` at a full batch of the cell's samples (repeated to `batch_size` rows)."""
+    rows = np.resize(np.arange(len(y)), batch_size)
+    warm_up(target, torch.from_numpy(x[rows].astype(np.float32)).to(target.device), torch.from_numpy(y[rows].astype(np.int64)).to(target.device))
+
+
+def model_cost(target: Target, x: np.ndarray, y: np.ndarray) -> SampleCost:
+    """The model's FLOPs per query and per input gradient, predict-time preprocessing
+    included, at the data's shape (trashfire.models.flops)."""
+    return sample_cost(target.logits, torch.from_numpy(x[:2].astype(np.float32)).to(target.device), torch.from_numpy(y[:2].astype(np.int64)).to(target.device))
+
+
+def price(clock: LapClock, target: Target, x: np.ndarray, y: np.ndarray, batch_size: int) -> tuple[dict[str, np.ndarray], dict[str, Rate]]:
+    """Each sample's seconds on both clocks, its compute x its group's seconds per FLOP at
+    full batch, and the rates. A group of the torch loop that never ran a whole batch (a cell
+    smaller than `batch_size`) is calibrated first: CALIBRATION_REPEATS forward and backward
+    passes of `batch_size` rows of the cell's samples, outside the attack's time."""
+    for group, flops in clock.group_flops.items():
+        if group == STEPS and flops.any() and group not in clock.rates():
+            clock.calibrated[group] = calibrate(target, clock, x, y, batch_size)
+    priced = clock.priced()
+    return {f"duration_{name}": seconds for name, seconds in priced.items()}, clock.rates()
+
+
+CALIBRATION_REPEATS = 3
+
+
+def warm_up(target: Target, inputs: torch.Tensor, labels: torch.Tensor) -> None:
+    """One untimed forward and backward pass at this batch's shape: the first pass at a new
+    shape pays for the backend's set-up (oneDNN's primitives, CUDA's kernels), which is no
+    part of the model's seconds per FLOP."""
+    inputs = inputs.clone().requires_grad_(True)
+    torch.autograd.grad(F.cross_entropy(target.logits(inputs), labels), inputs)
+
+
+def calibrate(target: Target, clock: LapClock, x: np.ndarray, y: np.ndarray, batch_size: int, repeats: int = CALIBRATION_REPEATS) -> Rate:
+    """Seconds per FLOP of a whole batch: `repeats` timed forward and backward passes of
+    `batch_size` rows (the cell's samples repeated), on a clock of their own."""
+    rows = np.resize(np.arange(len(y)), batch_size)
+    inputs0 = torch.from_numpy(x[rows].astype(np.float32)).to(target.device)
+    labels = torch.from_numpy(y[rows].astype(np.int64)).to(target.device)
+    warm_up(target, inputs0, labels)
+    probe = LapClock(0, target.device, clock.forward, clock.backward).start()
+    for _ in range(repeats):
+        unit = probe.new_unit()
+        inputs = inputs0.clone().requires_grad_(True)
+        logits = target.logits(inputs)
+        probe.uncharged(batch_size, queries=1)
+        probe.lap([], STEPS, True, unit)
+        torch.autograd.grad(F.cross_entropy(logits, labels), inputs)
+        probe.uncharged(batch_size, gradients=1)
+        probe.lap([], STEPS, True, unit)
+    return rate_of(probe.laps, "calibration")
 
 
 def budget_of(spec: dict) -> int:
@@ -163,31 +251,49 @@ def _first_check(target: Target, log: FailureLog, rows: np.ndarray, logits: torc
 
 def gradient_attack(target: Target, log: FailureLog, clock: LapClock, settings: GradientSettings, early_exit: bool, batch_size: int) -> None:
     """FGM and PGD as ART computes them (ProjectedGradientDescentPyTorch's arithmetic: the
-    steepest-ascent direction of the norm, a step, the clip range, the projection)."""
+    steepest-ascent direction of the norm, a step, the clip range, the projection). Each
+    step's forward is a query of every sample it checks and its backward a gradient of each
+    it steps; a sample whose clock has stopped (broken, without early exit) is charged
+    nothing. A step of a whole batch with every sample the first query left standing still
+    active is a reference step: it measures the seconds per FLOP at full batch."""
     device = target.device
     for rows in _batches(len(log.y), batch_size):
         x0 = torch.from_numpy(log.x[rows]).to(device)
         labels = torch.from_numpy(log.y[rows]).to(device)
         x_adv, active = x0.clone(), torch.arange(len(rows), device=device)
+        whole, standing = len(rows) == batch_size, len(rows)
         for step in range(settings.max_iter + 1):
             last = step == settings.max_iter
             inputs = x_adv[active].requires_grad_(not last)
             logits = target.logits(inputs)
             checked = rows[active.cpu().numpy()]
-            pending = checked[~log.event[checked]]  # a sample's clock stops at its first failure
+            pending = _count(clock, checked, log, queries=1)  # a sample's clock stops at its first failure
+            reference, unit = whole and len(checked) == standing, clock.new_unit()
             wrong = _first_check(target, log, rows, logits, labels) if step == 0 else log.observe(checked, target.decide(logits), step)
-            keep = torch.from_numpy(~wrong if early_exit else np.ones_like(wrong)).to(device)
+            keep_mask = ~wrong if early_exit else np.ones_like(wrong)
+            standing = int(keep_mask.sum()) if step == 0 else standing
+            keep = torch.from_numpy(keep_mask).to(device)
             if last or not bool(keep.any()):
                 break
-            clock.lap(pending)
+            clock.lap(pending, STEPS, reference, unit)
             loss = F.cross_entropy(logits[keep], labels[active][keep])  # ART's mean over the batch
-            (grad,) = torch.autograd.grad(loss, inputs)
+            (grad,) = torch.autograd.grad(loss, inputs)  # over the whole batch's graph
+            stepped = _count(clock, checked[keep_mask], log, gradients=1, graph_rows=len(checked))
             active = active[keep]
             x_adv[active] = pgd_step(inputs.detach()[keep], grad[keep], x0[active], settings, target.clip_values)
-            stepped = rows[active.cpu().numpy()]
-            clock.lap(stepped[~log.event[stepped]])  # without early exit, broken samples' steps are nobody's
+            clock.lap(stepped, STEPS, reference, unit)  # without early exit, broken samples' steps are nobody's
         log.x_adv[rows] = x_adv.cpu().numpy()
-        clock.lap(pending)  # the last check, and handing the batch back
+        clock.lap(pending, STEPS, reference, unit)  # the last check, and handing the batch back
+
+
+def _count(clock: LapClock, rows: np.ndarray, log: FailureLog, queries: int = 0, gradients: int = 0, graph_rows: int | None = None) -> np.ndarray:
+    """Charge the rows of `rows` whose clocks still run (not yet broken) `queries` and
+    `gradients`; the pass's work on the others (and on `graph_rows` in all, where a backward
+    ran over a larger graph) is nobody's. Returns the charged rows."""
+    charged = rows[~log.event[rows]]
+    clock.count(charged, queries, gradients, STEPS)
+    clock.uncharged((len(rows) if graph_rows is None else graph_rows) - len(charged), queries, gradients)
+    return charged
 
 
 def steepest_direction(grad: torch.Tensor, norm: float) -> torch.Tensor:
@@ -230,19 +336,24 @@ def deepfool(target: Target, log: FailureLog, clock: LapClock, nb_grads: int, ma
     over its whole input, the same when the cell fits one batch, as by default), the
     smallest linearised step to another class scaled by the clip range, and the overshoot on
     the returned example. ART keeps computing gradients for the samples it has already
-    fooled; here they leave the batch."""
+    fooled; here they leave the batch. A step charges each sample it steps one gradient per
+    class of the set."""
     device, (low, high) = target.device, target.clip_values
     for rows in _batches(len(log.y), batch_size):
         x0 = torch.from_numpy(log.x[rows]).to(device)
         labels = torch.from_numpy(log.y[rows]).to(device)
         x_adv, active, classes = x0.clone(), torch.arange(len(rows), device=device), None
+        whole, standing = len(rows) == batch_size, len(rows)
         for step in range(max_iter + 1):
             last = step == max_iter
             inputs = x_adv[active].requires_grad_(not last)
             logits = target.logits(inputs)
             checked = rows[active.cpu().numpy()]
+            pending = _count(clock, checked, log, queries=1)
+            reference, unit = whole and len(checked) == standing, clock.new_unit()
             if step == 0:
                 wrong = _first_check(target, log, rows, logits, labels)
+                standing = int((~wrong).sum())
                 top = torch.argsort(-logits.detach(), dim=1)[:, :nb_grads]
                 # ART's set; the labels of the samples still standing are in it already unless a
                 # postprocessor (Gauss-out) moved their decision, and searchsorted needs them
@@ -252,14 +363,15 @@ def deepfool(target: Target, log: FailureLog, clock: LapClock, nb_grads: int, ma
             keep = torch.from_numpy(~wrong).to(device)
             if last or not bool(keep.any()):
                 break
-            clock.lap(checked)
+            clock.lap(pending, STEPS, reference, unit)
             grads = torch.stack([torch.autograd.grad(logits[:, c].sum(), inputs, retain_graph=True)[0][keep] for c in classes.tolist()], 1)
+            stepped = _count(clock, checked[~wrong], log, gradients=len(classes), graph_rows=len(checked))
             active = active[keep]
             step_to_boundary = deepfool_step(logits.detach()[keep][:, classes], grads, torch.searchsorted(classes, labels[active]))
             x_adv[active] = torch.clamp(inputs.detach()[keep] + step_to_boundary * (high - low), low, high)
-            clock.lap(rows[active.cpu().numpy()])
+            clock.lap(stepped, STEPS, reference, unit)
         log.x_adv[rows] = torch.clamp(x0 + (1 + overshoot) * (x_adv - x0), low, high).cpu().numpy()
-        clock.lap(checked)
+        clock.lap(pending, STEPS, reference, unit)
 
 
 def deepfool_step(f: torch.Tensor, grads: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
@@ -277,32 +389,45 @@ def deepfool_step(f: torch.Tensor, grads: torch.Tensor, own: torch.Tensor) -> to
     return size.reshape((-1,) + (1,) * (direction.dim() - 1)) * direction
 
 
+@dataclass
+class Passes:
+    queries: int = 0  # samples through a forward pass
+    gradients: int = 0  # samples through a backward pass to the input
+
+
 @contextlib.contextmanager
-def counting_queries(classifier):
-    """Count the samples an ART attack passes through the model. A forward hook on the model
-    itself, not a wrapper of `predict`: ART's APGD queries it through an estimator of its own
-    (the one carrying its loss), and gradient queries count as well."""
-    count = [0]
+def counting_passes(classifier):
+    """Count the samples an ART attack passes through the model, forward and backward. Hooks
+    on the model itself, not a wrapper of `predict`: ART's APGD queries it through an
+    estimator of its own (the one carrying its loss), and a gradient query is a forward
+    pass (counted as a query) and a backward pass (a gradient)."""
+    passes = Passes()
 
-    def seen(_module, inputs, _output):
-        count[0] += len(inputs[0])
+    def forward(_module, inputs, _output):
+        passes.queries += len(inputs[0])
 
-    handle = classifier.model.register_forward_hook(seen)
+    def backward(_module, _grad_input, grad_output):
+        passes.gradients += len(grad_output[0])
+
+    handles = [classifier.model.register_forward_hook(forward), classifier.model.register_full_backward_hook(backward)]
     try:
-        yield count
+        yield passes
     finally:
-        handle.remove()
+        for handle in handles:
+            handle.remove()
 
 
 def _first_query_all(target: Target, log: FailureLog, clock: LapClock, batch_size: int) -> np.ndarray:
-    """The first query on every sample, in batches; returns the samples it left standing."""
+    """The first query on every sample, in batches (reference laps of the checks: the cell's
+    whole batch); returns the samples it left standing."""
     standing = []
     for rows in _batches(len(log.y), batch_size):
         with torch.no_grad():
             logits = target.logits(torch.from_numpy(log.x[rows]).to(target.device))
+        clock.count(rows, queries=1, group=CHECKS)
         wrong = _first_check(target, log, rows, logits, torch.from_numpy(log.y[rows]).to(target.device))
         standing.append(rows[~wrong])
-        clock.lap(rows)
+        clock.lap(rows, CHECKS, reference=True)
     return np.concatenate(standing)
 
 
@@ -311,11 +436,12 @@ def _verify(target: Target, log: FailureLog, clock: LapClock, rows: np.ndarray, 
     if len(rows):
         with torch.no_grad():
             decisions = target.decide(target.logits(torch.from_numpy(log.x_adv[rows]).to(target.device)))
+        clock.count(rows, queries=1, group=CHECKS)
         wrong = decisions != log.y[rows]
         log.y_pred_adv[rows] = decisions
         log.event[rows] = wrong
         log.failure_step[rows] = steps
-    clock.lap(rows)
+    clock.lap(rows, CHECKS)
 
 
 @contextlib.contextmanager
@@ -345,21 +471,22 @@ def seeded_search(seed: int):
 def per_image(attack: Any, target: Target, log: FailureLog, clock: LapClock, batch_size: int, image_seeds: np.ndarray | None = None) -> None:
     standing = _first_query_all(target, log, clock, batch_size)
     seeds = _seeds_of(standing, image_seeds)
-    queries = _search_each(attack, target, log, clock, standing, seeds)
+    queries = _search_each(attack, target, log, clock, standing, seeds, SEARCH)
     _verify(target, log, clock, standing, queries)
 
 
-def _search_each(attack: Any, target: Target, log: FailureLog, clock: LapClock, rows: np.ndarray, seeds: np.ndarray) -> np.ndarray:
-    """ART's search on each image of `rows` alone (its own seed, its own lap); returns the
-    queries each spent."""
+def _search_each(attack: Any, target: Target, log: FailureLog, clock: LapClock, rows: np.ndarray, seeds: np.ndarray, group: str) -> np.ndarray:
+    """ART's search on each image of `rows` alone (its own seed, its own lap: each search is
+    a whole batch of its own, a reference lap of `group`); returns the queries each spent."""
     queries = np.zeros(len(rows), dtype=np.int64)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", module="cma")  # CMA-ES's note on ART's fitness arrays, once per image
         for number, i in enumerate(rows):
-            with counting_queries(target.classifier) as count, seeded_search(int(seeds[number])):
+            with counting_passes(target.classifier) as passes, seeded_search(int(seeds[number])):
                 log.x_adv[i] = attack.generate(x=log.x[i : i + 1], y=log.y[i : i + 1])[0]
-            queries[number] = count[0]
-            clock.lap([i])
+            queries[number] = passes.queries
+            clock.count([i], passes.queries, passes.gradients, group)
+            clock.lap([i], group, reference=True)
     return queries
 
 
@@ -385,18 +512,24 @@ def sequence(attack: Sequence, target: Target, log: FailureLog, clock: LapClock,
     for name, component in attack.components.items():
         pending = ~log.event[standing]
         rows = standing[pending]
-        queries[rows] += _search_each(component, target, log, clock, rows, seeds[pending])
+        queries[rows] += _search_each(component, target, log, clock, rows, seeds[pending], name)
         _verify(target, log, clock, rows, queries[rows])
         log.broken_by[rows[log.event[rows]]] = name
 
 
 def whole_batch(attack: Any, target: Target, log: FailureLog, clock: LapClock, batch_size: int) -> None:
     """ART's generate on the samples left standing; it shows no step, so their failure step
-    is UNKNOWN_STEP."""
+    is UNKNOWN_STEP, and no sample's own compute: each gets an equal share of the passes."""
     standing = _first_query_all(target, log, clock, batch_size)
     if len(standing):
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), counting_passes(target.classifier) as passes:
             warnings.filterwarnings("ignore", module="cma")
             log.x_adv[standing] = attack.generate(x=log.x[standing], y=log.y[standing])
-    clock.lap(standing)
+        clock.count(standing, equal_shares(passes.queries, len(standing)), equal_shares(passes.gradients, len(standing)), SEARCH)
+    clock.lap(standing, SEARCH, reference=True)
     _verify(target, log, clock, standing, np.full(len(standing), UNKNOWN_STEP))
+
+
+def equal_shares(total: int, n: int) -> np.ndarray:
+    """`total` split into n integers as equal as can be (the first total % n get one more)."""
+    return total // n + (np.arange(n) < total % n)

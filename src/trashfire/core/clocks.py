@@ -7,6 +7,7 @@ heartbeat, register with `exclude_thread_cpu` and their CPU time is taken out.""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import weakref
@@ -15,7 +16,9 @@ from typing import Any
 
 import numpy as np
 
-CLOCKS = ("process", "wall")
+SECONDS = ("process", "wall")  # the clocks that measure seconds
+COMPUTE = "flops"  # the compute clock: the model's work, counted exactly
+CLOCKS = (COMPUTE, *SECONDS)  # what `timing.clock` may choose
 
 
 _EXCLUDED: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
@@ -74,15 +77,62 @@ class Stopwatch:
         self.elapsed = Elapsed(process_cpu_time() - self._process, time.perf_counter() - self._wall)
 
 
-class LapClock:
-    """The per-sample failure clock: an attack's compute cut into laps, each lap's time on
-    both clocks shared equally by the samples it worked on. A sample's duration is the sum of
-    its shares, so a cell's durations sum to the time from `start` to the last lap."""
+@dataclass
+class Lap:
+    """One lap of an attack: its seconds on both clocks, the FLOPs the model ran in it (for
+    every sample it worked on, charged or not), the pricing group it belongs to and its unit
+    (laps of one unit, a step's forward and backward, are one measurement of the rate), and
+    whether it is a reference lap, one where the whole batch was active."""
 
-    def __init__(self, n_samples: int, device: Any = "cpu"):
+    group: str
+    unit: int
+    process: float
+    wall: float
+    flops: int
+    reference: bool
+
+
+@dataclass
+class Rate:
+    """Seconds per FLOP of a pricing group, on both clocks, from its reference laps (`rate_of`):
+    the fastest unit's rate, the spread of the units' rates above it, how many units."""
+
+    process: float
+    wall: float
+    spread_process: float
+    spread_wall: float
+    units: int
+    source: str  # "laps" (the attack's own full-batch laps) or "calibration"
+
+    def of(self, clock: str) -> float:
+        return getattr(self, clock)
+
+
+class LapClock:
+    """The per-sample failure clock (docs/design.md): work counted, then priced.
+
+    - Compute, exact: each sample's forward queries and input-gradient evaluations (`count`),
+      in FLOPs at the model's cost per sample, kept per pricing group (a composite's
+      components are priced apart).
+    - Laps, measured: the attack's time cut into laps on both clocks. Each lap's time is
+      shared equally by the samples it worked on (`process_shared`, `wall_shared`: a cell's
+      shared durations sum to its time from `start` to the last lap), and each reference lap
+      (the whole batch active) measures its group's seconds per FLOP.
+    - Priced: a sample's seconds = its FLOPs in each group x the group's rate (`priced`), so
+      they do not depend on how many other samples of its batch were still standing."""
+
+    def __init__(self, n_samples: int, device: Any = "cpu", forward: int = 0, backward: int = 0):
         self.device = device
-        self.process = np.zeros(n_samples)
-        self.wall = np.zeros(n_samples)
+        self.forward, self.backward = int(forward), int(backward)
+        self.process_shared = np.zeros(n_samples)
+        self.wall_shared = np.zeros(n_samples)
+        self.queries = np.zeros(n_samples, dtype=np.int64)
+        self.gradients = np.zeros(n_samples, dtype=np.int64)
+        self.group_flops: dict[str, np.ndarray] = {}
+        self.laps: list[Lap] = []
+        self.calibrated: dict[str, Rate] = {}
+        self._lap_flops = 0
+        self._units = 0
         self._mark: tuple[float, float] | None = None
         self._start: tuple[float, float] | None = None
 
@@ -90,6 +140,11 @@ class LapClock:
     def total(self) -> Elapsed:
         """From `start` to the last lap: what the laps shared out, to the last bit."""
         return Elapsed(self._mark[0] - self._start[0], self._mark[1] - self._start[1])
+
+    @property
+    def flops(self) -> np.ndarray:
+        """Each sample's compute in FLOPs, over every group."""
+        return self.queries * self.forward + self.gradients * self.backward
 
     def _now(self) -> tuple[float, float]:
         synchronise(self.device)
@@ -99,12 +154,76 @@ class LapClock:
         self._mark = self._start = self._now()
         return self
 
-    def lap(self, members) -> None:
+    def count(self, members, queries: int = 0, gradients: int = 0, group: str = "attack") -> None:
+        """Charge each of `members` (sample indices) `queries` forward passes and `gradients`
+        backward passes to the input (each on a forward already counted as a query); scalars
+        or arrays aligned with `members`."""
+        members = np.asarray(members, dtype=np.int64)
+        self.queries[members] += queries
+        self.gradients[members] += gradients
+        flops = np.broadcast_to(np.asarray(queries, dtype=np.int64) * self.forward + np.asarray(gradients, dtype=np.int64) * self.backward, members.shape)
+        self.group_flops.setdefault(group, np.zeros(len(self.queries), dtype=np.int64))[members] += flops
+        self._lap_flops += int(flops.sum())
+
+    def uncharged(self, rows: int, queries: int = 0, gradients: int = 0) -> None:
+        """Work of this lap on `rows` samples that is nobody's (their clocks have stopped):
+        it counts towards the lap's rate, not towards any sample."""
+        self._lap_flops += rows * (queries * self.forward + gradients * self.backward)
+
+    def new_unit(self) -> int:
+        self._units += 1
+        return self._units
+
+    def lap(self, members, group: str = "attack", reference: bool = False, unit: int | None = None) -> None:
         """The time since the last mark, shared by `members` (sample indices); with none,
-        it goes to no sample (work that served none of them)."""
+        it goes to no sample (work that served none of them). The lap's counted FLOPs and
+        seconds measure `group`'s rate where `reference`."""
         now = self._now()
         members = np.asarray(members, dtype=np.int64)
+        process, wall = now[0] - self._mark[0], now[1] - self._mark[1]
         if len(members):
-            self.process[members] += (now[0] - self._mark[0]) / len(members)
-            self.wall[members] += (now[1] - self._mark[1]) / len(members)
+            self.process_shared[members] += process / len(members)
+            self.wall_shared[members] += wall / len(members)
+        self.laps.append(Lap(group, self.new_unit() if unit is None else unit, process, wall, self._lap_flops, reference))
+        self._lap_flops = 0
         self._mark = now
+
+    def rates(self) -> dict[str, Rate]:
+        """Each group's seconds per FLOP from its reference laps (or its calibration)."""
+        rates = dict(self.calibrated)
+        for group in self.group_flops:
+            laps = [lap for lap in self.laps if lap.group == group and lap.reference and lap.flops > 0]
+            if laps and group not in rates:
+                rates[group] = rate_of(laps, "laps")
+        return rates
+
+    def priced(self) -> dict[str, np.ndarray]:
+        """Each sample's seconds on both clocks: its FLOPs in each group x the group's rate."""
+        rates = self.rates()
+        missing = [group for group, flops in self.group_flops.items() if flops.any() and group not in rates]
+        if missing:
+            raise RuntimeError(f"no reference lap to price {missing}: calibrate them first")
+        seconds = {clock: np.zeros(len(self.queries)) for clock in SECONDS}
+        for group, flops in self.group_flops.items():
+            if group in rates:
+                for clock in SECONDS:
+                    seconds[clock] += flops * rates[group].of(clock)
+        return seconds
+
+
+def rate_of(laps: list[Lap], source: str) -> Rate:
+    """A group's seconds per FLOP from `laps`: the fastest of their units (a unit's seconds
+    over its FLOPs; the unit least disturbed by whatever else the machine was doing, as
+    timeit takes the best of its repeats), and the spread of the units' rates above it
+    (max / min - 1; 0 from one unit)."""
+    units: dict[int, list[Lap]] = {}
+    for lap in laps:
+        units.setdefault(lap.unit, []).append(lap)
+    flops = np.array([sum(lap.flops for lap in unit) for unit in units.values()], dtype=float)
+    best, spread = {}, {}
+    for clock in SECONDS:
+        seconds = np.array([sum(getattr(lap, clock) for lap in unit) for unit in units.values()])
+        per_unit = seconds / flops
+        best[clock] = float(per_unit.min())
+        spread[clock] = float(per_unit.max() / per_unit.min() - 1) if per_unit.min() > 0 else math.inf
+    return Rate(best["process"], best["wall"], spread["process"], spread["wall"], len(units), source)

@@ -24,7 +24,7 @@ from trashfire.core.records import config_hash
 
 # Bump when a change to the code changes what a cell computes: old records then miss.
 TRAIN_VERSION = 1
-ATTACK_VERSION = 3  # 2: per-sample failure clock (engine, early exit, outcome arrays); 3: image searches seeded by model cell, sample and strength
+ATTACK_VERSION = 4  # 2: per-sample failure clock (engine, early exit, outcome arrays); 3: image searches seeded by model cell, sample and strength; 4: the compute clock (counts, priced and shared durations)
 
 UNDEFENDED = {"name": "none", "stage": "none", "param": None, "value": 0}
 

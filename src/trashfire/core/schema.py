@@ -305,6 +305,18 @@ class AttackRecord(Record):
     device: str | None = None
     threads: int | None = None
     t_train_source: str | None = None  # an imported model's (TrainRecord.t_train_source)
+    # the compute clock (trashfire.core.clocks.LapClock): FLOPs per sample of training (None:
+    # unknown), of a benign prediction and of the attack (its samples' mean); the model's FLOPs
+    # per query and per input gradient; each pricing group's seconds per FLOP at full batch
+    # (rate, spread, units, source) and the cell's priced seconds per FLOP on each clock
+    t_train_flops: float | None = None
+    t_predict_flops: float | None = None
+    t_attack_flops: float | None = None
+    flops_forward: int | None = None
+    flops_gradient: int | None = None
+    rates: dict[str, Any] | None = None
+    seconds_per_flop_process: float | None = None
+    seconds_per_flop_wall: float | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], source: Any = "record") -> AttackRecord:
@@ -324,7 +336,7 @@ class AttackRecord(Record):
         the config, less the optional ones an older record did not have (None), so that its
         table has no column for them."""
         kept = set(self.required()) | set(MODEL_LABELS)
-        return {k: v for k, v in self.to_json().items() if k != "config" and (v is not None or k in kept)}
+        return {k: v for k, v in self.to_json().items() if k not in ("config", "rates") and (v is not None or k in kept)}
 
 
 def legacy_pixel_std(record: Mapping[str, Any]) -> float:
@@ -339,8 +351,12 @@ class Outcomes:
     """An attack cell's per-sample outcomes (reports/attacks/<attack_hash>.npz), from the
     engine's per-sample failure clock: the attack-subset position, true label, the first
     query's prediction and benign margin (true-class logit minus the best other), the
-    adversarial prediction, the failure step (-1: unknown), the duration on both clocks, the
-    event (misclassified within the budget) and the l0/l1/l2/linf norms of the returned example.
+    adversarial prediction, the failure step (-1: unknown), the compute it took part in until
+    it failed or its budget ran out (forward `queries`, input `gradients`, and `flops`), its
+    seconds on both clocks priced from that compute (`duration_<clock>`: FLOPs x the cell's
+    seconds per FLOP at full batch) and shared (`duration_<clock>_shared`: equal shares of
+    each lap, which sum to the cell's time), the event (misclassified within the budget) and
+    the l0/l1/l2/linf norms of the returned example.
     A composite's cells (engine sequence) add `broken_by`: the component that broke each
     sample ("first_query": misclassified before any ran; "": none broke it)."""
 
@@ -350,8 +366,13 @@ class Outcomes:
     margin_ben: np.ndarray
     failure_step: np.ndarray
     event: np.ndarray
+    queries: np.ndarray
+    gradients: np.ndarray
+    flops: np.ndarray
     duration_process: np.ndarray
     duration_wall: np.ndarray
+    duration_process_shared: np.ndarray
+    duration_wall_shared: np.ndarray
     position: np.ndarray | None = None
     norm_l0: np.ndarray | None = None
     norm_l1: np.ndarray | None = None
@@ -368,8 +389,13 @@ class Outcomes:
         "margin_ben",
         "failure_step",
         "event",
+        "queries",
+        "gradients",
+        "flops",
         "duration_process",
         "duration_wall",
+        "duration_process_shared",
+        "duration_wall_shared",
         "norm_l0",
         "norm_l1",
         "norm_l2",
@@ -390,14 +416,15 @@ class Outcomes:
         missing = [name for name in cls.required() if name not in arrays]
         if missing:
             raise DataError(
-                f"{source}: outcome arrays without {', '.join(missing)}, written before per-sample failure clocks; "
+                f"{source}: outcome arrays without {', '.join(missing)}, written before the compute clock; "
                 "rerun the attack stage (delete reports/attacks or rerun `dvc repro`)"
             )
         known = {f.name for f in fields(cls)}
         return cls(**{name: array for name, array in arrays.items() if name in known})
 
     def duration(self, clock: str) -> np.ndarray:
-        return getattr(self, f"duration_{clock}")
+        """Each sample's duration on `clock`: its FLOPs (compute), or its priced seconds."""
+        return self.flops.astype(float) if clock == COMPUTE else getattr(self, f"duration_{clock}")
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         return {name: getattr(self, name) for name in self.ORDER if getattr(self, name) is not None}
@@ -456,15 +483,18 @@ class Finding:
     p: float
     verdict: str
     detail: str
+    clock: str = ""  # the clock a finding about time was tested on; empty: it involves no time
 
 
 # ---------------------------------------------------------------------------------------------
 # Table columns
 
 ACCURACIES = ["acc_ben", "acc_adv"]
-CLOCKS = ("process", "wall")
+COMPUTE = "flops"  # the compute clock (FLOPs per sample); the others measure seconds
+SECONDS = ("process", "wall")
+CLOCKS = (COMPUTE, *SECONDS)
 TIMED = ("t_train", "t_predict", "t_attack")  # seconds per sample, on the configured clock and on each
-OUTCOME_COUNTS = ["n_failed", "n_misclassified_before", "n_broken", "n_survived", "n_events", "n_censored", "event_share", "median_event_step"]
+OUTCOME_COUNTS = ["n_failed", "n_misclassified_before", "n_broken", "n_survived", "n_events", "n_censored", "event_share", "median_event_step", "queries_mean"]
 HASHES = ["train_hash", "model_hash", "attack_hash"]
 # the model cell's validity probes (BenignRecord), joined to every attack cell of it by timing
 PROBES = ["grad_zero_share", "grad_nonfinite_share", "query_repeats", "query_output_change", "query_flip_share", "acc_query_sd", "acc_query_range"]
@@ -489,7 +519,11 @@ EXPERIMENTS = [
     "attack_value_standardised",
     "early_exit",
     "engine",
+    "flops_forward",
+    "flops_gradient",
     "pixel_std",
+    "seconds_per_flop_process",
+    "seconds_per_flop_wall",
     "threads",
     "degenerate",
     *PROBES,
@@ -500,7 +534,9 @@ TEXT_COLUMNS = {"id": str, "paper": str, "norm": str, "defence_param": str, "pre
 
 # survival_data.csv (timing): labels, never covariates, then the survival columns, then covariates
 SURVIVAL_LABELS = ["attack_hash", "train_hash", "model_hash", "attack_family", "defence", "dataset"]
-SURVIVAL_IDS = SURVIVAL_LABELS + ["duration", "event", "weight"]
+# each sample's compute until it failed or its budget ran out (never covariates)
+SURVIVAL_COMPUTE = ["queries", "gradients", "flops"]
+SURVIVAL_IDS = SURVIVAL_LABELS + ["duration", "event", "weight", *SURVIVAL_COMPUTE]
 
 # aggregate's tables: a model cell (MODEL_CELL) against an attack family (FAMILY)
 MODEL_CELL = ["model_hash", *MODEL_LABELS]
@@ -509,7 +545,23 @@ CELL = MODEL_CELL + FAMILY
 OVER_SEEDS = without(CELL, "model_hash", "seed")  # a cell over seeds
 UNDEFENDED_PEER = TRAINED_LABELS  # a brittle-score's undefended reference shares these
 
-TRASH = CELL + ["t_train", "t_predict", "acc_ben", "acc_adv", "t_attack", "E_T", "f_adv", "eps_max", "f_ben", "trash_adv", "trash_ben", "degenerate"]
+# TRASH on the configured clock, then on every clock (t_train_<clock>, E_T_<clock>,
+# trash_adv_<clock>: FLOPs per sample on the compute clock, seconds on the others), and the
+# decomposition of E[T] (003): E_Q, the queries to failure per sample (restricted to the
+# budget), and the latency per query, in FLOPs and in seconds on each clock
+ON_CLOCKS = [f"{q}_{clock}" for clock in CLOCKS for q in ("t_train", "E_T", "trash_adv")]
+LATENCY = ["flops_per_query", *(f"seconds_per_query_{clock}" for clock in SECONDS)]
+TRASH = (
+    CELL
+    + ["t_train", "t_predict", "acc_ben", "acc_adv", "t_attack", "E_T", "f_adv", "eps_max", "f_ben", "trash_adv", "trash_ben"]
+    + ON_CLOCKS
+    + ["E_Q", *LATENCY, "degenerate"]
+)
+DEPTH_DECOMPOSITION = (
+    ["dataset", "model", "depth", "epochs", "attack_family", "n_model_cells", "E_Q", *LATENCY]
+    + [f"E_T_{c}" for c in CLOCKS]
+    + [f"t_train_{c}" for c in CLOCKS]
+)
 TRASH_SUMMARY = OVER_SEEDS + ["n_seeds", *(f"{m}_{s}" for m in ("trash_adv", "trash_ben") for s in ("mean", "lo", "hi")), "f_ben_mean", "f_adv_mean"]
 CURVES = CELL + ["n_classes", "eps", "eps_standardised", "eps_pixel", "acc", "acc_norm"]
 EVP_TAU = CELL + ["tau", "evp"]
@@ -552,7 +604,7 @@ def robustness_columns(curve_metrics: Sequence[str]) -> list[str]:
 
 # A card per trained cell (reports/cards/<train_hash>.json), in sections
 CARD_TRAINING = TRAINED_LABELS + ["n_train"]
-CARD_TIMES = ["clock", "t_train", "t_train_process", "t_train_wall"]
+CARD_TIMES = ["clock", "t_train", "t_train_flops", "t_train_process", "t_train_wall"]
 CARD_DEFENCE = DEFENCE_LABELS
 CARD_ATTACK = [
     "attack",
@@ -570,7 +622,7 @@ CARD_ATTACK = [
     "t_attack_wall",
     "attack_hash",
 ]
-CARD_FAMILY = ["attack_family", "E_T", "trash_adv", "trash_ben", "f_adv", "f_ben"]
+CARD_FAMILY = ["attack_family", "E_T", "trash_adv", "trash_ben", "f_adv", "f_ben", "E_Q", "flops_per_query", *(f"trash_adv_{c}" for c in CLOCKS)]
 
 
 def card_robustness(curve_metrics: Sequence[str]) -> list[str]:
@@ -608,14 +660,17 @@ def report_robustness(curve_metrics: Sequence[str]) -> list[str]:
 
 # t_train, t_attack ...: seconds per sample; E_T and the per-sample durations: the survival
 # clock; TRASH and the failure rates f_adv/f_ben divide by them
-CLOCK_PREFIXES = ("t_", "E_T", "trash_", "f_adv", "f_ben", "duration")
+CLOCK_PREFIXES = ("t_", "E_T", "trash_", "f_adv", "f_ben", "duration", "seconds_per_flop", "seconds_per_query")
 MACHINE_COLUMNS = ("device", "threads")
+COMPUTE_SUFFIX = "_flops"  # t_train_flops, E_T_flops ...: the compute clock's, identical between runs
 CLOCK_SECTIONS = ("times_per_sample_seconds", "survival_and_trash")  # a card's timed parts
 CLOCK_METRICS = ("trash_", "survival_")  # metrics.json: TRASH and the survival fits on durations
 CLOCK_FINDINGS = "003"  # TRASHFIRE's claims are about times
 
 
 def is_timed(column: str) -> bool:
+    if column.endswith(COMPUTE_SUFFIX) and not column.startswith("seconds_per_"):
+        return False
     return column.startswith(CLOCK_PREFIXES) or column in MACHINE_COLUMNS
 
 

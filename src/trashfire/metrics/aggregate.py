@@ -45,11 +45,14 @@ def trash_table(experiments: pd.DataFrame, expected: pd.DataFrame, eps_max: floa
     """TRASH (003 eq. 9) per model cell and attack family: t_train / E[T | 0 < eps <= eps_max].
     E[T] is expected_times.csv's `E_T`: the selected survival model's restricted mean
     int_0^{t*} S(u | x) du per attack cell (t* the cell's budget), averaged over the cell's
-    samples, in seconds per sample like t_train; here averaged over the family's cells."""
+    samples, per sample like t_train, on the configured clock; here averaged over the
+    family's cells. Beside it, TRASH on every clock (`expected_on_clocks`) and E[T]'s
+    decomposition into queries to failure and latency per query (003's depth claim)."""
     cells = experiments.merge(expected[["attack_hash", "E_T"]], on="attack_hash", how="left")
     if eps_max is not None:
         cells = cells[cells["attack_value"] <= eps_max]
-    cells = cells.assign(f_adv=metrics.failure_rate(cells["acc_adv"], cells["t_attack"]))
+    cells = expected_on_clocks(cells.assign(f_adv=metrics.failure_rate(cells["acc_adv"], cells["t_attack"])))
+    per_clock = {f"{q}_{clock}": (f"{q}_{clock}", "first" if q == "t_train" else "mean") for clock in schema.CLOCKS for q in ("t_train", "E_T")}
     table = (
         cells.groupby(CELL, dropna=False)
         .agg(
@@ -61,13 +64,49 @@ def trash_table(experiments: pd.DataFrame, expected: pd.DataFrame, eps_max: floa
             E_T=("E_T", "mean"),
             f_adv=("f_adv", "mean"),
             eps_max=("attack_value", "max"),
+            **per_clock,
+            E_Q=("E_Q", "mean"),
+            **{column: (column, "mean") for column in schema.LATENCY},
         )
         .reset_index()
     )
     table["f_ben"] = metrics.failure_rate(table["acc_ben"], table["t_predict"])
     table["trash_adv"] = metrics.trash(table["t_train"], table["E_T"])
     table["trash_ben"] = metrics.trash_benign(table["t_train"], table["acc_ben"], table["t_predict"])
+    for clock in schema.CLOCKS:
+        table[f"trash_adv_{clock}"] = metrics.trash(table[f"t_train_{clock}"], table[f"E_T_{clock}"])
     return table[schema.without(schema.TRASH, "degenerate")]  # the aggregate flags degenerate cells after
+
+
+def expected_on_clocks(cells: pd.DataFrame) -> pd.DataFrame:
+    """Each attack cell's E[T] on every clock, from the one the survival model was fitted on
+    (`clock`): E[T] = the compute until failure x the cell's priced seconds per FLOP
+    (seconds_per_flop_<clock>: what its samples' seconds were priced at), so E_T_flops =
+    E_T / seconds_per_flop_<clock> and E_T_<other> = E_T_flops x seconds_per_flop_<other>.
+    Also E_Q, the queries to failure per sample (restricted to the budget), and the latency
+    per query: FLOPs per query, and seconds per query on each seconds clock."""
+    clock = str(cells["clock"].iloc[0]) if len(cells) else schema.COMPUTE
+    rate = {c: cells.get(f"seconds_per_flop_{c}", pd.Series(np.nan, index=cells.index)).astype(float) for c in schema.SECONDS}
+    compute = cells["E_T"] if clock == schema.COMPUTE else cells["E_T"] / rate[clock]
+    on_clocks = {f"E_T_{schema.COMPUTE}": compute} | {f"E_T_{c}": cells["E_T"] if c == clock else compute * rate[c] for c in schema.SECONDS}
+    queries = cells.get("queries_mean", pd.Series(np.nan, index=cells.index)).astype(float)
+    flops_per_query = cells.get("t_attack_flops", pd.Series(np.nan, index=cells.index)).astype(float) / queries
+    latency = {"flops_per_query": flops_per_query} | {f"seconds_per_query_{c}": flops_per_query * rate[c] for c in schema.SECONDS}
+    return cells.assign(**on_clocks, E_Q=queries, **latency)
+
+
+def depth_decomposition(trash: pd.DataFrame) -> pd.DataFrame:
+    """003's depth claim per depth: over the sound undefended model cells (seeds averaged) of
+    each data set, model, epochs and attack family, E[T] on every clock beside its two
+    factors, E[queries to failure] (what the model resists) and the latency per query (FLOPs,
+    and seconds on each clock: what each query costs)."""
+    rows = trash[(trash["defence"] == "none") & ~trash["degenerate"].astype(bool)]
+    keys = ["dataset", "model", "depth", "epochs", "attack_family"]
+    columns = ["E_Q", *schema.LATENCY, *(f"{q}_{c}" for c in schema.CLOCKS for q in ("E_T", "t_train"))]
+    if rows.empty:
+        return pd.DataFrame(columns=schema.DEPTH_DECOMPOSITION)
+    table = rows.groupby(keys, dropna=False).agg(n_model_cells=("model_hash", "nunique"), **{c: (c, "mean") for c in columns}).reset_index()
+    return table.sort_values(["dataset", "attack_family", "model", "epochs", "depth"], kind="stable")[schema.DEPTH_DECOMPOSITION]
 
 
 def trash_summary(trash: pd.DataFrame, resamples: int, seed: int) -> pd.DataFrame:
@@ -257,8 +296,11 @@ def trained_models(experiments: pd.DataFrame) -> pd.DataFrame:
 
 
 def check_findings(experiments, trash, robustness, brittle, settings: DictConfig) -> list[schema.Finding]:
-    tables = findings.Tables(trained=trained_models(experiments), robustness=robustness, trash=trash, brittle=brittle)
-    return findings.check_findings(tables, alpha=settings.alpha, resamples=settings.bootstrap, seed=settings.seed)
+    """The papers' claims; those about time on the configured clock and on every other."""
+    clock = str(experiments["clock"].iloc[0]) if "clock" in experiments and len(experiments) else schema.COMPUTE
+    tables = findings.Tables(trained=trained_models(experiments), robustness=robustness, trash=trash, brittle=brittle, clock=clock)
+    others = tuple(c for c in schema.CLOCKS if c != clock)
+    return findings.check_findings(tables, alpha=settings.alpha, resamples=settings.bootstrap, seed=settings.seed, other_clocks=others)
 
 
 def write_tables(reports: Path, tables: dict[str, pd.DataFrame]) -> None:
@@ -301,6 +343,7 @@ def aggregate_reports(cfg: DictConfig) -> dict:
         reports,
         {
             "trash.csv": trash,
+            "depth_decomposition.csv": depth_decomposition(trash),
             "trash_summary.csv": trash_summary(trash, m.trash.bootstrap, m.trash.seed),
             "robustness.csv": robustness,
             "auc_table.csv": auc_table(robustness),

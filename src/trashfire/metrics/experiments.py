@@ -1,7 +1,8 @@
 """Stage `timing`: compile the records of the current grid into tidy tables.
 
-`reports/experiments.csv`: one row per (trained cell x attack cell), per-sample times on the
-configured clock (t_train, t_predict, t_attack) and on the other (suffixed with its name), and
+`reports/experiments.csv`: one row per (trained cell x attack cell), per-sample costs on the
+configured clock (t_train, t_predict, t_attack) and on every clock (suffixed with its name:
+FLOPs on the compute clock `flops`, seconds on `process` and `wall`), and
 each cell's outcome counts (misclassified before the attack, broken by it, survived) and
 failure-clock counts (events within the budget, censored samples, event share, median step
 of a failure).
@@ -107,6 +108,7 @@ def experiment_row(record: AttackRecord | dict, outcomes: Outcomes | dict | None
         row["n_failed"] = int((outcomes.y_pred_adv != outcomes.y_true).sum())
         row |= outcome_counts(outcomes.y_true, outcomes.y_pred_ben, outcomes.y_pred_adv)
         row |= event_counts(outcomes.event, outcomes.failure_step)
+        row["queries_mean"] = float(outcomes.queries.mean())  # E[queries to failure], restricted to the budget
     row["n_classes"] = n_classes
     return row
 
@@ -117,8 +119,13 @@ def read_experiments(reports: str | Path) -> pd.DataFrame:
 
 
 def with_clock(table: pd.DataFrame, clock: str) -> pd.DataFrame:
-    """t_x on the configured clock; t_x_<clock> keeps both clocks."""
+    """t_x on the configured clock; t_x_<clock> keeps every clock (FLOPs per sample on the
+    compute clock, seconds per sample on the others). A record without the compute clock's
+    count (an imported model whose training cost is unknown) has NaN there."""
     for quantity in schema.TIMED:
+        for each in schema.CLOCKS:
+            if f"{quantity}_{each}" not in table:
+                table[f"{quantity}_{each}"] = float("nan")
         table[quantity] = table[f"{quantity}_{clock}"]
     table["clock"] = clock
     return in_order(table, schema.EXPERIMENTS)

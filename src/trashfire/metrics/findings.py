@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -41,6 +41,16 @@ class Tables:
     robustness: pd.DataFrame
     trash: pd.DataFrame
     brittle: pd.DataFrame
+    clock: str = ""  # the clock of t_train, E_T and trash_adv (schema.CLOCKS)
+
+
+def on_clock(tables: Tables, clock: str) -> Tables:
+    """`tables` with `clock`'s t_train, E_T and trash_adv (the <column>_<clock> columns) in
+    place of the configured clock's."""
+    def swap(table: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
+        return table.assign(**{c: table[f"{c}_{clock}"] if f"{c}_{clock}" in table else NAN for c in columns if c in table})
+
+    return replace(tables, trained=swap(tables.trained, ("t_train",)), trash=swap(tables.trash, ("t_train", "E_T", "trash_adv")), clock=clock)
 
 
 CLAIMS = {
@@ -51,6 +61,10 @@ CLAIMS = {
     ),
     "003_trash_above_one_fgm": ("003", "Breaking an undefended model with FGM costs less than training it: TRASH > 1."),
     "003_trash_above_one_pgd": ("003", "Breaking an undefended model with PGD costs less than training it: TRASH > 1."),
+    "003_depth_latency_not_queries": (
+        "003",
+        "Depth raises the latency per query, not the queries to failure: deeper models' longer E[T] comes from latency, not robustness.",
+    ),
     "001_adv_train_raises_evp": ("001", "Adversarial training raises EVP."),
     "001_evp_ranks_differently": ("001", "EVP ranks models differently from benign accuracy."),
     "002_brittle_negative": ("002", "The brittle-score correlates negatively with robust accuracy."),
@@ -229,6 +243,43 @@ def depth_not_proportional(tables: Tables, resamples: int, seed: int) -> Finding
     verdict = HOLDS if hi < 1 else CONTRADICTED if lo > 1 else INCONCLUSIVE
     detail = f"E[T] ~ t_train^{b:.3g} over {len(x)} models ({what}), 95% CI [{lo:.3g}, {hi:.3g}]; a slope below 1 means E[T] grows less than training time"
     return finding(id, f"{test} ({len(x)} models, {what})", len(x), b, lo, hi, NAN, verdict, detail)
+
+
+def depth_latency_not_queries(tables: Tables, resamples: int, seed: int) -> Finding:
+    """003's sentence as a decomposition: log E[T] = log E[queries to failure] + log latency
+    per query (FLOPs on the compute clock, seconds on the others); over the undefended FGM and
+    PGD cells of one depth series, the slopes of both on log depth, bootstrapped over models.
+    Holds when the latency's slope exceeds the queries' and the queries' is not above 0;
+    contradicted when the queries' exceeds the latency's."""
+    id = "003_depth_latency_not_queries"
+    latency = "flops_per_query" if tables.clock in ("", "flops") else f"seconds_per_query_{tables.clock}"
+    test = "slopes of log E[queries to failure] and of log latency per query on log depth, undefended FGM/PGD cells of one family, bootstrap over models"
+    models, what = depth_series(tables.trained)
+    if models.empty:
+        return not_testable(id, test, what)
+    keys = without(TRAINED_LABELS, "depth")
+    cells = usable(tables.trash, ["model_hash", "attack", "E_Q", latency, "defence", "depth"] + keys[2:] + ["dataset"])
+    cells = cells[(cells["defence"] == "none") & cells["attack"].isin(["fgm", "pgd"])]
+    cells = with_keys(cells).merge(with_keys(models)[keys].drop_duplicates(), on=keys)
+    per_model = cells.groupby("model_hash")[["E_Q", latency, "depth"]].mean()
+    per_model = per_model[(per_model["E_Q"] > 0) & (per_model[latency] > 0)]
+    if per_model["depth"].nunique() < 3:
+        return not_testable(id, test, f"needs FGM or PGD cells of >= 3 depths ({what}; found {per_model['depth'].nunique()}): attack=[fgm,pgd]")
+    x = np.log(per_model["depth"].to_numpy(float))
+    queries, seconds = np.log(per_model["E_Q"].to_numpy()), np.log(per_model[latency].to_numpy())
+    idx = np.random.default_rng(seed).integers(0, len(x), size=(resamples, len(x)))
+    b_q, b_l = float(slope(x, queries)), float(slope(x, seconds))
+    boot_q, boot_l = slope(x[idx], queries[idx]), slope(x[idx], seconds[idx])
+    lo, hi = np.nanpercentile(boot_q, [2.5, 97.5])
+    l_lo, l_hi = np.nanpercentile(boot_l, [2.5, 97.5])
+    d_lo, d_hi = np.nanpercentile(boot_l - boot_q, [2.5, 97.5])
+    verdict = HOLDS if d_lo > 0 and lo <= 0 else CONTRADICTED if d_hi < 0 else INCONCLUSIVE
+    unit = "FLOPs" if latency == "flops_per_query" else f"{tables.clock} seconds"
+    detail = (
+        f"over {len(x)} models ({what}): E[queries] ~ depth^{b_q:.3g} (95% CI [{lo:.3g}, {hi:.3g}]), "
+        f"{unit} per query ~ depth^{b_l:.3g} ([{l_lo:.3g}, {l_hi:.3g}]); latency minus queries [{d_lo:.3g}, {d_hi:.3g}]"
+    )
+    return finding(id, f"{test} ({len(x)} models, {what})", len(x), b_q, lo, hi, NAN, verdict, detail)
 
 
 def trash_above_one(tables: Tables, attack: str, resamples: int, seed: int) -> Finding:
@@ -430,13 +481,25 @@ def pretraining_effect(tables: Tables, resamples: int, seed: int) -> Finding:
 # Entry point and output
 
 
-def check_findings(tables: Tables, alpha: float = 0.05, resamples: int = 2000, seed: int = 0) -> list[Finding]:
-    """Every claim's finding, in the order 003, 001, 002, 004."""
-    return [
+def time_findings(tables: Tables, alpha: float, resamples: int, seed: int) -> list[Finding]:
+    """003's claims about time, on the clock of `tables`, each labelled with it."""
+    checked = [
         deeper_trains_longer(tables, alpha),
         depth_not_proportional(tables, resamples, seed),
+        depth_latency_not_queries(tables, resamples, seed),
         trash_above_one(tables, "fgm", resamples, seed),
         trash_above_one(tables, "pgd", resamples, seed),
+    ]
+    return [replace(f, clock=tables.clock) for f in checked]
+
+
+def check_findings(tables: Tables, alpha: float = 0.05, resamples: int = 2000, seed: int = 0, other_clocks: tuple[str, ...] = ()) -> list[Finding]:
+    """Every claim's finding, in the order 003, 001, 002, 004; 003's claims about time on the
+    configured clock (`tables.clock`) and then again on each of `other_clocks`, their ids
+    suffixed `@<clock>`."""
+    return [
+        *time_findings(tables, alpha, resamples, seed),
+        *(replace(f, id=f"{f.id}@{clock}") for clock in other_clocks for f in time_findings(on_clock(tables, clock), alpha, resamples, seed)),
         adv_train_raises_evp(tables, resamples, seed),
         evp_ranks_differently(tables),
         brittle_negative(tables, alpha),
@@ -458,5 +521,6 @@ def findings_metrics(findings: list[Finding]) -> dict:
     """{id: {verdict, value, lo, hi, p, n}} with NaN as None, for metrics.json."""
     return {
         f.id: {"verdict": f.verdict, "value": none_if_nan(f.value), "lo": none_if_nan(f.lo), "hi": none_if_nan(f.hi), "p": none_if_nan(f.p), "n": f.n}
+        | ({"clock": f.clock} if f.clock else {})
         for f in findings
     }

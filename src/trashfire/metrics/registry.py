@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from trashfire import metrics
-from trashfire.core.schema import Finding
+from trashfire.core.schema import CLOCKS, LATENCY, Finding
 from trashfire.metrics import findings, validity
 from trashfire.survival import epsilon
 
@@ -126,6 +126,24 @@ def eps_survival_means(eps_survival: pd.DataFrame | None) -> dict[str, dict[str,
     return means
 
 
+def trash_by_clock(trash: pd.DataFrame) -> dict[str, float]:
+    """The median TRASH over the sound cells on each clock of trash.csv."""
+    rows = sound(trash)
+    return {clock: float(rows[f"trash_adv_{clock}"].median()) for clock in CLOCKS if f"trash_adv_{clock}" in rows}
+
+
+def decomposition_by_depth(trash: pd.DataFrame) -> dict:
+    """{data set: {attack family: {depth: {E_Q, flops_per_query, seconds_per_query_<clock>}}}}
+    over the sound undefended cells."""
+    rows = sound(trash)
+    rows = rows[rows["defence"] == "none"]
+    columns = [c for c in ("E_Q", *LATENCY) if c in rows]
+    out: dict = {}
+    for (dataset, family, depth), group in rows.groupby(["dataset", "attack_family", "depth"]):
+        out.setdefault(str(dataset), {}).setdefault(str(family), {})[str(int(depth))] = {c: float(group[c].mean()) for c in columns}
+    return out
+
+
 def selected_survival(comparison: pd.DataFrame) -> pd.Series:
     """The survival model whose E[T] feeds TRASH: aft_comparison.csv's selected row."""
     return comparison[comparison["selected"].astype(str).str.lower() == "true"].iloc[0]
@@ -158,6 +176,16 @@ HEADLINE: list[Metric] = [
         "trash_adv_share_above_1",
         lambda r: float((sound(r.trash)["trash_adv"] > 1).mean()),
         "share of attack cells whose TRASH exceeds 1, i.e. where breaking the model costs less compute than training it",
+    ),
+    Metric(
+        "trash_adv_median_by_clock",
+        lambda r: trash_by_clock(r.trash),
+        "the median TRASH on every clock side by side: flops (the model's work, comparable between machines) and process and wall seconds (this machine's prices of that work)",
+    ),
+    Metric(
+        "depth_decomposition",
+        lambda r: decomposition_by_depth(r.trash),
+        "per data set, attack family and depth (undefended models): E[queries to failure] (what the model resists) beside the FLOPs and seconds per query (what each query costs); 003 says depth raises the second, not the first",
     ),
     Metric(
         "trash_ben_median",

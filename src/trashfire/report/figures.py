@@ -167,6 +167,7 @@ def read_tables(reports: Path) -> dict[str, pd.DataFrame | None]:
     tables["eps_survival_curves"] = read_table(reports, "eps_survival_curves.csv", required=False)
     tables["findings"] = read_table(reports, "findings.csv", required=False)  # runs from before findings have none
     tables["validity"] = read_table(reports, "validity.csv", required=False)  # nor from before the validity flags
+    tables["depth_decomposition"] = read_table(reports, "depth_decomposition.csv", required=False)  # nor from before the compute clock
     tables["survival"] = read_table(reports, "survival/aft_comparison.csv", stage="survival")
     tables["logrank"] = read_table(reports, "survival/logrank.csv", stage="survival", required=False)
     return tables
@@ -457,7 +458,7 @@ def trash_figure(trash: pd.DataFrame, folder: Path) -> list[Path]:
     for ax, cells, column, by, panel_colours, title in panels:
         dropped = trash_panel(ax, cells, column, by, panel_colours)
         ax.set_title(title + (f"\n({dropped} non-positive or non-finite dropped)" if dropped else ""), fontsize=10)
-    axes[0].set_ylabel("TRASH = t_train / E[T] (both s per sample)")
+    axes[0].set_ylabel("TRASH = t_train / E[T] (per sample, one clock)")
     handles = [Patch(color=c, alpha=0.5, label=d) for d, c in colours.items()]
     handles.append(Line2D([], [], color="tab:red", ls="--", label="1: as cheap to break as to train"))
     axes[2].legend(handles=handles, title="defence", loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8)
@@ -1042,6 +1043,8 @@ def run_section(metrics: dict, experiments: pd.DataFrame, degenerate: pd.DataFra
 TABLE_CAPTIONS = {
     "tau": "τ(K) is the accuracy a K-class model must keep to count as viable (Cohen's w against chance 1/K); EVP counts accuracy only while it is at least τ.",
     "trash": "one row per model cell and attack family; TRASH = t_train / E[T] as mean [95% bootstrap interval over seeds]; above 1 the attack costs less than training; f is failures per second.",
+    "trash_clocks": "median TRASH over seeds and strengths on each clock: trash_adv_flops divides training FLOPs by the FLOPs spent until failure (the model's work: the same on any machine); the process and wall columns divide seconds by seconds, this machine's prices of the same work, so only they change between machines.",
+    "depth": "per depth of the undefended models: E_Q, the queries to failure per sample (restricted to the budget: what the model resists), beside the latency per query in FLOPs and in seconds (what each query costs); E_T on each clock is roughly their product. TRASHFIRE says deeper models gain in E[T] through latency, not through queries (finding 003_depth_latency_not_queries).",
     "auc": "one row per model cell and attack family; R is the area under normalised accuracy over the eps interval (1 no loss, 0 lost at once), S = 1 − R, mean ± SD over seeds.",
     "robustness": "one row per trained seed, model cell and eps attack family; auc_R is the R of the table above for one seed; `note` says why a value is missing or only a lower bound. Per curve:",
     "brittle": "one row per model cell; a higher brittle-score means larger LIME weights per superpixel; R.I. is the % by which it is below the undefended model's; robust_acc is the accuracy under the named attack.",
@@ -1050,6 +1053,24 @@ TABLE_CAPTIONS = {
     "eps_survival": "one row per model cell and attack family with an eps grid (FGM, PGD) or a minimal perturbation (DeepFool); area is the normalised area under the share of samples still standing against eps up to eps_max (1: nobody breaks), area_lo and area_hi bound it where the grid leaves a sample's threshold between two grid points; median_eps is where half are broken (empty: more than half stand at eps_max); n_nonmonotone counts samples broken at some eps but standing at a larger one.",
     "cards": "one JSON card per trained model under reports/cards/, holding its model cells (predict-time defences) with their accuracy, attacks, TRASH, EVP and R; `degenerate` counts its cells at chance (no column: cards from before the flag).",
 }
+
+
+def trash_clocks_section(trash: pd.DataFrame) -> str:
+    """TRASH on every clock side by side: the median over seeds and strengths per data set,
+    model, defence and attack family, and the ratio of the seconds clocks to the compute clock."""
+    columns = [f"trash_adv_{c}" for c in schema.CLOCKS if f"trash_adv_{c}" in trash]
+    if trash.empty or not columns:
+        return not_computed("trash.csv has no TRASH per clock (a run from before the compute clock; rerun `dvc repro aggregate`)")
+    rows = trash[~trash["degenerate"].astype(bool)] if "degenerate" in trash else trash
+    keys = ["dataset", "model", "epochs", "defence", "defence_value", "attack_family"]
+    table = rows.groupby(keys, dropna=False)[columns].median().reset_index()
+    return html_table(drop_empty(table))
+
+
+def depth_section(decomposition: pd.DataFrame | None) -> str:
+    if decomposition is None or decomposition.empty:
+        return not_computed("depth_decomposition.csv has no rows (needs undefended models; a run from before the compute clock: rerun `dvc repro aggregate`)")
+    return html_table(drop_empty(decomposition))
 
 
 def trash_summary_section(summary: pd.DataFrame) -> str:
@@ -1178,6 +1199,14 @@ def tables_section(tables: dict, reports: Path) -> str:
         [
             folded("table-tau", "Viability threshold τ(K) (EVP paper Table I)", rows_of(t["tau_table"]), TABLE_CAPTIONS["tau"], html_table(t["tau_table"])),
             folded("table-trash", "TRASH score over seeds", rows_of(t["trash_summary"]), TABLE_CAPTIONS["trash"], trash_summary_section(t["trash_summary"])),
+            folded("table-trash-clocks", "TRASH on every clock", rows_of(t["trash"]), TABLE_CAPTIONS["trash_clocks"], trash_clocks_section(t["trash"])),
+            folded(
+                "table-depth",
+                "E[T] by depth: queries to failure and latency per query (TRASHFIRE's depth claim)",
+                rows_of(t["depth_decomposition"]),
+                TABLE_CAPTIONS["depth"],
+                depth_section(t["depth_decomposition"]),
+            ),
             folded(
                 "table-auc",
                 "Normalised robustness AUC R and sensitivity S (normalised-AUC paper, appendix tables)",

@@ -15,6 +15,7 @@ STAGE = Stage(
     outs=(
         "reports/trash.csv",
         "reports/trash_summary.csv",
+        "reports/depth_decomposition.csv",
         "reports/robustness.csv",
         "reports/auc_table.csv",
         "reports/tau_table.csv",

@@ -6,11 +6,13 @@ One row per attacked sample, weight 1, from the per-sample outcome arrays of its
 - labels, not covariates (trashfire.core.schema.SURVIVAL_LABELS): attack_hash, train_hash,
   model_hash, attack_family (schema.attack_family: an attack with one norm, e.g. pgd linf),
   defence, dataset;
-- duration: the adversary's compute spent on the sample on `timing.clock`
-  (`duration_process` or `duration_wall`), until its first misclassification or until the
-  attack's budget ran out;
+- duration: the adversary's work on the sample on `timing.clock`, until its first
+  misclassification or until the attack's budget ran out: its FLOPs (`flops`, the compute
+  clock) or its priced seconds (`process`, `wall`: its FLOPs x the cell's seconds per FLOP
+  at full batch);
 - event: 1 = misclassified within the budget (failure), 0 = right-censored;
 - weight: 1, a sample (the fitters take weights; a count is never cast to a boolean);
+- queries, gradients, flops: the compute it took part in (never covariates);
 - the covariates below.
 
 Policies (`survival.data`):
@@ -47,6 +49,8 @@ from trashfire.core.schema import Outcomes
 log = logging.getLogger("trashfire.survival.data")
 
 LABEL_COLUMNS = schema.SURVIVAL_LABELS  # the survival fitters and tests read them here too
+COMPUTE_COLUMNS = schema.SURVIVAL_COMPUTE
+NOT_COVARIATES = LABEL_COLUMNS + COMPUTE_COLUMNS  # columns beside duration, event and weight that no fit reads
 ID_COLUMNS = schema.SURVIVAL_IDS
 # covariates of a sample rather than of its cell: covariate name -> outcome array
 SAMPLE_COVARIATES = {"margin": "margin_ben"}
@@ -110,7 +114,7 @@ def survival_table(
     samples = fix_nonpositive(samples, nonpositive_durations)
     design = sample_design(cells, samples, covariates, dummies)
     labels = cells[LABEL_COLUMNS].iloc[samples["cell"].to_numpy(dtype=int)].reset_index(drop=True)
-    rows = pd.concat([labels, samples[["duration", "event", "weight"]].reset_index(drop=True), drop_degenerate(design)], axis=1)
+    rows = pd.concat([labels, samples[["duration", "event", "weight", *COMPUTE_COLUMNS]].reset_index(drop=True), drop_degenerate(design)], axis=1)
     return rows.sort_values("attack_hash", kind="stable").reset_index(drop=True)
 
 
@@ -137,13 +141,14 @@ def sample_rows(attack_hashes: pd.Series, outcomes_by_hash: Mapping[str, Mapping
                     "duration": np.asarray(arrays.duration(clock), dtype=float),
                     "event": np.asarray(arrays.event).astype(int),  # a bool array: 0/1, not a count
                     "weight": 1,
+                    **{name: np.asarray(arrays[name], dtype=np.int64) for name in COMPUTE_COLUMNS},
                     "wrong_before": np.asarray(arrays.y_pred_ben) != np.asarray(arrays.y_true),
                     **{name: np.asarray(arrays[source], dtype=float) for name, source in SAMPLE_COVARIATES.items()},
                 }
             )
         )
     if not parts:
-        return pd.DataFrame(columns=["cell", "duration", "event", "weight", "wrong_before", *SAMPLE_COVARIATES])
+        return pd.DataFrame(columns=["cell", "duration", "event", "weight", *COMPUTE_COLUMNS, "wrong_before", *SAMPLE_COVARIATES])
     return pd.concat(parts, ignore_index=True)
 
 

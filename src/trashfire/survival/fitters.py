@@ -52,7 +52,7 @@ from scipy.integrate import simpson
 from scipy.special import gammainccinv, gammaincinv, gammaln
 
 from trashfire.metrics import bic
-from trashfire.survival.data import LABEL_COLUMNS
+from trashfire.survival.data import NOT_COVARIATES
 
 DURATION, EVENT, WEIGHT = "duration", "event", "weight"
 NEWTON_FALLBACK = {"step_size": 0.1, "max_steps": 1000}  # Cox PH's "other optimiser": shorter Newton steps
@@ -274,14 +274,14 @@ def first_line(message: Any) -> str:
 
 
 def covariates_of(data: pd.DataFrame) -> pd.DataFrame:
-    """The covariates: every column but duration, event, weight and the labels."""
-    return data.drop(columns=[c for c in (DURATION, EVENT, WEIGHT, *LABEL_COLUMNS) if c in data])
+    """The covariates: every column but duration, event, weight, the labels and the compute counts."""
+    return data.drop(columns=[c for c in (DURATION, EVENT, WEIGHT, *NOT_COVARIATES) if c in data])
 
 
 def model_frame(data: pd.DataFrame) -> pd.DataFrame:
     """What lifelines fits: duration, event, weight and covariates, the labels left aside
     (lifelines takes every column of its frame for a covariate)."""
-    return data.drop(columns=[c for c in LABEL_COLUMNS if c in data])
+    return data.drop(columns=[c for c in NOT_COVARIATES if c in data])
 
 
 def sample_weights(data: pd.DataFrame) -> np.ndarray:
