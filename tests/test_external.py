@@ -138,6 +138,46 @@ def test_a_pt_checkpoint_with_t_train_from_the_config(trained, tmp_path):
     assert training.load_weights(cfg.paths.models, cell, split).net.state_dict().keys() == torch.load(trained / "checkpoints" / "mlp2.pt").keys()
 
 
+# mlp2 on 8x8 digits: Flatten, Linear(64, 512), ReLU, Linear(512, 10); 2 FLOPs per multiply-accumulate
+MLP2_FORWARD = 2 * (64 * 512 + 512 * 10)
+# a training step: the forward, both layers' weight gradients, the second layer's input gradient
+MLP2_STEP = MLP2_FORWARD + 2 * (64 * 512) + 2 * (2 * 512 * 10)
+
+
+def test_external_training_flops_from_the_config_the_log_an_estimate_or_unknown(trained, tmp_path, caplog):
+    shutil.copytree(trained / "data", tmp_path / "data")
+    checkpoint = trained / "checkpoints" / "mlp2.pt"
+    log = tmp_path / "log.json"
+    log.write_text(json.dumps({"n_train": 400, "process_seconds": 0.8, "wall_seconds": 0.4, "flops": 6.4e9}))  # the whole run's
+    cases = {
+        "config": external(checkpoint, "model.external.t_train={process:0.002,wall:0.001,flops:1.5e6}"),  # per sample
+        "log": external(checkpoint, f"model.external.train_log={log}"),
+        "estimated": external(checkpoint, T_TRAIN, "model.external.epochs=3"),
+        "unknown": external(checkpoint, T_TRAIN),
+    }
+    records, cells = {}, {}
+    for case, extra in cases.items():
+        cfg = config(tmp_path, "model=[external]", *extra)
+        (cells[case],) = training_cells(cfg)
+        with own_logging(), caplog.at_level(logging.INFO, logger="trashfire.models.training"):
+            caplog.clear()
+            (records[case],) = train.run(cfg)
+        records[case]["log"] = caplog.text
+    expected = {
+        "config": (1.5e6, "config"),
+        "log": (6.4e9 / 400, f"log:{log}"),
+        "estimated": (3.0 * MLP2_STEP, "config; flops estimated"),  # epochs x one training step per sample
+        "unknown": (None, "config"),
+    }
+    assert {case: (r["t_train_flops"], r["t_train_source"]) for case, r in records.items()} == expected
+    assert {r["t_predict_flops"] for r in records.values()} == {MLP2_FORWARD}
+    assert "training FLOPs are unknown" in records["unknown"]["log"] and "unknown" not in records["config"]["log"]
+    assert records["log"]["t_train_process"] == 0.8 / 400
+    # the supplied costs are the cell's identity; a config without FLOPs or epochs hashes as before them
+    assert len({cell.hash for cell in cells.values()}) == 4
+    assert set(cells["unknown"].spec["t_train"]) == {"process", "wall", "source", "n_train"}
+
+
 def test_new_weights_at_the_same_path_make_a_new_cell(trained, tmp_path):
     checkpoint = tmp_path / "net.pt"
     shutil.copy(trained / "checkpoints" / "mlp2.pt", checkpoint)
@@ -184,6 +224,7 @@ def project(trained, tmp_path) -> Path:
     state = torch.load(trained / "checkpoints" / "mlp2.pt")
     state["net.extra.weight"] = state.pop("net.3.weight")
     torch.save(state, tmp_path / "checkpoints" / "renamed.pt")
+    (tmp_path / "checkpoints" / "flops_log.json").write_text(json.dumps({"n_train": 10, "process_seconds": 1.0, "wall_seconds": 1.0, "flops": "many"}))
     return tmp_path
 
 
@@ -254,6 +295,27 @@ CONFIG_CASES = [
     pytest.param(
         external("checkpoints/mlp2.pt", "model.external.t_train={process:0.1}"), ("model.external.t_train", "{process: <s>, wall: <s>}"), id="t-train-one-clock"
     ),
+    pytest.param(
+        external("checkpoints/mlp2.pt", "model.external.t_train={process:0.1,wall:0.1,gflops:2}"),
+        ("model.external.t_train", "optionally flops: <FLOPs per training sample>"),
+        id="t-train-unknown-key",
+    ),
+    pytest.param(
+        external("checkpoints/mlp2.pt", "model.external.t_train={process:0.1,wall:0.1,flops:-1}"),
+        ("model.external.t_train.flops", "got -1", "finite number of FLOPs > 0"),
+        id="t-train-flops-negative",
+    ),
+    pytest.param(
+        external("checkpoints/mlp2.pt", "model.external.train_log=checkpoints/flops_log.json"),
+        ("model.external.train_log", "flops", "got 'many'", "finite number of FLOPs > 0"),
+        id="log-flops-not-a-number",
+    ),
+    pytest.param(
+        external("checkpoints/mlp2.pt", "model.external.t_train={process:0.1,wall:0.1,flops:1e6}", "model.external.epochs=3"),
+        ("model.external.epochs", "given with the training FLOPs of t_train.flops", "one of them"),
+        id="epochs-and-flops",
+    ),
+    pytest.param(external("checkpoints/mlp2.pt", T_TRAIN, "model.external.epochs=0"), ("model.external.epochs", "got 0", "integer >= 1"), id="epochs-zero"),
     pytest.param(
         external("checkpoints/mlp2.pt", "model.external.train_log=checkpoints/none.json"), ("model.external.train_log", "none.json not found"), id="missing-log"
     ),

@@ -13,6 +13,12 @@ training seconds per training sample on both clocks, or `train_log: <file>`, a J
 
     {"n_train": 60000, "process_seconds": 5123.4, "wall_seconds": 1400.2}
 
+Its training FLOPs (the compute clock, trashfire.models.flops) come from the same place when
+given there: `t_train: {..., flops: F}` per training sample, or the log's `"flops"`, the whole
+run's FLOPs (divided by its n_train, as the seconds). Otherwise `epochs: E` estimates them as E
+training steps per sample (forward and backward to the weights, measured on the module), and
+`t_train_source` ends in "; flops estimated"; otherwise they are unknown (None).
+
 Epochs and learning rate are unknown: records and tables hold null (NaN) for them.
 """
 
@@ -35,8 +41,10 @@ CHECKPOINT = "checkpoint"  # the key that makes a model option external
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".safetensors")
 TRAIN_LOG_KEYS = ("n_train", "process_seconds", "wall_seconds")
 CLOCKS = ("process", "wall")
+FLOPS = "flops"  # optional beside the clocks: t_train.flops per training sample, a log's whole run
+ESTIMATED = "; flops estimated"  # t_train_source's suffix when the FLOPs are epochs x a training step
 # keys of an external option that are not the module's: the import's and the validator's
-OWN_KEYS = ("_target_", "kwargs", CHECKPOINT, "checkpoint_sha256", "t_train", "train_log", "depth", "rules")
+OWN_KEYS = ("_target_", "kwargs", CHECKPOINT, "checkpoint_sha256", "t_train", "train_log", "epochs", "depth", "rules")
 SHOWN = 4  # keys named in an error about a checkpoint's keys
 
 
@@ -93,7 +101,10 @@ def current_sha256(key: str, spec: Any) -> str:
 
 def t_train(key: str, spec: Any) -> dict[str, Any]:
     """The supplied training cost: {process, wall} seconds per training sample, `source`
-    ("config" or "log:<path>") and `n_train` (the log's; None from the config)."""
+    ("config" or "log:<path>") and `n_train` (the log's; None from the config); `flops` per
+    training sample when supplied, or `epochs` to estimate them from (`source` then ends in
+    ESTIMATED). Neither key is there when not given, so cells of configs without them keep
+    their hash."""
     given, log_file = spec.get("t_train"), spec.get("train_log")
     allowed = "t_train: {process: <s>, wall: <s>} (training seconds per training sample on both clocks), or train_log: <a JSON file with n_train, process_seconds, wall_seconds>"
     if given is not None and log_file is not None:
@@ -101,11 +112,30 @@ def t_train(key: str, spec: Any) -> dict[str, Any]:
     if given is None and log_file is None:
         raise ConfigError(f"{key}.t_train", f"missing; trashfire did not train this model, so its training cost must be supplied: {allowed}")
     if given is not None:
-        if not hasattr(given, "keys") or sorted(given.keys()) != sorted(CLOCKS):
-            raise ConfigError(f"{key}.t_train", f"got {_plain(given)!r}; allowed: {{process: <s>, wall: <s>}}, seconds per training sample")
+        if not hasattr(given, "keys") or not set(CLOCKS) <= set(given.keys()) <= {*CLOCKS, FLOPS}:
+            raise ConfigError(
+                f"{key}.t_train",
+                f"got {_plain(given)!r}; allowed: {{process: <s>, wall: <s>}}, seconds per training sample, and optionally flops: <FLOPs per training sample>",
+            )
         per_sample = {clock: _seconds(f"{key}.t_train.{clock}", given[clock]) for clock in CLOCKS}
-        return {**per_sample, "source": "config", "n_train": None}
-    return _read_log(f"{key}.train_log", log_file)
+        supplied = {**per_sample, "source": "config", "n_train": None}
+        if given.get(FLOPS) is not None:
+            supplied[FLOPS] = _flops(f"{key}.t_train.{FLOPS}", given[FLOPS])
+    else:
+        supplied = _read_log(f"{key}.train_log", log_file)
+    return _with_epochs(key, supplied, spec.get("epochs"))
+
+
+def _with_epochs(key: str, supplied: dict[str, Any], epochs: Any) -> dict[str, Any]:
+    """`epochs`, when given, prices the training FLOPs the config or log do not give."""
+    if epochs is None:
+        return supplied
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        raise ConfigError(f"{key}.epochs", f"got {epochs!r}; must be an integer >= 1 (the training epochs, to estimate the training FLOPs)")
+    if FLOPS in supplied:
+        where = "t_train.flops" if supplied["source"] == "config" else f"the log {supplied['source'].removeprefix('log:')}"
+        raise ConfigError(f"{key}.epochs", f"given with the training FLOPs of {where}; allowed: one of them (epochs only estimates FLOPs not supplied)")
+    return {**supplied, "epochs": epochs, "source": supplied["source"] + ESTIMATED}
 
 
 def _read_log(key: str, value: Any) -> dict[str, Any]:
@@ -126,12 +156,21 @@ def _read_log(key: str, value: Any) -> dict[str, Any]:
     if isinstance(n_train, bool) or not isinstance(n_train, int) or n_train < 1:
         raise ConfigError(key, f"{value}: n_train is {n_train!r}; must be an integer >= 1")
     per_sample = {clock: _seconds(f"{key} ({value}: {clock}_seconds)", log[f"{clock}_seconds"]) / n_train for clock in CLOCKS}
-    return {**per_sample, "source": f"log:{value}", "n_train": n_train}
+    supplied = {**per_sample, "source": f"log:{value}", "n_train": n_train}
+    if log.get(FLOPS) is not None:  # optional: the whole run's FLOPs
+        supplied[FLOPS] = _flops(f"{key} ({value}: {FLOPS})", log[FLOPS]) / n_train
+    return supplied
 
 
 def _seconds(key: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise ConfigError(key, f"got {value!r}; must be a finite number of seconds > 0")
+    return float(value)
+
+
+def _flops(key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(key, f"got {value!r}; must be a finite number of FLOPs > 0")
     return float(value)
 
 

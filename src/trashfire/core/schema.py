@@ -216,6 +216,12 @@ class TrainRecord(Record):
     device: str
     pretrained_on: str | None = None  # records from before fine-tuning lack it
     pretrain_hash: str | None = None
+    # the compute clock (trashfire.models.flops), per sample like the seconds: the training
+    # run's FLOPs up to this epoch over n_train (its attack steps and a fine-tuned cell's base
+    # run included), and one forward pass; None: unknown (records from before FLOPs, an
+    # external model without them)
+    t_train_flops: float | None = None
+    t_predict_flops: float | None = None
     threads: int | None = None  # the clocks' CPU seconds and the last bits of the weights depend on it
     torch: str | None = None
     weights: str | None = None  # set when the weights are saved, just before the record

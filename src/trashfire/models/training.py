@@ -12,6 +12,7 @@ generator state), so a grid that later asks for more epochs trains on from it.
 from __future__ import annotations
 
 import io
+import json
 import logging
 import math
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ from trashfire.core.records import atomic_path, cell_file, file_sha256, remove_d
 from trashfire.core.schema import TrainRecord, cell_labels
 from trashfire.data.datasets import Split, cached_split
 from trashfire.metrics import accuracy
-from trashfire.models import build_model, resolve_device
+from trashfire.models import build_model, flops, resolve_device
 from trashfire.models.defences import adversarial_trainer, augment, is_trainer
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,18 @@ class Run:
     trainer: Any = None  # ART's AdversarialTrainer for adv_train cells
     epoch: int = 0
     train_time: Elapsed = field(default_factory=Elapsed)  # cumulative, training only
+    # cumulative FLOPs of this run's passes (PassCounter's rows x pass_flops; None: unknown,
+    # a run resumed from a state saved before FLOPs were counted)
+    train_flops: int | None = 0
+    base_flops: int | None = 0  # a fine-tuned run's base: that whole run's FLOPs (None: unknown)
+    pass_cost: dict[str, int] = field(default_factory=dict)  # FLOPs per row of each kind of pass (pass_costs)
+
+    def flops_of(self, rows: dict[str, int], split: Split, device: torch.device) -> int:
+        """The FLOPs of the passes counted, each kind priced on its first use (outside any clock)."""
+        for kind, n in rows.items():
+            if n and kind not in self.pass_cost:
+                self.pass_cost[kind] = flops.pass_flops(kind, self.model, split.x_train[:1].to(device), split.y_train[:1].to(device))
+        return flops.priced(rows, self.pass_cost)
 
     def state(self) -> dict[str, Any]:
         return {
@@ -93,6 +106,7 @@ class Run:
             "numpy": np.random.get_state(),
             "epoch": self.epoch,
             "train_time": [self.train_time.process, self.train_time.wall],
+            "train_flops": self.train_flops,
         }
 
     def restore(self, state: dict[str, Any]) -> None:
@@ -102,6 +116,9 @@ class Run:
         np.random.set_state(state["numpy"])
         self.epoch = int(state["epoch"])
         self.train_time = Elapsed(*state["train_time"])
+        self.train_flops = state.get("train_flops")  # None: saved before FLOPs were counted
+        if self.train_flops is None:
+            log.info("the run's state predates FLOP counting: its checkpoints' t_train_flops are unknown (null)")
 
 
 def start_run(cell: TrainCell, split: Split, hyper: DictConfig, device: torch.device, models: Path | None = None) -> Run:
@@ -112,16 +129,43 @@ def start_run(cell: TrainCell, split: Split, hyper: DictConfig, device: torch.de
     optimiser = torch.optim.SGD(model.parameters(), lr=cell.lr, momentum=hyper.momentum, weight_decay=hyper.weight_decay)
     np.random.seed(cell.seed)  # ART shuffles and draws its random starts with NumPy
     trainer = adversarial_trainer(cell.defence, model, optimiser, split, device) if is_trainer(cell.defence) else None
-    return Run(model, optimiser, torch.Generator().manual_seed(cell.seed), trainer)
+    return Run(model, optimiser, torch.Generator().manual_seed(cell.seed), trainer, base_flops=base_run_flops(models, cell), pass_cost=pass_costs(cell, split))
+
+
+_PASS_COSTS: dict[str, dict[str, int]] = {}
+
+
+def pass_costs(cell: TrainCell, split: Split) -> dict[str, int]:
+    """FLOPs per row of each kind of pass, shared by the runs of one architecture and input
+    shape in this process (FLOPs do not depend on the weights): measured once, not per run."""
+    key = json.dumps([cell.spec["model"], list(split.input_shape), split.n_classes], sort_keys=True, default=str)
+    return _PASS_COSTS.setdefault(key, {})
+
+
+def base_run_flops(models: Path | None, cell: TrainCell) -> int | None:
+    """A fine-tuned cell's base: its whole training run's FLOPs (its record's per-sample count
+    x its n_train, the integer count it was divided from), so that the fine-tuned cell's
+    t_train_flops includes its pretraining; 0 from scratch, None when the base's record
+    predates FLOP counting."""
+    if cell.base is None:
+        return 0
+    base = TrainRecord.read(record_path(models, cell.base.hash))
+    if base.t_train_flops is None:
+        log.info("%s's base %s has no t_train_flops (trained before FLOPs were counted): its t_train_flops are unknown", cell.dataset, cell.pretrained_on)
+        return None
+    return round(base.t_train_flops * base.n_train)
 
 
 def advance(run: Run, cell: TrainCell, split: Split, hyper: DictConfig, device: torch.device, progress: bool) -> None:
-    """Train from the run's epoch to the cell's; the time includes the train-time defence."""
+    """Train from the run's epoch to the cell's; the time and the FLOPs include the train-time
+    defence. The FLOPs are the passes through the model counted by kind (flops.PassCounter:
+    every training step's rows, adversarial training's attack steps and ART's predictions),
+    priced per row after the clocks stop."""
     run.model.train()
     schedule = cell.spec["train"].get("lr_schedule", "constant")
     horizon = cell.spec["train"].get("horizon", cell.epochs)
     loss_fn = nn.CrossEntropyLoss()
-    with Stopwatch(device) as watch:
+    with flops.PassCounter().watching(run.model) as passes, Stopwatch(device) as watch:
         for epoch in tqdm(range(run.epoch, cell.epochs), desc=f"train {cell.model} {cell.defence['name']}", disable=not progress, leave=False):
             if run.trainer is not None:  # ART's loop: the learning rate steps per epoch
                 set_lr(run.optimiser, scheduled_lr(cell.lr, schedule, epoch / horizon))
@@ -141,6 +185,8 @@ def advance(run: Run, cell: TrainCell, split: Split, hyper: DictConfig, device: 
                 run.optimiser.step()
     run.epoch = cell.epochs
     run.train_time = Elapsed(run.train_time.process + watch.elapsed.process, run.train_time.wall + watch.elapsed.wall)
+    if run.train_flops is not None:
+        run.train_flops += run.flops_of(passes.rows, split, device)
 
 
 def set_lr(optimiser: torch.optim.Optimizer, lr: float) -> None:
@@ -210,7 +256,15 @@ def checkpoint_record(run: Run, cell: TrainCell, split: Split, device: torch.dev
         device=str(device),
         threads=torch.get_num_threads(),  # the clocks' CPU seconds and the last bits of the weights depend on it
         torch=torch.__version__,
+        # FLOPs per training sample: the run's passes up to this epoch, a fine-tuned cell's base run included
+        t_train_flops=None if run.train_flops is None or run.base_flops is None else (run.train_flops + run.base_flops) / n_train,
+        t_predict_flops=float(run.flops_of({flops.FORWARD: 1}, split, device)),  # one forward, as predict runs it
     )
+
+
+def predict_flops(model: nn.Module, split: Split, device: torch.device) -> float:
+    """One forward pass per test sample, as `predict` runs it (eval mode, no predict-time defence)."""
+    return float(flops.pass_flops(flops.FORWARD, model, split.x_test[:1].to(device), split.y_test[:1].to(device)))
 
 
 def train_cell(cell: TrainCell, split: Split, cfg: DictConfig, device: torch.device, models: Path | None = None) -> tuple[nn.Module, TrainRecord]:
@@ -347,6 +401,11 @@ def import_cell(cell: TrainCell, split: Split, mspec: DictConfig, device: torch.
         )
     preds, predict_time = predict(model, split.x_test, device)
     n_test, supplied = len(split.y_test), cell.spec["t_train"]
+    t_train_flops = supplied.get(external.FLOPS)
+    if t_train_flops is None and supplied.get("epochs") is not None:  # estimated: epochs training steps per sample
+        t_train_flops = float(supplied["epochs"] * flops.pass_flops(flops.STEP, model, split.x_test[:1].to(device), split.y_test[:1].to(device)))
+    elif t_train_flops is None:
+        log.info("%s: its training FLOPs are unknown (t_train_flops null); give %s.t_train.flops, a log's flops or %s.epochs", key, key, key)
     record = TrainRecord(
         train_hash=cell.hash,
         config=cell.spec,
@@ -362,6 +421,8 @@ def import_cell(cell: TrainCell, split: Split, mspec: DictConfig, device: torch.
         threads=torch.get_num_threads(),
         torch=torch.__version__,
         t_train_source=supplied["source"],
+        t_train_flops=t_train_flops,
+        t_predict_flops=predict_flops(model, split, device),
         checkpoint=str(mspec[external.CHECKPOINT]),
         checkpoint_sha256=cell.spec["model"]["checkpoint_sha256"],
     )
