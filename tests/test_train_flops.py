@@ -184,7 +184,7 @@ def test_adversarial_training_adds_its_counted_attack_steps(tmp_path):
     assert records["adv_train"]["t_train_flops"] > 2 * records["none"]["t_train_flops"]
 
 
-def test_a_fine_tuned_cell_includes_its_base_runs_flops(tmp_path):
+def test_a_fine_tuned_cell_includes_its_base_run_on_every_clock(tmp_path):
     cfg = two_mnist_shaped_sets(tmp_path, "+train.pretrained_on.mnist=[null,fashion_mnist]")
     prepare.run(cfg)
     records = train.run(cfg)
@@ -195,3 +195,6 @@ def test_a_fine_tuned_cell_includes_its_base_runs_flops(tmp_path):
     for epochs in (1, 2):
         own = scratch[epochs]["t_train_flops"] * scratch[epochs]["n_train"]  # the same model and rows from scratch
         assert tuned[epochs]["t_train_flops"] == (base.t_train_flops * base.n_train + own) / tuned[epochs]["n_train"]
+        # and its seconds include the base run's seconds as well (the base alone costs more than nothing)
+        for clock in ("process", "wall"):
+            assert tuned[epochs][f"t_train_{clock}"] > base[f"t_train_{clock}"] * base.n_train / tuned[epochs]["n_train"]

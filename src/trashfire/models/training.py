@@ -89,6 +89,7 @@ class Run:
     # a run resumed from a state saved before FLOPs were counted)
     train_flops: int | None = 0
     base_flops: int | None = 0  # a fine-tuned run's base: that whole run's FLOPs (None: unknown)
+    base_time: Elapsed = field(default_factory=Elapsed)  # and its whole run's seconds
     pass_cost: dict[str, int] = field(default_factory=dict)  # FLOPs per row of each kind of pass (pass_costs)
 
     def flops_of(self, rows: dict[str, int], split: Split, device: torch.device) -> int:
@@ -129,7 +130,15 @@ def start_run(cell: TrainCell, split: Split, hyper: DictConfig, device: torch.de
     optimiser = torch.optim.SGD(model.parameters(), lr=cell.lr, momentum=hyper.momentum, weight_decay=hyper.weight_decay)
     np.random.seed(cell.seed)  # ART shuffles and draws its random starts with NumPy
     trainer = adversarial_trainer(cell.defence, model, optimiser, split, device) if is_trainer(cell.defence) else None
-    return Run(model, optimiser, torch.Generator().manual_seed(cell.seed), trainer, base_flops=base_run_flops(models, cell), pass_cost=pass_costs(cell, split))
+    return Run(
+        model,
+        optimiser,
+        torch.Generator().manual_seed(cell.seed),
+        trainer,
+        base_flops=base_run_flops(models, cell),
+        base_time=base_run_time(models, cell),
+        pass_cost=pass_costs(cell, split),
+    )
 
 
 _PASS_COSTS: dict[str, dict[str, int]] = {}
@@ -154,6 +163,15 @@ def base_run_flops(models: Path | None, cell: TrainCell) -> int | None:
         log.info("%s's base %s has no t_train_flops (trained before FLOPs were counted): its t_train_flops are unknown", cell.dataset, cell.pretrained_on)
         return None
     return round(base.t_train_flops * base.n_train)
+
+
+def base_run_time(models: Path | None, cell: TrainCell) -> Elapsed:
+    """A fine-tuned cell's base: its whole training run's seconds on both clocks, so that
+    t_train, like t_train_flops, is the cost of everything the model was trained on."""
+    if cell.base is None:
+        return Elapsed()
+    base = TrainRecord.read(record_path(models, cell.base.hash))
+    return Elapsed(base.t_train_process * base.n_train, base.t_train_wall * base.n_train)
 
 
 def advance(run: Run, cell: TrainCell, split: Split, hyper: DictConfig, device: torch.device, progress: bool) -> None:
@@ -248,9 +266,10 @@ def checkpoint_record(run: Run, cell: TrainCell, split: Split, device: torch.dev
         n_train=n_train,
         n_test=n_test,
         acc_ben=accuracy(split.y_test.numpy(), preds),
-        # per sample: the whole training run up to this epoch over the training-set size (eq. 7)
-        t_train_process=run.train_time.process / n_train,
-        t_train_wall=run.train_time.wall / n_train,
+        # per sample: the whole training run up to this epoch (a fine-tuned cell's base run
+        # included) over the training-set size (eq. 7)
+        t_train_process=(run.train_time.process + run.base_time.process) / n_train,
+        t_train_wall=(run.train_time.wall + run.base_time.wall) / n_train,
         t_predict_process=predict_time.process / n_test,
         t_predict_wall=predict_time.wall / n_test,
         device=str(device),
