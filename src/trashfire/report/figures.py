@@ -957,7 +957,10 @@ def metric_value(value) -> str:
 
 
 def metric_rows(name: str, value, meaning: str) -> list[tuple[str, str, str]]:
-    """A metric as (name, value, meaning) rows; a dict of tests (one per data set) gives one row each."""
+    """A metric as (name, value, meaning) rows; a dict of tests (one per data set) gives one row each,
+    an empty one a row with nothing to show (e.g. a survival run from before the metric)."""
+    if isinstance(value, dict) and not value:
+        return [(name, "—", meaning)]
     if isinstance(value, dict) and "rho" not in value:
         return [row for key, inner in value.items() for row in metric_rows(f"{name} · {key}", inner, meaning)]
     return [(name, metric_value(value), meaning)]

@@ -402,11 +402,8 @@ def km_restricted_mean(durations, events, weights, t_star: float) -> float:
 
 def km_restricted_means(data: pd.DataFrame, budgets: pd.Series) -> pd.Series:
     """Per attack cell, the Kaplan-Meier restricted mean of its samples to its budget t*."""
-    weights = F.sample_weights(data)
-    means = {
-        cell: km_restricted_mean(rows[F.DURATION], rows[F.EVENT], weights[data.index.get_indexer(rows.index)], float(budgets[cell]))
-        for cell, rows in data[[F.DURATION, F.EVENT]].groupby(data[CELL], sort=True)
-    }
+    samples = pd.DataFrame({CELL: data[CELL].to_numpy(), "t": data[F.DURATION].to_numpy(float), "e": data[F.EVENT].to_numpy(), "w": F.sample_weights(data)})
+    means = {cell: km_restricted_mean(rows["t"], rows["e"], rows["w"], float(budgets[cell])) for cell, rows in samples.groupby(CELL, sort=True)}
     return pd.Series(means, name="E_T_km").rename_axis(CELL)
 
 
