@@ -57,6 +57,7 @@ def test_one_option_and_a_list_compose_to_the_same_shape(conf_dir):
         ("survival.models.cox.t0_quantile=1.5", "survival.models.cox.t0_quantile"),
         ("survival.retries=[{tries:3}]", "survival.retries[0]"),
         ("survival.test_size=0", "survival.test_size"),
+        ("survival.km_check_tolerance=0", "survival.km_check_tolerance"),
         ("metrics.auc.eps1=0.0", "metrics.auc.eps1"),
         ("metrics.auc.units=percent", "metrics.auc.units"),
         ("metrics.evp.tau_grid=1", "metrics.evp.tau_grid"),

@@ -204,7 +204,7 @@ def test_stage_fits_scores_and_saves_all_six_models(tmp_path):
     for name in ("aft_comparison.tex", "calibration.png", "coefficients.png", "coefficients.csv", "coefficients/gengamma.png"):
         assert (out / name).is_file(), name
     latex = (out / "aft_comparison.tex").read_text()
-    assert "AIC & BIC & Concordance & Test Concordance & ICI & Test ICI & E50 & Test E50" in latex
+    assert "AIC & BIC & Concordance & Test Concordance & Within-cell Concordance & Test Within-cell Concordance & ICI & Test ICI & E50 & Test E50" in latex
     assert "Cox PH" in latex and "partial likelihood" in latex
     times = pd.read_csv(out / "expected_times.csv").set_index("attack_hash")
     assert len(times) == data["attack_hash"].nunique() and np.isfinite(times["E_T"]).all()
@@ -267,7 +267,7 @@ def test_a_fitter_that_never_converges_is_reported_and_the_others_go_on(settings
     assert "attempt 1" in rows.loc["gengamma", "note"] and "ConvergenceError" in rows.loc["gengamma", "note"]
     assert rows.loc["exponential", analysis.SCORE_COLUMNS].notna().all()
     latex = analysis.latex_table(comparison, 0.2)
-    assert "Generalised Gamma & -- & -- & -- & -- & -- & -- & -- & -- \\\\" in latex
+    assert "Generalised Gamma & -- & -- & -- & -- & -- & -- & -- & -- & -- & -- \\\\" in latex
     assert "Generalised Gamma: every fit attempt failed" in latex
 
 

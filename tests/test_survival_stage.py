@@ -9,13 +9,15 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
-from lifelines import CoxPHFitter, WeibullAFTFitter
+from lifelines import CoxPHFitter, KaplanMeierFitter, WeibullAFTFitter
 from lifelines.datasets import load_rossi
-from lifelines.utils import concordance_index
+from lifelines.utils import concordance_index, restricted_mean_survival_time
+from lifelines.utils.concordance import _concordance_summary_statistics
 from omegaconf import OmegaConf
 from scipy.special import gamma, gammainc
 
 from tests.conftest import ROOT, stage_cfg
+from trashfire.core import schema
 from trashfire.core.config import compose, validate
 from trashfire.core.errors import ConfigError, DataError
 from trashfire.metrics import aggregate as aggregation
@@ -222,6 +224,152 @@ def test_baseline_rows_and_verdicts():
     assert analysis.select(table.reset_index(), times, None, "test_concordance") == "weibull"
 
 
+# --- concordance within attack cells ------------------------------------------------------------
+
+
+def test_within_cell_concordance_by_hand():
+    """tiny_cells' comparable pairs: a 3 (1-2, 1-3, 2-3), b 2 (4-6, 4-8: 6 and 8 censored), c 3
+    (all failures, none tied); pairs across cells are never compared."""
+    cells = tiny_cells()
+    ranking = np.array([1.0, 3.0, 2.0, 5.0, 5.0, 1.0, 0.0, 2.0, 1.0])
+    counts = F.concordance_counts(cells["duration"], ranking, cells["event"], cells["weight"], cells["attack_hash"])
+    # a: 1 < 3 and 1 < 2 right, 3 > 2 wrong; b: 5 = 5 tied, 5 > 1 wrong; c: 0 < 1 < 2 all right
+    assert counts.to_dict("index") == {"a": {"concordant": 2.0, "pairs": 3.0}, "b": {"concordant": 0.5, "pairs": 2.0}, "c": {"concordant": 3.0, "pairs": 3.0}}
+    assert F.stratified_concordance(cells, ranking, cells["attack_hash"]) == 5.5 / 8
+    row = analysis.within_cell_scores([], "test_", cells.assign(attack_family=["x"] * 6 + ["y"] * 3), lambda part: ranking)
+    assert row == {"test_concordance_within": 5.5 / 8, "test_pairs_within": 8.0, "test_concordance_within[x]": 2.5 / 5, "test_concordance_within[y]": 1.0}
+
+
+def test_within_cell_concordance_treats_tied_times_as_lifelines_does():
+    """Two failures at one time are not a pair; a failure and a censoring at one time are (the
+    censored sample outlived it); tied rankings count 0.5."""
+    durations, events = np.array([1.0, 1.0, 1.0, 2.0]), np.array([1, 1, 0, 1])
+    for ranking in ([1.0, 2.0, 3.0, 4.0], [2.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0]):
+        counts = F.concordance_counts(durations, ranking, events, np.ones(4), np.zeros(4))
+        assert counts["pairs"].sum() == 4  # each failure at 1 against the censoring at 1 and the failure at 2
+        assert counts["concordant"].sum() / 4 == pytest.approx(concordance_index(durations, ranking, events))
+
+
+def test_within_cell_concordance_on_one_cell_is_lifelines_and_cells_pool_by_pairs():
+    """On one stratum: lifelines' concordance_index over samples (weighted rows repeated), with
+    tied times and rankings; over many: each cell's lifelines counts, summed."""
+    rng = np.random.default_rng(3)
+    cells = []
+    for cell in range(30):
+        n = int(rng.integers(1, 25))
+        durations, ranking = rng.integers(1, 6, n).astype(float), rng.integers(0, 4, n).astype(float)
+        events, weights = rng.integers(0, 2, n), rng.integers(1, 4, n)
+        repeated = [np.repeat(a, weights) for a in (durations, ranking, events)]
+        counts = F.concordance_counts(durations, ranking, events, weights, np.zeros(n))
+        correct, tied, pairs = _concordance_summary_statistics(repeated[0], repeated[1], repeated[2].astype(bool))
+        assert counts["pairs"].sum() == pairs and counts["concordant"].sum() == correct + tied / 2
+        if pairs:
+            assert counts["concordant"].sum() / pairs == pytest.approx(concordance_index(*repeated))
+        cells.append(pd.DataFrame({"attack_hash": f"c{cell}", "duration": durations, "event": events, "weight": weights, "r": ranking, "pairs": pairs}))
+        cells[-1]["concordant"] = correct + tied / 2
+    data = pd.concat(cells, ignore_index=True)
+    per_cell = data.groupby("attack_hash")[["concordant", "pairs"]].first()
+    expected = per_cell["concordant"].sum() / per_cell["pairs"].sum()
+    assert F.stratified_concordance(data, data["r"].to_numpy(), data["attack_hash"]) == pytest.approx(expected, rel=1e-12)
+    # weighted rows count as their samples
+    assert F.stratified_concordance(F.per_sample(data), F.per_sample(data)["r"].to_numpy(), F.per_sample(data)["attack_hash"]) == pytest.approx(
+        expected, rel=1e-12
+    )
+
+
+def test_the_baselines_are_exactly_one_half_within_attack_cells():
+    train, test = analysis.split_groups(per_sample_data(), "train_hash", 0.2, 0)
+    rows = pd.DataFrame(analysis.baseline_rows(train, test)).set_index("fitter")
+    within = rows[[c for c in rows if "concordance_within" in c]]
+    assert within.shape[1] == 2 + 2 * len(FAMILIES) and (within == 0.5).all().all()
+    assert (rows[["concordance", "test_concordance"]] != 0.5).all().all()  # pooled, they rank the cells
+    assert (rows[["pairs_within", "test_pairs_within"]] > 0).all().all()
+
+
+def test_the_true_duration_order_is_one_within_cells_however_the_cells_are_ranked():
+    data = per_sample_data()
+    row = analysis.within_cell_scores([], "", data, lambda part: part["duration"].to_numpy())
+    assert row["concordance_within"] == 1.0 and all(row[f"concordance_within[{family}]"] == 1.0 for family in FAMILIES)
+    # the order within each cell kept, the cells ranked against their true costs: pooled C falls, within C does not
+    cell_rank = data.groupby("attack_hash")["duration"].transform("mean").rank(method="dense")
+    upside_down = data["duration"].rank(pct=True) - 10.0 * cell_rank
+    assert analysis.within_cell_scores([], "", data, lambda part: upside_down.to_numpy())["concordance_within"] == 1.0
+    assert F.ranking_concordance(data, upside_down.to_numpy()) < 0.5
+
+
+def test_a_within_cell_score_without_pairs_is_nan_with_a_note():
+    cells = tiny_cells().assign(event=0)
+    notes = []
+    row = analysis.within_cell_scores(notes, "", cells, lambda part: np.arange(len(part), dtype=float))
+    assert math.isnan(row["concordance_within"]) and notes == ["concordance_within: no comparable pair within an attack cell"]
+
+
+# --- E[T] against Kaplan-Meier -------------------------------------------------------------------
+
+
+def test_kaplan_meier_restricted_mean_is_lifelines():
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        n = int(rng.integers(2, 40))
+        durations, events, weights = rng.integers(1, 8, n).astype(float) / 4, rng.integers(0, 2, n), rng.integers(1, 4, n)
+        for t_star in (durations.min() / 2, np.median(durations), durations.max(), 0.3 + durations.max() / 3):
+            km = KaplanMeierFitter().fit(durations, events, weights=weights)
+            assert analysis.km_restricted_mean(durations, events, weights, t_star) == pytest.approx(restricted_mean_survival_time(km, t=t_star), rel=1e-10)
+
+
+def true_restricted_means(data: pd.DataFrame, budgets: pd.Series) -> pd.Series:
+    """per_sample_data's generating Weibull (shape 1.5, frailty 0): each sample's restricted mean
+    int_0^{t*} S du = scale Gamma(1 + 1/k) P(1/k, (t*/scale)^k), averaged over its cell."""
+    log_scale = (
+        -6
+        + 0.15 * data["epochs"]
+        + 0.02 * data["depth"]
+        - data["attack_strength"]
+        + 0.3 * data["margin"]
+        + 0.5 * data["defence_fsq"]
+        + 0.8 * data["attack_pgd_inf"]
+    )
+    scale, shape, t_star = np.exp(log_scale), 1.5, data["attack_hash"].map(budgets)
+    per_sample = scale * gamma(1 + 1 / shape) * gammainc(1 / shape, (t_star / scale) ** shape)
+    return per_sample.groupby(data["attack_hash"]).mean()
+
+
+def test_km_check_flags_a_wrong_expected_time_and_not_the_right_one():
+    data = per_sample_data(n_models=3, cells_per_model=3, samples=600)
+    budgets = analysis.cell_budgets(data)
+    km = analysis.km_restricted_means(data, budgets)
+    right = true_restricted_means(data, budgets)
+    check = analysis.km_check_table(data, right, budgets, km, 0.25)
+    assert list(check.columns) == schema.KM_CHECK and len(check) == 9 and not check["flagged"].any()
+    assert check["log_ratio"].abs().max() < 0.1  # 600 samples a cell: Kaplan-Meier is close to the truth
+    assert check.set_index("attack_hash")["n"].eq(600).all() and (check["events"] == check["attack_hash"].map(data.groupby("attack_hash")["event"].sum())).all()
+    wrong = right * np.where(right.index == right.index[0], 1.5, np.where(right.index == right.index[1], 0.7, 1.0))
+    check = analysis.km_check_table(data, wrong, budgets, km, 0.25).set_index("attack_hash")
+    assert check.index[check["flagged"]].tolist() == list(right.index[:2])
+    assert analysis.km_check_table(data, wrong, budgets, km, 0.6)["flagged"].sum() == 0  # the tolerance decides
+    summary = analysis.km_summary(check.reset_index())
+    assert summary["km_share_flagged"] == pytest.approx(2 / 9)
+    worst = analysis.worst_cells(summary["km_worst_cells"])
+    assert len(worst) == analysis.KM_WORST and list(worst)[:2] == [
+        analysis.cell_label(check.reset_index().iloc[0]),
+        analysis.cell_label(check.reset_index().iloc[1]),
+    ]
+    assert list(worst.values())[0] == pytest.approx(check["ratio"].iloc[0], rel=1e-3)
+    lines = analysis.km_sentences(check.reset_index(), "Weibull")
+    assert lines[0].startswith("Weibull's E[T] is within 25% of the Kaplan-Meier restricted mean") and "2 cell(s) flagged" in lines[1]
+
+
+def test_an_infinite_expected_time_is_flagged():
+    data = tiny_cells().assign(attack_family="pgd_inf", defence="none", dataset="digits")
+    budgets = analysis.cell_budgets(data)
+    km = analysis.km_restricted_means(data, budgets)
+    check = analysis.km_check_table(data, pd.Series({"a": np.inf, "b": np.nan, "c": km["c"]}), budgets, km, 0.25)
+    assert check["flagged"].tolist() == [True, True, False]
+    # by hand: a fails at 1 and 2, censored at t* = 3: S = 1, 2/3, 1/3 on [0, 1), [1, 2), [2, 3);
+    # c fails at 0.5, 1 and 1.5 = t*: S = 1, 2/3, 1/3 on [0, 0.5), [0.5, 1), [1, 1.5)
+    assert km["a"] == pytest.approx(1 + 2 / 3 + 1 / 3) and km["c"] == pytest.approx(0.5 + 2 / 3 * 0.5 + 1 / 3 * 0.5)
+
+
 # --- E[T] -------------------------------------------------------------------------------------
 
 
@@ -331,6 +479,34 @@ def test_stage_on_per_sample_data(tmp_path):
     assert headline["survival_runtime_baseline_test_concordance"] == pytest.approx(table.loc["runtime_baseline", "test_concordance"])
     sentences = report_figures.baseline_sentences(pd.read_csv(out / "aft_comparison.csv"))
     assert len(sentences) == 6 and all("both baselines on test concordance" in s for s in sentences)
+
+    # within attack cells: every row on both halves, overall and per family; the baselines 0.5
+    within = ["concordance_within", "test_concordance_within", *(f"{p}concordance_within[{f}]" for p in ("", "test_") for f in FAMILIES)]
+    assert table[within].notna().all().all() and (table.loc[list(analysis.BASELINES), within] == 0.5).all().all()
+    assert (table.loc[fitted.index, "test_concordance_within"] > 0.6).all()  # the margin orders a cell's samples
+    long = pd.read_csv(out / "concordance_within.csv")
+    assert list(long.columns) == schema.CONCORDANCE_WITHIN and len(long) == len(table) * (1 + len(FAMILIES))
+    weibull = long[long["fitter"] == "weibull"].set_index("attack_family")
+    assert weibull.loc["all", "test_concordance_within"] == table.loc["weibull", "test_concordance_within"]
+    assert weibull.loc["pgd_inf", "concordance_within"] == table.loc["weibull", "concordance_within[pgd_inf]"]
+    # E[T] against Kaplan-Meier: the selected model's cells, and every AFT model's summary in Table I
+    check = pd.read_csv(out / "km_check.csv")
+    assert list(check.columns) == schema.KM_CHECK and set(check["attack_hash"]) == set(data["attack_hash"])
+    assert check["E_T"].tolist() == pytest.approx(times.set_index("attack_hash").loc[check["attack_hash"], "E_T"].tolist())
+    assert (check["tolerance"] == 0.25).all() and check["flagged"].eq((check["ratio"] - 1).abs() > 0.25).all()
+    aft = table[table["aft"] & (table["status"] == "fitted")]
+    assert aft[["km_median_abs_log_ratio", "km_share_flagged", "km_worst_cells"]].notna().all().all()
+    assert table.loc[["cox", *analysis.BASELINES], ["km_median_abs_log_ratio", "km_share_flagged"]].isna().all().all()
+    assert table.loc[selected, "km_share_flagged"] == pytest.approx(check["flagged"].mean())
+    assert table.loc[selected, "km_median_abs_log_ratio"] == pytest.approx(check["log_ratio"].abs().median())
+    assert headline["survival_test_concordance_within"] == table.loc[selected, "test_concordance_within"]
+    assert set(headline["survival_test_concordance_within_by_family"]) == set(FAMILIES)
+    assert headline["survival_km_share_flagged"] == pytest.approx(check["flagged"].mean())
+    assert len(headline["survival_km_worst_cells"]) == analysis.KM_WORST
+    markup = report_figures.survival_tables(
+        pd.read_csv(out / "aft_comparison.csv"), None, pd.read_csv(out / "concordance_within.csv"), pd.read_csv(out / "km_check.csv")
+    )
+    assert 'id="table-concordance-within"' in markup and 'id="table-km-check"' in markup and "E[T] is within 25% of the Kaplan-Meier" in markup
 
 
 def test_stage_splits_by_the_configured_group(tmp_path):

@@ -701,6 +701,7 @@ def _validate_survival(survival: DictConfig) -> None:
     _number("survival.test_size", survival.get("test_size"), low=0, high=1, open_low=True, open_high=True)
     _integer("survival.seed", survival.get("seed"), low=0)
     _number("survival.t0_quantile", survival.get("t0_quantile"), low=0, high=1, open_low=True, open_high=True)
+    _number("survival.km_check_tolerance", survival.get("km_check_tolerance"), low=0, open_low=True)
 
 
 def _validate_survival_model(key: str, spec: Any) -> None:

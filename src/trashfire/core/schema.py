@@ -608,6 +608,13 @@ def robustness_columns(curve_metrics: Sequence[str]) -> list[str]:
     return CELL + ["n_classes", "acc_ben", "tau", *curve_metrics, *AUC, *GUARDS]
 
 
+# the survival stage's checks of what the model adds: the within-attack-cell concordance per
+# fitter (and baseline) and attack family (`all`: every family), and per attack cell the
+# selected model's E[T] against the Kaplan-Meier restricted mean to the same budget t*
+CONCORDANCE_WITHIN = ["fitter", "model", "status", "attack_family", "concordance_within", "test_concordance_within"]
+KM_CHECK = ["attack_hash", "attack_family", "defence", "dataset", "n", "events", "t_star", "E_T", "E_T_km", "ratio", "log_ratio", "flagged", "tolerance"]
+
+
 # A card per trained cell (reports/cards/<train_hash>.json), in sections
 CARD_TRAINING = TRAINED_LABELS + ["n_train"]
 CARD_TIMES = ["clock", "t_train", "t_train_flops", "t_train_process", "t_train_wall"]

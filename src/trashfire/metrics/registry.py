@@ -41,6 +41,7 @@ import pandas as pd
 from trashfire import metrics
 from trashfire.core.schema import CLOCKS, LATENCY, Finding
 from trashfire.metrics import findings, validity
+from trashfire.survival import analysis as survival_analysis
 from trashfire.survival import epsilon
 
 SECTIONS = ("headline", "run", "findings", "validity")
@@ -151,6 +152,26 @@ def selected_survival(comparison: pd.DataFrame) -> pd.Series:
 
 def baseline_concordance(comparison: pd.DataFrame, baseline: str) -> float:
     return float(comparison.set_index("fitter")["test_concordance"].get(baseline, np.nan))
+
+
+def selected_score(comparison: pd.DataFrame, column: str) -> float:
+    """A score of the selected survival model; NaN where Table I has no such column (a run from
+    before it)."""
+    value = selected_survival(comparison).get(column)
+    return float(value) if value is not None else float("nan")
+
+
+def within_by_family(comparison: pd.DataFrame) -> dict[str, float]:
+    """The selected model's test concordance within attack cells, per attack family."""
+    row = selected_survival(comparison)
+    prefix = "test_concordance_within["
+    return {str(c)[len(prefix) : -1]: float(row[c]) for c in comparison if str(c).startswith(prefix)}
+
+
+def km_worst_cells(comparison: pd.DataFrame) -> dict[str, float]:
+    """The attack cells whose selected-model E[T] is furthest from their Kaplan-Meier restricted
+    mean: {cell (family, defence, data set): E[T] / KM}."""
+    return survival_analysis.worst_cells(selected_survival(comparison).get("km_worst_cells"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -266,6 +287,31 @@ HEADLINE: list[Metric] = [
         "survival_failure_share_baseline_test_concordance",
         lambda r: baseline_concordance(r.comparison, "failure_share_baseline"),
         "held-out concordance of ranking samples by their attack cell's failure share alone",
+    ),
+    Metric(
+        "survival_test_concordance_within",
+        lambda r: selected_score(r.comparison, "test_concordance_within"),
+        "the same ranking with only samples of one attack cell compared (pooled over cells): whether the model knows which samples of an attack fail first, not only which attacks are costly; the baselines are 0.5 here",
+    ),
+    Metric(
+        "survival_test_concordance_within_by_family",
+        lambda r: within_by_family(r.comparison),
+        "that within-cell concordance per attack family",
+    ),
+    Metric(
+        "survival_km_median_abs_log_ratio",
+        lambda r: selected_score(r.comparison, "km_median_abs_log_ratio"),
+        "median over attack cells of |log(E[T] / Kaplan-Meier restricted mean)| to the same budget: 0 means the model's E[T] matches the model-free estimate",
+    ),
+    Metric(
+        "survival_km_share_flagged",
+        lambda r: selected_score(r.comparison, "km_share_flagged"),
+        "share of attack cells whose E[T] is off the Kaplan-Meier restricted mean by more than survival.km_check_tolerance (km_check.csv)",
+    ),
+    Metric(
+        "survival_km_worst_cells",
+        lambda r: km_worst_cells(r.comparison),
+        "the attack cells furthest off, with E[T] / Kaplan-Meier restricted mean",
     ),
     Metric(
         "survival_split_by",

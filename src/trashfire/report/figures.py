@@ -45,6 +45,7 @@ from trashfire.core.errors import DataError
 from trashfire.core.records import atomic_path
 from trashfire.metrics import registry, validity
 from trashfire.metrics.experiments import read_experiments
+from trashfire.survival import analysis as survival_analysis
 from trashfire.survival import epsilon
 
 log = logging.getLogger(__name__)
@@ -170,6 +171,9 @@ def read_tables(reports: Path) -> dict[str, pd.DataFrame | None]:
     tables["depth_decomposition"] = read_table(reports, "depth_decomposition.csv", required=False)  # nor from before the compute clock
     tables["survival"] = read_table(reports, "survival/aft_comparison.csv", stage="survival")
     tables["logrank"] = read_table(reports, "survival/logrank.csv", stage="survival", required=False)
+    # survival runs from before the within-cell concordance and the Kaplan-Meier check have neither
+    tables["concordance_within"] = read_table(reports, "survival/concordance_within.csv", stage="survival", required=False)
+    tables["km_check"] = read_table(reports, "survival/km_check.csv", stage="survival", required=False)
     return tables
 
 
@@ -954,7 +958,10 @@ def metric_value(value) -> str:
 
 
 def metric_rows(name: str, value, meaning: str) -> list[tuple[str, str, str]]:
-    """A metric as (name, value, meaning) rows; a dict of tests (one per data set) gives one row each."""
+    """A metric as (name, value, meaning) rows; a dict of tests (one per data set) gives one row each,
+    an empty one a row with nothing to show (e.g. a survival run from before the metric)."""
+    if isinstance(value, dict) and not value:
+        return [(name, "—", meaning)]
     if isinstance(value, dict) and "rho" not in value:
         return [row for key, inner in value.items() for row in metric_rows(f"{name} · {key}", inner, meaning)]
     return [(name, metric_value(value), meaning)]
@@ -1050,6 +1057,8 @@ TABLE_CAPTIONS = {
     "brittle": "one row per model cell; a higher brittle-score means larger LIME weights per superpixel; R.I. is the % by which it is below the undefended model's; robust_acc is the accuracy under the named attack.",
     "survival": "one row per survival model and the two baselines; lower AIC/BIC fit better; concordance 0.5 is a coin toss, 1 perfect; ICI and E50 are calibration errors (lower is better); `selected` feeds E[T] into TRASH.",
     "logrank": "each defence against none within an attack family; a small p means the two survival curves differ.",
+    "concordance_within": "held-out (test) concordance with only samples of one attack cell compared, pooled over cells by their comparable pairs, over every attack family (all) and per family: whether a model knows which samples of one attack fail first, beyond which attacks are costly; the baselines give every sample of a cell one score, 0.5 here by construction. Training values are in survival/concordance_within.csv.",
+    "km_check": "one row per attack cell, furthest off first: E_T is the selected model's restricted mean to the cell's budget t_star (what TRASH uses), E_T_km the Kaplan-Meier restricted mean of the cell's samples to the same t_star, with no model; flagged where their ratio is off 1 by more than the tolerance (survival.km_check_tolerance). Flagged cells are misfitted by the model: compare its dashed curve with the Kaplan-Meier one, try another fitter (survival.chosen; Table I's km_ columns compare them), or read E_T_km for those cells.",
     "eps_survival": "one row per model cell and attack family with an eps grid (FGM, PGD) or a minimal perturbation (DeepFool); area is the normalised area under the share of samples still standing against eps up to eps_max (1: nobody breaks), area_lo and area_hi bound it where the grid leaves a sample's threshold between two grid points; median_eps is where half are broken (empty: more than half stand at eps_max); n_nonmonotone counts samples broken at some eps but standing at a larger one.",
     "cards": "one JSON card per trained model under reports/cards/, holding its model cells (predict-time defences) with their accuracy, attacks, TRASH, EVP and R; `degenerate` counts its cells at chance (no column: cards from before the flag).",
 }
@@ -1174,14 +1183,39 @@ def rows_of(table: pd.DataFrame | None) -> int:
     return 0 if table is None else len(table)
 
 
-def survival_tables(comparison: pd.DataFrame, logrank: pd.DataFrame | None) -> str:
+def survival_tables(comparison: pd.DataFrame, logrank: pd.DataFrame | None, within: pd.DataFrame | None = None, km_check: pd.DataFrame | None = None) -> str:
     """Table I folded, after one plain sentence per fitted model on whether it beats both
-    baselines on test concordance (visible: it says whether E[T] is worth anything); then
+    baselines on test concordance (visible: it says whether E[T] is worth anything); the
+    within-cell concordance; the Kaplan-Meier check of E[T], its summary in plain words; then
     the log-rank tests of each defence against none."""
     sentences = "".join(f"<li>{html.escape(line)}</li>" for line in baseline_sentences(comparison))
+    per_family = [c for c in comparison if "[" in str(c)] + [c for c in ("km_worst_cells",) if c in comparison]  # in the tables below
     markup = f'<h3>Survival models against the two baselines</h3><ul class="compact">{sentences}</ul>' + folded(
-        "table-survival", "Survival model comparison (TRASHFIRE Table I)", len(comparison), TABLE_CAPTIONS["survival"], html_table(drop_empty(comparison))
+        "table-survival",
+        "Survival model comparison (TRASHFIRE Table I)",
+        len(comparison),
+        TABLE_CAPTIONS["survival"],
+        html_table(drop_empty(comparison.drop(columns=per_family))),
     )
+    if within is not None and not within.empty:
+        shown = within.pivot(index="model", columns="attack_family", values="test_concordance_within")
+        families = ["all"] + sorted(c for c in shown.columns if c != "all")
+        shown = shown.reindex(index=list(dict.fromkeys(within["model"])), columns=[c for c in families if c in shown.columns])
+        markup += folded(
+            "table-concordance-within",
+            "Test concordance within attack cells, per attack family",
+            len(shown),
+            TABLE_CAPTIONS["concordance_within"],
+            html_table(shown.rename_axis(None, axis=1).reset_index()),
+        )
+    if km_check is not None and not km_check.empty:
+        model = comparison.loc[comparison["selected"].astype(str).str.lower() == "true", "model"] if "selected" in comparison else pd.Series(dtype=str)
+        lines = survival_analysis.km_sentences(km_check, str(model.iloc[0]) if len(model) else "the selected model")
+        worst = km_check.assign(off=km_check["log_ratio"].abs().fillna(np.inf)).sort_values("off", ascending=False, kind="stable").drop(columns="off")
+        markup += f'<h3>E[T] against Kaplan-Meier</h3><ul class="compact">{"".join(f"<li>{html.escape(line)}</li>" for line in lines)}</ul>'
+        markup += folded(
+            "table-km-check", "E[T] against the Kaplan-Meier restricted mean per attack cell", len(worst), TABLE_CAPTIONS["km_check"], html_table(worst)
+        )
     if logrank is not None and not logrank.empty:
         markup += folded(
             "table-logrank",
@@ -1229,7 +1263,7 @@ def tables_section(tables: dict, reports: Path) -> str:
                 TABLE_CAPTIONS["eps_survival"],
                 eps_survival_section(t["eps_survival"]),
             ),
-            survival_tables(t["survival"], t["logrank"]),
+            survival_tables(t["survival"], t["logrank"], t.get("concordance_within"), t.get("km_check")),
             folded("table-cards", "Model cards", len(card_paths(reports)), TABLE_CAPTIONS["cards"], cards_section(reports)),
         ]
     )

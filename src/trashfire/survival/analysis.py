@@ -45,6 +45,7 @@ from lifelines import KaplanMeierFitter
 from lifelines.statistics import logrank_test
 from omegaconf import DictConfig
 
+from trashfire.core import schema
 from trashfire.core.errors import ConfigError, DataError
 from trashfire.core.parallel import resolve_workers, results_as_completed
 from trashfire.core.records import atomic_path
@@ -55,7 +56,28 @@ from trashfire.survival.figures import calibration_grid, coefficient_figure, fin
 log = logging.getLogger(__name__)
 
 HIGHER_IS_BETTER = ("test_concordance", "concordance")  # the other select_by scores are errors
-SCORE_COLUMNS = ["log_likelihood", "k", "n", "n_events", "AIC", "BIC", "concordance", "test_concordance", "t0", "ICI", "test_ICI", "E50", "test_E50"]
+SCORE_COLUMNS = [
+    "log_likelihood",
+    "k",
+    "n",
+    "n_events",
+    "AIC",
+    "BIC",
+    "concordance",
+    "test_concordance",
+    "concordance_within",
+    "test_concordance_within",
+    "t0",
+    "ICI",
+    "test_ICI",
+    "E50",
+    "test_E50",
+]
+WITHIN_PAIRS = ["pairs_within", "test_pairs_within"]  # comparable pairs within attack cells, per part
+KM_COLUMNS = ["km_median_abs_log_ratio", "km_share_flagged", "km_worst_cells"]  # per AFT fitter: its E[T] against Kaplan-Meier
+FAMILY = "attack_family"
+ALL_FAMILIES = "all"  # concordance_within.csv's row over every attack family
+KM_WORST = 5  # cells listed as the worst of the Kaplan-Meier check
 COX_NOTE = "AIC and BIC from the partial likelihood: comparable among Cox fits only"
 CELL = "attack_hash"
 REFERENCE_DEFENCE = "none"
@@ -134,7 +156,7 @@ def compare(train: pd.DataFrame, test: pd.DataFrame, settings: Any, axes: dict |
         rows[name] |= score(fit, train, test, calibration_time(train, quantile), (axes or {}).get(name, (None, None)))
     ordered = [rows[name] for name in settings.fitters] + baseline_rows(train, test)
     comparison = pd.DataFrame(ordered).assign(split_by=settings.split_by)
-    return with_baseline_verdict(comparison).reindex(columns=table_columns(ordered)), {name: fits[name] for name in settings.fitters if name in fits}
+    return with_baseline_verdict(comparison).reindex(columns=table_columns(comparison.columns)), {name: fits[name] for name in settings.fitters if name in fits}
 
 
 def fit_with_robust_se(name: str, spec: Any, train: pd.DataFrame, retries: list) -> F.Fit | F.FitFailed:
@@ -147,9 +169,14 @@ def fit_with_robust_se(name: str, spec: Any, train: pd.DataFrame, retries: list)
     return fit
 
 
-def table_columns(rows: list[dict]) -> list[str]:
+def table_columns(columns) -> list[str]:
+    """Table I's order: the scores, then the within-cell pairs and the per-family within-cell
+    concordance (train, then test), the Kaplan-Meier check, anything else, the note."""
     leading = ["fitter", "model", "status", "aft"] + SCORE_COLUMNS + ["beats_baselines", "split_by", "penalizer", "optimiser", "attempts"]
-    return leading + sorted({k for row in rows for k in row} - set(leading) - {"note"}) + ["note"]
+    per_family = [c for prefix in ("", "test_") for c in sorted(columns) if c.startswith(f"{prefix}concordance_within[")]
+    middle = WITHIN_PAIRS + per_family + KM_COLUMNS
+    placed = set(leading) | set(middle) | {"note"}
+    return leading + [c for c in middle if c in set(columns)] + sorted(set(columns) - placed) + ["note"]
 
 
 def attach_robust_se(fit: F.Fit, train: pd.DataFrame, by: str) -> None:
@@ -177,10 +204,50 @@ def score(fit: F.Fit, train: pd.DataFrame, test: pd.DataFrame, t0: float, axes: 
     notes = list(fit.warnings) + ([COX_NOTE] if fit.is_cox else [])
     for prefix, part, ax in (("", train, axes[0]), ("test_", test, axes[1])):
         row[f"{prefix}concordance"] = _guarded(notes, f"{prefix}concordance", F.concordance, fit, part)
+        row |= within_cell_scores(notes, prefix, part, lambda p: F.survival_ranking(fit, F.covariates_of(p)))
         ici_e50 = _guarded(notes, f"{prefix}ICI/E50", F.calibration, fit, part, t0, ax)
         row[f"{prefix}ICI"], row[f"{prefix}E50"] = ici_e50 if isinstance(ici_e50, tuple) else (math.nan, math.nan)
     row["note"] = "; ".join(notes)
     return row
+
+
+def within_cell_scores(notes: list[str], prefix: str, part: pd.DataFrame, ranking_of) -> dict[str, float]:
+    """Table I's within-cell concordance of one part (`prefix` "" for train, "test_"): Harrell's
+    C with only the pairs within one attack cell compared, pooled over the cells by their
+    pairs, overall (`concordance_within`, with its `pairs_within`) and per attack family
+    (`concordance_within[<family>]`). `ranking_of(part)` ranks the rows (higher = longer
+    survival). A ranking that is constant within each cell (the baselines) scores 0.5."""
+    key = f"{prefix}concordance_within"
+    try:
+        counts = F.concordance_counts(part[F.DURATION], ranking_of(part), part[F.EVENT], F.sample_weights(part), part[CELL])
+    except Exception as err:  # e.g. a ranking that cannot be predicted
+        notes.append(f"{key}: {type(err).__name__}: {F.first_line(err)}")
+        return {key: math.nan}
+    row = {key: _pooled(counts), f"{prefix}pairs_within": float(counts["pairs"].sum())}
+    if counts["pairs"].sum() == 0:
+        notes.append(f"{key}: no comparable pair within an attack cell")
+    if FAMILY in part:
+        families = part.groupby(CELL)[FAMILY].first().reindex(counts.index)
+        row |= {f"{key}[{family}]": _pooled(group) for family, group in counts.groupby(families, sort=True)}
+    return row
+
+
+def _pooled(counts: pd.DataFrame) -> float:
+    pairs = counts["pairs"].sum()
+    return float(counts["concordant"].sum() / pairs) if pairs > 0 else math.nan
+
+
+def concordance_within_table(comparison: pd.DataFrame) -> pd.DataFrame:
+    """concordance_within.csv: Table I's within-cell concordance, one row per fitter or baseline
+    and attack family (first `all`, every family pooled), train and test side by side."""
+    families = sorted({c[c.index("[") + 1 : -1] for c in comparison if c.startswith(("concordance_within[", "test_concordance_within["))})
+    rows = []
+    for _, row in comparison.iterrows():
+        for family in [ALL_FAMILIES, *families]:
+            suffix = "" if family == ALL_FAMILIES else f"[{family}]"
+            values = {f"{p}concordance_within": row.get(f"{p}concordance_within{suffix}", math.nan) for p in ("", "test_")}
+            rows.append({"fitter": row["fitter"], "model": row["model"], "status": row["status"], FAMILY: family, **values})
+    return pd.DataFrame(rows, columns=schema.CONCORDANCE_WITHIN)
 
 
 def _guarded(notes: list[str], what: str, function, *args):
@@ -227,8 +294,14 @@ def baseline_rows(train: pd.DataFrame, test: pd.DataFrame) -> list[dict[str, Any
         row |= {"n": float(F.sample_weights(train).sum()), "n_events": float(F.sample_weights(train)[train[F.EVENT].to_numpy() == 1].sum())}
         for prefix, part in (("", train), ("test_", test)):
             row[f"{prefix}concordance"] = _guarded(notes, f"{prefix}concordance", lambda p: F.ranking_concordance(p, scores(p)), part)  # noqa: B023 -- called at once
+            row |= within_cell_scores(notes, prefix, part, scores)
         rows.append(row | {"note": "; ".join(notes)})
     return rows
+
+
+def within_summary(comparison: pd.DataFrame) -> str:
+    """Each row's test concordance within attack cells, for the log."""
+    return ", ".join(f"{row['model']} {row['test_concordance_within']:.4f}" for _, row in comparison.iterrows() if "test_concordance_within" in row)
 
 
 def with_baseline_verdict(comparison: pd.DataFrame) -> pd.DataFrame:
@@ -309,6 +382,103 @@ def select(comparison: pd.DataFrame, times: pd.DataFrame, chosen: str | None, se
     return str(candidates.loc[best, "fitter"])
 
 
+# --- E[T] against the Kaplan-Meier restricted mean -------------------------------------------
+
+
+def km_restricted_mean(durations, events, weights, t_star: float) -> float:
+    """The Kaplan-Meier restricted mean int_0^{t*} S_KM(u) du of one set of samples (a row
+    stands for `weights` samples): lifelines' `restricted_mean_survival_time` of its
+    `KaplanMeierFitter`, in numpy. S_KM steps down at each failure time u by the share of those
+    still at risk (duration >= u) that fail there."""
+    order = np.argsort(np.asarray(durations, float), kind="stable")
+    t, e, w = np.asarray(durations, float)[order], np.asarray(events, float)[order], np.asarray(weights, float)[order]
+    times, first = np.unique(t, return_index=True)
+    failed, leaving = np.add.reduceat(w * e, first), np.add.reduceat(w, first)
+    at_risk = w.sum() - np.r_[0.0, np.cumsum(leaving)[:-1]]
+    levels = np.r_[1.0, np.cumprod(1.0 - failed / at_risk)]  # S on [0, u1), [u1, u2), ..., [u_last, inf)
+    edges = np.minimum(np.r_[0.0, times], t_star)
+    return float((levels * np.diff(np.r_[edges, t_star])).sum())
+
+
+def km_restricted_means(data: pd.DataFrame, budgets: pd.Series) -> pd.Series:
+    """Per attack cell, the Kaplan-Meier restricted mean of its samples to its budget t*."""
+    samples = pd.DataFrame({CELL: data[CELL].to_numpy(), "t": data[F.DURATION].to_numpy(float), "e": data[F.EVENT].to_numpy(), "w": F.sample_weights(data)})
+    means = {cell: km_restricted_mean(rows["t"], rows["e"], rows["w"], float(budgets[cell])) for cell, rows in samples.groupby(CELL, sort=True)}
+    return pd.Series(means, name="E_T_km").rename_axis(CELL)
+
+
+def km_check_table(data: pd.DataFrame, expected: pd.Series, budgets: pd.Series, km: pd.Series, tolerance: float) -> pd.DataFrame:
+    """km_check.csv: per attack cell, a model's E[T] (`expected`, by cell) against the
+    Kaplan-Meier restricted mean of the cell's samples to the same t* (`km`); `flagged` where
+    they differ by more than `tolerance` (|ratio - 1| > tolerance)."""
+    weights = pd.Series(F.sample_weights(data).astype(float), index=data.index)
+    labels = data.groupby(CELL, sort=True)[[c for c in (FAMILY, "defence", "dataset") if c in data]].first()
+    counts = pd.DataFrame({"n": weights, "events": weights * data[F.EVENT]}).groupby(data[CELL], sort=True).sum()
+    table = labels.join(counts.astype(int), how="outer").reindex(km.index)
+    table["t_star"], table["E_T"], table["E_T_km"] = budgets.reindex(km.index), expected.reindex(km.index), km
+    with np.errstate(divide="ignore", invalid="ignore"):
+        table["ratio"] = table["E_T"] / table["E_T_km"]
+        table["log_ratio"] = np.log(table["ratio"])
+    table["flagged"] = ~((table["ratio"] - 1.0).abs() <= tolerance)  # a missing or infinite E[T] is flagged too
+    return table.assign(tolerance=tolerance).rename_axis(CELL).reset_index().reindex(columns=schema.KM_CHECK)
+
+
+def km_summary(check: pd.DataFrame) -> dict[str, Any]:
+    """Table I's Kaplan-Meier check of one model: the median |log(E[T] / KM)| over cells, the
+    share of cells flagged, and the KM_WORST cells furthest off as text."""
+    worst = check.assign(off=check["log_ratio"].abs().fillna(np.inf)).sort_values("off", ascending=False, kind="stable").head(KM_WORST)
+    return {
+        "km_median_abs_log_ratio": float(check["log_ratio"].abs().median()),
+        "km_share_flagged": float(check["flagged"].mean()),
+        "km_worst_cells": "; ".join(f"{cell_label(row)} = {row['ratio']:.4g}" for _, row in worst.iterrows()),
+    }
+
+
+def cell_label(row: pd.Series) -> str:
+    """An attack cell as the Kaplan-Meier check names it: its hash (family, defence, data set)."""
+    labels = [str(row[c]) for c in (FAMILY, "defence", "dataset") if c in row and pd.notna(row[c])]
+    return f"{row[CELL]} ({', '.join(labels)})" if labels else str(row[CELL])
+
+
+def worst_cells(text: Any) -> dict[str, float]:
+    """Table I's `km_worst_cells` back as {cell: E[T] / KM}."""
+    if not isinstance(text, str) or not text:
+        return {}
+    return {cell: float(ratio) for cell, ratio in (entry.rsplit(" = ", 1) for entry in text.split("; "))}
+
+
+def with_km_check(comparison: pd.DataFrame, times: pd.DataFrame, data: pd.DataFrame, budgets: pd.Series, km: pd.Series, tolerance: float) -> pd.DataFrame:
+    """Table I with each AFT model's Kaplan-Meier check (km_summary; empty for Cox PH and the
+    baselines)."""
+    summaries = {
+        name: km_summary(km_check_table(data, times[f"E_T_{name}"], budgets, km, tolerance)) for name in comparison["fitter"] if f"E_T_{name}" in times
+    }
+    table = comparison.copy()
+    for column in KM_COLUMNS:
+        table[column] = table["fitter"].map(lambda name: summaries.get(name, {}).get(column))  # noqa: B023 -- called at once
+    return table.reindex(columns=table_columns(table.columns))
+
+
+def km_sentences(check: pd.DataFrame, model: str) -> list[str]:
+    """km_check.csv in words, for the log and the report: how far the model's E[T] is from
+    Kaplan-Meier, how many cells are flagged, the worst, and what to do about them."""
+    if check.empty:
+        return []
+    flagged = check["flagged"].astype(str).str.lower() == "true"
+    summary = km_summary(check.assign(flagged=flagged))
+    lines = [
+        f"{model}'s E[T] is within {float(check['tolerance'].iloc[0]):.0%} of the Kaplan-Meier restricted mean to the same budget in "
+        f"{int((~flagged).sum())} of {len(check)} attack cells (median |log(E[T] / KM)| {summary['km_median_abs_log_ratio']:.3g}; 0 is a perfect match)"
+    ]
+    if flagged.any():
+        lines.append(f"{int(flagged.sum())} cell(s) flagged; the furthest off (E[T] / KM): {summary['km_worst_cells']}")
+        lines.append(
+            "the model misfits the flagged cells: compare its dashed curve with the Kaplan-Meier one (kaplan_meier.png), try another fitter "
+            "(survival.chosen; Table I's km_ columns compare them), add covariates, or use E_T_km for those cells"
+        )
+    return lines
+
+
 # --- Kaplan-Meier --------------------------------------------------------------------------
 
 
@@ -384,12 +554,14 @@ def latex_table(comparison: pd.DataFrame, test_size: float) -> str:
         "BIC": "BIC",
         "concordance": "Concordance",
         "test_concordance": "Test Concordance",
+        "concordance_within": "Within-cell Concordance",
+        "test_concordance_within": "Test Within-cell Concordance",
         "ICI": "ICI",
         "test_ICI": "Test ICI",
         "E50": "E50",
         "test_E50": "Test E50",
     }
-    table = comparison.set_index("model")[list(columns)].rename(columns=columns)
+    table = comparison.set_index("model").reindex(columns=list(columns)).rename(columns=columns)
     table.index.name = None
     # concordance to 3 decimals: a model and a baseline often differ in the third
     formats = {c: "{:.3g}" if c in ("AIC", "BIC") else "{:.3f}" if "Concordance" in c else "{:.2f}" for c in table}
@@ -403,6 +575,8 @@ def latex_table(comparison: pd.DataFrame, test_size: float) -> str:
             notes.append(f"{model}: {row['note']}")
         elif not row["aft"]:
             notes.append(f"{model}: {COX_NOTE}")
+    if "concordance_within" in comparison:
+        notes.append("Within-cell concordance compares only samples of one attack cell (the baselines rank a cell's samples alike: 0.5)")
     if "beats_baselines" in comparison:
         fitted = comparison[comparison["status"] == "fitted"]
         losers = fitted.loc[~fitted["beats_baselines"].eq(True), "model"]
@@ -507,7 +681,6 @@ def analyse(cfg: DictConfig) -> pd.DataFrame:
     comparison["selected"] = comparison["fitter"] == selected
     out.mkdir(parents=True, exist_ok=True)
     save(finish_calibration(fig, axes, comparison), out / "calibration.png")
-    write_csv(comparison, out / "aft_comparison.csv")
     with atomic_path(out / "aft_comparison.tex") as tmp:
         tmp.write_text(latex_table(comparison, settings.test_size))
     coefficients = coefficient_table(fits, train)
@@ -516,11 +689,18 @@ def analyse(cfg: DictConfig) -> pd.DataFrame:
         coefficient_figure(coefficients[coefficients["fitter"] == name], settings.models[name].label, fit.is_cox, out / "coefficients" / f"{name}.png")
     with atomic_path(out / "coefficients.png") as tmp:
         shutil.copyfile(out / "coefficients" / f"{selected}.png", tmp)
-    write_csv(expected_time_table(times, budgets, fits[selected], data), out / "expected_times.csv")
+    expected = expected_time_table(times, budgets, fits[selected], data)
+    km = km_restricted_means(data, budgets)
+    check = km_check_table(data, expected.set_index(CELL)["E_T"], budgets, km, settings.km_check_tolerance)
+    comparison = with_km_check(comparison, times, data, budgets, km, settings.km_check_tolerance)
+    write_csv(comparison, out / "aft_comparison.csv")
+    write_csv(concordance_within_table(comparison), out / "concordance_within.csv")
+    write_csv(expected, out / "expected_times.csv")
+    write_csv(check, out / "km_check.csv")
     write_csv(logrank_table(data), out / "logrank.csv")
     kaplan_meier_figure(kaplan_meier_fits(data), predicted_curves(fits[selected], data), settings.models[selected].label, out / "kaplan_meier.png")
     save_models(fits, out / "models.pkl")
-    shown = comparison.drop(columns=["note", "aft", "model", "split_by"])
+    shown = comparison.drop(columns=["note", "aft", "model", "split_by", "km_worst_cells"] + [c for c in comparison if "[" in c])
     log.info(
         "fitted %s of %s; selected %s (%s)\n%s",
         ", ".join(fits),
@@ -531,4 +711,7 @@ def analyse(cfg: DictConfig) -> pd.DataFrame:
     )
     for line in baseline_verdicts(comparison):
         log.info("%s", line)
+    log.info("within attack cells (pairs of one cell only; the baselines are 0.5 there): test concordance %s", within_summary(comparison))
+    for line in km_sentences(check, settings.models[selected].label):
+        log.log(logging.WARNING if check["flagged"].any() else logging.INFO, "%s", line)
     return comparison
