@@ -652,6 +652,22 @@ def write_csv(table: pd.DataFrame, path: Path) -> None:
         table.to_csv(tmp, index=False)
 
 
+# The unit the fits see per clock: lifelines' optimisers (and its calibration spline) start
+# near durations of order 1 and fail to converge on FLOPs of order 1e8, so the compute clock
+# is fitted in GFLOPs; every time the stage writes (E[T], t*) is back in the clock's unit.
+FIT_UNITS = {"flops": 1e9}
+FIT_UNIT_NAMES = {"flops": "GFLOPs", "process": "s", "wall": "s"}
+
+
+def fit_unit(clock: str) -> float:
+    return FIT_UNITS.get(clock, 1.0)
+
+
+def in_clock_units(table: pd.DataFrame, unit: float, columns) -> pd.DataFrame:
+    """`table` with its time `columns` from the fitting unit back to the clock's."""
+    return table.assign(**{c: table[c] * unit for c in columns if c in table})
+
+
 def analyse(cfg: DictConfig) -> pd.DataFrame:
     settings = cfg.survival
     check_fitters(settings)
@@ -659,6 +675,11 @@ def analyse(cfg: DictConfig) -> pd.DataFrame:
     out = reports / "survival"
     data = read_survival_data(reports / "survival_data.csv")
     diagnose(data, str(reports / "survival_data.csv"))
+    clock = str(cfg.timing.clock)
+    unit = fit_unit(clock)
+    data = data.assign(**{F.DURATION: data[F.DURATION] / unit})
+    if unit != 1.0:
+        log.info("durations on the %s clock fitted in %s (x %g); E[T] and t* are written back in %s", clock, FIT_UNIT_NAMES[clock], unit, clock)
     train, test = usable_covariates(*split_groups(data, settings.split_by, settings.test_size, settings.seed))
     log.info(
         "train/test split by %s: %d / %d groups, %d / %d samples",
@@ -674,6 +695,7 @@ def analyse(cfg: DictConfig) -> pd.DataFrame:
         )
     fig, axes = calibration_grid([settings.models[name].label for name in settings.fitters], list(settings.fitters))
     comparison, fits = compare(train, test, settings, axes, resolve_workers(cfg.train.get("workers", "auto"), "cpu"))
+    comparison = in_clock_units(comparison, unit, ["t0"])  # Table I's calibration time, in the clock's unit
     aft = [name for name in settings.fitters if settings.models[name].aft]
     budgets = cell_budgets(data)
     times = expected_times(fits, data, aft, budgets)
@@ -695,10 +717,12 @@ def analyse(cfg: DictConfig) -> pd.DataFrame:
     comparison = with_km_check(comparison, times, data, budgets, km, settings.km_check_tolerance)
     write_csv(comparison, out / "aft_comparison.csv")
     write_csv(concordance_within_table(comparison), out / "concordance_within.csv")
-    write_csv(expected, out / "expected_times.csv")
-    write_csv(check, out / "km_check.csv")
+    write_csv(in_clock_units(expected, unit, ["E_T", "E_T_unrestricted", "t_star", *times.columns]), out / "expected_times.csv")
+    write_csv(in_clock_units(check, unit, ["t_star", "E_T", "E_T_km"]), out / "km_check.csv")
     write_csv(logrank_table(data), out / "logrank.csv")
-    kaplan_meier_figure(kaplan_meier_fits(data), predicted_curves(fits[selected], data), settings.models[selected].label, out / "kaplan_meier.png")
+    kaplan_meier_figure(
+        kaplan_meier_fits(data), predicted_curves(fits[selected], data), settings.models[selected].label, out / "kaplan_meier.png", FIT_UNIT_NAMES.get(clock, clock)
+    )
     save_models(fits, out / "models.pkl")
     shown = comparison.drop(columns=["note", "aft", "model", "split_by", "km_worst_cells"] + [c for c in comparison if "[" in c])
     log.info(

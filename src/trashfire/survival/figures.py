@@ -94,7 +94,7 @@ def coefficient_figure(coefficients: pd.DataFrame, label: str, is_cox: bool, pat
     save(fig, path)
 
 
-def kaplan_meier_figure(km_fits: dict, predicted: dict, label: str, path: Path) -> None:
+def kaplan_meier_figure(km_fits: dict, predicted: dict, label: str, path: Path, unit: str = "s") -> None:
     """One panel per attack family: the Kaplan-Meier estimate per defence (`km_fits[(family,
     defence)]`, lifelines fitters) and the model's predicted survival of the same samples
     (`predicted[(family, defence)]` = (times, curve)) dashed in the defence's colour; time on a
@@ -117,7 +117,7 @@ def kaplan_meier_figure(km_fits: dict, predicted: dict, label: str, path: Path) 
         ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels collide within a decade
         ax.set_ylim(0, 1.02)
         ax.set_title(family)
-        ax.set_xlabel("adversary's compute per sample (s)")
+        ax.set_xlabel(f"adversary's work per sample ({unit})")
         ax.set_ylabel("P(not yet misclassified)")
         ax.legend(fontsize=7)
     for ax in grid.flat[len(families) :]:
