@@ -121,7 +121,7 @@ def test_budget_subset_takes_classes_in_turn():
     assert budget_subset(labels, None).tolist() == list(range(8))
 
 
-def test_per_sample_durations_sum_to_the_cells_attack_time_on_both_clocks(attacked):
+def test_shared_durations_sum_to_the_cells_attack_time_on_both_clocks(attacked):
     for cell, record, out in outcomes_of(attacked):
         n = record["n_attack"]
         # 1%, or 2 ms on these tiny cells (FGM on 20 images: ~13 ms): about 0.1 ms of
@@ -130,7 +130,7 @@ def test_per_sample_durations_sum_to_the_cells_attack_time_on_both_clocks(attack
         # 250 Hz), so it agrees to 1% or two ticks (tests/test_engine.py holds the sharing
         # itself to the bit)
         for clock, slack in (("wall", 2e-3), ("process", 8e-3)):
-            assert out[f"duration_{clock}"].sum() == pytest.approx(n * record[f"t_attack_{clock}"], rel=0.01, abs=slack), (cell.attack, cell.norm, clock)
+            assert out[f"duration_{clock}_shared"].sum() == pytest.approx(n * record[f"t_attack_{clock}"], rel=0.01, abs=slack), (cell.attack, cell.norm, clock)
         assert out["duration_wall"].min() > 0
         assert record["n_events"] == out["event"].sum()
         np.testing.assert_array_equal(out["event"], out["y_pred_adv"] != out["y_true"])
@@ -142,4 +142,6 @@ def test_black_box_searches_count_their_queries_and_stand_apart_per_image(attack
             continue
         searched = out["y_pred_ben"] == out["y_true"]
         assert (out["failure_step"][searched] > 0).all() and (out["failure_step"][~searched] == 0).all()
-        assert len(np.unique(out["duration_wall"][searched])) == searched.sum()  # one search, one time
+        assert len(np.unique(out["duration_wall_shared"][searched])) == searched.sum()  # one search, one time
+        assert (out["queries"][searched] == out["failure_step"][searched] + 2).all()  # its search, the first query and the verification
+        assert (out["gradients"] == 0).all()  # black-box: forward passes only

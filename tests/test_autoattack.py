@@ -166,7 +166,7 @@ def test_the_composite_cell_shares_out_its_time_and_is_deterministic(trained, tm
         assert record["engine"] == "sequence" and list(record["config"]["kwargs"]["components"]) == ["apgd_ce", "apgd_dlr", "square"]
         # the engine's tolerance (tests/test_attacks.py): 1%, or bookkeeping outside the laps
         for clock, slack in (("wall", 2e-3), ("process", 8e-3)):
-            assert out[f"duration_{clock}"].sum() == pytest.approx(record["n_attack"] * record[f"t_attack_{clock}"], rel=0.01, abs=slack)
+            assert out[f"duration_{clock}_shared"].sum() == pytest.approx(record["n_attack"] * record[f"t_attack_{clock}"], rel=0.01, abs=slack)
         np.testing.assert_array_equal(out["event"], out["y_pred_adv"] != out["y_true"])
         assert set(out["broken_by"][out["event"]]) <= {"first_query", "apgd_ce", "apgd_dlr", "square"}
         assert (out["broken_by"][~out["event"]] == "").all() and record["n_attack"] == 8

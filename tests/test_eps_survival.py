@@ -29,8 +29,13 @@ def outcomes(position, event, y_pred_ben=None, failure_step=None, norm_l2=None) 
         margin_ben=zeros,
         failure_step=np.ones(n, dtype=int) if failure_step is None else np.asarray(failure_step),
         event=np.asarray(event, dtype=bool),
+        queries=np.ones(n, dtype=np.int64),
+        gradients=np.zeros(n, dtype=np.int64),
+        flops=np.ones(n, dtype=np.int64),
         duration_process=zeros + 1,
         duration_wall=zeros + 1,
+        duration_process_shared=zeros + 1,
+        duration_wall_shared=zeros + 1,
         position=np.asarray(position),
         norm_l2=None if norm_l2 is None else np.asarray(norm_l2, dtype=float),
     )

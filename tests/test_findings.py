@@ -32,6 +32,7 @@ DEFAULTS = {
 IDS = [
     "003_deeper_trains_longer",
     "003_depth_not_proportional",
+    "003_depth_latency_not_queries",
     "003_trash_above_one_fgm",
     "003_trash_above_one_pgd",
     "001_adv_train_raises_evp",
@@ -387,7 +388,7 @@ def test_every_finding_not_testable_on_empty_tables_and_metrics_turn_nan_into_no
     assert list(metrics) == IDS
     assert all(m == {"verdict": "not testable", "value": None, "lo": None, "hi": None, "p": None, "n": 0} for m in metrics.values())
     frame = F.findings_frame(results)
-    assert len(frame) == len(IDS) and list(frame.columns) == ["id", "paper", "claim", "test", "n", "value", "lo", "hi", "p", "verdict", "detail"]
+    assert len(frame) == len(IDS) and list(frame.columns) == ["id", "paper", "claim", "test", "n", "value", "lo", "hi", "p", "verdict", "detail", "clock"]
 
 
 def test_findings_metrics_keeps_numbers():

@@ -151,8 +151,13 @@ def record_run(cfg) -> Path:
             margin_ben=rng.normal(size=n),
             failure_step=np.where(event, 1, -1),
             event=event,
+            queries=np.where(event, 2, 11),
+            gradients=np.where(event, 1, 10),
+            flops=np.where(event, 3000, 31000),
             duration_process=rng.uniform(0.005, 0.015, n),
             duration_wall=rng.uniform(0.005, 0.015, n),
+            duration_process_shared=rng.uniform(0.005, 0.015, n),
+            duration_wall_shared=rng.uniform(0.005, 0.015, n),
             norm_l0=np.zeros(n),
             norm_l1=np.zeros(n),
             norm_l2=np.zeros(n),
@@ -186,6 +191,14 @@ def record_run(cfg) -> Path:
             acc_ben_attack_subset=0.9,
             device="cpu",
             threads=1,
+            t_train_flops=3e9,
+            t_predict_flops=1000.0,
+            t_attack_flops=float(outcomes.flops.mean()),
+            flops_forward=1000,
+            flops_gradient=2000,
+            rates={"steps": {"process": 1e-9, "wall": 1.2e-9, "spread_process": 0.1, "spread_wall": 0.1, "units": 2, "source": "laps"}},
+            seconds_per_flop_process=1e-9,
+            seconds_per_flop_wall=1.2e-9,
         ).write(attack_record_path(cfg.paths.attacks, cell.hash))
         write_npz(outcomes_path(cfg.paths.attacks, cell.hash), **outcomes.to_arrays())
     reports = Path(cfg.paths.reports)

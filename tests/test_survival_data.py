@@ -65,8 +65,14 @@ def hand_made_outcomes(y_true, y_ben, y_adv, margin, duration, event, failure_st
         **{f"norm_{p}": np.zeros(n) for p in ("l0", "l1", "l2", "linf")},
         "margin_ben": np.array(margin, dtype=float),
         "failure_step": np.array(failure_step, dtype=np.int64),
+        # a failure at step s took s + 1 queries and s gradients; a hand-made model of 100 FLOPs a pass
+        "queries": np.array(failure_step, dtype=np.int64) + 1,
+        "gradients": np.array(failure_step, dtype=np.int64),
+        "flops": 100 * (2 * np.array(failure_step, dtype=np.int64) + 1),
         "duration_process": duration,
         "duration_wall": 2 * duration,
+        "duration_process_shared": duration,
+        "duration_wall_shared": 2 * duration,
         "event": np.array(event, dtype=bool),
     }
 
@@ -113,14 +119,17 @@ def test_one_row_per_attacked_sample_on_the_process_clock(two_cells, survival_lo
         ("fgm-0.1", 0.001, 1, 1),  # wrong before the attack: a failure at its share of the first query
         *[("pgd-0.3", 0.03, 0, 1)] * 4,
     ]
-    assert list(table.columns[:9]) == ID_COLUMNS
+    assert list(table.columns[: len(ID_COLUMNS)]) == ID_COLUMNS
     assert table["event"].dtype == np.int64 and table["weight"].dtype == np.int64
     assert table[LABEL_COLUMNS].drop_duplicates().to_dict("records") == [
         {"attack_hash": "fgm-0.1", "train_hash": "t1", "model_hash": "m1", "attack_family": "fgm linf", "defence": "none", "dataset": "digits"},
         {"attack_hash": "pgd-0.3", "train_hash": "t2", "model_hash": "m2", "attack_family": "pgd linf", "defence": "none", "dataset": "digits"},
     ]  # the family's label as every table spells it (schema.attack_family); its dummy is an identifier
     # beside the intercept epochs spans the two cells and margin the samples; the rest is constant or collinear
-    assert list(table.columns[9:]) == ["epochs", "margin"]
+    assert list(table.columns[len(ID_COLUMNS) :]) == ["epochs", "margin"]
+    # each sample's compute beside its duration: a failure at step s took s + 1 queries and s gradients
+    assert table["queries"].tolist() == [2, 2, 2, 2, 1, *[11] * 4] and table["gradients"].tolist() == [1, 1, 1, 1, 0, *[10] * 4]
+    assert (table["flops"] == 100 * (table["queries"] + table["gradients"])).all()
     assert table["margin"].tolist() == FGM_MARGINS + PGD_MARGINS
     assert table["epochs"].tolist() == [1.0] * 5 + [2.0] * 4
     assert "dropping covariate depth: it takes one value" in survival_log.text
@@ -130,6 +139,8 @@ def test_one_row_per_attacked_sample_on_the_process_clock(two_cells, survival_lo
 def test_durations_follow_the_configured_clock(two_cells):
     wall = survival_table(*two_cells, clock="wall")
     assert wall["duration"].tolist() == pytest.approx([2 * d for d in FGM_DURATIONS] + [0.06] * 4)
+    compute = survival_table(*two_cells, clock="flops")  # the compute clock: each sample's FLOPs, exactly
+    assert compute["duration"].tolist() == [300.0] * 4 + [100.0] + [2100.0] * 4
     with pytest.raises(ValueError, match="clock"):
         survival_table(*two_cells, clock="gpu")
 
@@ -228,7 +239,7 @@ def test_timing_writes_one_row_per_sample_and_counts_per_cell(recorded_grid, tmp
     n_cells = len(attack_cells(recorded_grid))
     assert len(experiments) == n_cells and len(survival) == 6 * n_cells
     written = pd.read_csv(tmp_path / "reports" / "survival_data.csv")
-    assert list(written.columns[:9]) == ID_COLUMNS and "margin" in written.columns
+    assert list(written.columns[: len(ID_COLUMNS)]) == ID_COLUMNS and "margin" in written.columns
     assert written.groupby("attack_hash")["event"].sum().to_dict() == experiments.set_index("attack_hash")["n_events"].to_dict()
     assert (experiments["n_events"] + experiments["n_censored"]).eq(experiments["n_attack"]).all()
     assert {"n_events", "n_censored", "event_share", "median_event_step"} <= set(pd.read_csv(tmp_path / "reports" / "experiments.csv"))

@@ -82,7 +82,9 @@ def benign_pending(folder: str | Path, model_hash: str) -> bool:
     return not is_recorded(path) or BenignRecord.read(path).query_output_change is None
 
 
-def run_attack_cell(classifier, split: Split, cell: AttackCell, device, shared: dict[str, Any], cost: SampleCost | None = None) -> tuple[AttackRecord, Outcomes]:
+def run_attack_cell(
+    classifier, split: Split, cell: AttackCell, device, shared: dict[str, Any], cost: SampleCost | None = None
+) -> tuple[AttackRecord, Outcomes]:
     """One attack cell: its record (`shared`: the model cell's part) and per-sample outcomes.
     `cost`: the model cell's FLOPs per query and gradient (measured here when not given)."""
     _seed_everything(cell.hash)
@@ -95,7 +97,9 @@ def run_attack_cell(classifier, split: Split, cell: AttackCell, device, shared: 
     target = Target(classifier, device)
     cost = cost or model_cost(target, x, y)
     with Stopwatch(device) as watch:
-        x_adv, clocked, clock = attack_samples(engine, attack, cell.spec, target, x, y, strength, early_exit, image_seeds(cell.model.hash, keep, strength), cost)
+        x_adv, clocked, clock = attack_samples(
+            engine, attack, cell.spec, target, x, y, strength, early_exit, image_seeds(cell.model.hash, keep, strength), cost
+        )
     priced, rates = price(clock, target, x, y, cell.spec.get("batch_size", 100))
     n = len(x)
     outcomes = Outcomes(position=keep, y_true=y, **clocked, **priced, **perturbation_norms(x, x_adv))

@@ -1,28 +1,31 @@
 """The attack engine with a per-sample failure clock (docs/design.md, "Per-sample failure clock").
 
-For every attacked sample: the adversary's compute spent on it until it is first
-misclassified (event), or until the budget ran out (censored), on both clocks.
+For every attacked sample: the adversary's work on it until it is first misclassified
+(event), or until the budget ran out (censored). Work is counted, then priced
+(trashfire.core.clocks.LapClock): each sample's forward queries and input gradients, exactly,
+in FLOPs at the model's cost per sample (`model_cost`); its seconds on both clocks are that
+compute times its cell's seconds per FLOP at full batch (`price`), so they do not depend on
+how many others of its batch were still standing. The laps' equal shares stay beside them.
 
 - `torch`: FGM, PGD and DeepFool in a device-resident loop. Each step's forward pass decides
   which samples are already misclassified (the check costs no extra pass), those leave the
-  batch (early exit), and the step's time is shared equally by the samples it worked on:
-  the forward by every sample in the batch, the backward and update by those still in it.
-  Step 0's forward is the first query, so a sample wrong before any perturbation fails
-  there, at its share of one prediction. With `early_exit: false` every sample takes every
-  step and the returned examples are ART's; a sample's duration still ends at its first
-  failure, and the steps taken after it are nobody's (durations then sum to less than the
-  cell's time).
+  batch (early exit). The forward is a query of every sample it checks, the backward a
+  gradient of each it steps. Step 0's forward is the first query, so a sample wrong before
+  any perturbation fails there, at one query. With `early_exit: false` every sample takes
+  every step and the returned examples are ART's; a sample's clock still stops at its first
+  failure, and the steps taken after it are nobody's. The steps of a whole batch with every
+  standing sample active measure the rate (a cell smaller than its batch is calibrated).
 - `per_image`: ART's black-box searches (Pixel, Threshold, HopSkipJump), one image at a
-  time, each image's search timed on its own; event = misclassified when its search ends;
-  failure step = the model queries the search spent.
+  time, each image's search a batch of its own (hooks on the model count its passes); event
+  = misclassified when its search ends; failure step = the model queries the search spent.
 - `sequence`: a composite's components (trashfire.attacks.autoattack.Sequence, AutoAttack's
   protocol) in order, each image by image as `per_image` runs it, each on the samples the
-  previous ones left standing. A sample's clock sums its searches (and its share of each
-  component's check) up to the component that broke it; event = broken by any component;
-  failure step = the queries of all its searches; `broken_by` names the component.
+  previous ones left standing, each priced apart. A sample's compute sums its searches and
+  checks up to the component that broke it; event = broken by any component; failure step
+  = the queries of all its searches; `broken_by` names the component.
 - `art`: ART's `generate` on the whole batch, the reference engine: every sample the first
-  query did not fail shares the batch's time equally; it has no per-sample information
-  (failure step -1: unknown).
+  query did not fail gets an equal share of the batch's passes and time; it has no
+  per-sample information (failure step -1: unknown).
 """
 
 from __future__ import annotations

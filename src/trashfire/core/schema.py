@@ -564,9 +564,7 @@ TRASH = (
     + ["E_Q", *LATENCY, "degenerate"]
 )
 DEPTH_DECOMPOSITION = (
-    ["dataset", "model", "depth", "epochs", "attack_family", "n_model_cells", "E_Q", *LATENCY]
-    + [f"E_T_{c}" for c in CLOCKS]
-    + [f"t_train_{c}" for c in CLOCKS]
+    ["dataset", "model", "depth", "epochs", "attack_family", "n_model_cells", "E_Q", *LATENCY] + [f"E_T_{c}" for c in CLOCKS] + [f"t_train_{c}" for c in CLOCKS]
 )
 TRASH_SUMMARY = OVER_SEEDS + ["n_seeds", *(f"{m}_{s}" for m in ("trash_adv", "trash_ben") for s in ("mean", "lo", "hi")), "f_ben_mean", "f_adv_mean"]
 CURVES = CELL + ["n_classes", "eps", "eps_standardised", "eps_pixel", "acc", "acc_norm"]

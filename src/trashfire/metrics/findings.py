@@ -47,6 +47,7 @@ class Tables:
 def on_clock(tables: Tables, clock: str) -> Tables:
     """`tables` with `clock`'s t_train, E_T and trash_adv (the <column>_<clock> columns) in
     place of the configured clock's."""
+
     def swap(table: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
         return table.assign(**{c: table[f"{c}_{clock}"] if f"{c}_{clock}" in table else NAN for c in columns if c in table})
 

@@ -721,7 +721,11 @@ def analyse(cfg: DictConfig) -> pd.DataFrame:
     write_csv(in_clock_units(check, unit, ["t_star", "E_T", "E_T_km"]), out / "km_check.csv")
     write_csv(logrank_table(data), out / "logrank.csv")
     kaplan_meier_figure(
-        kaplan_meier_fits(data), predicted_curves(fits[selected], data), settings.models[selected].label, out / "kaplan_meier.png", FIT_UNIT_NAMES.get(clock, clock)
+        kaplan_meier_fits(data),
+        predicted_curves(fits[selected], data),
+        settings.models[selected].label,
+        out / "kaplan_meier.png",
+        FIT_UNIT_NAMES.get(clock, clock),
     )
     save_models(fits, out / "models.pkl")
     shown = comparison.drop(columns=["note", "aft", "model", "split_by", "km_worst_cells"] + [c for c in comparison if "[" in c])
