@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from itertools import groupby
 from pathlib import Path
 from typing import Any
@@ -28,9 +28,9 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from trashfire.attacks import art_classifier, attack_strength, budget_subset, build_attack, engine_of, perturbation_norms, validity
-from trashfire.attacks.engine import attack_samples, model_cost, price, warm_up_batch
+from trashfire.attacks.engine import attack_samples, calibrate, model_cost, price, warm_up_batch
 from trashfire.attacks.target import Target
-from trashfire.core.clocks import SECONDS, Stopwatch
+from trashfire.core.clocks import SECONDS, STEPS, Elapsed, LapClock, Rate, Stopwatch, pooled_rate
 from trashfire.core.grid import AttackCell, ModelCell, attack_cells
 from trashfire.core.parallel import describe, resolve_workers, run_jobs
 from trashfire.core.records import is_recorded, remove_dead_temps, write_npz
@@ -82,11 +82,30 @@ def benign_pending(folder: str | Path, model_hash: str) -> bool:
     return not is_recorded(path) or BenignRecord.read(path).query_output_change is None
 
 
-def run_attack_cell(
-    classifier, split: Split, cell: AttackCell, device, shared: dict[str, Any], cost: SampleCost | None = None
-) -> tuple[AttackRecord, Outcomes]:
-    """One attack cell: its record (`shared`: the model cell's part) and per-sample outcomes.
-    `cost`: the model cell's FLOPs per query and gradient (measured here when not given)."""
+@dataclass
+class Attacked:
+    """An attack cell run, its compute counted and not yet priced."""
+
+    cell: AttackCell
+    keep: np.ndarray  # positions in the attack subset
+    x: np.ndarray
+    y: np.ndarray
+    x_adv: np.ndarray
+    clocked: dict[str, np.ndarray]
+    clock: LapClock
+    elapsed: Elapsed  # the engine's whole run, measured from outside
+    engine: str
+    early_exit: bool
+    pixel_std: float
+
+    @property
+    def pool(self) -> tuple[str, int] | None:
+        """The torch loop's cells share their steps' rate per algorithm and batch size."""
+        return (self.cell.spec["name"], int(self.cell.spec.get("batch_size", 100))) if self.engine == "torch" else None
+
+
+def attack_cell(classifier, split: Split, cell: AttackCell, target: Target, cost: SampleCost) -> Attacked:
+    """Run one attack cell on its samples, its compute counted (`price_cell` prices it)."""
     _seed_everything(cell.hash)
     keep = budget_subset(split.y_attack.numpy(), cell.spec.get("samples"))
     x, y = split.x_attack.numpy()[keep], split.y_attack.numpy()[keep]
@@ -94,15 +113,33 @@ def run_attack_cell(
     engine, early_exit = engine_of(cell.spec), bool(cell.spec.get("early_exit", True))
     strength = attack_strength(cell.spec, pixel_std)
     attack = None if engine == "torch" else build_attack(classifier, cell.spec, pixel_std)
-    target = Target(classifier, device)
-    cost = cost or model_cost(target, x, y)
-    with Stopwatch(device) as watch:
-        x_adv, clocked, clock = attack_samples(
-            engine, attack, cell.spec, target, x, y, strength, early_exit, image_seeds(cell.model.hash, keep, strength), cost
-        )
-    priced, rates = price(clock, target, x, y, cell.spec.get("batch_size", 100))
-    n = len(x)
-    outcomes = Outcomes(position=keep, y_true=y, **clocked, **priced, **perturbation_norms(x, x_adv))
+    with Stopwatch(target.device) as watch:
+        x_adv, clocked, clock = attack_samples(engine, attack, cell.spec, target, x, y, strength, early_exit, image_seeds(cell.model.hash, keep, strength), cost)
+    return Attacked(cell, keep, x, y, x_adv, clocked, clock, watch.elapsed, engine, early_exit, pixel_std)
+
+
+def steps_rates(attacked: list[Attacked], target: Target) -> dict[tuple[str, int], Rate]:
+    """The torch loop's seconds per FLOP at full batch, one per algorithm and batch size over
+    the model cell's attack cells run together: the fastest of all their reference steps
+    (more steps than one cell has, so the rate measures the model, not a moment's load), or
+    one calibration where none of them ran a whole batch."""
+    pools: dict[tuple[str, int], list[Attacked]] = {}
+    for run in attacked:
+        if run.pool is not None:
+            pools.setdefault(run.pool, []).append(run)
+    rates = {}
+    for (name, batch_size), runs in pools.items():
+        rate = pooled_rate([run.clock for run in runs], STEPS, f"model cell: {len(runs)} {name} cell(s)")
+        rates[(name, batch_size)] = rate or calibrate(target, runs[0].clock, runs[0].x, runs[0].y, batch_size)
+    return rates
+
+
+def price_cell(run: Attacked, target: Target, shared: dict[str, Any], cost: SampleCost, steps_rate: Rate | None) -> tuple[AttackRecord, Outcomes]:
+    """An attack cell's record (`shared`: the model cell's part) and per-sample outcomes, its
+    compute priced (`steps_rate`: the model cell's rate of the torch loop's steps)."""
+    cell, n = run.cell, len(run.x)
+    priced, rates = price(run.clock, target, run.x, run.y, cell.spec.get("batch_size", 100), steps_rate)
+    outcomes = Outcomes(position=run.keep, y_true=run.y, **run.clocked, **priced, **perturbation_norms(run.x, run.x_adv))
     record = AttackRecord(
         **shared,
         attack_hash=cell.hash,
@@ -111,23 +148,34 @@ def run_attack_cell(
         attack_param=cell.param,
         attack_value=cell.value,  # in attack_units; the record derives the standardised strength the engine got
         attack_units=cell.spec.get("units", "standardised"),
-        pixel_std=pixel_std,  # converts eps between pixel and standardised units downstream
+        pixel_std=run.pixel_std,  # converts eps between pixel and standardised units downstream
         config=cell.spec,
-        engine=engine,
-        early_exit=early_exit,
+        engine=run.engine,
+        early_exit=run.early_exit,
         n_attack=n,
-        n_events=int(clocked["event"].sum()),
-        acc_ben_attack_subset=accuracy(y, clocked["y_pred_ben"]),
-        acc_adv=accuracy(y, clocked["y_pred_adv"]),
-        t_attack_process=watch.elapsed.process / n,
-        t_attack_wall=watch.elapsed.wall / n,
-        t_attack_flops=float(clocked["flops"].mean()),
+        n_events=int(run.clocked["event"].sum()),
+        acc_ben_attack_subset=accuracy(run.y, run.clocked["y_pred_ben"]),
+        acc_adv=accuracy(run.y, run.clocked["y_pred_adv"]),
+        t_attack_process=run.elapsed.process / n,
+        t_attack_wall=run.elapsed.wall / n,
+        t_attack_flops=float(run.clocked["flops"].mean()),
         flops_forward=cost.forward,
         flops_gradient=cost.gradient,
         rates={group: asdict(rate) for group, rate in rates.items()},
         **seconds_per_flop(outcomes),
     )
     return record, outcomes
+
+
+def run_attack_cell(
+    classifier, split: Split, cell: AttackCell, device, shared: dict[str, Any], cost: SampleCost | None = None
+) -> tuple[AttackRecord, Outcomes]:
+    """One attack cell alone, priced at its own reference steps: its record and outcomes.
+    `cost`: the model cell's FLOPs per query and gradient (measured here when not given)."""
+    target = Target(classifier, device)
+    cost = cost or model_cost(target, split.x_attack.numpy(), split.y_attack.numpy())
+    run = attack_cell(classifier, split, cell, target, cost)
+    return price_cell(run, target, shared, cost, steps_rates([run], target).get(run.pool))
 
 
 def seconds_per_flop(outcomes: Outcomes) -> dict[str, float]:
@@ -165,10 +213,14 @@ def attack_model_cell(cfg: DictConfig, model_cell: ModelCell, cells: list[Attack
     shared["t_predict_flops"] = float(cost.forward)  # one forward query per sample, the defence included
     for batch_size in sorted({cell.spec.get("batch_size", 100) for cell in cells if engine_of(cell.spec) == "torch"}):
         warm_up_batch(target, split.x_attack.numpy(), split.y_attack.numpy(), batch_size)  # the first cell's step 0 measures the model, not the set-up
-    for cell in cells:
-        record, outcomes = run_attack_cell(classifier, split, cell, device, shared, cost)
-        write_npz(outcomes_path(folder, cell.hash), **outcomes.to_arrays())
-        record.write(attack_record_path(folder, cell.hash))
+    # the cells run first and are priced together: the torch loop's steps of all of them
+    # measure one rate; each cell is written (arrays, then its record) once priced
+    attacked = [attack_cell(classifier, split, cell, target, cost) for cell in cells]
+    rates = steps_rates(attacked, target)
+    for run in attacked:
+        record, outcomes = price_cell(run, target, shared, cost, rates.get(run.pool))
+        write_npz(outcomes_path(folder, run.cell.hash), **outcomes.to_arrays())
+        record.write(attack_record_path(folder, run.cell.hash))
 
 
 def attack_job(cfg: DictConfig, model_cell: ModelCell, cells: list[AttackCell]) -> int:

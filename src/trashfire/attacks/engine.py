@@ -42,7 +42,7 @@ from torch.nn import functional as F
 from trashfire.attacks import NORMS, pgd_step_size
 from trashfire.attacks.autoattack import Sequence
 from trashfire.attacks.target import Target, margins
-from trashfire.core.clocks import LapClock, Rate, rate_of
+from trashfire.core.clocks import STEPS, LapClock, Rate, rate_of
 from trashfire.models.flops import SampleCost, sample_cost
 
 DEEPFOOL_TOL = 10e-8  # ART's guard against division by zero
@@ -50,7 +50,7 @@ UNKNOWN_STEP = -1  # the `art` engine cannot see at which step a sample broke
 FIRST_QUERY = "first_query"  # broken_by of a sample misclassified before any component ran
 # pricing groups of the clock: the torch loop's steps; the image-by-image engines' batched
 # checks (first query, verification) and searches (a composite's: one group per component)
-STEPS, CHECKS, SEARCH = "steps", "checks", "search"
+CHECKS, SEARCH = "checks", "search"
 
 
 @dataclass
@@ -187,14 +187,19 @@ def model_cost(target: Target, x: np.ndarray, y: np.ndarray) -> SampleCost:
     return sample_cost(target.logits, torch.from_numpy(x[:2].astype(np.float32)).to(target.device), torch.from_numpy(y[:2].astype(np.int64)).to(target.device))
 
 
-def price(clock: LapClock, target: Target, x: np.ndarray, y: np.ndarray, batch_size: int) -> tuple[dict[str, np.ndarray], dict[str, Rate]]:
+def price(
+    clock: LapClock, target: Target, x: np.ndarray, y: np.ndarray, batch_size: int, steps_rate: Rate | None = None
+) -> tuple[dict[str, np.ndarray], dict[str, Rate]]:
     """Each sample's seconds on both clocks, its compute x its group's seconds per FLOP at
-    full batch, and the rates. A group of the torch loop that never ran a whole batch (a cell
-    smaller than `batch_size`) is calibrated first: CALIBRATION_REPEATS forward and backward
-    passes of `batch_size` rows of the cell's samples, outside the attack's time."""
-    for group, flops in clock.group_flops.items():
-        if group == STEPS and flops.any() and group not in clock.rates():
-            clock.calibrated[group] = calibrate(target, clock, x, y, batch_size)
+    full batch, and the rates. The torch loop's steps are priced at `steps_rate` where given
+    (the model cell's, pooled over its attack cells: `trashfire.attacks.campaign`), else at
+    the fastest of the cell's own reference steps; a cell without one (smaller than
+    `batch_size`) is calibrated first: CALIBRATION_REPEATS forward and backward passes of
+    `batch_size` rows of the cell's samples, outside the attack's time."""
+    if steps_rate is not None and STEPS in clock.group_flops:
+        clock.calibrated[STEPS] = steps_rate
+    if STEPS in clock.group_flops and clock.group_flops[STEPS].any() and STEPS not in clock.rates():
+        clock.calibrated[STEPS] = calibrate(target, clock, x, y, batch_size)
     priced = clock.priced()
     return {f"duration_{name}": seconds for name, seconds in priced.items()}, clock.rates()
 

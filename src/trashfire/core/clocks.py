@@ -11,7 +11,7 @@ import math
 import threading
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -19,6 +19,10 @@ import numpy as np
 SECONDS = ("process", "wall")  # the clocks that measure seconds
 COMPUTE = "flops"  # the compute clock: the model's work, counted exactly
 CLOCKS = (COMPUTE, *SECONDS)  # what `timing.clock` may choose
+# the torch loop's pricing group; its reference units all do the same work (a step of a whole
+# batch), so its rate is the fastest unit's; the others' (image searches, checks) is pooled
+STEPS = "steps"
+FASTEST = (STEPS,)
 
 
 _EXCLUDED: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
@@ -85,7 +89,7 @@ class Lap:
     whether it is a reference lap, one where the whole batch was active."""
 
     group: str
-    unit: int
+    unit: Any
     process: float
     wall: float
     flops: int
@@ -188,13 +192,17 @@ class LapClock:
         self._lap_flops = 0
         self._mark = now
 
+    def reference_laps(self, group: str) -> list[Lap]:
+        return [lap for lap in self.laps if lap.group == group and lap.reference and lap.flops > 0]
+
     def rates(self) -> dict[str, Rate]:
-        """Each group's seconds per FLOP from its reference laps (or its calibration)."""
+        """Each group's seconds per FLOP: as set (`calibrated`: a calibration, or a rate pooled
+        over the model cell's attack cells), else from its own reference laps."""
         rates = dict(self.calibrated)
         for group in self.group_flops:
-            laps = [lap for lap in self.laps if lap.group == group and lap.reference and lap.flops > 0]
+            laps = self.reference_laps(group)
             if laps and group not in rates:
-                rates[group] = rate_of(laps, "laps")
+                rates[group] = rate_of(laps, "laps", fastest=group in FASTEST)
         return rates
 
     def priced(self) -> dict[str, np.ndarray]:
@@ -211,19 +219,28 @@ class LapClock:
         return seconds
 
 
-def rate_of(laps: list[Lap], source: str) -> Rate:
-    """A group's seconds per FLOP from `laps`: the fastest of their units (a unit's seconds
-    over its FLOPs; the unit least disturbed by whatever else the machine was doing, as
-    timeit takes the best of its repeats), and the spread of the units' rates above it
-    (max / min - 1; 0 from one unit)."""
-    units: dict[int, list[Lap]] = {}
+def rate_of(laps: list[Lap], source: str, fastest: bool = True) -> Rate:
+    """Seconds per FLOP from `laps`, grouped into their units (a unit's seconds over its FLOPs):
+    with `fastest`, the fastest unit's (for units of the same work, a step of the same batch:
+    the one least disturbed by whatever else the machine was doing, as timeit takes the best
+    of its repeats); otherwise their seconds over their FLOPs pooled (for units of differing
+    work, one image's search each). The spread: the units' rates above the fastest, max / min
+    - 1 (0 from one unit)."""
+    units: dict[Any, list[Lap]] = {}
     for lap in laps:
         units.setdefault(lap.unit, []).append(lap)
     flops = np.array([sum(lap.flops for lap in unit) for unit in units.values()], dtype=float)
-    best, spread = {}, {}
+    rate, spread = {}, {}
     for clock in SECONDS:
         seconds = np.array([sum(getattr(lap, clock) for lap in unit) for unit in units.values()])
         per_unit = seconds / flops
-        best[clock] = float(per_unit.min())
+        rate[clock] = float(per_unit.min() if fastest else seconds.sum() / flops.sum())
         spread[clock] = float(per_unit.max() / per_unit.min() - 1) if per_unit.min() > 0 else math.inf
-    return Rate(best["process"], best["wall"], spread["process"], spread["wall"], len(units), source)
+    return Rate(rate["process"], rate["wall"], spread["process"], spread["wall"], len(units), source)
+
+
+def pooled_rate(clocks: list[LapClock], group: str, source: str) -> Rate | None:
+    """One rate of `group` over the reference laps of several clocks (the same model's cells),
+    each lap's unit kept apart per clock; None without a reference lap."""
+    laps = [replace(lap, unit=(number, lap.unit)) for number, clock in enumerate(clocks) for lap in clock.reference_laps(group)]
+    return rate_of(laps, source, fastest=group in FASTEST) if laps else None
