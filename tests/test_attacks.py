@@ -145,3 +145,26 @@ def test_black_box_searches_count_their_queries_and_stand_apart_per_image(attack
         assert len(np.unique(out["duration_wall_shared"][searched])) == searched.sum()  # one search, one time
         assert (out["queries"][searched] == out["failure_step"][searched] + 2).all()  # its search, the first query and the verification
         assert (out["gradients"] == 0).all()  # black-box: forward passes only
+
+
+def test_a_model_cells_torch_cells_share_one_rate_and_price_the_same_work_alike(attacked):
+    """The compute clock on the attack stage: a censored PGD sample's work is the same exact
+    count in every PGD cell of a model cell (its budget), and, priced at the model cell's one
+    rate per algorithm, the same seconds; a black-box search's seconds are its FLOPs at its
+    cell's search rate."""
+    rates, budgets, seconds = {}, set(), set()
+    for cell, record, out in outcomes_of(attacked):
+        if record["engine"] == "torch":
+            rates.setdefault(cell.attack, []).append(record["rates"]["steps"])
+            np.testing.assert_allclose(out["duration_wall"], out["flops"] * record["rates"]["steps"]["wall"], rtol=1e-12)
+        if cell.attack == "pgd":  # every norm: the same max_iter
+            censored = ~out["event"]
+            budgets |= set(zip(out["queries"][censored], out["gradients"][censored], out["flops"][censored]))
+            seconds |= set(out["duration_process"][censored].round(15))
+        if cell.attack in ("pixel", "threshold", "hsj"):
+            assert record["rates"]["search"]["source"] == "laps" and record["rates"]["search"]["units"] == (out["y_pred_ben"] == out["y_true"]).sum()
+        assert out["flops"].min() >= record["flops_forward"]  # every sample took at least its first query
+    assert all(len({str(r) for r in group}) == 1 for group in rates.values()), rates  # one rate per algorithm
+    assert all(group[0]["source"].startswith(("model cell", "calibration")) for group in rates.values())
+    assert len(budgets) == 1 and next(iter(budgets))[:2] == (11, 10)  # PGD-10: the first query, ten steps, the last check
+    assert len(seconds) <= 1

@@ -114,7 +114,9 @@ def attack_cell(classifier, split: Split, cell: AttackCell, target: Target, cost
     strength = attack_strength(cell.spec, pixel_std)
     attack = None if engine == "torch" else build_attack(classifier, cell.spec, pixel_std)
     with Stopwatch(target.device) as watch:
-        x_adv, clocked, clock = attack_samples(engine, attack, cell.spec, target, x, y, strength, early_exit, image_seeds(cell.model.hash, keep, strength), cost)
+        x_adv, clocked, clock = attack_samples(
+            engine, attack, cell.spec, target, x, y, strength, early_exit, image_seeds(cell.model.hash, keep, strength), cost
+        )
     return Attacked(cell, keep, x, y, x_adv, clocked, clock, watch.elapsed, engine, early_exit, pixel_std)
 
 
