@@ -329,3 +329,27 @@ def test_a_registered_metric_reaches_metrics_json_the_tables_the_cards_and_the_r
     assert f">{report_figures.format_value(experiments['acc_adv'].min())}<" in row and "the lowest accuracy under attack" in row
     table = page[page.index('<details id="table-robustness">') :]
     assert "<th>acc_at_eps_max</th>" in table and "acc_at_eps_max, the accuracy at the largest eps of the curve" in table
+
+
+def test_expected_time_on_every_clock_by_hand():
+    """E[T] = compute until failure x the cell's seconds per FLOP: from the process clock it
+    was fitted on to FLOPs and to wall seconds; E[queries] and the latency per query beside."""
+    from trashfire.metrics.aggregate import expected_on_clocks
+
+    cells = pd.DataFrame(
+        {
+            "clock": ["process"],
+            "E_T": [2e-3],
+            "seconds_per_flop_process": [1e-10],
+            "seconds_per_flop_wall": [2e-10],
+            "queries_mean": [5.0],
+            "t_attack_flops": [1e7],
+        }
+    )
+    out = expected_on_clocks(cells).iloc[0]
+    assert out["E_T_process"] == 2e-3  # the fitted clock's own E[T], untouched
+    assert out["E_T_flops"] == pytest.approx(2e7) and out["E_T_wall"] == pytest.approx(4e-3)
+    assert out["E_Q"] == 5.0 and out["flops_per_query"] == pytest.approx(2e6)
+    assert out["seconds_per_query_process"] == pytest.approx(2e-4) and out["seconds_per_query_wall"] == pytest.approx(4e-4)
+    on_flops = expected_on_clocks(cells.assign(clock="flops", E_T=2e7)).iloc[0]
+    assert on_flops["E_T_flops"] == 2e7 and on_flops["E_T_process"] == pytest.approx(2e-3)

@@ -165,6 +165,55 @@ def test_depth_not_proportional_not_testable_without_fgm_or_pgd():
     assert_not_testable(check("003_depth_not_proportional"), "model=[cifar_resnet8")
 
 
+# --- 003_depth_latency_not_queries --------------------------------------------------------------
+
+
+def decomposition_tables(queries_power: float, latency_power: float):
+    """E[queries] ~ depth^queries_power and latency ~ depth^latency_power, exactly."""
+    tables = depth_tables(0.5)
+    depth = np.array(THREE["depth"] * 2, dtype=float)
+    tables["trash"] = tables["trash"].assign(
+        E_Q=(depth / 8) ** queries_power * 6.0, flops_per_query=(depth / 8) ** latency_power * 1e6, seconds_per_query_process=(depth / 8) * 1e-4
+    )
+    return tables
+
+
+def test_depth_raises_the_latency_not_the_queries_by_hand():
+    result = check("003_depth_latency_not_queries", **decomposition_tables(0.0, 1.3))
+    # every bootstrap slope is exact: queries 0, latency 1.3
+    assert result.value == pytest.approx(0.0, abs=1e-12) and result.lo == pytest.approx(0.0, abs=1e-12)
+    assert result.verdict == "holds" and "depth^1.3" in result.detail and "FLOPs per query" in result.detail
+
+
+def test_depth_raising_the_queries_more_than_the_latency_contradicts_it():
+    result = check("003_depth_latency_not_queries", **decomposition_tables(1.5, 0.5))
+    assert result.verdict == "contradicted" and result.value == pytest.approx(1.5)
+
+
+def test_robust_and_slower_is_not_latency_alone():
+    # both rise: the queries' slope is above 0, so the gain is not latency alone
+    assert check("003_depth_latency_not_queries", **decomposition_tables(0.5, 1.5)).verdict == "inconclusive"
+
+
+def test_time_findings_run_on_every_other_clock_with_its_columns():
+    tables = decomposition_tables(0.0, 1.3)
+    trash = tables["trash"].assign(t_train_process=tables["trash"]["t_train"], E_T_process=tables["trash"]["E_T"] ** 4, trash_adv_process=0.5)
+    given = F.Tables(
+        trained=tables["trained"].assign(t_train_process=tables["trained"]["t_train"]),
+        robustness=pd.DataFrame(),
+        trash=trash,
+        brittle=pd.DataFrame(),
+        clock="flops",
+    )
+    results = {f.id: f for f in F.check_findings(given, resamples=500, other_clocks=("process",))}
+    assert results["003_depth_not_proportional"].clock == "flops" and results["003_depth_not_proportional"].verdict == "holds"
+    # on the process clock E[T] ~ t_train^2: the same claim is contradicted there, and both are shown
+    on_process = results["003_depth_not_proportional@process"]
+    assert on_process.clock == "process" and on_process.verdict == "contradicted" and on_process.value == pytest.approx(2.0)
+    assert "process seconds per query" in results["003_depth_latency_not_queries@process"].detail
+    assert results["001_adv_train_raises_evp"].clock == ""  # no time in it: tested once
+
+
 # --- 003_trash_above_one_* ----------------------------------------------------------------------
 
 

@@ -6,7 +6,8 @@ metric touches two files: its definition, a pure function in `trashfire.metrics`
 entry here.
 - `HEADLINE`: a value of reports/metrics.json (a number, a text, or a dict of tests), shown in
   report.html's headline table with its meaning in the order registered (`section="run"`:
-  on the report's Run line instead; `"findings"`: beside the findings).
+  on the report's Run line instead; `"findings"`: beside the findings; `"tables"`: in
+  metrics.json only, the report shows its table).
 - `CURVE_METRICS`: a column of robustness.csv, one value per model cell and eps attack family
   computed from its accuracy-eps curve and viability threshold tau; it also lands in each
   card's evp_and_auc section and the report's robustness table, with its meaning in that
@@ -44,7 +45,7 @@ from trashfire.metrics import findings, validity
 from trashfire.survival import analysis as survival_analysis
 from trashfire.survival import epsilon
 
-SECTIONS = ("headline", "run", "findings", "validity")
+SECTIONS = ("headline", "run", "findings", "validity", "tables")
 
 
 @dataclass(frozen=True)
@@ -207,6 +208,7 @@ HEADLINE: list[Metric] = [
         "depth_decomposition",
         lambda r: decomposition_by_depth(r.trash),
         "per data set, attack family and depth (undefended models): E[queries to failure] (what the model resists) beside the FLOPs and seconds per query (what each query costs); 003 says depth raises the second, not the first",
+        section="tables",
     ),
     Metric(
         "trash_ben_median",

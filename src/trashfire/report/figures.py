@@ -969,7 +969,7 @@ def metric_rows(name: str, value, meaning: str) -> list[tuple[str, str, str]]:
 
 def headline_section(metrics: dict) -> str:
     meanings = registry.meanings()
-    elsewhere = registry.in_section("run") + registry.in_section("findings") + registry.in_section("validity")
+    elsewhere = registry.in_section("run") + registry.in_section("findings") + registry.in_section("validity") + registry.in_section("tables")
     shown = {k: v for k, v in metrics.items() if k not in elsewhere}
     order = [k for k in meanings if k in shown] + sorted(k for k in shown if k not in meanings)
     rows = [row for key in order for row in metric_rows(key, shown[key], meanings.get(key, ""))]
