@@ -70,8 +70,13 @@ def conf_dir() -> Path:
 
 ATTACK_OPTIONS = ", ".join(sorted(path.stem for path in (ROOT / "conf" / "attack").glob("*.yaml")))  # as a refusal lists them
 
-TIMING_KEYS = ("t_", "device")
+TIMING_KEYS = ("t_", "device", "rates", "seconds_per_flop")  # measured on a clock or the machine
 TIMING_ARRAYS = ("duration_",)  # the per-sample clocks
+
+
+def is_timing_key(key: str) -> bool:
+    """A record key measured on a clock; the compute clock's (t_train_flops ...) is counted, not measured."""
+    return key.startswith(TIMING_KEYS) and not key.endswith("_flops")
 
 
 def recorded(folder: Path) -> dict[str, dict]:
@@ -81,7 +86,7 @@ def recorded(folder: Path) -> dict[str, dict]:
     found: dict[str, dict] = {}
     for path in sorted(Path(folder).iterdir()):
         if path.suffix == ".json":
-            found[path.name] = {k: v for k, v in json.loads(path.read_text()).items() if not k.startswith(TIMING_KEYS)}
+            found[path.name] = {k: v for k, v in json.loads(path.read_text()).items() if not is_timing_key(k)}
         elif path.suffix == ".npz":
             with np.load(path) as arrays:
                 found[path.name] = {k: arrays[k].tolist() for k in arrays.files if not k.startswith(TIMING_ARRAYS)}

@@ -19,7 +19,7 @@ import optuna
 import pytest
 import yaml
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, is_timing_key
 from trashfire.sweep import STALE_NOTE, grid_points, optuna_storage, study_lock
 
 CELL = [
@@ -34,7 +34,6 @@ CELL = [
 ]
 GRID = ["model=choice(fcnet,mlp2)", "defence=choice(none,fsq)", "train.epochs=choice(1)"]
 FAST_BEATS = ["hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=2", "hydra.sweeper.poll_interval=0.5"]
-TIMING_KEYS = ("t_", "device")
 
 
 def sweep_command(tmp_path: Path, storage: str | None, *args: str, preset: str = "training_grid") -> list[str]:
@@ -76,7 +75,7 @@ def completed_points(trials) -> list[tuple]:
 
 def records(folder: Path) -> dict[str, dict]:
     """Record files by name, timings and device left out."""
-    return {p.name: {k: v for k, v in json.loads(p.read_text()).items() if not k.startswith(TIMING_KEYS)} for p in sorted(folder.glob("*.json"))}
+    return {p.name: {k: v for k, v in json.loads(p.read_text()).items() if not is_timing_key(k)} for p in sorted(folder.glob("*.json"))}
 
 
 EXPECTED_POINTS = sorted(tuple(sorted(p.items())) for p in grid_points({"model": ["fcnet", "mlp2"], "defence": ["none", "fsq"], "train.epochs": [1]}))

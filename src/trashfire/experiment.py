@@ -98,6 +98,8 @@ def run_experiment(cfg: DictConfig) -> list[float]:
         # a sweep runs trials side by side (the launcher), each a few cells: worker processes
         # would cost more than they save, and a trial's `threads` is its thread budget
         OmegaConf.update(cfg, "train.workers", 1, force_add=True)
+        if cfg.get("threads") is not None:  # the trial's thread budget for its cells as well
+            OmegaConf.update(cfg, "train.threads", cfg.threads, force_add=True)
     unprepared = {
         name: spec for name, spec in cfg.data.items() if not all((dataset_dir(cfg.paths.processed, name) / f"split_{s}.npz").is_file() for s in cfg.split.seeds)
     }

@@ -32,7 +32,7 @@ from trashfire.attacks.engine import attack_samples, calibrate, model_cost, pric
 from trashfire.attacks.target import Target
 from trashfire.core.clocks import SECONDS, STEPS, Elapsed, LapClock, Rate, Stopwatch, pooled_rate
 from trashfire.core.grid import AttackCell, ModelCell, attack_cells
-from trashfire.core.parallel import describe, resolve_workers, run_jobs
+from trashfire.core.parallel import describe, resolve_workers, run_jobs, threads_per_cell
 from trashfire.core.records import is_recorded, remove_dead_temps, write_npz
 from trashfire.core.schema import AttackRecord, BenignRecord, Outcomes, TrainRecord, cell_labels
 from trashfire.core.store import attack_record_path, benign_path, outcomes_path
@@ -243,12 +243,13 @@ def attack_grid(cfg: DictConfig) -> int:
         remove_dead_temps(folder)
     pending = [cell for cell in cells if not is_recorded(attack_record_path(folder, cell.hash))]
     workers = resolve_workers(cfg.train.get("workers", "auto"), device.type)
-    log.info("%d attack cells, %d recorded, %d to run on %s (%s)", len(cells), len(cells) - len(pending), len(pending), device, describe(workers))
+    threads = threads_per_cell(workers, cfg.train.get("threads", 1))
+    log.info("%d attack cells, %d recorded, %d to run on %s (%s)", len(cells), len(cells) - len(pending), len(pending), device, describe(workers, threads))
     jobs = [(cfg, model_cell, list(group)) for model_cell, group in groupby(pending, key=lambda cell: cell.model)]
     queued = {job[1].hash for job in jobs}
     models = {cell.model.hash: cell.model for cell in cells}
     jobs += [(cfg, model, []) for h, model in models.items() if h not in queued and benign_pending(folder, h)]  # probes for older records
     jobs.sort(key=lambda job: job[1].train.depth * len(job[2]), reverse=True)  # the longest first keeps the workers busy to the end
     with tqdm(total=len(pending), desc="attack cells", disable=not cfg.train.get("progress", True)) as progress:
-        run_jobs(attack_job, jobs, workers, progress, log.name)
+        run_jobs(attack_job, jobs, workers, progress, log.name, threads)
     return len(pending)

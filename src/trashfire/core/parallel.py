@@ -10,14 +10,18 @@ are spawned, not forked (a fork after torch has run its thread pool can hang), a
 their parent, so a killed stage leaves no worker writing; each record is written atomically
 by the worker that computed it, so what a killed run leaves is whole cells only.
 
-A worker computes its cells with `threads_per_cell(workers)` torch and BLAS threads, whatever
-the number of jobs; with one worker the stage's own process computes them with its own
-threads. Floating-point sums depend on the thread count, so records are bit-identical for
-one machine and one `train.workers`, whatever the scheduling (records keep `threads`).
+Every cell is computed with `train.threads` torch and BLAS threads (default 1), in a worker
+or, with one worker, in the stage's own process (limited to them while it computes cells).
+Floating-point sums depend on the thread count (a model trained with 1 and with 2 threads
+differs in its last bits, and so do the attacks on it), so with a fixed `train.threads`
+records are bit-identical for one machine whatever `train.workers` and the scheduling
+(records keep `threads`); `train.threads: auto` gives each worker cores / workers threads,
+and its records then depend on `train.workers`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import multiprocessing
@@ -54,12 +58,31 @@ def resolve_workers(setting: Any, device_type: str) -> int:
     return int(setting)
 
 
-def describe(workers: int) -> str:
-    return f"{workers} worker processes, {threads_per_cell(workers)} thread(s) each" if workers > 1 else "in this process"
+def describe(workers: int, threads: int | None = None) -> str:
+    threads = threads_per_cell(workers) if threads is None else threads
+    return f"{workers} worker processes, {threads} thread(s) each" if workers > 1 else f"in this process, {threads} thread(s)"
 
 
-def threads_per_cell(workers: int) -> int:
+def threads_per_cell(workers: int, setting: Any = "auto") -> int:
+    """`train.threads`: a number of threads, or `auto`: the cores shared by the workers."""
+    if setting != "auto":
+        return int(setting)
     return max(1, available_cores() // max(1, workers))
+
+
+@contextlib.contextmanager
+def threads_limited(threads: int) -> Iterator[None]:
+    """torch's and NumPy's BLAS threads set to `threads` in this process, restored after."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with threadpool_limits(threads):
+            yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def limit_threads(threads: int) -> None:
@@ -92,26 +115,33 @@ def _init_worker(parent: int, threads: int, level: int, prog: str) -> None:
     logging.getLogger("trashfire").setLevel(level)
 
 
-def run_jobs(job: Callable[..., int], arguments: Sequence[tuple], workers: int, progress: tqdm, prog: str) -> None:
+def run_jobs(job: Callable[..., int], arguments: Sequence[tuple], workers: int, progress: tqdm, prog: str, threads: int | None = None) -> None:
     """`job(*args)` for each args; each job returns how many cells it finished, for the bar.
     See `results_as_completed`."""
-    for _, finished in results_as_completed(job, arguments, workers, prog):
+    for _, finished in results_as_completed(job, arguments, workers, prog, threads):
         progress.update(finished)
 
 
-def results_as_completed(job: Callable[..., Any], arguments: Sequence[tuple], workers: int, prog: str) -> Iterator[tuple[int, Any]]:
+def results_as_completed(job: Callable[..., Any], arguments: Sequence[tuple], workers: int, prog: str, threads: int | None = None) -> Iterator[tuple[int, Any]]:
     """(index into arguments, job(*args)) as each job finishes: in order in this process when
-    workers is 1, else over `workers` processes (give the longest jobs first). The first
-    failing job's error is raised at once: the other workers are killed (their finished
-    cells are on disk; a rerun computes the rest)."""
+    workers is 1, else over `workers` processes (give the longest jobs first); each with
+    `threads` threads (None: cores / workers in a worker, the process's own in this one),
+    this process too while it waits and handles the results. The first failing job's error
+    is raised at once: the other workers are killed (their finished cells are on disk; a
+    rerun computes the rest)."""
     if not arguments:
         return
-    if workers <= 1:  # the process's own threads (torch's default, or a sweep trial's `threads`)
+    with threads_limited(threads) if threads is not None else contextlib.nullcontext():
+        yield from _as_completed(job, arguments, workers, prog, threads_per_cell(workers) if threads is None else threads)
+
+
+def _as_completed(job: Callable[..., Any], arguments: Sequence[tuple], workers: int, prog: str, threads: int) -> Iterator[tuple[int, Any]]:
+    if workers <= 1:
         for index, args in enumerate(arguments):
             yield index, job(*args)
         return
     context = multiprocessing.get_context("spawn")
-    init = (os.getpid(), threads_per_cell(workers), logging.getLogger("trashfire").getEffectiveLevel(), prog)
+    init = (os.getpid(), threads, logging.getLogger("trashfire").getEffectiveLevel(), prog)
     pool = ProcessPoolExecutor(min(workers, len(arguments)) or 1, mp_context=context, initializer=_init_worker, initargs=init)
     try:
         pending = {pool.submit(job, *args): index for index, args in enumerate(arguments)}

@@ -29,7 +29,7 @@ from trashfire.attacks import art_classifier
 from trashfire.core.clocks import Stopwatch
 from trashfire.core.errors import ConfigError
 from trashfire.core.grid import ModelCell, model_cells
-from trashfire.core.parallel import describe, resolve_workers, run_jobs
+from trashfire.core.parallel import describe, resolve_workers, run_jobs, threads_per_cell
 from trashfire.core.records import config_hash, is_recorded, remove_dead_temps
 from trashfire.core.schema import BrittleRecord, TrainRecord, cell_labels
 from trashfire.core.store import brittle_hash, brittle_record_path, brittle_settings
@@ -262,9 +262,10 @@ def score_grid(cfg: DictConfig) -> int:
         remove_dead_temps(folder)  # a killed run's half-written records
     pending = [cell for cell in cells if not is_recorded(brittle_record_path(folder, brittle_hash(cell.hash, settings)))]
     workers = resolve_workers(cfg.train.get("workers", "auto"), device.type)
-    log.info("%d model cells, %d scored, %d to score on %s (%s)", len(cells), len(cells) - len(pending), len(pending), device, describe(workers))
+    threads = threads_per_cell(workers, cfg.train.get("threads", 1))
+    log.info("%d model cells, %d scored, %d to score on %s (%s)", len(cells), len(cells) - len(pending), len(pending), device, describe(workers, threads))
     jobs = [(cfg, settings, list(group)) for _, group in groupby(pending, key=lambda cell: cell.train.hash)]
     jobs.sort(key=lambda job: job[2][0].train.depth, reverse=True)  # the longest first keeps the workers busy to the end
     with tqdm(total=len(pending), desc="brittle cells", disable=not cfg.train.get("progress", True)) as progress:
-        run_jobs(brittle_job, jobs, workers, progress, log.name)
+        run_jobs(brittle_job, jobs, workers, progress, log.name, threads)
     return len(pending)

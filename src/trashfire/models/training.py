@@ -29,7 +29,7 @@ from trashfire.core import external
 from trashfire.core.clocks import Elapsed, Stopwatch
 from trashfire.core.errors import ConfigError, DataError
 from trashfire.core.grid import TrainCell, training_cells
-from trashfire.core.parallel import describe, resolve_workers, run_jobs
+from trashfire.core.parallel import describe, resolve_workers, run_jobs, threads_per_cell
 from trashfire.core.records import atomic_path, cell_file, file_sha256, remove_dead_temps
 from trashfire.core.schema import TrainRecord, cell_labels
 from trashfire.data.datasets import Split, cached_split
@@ -480,11 +480,14 @@ def train_grid(cfg: DictConfig) -> list[dict[str, Any]]:
     import_external(cfg, [cell for cell in pending if cell.is_external], models)
     pending = [cell for cell in pending if not cell.is_external]
     workers = resolve_workers(cfg.train.get("workers", "auto"), device.type)
-    log.info("%d training cells, %d cached, %d to train on %s (%s)", len(ordered), len(ordered) - len(pending), len(pending), device, describe(workers))
+    threads = threads_per_cell(workers, cfg.train.get("threads", 1))
+    log.info(
+        "%d training cells, %d cached, %d to train on %s (%s)", len(ordered), len(ordered) - len(pending), len(pending), device, describe(workers, threads)
+    )
     groups = runs(pending)
     with tqdm(total=len(pending), desc="training cells", disable=not cfg.train.get("progress", True)) as progress:
         for wave in waves(groups):
             wave.sort(key=expected_cost, reverse=True)  # the longest first keeps the workers busy to the end
             jobs = [(cfg, group, workers == 1) for group in wave]
-            run_jobs(train_job, jobs, workers, progress, log.name)
+            run_jobs(train_job, jobs, workers, progress, log.name, threads)
     return [TrainRecord.read(record_path(models, cell.hash)).to_json() for cell in cells]

@@ -802,7 +802,7 @@ VERDICTS = {
     "inconclusive": ("v-inconclusive", "inconclusive"),
     "not testable": ("v-not-testable", "not testable"),
 }
-FINDING_COLUMNS = set(schema.FINDINGS)
+FINDING_COLUMNS = set(schema.FINDINGS) - {"clock"}  # findings.csv from before the compute clock has no clock
 BRITTLE_FINDING = "002_brittle_negative"  # metrics.json's per-seed correlations belong beside it
 LEFT_OUT = "left out of R, EVP, the brittle correlations and the headline means"
 
@@ -918,7 +918,9 @@ def per_seed_text(per_seed) -> str:
 
 def finding_row(row: pd.Series, beside: str = "") -> str:
     paper = format_value(row["paper"])
-    claim = f'{html.escape(format_value(row["claim"]))}<div class="test">test: {html.escape(format_value(row["test"]))}</div>'
+    clock = row.get("clock")  # NaN: a claim without time in it
+    on = f" (on the {clock} clock)" if isinstance(clock, str) and clock else ""
+    claim = f'{html.escape(format_value(row["claim"]))}<div class="test">test{html.escape(on)}: {html.escape(format_value(row["test"]))}</div>'
     detail = html.escape(format_value(row["detail"])) + (f'<div class="test">{html.escape(beside)}</div>' if beside else "")
     cells = [verdict_badge(row["verdict"]), html.escape(f"{paper} {PAPERS.get(paper, '')}".strip()), claim, html.escape(measured_text(row)), detail]
     return "<tr>" + "".join(f'<td class="t">{cell}</td>' for cell in cells) + "</tr>"

@@ -10,7 +10,7 @@ from trashfire.survival import analysis
 
 STAGE = Stage(
     "survival",
-    params=("survival", "timing.clock", "train.workers", "paths.reports"),
+    params=("survival", "timing.clock", "train.workers", "train.threads", "paths.reports"),
     deps=("reports/survival_data.csv",),
     outs=("reports/survival",),
 )

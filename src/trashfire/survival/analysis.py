@@ -47,7 +47,7 @@ from omegaconf import DictConfig
 
 from trashfire.core import schema
 from trashfire.core.errors import ConfigError, DataError
-from trashfire.core.parallel import resolve_workers, results_as_completed
+from trashfire.core.parallel import resolve_workers, results_as_completed, threads_per_cell
 from trashfire.core.records import atomic_path
 from trashfire.survival import fitters as F
 from trashfire.survival.data import diagnose, drop_degenerate
@@ -127,7 +127,9 @@ def calibration_time(train: pd.DataFrame, quantile: float) -> float:
 SLOW_FITTERS = ("gengamma",)  # started first, so that the quicker fits fill the other workers meanwhile
 
 
-def compare(train: pd.DataFrame, test: pd.DataFrame, settings: Any, axes: dict | None = None, workers: int = 1) -> tuple[pd.DataFrame, dict[str, F.Fit]]:
+def compare(
+    train: pd.DataFrame, test: pd.DataFrame, settings: Any, axes: dict | None = None, workers: int = 1, threads: int | None = None
+) -> tuple[pd.DataFrame, dict[str, F.Fit]]:
     """Fit and score every configured fitter, then the baselines; returns Table I (one row per
     fitter, failed fits included with their reasons, then one per baseline) and the fitted
     models, with cluster-robust SEs by trained model (CLUSTER_BY). `axes[name]` = (train, test) axes
@@ -144,7 +146,7 @@ def compare(train: pd.DataFrame, test: pd.DataFrame, settings: Any, axes: dict |
             to_fit.append((name, spec, train, list(settings.retries)))
     to_fit.sort(key=lambda job: job[0] not in SLOW_FITTERS)
     fits = {}
-    for index, fit in results_as_completed(fit_with_robust_se, to_fit, workers, log.name):
+    for index, fit in results_as_completed(fit_with_robust_se, to_fit, workers, log.name, threads):
         name, spec = to_fit[index][:2]
         if isinstance(fit, F.FitFailed):
             log.warning("%s failed to fit: %s", name, fit)
@@ -694,7 +696,8 @@ def analyse(cfg: DictConfig) -> pd.DataFrame:
             "cluster-robust standard errors from %d %s clusters (< %d) run small: read them with care", train[CLUSTER_BY].nunique(), CLUSTER_BY, FEW_CLUSTERS
         )
     fig, axes = calibration_grid([settings.models[name].label for name in settings.fitters], list(settings.fitters))
-    comparison, fits = compare(train, test, settings, axes, resolve_workers(cfg.train.get("workers", "auto"), "cpu"))
+    workers = resolve_workers(cfg.train.get("workers", "auto"), "cpu")
+    comparison, fits = compare(train, test, settings, axes, workers, threads_per_cell(workers, cfg.train.get("threads", 1)))
     comparison = in_clock_units(comparison, unit, ["t0"])  # Table I's calibration time, in the clock's unit
     aft = [name for name in settings.fitters if settings.models[name].aft]
     budgets = cell_budgets(data)
