@@ -205,7 +205,7 @@ def test_cards_hold_each_model_cell_and_drop_stale_ones(tmp_path):
     [path] = write_cards(tmp_path, exp, trash, robustness, brittle)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t0.json"]
     card = json.loads(path.read_text())
-    assert card["training"]["model"] == "resnet18" and card["times_per_sample_seconds"]["t_train"] == 0.01
+    assert card["training"]["model"] == "resnet18" and card["times_per_sample"]["t_train"] == 0.01
     cells = {c["defence"]["defence"]: c for c in card["model_cells"]}
     assert cells["conf"]["brittle_ri_percent"] == 75.0 and cells["none"]["acc_ben"] == 0.8
     assert [a["acc_adv"] for a in cells["none"]["attacks"]] == [0.6, 0.2]

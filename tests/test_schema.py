@@ -280,7 +280,7 @@ def test_every_table_the_stages_write_has_the_schema_columns(recorded):
     for name in ("trash.csv", "robustness.csv", "curves.csv", "eps_survival.csv", "eps_survival_curves.csv"):
         assert set(pd.read_csv(reports / name)["attack_family"]) == {"fgm linf", "pgd linf"}, name
     card = json.loads(sorted((reports / "cards").glob("*.json"))[0].read_text())
-    assert set(card["training"]) == set(schema.CARD_TRAINING) and set(card["times_per_sample_seconds"]) == set(schema.CARD_TIMES)
+    assert set(card["training"]) == set(schema.CARD_TRAINING) and set(card["times_per_sample"]) == set(schema.CARD_TIMES)
     cell = card["model_cells"][0]
     assert set(cell["defence"]) == set(schema.CARD_DEFENCE) and set(cell["attacks"][0]) == set(schema.CARD_ATTACK)
     assert set(cell["survival_and_trash"][0]) == set(schema.CARD_FAMILY)

@@ -674,7 +674,7 @@ def report_robustness(curve_metrics: Sequence[str]) -> list[str]:
 CLOCK_PREFIXES = ("t_", "E_T", "trash_", "f_adv", "f_ben", "duration", "seconds_per_flop", "seconds_per_query")
 MACHINE_COLUMNS = ("device", "threads")
 COMPUTE_SUFFIX = "_flops"  # t_train_flops, E_T_flops ...: the compute clock's, identical between runs
-CLOCK_SECTIONS = ("times_per_sample_seconds", "survival_and_trash")  # a card's timed parts
+CLOCK_SECTIONS = ("times_per_sample", "survival_and_trash")  # a card's timed parts
 CLOCK_METRICS = ("trash_", "survival_")  # metrics.json: TRASH and the survival fits on durations
 CLOCK_FINDINGS = "003"  # TRASHFIRE's claims are about times
 

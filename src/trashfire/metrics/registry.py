@@ -130,13 +130,15 @@ def eps_survival_means(eps_survival: pd.DataFrame | None) -> dict[str, dict[str,
 
 def trash_by_clock(trash: pd.DataFrame) -> dict[str, float]:
     """The median TRASH over the sound cells on each clock of trash.csv."""
-    rows = sound(trash)
+    rows = sound(trash) if trash is not None else pd.DataFrame()
     return {clock: float(rows[f"trash_adv_{clock}"].median()) for clock in CLOCKS if f"trash_adv_{clock}" in rows}
 
 
 def decomposition_by_depth(trash: pd.DataFrame) -> dict:
     """{data set: {attack family: {depth: {E_Q, flops_per_query, seconds_per_query_<clock>}}}}
     over the sound undefended cells."""
+    if trash is None or not {"defence", "dataset", "attack_family", "depth"} <= set(trash):
+        return {}
     rows = sound(trash)
     rows = rows[rows["defence"] == "none"]
     columns = [c for c in ("E_Q", *LATENCY) if c in rows]

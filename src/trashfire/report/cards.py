@@ -29,7 +29,7 @@ def card(
     return {
         "train_hash": train_hash,
         "training": _plain(first[schema.CARD_TRAINING]),
-        "times_per_sample_seconds": _plain(first[schema.CARD_TIMES]),
+        "times_per_sample": _plain(first.reindex(schema.CARD_TIMES)),  # FLOPs on the compute clock, seconds on the others
         "provenance": provenance(first),
         "model_cells": [_model_cell(group, trash, robustness, brittle, flags) for _, group in rows.groupby("model_hash", sort=False)],
     }
@@ -66,7 +66,7 @@ def _model_cell(rows: pd.DataFrame, trash: pd.DataFrame, robustness: pd.DataFram
         "brittle_score": _number(mine["brittle_score"].iloc[0]) if len(mine) else None,
         "brittle_ri_percent": _number(mine["brittle_ri"].iloc[0]) if len(mine) else None,
         "attacks": [_plain(r) for _, r in rows[schema.CARD_ATTACK].iterrows()],
-        "survival_and_trash": [_plain(r) for _, r in trash.loc[trash["model_hash"] == model_hash, schema.CARD_FAMILY].iterrows()],
+        "survival_and_trash": [_plain(r) for _, r in trash.loc[trash["model_hash"] == model_hash].reindex(columns=schema.CARD_FAMILY).iterrows()],
         "evp_and_auc": [_plain(r) for _, r in robustness.loc[robustness["model_hash"] == model_hash, schema.card_robustness(curve_metric_names())].iterrows()],
         "validity": _validity(flags, model_hash),
     }
