@@ -343,13 +343,14 @@ def test_expected_time_on_every_clock_by_hand():
             "seconds_per_flop_process": [1e-10],
             "seconds_per_flop_wall": [2e-10],
             "queries_mean": [5.0],
-            "t_attack_flops": [1e7],
+            "gradients_mean": [4.0],
+            "flops_forward": [2e6],
         }
     )
     out = expected_on_clocks(cells).iloc[0]
     assert out["E_T_process"] == 2e-3  # the fitted clock's own E[T], untouched
     assert out["E_T_flops"] == pytest.approx(2e7) and out["E_T_wall"] == pytest.approx(4e-3)
-    assert out["E_Q"] == 5.0 and out["flops_per_query"] == pytest.approx(2e6)
+    assert out["E_Q"] == 5.0 and out["E_G"] == 4.0 and out["flops_per_query"] == 2e6  # the model's forward, whatever the attack
     assert out["seconds_per_query_process"] == pytest.approx(2e-4) and out["seconds_per_query_wall"] == pytest.approx(4e-4)
     on_flops = expected_on_clocks(cells.assign(clock="flops", E_T=2e7)).iloc[0]
     assert on_flops["E_T_flops"] == 2e7 and on_flops["E_T_process"] == pytest.approx(2e-3)

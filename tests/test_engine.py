@@ -245,17 +245,22 @@ def test_a_samples_compute_and_seconds_do_not_depend_on_its_batch(trained):
     assert len(breakers) >= 3
     batch = np.concatenate([[survivor], np.resize(breakers, 99)])
     warm_up_batch(target, x, y, spec["batch_size"])  # as the attack stage does once per model cell
-    spreads, seconds = [], {}
-    for name, rows in (("alone", [survivor]), ("batch", batch)):
-        x_adv, arrays, clock = attack_samples("torch", None, spec, target, x[rows], y[rows], 0.3)
-        priced, rates = price(clock, target, x[rows], y[rows], spec["batch_size"])
-        assert rates["steps"].source == ("calibration" if name == "alone" else "laps")
-        assert arrays["event"][0] == False and (name == "alone" or arrays["failure_step"][1:].max() == 1)  # noqa: E712
-        for count in ("queries", "gradients", "flops"):
-            assert arrays[count][0] == out[count][survivor], (name, count)
-        seconds[name] = priced["duration_wall"][0]
-        spreads.append(rates["steps"].spread_wall)
-        print(name, rates["steps"], seconds[name], arrays["duration_wall_shared"][0])
-    # on a CPU a step of 1 sample costs about what a step of 100 does: the shared clock charged
-    # the survivor ~100x more alone; the priced clock charges it the same, within the spread
-    assert seconds["alone"] == pytest.approx(seconds["batch"], rel=max(spreads))
+    spreads, seconds, shared = {"alone": [], "batch": []}, {"alone": [], "batch": []}, {"alone": [], "batch": []}
+    for _ in range(3):  # interleaved, so that both see the machine at the same speed
+        for name, rows in (("alone", [survivor]), ("batch", batch)):
+            x_adv, arrays, clock = attack_samples("torch", None, spec, target, x[rows], y[rows], 0.3)
+            priced, rates = price(clock, target, x[rows], y[rows], spec["batch_size"])
+            assert rates["steps"].source == ("calibration" if name == "alone" else "laps")
+            assert not arrays["event"][0] and (name == "alone" or arrays["failure_step"][1:].max() == 1)
+            for count in ("queries", "gradients", "flops"):
+                assert arrays[count][0] == out[count][survivor], (name, count)
+            seconds[name].append(priced["duration_wall"][0])
+            spreads[name].append(rates["steps"].spread_wall)
+            shared[name].append(arrays["duration_wall_shared"][0])
+    # on a CPU a step of 1 sample costs about what a step of 100 does: priced at the rate of a
+    # whole batch, the survivor's seconds are a small part of its shared ones (9 of its 10
+    # steps alone), and the same alone and in the batch, within the rates' spread or the
+    # issue's 20%, whichever is wider (the steps of this tiny model take ~0.5 ms)
+    alone, in_batch = np.median(seconds["alone"]), np.median(seconds["batch"])
+    assert alone == pytest.approx(in_batch, rel=max(0.2, np.median(spreads["alone"]), np.median(spreads["batch"]))), (seconds, spreads)
+    assert in_batch < 0.5 * np.median(shared["batch"])

@@ -191,8 +191,13 @@ def test_depth_raising_the_queries_more_than_the_latency_contradicts_it():
 
 
 def test_robust_and_slower_is_not_latency_alone():
-    # both rise: the queries' slope is above 0, so the gain is not latency alone
-    assert check("003_depth_latency_not_queries", **decomposition_tables(0.5, 1.5)).verdict == "inconclusive"
+    # both rise: the queries' slope is above 0, so depth buys robustness too
+    assert check("003_depth_latency_not_queries", **decomposition_tables(0.5, 1.5)).verdict == "contradicted"
+
+
+def test_fewer_queries_without_slower_queries_is_not_latency():
+    # queries fall with depth and latency stays flat: the latency slope is not above 0
+    assert check("003_depth_latency_not_queries", **decomposition_tables(-1.0, 0.0)).verdict == "inconclusive"
 
 
 def test_time_findings_run_on_every_other_clock_with_its_columns():

@@ -15,6 +15,7 @@ per gradient are measured once per model cell (trashfire.models.flops).
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 from dataclasses import asdict, dataclass
@@ -99,9 +100,9 @@ class Attacked:
     pixel_std: float
 
     @property
-    def pool(self) -> tuple[str, int] | None:
-        """The torch loop's cells share their steps' rate per algorithm and batch size."""
-        return (self.cell.spec["name"], int(self.cell.spec.get("batch_size", 100))) if self.engine == "torch" else None
+    def pool(self) -> int | None:
+        """The torch loop's cells of one model cell share their steps' rate per batch size."""
+        return int(self.cell.spec.get("batch_size", 100)) if self.engine == "torch" else None
 
 
 def attack_cell(classifier, split: Split, cell: AttackCell, target: Target, cost: SampleCost) -> Attacked:
@@ -120,19 +121,21 @@ def attack_cell(classifier, split: Split, cell: AttackCell, target: Target, cost
     return Attacked(cell, keep, x, y, x_adv, clocked, clock, watch.elapsed, engine, early_exit, pixel_std)
 
 
-def steps_rates(attacked: list[Attacked], target: Target) -> dict[tuple[str, int], Rate]:
-    """The torch loop's seconds per FLOP at full batch, one per algorithm and batch size over
-    the model cell's attack cells run together: the fastest of all their reference steps
-    (more steps than one cell has, so the rate measures the model, not a moment's load), or
-    one calibration where none of them ran a whole batch."""
-    pools: dict[tuple[str, int], list[Attacked]] = {}
+def steps_rates(attacked: list[Attacked], target: Target) -> dict[int, Rate]:
+    """The torch loop's seconds per FLOP at full batch, one per batch size over the model
+    cell's FGM, PGD and DeepFool cells run together: the median of all their reference steps
+    (many more than one cell has, so the rate measures the model, not a moment's load); a
+    cell smaller than its batch (DeepFool's 20 images) takes it from the others, and a pool
+    where no cell ran a whole batch is calibrated once."""
+    pools: dict[int, list[Attacked]] = {}
     for run in attacked:
         if run.pool is not None:
             pools.setdefault(run.pool, []).append(run)
     rates = {}
-    for (name, batch_size), runs in pools.items():
-        rate = pooled_rate([run.clock for run in runs], STEPS, f"model cell: {len(runs)} {name} cell(s)")
-        rates[(name, batch_size)] = rate or calibrate(target, runs[0].clock, runs[0].x, runs[0].y, batch_size)
+    for batch_size, runs in pools.items():
+        names = sorted({run.cell.spec["name"] for run in runs})
+        rate = pooled_rate([run.clock for run in runs], STEPS, f"model cell: {len(runs)} cell(s) of {', '.join(names)}")
+        rates[batch_size] = rate or calibrate(target, runs[0].clock, runs[0].x, runs[0].y, batch_size)
     return rates
 
 
@@ -211,7 +214,7 @@ def attack_model_cell(cfg: DictConfig, model_cell: ModelCell, cells: list[Attack
         "threads": torch.get_num_threads(),
     }
     target = Target(classifier, device)
-    cost = model_cost(target, split.x_attack.numpy(), split.y_attack.numpy())
+    cost = cached_cost(target, model_cell, split)
     shared["t_predict_flops"] = float(cost.forward)  # one forward query per sample, the defence included
     for batch_size in sorted({cell.spec.get("batch_size", 100) for cell in cells if engine_of(cell.spec) == "torch"}):
         warm_up_batch(target, split.x_attack.numpy(), split.y_attack.numpy(), batch_size)  # the first cell's step 0 measures the model, not the set-up
@@ -223,6 +226,23 @@ def attack_model_cell(cfg: DictConfig, model_cell: ModelCell, cells: list[Attack
         record, outcomes = price_cell(run, target, shared, cost, rates.get(run.pool))
         write_npz(outcomes_path(folder, run.cell.hash), **outcomes.to_arrays())
         record.write(attack_record_path(folder, run.cell.hash))
+
+
+_COSTS: dict[str, SampleCost] = {}
+
+
+def cached_cost(target: Target, model_cell: ModelCell, split: Split) -> SampleCost:
+    """The model's FLOPs per query and gradient: counted once per architecture and data shape
+    in this process (FLOPs do not depend on the weights, so every seed and train-time defence
+    of an architecture shares them), and anew for a predict-time preprocessor (its work is
+    part of the query)."""
+    x, y = split.x_attack.numpy(), split.y_attack.numpy()
+    if target.preprocessors:
+        return model_cost(target, x, y)
+    key = json.dumps([model_cell.train.spec["model"], list(split.input_shape), split.n_classes], sort_keys=True, default=str)
+    if key not in _COSTS:
+        _COSTS[key] = model_cost(target, x, y)
+    return _COSTS[key]
 
 
 def attack_job(cfg: DictConfig, model_cell: ModelCell, cells: list[AttackCell]) -> int:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -50,7 +50,7 @@ UNKNOWN_STEP = -1  # the `art` engine cannot see at which step a sample broke
 FIRST_QUERY = "first_query"  # broken_by of a sample misclassified before any component ran
 # pricing groups of the clock: the torch loop's steps; the image-by-image engines' batched
 # checks (first query, verification) and searches (a composite's: one group per component)
-CHECKS, SEARCH = "checks", "search"
+CHECKS, SEARCH, COMPONENT = "checks", "search", "component:"
 
 
 @dataclass
@@ -193,7 +193,7 @@ def price(
     """Each sample's seconds on both clocks, its compute x its group's seconds per FLOP at
     full batch, and the rates. The torch loop's steps are priced at `steps_rate` where given
     (the model cell's, pooled over its attack cells: `trashfire.attacks.campaign`), else at
-    the fastest of the cell's own reference steps; a cell without one (smaller than
+    the median of the cell's own reference steps; a cell without one (smaller than
     `batch_size`) is calibrated first: CALIBRATION_REPEATS forward and backward passes of
     `batch_size` rows of the cell's samples, outside the attack's time."""
     if steps_rate is not None and STEPS in clock.group_flops:
@@ -215,24 +215,22 @@ def warm_up(target: Target, inputs: torch.Tensor, labels: torch.Tensor) -> None:
     torch.autograd.grad(F.cross_entropy(target.logits(inputs), labels), inputs)
 
 
+CALIBRATION_NORM, CALIBRATION_EPS = np.inf, 1e-3  # steps that change almost nothing: every sample stays in the batch
+
+
 def calibrate(target: Target, clock: LapClock, x: np.ndarray, y: np.ndarray, batch_size: int, repeats: int = CALIBRATION_REPEATS) -> Rate:
-    """Seconds per FLOP of a whole batch: `repeats` timed forward and backward passes of
-    `batch_size` rows (the cell's samples repeated), on a clock of their own."""
+    """Seconds per FLOP of a whole batch, measured as the attacks measure it: `repeats` steps
+    of the torch loop itself (PGD without early exit: a forward and a backward of every row,
+    with the loop's own bookkeeping) on `batch_size` rows (the cell's samples repeated), on a
+    clock of their own, after a warm-up pass."""
     rows = np.resize(np.arange(len(y)), batch_size)
-    inputs0 = torch.from_numpy(x[rows].astype(np.float32)).to(target.device)
-    labels = torch.from_numpy(y[rows].astype(np.int64)).to(target.device)
-    warm_up(target, inputs0, labels)
-    probe = LapClock(0, target.device, clock.forward, clock.backward).start()
-    for _ in range(repeats):
-        unit = probe.new_unit()
-        inputs = inputs0.clone().requires_grad_(True)
-        logits = target.logits(inputs)
-        probe.uncharged(batch_size, queries=1)
-        probe.lap([], STEPS, True, unit)
-        torch.autograd.grad(F.cross_entropy(logits, labels), inputs)
-        probe.uncharged(batch_size, gradients=1)
-        probe.lap([], STEPS, True, unit)
-    return rate_of(probe.laps, "calibration")
+    warm_up(target, torch.from_numpy(x[rows].astype(np.float32)).to(target.device), torch.from_numpy(y[rows].astype(np.int64)).to(target.device))
+    probe = LapClock(batch_size, target.device, clock.forward, clock.backward).start()
+    scratch = FailureLog(x[rows].astype(np.float32), y[rows].astype(np.int64), repeats)
+    settings = GradientSettings(CALIBRATION_NORM, CALIBRATION_EPS, CALIBRATION_EPS / repeats, repeats)
+    gradient_attack(target, scratch, probe, settings, early_exit=False, batch_size=batch_size)
+    laps = [replace(lap, reference=True) for lap in probe.laps if lap.unit != probe.laps[-1].unit]  # every step of the whole batch, the closing forward aside
+    return rate_of(laps, "calibration")
 
 
 def budget_of(spec: dict) -> int:
@@ -291,7 +289,7 @@ def gradient_attack(target: Target, log: FailureLog, clock: LapClock, settings: 
             x_adv[active] = pgd_step(inputs.detach()[keep], grad[keep], x0[active], settings, target.clip_values)
             clock.lap(stepped, STEPS, reference, unit)  # without early exit, broken samples' steps are nobody's
         log.x_adv[rows] = x_adv.cpu().numpy()
-        clock.lap(pending, STEPS, reference, unit)  # the last check, and handing the batch back
+        clock.lap(pending, STEPS)  # the last check, and handing the batch back: a forward alone, no reference
 
 
 def _count(clock: LapClock, rows: np.ndarray, log: FailureLog, queries: int = 0, gradients: int = 0, graph_rows: int | None = None) -> np.ndarray:
@@ -345,7 +343,9 @@ def deepfool(target: Target, log: FailureLog, clock: LapClock, nb_grads: int, ma
     smallest linearised step to another class scaled by the clip range, and the overshoot on
     the returned example. ART keeps computing gradients for the samples it has already
     fooled; here they leave the batch. A step charges each sample it steps one gradient per
-    class of the set."""
+    class of the set: ART's set is the union over the batch, so a sample's work, like its
+    step, depends on the other samples of its batch (the one exception to batch-independent
+    compute)."""
     device, (low, high) = target.device, target.clip_values
     for rows in _batches(len(log.y), batch_size):
         x0 = torch.from_numpy(log.x[rows]).to(device)
@@ -379,7 +379,7 @@ def deepfool(target: Target, log: FailureLog, clock: LapClock, nb_grads: int, ma
             x_adv[active] = torch.clamp(inputs.detach()[keep] + step_to_boundary * (high - low), low, high)
             clock.lap(stepped, STEPS, reference, unit)
         log.x_adv[rows] = torch.clamp(x0 + (1 + overshoot) * (x_adv - x0), low, high).cpu().numpy()
-        clock.lap(pending, STEPS, reference, unit)
+        clock.lap(pending, STEPS)  # a forward alone: no reference
 
 
 def deepfool_step(f: torch.Tensor, grads: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
@@ -492,6 +492,8 @@ def _search_each(attack: Any, target: Target, log: FailureLog, clock: LapClock, 
         for number, i in enumerate(rows):
             with counting_passes(target.classifier) as passes, seeded_search(int(seeds[number])):
                 log.x_adv[i] = attack.generate(x=log.x[i : i + 1], y=log.y[i : i + 1])[0]
+            if not passes.queries:
+                raise RuntimeError(f"{type(attack).__name__} queried the model without passing through it: the compute clock's hooks saw no pass")
             queries[number] = passes.queries
             clock.count([i], passes.queries, passes.gradients, group)
             clock.lap([i], group, reference=True)
@@ -520,7 +522,7 @@ def sequence(attack: Sequence, target: Target, log: FailureLog, clock: LapClock,
     for name, component in attack.components.items():
         pending = ~log.event[standing]
         rows = standing[pending]
-        queries[rows] += _search_each(component, target, log, clock, rows, seeds[pending], name)
+        queries[rows] += _search_each(component, target, log, clock, rows, seeds[pending], f"{COMPONENT}{name}")
         _verify(target, log, clock, rows, queries[rows])
         log.broken_by[rows[log.event[rows]]] = name
 

@@ -19,10 +19,11 @@ import numpy as np
 SECONDS = ("process", "wall")  # the clocks that measure seconds
 COMPUTE = "flops"  # the compute clock: the model's work, counted exactly
 CLOCKS = (COMPUTE, *SECONDS)  # what `timing.clock` may choose
-# the torch loop's pricing group; its reference units all do the same work (a step of a whole
-# batch), so its rate is the fastest unit's; the others' (image searches, checks) is pooled
+# the torch loop's pricing group; its reference units all do the same work (a forward and a
+# backward of a whole batch), so its rate is their median; the others' (image searches,
+# checks) is pooled
 STEPS = "steps"
-FASTEST = (STEPS,)
+TYPICAL = (STEPS,)
 
 
 _EXCLUDED: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
@@ -99,7 +100,7 @@ class Lap:
 @dataclass
 class Rate:
     """Seconds per FLOP of a pricing group, on both clocks, from its reference laps (`rate_of`):
-    the fastest unit's rate, the spread of the units' rates above it, how many units."""
+    the units' median (or pooled) rate, their spread (max / min - 1), how many units."""
 
     process: float
     wall: float
@@ -202,7 +203,7 @@ class LapClock:
         for group in self.group_flops:
             laps = self.reference_laps(group)
             if laps and group not in rates:
-                rates[group] = rate_of(laps, "laps", fastest=group in FASTEST)
+                rates[group] = rate_of(laps, "laps", typical=group in TYPICAL)
         return rates
 
     def priced(self) -> dict[str, np.ndarray]:
@@ -219,13 +220,13 @@ class LapClock:
         return seconds
 
 
-def rate_of(laps: list[Lap], source: str, fastest: bool = True) -> Rate:
+def rate_of(laps: list[Lap], source: str, typical: bool = True) -> Rate:
     """Seconds per FLOP from `laps`, grouped into their units (a unit's seconds over its FLOPs):
-    with `fastest`, the fastest unit's (for units of the same work, a step of the same batch:
-    the one least disturbed by whatever else the machine was doing, as timeit takes the best
-    of its repeats); otherwise their seconds over their FLOPs pooled (for units of differing
-    work, one image's search each). The spread: the units' rates above the fastest, max / min
-    - 1 (0 from one unit)."""
+    `typical`, the median of the units' rates (for units of the same work, a step of the same
+    batch: robust to the steps something else on the machine disturbed, and unlike their
+    fastest, not lower for a pool of more steps); otherwise their seconds over their FLOPs
+    pooled (for units of differing work, one image's search each). The spread: the units'
+    rates, max / min - 1 (0 from one unit)."""
     units: dict[Any, list[Lap]] = {}
     for lap in laps:
         units.setdefault(lap.unit, []).append(lap)
@@ -234,7 +235,7 @@ def rate_of(laps: list[Lap], source: str, fastest: bool = True) -> Rate:
     for clock in SECONDS:
         seconds = np.array([sum(getattr(lap, clock) for lap in unit) for unit in units.values()])
         per_unit = seconds / flops
-        rate[clock] = float(per_unit.min() if fastest else seconds.sum() / flops.sum())
+        rate[clock] = float(np.median(per_unit) if typical else seconds.sum() / flops.sum())
         spread[clock] = float(per_unit.max() / per_unit.min() - 1) if per_unit.min() > 0 else math.inf
     return Rate(rate["process"], rate["wall"], spread["process"], spread["wall"], len(units), source)
 
@@ -243,4 +244,4 @@ def pooled_rate(clocks: list[LapClock], group: str, source: str) -> Rate | None:
     """One rate of `group` over the reference laps of several clocks (the same model's cells),
     each lap's unit kept apart per clock; None without a reference lap."""
     laps = [replace(lap, unit=(number, lap.unit)) for number, clock in enumerate(clocks) for lap in clock.reference_laps(group)]
-    return rate_of(laps, source, fastest=group in FASTEST) if laps else None
+    return rate_of(laps, source, typical=group in TYPICAL) if laps else None

@@ -499,8 +499,19 @@ ACCURACIES = ["acc_ben", "acc_adv"]
 COMPUTE = "flops"  # the compute clock (FLOPs per sample); the others measure seconds
 SECONDS = ("process", "wall")
 CLOCKS = (COMPUTE, *SECONDS)
-TIMED = ("t_train", "t_predict", "t_attack")  # seconds per sample, on the configured clock and on each
-OUTCOME_COUNTS = ["n_failed", "n_misclassified_before", "n_broken", "n_survived", "n_events", "n_censored", "event_share", "median_event_step", "queries_mean"]
+TIMED = ("t_train", "t_predict", "t_attack")  # per sample, on the configured clock and on each (FLOPs on the compute clock, seconds on the others)
+OUTCOME_COUNTS = [
+    "n_failed",
+    "n_misclassified_before",
+    "n_broken",
+    "n_survived",
+    "n_events",
+    "n_censored",
+    "event_share",
+    "median_event_step",
+    "queries_mean",
+    "gradients_mean",
+]
 HASHES = ["train_hash", "model_hash", "attack_hash"]
 # the model cell's validity probes (BenignRecord), joined to every attack cell of it by timing
 PROBES = ["grad_zero_share", "grad_nonfinite_share", "query_repeats", "query_output_change", "query_flip_share", "acc_query_sd", "acc_query_range"]
@@ -553,18 +564,21 @@ UNDEFENDED_PEER = TRAINED_LABELS  # a brittle-score's undefended reference share
 
 # TRASH on the configured clock, then on every clock (t_train_<clock>, E_T_<clock>,
 # trash_adv_<clock>: FLOPs per sample on the compute clock, seconds on the others), and the
-# decomposition of E[T] (003): E_Q, the queries to failure per sample (restricted to the
-# budget), and the latency per query, in FLOPs and in seconds on each clock
+# decomposition of E[T] (003): E_Q and E_G, the queries and gradients to failure per sample
+# (restricted to the budget), and the latency of a query (the model's FLOPs per forward, and
+# their seconds on each clock)
 ON_CLOCKS = [f"{q}_{clock}" for clock in CLOCKS for q in ("t_train", "E_T", "trash_adv")]
 LATENCY = ["flops_per_query", *(f"seconds_per_query_{clock}" for clock in SECONDS)]
 TRASH = (
     CELL
     + ["t_train", "t_predict", "acc_ben", "acc_adv", "t_attack", "E_T", "f_adv", "eps_max", "f_ben", "trash_adv", "trash_ben"]
     + ON_CLOCKS
-    + ["E_Q", *LATENCY, "degenerate"]
+    + ["E_Q", "E_G", *LATENCY, "degenerate"]
 )
 DEPTH_DECOMPOSITION = (
-    ["dataset", "model", "depth", "epochs", "attack_family", "n_model_cells", "E_Q", *LATENCY] + [f"E_T_{c}" for c in CLOCKS] + [f"t_train_{c}" for c in CLOCKS]
+    ["dataset", "model", "depth", "epochs", "attack_family", "n_model_cells", "E_Q", "E_G", *LATENCY]
+    + [f"E_T_{c}" for c in CLOCKS]
+    + [f"t_train_{c}" for c in CLOCKS]
 )
 TRASH_SUMMARY = OVER_SEEDS + ["n_seeds", *(f"{m}_{s}" for m in ("trash_adv", "trash_ben") for s in ("mean", "lo", "hi")), "f_ben_mean", "f_adv_mean"]
 CURVES = CELL + ["n_classes", "eps", "eps_standardised", "eps_pixel", "acc", "acc_norm"]
@@ -669,7 +683,7 @@ def report_robustness(curve_metrics: Sequence[str]) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 # Timed columns
 
-# t_train, t_attack ...: seconds per sample; E_T and the per-sample durations: the survival
+# t_train, t_attack ...: per sample on a clock; E_T and the per-sample durations: the survival
 # clock; TRASH and the failure rates f_adv/f_ben divide by them
 CLOCK_PREFIXES = ("t_", "E_T", "trash_", "f_adv", "f_ben", "duration", "seconds_per_flop", "seconds_per_query")
 MACHINE_COLUMNS = ("device", "threads")

@@ -67,6 +67,7 @@ def trash_table(experiments: pd.DataFrame, expected: pd.DataFrame, eps_max: floa
             eps_max=("attack_value", "max"),
             **per_clock,
             E_Q=("E_Q", "mean"),
+            E_G=("E_G", "mean"),
             **{column: (column, "mean") for column in schema.LATENCY},
         )
         .reset_index()
@@ -84,16 +85,19 @@ def expected_on_clocks(cells: pd.DataFrame) -> pd.DataFrame:
     (`clock`): E[T] = the compute until failure x the cell's priced seconds per FLOP
     (seconds_per_flop_<clock>: what its samples' seconds were priced at), so E_T_flops =
     E_T / seconds_per_flop_<clock> and E_T_<other> = E_T_flops x seconds_per_flop_<other>.
-    Also E_Q, the queries to failure per sample (restricted to the budget), and the latency
-    per query: FLOPs per query, and seconds per query on each seconds clock."""
+    Also E_Q and E_G, the queries and gradients to failure per sample (restricted to the
+    budget: what the model withstands), and the latency of a query: the model's FLOPs per
+    forward, and their seconds on each seconds clock (E_T_flops = E_Q x forward + E_G x what a
+    backward adds)."""
     clock = str(cells["clock"].iloc[0]) if len(cells) else schema.COMPUTE
     rate = {c: cells.get(f"seconds_per_flop_{c}", pd.Series(np.nan, index=cells.index)).astype(float) for c in schema.SECONDS}
     compute = cells["E_T"] if clock == schema.COMPUTE else cells["E_T"] / rate[clock]
     on_clocks = {f"E_T_{schema.COMPUTE}": compute} | {f"E_T_{c}": cells["E_T"] if c == clock else compute * rate[c] for c in schema.SECONDS}
-    queries = cells.get("queries_mean", pd.Series(np.nan, index=cells.index)).astype(float)
-    flops_per_query = cells.get("t_attack_flops", pd.Series(np.nan, index=cells.index)).astype(float) / queries
+    missing = pd.Series(np.nan, index=cells.index)
+    flops_per_query = cells.get("flops_forward", missing).astype(float)  # the model's own cost of a query, whatever the attack
     latency = {"flops_per_query": flops_per_query} | {f"seconds_per_query_{c}": flops_per_query * rate[c] for c in schema.SECONDS}
-    return cells.assign(**on_clocks, E_Q=queries, **latency)
+    robustness = {"E_Q": cells.get("queries_mean", missing).astype(float), "E_G": cells.get("gradients_mean", missing).astype(float)}
+    return cells.assign(**on_clocks, **robustness, **latency)
 
 
 def depth_decomposition(trash: pd.DataFrame) -> pd.DataFrame:
@@ -103,7 +107,7 @@ def depth_decomposition(trash: pd.DataFrame) -> pd.DataFrame:
     and seconds on each clock: what each query costs)."""
     rows = trash[(trash["defence"] == "none") & ~trash["degenerate"].astype(bool)]
     keys = ["dataset", "model", "depth", "epochs", "attack_family"]
-    columns = ["E_Q", *schema.LATENCY, *(f"{q}_{c}" for c in schema.CLOCKS for q in ("E_T", "t_train"))]
+    columns = ["E_Q", "E_G", *schema.LATENCY, *(f"{q}_{c}" for c in schema.CLOCKS for q in ("E_T", "t_train"))]
     if rows.empty:
         return pd.DataFrame(columns=schema.DEPTH_DECOMPOSITION)
     table = rows.groupby(keys, dropna=False).agg(n_model_cells=("model_hash", "nunique"), **{c: (c, "mean") for c in columns}).reset_index()

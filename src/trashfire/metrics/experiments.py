@@ -109,6 +109,7 @@ def experiment_row(record: AttackRecord | dict, outcomes: Outcomes | dict | None
         row |= outcome_counts(outcomes.y_true, outcomes.y_pred_ben, outcomes.y_pred_adv)
         row |= event_counts(outcomes.event, outcomes.failure_step)
         row["queries_mean"] = float(outcomes.queries.mean())  # E[queries to failure], restricted to the budget
+        row["gradients_mean"] = float(outcomes.gradients.mean())
     row["n_classes"] = n_classes
     return row
 

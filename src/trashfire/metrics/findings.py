@@ -64,7 +64,7 @@ CLAIMS = {
     "003_trash_above_one_pgd": ("003", "Breaking an undefended model with PGD costs less than training it: TRASH > 1."),
     "003_depth_latency_not_queries": (
         "003",
-        "Depth raises the latency per query, not the queries to failure: deeper models' longer E[T] comes from latency, not robustness.",
+        "Depth raises the cost of each query (latency), not the number of queries a sample withstands (robustness).",
     ),
     "001_adv_train_raises_evp": ("001", "Adversarial training raises EVP."),
     "001_evp_ranks_differently": ("001", "EVP ranks models differently from benign accuracy."),
@@ -247,11 +247,14 @@ def depth_not_proportional(tables: Tables, resamples: int, seed: int) -> Finding
 
 
 def depth_latency_not_queries(tables: Tables, resamples: int, seed: int) -> Finding:
-    """003's sentence as a decomposition: log E[T] = log E[queries to failure] + log latency
-    per query (FLOPs on the compute clock, seconds on the others); over the undefended FGM and
-    PGD cells of one depth series, the slopes of both on log depth, bootstrapped over models.
-    Holds when the latency's slope exceeds the queries' and the queries' is not above 0;
-    contradicted when the queries' exceeds the latency's."""
+    """003's sentence as a decomposition of E[T] into the queries a sample withstands (E_Q, to
+    failure, restricted to the budget: robustness) and the cost of one query (the model's
+    FLOPs per forward on the compute clock, their seconds on the others: latency); over the
+    undefended FGM and PGD cells of one depth series, the slopes of both on log depth,
+    bootstrapped over models.
+    Holds when the latency's slope is above 0, the queries' is not, and the first exceeds the
+    second; contradicted when the queries' slope is above 0 (depth buys robustness) or below
+    the latency's."""
     id = "003_depth_latency_not_queries"
     latency = "flops_per_query" if tables.clock in ("", "flops") else f"seconds_per_query_{tables.clock}"
     test = "slopes of log E[queries to failure] and of log latency per query on log depth, undefended FGM/PGD cells of one family, bootstrap over models"
@@ -274,7 +277,7 @@ def depth_latency_not_queries(tables: Tables, resamples: int, seed: int) -> Find
     lo, hi = np.nanpercentile(boot_q, [2.5, 97.5])
     l_lo, l_hi = np.nanpercentile(boot_l, [2.5, 97.5])
     d_lo, d_hi = np.nanpercentile(boot_l - boot_q, [2.5, 97.5])
-    verdict = HOLDS if d_lo > 0 and lo <= 0 else CONTRADICTED if d_hi < 0 else INCONCLUSIVE
+    verdict = HOLDS if l_lo > 0 and lo <= 0 and d_lo > 0 else CONTRADICTED if lo > 0 or d_hi < 0 else INCONCLUSIVE
     unit = "FLOPs" if latency == "flops_per_query" else f"{tables.clock} seconds"
     detail = (
         f"over {len(x)} models ({what}): E[queries] ~ depth^{b_q:.3g} (95% CI [{lo:.3g}, {hi:.3g}]), "

@@ -141,7 +141,7 @@ def decomposition_by_depth(trash: pd.DataFrame) -> dict:
         return {}
     rows = sound(trash)
     rows = rows[rows["defence"] == "none"]
-    columns = [c for c in ("E_Q", *LATENCY) if c in rows]
+    columns = [c for c in ("E_Q", "E_G", *LATENCY) if c in rows]
     out: dict = {}
     for (dataset, family, depth), group in rows.groupby(["dataset", "attack_family", "depth"]):
         out.setdefault(str(dataset), {}).setdefault(str(family), {})[str(int(depth))] = {c: float(group[c].mean()) for c in columns}

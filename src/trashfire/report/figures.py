@@ -1051,7 +1051,7 @@ def run_section(metrics: dict, experiments: pd.DataFrame, degenerate: pd.DataFra
 
 TABLE_CAPTIONS = {
     "tau": "τ(K) is the accuracy a K-class model must keep to count as viable (Cohen's w against chance 1/K); EVP counts accuracy only while it is at least τ.",
-    "trash": "one row per model cell and attack family; TRASH = t_train / E[T] as mean [95% bootstrap interval over seeds]; above 1 the attack costs less than training; f is failures per second.",
+    "trash": "one row per model cell and attack family; TRASH = t_train / E[T] as mean [95% bootstrap interval over seeds]; above 1 the attack costs less than training; f is failures per unit of the clock (per second, or per FLOP on the compute clock).",
     "trash_clocks": "median TRASH over seeds and strengths on each clock: trash_adv_flops divides training FLOPs by the FLOPs spent until failure (the model's work: the same on any machine); the process and wall columns divide seconds by seconds, this machine's prices of the same work, so only they change between machines.",
     "depth": "per depth of the undefended models: E_Q, the queries to failure per sample (restricted to the budget: what the model resists), beside the latency per query in FLOPs and in seconds (what each query costs); E_T on each clock is roughly their product. TRASHFIRE says deeper models gain in E[T] through latency, not through queries (finding 003_depth_latency_not_queries).",
     "auc": "one row per model cell and attack family; R is the area under normalised accuracy over the eps interval (1 no loss, 0 lost at once), S = 1 − R, mean ± SD over seeds.",
@@ -1068,7 +1068,7 @@ TABLE_CAPTIONS = {
 
 def trash_clocks_section(trash: pd.DataFrame) -> str:
     """TRASH on every clock side by side: the median over seeds and strengths per data set,
-    model, defence and attack family, and the ratio of the seconds clocks to the compute clock."""
+    model, defence and attack family."""
     columns = [f"trash_adv_{c}" for c in schema.CLOCKS if f"trash_adv_{c}" in trash]
     if trash.empty or not columns:
         return not_computed("trash.csv has no TRASH per clock (a run from before the compute clock; rerun `dvc repro aggregate`)")

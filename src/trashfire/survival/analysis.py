@@ -48,7 +48,7 @@ from omegaconf import DictConfig
 from trashfire.core import schema
 from trashfire.core.errors import ConfigError, DataError
 from trashfire.core.parallel import resolve_workers, results_as_completed, threads_per_cell
-from trashfire.core.records import atomic_path
+from trashfire.core.records import atomic_path, write_json
 from trashfire.survival import fitters as F
 from trashfire.survival.data import diagnose, drop_degenerate
 from trashfire.survival.figures import calibration_grid, coefficient_figure, finish_calibration, kaplan_meier_figure, save
@@ -640,7 +640,9 @@ def save_models(fits: dict[str, F.Fit], path: Path) -> None:
 
 
 def load_models(path: str | Path) -> dict[str, Any]:
-    """The fitted lifelines models the survival stage saved, by fitter name."""
+    """The fitted lifelines models the survival stage saved, by fitter name. They were fitted
+    on durations in the unit `fit_unit.json` beside them names (GFLOPs, FLOPs / 1e9, on the
+    compute clock; seconds on the others): give them durations in it."""
     try:
         return pickle.loads(Path(path).read_bytes())
     except FileNotFoundError:
@@ -705,7 +707,7 @@ def analyse(cfg: DictConfig) -> pd.DataFrame:
     selected = select(comparison, times, settings.chosen, settings.select_by)
     comparison["selected"] = comparison["fitter"] == selected
     out.mkdir(parents=True, exist_ok=True)
-    save(finish_calibration(fig, axes, comparison), out / "calibration.png")
+    save(finish_calibration(fig, axes, comparison, clock), out / "calibration.png")  # Table I's t0 is back in the clock's unit
     with atomic_path(out / "aft_comparison.tex") as tmp:
         tmp.write_text(latex_table(comparison, settings.test_size))
     coefficients = coefficient_table(fits, train)
@@ -731,6 +733,7 @@ def analyse(cfg: DictConfig) -> pd.DataFrame:
         FIT_UNIT_NAMES.get(clock, clock),
     )
     save_models(fits, out / "models.pkl")
+    write_json(out / "fit_unit.json", {"clock": clock, "unit": FIT_UNIT_NAMES.get(clock, clock), "scale": unit})  # what models.pkl's durations are in
     shown = comparison.drop(columns=["note", "aft", "model", "split_by", "km_worst_cells"] + [c for c in comparison if "[" in c])
     log.info(
         "fitted %s of %s; selected %s (%s)\n%s",

@@ -17,8 +17,8 @@ One row per attacked sample, weight 1, from the per-sample outcome arrays of its
 
 Policies (`survival.data`):
 - `misclassified_before_attack`: a sample already wrong at the attack's first query.
-  `first_query` (default) keeps it as a failure at its recorded duration, its share of that
-  one prediction; `drop` leaves it out (survival given a correct benign prediction). Either
+  `first_query` (default) keeps it as a failure at its recorded duration, its one query
+  (its FLOPs, or their priced seconds); `drop` leaves it out (survival given a correct benign prediction). Either
   logs how many samples, in how many cells, were wrong before the attack.
 - `nonpositive_durations`: a per-sample time <= 0 is below the clock's resolution, and
   lifelines takes no duration of 0. `half_min` (default) sets it to half the smallest positive

@@ -35,7 +35,7 @@ def calibration_grid(labels: list[str], names: list[str]):
     return fig, axes
 
 
-def finish_calibration(fig, axes: dict, comparison: pd.DataFrame):
+def finish_calibration(fig, axes: dict, comparison: pd.DataFrame, unit: str = "s"):
     """Titles with each panel's ICI; a fitter without a fit gets its reason instead of a curve."""
     for _, row in comparison[comparison["fitter"].isin(list(axes))].iterrows():  # baselines have no panel
         for ax, part in zip(axes[row["fitter"]], ("train", "test")):
@@ -53,7 +53,7 @@ def finish_calibration(fig, axes: dict, comparison: pd.DataFrame):
             if ax.get_legend():
                 ax.get_legend().remove()
     t0 = comparison["t0"].dropna()
-    span = f"t0 = {t0.min():.3g} s" if t0.nunique() <= 1 else f"t0 = {t0.min():.3g} to {t0.max():.3g} s"
+    span = f"t0 = {t0.min():.3g} {unit}" if t0.nunique() <= 1 else f"t0 = {t0.min():.3g} to {t0.max():.3g} {unit}"
     fig.suptitle(f"Calibration at {span}: observed (red, smoothed) vs predicted failure probability; dashed = perfect; bars = predictions")
     fig.tight_layout()
     return fig
@@ -61,7 +61,7 @@ def finish_calibration(fig, axes: dict, comparison: pd.DataFrame):
 
 def coefficient_figure(coefficients: pd.DataFrame, label: str, is_cox: bool, path: Path) -> None:
     """Fig. 3: dummies (effect of the level against the reference) on the left, covariates
-    (effect of +1 SD, so that seconds and epochs share an axis) on the right; thick bars the
+    (effect of +1 SD, so that times and epochs share an axis) on the right; thick bars the
     cluster-robust 95% intervals, thin bars the naive ones."""
     primary = coefficients[coefficients["covariate"] != "Intercept"]
     if not primary.empty:
