@@ -114,20 +114,11 @@ class GradientSettings:
 
 
 def run_engine(
-    engine: str,
-    attack: Any,
-    spec: dict,
-    target: Target,
-    x: np.ndarray,
-    y: np.ndarray,
-    strength: float,
-    early_exit: bool = True,
-    image_seeds: np.ndarray | None = None,
-    cost: SampleCost | None = None,
+    engine: str, attack: Any, spec: dict, target: Target, x: np.ndarray, y: np.ndarray, *rest, **options
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Attack (x, y) and price each sample's compute; returns the adversarial examples and
-    the per-sample arrays (see `attack_samples` for the arguments)."""
-    x_adv, arrays, clock = attack_samples(engine, attack, spec, target, x, y, strength, early_exit, image_seeds, cost)
+    the per-sample arrays (`attack_samples` takes the same arguments)."""
+    x_adv, arrays, clock = attack_samples(engine, attack, spec, target, x, y, *rest, **options)
     priced, _ = price(clock, target, x, y, spec.get("batch_size", 100))
     return x_adv, arrays | priced
 
