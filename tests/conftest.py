@@ -48,8 +48,9 @@ def tiny_cfg(tmp_path):
 
 
 def stage_cfg(tmp_path: Path, data, *overrides: str):
-    """The tiny config with `data` written as its survival data set: the survival stage alone."""
-    cfg = normalise(validate(compose(tiny_overrides(tmp_path, *overrides), conf=ROOT / "conf")))
+    """The tiny config with `data` written as its survival data set: the survival stage alone.
+    Hand-made data are in seconds: the process clock, unless `overrides` name another."""
+    cfg = normalise(validate(compose(tiny_overrides(tmp_path, "timing.clock=process", *overrides), conf=ROOT / "conf")))
     (tmp_path / "reports").mkdir(exist_ok=True)
     data.to_csv(tmp_path / "reports" / "survival_data.csv", index=False)
     return cfg

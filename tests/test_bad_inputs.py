@@ -253,7 +253,7 @@ CONFIG_CASES = [
     # device, schedule, clock
     pytest.param("train", ["train.device=tpu"], ("train.device", "'tpu'", "auto, cpu, cuda, cuda:N"), id="device-unknown"),
     pytest.param("train", ["train.lr_schedule=cosine"], ("train.lr_schedule", "'cosine'", "constant, step_half"), id="lr-schedule-unknown"),
-    pytest.param("timing", ["timing.clock=sundial"], ("timing.clock", "'sundial'", "allowed: process, wall"), id="clock-unknown"),
+    pytest.param("timing", ["timing.clock=sundial"], ("timing.clock", "'sundial'", "allowed: flops, process, wall"), id="clock-unknown"),
     # metrics
     pytest.param("aggregate", ["metrics.evp.tau=1.5"], ("metrics.evp.tau", "1.5", "in (0, 1]"), id="tau-above-one"),
     pytest.param("aggregate", ["metrics.evp.tau=0"], ("metrics.evp.tau", "got 0", "in (0, 1]"), id="tau-zero"),

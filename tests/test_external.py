@@ -70,6 +70,7 @@ def trained(tmp_path_factory) -> Path:
         "n_train": record["n_train"],
         "process_seconds": record["t_train_process"] * record["n_train"],
         "wall_seconds": record["t_train_wall"] * record["n_train"],
+        "flops": record["t_train_flops"] * record["n_train"],  # the whole run's, so that TRASH exists on the compute clock
     }
     (root / "checkpoints" / "train_log.json").write_text(json.dumps(log))
     return root

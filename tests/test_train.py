@@ -10,6 +10,7 @@ from tests.conftest import ROOT, tiny_overrides
 from trashfire.core.config import compose, validate
 from trashfire.core.errors import DataError
 from trashfire.core.grid import training_cells
+from trashfire.core.parallel import threads_limited
 from trashfire.data.datasets import load_split
 from trashfire.models import training
 from trashfire.stages import prepare, train
@@ -37,7 +38,8 @@ def test_checkpoints_of_one_run_equal_cells_trained_from_scratch(tmp_path):
     split = load_split(cfg.paths.processed, "digits", 0, 10)
     for epochs in (1, 3):
         cell = cell_at(cfg, epochs)
-        scratch, record = training.train_cell(cell, split, cfg, CPU)
+        with threads_limited(cfg.train.threads):  # as the stage trains its cells
+            scratch, record = training.train_cell(cell, split, cfg, CPU)
         assert same_weights(training.load_weights(cfg.paths.models, cell, split), scratch)
         assert records[epochs]["acc_ben"] == record["acc_ben"]
     assert records[3]["t_train_process"] > records[1]["t_train_process"] > 0
@@ -54,7 +56,8 @@ def test_more_epochs_train_on_from_the_last_checkpoint(tmp_path, caplog):
         train.run(more)
     assert "1 cached, 1 to train" in caplog.text and "from epoch 1" in caplog.text
     split = load_split(more.paths.processed, "digits", 0, 10)
-    scratch, _ = training.train_cell(cell_at(more, 3), split, more, CPU)
+    with threads_limited(more.train.threads):  # as the stage trains its cells
+        scratch, _ = training.train_cell(cell_at(more, 3), split, more, CPU)
     assert same_weights(training.load_weights(more.paths.models, cell_at(more, 3), split), scratch)
     assert not training.resume_path(more.paths.models, cell_at(more, 1).hash).exists()
 

@@ -257,7 +257,7 @@ def drop_degenerate(covariates: pd.DataFrame, weights: np.ndarray | None = None,
 
 def diagnose(data: pd.DataFrame, source: str = "survival data") -> None:
     """Raise DataError naming what makes `data` unfit to fit a survival model."""
-    missing = [c for c in ID_COLUMNS if c not in data]
+    missing = [c for c in ID_COLUMNS if c not in data and c not in COMPUTE_COLUMNS]  # the compute counts are for reading, not fitting
     if missing:
         raise DataError(f"{source}: columns {missing} missing; rerun the timing stage")
     samples = int(data["weight"].sum())
