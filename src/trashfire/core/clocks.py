@@ -149,7 +149,11 @@ class LapClock:
     @property
     def flops(self) -> np.ndarray:
         """Each sample's compute in FLOPs, over every group."""
-        return self.queries * self.forward + self.gradients * self.backward
+        return self.work(self.queries, self.gradients)
+
+    def work(self, queries, gradients):
+        """The FLOPs of `queries` forward passes of which `gradients` went on to a backward."""
+        return np.asarray(queries, dtype=np.int64) * self.forward + np.asarray(gradients, dtype=np.int64) * self.backward
 
     def _now(self) -> tuple[float, float]:
         synchronise(self.device)
@@ -166,14 +170,14 @@ class LapClock:
         members = np.asarray(members, dtype=np.int64)
         self.queries[members] += queries
         self.gradients[members] += gradients
-        flops = np.broadcast_to(np.asarray(queries, dtype=np.int64) * self.forward + np.asarray(gradients, dtype=np.int64) * self.backward, members.shape)
+        flops = np.broadcast_to(self.work(queries, gradients), members.shape)
         self.group_flops.setdefault(group, np.zeros(len(self.queries), dtype=np.int64))[members] += flops
         self._lap_flops += int(flops.sum())
 
     def uncharged(self, rows: int, queries: int = 0, gradients: int = 0) -> None:
         """Work of this lap on `rows` samples that is nobody's (their clocks have stopped):
         it counts towards the lap's rate, not towards any sample."""
-        self._lap_flops += rows * (queries * self.forward + gradients * self.backward)
+        self._lap_flops += int(rows * self.work(queries, gradients))
 
     def new_unit(self) -> int:
         self._units += 1

@@ -35,11 +35,6 @@ class SampleCost:
         """What a gradient adds to a forward query already counted."""
         return self.gradient - self.forward
 
-    def flops(self, queries, gradients):
-        """FLOPs of `queries` forward passes of which `gradients` went on to a backward
-        pass (scalars or integer arrays)."""
-        return queries * self.forward + gradients * self.backward
-
 
 def count_flops(work: Callable[[], object]) -> int:
     """The FLOPs `work()` runs, counted by torch's FlopCounterMode."""
