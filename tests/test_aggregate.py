@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from trashfire import metrics
 from trashfire.metrics import aggregate as aggregation
-from trashfire.report.cards import write_cards
+from trashfire.metrics.cards import write_cards
 
 LABELS = {
     "dataset": "digits",
@@ -218,7 +218,7 @@ GUARDS = OmegaConf.create({"degenerate": {"margin": None}, "evp": {"w": 0.5, "ta
 
 
 def test_a_constant_predictor_is_flagged_degenerate_and_left_out_of_r_evp_and_brittle_summaries():
-    from trashfire.metrics.experiments import flag_degenerate
+    from trashfire.tables.experiments import flag_degenerate
 
     # a constant function on 10 balanced classes: benign accuracy 0.1 <= tau(10) = 0.25, and no
     # attack lowers it much: its flat curve would read as R ~ 1, "perfectly robust"
@@ -251,7 +251,7 @@ def test_a_constant_predictor_is_flagged_degenerate_and_left_out_of_r_evp_and_br
 
 
 def test_a_margin_over_chance_sets_the_degeneracy_threshold():
-    from trashfire.metrics.experiments import flag_degenerate
+    from trashfire.tables.experiments import flag_degenerate
 
     cells = experiments(attack_rows("weak", acc_ben=0.3), attack_rows("fine", acc_ben=0.7)).assign(clock="process")
     default = flag_degenerate(cells, GUARDS).groupby("model_hash")["degenerate"].first()

@@ -2,6 +2,7 @@
 the library never imports a stage, and dvc.yaml is what the stage declarations generate."""
 
 import ast
+import graphlib
 import pkgutil
 import subprocess
 import sys
@@ -19,6 +20,9 @@ from trashfire.stages import ORDER
 
 ENTRY_POINTS = {"trashfire.params", "trashfire.experiment", "trashfire.dvc_yaml"}  # command-line tools over the stages
 STAGE_NAMES = {"STAGE", "run", "main"}
+# docs/design.md's floors, in pipeline order: a package imports only its own floor and those
+# below. The stages, the sweeper and the command-line tools sit above them all.
+FLOORS = ("core", "data", "models", "attacks", "brittle", "tables", "survival", "metrics", "report")
 
 
 def all_modules() -> list[str]:
@@ -103,3 +107,42 @@ def test_a_table_stage_never_loads_torch_art_or_captum(stage):
     probe = f"import sys, trashfire.stages.{stage}; print(','.join(m for m in {heavy!r} if m in sys.modules))"
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
     assert loaded == "", f"trashfire.stages.{stage} loads {loaded}"
+
+
+def floor_of(module: str) -> int:
+    parts = module.split(".")
+    return FLOORS.index(parts[1]) if len(parts) > 1 and parts[1] in FLOORS else len(FLOORS)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each module's trashfire imports, less the packages it sits in (importing a submodule
+    runs its package's __init__, which is no dependency of the module's own)."""
+    return {module: {name for name in dvc_yaml.imported_modules(module) if name != module and not module.startswith(name + ".")} for module in all_modules()}
+
+
+def test_every_package_is_on_a_floor():
+    packages = {m.split(".")[1] for m in all_modules() if m.count(".") >= 2 and m.split(".")[1] != "stages"}
+    assert packages <= set(FLOORS) | {"sweeps"}, f"packages on no floor: {sorted(packages - set(FLOORS))}: add them to FLOORS and docs/design.md"
+
+
+def test_imports_only_go_down_the_floors():
+    upward = sorted(f"{module} -> {name}" for module, names in import_graph().items() for name in names if floor_of(name) > floor_of(module))
+    assert len(upward) == 0, f"{len(upward)} upward imports: {upward}"
+
+
+def test_the_import_graph_has_no_circles():
+    try:
+        graphlib.TopologicalSorter(import_graph()).prepare()
+    except graphlib.CycleError as err:
+        pytest.fail(f"import circle: {' -> '.join(err.args[1])}")
+
+
+def test_the_floor_check_sees_an_upward_import_and_a_circle():
+    assert floor_of("trashfire.core.config") < floor_of("trashfire.survival.data") < floor_of("trashfire.stages.timing")
+    with pytest.raises(graphlib.CycleError):
+        graphlib.TopologicalSorter({"a": {"b"}, "b": {"a"}}).prepare()
+
+
+def test_core_names_no_domain_package():
+    core = {module: names for module, names in import_graph().items() if module.startswith("trashfire.core")}
+    assert {name for names in core.values() for name in names} <= {m for m in all_modules() if m.startswith("trashfire.core")} | {"trashfire"}

@@ -10,10 +10,10 @@ from omegaconf import OmegaConf
 from sklearn.datasets import load_digits
 from torch import nn
 
+from trashfire.brittle import scores as brittleness
 from trashfire.core.config import compose, validate
 from trashfire.core.errors import ConfigError
 from trashfire.core.grid import model_cells
-from trashfire.metrics import brittle as brittleness
 from trashfire.stages import brittle, prepare, train
 
 GRID = {"kind": "grid", "patch": 2}

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 
 from trashfire.core import schema
+from trashfire.metrics import cards
 from trashfire.metrics.registry import curve_metric_names
-from trashfire.report import cards
 
 
 def experiments(flags: list) -> pd.DataFrame:

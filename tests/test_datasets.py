@@ -13,7 +13,7 @@ from tests.conftest import ROOT, SHARED_MNIST
 from trashfire.core.config import compose, validate
 from trashfire.core.errors import DataError
 from trashfire.core.grid import training_cells
-from trashfire.data.datasets import load_split, to_shape
+from trashfire.data.datasets import load_split
 from trashfire.data.loaders import (
     MNIST_FILES,
     load_sklearn_digits,
@@ -21,6 +21,7 @@ from trashfire.data.loaders import (
     load_torchvision_fashion_mnist,
     load_torchvision_mnist,
 )
+from trashfire.data.splits import to_shape
 from trashfire.models.training import initial_model
 from trashfire.stages import prepare
 

@@ -143,6 +143,12 @@ def test_pipeline_caches_at_stage_and_cell_level_through_dvc_exp_run(project):
     again = project("dvc", "repro")
     assert stages_run(again) == set(), again
 
+    # the floors: the survival data set's code is read from timing on, and by nothing before it
+    survival_data = project.repo / "src" / "trashfire" / "survival" / "data.py"
+    survival_data.write_text(survival_data.read_text() + "\n# an edit of the survival data set's code\n")
+    edited = project("dvc", "repro")
+    assert stages_run(edited) == {"timing", "survival", "aggregate", "figures"}, edited
+
     new_eps = project("dvc", "exp", "run", "-S", "attack.pgd.values=[0.1,0.5,1.0]")
     assert "train" not in stages_run(new_eps) and "prepare" not in stages_run(new_eps), new_eps
     assert {"attack", "timing", "survival", "aggregate", "figures"} <= stages_run(new_eps), new_eps

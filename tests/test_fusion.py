@@ -9,8 +9,9 @@ from tests.conftest import ROOT
 from tests.test_datasets import write_cifar, write_idx
 from trashfire.core.config import compose, validate
 from trashfire.core.errors import ConfigError
-from trashfire.data.datasets import load_split, to_shape
+from trashfire.data.datasets import load_split
 from trashfire.data.loaders import load_torchvision_cifar, load_torchvision_mnist
+from trashfire.data.splits import to_shape
 from trashfire.stages import prepare, train
 
 

@@ -13,6 +13,7 @@ import pytest
 from tests.conftest import ROOT, tiny_overrides
 from trashfire.attacks import attack_strength
 from trashfire.attacks.campaign import attack_record_path, outcomes_path
+from trashfire.brittle.scores import brittle_hash, brittle_record_path, brittle_settings
 from trashfire.core import schema
 from trashfire.core.config import compose, validate
 from trashfire.core.errors import DataError
@@ -20,7 +21,6 @@ from trashfire.core.grid import attack_cells, model_cells
 from trashfire.core.records import write_npz
 from trashfire.core.schema import AttackRecord, BrittleRecord, Outcomes, TrainRecord
 from trashfire.metrics import registry
-from trashfire.metrics.brittle import brittle_hash, brittle_record_path, brittle_settings
 from trashfire.report import figures as report_figures
 from trashfire.stages import aggregate, timing
 

@@ -15,9 +15,9 @@ from trashfire.core.config import compose, validate
 from trashfire.core.errors import DataError
 from trashfire.core.grid import attack_cells
 from trashfire.core.records import write_json, write_npz
-from trashfire.metrics import experiments as experiment_tables
 from trashfire.stages import timing
 from trashfire.survival.data import ID_COLUMNS, LABEL_COLUMNS, diagnose, drop_degenerate, survival_table
+from trashfire.tables import experiments as experiment_tables
 
 
 def hand_made_record(attack, value, epochs, n_attack, t_attack, defence="none", attack_hash=None):

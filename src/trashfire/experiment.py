@@ -33,8 +33,8 @@ from trashfire.core.config import check_group_options, config_dir, normalise, va
 from trashfire.core.errors import ConfigError, TrashfireError
 from trashfire.data.datasets import dataset_dir
 from trashfire.metrics import aggregate as aggregation
-from trashfire.metrics import experiments as experiment_tables
 from trashfire.stages import attack, prepare, train
+from trashfire.tables import experiments as experiment_tables
 
 log = logging.getLogger("trashfire.experiment")  # not __name__: it is __main__ under python -m
 

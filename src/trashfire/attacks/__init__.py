@@ -10,7 +10,7 @@ from art.estimators.classification import PyTorchClassifier
 from hydra.utils import get_class
 from torch import nn
 
-from trashfire.core.config import RULES
+from trashfire.core.checks import RULES
 from trashfire.core.errors import ConfigError
 from trashfire.core.schema import to_standardised
 from trashfire.models.defences import predict_defences

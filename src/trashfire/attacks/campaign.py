@@ -36,10 +36,10 @@ from trashfire.core.grid import AttackCell, ModelCell, attack_cells
 from trashfire.core.parallel import describe, resolve_workers, run_jobs, threads_per_cell
 from trashfire.core.records import is_recorded, remove_dead_temps, write_npz
 from trashfire.core.schema import AttackRecord, BenignRecord, Outcomes, TrainRecord, cell_labels
+from trashfire.core.stats import accuracy
 from trashfire.core.store import attack_record_path, benign_path, outcomes_path
 from trashfire.data.datasets import Split, cached_split
-from trashfire.metrics import accuracy
-from trashfire.models import resolve_device
+from trashfire.models.architectures import resolve_device
 from trashfire.models.flops import SampleCost
 from trashfire.models.training import load_weights, record_path
 
@@ -269,7 +269,7 @@ def attack_grid(cfg: DictConfig) -> int:
     queued = {job[1].hash for job in jobs}
     models = {cell.model.hash: cell.model for cell in cells}
     jobs += [(cfg, model, []) for h, model in models.items() if h not in queued and benign_pending(folder, h)]  # probes for older records
-    jobs.sort(key=lambda job: job[1].train.depth * len(job[2]), reverse=True)  # the longest first keeps the workers busy to the end
+    jobs.sort(key=lambda job: (job[1].train.depth or 1) * len(job[2]), reverse=True)  # the longest first keeps the workers busy to the end
     with tqdm(total=len(pending), desc="attack cells", disable=not cfg.train.get("progress", True)) as progress:
         run_jobs(attack_job, jobs, workers, progress, log.name, threads)
     return len(pending)

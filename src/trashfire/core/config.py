@@ -19,42 +19,35 @@ what the code implements: the engines, the defence stages, the data loaders.
 from __future__ import annotations
 
 import copy
-import math
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from numbers import Number
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from trashfire.core import external
+from trashfire.core.checks import (
+    RULES,
+    check_keys,
+    check_value,
+    choice,
+    integer,
+    nonempty_list,
+    nonempty_mapping,
+    number,
+    option_rules,
+    rule_check,
+    run_registered,
+    strength_check,
+)
 from trashfire.core.clocks import CLOCKS
 from trashfire.core.errors import ConfigError
-from trashfire.data.loaders import LOADERS
-from trashfire.survival.data import BEFORE_ATTACK_POLICIES, DUMMY_SOURCES, NONPOSITIVE_POLICIES, NUMERIC_COVARIATES
 
-DATA_SOURCES = (*LOADERS, "fusion")  # the loaders of trashfire.data.datasets; fusion mixes two of them
 DEFENCE_STAGES = ("none", "train", "predict")  # see trashfire.core.grid
-LR_SCHEDULES = ("constant", "step_half", "one_cycle")
 ATTACK_UNITS = ("standardised", "pixel")
 ENGINES = ("torch", "per_image", "sequence", "art")  # see trashfire.attacks.engine
-AUC_UNITS = ATTACK_UNITS
-SURVIVAL_SCORES = ("test_ICI", "ICI", "test_E50", "E50", "AIC", "BIC", "test_concordance", "concordance")
-SURVIVAL_SPLIT_GROUPS = ("train_hash", "model_hash", "attack_hash")  # survival data label columns a split keeps together
-OPTIMISERS = ("BFGS", "L-BFGS-B", "SLSQP", "CG", "TNC")  # scipy methods that use lifelines' gradient
-
-# An option's rules: `rules: {<key>: <check>}`, each check of the option's key of that name
-# (of each item, where the key holds a list). A check is a list (one of these values) or a
-# mapping of CHECK_FIELDS: `kind` (KINDS), a range (low, high, open_low, open_high), one_of,
-# optional (absent or null passes), why (said when the check fails). Rules never enter a
-# cell hash (trashfire.core.grid).
-RULES = "rules"
-KINDS = ("count", "real", "path", "flag", "text")
-CHECK_FIELDS = ("kind", "one_of", "low", "high", "open_low", "open_high", "optional", "why")
-STRENGTH_KINDS = ("count", "real")  # what an attack's or a defence's `values` may be
-GRID_AXES = ("values", "norms")  # option keys that are grids: a scalar is a one-value grid
 TORCH_RULES = ("required", "early_exit", "kwargs", "any_kwargs")  # an attack's rules.torch
 # an attack's rules read beside its own keys: engine, torch, classes (a check of every
 # selected data set's n_classes) and components (true: kwargs.components are attack options,
@@ -125,10 +118,10 @@ def check_group_options(overrides: Iterable[str], conf: Path) -> None:
             if sweep.group(1) != "choice":
                 continue
             value = sweep.group(2)
-        for choice in value.strip("[]").split(","):
-            choice = choice.strip()
-            if choice and choice != "null" and choice not in options:
-                raise ConfigError(key, f"unknown option {choice!r}; available: {', '.join(options)}")
+        for picked in value.strip("[]").split(","):
+            picked = picked.strip()
+            if picked and picked != "null" and picked not in options:
+                raise ConfigError(key, f"unknown option {picked!r}; available: {', '.join(options)}")
 
 
 def load_params(path: str | Path = "params.yaml") -> DictConfig:
@@ -142,13 +135,6 @@ def load_params(path: str | Path = "params.yaml") -> DictConfig:
     if not isinstance(cfg, DictConfig):
         raise ConfigError("params", f"{path} must hold a mapping")
     return cfg
-
-
-def as_list(value: Any) -> list:
-    """Grid values: a scalar is a one-value grid."""
-    if OmegaConf.is_list(value) or isinstance(value, (list, tuple)):
-        return list(value)
-    return [value]
 
 
 GRID_GROUPS = ("data", "model", "defence", "attack")
@@ -220,26 +206,19 @@ def _parse_scalar(text: str) -> int | float | str:
 
 def validate(cfg: DictConfig) -> DictConfig:
     """Check every value the pipeline reads; raise ConfigError on the first bad one. cfg is
-    not changed (`normalise` makes the config the stages run); it is returned for chaining."""
+    not changed (`normalise` makes the config the stages run); it is returned for chaining.
+    Here: the sections, paths, and the grid's options by their own rules; then each package's
+    own checks (`trashfire.<package>.checks`, see trashfire.core.checks)."""
     for section in ("data", "split", "model", "defence", "attack", "train", "timing", "paths"):
         if not isinstance(cfg.get(section), DictConfig):
             raise ConfigError(section, _missing_section(section, cfg.get(section)))
     _validate_paths(cfg.paths)
-    _validate_split(cfg.split)  # first: the data check compares subsample with split.n_attack
-    _validate_data(cfg)
     _validate_models(options(cfg, "model"))
     _validate_defences(options(cfg, "defence"))
     _validate_defence_cell(cfg)
     _validate_attacks(options(cfg, "attack"), {name: spec.n_classes for name, spec in options(cfg, "data").items()})
-    _validate_train(cfg.train)
-    _validate_per_model(cfg)
-    _validate_pretraining(cfg)
-    _choice("timing.clock", cfg.timing.get("clock"), CLOCKS)
-    if "survival" in cfg:
-        _validate_survival(cfg.survival)
-    if "metrics" in cfg:
-        _validate_metrics(cfg.metrics)
-        _check_auc_interval(cfg)
+    choice("timing.clock", cfg.timing.get("clock"), CLOCKS)
+    run_registered(cfg)
     return cfg
 
 
@@ -273,182 +252,30 @@ def _file_in_the_way(folder: Path) -> Path | None:
     return None
 
 
-def _check_auc_interval(cfg: DictConfig) -> None:
-    """R integrates each eps family's curve up to eps1: a grid in the same units must reach it.
-    (A grid in the other units is checked per data set by `aggregate`, which knows its std.)"""
-    auc = cfg.metrics.auc
-    if auc.get("eps1") is None:
-        return
-    for name, spec in options(cfg, "attack").items():
-        if spec.get("param") != "eps" or spec.get("units", "standardised") != auc.get("units"):
-            continue
-        largest = max(as_list(spec["values"]))
-        if auc.eps1 > largest:
-            raise ConfigError(
-                "metrics.auc.eps1", f"{auc.eps1} exceeds the largest eps {largest} of attack.{name} ({auc.units} units); lower it or extend the grid"
-            )
-
-
 # --- the grid's options, each checked by its own rules ----------------------------------------
 
 
-def _option(group: str, name: str, spec: Any, required: Sequence[str] = ()) -> DictConfig:
-    """The option's rules, after checking that it is a mapping with rules that declare at
-    least `required`."""
-    key = f"{group}.{name}"
-    if not isinstance(spec, DictConfig):
-        raise ConfigError(key, f"got {spec!r}; allowed: a mapping, one option of conf/{group}/")
-    rules = spec.get(RULES)
-    if not isinstance(rules, DictConfig):
-        problem = f"got {rules!r}; allowed: a mapping" if rules is not None else "missing"
-        raise ConfigError(
-            f"{key}.{RULES}",
-            f"{problem}; every {group} option states what it allows under `{RULES}:` (see the top of its conf/{group}/ file; an older params.yaml: run `make params`)",
-        )
-    for entry in required:
-        if entry not in rules:
-            raise ConfigError(f"{key}.{RULES}.{entry}", f"missing; every {group} option declares it (see the top of its conf/{group}/ file)")
-    return rules
-
-
-def _check_keys(key: str, spec: DictConfig, rules: DictConfig, reserved: Sequence[str] = ()) -> None:
-    """Apply each rule but the reserved ones to the option's key of its name."""
-    for name, rule in rules.items():
-        if name in reserved:
-            continue
-        check = rule_check(f"{key}.{RULES}.{name}", rule)
-        value = spec.get(name)
-        if value is None and name not in GRID_AXES:
-            if check.get("optional"):
-                continue
-            raise ConfigError(f"{key}.{name}", f"missing; {key}.{RULES}.{name} requires it")
-        for item in _nonempty_list(f"{key}.{name}", value) if name in GRID_AXES or OmegaConf.is_list(value) else [value]:
-            check_value(f"{key}.{name}", item, check)
-
-
-def rule_check(key: str, rule: Any) -> dict[str, Any]:
-    """A rule as a mapping of CHECK_FIELDS: a list is {one_of: the list}."""
-    if OmegaConf.is_list(rule):
-        rule = {"one_of": rule}
-    if not OmegaConf.is_dict(rule) and not isinstance(rule, dict):
-        raise ConfigError(key, f"got {rule!r}; allowed: a list of the values allowed, or a mapping of {', '.join(CHECK_FIELDS)}")
-    check = {name: OmegaConf.to_container(value) if OmegaConf.is_config(value) else value for name, value in rule.items()}
-    unknown = sorted(set(check) - set(CHECK_FIELDS))
-    if unknown:
-        raise ConfigError(key, f"unknown fields {unknown}; allowed: {', '.join(CHECK_FIELDS)}")
-    if "one_of" in check:
-        if not isinstance(check["one_of"], list) or not check["one_of"]:
-            raise ConfigError(f"{key}.one_of", f"got {check['one_of']!r}; allowed: a non-empty list of the values allowed")
-    elif check.get("kind") not in KINDS:
-        raise ConfigError(f"{key}.kind", f"got {check.get('kind')!r}; allowed: {', '.join(KINDS)} (or one_of: [...])")
-    for bound in ("low", "high"):
-        if check.get(bound) is not None:
-            _number(f"{key}.{bound}", check[bound])
-    return check
-
-
-def check_value(key: str, value: Any, check: Mapping[str, Any]) -> Any:
-    """One value against one check (see rule_check); a failure names the key, the value and
-    what is allowed."""
-    try:
-        return _check_value(key, value, check)
-    except ConfigError as err:
-        if check.get("why"):
-            raise ConfigError(err.key, f"{err.problem} ({check['why']})") from None
-        raise
-
-
-def _check_value(key: str, value: Any, check: Mapping[str, Any]) -> Any:
-    if "one_of" in check:
-        allowed = check["one_of"]
-        if all(isinstance(a, str) for a in allowed):  # norms: 2 and "2" are one norm
-            value = str(value)
-        if value not in allowed or (isinstance(value, bool) and not any(isinstance(a, bool) for a in allowed)):
-            raise ConfigError(key, f"got {value!r}; allowed: {', '.join(map(str, allowed))}")
-        return value
-    bounds = {name: check.get(name) for name in ("low", "high")}
-    opened = {name: bool(check.get(name, False)) for name in ("open_low", "open_high")}
-    kind = check["kind"]
-    if kind == "count":
-        return _integer(key, value, **bounds, **opened)
-    if kind == "real":
-        return _number(key, value, **bounds, **opened)
-    if kind == "path" and not (isinstance(value, str) and value):
-        raise ConfigError(key, f"got {value!r}; allowed: a folder path")
-    if kind == "flag" and not isinstance(value, bool):
-        raise ConfigError(key, f"got {value!r}; allowed: true, false")
-    if kind == "text" and not isinstance(value, str):
-        raise ConfigError(key, f"got {value!r}; allowed: a string")
-    return value
-
-
-def strength_check(key: str, rules: DictConfig) -> dict[str, Any]:
-    """The check of an option's `values`: a count (an integer) or a real (a finite number)."""
-    check = rule_check(f"{key}.{RULES}.values", rules["values"])
-    if check.get("kind") not in STRENGTH_KINDS:
-        raise ConfigError(
-            f"{key}.{RULES}.values.kind", f"got {check.get('kind')!r}; allowed: {', '.join(STRENGTH_KINDS)} (a strength is an integer or a finite number)"
-        )
-    return check
-
-
-def _validate_data(cfg: DictConfig) -> None:
-    data = options(cfg, "data")
-    _nonempty_mapping("data", data)
-    for name, spec in data.items():
-        key = f"data.{name}"
-        rules = _option("data", name, spec)
-        _choice(f"{key}.source", spec.get("source"), DATA_SOURCES)
-        _integer(f"{key}.n_classes", spec.get("n_classes"), low=2)
-        for option in ("size", "channels"):
-            if spec.get(option) is not None:
-                _integer(f"{key}.{option}", spec[option], low=1)
-        _check_keys(key, spec, rules)
-        if spec.get("subsample") is not None:
-            _integer(f"{key}.subsample", spec.subsample, low=cfg.split.get("n_attack", 1) * 2)
-
-
-def _validate_split(split: DictConfig) -> None:
-    seeds = _nonempty_list("split.seeds", split.get("seeds"))
-    for seed in seeds:
-        _integer("split.seeds", seed, low=0)
-    _number("split.test_size", split.get("test_size"), low=0, high=1, open_low=True, open_high=True)
-    _integer("split.n_attack", split.get("n_attack"), low=1)
-
-
 def _validate_models(models: dict[str, Any]) -> None:
-    _nonempty_mapping("model", models)
+    nonempty_mapping("model", models)
     for name, spec in models.items():
-        rules = _option("model", name, spec)
-        if external.is_external(spec):
-            _validate_external(f"model.{name}", spec)
-            _check_keys(f"model.{name}", spec, rules)
+        rules = option_rules("model", name, spec)
+        if external.is_external(spec):  # its module and checkpoint: trashfire.models.checks
+            check_keys(f"model.{name}", spec, rules)
             continue
         if not isinstance(spec.get("_target_"), str):
             raise ConfigError(f"model.{name}._target_", "missing; name the builder, e.g. trashfire.models.resnet")
-        _integer(f"model.{name}.depth", spec.get("depth"), low=1)
-        _check_keys(f"model.{name}", spec, rules)
-
-
-def _validate_external(key: str, spec: DictConfig) -> None:
-    """A model trained elsewhere (trashfire.core.external): its module builds, its checkpoint
-    exists and its training cost is supplied. Reading the checkpoint (keys, a forward pass on
-    the prepared data) is the train stage's import, before it trains anything."""
-    external.checkpoint_path(f"{key}.{external.CHECKPOINT}", spec.get(external.CHECKPOINT))
-    external.t_train(key, spec)
-    if spec.get("depth") is not None:
-        _integer(f"{key}.depth", spec.depth, low=1)
-    external.counted_depth(key, spec)  # builds the module: a bad _target_ or kwargs fails here
+        integer(f"model.{name}.depth", spec.get("depth"), low=1)
+        check_keys(f"model.{name}", spec, rules)
 
 
 def _validate_defences(defences: dict[str, Any]) -> None:
-    _nonempty_mapping("defence", defences)
+    nonempty_mapping("defence", defences)
     for name, spec in defences.items():
         key = f"defence.{name}"
-        rules = _option("defence", name, spec, required=("stage",))
-        stage = _choice(f"{key}.stage", spec.get("stage"), DEFENCE_STAGES)
-        values = _nonempty_list(f"{key}.values", spec.get("values"))
-        _check_keys(key, spec, rules, reserved=("values",))
+        rules = option_rules("defence", name, spec, required=("stage",))
+        stage = choice(f"{key}.stage", spec.get("stage"), DEFENCE_STAGES)
+        values = nonempty_list(f"{key}.values", spec.get("values"))
+        check_keys(key, spec, rules, reserved=("values",))
         if stage == "none":
             continue
         if not spec.get("_target_"):
@@ -467,7 +294,7 @@ def _validate_defence_models(key: str, spec: DictConfig) -> None:
         return
     if spec.stage != "train":
         raise ConfigError(f"{key}.models", "limits a train-time defence to some models; a predict-time defence reuses every model's weights: remove it")
-    _nonempty_list(f"{key}.models", only)
+    nonempty_list(f"{key}.models", only)
 
 
 def _validate_defence_cell(cfg: DictConfig) -> None:
@@ -484,27 +311,27 @@ def _validate_defence_cell(cfg: DictConfig) -> None:
 
 
 def _validate_attacks(attacks: dict[str, Any], classes: Mapping[str, int]) -> None:
-    _nonempty_mapping("attack", attacks)
+    nonempty_mapping("attack", attacks)
     for name, spec in attacks.items():
         _validate_attack(f"attack.{name}", name, spec, attacks, classes)
 
 
 def _validate_attack(key: str, name: str, spec: Any, attacks: dict[str, Any], classes: Mapping[str, int]) -> None:
-    rules = _option("attack", name, spec, required=("norms", "values", "engine"))
+    rules = option_rules("attack", name, spec, required=("norms", "values", "engine"))
     if not isinstance(spec.get("_target_"), str) or not isinstance(spec.get("param"), str):
         missing = "_target_" if not isinstance(spec.get("_target_"), str) else "param"
         raise ConfigError(f"{key}.{missing}", "missing; name the ART attack class (_target_) and the argument its strength sets (param)")
     kind = strength_check(key, rules)["kind"]
-    _check_keys(key, spec, rules, reserved=ATTACK_RULES)
+    check_keys(key, spec, rules, reserved=ATTACK_RULES)
     if "batch_size" in spec:
-        _integer(f"{key}.batch_size", spec.batch_size, low=1)
+        integer(f"{key}.batch_size", spec.batch_size, low=1)
     if spec.get("samples") is not None:
-        _integer(f"{key}.samples", spec.samples, low=1)
+        integer(f"{key}.samples", spec.samples, low=1)
     if "max_iter" in spec:
-        _integer(f"{key}.max_iter", spec.max_iter, low=1)
+        integer(f"{key}.max_iter", spec.max_iter, low=1)
     if "step_scale" in spec:
-        _number(f"{key}.step_scale", spec.step_scale, low=0, open_low=True)
-    units = _choice(f"{key}.units", spec.get("units", "standardised"), ATTACK_UNITS)
+        number(f"{key}.step_scale", spec.step_scale, low=0, open_low=True)
+    units = choice(f"{key}.units", spec.get("units", "standardised"), ATTACK_UNITS)
     if units == "pixel" and kind != "real":
         raise ConfigError(
             f"{key}.units",
@@ -561,7 +388,7 @@ def engines_of(key: str, rules: DictConfig) -> list[str]:
     if not OmegaConf.is_list(engines) or not engines:
         raise ConfigError(f"{key}.{RULES}.engine", f"got {engines!r}; allowed: a non-empty list of {', '.join(ENGINES)}, the first the default")
     for engine in engines:
-        _choice(f"{key}.{RULES}.engine", engine, ENGINES)
+        choice(f"{key}.{RULES}.engine", engine, ENGINES)
     return list(engines)
 
 
@@ -623,240 +450,3 @@ def _validate_torch_engine(key: str, spec: DictConfig, torch_rules: DictConfig) 
             raise ConfigError(
                 f"{key}.kwargs.{option}", f"got {value!r}; the torch engine runs ART's default ({fixed[option]!r}) only; use engine: art for another"
             )
-
-
-def _validate_train(train: DictConfig) -> None:
-    for epochs in _nonempty_list("train.epochs", train.get("epochs")):
-        _integer("train.epochs", epochs, low=1)
-    for lr in _nonempty_list("train.lr", train.get("lr")):
-        _number("train.lr", lr, low=0, open_low=True)
-    _number("train.momentum", train.get("momentum"), low=0, high=1, open_high=True)
-    _number("train.weight_decay", train.get("weight_decay"), low=0)
-    _integer("train.batch_size", train.get("batch_size"), low=1)
-    _choice("train.lr_schedule", train.get("lr_schedule", "constant"), LR_SCHEDULES)
-    device = train.get("device")
-    if not isinstance(device, str) or not (device in ("auto", "cpu") or device.startswith("cuda")):
-        raise ConfigError("train.device", f"got {device!r}; allowed: auto, cpu, cuda, cuda:N")
-    workers = train.get("workers", "auto")
-    if workers != "auto" and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise ConfigError("train.workers", f"got {workers!r}; allowed: auto, or a number of processes >= 1")
-    threads = train.get("threads", 1)
-    if threads != "auto" and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise ConfigError("train.threads", f"got {threads!r}; allowed: a number of threads per cell >= 1, or auto (cores / workers)")
-
-
-def _validate_per_model(cfg: DictConfig) -> None:
-    for name, own in (cfg.train.get("per_model") or {}).items():
-        if name not in options(cfg, "model"):
-            continue  # a preset's entry for a model this run leaves out
-        key = f"train.per_model.{name}"
-        unknown = set(own or {}) - {"epochs", "lr"}
-        if unknown:
-            raise ConfigError(key, f"unknown keys {sorted(unknown)}; allowed: epochs, lr")
-        for epochs in _nonempty_list(f"{key}.epochs", own["epochs"]) if "epochs" in own else []:
-            _integer(f"{key}.epochs", epochs, low=1)
-        for lr in _nonempty_list(f"{key}.lr", own["lr"]) if "lr" in own else []:
-            _number(f"{key}.lr", lr, low=0, open_low=True)
-
-
-def _validate_pretraining(cfg: DictConfig) -> None:
-    for name, bases in (cfg.train.get("pretrained_on") or {}).items():
-        if name not in options(cfg, "data"):
-            continue  # a preset's entry for a data set this run leaves out
-        key = f"train.pretrained_on.{name}"
-        bases = as_list(bases)
-        if not bases:
-            raise ConfigError(key, "must be a non-empty list; [null] trains from scratch")
-        allowed = [other for other in options(cfg, "data") if other != name]
-        for base in bases:
-            if base is not None and base not in allowed:
-                raise ConfigError(key, f"got {base!r}; allowed: null (from scratch), {', '.join(allowed) or 'another selected data set'}")
-
-
-def _validate_survival(survival: DictConfig) -> None:
-    data = survival.get("data")
-    if not isinstance(data, DictConfig):
-        raise ConfigError("survival.data", "missing; compose params.yaml with `make params`")
-    for covariate in as_list(data.get("covariates") or []):
-        _choice("survival.data.covariates", covariate, NUMERIC_COVARIATES)
-    for kind in as_list(data.get("dummies") or []):
-        _choice("survival.data.dummies", kind, tuple(DUMMY_SOURCES))
-    if data.get("misclassified_before_attack") in ("attack_time", "predict_time"):
-        raise ConfigError(
-            "survival.data.misclassified_before_attack",
-            f"{data.misclassified_before_attack} was removed with the per-sample failure clock; allowed: first_query (such a sample fails at its share of the first query), drop",
-        )
-    _choice("survival.data.misclassified_before_attack", data.get("misclassified_before_attack"), BEFORE_ATTACK_POLICIES)
-    _choice("survival.data.nonpositive_durations", data.get("nonpositive_durations"), NONPOSITIVE_POLICIES)
-    models = survival.get("models")
-    _nonempty_mapping("survival.models", models)
-    fitters = _nonempty_list("survival.fitters", survival.get("fitters"))
-    for fitter in fitters:
-        _choice("survival.fitters", fitter, tuple(models))
-        _validate_survival_model(f"survival.models.{fitter}", models[fitter])
-    for number, retry in enumerate(as_list(survival.get("retries") or [])):
-        _validate_retry(f"survival.retries[{number}]", retry)
-    aft = tuple(f for f in fitters if models[f].get("aft"))
-    if survival.get("chosen") is not None:
-        _choice("survival.chosen", survival.chosen, aft)
-    _choice("survival.select_by", survival.get("select_by"), SURVIVAL_SCORES)
-    _choice("survival.split_by", survival.get("split_by"), SURVIVAL_SPLIT_GROUPS)
-    _number("survival.test_size", survival.get("test_size"), low=0, high=1, open_low=True, open_high=True)
-    _integer("survival.seed", survival.get("seed"), low=0)
-    _number("survival.t0_quantile", survival.get("t0_quantile"), low=0, high=1, open_low=True, open_high=True)
-    _number("survival.km_check_tolerance", survival.get("km_check_tolerance"), low=0, open_low=True)
-
-
-def _validate_survival_model(key: str, spec: Any) -> None:
-    if not isinstance(spec, DictConfig) or not isinstance(spec.get("fitter"), DictConfig) or not isinstance(spec.fitter.get("_target_"), str):
-        raise ConfigError(f"{key}.fitter._target_", "missing; name the lifelines fitter class, e.g. lifelines.WeibullAFTFitter")
-    _number(f"{key}.fitter.penalizer", spec.fitter.get("penalizer", 0.0), low=0)
-    if not isinstance(spec.get("aft"), bool):
-        raise ConfigError(f"{key}.aft", f"got {spec.get('aft')!r}; allowed: true (an AFT model, gives E[T]), false")
-    if spec.get("optimiser") is not None:
-        _choice(f"{key}.optimiser", spec.optimiser, OPTIMISERS)
-    if spec.get("t0_quantile") is not None:
-        _number(f"{key}.t0_quantile", spec.t0_quantile, low=0, high=1, open_low=True, open_high=True)
-    _fit_options(f"{key}.fit_options", spec.get("fit_options"))
-
-
-def _fit_options(key: str, options: Any) -> None:
-    if options is not None and not isinstance(options, DictConfig):
-        raise ConfigError(key, f"got {options!r}; allowed: a mapping of the optimiser's options, e.g. {{maxiter: 500}}")
-
-
-def _validate_retry(key: str, retry: Any) -> None:
-    if not isinstance(retry, DictConfig) or not set(retry) or set(retry) - {"optimiser", "penalizer", "fit_options"}:
-        raise ConfigError(key, f"got {retry!r}; allowed: a mapping of optimiser ({', '.join(OPTIMISERS)}), penalizer (>= 0), fit_options")
-    if retry.get("optimiser") is not None:
-        _choice(f"{key}.optimiser", retry.optimiser, OPTIMISERS)
-    if "penalizer" in retry:
-        _number(f"{key}.penalizer", retry.penalizer, low=0)
-    _fit_options(f"{key}.fit_options", retry.get("fit_options"))
-
-
-def _validate_metrics(metrics: DictConfig) -> None:
-    _number("metrics.evp.w", metrics.evp.get("w"), low=0, open_low=True)
-    if metrics.evp.get("tau") is not None:
-        _number("metrics.evp.tau", metrics.evp.tau, low=0, high=1, open_low=True)
-    _integer("metrics.evp.tau_grid", metrics.evp.get("tau_grid"), low=2)
-    for k in _nonempty_list("metrics.evp.table_classes", metrics.evp.get("table_classes")):
-        _integer("metrics.evp.table_classes", k, low=2)
-    _choice("metrics.auc.units", metrics.auc.get("units"), AUC_UNITS)
-    eps0 = _number("metrics.auc.eps0", metrics.auc.get("eps0"), low=0)
-    if metrics.auc.get("eps1") is not None:
-        _number("metrics.auc.eps1", metrics.auc.eps1, low=eps0, open_low=True)
-    if metrics.trash.get("eps_max") is not None:
-        _number("metrics.trash.eps_max", metrics.trash.eps_max, low=0, open_low=True)
-    degenerate = metrics.get("degenerate")
-    if not isinstance(degenerate, DictConfig):
-        raise ConfigError("metrics.degenerate", "missing; compose params.yaml with `make params`")
-    if degenerate.get("margin") is not None:
-        _number("metrics.degenerate.margin", degenerate.margin, low=0, high=1)
-    findings = metrics.get("findings")
-    if not isinstance(findings, DictConfig):
-        raise ConfigError("metrics.findings", "missing; compose params.yaml with `make params`")
-    _number("metrics.findings.alpha", findings.get("alpha"), low=0, high=1, open_low=True, open_high=True)
-    _integer("metrics.findings.bootstrap", findings.get("bootstrap"), low=100)
-    _integer("metrics.trash.bootstrap", metrics.trash.get("bootstrap"), low=100)
-    _integer("metrics.trash.seed", metrics.trash.get("seed"), low=0)
-    _validate_eps_survival(metrics.get("eps_survival"))
-    _validate_brittle(metrics.get("brittle"))
-    _validate_validity(metrics.get("validity"))
-
-
-def _validate_validity(validity) -> None:
-    if validity is None:
-        raise ConfigError("metrics.validity", "missing; compose params.yaml with `make params`")
-    for key in ("rise_tol", "black_box_tol", "gradient_share", "near_zero"):
-        _number(f"metrics.validity.{key}", validity.get(key), low=0, high=1)
-    names = validity.get("black_box")
-    if not isinstance(names, Sequence) or isinstance(names, str) or not all(isinstance(n, str) for n in names):
-        raise ConfigError("metrics.validity.black_box", f"got {names!r}; must be a list of attack names (e.g. [square, hsj])")
-
-
-def _validate_eps_survival(eps: Any) -> None:
-    key = "metrics.eps_survival"
-    if not isinstance(eps, DictConfig):
-        raise ConfigError(key, "missing; compose params.yaml with `make params`")
-    for name in as_list(eps.get("minimal") or []):
-        if not isinstance(name, str) or not name:
-            raise ConfigError(f"{key}.minimal", f"got {name!r}; must be a list of attack names (minimal-perturbation attacks, e.g. deepfool)")
-    _choice(f"{key}.minimal_units", eps.get("minimal_units"), ATTACK_UNITS)
-    if eps.get("minimal_eps_max") is not None:
-        _number(f"{key}.minimal_eps_max", eps.minimal_eps_max, low=0, open_low=True)
-
-
-def _validate_brittle(brittle: Any) -> None:
-    """002's LIME settings for the brittle stage."""
-    key = "metrics.brittle"
-    if not isinstance(brittle, DictConfig):
-        raise ConfigError(key, "missing; compose params.yaml with `make params`")
-    _integer(f"{key}.n_samples", brittle.get("n_samples"), low=1)
-    _integer(f"{key}.lime_samples", brittle.get("lime_samples"), low=2)  # a fit needs two points at least
-    _integer(f"{key}.perturbations_per_eval", brittle.get("perturbations_per_eval"), low=1)
-    _integer(f"{key}.seed", brittle.get("seed"), low=0)
-    segments = brittle.get("segments")
-    _nonempty_mapping(f"{key}.segments", segments)
-    _choice(f"{key}.segments.kind", segments.get("kind"), ("slic", "grid"))
-    _integer(f"{key}.segments.n_segments", segments.get("n_segments"), low=2)
-    _number(f"{key}.segments.compactness", segments.get("compactness"), low=0, open_low=True)
-    _integer(f"{key}.segments.patch", segments.get("patch"), low=1)
-    robust = brittle.get("robust_acc")
-    _nonempty_mapping(f"{key}.robust_acc", robust)
-    if not isinstance(robust.get("attack"), str):
-        raise ConfigError(f"{key}.robust_acc.attack", f"got {robust.get('attack')!r}; allowed: an attack name, e.g. pgd")
-    if robust.get("eps") is not None:
-        _number(f"{key}.robust_acc.eps", robust.eps, low=0, open_low=True)
-
-
-# --- primitive checks: each names the key and what is allowed ----------------------------
-
-
-def _nonempty_mapping(key: str, value: Any) -> None:
-    if not isinstance(value, (DictConfig, dict)) or len(value) == 0:
-        raise ConfigError(key, "select at least one option (an empty grid runs nothing)")
-
-
-def _nonempty_list(key: str, value: Any) -> list:
-    values = as_list(value)
-    if not values or values == [None]:
-        raise ConfigError(key, "must be a non-empty list (an empty grid runs nothing)")
-    return values
-
-
-def _choice(key: str, value: Any, allowed: Sequence[str]) -> Any:
-    if value not in allowed:
-        raise ConfigError(key, f"got {value!r}; allowed: {', '.join(map(str, allowed))}")
-    return value
-
-
-def _integer(key: str, value: Any, low=None, high=None, open_low=False, open_high=False) -> int:
-    low = low + 1 if low is not None and open_low else low  # an open bound of integers
-    high = high - 1 if high is not None and open_high else high
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(key, f"got {value!r}; must be an integer{_range(low, high)}")
-    if (low is not None and value < low) or (high is not None and value > high):
-        raise ConfigError(key, f"got {value}; must be an integer{_range(low, high)}")
-    return value
-
-
-def _number(key, value, low=None, high=None, open_low=False, open_high=False) -> float:
-    bounds = _range(low, high, open_low, open_high)
-    if isinstance(value, bool) or not isinstance(value, Number) or not math.isfinite(value):
-        raise ConfigError(key, f"got {value!r}; must be a finite number{bounds}")
-    too_low = low is not None and (value <= low if open_low else value < low)
-    too_high = high is not None and (value >= high if open_high else value > high)
-    if too_low or too_high:
-        raise ConfigError(key, f"got {value}; must be a finite number{bounds}")
-    return float(value)
-
-
-def _range(low, high, open_low=False, open_high=False) -> str:
-    if low is not None and high is not None:
-        return f" in {'(' if open_low else '['}{low}, {high}{')' if open_high else ']'}"
-    if low is not None:
-        return f" {'>' if open_low else '>='} {low}"
-    if high is not None:
-        return f" {'<' if open_high else '<='} {high}"
-    return ""

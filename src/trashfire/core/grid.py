@@ -19,7 +19,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from trashfire.core import external
-from trashfire.core.config import RULES, as_list
+from trashfire.core.checks import RULES, as_list
 from trashfire.core.records import config_hash
 
 # Bump when a change to the code changes what a cell computes: old records then miss.
@@ -34,7 +34,7 @@ class TrainCell:
     dataset: str
     seed: int
     model: str
-    depth: int
+    depth: int | None  # None: an imported model whose depth its module gives (trashfire.models.external)
     epochs: int | None  # None: an imported model (trashfire.core.external), whose training we do not know
     lr: float | None
     defence: dict[str, Any]  # UNDEFENDED or one train-time defence value
@@ -217,7 +217,9 @@ def _external_cell(cfg: DictConfig, dname: str, seed: int, mname: str) -> TrainC
         "defence": dict(UNDEFENDED),
         "v": TRAIN_VERSION,
     }
-    return TrainCell(dname, seed, mname, external.counted_depth(key, mspec), None, None, dict(UNDEFENDED), spec)
+    # depth: as given, else counted from the module when the train stage imports it (None here:
+    # counting builds the user's torch module, which the table stages never load)
+    return TrainCell(dname, seed, mname, mspec.get("depth"), None, None, dict(UNDEFENDED), spec)
 
 
 def model_cells(cfg: DictConfig) -> list[ModelCell]:

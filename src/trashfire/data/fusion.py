@@ -20,8 +20,8 @@ from sklearn.model_selection import train_test_split
 
 from trashfire.core.errors import DataError
 from trashfire.core.records import atomic_path, write_npy, write_npz
-from trashfire.data.datasets import Split, balanced_subset, standardised_range, to_shape
 from trashfire.data.loaders import RawDataset, load_torchvision_cifar, load_torchvision_mnist
+from trashfire.data.splits import Split, balanced_subset, standardised_range, to_shape
 
 PIXEL_MAX = 255.0
 

@@ -10,12 +10,13 @@ import numpy as np
 from omegaconf import DictConfig
 from sklearn.model_selection import train_test_split
 
-from trashfire.core.config import as_list
+from trashfire.core.checks import as_list
 from trashfire.core.errors import DataError
 from trashfire.core.records import write_npy, write_npz
-from trashfire.data.datasets import balanced_subset, dataset_dir, to_shape
+from trashfire.data.datasets import dataset_dir
 from trashfire.data.fusion import prepare_fusion
 from trashfire.data.loaders import LOADERS, RawDataset
+from trashfire.data.splits import balanced_subset, to_shape
 
 log = logging.getLogger(__name__)
 

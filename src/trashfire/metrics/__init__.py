@@ -7,13 +7,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from trashfire.core.errors import ConfigError
-
-
-def accuracy(y_true: Sequence[int], y_pred: Sequence[int]) -> float:
-    """Acc = 1 - false / N."""
-    y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
-    return 1.0 - float(np.sum(y_true != y_pred)) / len(y_true)
+# shared helpers on the lowest floor (trashfire.core.stats), named here too for users of trashfire.metrics
+from trashfire.core.stats import accuracy, bic, degeneracy_threshold, viability_threshold  # noqa: F401
 
 
 def failure_rate(acc: float, seconds_per_sample: float) -> float:
@@ -33,23 +28,6 @@ def trash_benign(t_train: float, acc_ben: float, t_predict: float) -> float:
     """The benign analogue: t_train over the expected time to a benign failure, which for
     i.i.d. queries of t_predict each failing with 1 - Acc_ben is t_predict / (1 - Acc_ben)."""
     return t_train * failure_rate(acc_ben, t_predict)
-
-
-def viability_threshold(n_classes: int, w: float = 0.5) -> float:
-    """tau(K) = 1/K + w sqrt(K - 1) / K: Cohen's w effect size against chance for K classes."""
-    if n_classes < 2:
-        raise ConfigError("n_classes", f"got {n_classes}; the viability threshold needs K >= 2 classes")
-    return 1.0 / n_classes + w * math.sqrt(n_classes - 1) / n_classes
-
-
-def degeneracy_threshold(n_classes: int, margin: float | None, w: float = 0.5, tau: float | None = None) -> float:
-    """The benign accuracy a model cell must exceed not to be degenerate: chance 1/K plus
-    `margin`; with no margin, the viability threshold (a fixed tau, else tau(K)). A model at or
-    below it is near chance (a constant predictor among them): no attack can lower its accuracy
-    much, so its R and EVP would read as robustness."""
-    if margin is None:
-        return tau if tau is not None else viability_threshold(n_classes, w)
-    return 1.0 / n_classes + margin
 
 
 def evp(eps: Sequence[float], performance: Sequence[float], tau: float) -> float:
@@ -122,11 +100,6 @@ def relative_improvement(standard: float, model: float) -> float:
     if not standard > 0:
         return math.nan
     return (standard - model) / standard * 100.0
-
-
-def bic(log_likelihood: float, n_params: int, n_samples: float) -> float:
-    """BIC = -2 loglik + k ln n, k counting every estimated coefficient."""
-    return -2.0 * log_likelihood + n_params * math.log(n_samples)
 
 
 def _curve(eps: Sequence[float], performance: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:

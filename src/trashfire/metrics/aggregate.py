@@ -28,10 +28,10 @@ from trashfire.core.records import atomic_path, write_json
 from trashfire.core.schema import CELL, OVER_SEEDS, UNDEFENDED_PEER, BrittleRecord
 from trashfire.core.store import brittle_hash, brittle_record_path, brittle_settings
 from trashfire.metrics import findings, registry, validity
-from trashfire.metrics.experiments import read_experiments
+from trashfire.metrics.cards import write_cards
 from trashfire.metrics.registry import degenerate_cells, sound, spearman_by_dataset, survival_headline  # noqa: F401  (also this module's API)
-from trashfire.report.cards import write_cards
 from trashfire.survival import epsilon
+from trashfire.tables.experiments import read_experiments
 
 log = logging.getLogger(__name__)
 

@@ -20,6 +20,7 @@ from scipy import stats
 
 from trashfire.core import schema
 from trashfire.core.schema import CONFIGURATION, MODEL_LABELS, TRAINED_LABELS, Finding, without
+from trashfire.core.stats import spearman
 from trashfire.metrics import bootstrap_mean
 
 VERDICTS = ("holds", "contradicted", "inconclusive", "not testable")
@@ -140,15 +141,6 @@ def spearman_verdict(rho: float, p: float, sign: int, alpha: float) -> str:
     if not (p < alpha) or not np.isfinite(rho) or rho == 0:
         return INCONCLUSIVE
     return HOLDS if np.sign(rho) == sign else CONTRADICTED
-
-
-def spearman(x, y) -> tuple[float, float]:
-    """rho and p, NaN for fewer than 3 points or a constant column (scipy would warn)."""
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
-        return NAN, NAN
-    result = stats.spearmanr(x, y)
-    return float(result.statistic), float(result.pvalue)
 
 
 def mean_per_key(df: pd.DataFrame, keys: list[str], column: str) -> pd.DataFrame:

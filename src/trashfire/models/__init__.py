@@ -1,123 +1,22 @@
-"""Models: torchvision ResNets adapted to small inputs, and the small nets of the companion
-papers. Every builder takes (n_classes, input_shape) and returns a module whose forward
-casts its input to float32. `depth` in the configs is the number of weight layers."""
+"""Models: the architectures (`architectures`), their training (`training`), defences,
+FLOPs counting and imported checkpoints (`external`).
+
+The builders are named here too (`trashfire.models.resnet` is the `_target_` of the model
+options), but loaded on first use: importing the package itself, as its config checks do
+in the torch-free stages, does not load torch.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import importlib
 from typing import Any
 
-import torch
-import torchvision
-from hydra.utils import instantiate
-from torch import nn
-from torchvision.models.resnet import BasicBlock
-
-from trashfire.core.errors import ConfigError
+_ARCHITECTURES = ("Float32Input", "resnet", "cifar_resnet", "lenet", "mlp", "cnn", "count_weight_layers", "resolve_device")
 
 
-class Float32Input(nn.Module):
-    """ART hands float64 arrays to the model after FeatureSqueezing and HopSkipJump."""
-
-    def __init__(self, net: nn.Module):
-        super().__init__()
-        self.net = net
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x.float())
-
-
-def resnet(arch: str, n_classes: int, input_shape: Sequence[int]) -> nn.Module:
-    """torchvision's ResNet with a 3x3 stride-1 stem and no max-pool, so that 8x8 and 28x28
-    inputs keep spatial extent through the four stages."""
-    net = getattr(torchvision.models, arch)(weights=None, num_classes=n_classes)
-    net.conv1 = nn.Conv2d(input_shape[0], 64, kernel_size=3, stride=1, padding=1, bias=False)
-    net.maxpool = nn.Identity()
-    return Float32Input(net)
-
-
-def cifar_resnet(n_classes: int, input_shape: Sequence[int], blocks: int, widths: Sequence[int] = (16, 32, 64)) -> nn.Module:
-    """He et al. (2016)'s ResNet for small images, depth 6n+2: a 3x3 stem, three stages of n
-    of torchvision's BasicBlocks (stride 2 into the second and third; 1x1 projection
-    shortcuts where the shape changes), global average pooling and a linear classifier. It
-    fits 8x8 digits in seconds where torchvision's ResNet-18 takes minutes."""
-    layers: list[nn.Module] = [nn.Conv2d(input_shape[0], widths[0], 3, padding=1, bias=False), nn.BatchNorm2d(widths[0]), nn.ReLU(inplace=True)]
-    n_in = widths[0]
-    for stage, width in enumerate(widths):
-        for block in range(blocks):
-            stride = 2 if stage > 0 and block == 0 else 1
-            shortcut = None
-            if stride != 1 or n_in != width:
-                shortcut = nn.Sequential(nn.Conv2d(n_in, width, 1, stride=stride, bias=False), nn.BatchNorm2d(width))
-            layers.append(BasicBlock(n_in, width, stride, shortcut))
-            n_in = width
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(n_in, n_classes)]
-    return Float32Input(nn.Sequential(*layers))
-
-
-def lenet(n_classes: int, input_shape: Sequence[int]) -> nn.Module:
-    """LeNet-5 (LeCun et al.): two 5x5 convolutions with max-pooling, then 120-84-K. Padded
-    convolutions keep it valid from 8x8 inputs up."""
-    channels, height, width = input_shape
-    features = nn.Sequential(
-        nn.Conv2d(channels, 6, 5, padding=2),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
-        nn.Conv2d(6, 16, 5, padding=2),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
-    )
-    flat = 16 * (height // 4) * (width // 4)
-    head = nn.Sequential(nn.Flatten(), nn.Linear(flat, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, n_classes))
-    return Float32Input(nn.Sequential(features, head))
-
-
-def mlp(n_classes: int, input_shape: Sequence[int], hidden: Sequence[int]) -> nn.Module:
-    """Fully connected: one Linear+ReLU per hidden width, then the classifier. 004's
-    FullyConnectedNet is hidden=[7500]; 002's 2-layer MLP is one hidden layer too."""
-    widths = [int(torch.tensor(input_shape).prod())] + list(hidden)
-    layers: list[nn.Module] = [nn.Flatten()]
-    for n_in, n_out in zip(widths, widths[1:]):
-        layers += [nn.Linear(n_in, n_out), nn.ReLU()]
-    layers.append(nn.Linear(widths[-1], n_classes))
-    return Float32Input(nn.Sequential(*layers))
-
-
-def cnn(n_classes: int, input_shape: Sequence[int], channels: Sequence[int]) -> nn.Module:
-    """3x3 convolutions with ReLU, a 2x2 max-pool after every second one while the map is at
-    least 2x2, then one linear classifier: 002's 3-layer CNN is channels=[32, 64], its
-    5-layer CNN channels=[32, 32, 64, 64]."""
-    n_in, height, width = input_shape
-    layers: list[nn.Module] = []
-    for index, n_out in enumerate(channels):
-        layers += [nn.Conv2d(n_in, n_out, 3, padding=1), nn.ReLU()]
-        if index % 2 == 1 and min(height, width) >= 2:
-            layers.append(nn.MaxPool2d(2))
-            height, width = height // 2, width // 2
-        n_in = n_out
-    layers += [nn.Flatten(), nn.Linear(n_in * height * width, n_classes)]
-    return Float32Input(nn.Sequential(*layers))
-
-
-def count_weight_layers(model: nn.Module) -> int:
-    return sum(isinstance(m, (nn.Conv2d, nn.Linear)) for m in model.modules())
-
-
-def build_model(spec: dict[str, Any], n_classes: int, input_shape: Sequence[int]) -> nn.Module:
-    """`depth` is recorded for the analysis and `rules` are the validator's: neither is a
-    builder argument. An external model (trashfire.core.external) is the user's module,
-    whose shape the checkpoint fixes: it takes no n_classes or input_shape."""
-    from trashfire.core import external
-
-    if external.is_external(spec):
-        return external.build("model", spec)
-    builder = {key: value for key, value in spec.items() if key not in ("depth", "rules")}
-    return instantiate(builder, n_classes=n_classes, input_shape=list(input_shape))
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError("train.device", f"{name} asked for, but no CUDA device is present; use auto or cpu")
-    return torch.device(name)
+def __getattr__(name: str) -> Any:
+    if name in _ARCHITECTURES:
+        return getattr(importlib.import_module("trashfire.models.architectures"), name)
+    if name == "build_model":
+        return importlib.import_module("trashfire.models.build").build_model
+    raise AttributeError(f"module 'trashfire.models' has no attribute {name!r}")

@@ -15,7 +15,7 @@ import io
 import json
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +32,12 @@ from trashfire.core.grid import TrainCell, training_cells
 from trashfire.core.parallel import describe, resolve_workers, run_jobs, threads_per_cell
 from trashfire.core.records import atomic_path, cell_file, file_sha256, remove_dead_temps
 from trashfire.core.schema import TrainRecord, cell_labels
+from trashfire.core.stats import accuracy
 from trashfire.data.datasets import Split, cached_split
-from trashfire.metrics import accuracy
-from trashfire.models import build_model, flops, resolve_device
+from trashfire.models import external as imported
+from trashfire.models import flops
+from trashfire.models.architectures import resolve_device
+from trashfire.models.build import build_model
 from trashfire.models.defences import adversarial_trainer, augment, is_trainer
 
 log = logging.getLogger(__name__)
@@ -395,19 +398,21 @@ def import_cell(cell: TrainCell, split: Split, mspec: DictConfig, device: torch.
     key = f"model.{cell.model}"
     target = mspec._target_
     model = build_model(cell.spec["model"], split.n_classes, split.input_shape)
-    state = external.load_state_dict(f"{key}.{external.CHECKPOINT}", mspec[external.CHECKPOINT])
+    if cell.depth is None:
+        cell = replace(cell, depth=imported.counted_depth(key, mspec))
+    state = imported.load_state_dict(f"{key}.{external.CHECKPOINT}", mspec[external.CHECKPOINT])
     try:
         missing, unexpected = model.net.load_state_dict(state, strict=False)
     except RuntimeError as err:  # a key of the right name with the wrong shape
-        raise ConfigError(f"{key}.{external.CHECKPOINT}", external.size_mismatch(mspec[external.CHECKPOINT], target, str(err))) from None
-    external.check_keys(f"{key}.{external.CHECKPOINT}", mspec[external.CHECKPOINT], target, list(missing), list(unexpected))
+        raise ConfigError(f"{key}.{external.CHECKPOINT}", imported.size_mismatch(mspec[external.CHECKPOINT], target, str(err))) from None
+    imported.check_keys(f"{key}.{external.CHECKPOINT}", mspec[external.CHECKPOINT], target, list(missing), list(unexpected))
     model = model.to(device).eval()
     shape = tuple(split.input_shape)
     try:
         with torch.no_grad():
             out = model(split.x_test[:1].to(device))
     except Exception as err:  # the user's forward: any error is a shape it cannot take
-        raise external.shape_error(
+        raise imported.shape_error(
             key,
             target,
             cell.dataset,
@@ -415,7 +420,7 @@ def import_cell(cell: TrainCell, split: Split, mspec: DictConfig, device: torch.
             f"a forward pass on one sample of shape (1, {', '.join(map(str, shape))}) fails: {str(err).strip().splitlines()[0]}",
         ) from None
     if tuple(out.shape) != (1, split.n_classes):
-        raise external.shape_error(
+        raise imported.shape_error(
             key, target, cell.dataset, shape, f"one sample gives output shape {tuple(out.shape)}, and {cell.dataset} has {split.n_classes} classes"
         )
     preds, predict_time = predict(model, split.x_test, device)

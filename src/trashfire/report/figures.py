@@ -44,9 +44,9 @@ from trashfire.core import schema
 from trashfire.core.errors import DataError
 from trashfire.core.records import atomic_path
 from trashfire.metrics import registry, validity
-from trashfire.metrics.experiments import read_experiments
 from trashfire.survival import analysis as survival_analysis
 from trashfire.survival import epsilon
+from trashfire.tables.experiments import read_experiments
 
 log = logging.getLogger(__name__)
 

@@ -1,12 +1,12 @@
 """DVC stage `brittle`: the LIME brittle-score of every model cell.
 
 `python -m trashfire.stages.brittle [--params params.yaml] [key=value ...]`; the work is
-`trashfire.metrics.brittle.score_grid`.
+`trashfire.brittle.scores.score_grid`.
 """
 
+from trashfire.brittle import scores
 from trashfire.core.cli import run_cli
 from trashfire.core.stage import Stage
-from trashfire.metrics import brittle
 
 STAGE = Stage(
     "brittle",
@@ -17,11 +17,11 @@ STAGE = Stage(
 
 
 def run(cfg):
-    return brittle.score_grid(STAGE.view(cfg))
+    return scores.score_grid(STAGE.view(cfg))
 
 
 def main(argv: list[str] | None = None) -> None:
-    run_cli("trashfire.stages.brittle", brittle.__doc__, run, argv)
+    run_cli("trashfire.stages.brittle", scores.__doc__, run, argv)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,14 @@
 """DVC stage `timing`: the experiments table and the per-sample survival data sets (in time and in eps).
 
 `python -m trashfire.stages.timing [--params params.yaml] [key=value ...]`; the work is
-`trashfire.metrics.experiments.build_tables`.
+`trashfire.tables.experiments` (experiments.csv) and `trashfire.survival.datasets` (the
+survival data sets, built from the same read of the records).
 """
 
 from trashfire.core.cli import run_cli
 from trashfire.core.stage import Stage
-from trashfire.metrics import experiments
+from trashfire.survival import datasets
+from trashfire.tables import experiments
 
 STAGE = Stage(
     "timing",
@@ -31,7 +33,9 @@ STAGE = Stage(
 
 
 def run(cfg):
-    return experiments.build_tables(STAGE.view(cfg))
+    view = STAGE.view(cfg)
+    table, outcomes = experiments.write_experiments(view)
+    return table, datasets.write_survival_sets(view, table, outcomes)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -63,35 +63,6 @@ NONPOSITIVE_POLICIES = ("half_min", "drop")
 CLOCKS = schema.CLOCKS
 
 
-def outcome_counts(y_true: np.ndarray, y_pred_ben: np.ndarray, y_pred_adv: np.ndarray) -> dict[str, int]:
-    """Per attack cell: samples wrong before the attack, broken by it, and survivors."""
-    right_before = y_pred_ben == y_true
-    return {
-        "n_misclassified_before": int((~right_before).sum()),
-        "n_broken": int((right_before & (y_pred_adv != y_true)).sum()),
-        "n_survived": int((right_before & (y_pred_adv == y_true)).sum()),
-    }
-
-
-def event_counts(event: np.ndarray, failure_step: np.ndarray) -> dict[str, int | float]:
-    """Per attack cell: failures within the budget (events), censored samples, the event
-    share and the median step (iteration or query) of a failure."""
-    event = np.asarray(event).astype(bool)
-    n = len(event)
-    return {
-        "n_events": int(event.sum()),
-        "n_censored": int(n - event.sum()),
-        "event_share": float(event.mean()) if n else float("nan"),
-        "median_event_step": _median_known_step(failure_step[event]),
-    }
-
-
-def _median_known_step(steps: np.ndarray) -> float:
-    """Steps of -1 are unknown (ART's reference engine shows none)."""
-    known = steps[steps >= 0]
-    return float(np.median(known)) if len(known) else float("nan")
-
-
 def survival_table(
     experiments: pd.DataFrame,
     outcomes_by_hash: Mapping[str, Mapping[str, np.ndarray]],

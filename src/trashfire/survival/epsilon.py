@@ -45,7 +45,7 @@ import pandas as pd
 
 from trashfire.core import schema
 from trashfire.core.schema import Outcomes
-from trashfire.metrics import findings
+from trashfire.core.stats import spearman
 
 log = logging.getLogger(__name__)
 
@@ -278,5 +278,5 @@ def against(eps_survival: pd.DataFrame, robustness: pd.DataFrame) -> pd.DataFram
 
 def _spearman(x: pd.Series, y: pd.Series) -> dict[str, float]:
     keep = np.isfinite(x.to_numpy(float)) & np.isfinite(y.to_numpy(float))
-    rho, p = findings.spearman(x[keep], y[keep])
+    rho, p = spearman(x[keep], y[keep])
     return {"rho": rho, "p": p, "n": int(keep.sum())}

@@ -51,7 +51,7 @@ from scipy import stats
 from scipy.integrate import simpson
 from scipy.special import gammainccinv, gammaincinv, gammaln
 
-from trashfire.metrics import bic
+from trashfire.core.stats import bic
 from trashfire.survival.data import NOT_COVARIATES
 
 DURATION, EVENT, WEIGHT = "duration", "event", "weight"

@@ -34,7 +34,7 @@ from trashfire.core.records import config_hash, is_recorded, remove_dead_temps
 from trashfire.core.schema import BrittleRecord, TrainRecord, cell_labels
 from trashfire.core.store import brittle_hash, brittle_record_path, brittle_settings
 from trashfire.data.datasets import Split, cached_split
-from trashfire.models import resolve_device
+from trashfire.models.architectures import resolve_device
 from trashfire.models.defences import Softmax
 from trashfire.models.training import load_weights, record_path
 
@@ -265,7 +265,7 @@ def score_grid(cfg: DictConfig) -> int:
     threads = threads_per_cell(workers, cfg.train.get("threads", 1))
     log.info("%d model cells, %d scored, %d to score on %s (%s)", len(cells), len(cells) - len(pending), len(pending), device, describe(workers, threads))
     jobs = [(cfg, settings, list(group)) for _, group in groupby(pending, key=lambda cell: cell.train.hash)]
-    jobs.sort(key=lambda job: job[2][0].train.depth, reverse=True)  # the longest first keeps the workers busy to the end
+    jobs.sort(key=lambda job: job[2][0].train.depth or 1, reverse=True)  # the longest first keeps the workers busy to the end
     with tqdm(total=len(pending), desc="brittle cells", disable=not cfg.train.get("progress", True)) as progress:
         run_jobs(brittle_job, jobs, workers, progress, log.name, threads)
     return len(pending)

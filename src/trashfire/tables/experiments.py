@@ -1,4 +1,4 @@
-"""Stage `timing`: compile the records of the current grid into tidy tables.
+"""Stage `timing`, its first half: compile the records of the current grid into tidy tables.
 
 `reports/experiments.csv`: one row per (trained cell x attack cell), per-sample costs on the
 configured clock (t_train, t_predict, t_attack) and on every clock (suffixed with its name:
@@ -6,12 +6,8 @@ FLOPs on the compute clock `flops`, seconds on `process` and `wall`), and
 each cell's outcome counts (misclassified before the attack, broken by it, survived) and
 failure-clock counts (events within the budget, censored samples, event share, median step
 of a failure).
-`reports/survival_data.csv`: the survival data set of `trashfire.survival.data`, one row per
-attacked sample, built as `survival.data` configures it on `timing.clock`.
-`reports/eps_survival_data.csv`: survival in eps (`trashfire.survival.epsilon`), each sample's
-smallest successful perturbation per model cell and eps-grid or minimal-perturbation family.
-
-Each cell's record and outcome arrays are read once and feed both tables.
+The stage's survival data sets are built from the same read by `trashfire.survival.datasets`
+(the survival floor sits above this one).
 """
 
 from __future__ import annotations
@@ -19,6 +15,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from omegaconf import DictConfig
 
@@ -27,10 +24,8 @@ from trashfire.core.errors import DataError
 from trashfire.core.grid import attack_cells
 from trashfire.core.records import atomic_path, read_npz
 from trashfire.core.schema import AttackRecord, BenignRecord, Outcomes
+from trashfire.core.stats import degeneracy_threshold
 from trashfire.core.store import attack_record_path, benign_path, outcomes_path
-from trashfire.metrics import degeneracy_threshold
-from trashfire.survival import epsilon
-from trashfire.survival.data import event_counts, outcome_counts, survival_table
 
 log = logging.getLogger(__name__)
 
@@ -138,26 +133,42 @@ def in_order(table: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     return table[leading + [c for c in table.columns if c not in leading]]
 
 
-def build_tables(cfg: DictConfig) -> tuple[pd.DataFrame, pd.DataFrame]:
+def outcome_counts(y_true: np.ndarray, y_pred_ben: np.ndarray, y_pred_adv: np.ndarray) -> dict[str, int]:
+    """Per attack cell: samples wrong before the attack, broken by it, and survivors."""
+    right_before = y_pred_ben == y_true
+    return {
+        "n_misclassified_before": int((~right_before).sum()),
+        "n_broken": int((right_before & (y_pred_adv != y_true)).sum()),
+        "n_survived": int((right_before & (y_pred_adv == y_true)).sum()),
+    }
+
+
+def event_counts(event: np.ndarray, failure_step: np.ndarray) -> dict[str, int | float]:
+    """Per attack cell: failures within the budget (events), censored samples, the event
+    share and the median step (iteration or query) of a failure."""
+    event = np.asarray(event).astype(bool)
+    n = len(event)
+    return {
+        "n_events": int(event.sum()),
+        "n_censored": int(n - event.sum()),
+        "event_share": float(event.mean()) if n else float("nan"),
+        "median_event_step": _median_known_step(failure_step[event]),
+    }
+
+
+def _median_known_step(steps: np.ndarray) -> float:
+    """Steps of -1 are unknown (ART's reference engine shows none)."""
+    known = steps[steps >= 0]
+    return float(np.median(known)) if len(known) else float("nan")
+
+
+def write_experiments(cfg: DictConfig) -> tuple[pd.DataFrame, dict[str, Outcomes]]:
+    """Write experiments.csv; return it with each attack cell's outcome arrays, by attack hash,
+    for the survival data sets built from the same read (`trashfire.survival.datasets`)."""
     reports = Path(cfg.paths.reports)
     reports.mkdir(parents=True, exist_ok=True)
     cells = read_cells(cfg)
     experiments = tabulate(cfg, cells)
-    outcomes_by_hash = {record.attack_hash: arrays for record, arrays in cells}
-    data = cfg.survival.data
-    survival = survival_table(
-        experiments,
-        outcomes_by_hash,
-        data.covariates,
-        data.dummies,
-        data.misclassified_before_attack,
-        data.nonpositive_durations,
-        cfg.timing.clock,
-    )
-    eps = cfg.metrics.eps_survival
-    eps_data = epsilon.sample_table(experiments, outcomes_by_hash, list(eps.minimal or []), eps.minimal_units, eps.minimal_eps_max)
-    for name, table in (("experiments.csv", experiments), ("survival_data.csv", survival), ("eps_survival_data.csv", eps_data)):
-        with atomic_path(reports / name) as tmp:
-            table.to_csv(tmp, index=False)
-    log.info("%d experiment rows, %d survival rows, covariates: %s", len(experiments), len(survival), ", ".join(survival.columns[len(schema.SURVIVAL_IDS) :]))
-    return experiments, survival
+    with atomic_path(reports / "experiments.csv") as tmp:
+        experiments.to_csv(tmp, index=False)
+    return experiments, {record.attack_hash: arrays for record, arrays in cells}

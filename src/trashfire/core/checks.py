@@ -1,0 +1,231 @@
+"""The generic config checks every package's checks are made of, and their registry.
+
+- Primitives (`choice`, `integer`, `number`, `nonempty_list`, ...): each failure is one
+  ConfigError naming the key, what it got and what is allowed.
+- The rules reader: each data, model, defence and attack option states what it allows under
+  `rules:` (documented at the top of each conf/ group's files); `check_keys` applies them.
+- The registry: a package's own checks live beside its code, in `trashfire.<package>.checks`,
+  and register here with `@register("<section>")`. `registered()` finds every such module
+  by that name and imports it, so a stage validates the whole config although it imports
+  only its own floor, and core names no package above it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import pkgutil
+from collections.abc import Callable, Mapping, Sequence
+from numbers import Number
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from trashfire.core.errors import ConfigError
+
+# An option's rules: `rules: {<key>: <check>}`, each check of the option's key of that name
+# (of each item, where the key holds a list). A check is a list (one of these values) or a
+# mapping of CHECK_FIELDS: `kind` (KINDS), a range (low, high, open_low, open_high), one_of,
+# optional (absent or null passes), why (said when the check fails). Rules never enter a
+# cell hash (trashfire.core.grid).
+RULES = "rules"
+KINDS = ("count", "real", "path", "flag", "text")
+CHECK_FIELDS = ("kind", "one_of", "low", "high", "open_low", "open_high", "optional", "why")
+STRENGTH_KINDS = ("count", "real")  # what an attack's or a defence's `values` may be
+GRID_AXES = ("values", "norms")  # option keys that are grids: a scalar is a one-value grid
+CHECKS_MODULE = "checks"  # trashfire.<package>.checks registers that package's checks
+
+Check = Callable[[DictConfig], None]
+_REGISTRY: list[tuple[str, Check]] = []
+
+
+def register(section: str) -> Callable[[Check], Check]:
+    """Register `check(cfg)` for the top-level `section` of the config; it runs only when the
+    config has that section (survival and metrics are optional in a test's config)."""
+
+    def add(check: Check) -> Check:
+        if all(existing is not check for _, existing in _REGISTRY):
+            _REGISTRY.append((section, check))
+        return check
+
+    return add
+
+
+def registered() -> list[tuple[str, Check]]:
+    """Every package's registered checks, after importing each `trashfire.<package>.checks`."""
+    import trashfire
+
+    for package in pkgutil.iter_modules(trashfire.__path__):
+        name = f"trashfire.{package.name}.{CHECKS_MODULE}"
+        if package.ispkg and importlib.util.find_spec(name) is not None:
+            importlib.import_module(name)
+    return list(_REGISTRY)
+
+
+def run_registered(cfg: DictConfig) -> None:
+    for section, check in registered():
+        if section in cfg:
+            check(cfg)
+
+
+def as_list(value: Any) -> list:
+    """Grid values: a scalar is a one-value grid."""
+    if OmegaConf.is_list(value) or isinstance(value, (list, tuple)):
+        return list(value)
+    return [value]
+
+
+# --- primitives: each names the key and what is allowed -------------------------------------
+
+
+def nonempty_mapping(key: str, value: Any) -> None:
+    if not isinstance(value, (DictConfig, dict)) or len(value) == 0:
+        raise ConfigError(key, "select at least one option (an empty grid runs nothing)")
+
+
+def nonempty_list(key: str, value: Any) -> list:
+    values = as_list(value)
+    if not values or values == [None]:
+        raise ConfigError(key, "must be a non-empty list (an empty grid runs nothing)")
+    return values
+
+
+def choice(key: str, value: Any, allowed: Sequence[str]) -> Any:
+    if value not in allowed:
+        raise ConfigError(key, f"got {value!r}; allowed: {', '.join(map(str, allowed))}")
+    return value
+
+
+def integer(key: str, value: Any, low=None, high=None, open_low=False, open_high=False) -> int:
+    low = low + 1 if low is not None and open_low else low  # an open bound of integers
+    high = high - 1 if high is not None and open_high else high
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(key, f"got {value!r}; must be an integer{range_text(low, high)}")
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise ConfigError(key, f"got {value}; must be an integer{range_text(low, high)}")
+    return value
+
+
+def number(key, value, low=None, high=None, open_low=False, open_high=False) -> float:
+    bounds = range_text(low, high, open_low, open_high)
+    if isinstance(value, bool) or not isinstance(value, Number) or not math.isfinite(value):
+        raise ConfigError(key, f"got {value!r}; must be a finite number{bounds}")
+    too_low = low is not None and (value <= low if open_low else value < low)
+    too_high = high is not None and (value >= high if open_high else value > high)
+    if too_low or too_high:
+        raise ConfigError(key, f"got {value}; must be a finite number{bounds}")
+    return float(value)
+
+
+def range_text(low, high, open_low=False, open_high=False) -> str:
+    if low is not None and high is not None:
+        return f" in {'(' if open_low else '['}{low}, {high}{')' if open_high else ']'}"
+    if low is not None:
+        return f" {'>' if open_low else '>='} {low}"
+    if high is not None:
+        return f" {'<' if open_high else '<='} {high}"
+    return ""
+
+
+# --- the rules reader: an option checked by its own rules ----------------------------------
+
+
+def option_rules(group: str, name: str, spec: Any, required: Sequence[str] = ()) -> DictConfig:
+    """The option's rules, after checking that it is a mapping with rules that declare at
+    least `required`."""
+    key = f"{group}.{name}"
+    if not isinstance(spec, DictConfig):
+        raise ConfigError(key, f"got {spec!r}; allowed: a mapping, one option of conf/{group}/")
+    rules = spec.get(RULES)
+    if not isinstance(rules, DictConfig):
+        problem = f"got {rules!r}; allowed: a mapping" if rules is not None else "missing"
+        raise ConfigError(
+            f"{key}.{RULES}",
+            f"{problem}; every {group} option states what it allows under `{RULES}:` (see the top of its conf/{group}/ file; an older params.yaml: run `make params`)",
+        )
+    for entry in required:
+        if entry not in rules:
+            raise ConfigError(f"{key}.{RULES}.{entry}", f"missing; every {group} option declares it (see the top of its conf/{group}/ file)")
+    return rules
+
+
+def check_keys(key: str, spec: DictConfig, rules: DictConfig, reserved: Sequence[str] = ()) -> None:
+    """Apply each rule but the reserved ones to the option's key of its name."""
+    for name, rule in rules.items():
+        if name in reserved:
+            continue
+        check = rule_check(f"{key}.{RULES}.{name}", rule)
+        value = spec.get(name)
+        if value is None and name not in GRID_AXES:
+            if check.get("optional"):
+                continue
+            raise ConfigError(f"{key}.{name}", f"missing; {key}.{RULES}.{name} requires it")
+        for item in nonempty_list(f"{key}.{name}", value) if name in GRID_AXES or OmegaConf.is_list(value) else [value]:
+            check_value(f"{key}.{name}", item, check)
+
+
+def rule_check(key: str, rule: Any) -> dict[str, Any]:
+    """A rule as a mapping of CHECK_FIELDS: a list is {one_of: the list}."""
+    if OmegaConf.is_list(rule):
+        rule = {"one_of": rule}
+    if not OmegaConf.is_dict(rule) and not isinstance(rule, dict):
+        raise ConfigError(key, f"got {rule!r}; allowed: a list of the values allowed, or a mapping of {', '.join(CHECK_FIELDS)}")
+    check = {name: OmegaConf.to_container(value) if OmegaConf.is_config(value) else value for name, value in rule.items()}
+    unknown = sorted(set(check) - set(CHECK_FIELDS))
+    if unknown:
+        raise ConfigError(key, f"unknown fields {unknown}; allowed: {', '.join(CHECK_FIELDS)}")
+    if "one_of" in check:
+        if not isinstance(check["one_of"], list) or not check["one_of"]:
+            raise ConfigError(f"{key}.one_of", f"got {check['one_of']!r}; allowed: a non-empty list of the values allowed")
+    elif check.get("kind") not in KINDS:
+        raise ConfigError(f"{key}.kind", f"got {check.get('kind')!r}; allowed: {', '.join(KINDS)} (or one_of: [...])")
+    for bound in ("low", "high"):
+        if check.get(bound) is not None:
+            number(f"{key}.{bound}", check[bound])
+    return check
+
+
+def check_value(key: str, value: Any, check: Mapping[str, Any]) -> Any:
+    """One value against one check (see rule_check); a failure names the key, the value and
+    what is allowed."""
+    try:
+        return _check_value(key, value, check)
+    except ConfigError as err:
+        if check.get("why"):
+            raise ConfigError(err.key, f"{err.problem} ({check['why']})") from None
+        raise
+
+
+def _check_value(key: str, value: Any, check: Mapping[str, Any]) -> Any:
+    if "one_of" in check:
+        allowed = check["one_of"]
+        if all(isinstance(a, str) for a in allowed):  # norms: 2 and "2" are one norm
+            value = str(value)
+        if value not in allowed or (isinstance(value, bool) and not any(isinstance(a, bool) for a in allowed)):
+            raise ConfigError(key, f"got {value!r}; allowed: {', '.join(map(str, allowed))}")
+        return value
+    bounds = {name: check.get(name) for name in ("low", "high")}
+    opened = {name: bool(check.get(name, False)) for name in ("open_low", "open_high")}
+    kind = check["kind"]
+    if kind == "count":
+        return integer(key, value, **bounds, **opened)
+    if kind == "real":
+        return number(key, value, **bounds, **opened)
+    if kind == "path" and not (isinstance(value, str) and value):
+        raise ConfigError(key, f"got {value!r}; allowed: a folder path")
+    if kind == "flag" and not isinstance(value, bool):
+        raise ConfigError(key, f"got {value!r}; allowed: true, false")
+    if kind == "text" and not isinstance(value, str):
+        raise ConfigError(key, f"got {value!r}; allowed: a string")
+    return value
+
+
+def strength_check(key: str, rules: DictConfig) -> dict[str, Any]:
+    """The check of an option's `values`: a count (an integer) or a real (a finite number)."""
+    check = rule_check(f"{key}.{RULES}.values", rules["values"])
+    if check.get("kind") not in STRENGTH_KINDS:
+        raise ConfigError(
+            f"{key}.{RULES}.values.kind", f"got {check.get('kind')!r}; allowed: {', '.join(STRENGTH_KINDS)} (a strength is an integer or a finite number)"
+        )
+    return check

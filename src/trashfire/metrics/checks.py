@@ -1,0 +1,88 @@
+"""The metrics section's checks (registered with trashfire.core.checks); the brittle
+stage's LIME settings (metrics.brittle) are trashfire.brittle.checks'."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from omegaconf import DictConfig
+
+from trashfire.core.checks import as_list, choice, integer, nonempty_list, number, register
+from trashfire.core.config import ATTACK_UNITS, options
+from trashfire.core.errors import ConfigError
+
+AUC_UNITS = ATTACK_UNITS
+
+
+@register("metrics")
+def check(cfg: DictConfig) -> None:
+    _validate_metrics(cfg.metrics)
+    _check_auc_interval(cfg)
+
+
+def _validate_metrics(metrics: DictConfig) -> None:
+    number("metrics.evp.w", metrics.evp.get("w"), low=0, open_low=True)
+    if metrics.evp.get("tau") is not None:
+        number("metrics.evp.tau", metrics.evp.tau, low=0, high=1, open_low=True)
+    integer("metrics.evp.tau_grid", metrics.evp.get("tau_grid"), low=2)
+    for k in nonempty_list("metrics.evp.table_classes", metrics.evp.get("table_classes")):
+        integer("metrics.evp.table_classes", k, low=2)
+    choice("metrics.auc.units", metrics.auc.get("units"), AUC_UNITS)
+    eps0 = number("metrics.auc.eps0", metrics.auc.get("eps0"), low=0)
+    if metrics.auc.get("eps1") is not None:
+        number("metrics.auc.eps1", metrics.auc.eps1, low=eps0, open_low=True)
+    if metrics.trash.get("eps_max") is not None:
+        number("metrics.trash.eps_max", metrics.trash.eps_max, low=0, open_low=True)
+    degenerate = metrics.get("degenerate")
+    if not isinstance(degenerate, DictConfig):
+        raise ConfigError("metrics.degenerate", "missing; compose params.yaml with `make params`")
+    if degenerate.get("margin") is not None:
+        number("metrics.degenerate.margin", degenerate.margin, low=0, high=1)
+    findings = metrics.get("findings")
+    if not isinstance(findings, DictConfig):
+        raise ConfigError("metrics.findings", "missing; compose params.yaml with `make params`")
+    number("metrics.findings.alpha", findings.get("alpha"), low=0, high=1, open_low=True, open_high=True)
+    integer("metrics.findings.bootstrap", findings.get("bootstrap"), low=100)
+    integer("metrics.trash.bootstrap", metrics.trash.get("bootstrap"), low=100)
+    integer("metrics.trash.seed", metrics.trash.get("seed"), low=0)
+    _validate_eps_survival(metrics.get("eps_survival"))
+    _validate_validity(metrics.get("validity"))
+
+
+def _validate_validity(validity) -> None:
+    if validity is None:
+        raise ConfigError("metrics.validity", "missing; compose params.yaml with `make params`")
+    for key in ("rise_tol", "black_box_tol", "gradient_share", "near_zero"):
+        number(f"metrics.validity.{key}", validity.get(key), low=0, high=1)
+    names = validity.get("black_box")
+    if not isinstance(names, Sequence) or isinstance(names, str) or not all(isinstance(n, str) for n in names):
+        raise ConfigError("metrics.validity.black_box", f"got {names!r}; must be a list of attack names (e.g. [square, hsj])")
+
+
+def _validate_eps_survival(eps: Any) -> None:
+    key = "metrics.eps_survival"
+    if not isinstance(eps, DictConfig):
+        raise ConfigError(key, "missing; compose params.yaml with `make params`")
+    for name in as_list(eps.get("minimal") or []):
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"{key}.minimal", f"got {name!r}; must be a list of attack names (minimal-perturbation attacks, e.g. deepfool)")
+    choice(f"{key}.minimal_units", eps.get("minimal_units"), ATTACK_UNITS)
+    if eps.get("minimal_eps_max") is not None:
+        number(f"{key}.minimal_eps_max", eps.minimal_eps_max, low=0, open_low=True)
+
+
+def _check_auc_interval(cfg: DictConfig) -> None:
+    """R integrates each eps family's curve up to eps1: a grid in the same units must reach it.
+    (A grid in the other units is checked per data set by `aggregate`, which knows its std.)"""
+    auc = cfg.metrics.auc
+    if auc.get("eps1") is None:
+        return
+    for name, spec in options(cfg, "attack").items():
+        if spec.get("param") != "eps" or spec.get("units", "standardised") != auc.get("units"):
+            continue
+        largest = max(as_list(spec["values"]))
+        if auc.eps1 > largest:
+            raise ConfigError(
+                "metrics.auc.eps1", f"{auc.eps1} exceeds the largest eps {largest} of attack.{name} ({auc.units} units); lower it or extend the grid"
+            )

@@ -1,0 +1,87 @@
+"""The train section's checks, and an imported model's (registered with trashfire.core.checks).
+
+Torch-free: an external model's module is built (to check its `_target_` and kwargs) only
+when the config has one.
+"""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig
+
+from trashfire.core import external
+from trashfire.core.checks import as_list, choice, integer, nonempty_list, number, register
+from trashfire.core.config import options
+from trashfire.core.errors import ConfigError
+
+LR_SCHEDULES = ("constant", "step_half", "one_cycle")
+
+
+@register("train")
+def check(cfg: DictConfig) -> None:
+    _validate_train(cfg.train)
+    _validate_per_model(cfg)
+    _validate_pretraining(cfg)
+    for name, spec in options(cfg, "model").items():
+        if external.is_external(spec):
+            _validate_external(f"model.{name}", spec)
+
+
+def _validate_train(train: DictConfig) -> None:
+    for epochs in nonempty_list("train.epochs", train.get("epochs")):
+        integer("train.epochs", epochs, low=1)
+    for lr in nonempty_list("train.lr", train.get("lr")):
+        number("train.lr", lr, low=0, open_low=True)
+    number("train.momentum", train.get("momentum"), low=0, high=1, open_high=True)
+    number("train.weight_decay", train.get("weight_decay"), low=0)
+    integer("train.batch_size", train.get("batch_size"), low=1)
+    choice("train.lr_schedule", train.get("lr_schedule", "constant"), LR_SCHEDULES)
+    device = train.get("device")
+    if not isinstance(device, str) or not (device in ("auto", "cpu") or device.startswith("cuda")):
+        raise ConfigError("train.device", f"got {device!r}; allowed: auto, cpu, cuda, cuda:N")
+    workers = train.get("workers", "auto")
+    if workers != "auto" and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ConfigError("train.workers", f"got {workers!r}; allowed: auto, or a number of processes >= 1")
+    threads = train.get("threads", 1)
+    if threads != "auto" and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ConfigError("train.threads", f"got {threads!r}; allowed: a number of threads per cell >= 1, or auto (cores / workers)")
+
+
+def _validate_per_model(cfg: DictConfig) -> None:
+    for name, own in (cfg.train.get("per_model") or {}).items():
+        if name not in options(cfg, "model"):
+            continue  # a preset's entry for a model this run leaves out
+        key = f"train.per_model.{name}"
+        unknown = set(own or {}) - {"epochs", "lr"}
+        if unknown:
+            raise ConfigError(key, f"unknown keys {sorted(unknown)}; allowed: epochs, lr")
+        for epochs in nonempty_list(f"{key}.epochs", own["epochs"]) if "epochs" in own else []:
+            integer(f"{key}.epochs", epochs, low=1)
+        for lr in nonempty_list(f"{key}.lr", own["lr"]) if "lr" in own else []:
+            number(f"{key}.lr", lr, low=0, open_low=True)
+
+
+def _validate_pretraining(cfg: DictConfig) -> None:
+    for name, bases in (cfg.train.get("pretrained_on") or {}).items():
+        if name not in options(cfg, "data"):
+            continue  # a preset's entry for a data set this run leaves out
+        key = f"train.pretrained_on.{name}"
+        bases = as_list(bases)
+        if not bases:
+            raise ConfigError(key, "must be a non-empty list; [null] trains from scratch")
+        allowed = [other for other in options(cfg, "data") if other != name]
+        for base in bases:
+            if base is not None and base not in allowed:
+                raise ConfigError(key, f"got {base!r}; allowed: null (from scratch), {', '.join(allowed) or 'another selected data set'}")
+
+
+def _validate_external(key: str, spec: DictConfig) -> None:
+    """A model trained elsewhere (trashfire.core.external): its module builds, its checkpoint
+    exists and its training cost is supplied. Reading the checkpoint (keys, a forward pass on
+    the prepared data) is the train stage's import, before it trains anything."""
+    external.checkpoint_path(f"{key}.{external.CHECKPOINT}", spec.get(external.CHECKPOINT))
+    external.t_train(key, spec)
+    if spec.get("depth") is not None:
+        integer(f"{key}.depth", spec.depth, low=1)
+    from trashfire.models.external import counted_depth  # loads torch: only for an imported model
+
+    counted_depth(key, spec)  # builds the module: a bad _target_ or kwargs fails here

@@ -1,0 +1,82 @@
+"""The survival section's checks (registered with trashfire.core.checks)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig
+
+from trashfire.core.checks import as_list, choice, integer, nonempty_list, nonempty_mapping, number, register
+from trashfire.core.errors import ConfigError
+from trashfire.survival.data import BEFORE_ATTACK_POLICIES, DUMMY_SOURCES, NONPOSITIVE_POLICIES, NUMERIC_COVARIATES
+
+SURVIVAL_SCORES = ("test_ICI", "ICI", "test_E50", "E50", "AIC", "BIC", "test_concordance", "concordance")
+SURVIVAL_SPLIT_GROUPS = ("train_hash", "model_hash", "attack_hash")  # survival data label columns a split keeps together
+OPTIMISERS = ("BFGS", "L-BFGS-B", "SLSQP", "CG", "TNC")  # scipy methods that use lifelines' gradient
+
+
+@register("survival")
+def check(cfg: DictConfig) -> None:
+    _validate_survival(cfg.survival)
+
+
+def _validate_survival(survival: DictConfig) -> None:
+    data = survival.get("data")
+    if not isinstance(data, DictConfig):
+        raise ConfigError("survival.data", "missing; compose params.yaml with `make params`")
+    for covariate in as_list(data.get("covariates") or []):
+        choice("survival.data.covariates", covariate, NUMERIC_COVARIATES)
+    for kind in as_list(data.get("dummies") or []):
+        choice("survival.data.dummies", kind, tuple(DUMMY_SOURCES))
+    if data.get("misclassified_before_attack") in ("attack_time", "predict_time"):
+        raise ConfigError(
+            "survival.data.misclassified_before_attack",
+            f"{data.misclassified_before_attack} was removed with the per-sample failure clock; allowed: first_query (such a sample fails at its share of the first query), drop",
+        )
+    choice("survival.data.misclassified_before_attack", data.get("misclassified_before_attack"), BEFORE_ATTACK_POLICIES)
+    choice("survival.data.nonpositive_durations", data.get("nonpositive_durations"), NONPOSITIVE_POLICIES)
+    models = survival.get("models")
+    nonempty_mapping("survival.models", models)
+    fitters = nonempty_list("survival.fitters", survival.get("fitters"))
+    for fitter in fitters:
+        choice("survival.fitters", fitter, tuple(models))
+        _validate_survival_model(f"survival.models.{fitter}", models[fitter])
+    for position, retry in enumerate(as_list(survival.get("retries") or [])):
+        _validate_retry(f"survival.retries[{position}]", retry)
+    aft = tuple(f for f in fitters if models[f].get("aft"))
+    if survival.get("chosen") is not None:
+        choice("survival.chosen", survival.chosen, aft)
+    choice("survival.select_by", survival.get("select_by"), SURVIVAL_SCORES)
+    choice("survival.split_by", survival.get("split_by"), SURVIVAL_SPLIT_GROUPS)
+    number("survival.test_size", survival.get("test_size"), low=0, high=1, open_low=True, open_high=True)
+    integer("survival.seed", survival.get("seed"), low=0)
+    number("survival.t0_quantile", survival.get("t0_quantile"), low=0, high=1, open_low=True, open_high=True)
+    number("survival.km_check_tolerance", survival.get("km_check_tolerance"), low=0, open_low=True)
+
+
+def _validate_survival_model(key: str, spec: Any) -> None:
+    if not isinstance(spec, DictConfig) or not isinstance(spec.get("fitter"), DictConfig) or not isinstance(spec.fitter.get("_target_"), str):
+        raise ConfigError(f"{key}.fitter._target_", "missing; name the lifelines fitter class, e.g. lifelines.WeibullAFTFitter")
+    number(f"{key}.fitter.penalizer", spec.fitter.get("penalizer", 0.0), low=0)
+    if not isinstance(spec.get("aft"), bool):
+        raise ConfigError(f"{key}.aft", f"got {spec.get('aft')!r}; allowed: true (an AFT model, gives E[T]), false")
+    if spec.get("optimiser") is not None:
+        choice(f"{key}.optimiser", spec.optimiser, OPTIMISERS)
+    if spec.get("t0_quantile") is not None:
+        number(f"{key}.t0_quantile", spec.t0_quantile, low=0, high=1, open_low=True, open_high=True)
+    _fit_options(f"{key}.fit_options", spec.get("fit_options"))
+
+
+def _fit_options(key: str, options: Any) -> None:
+    if options is not None and not isinstance(options, DictConfig):
+        raise ConfigError(key, f"got {options!r}; allowed: a mapping of the optimiser's options, e.g. {{maxiter: 500}}")
+
+
+def _validate_retry(key: str, retry: Any) -> None:
+    if not isinstance(retry, DictConfig) or not set(retry) or set(retry) - {"optimiser", "penalizer", "fit_options"}:
+        raise ConfigError(key, f"got {retry!r}; allowed: a mapping of optimiser ({', '.join(OPTIMISERS)}), penalizer (>= 0), fit_options")
+    if retry.get("optimiser") is not None:
+        choice(f"{key}.optimiser", retry.optimiser, OPTIMISERS)
+    if "penalizer" in retry:
+        number(f"{key}.penalizer", retry.penalizer, low=0)
+    _fit_options(f"{key}.fit_options", retry.get("fit_options"))

@@ -1,0 +1,47 @@
+"""Stage `timing`, its second half: the per-sample survival data sets, built from the
+experiments table and the outcome arrays that `trashfire.tables.experiments` read.
+
+`reports/survival_data.csv`: the survival data set of `trashfire.survival.data`, one row per
+attacked sample, built as `survival.data` configures it on `timing.clock`.
+`reports/eps_survival_data.csv`: survival in eps (`trashfire.survival.epsilon`), each sample's
+smallest successful perturbation per model cell and eps-grid or minimal-perturbation family.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+
+import pandas as pd
+from omegaconf import DictConfig
+
+from trashfire.core import schema
+from trashfire.core.records import atomic_path
+from trashfire.core.schema import Outcomes
+from trashfire.survival import epsilon
+from trashfire.survival.data import survival_table
+
+log = logging.getLogger(__name__)
+
+
+def write_survival_sets(cfg: DictConfig, experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcomes]) -> pd.DataFrame:
+    """Write survival_data.csv and eps_survival_data.csv; return the survival data set."""
+    data = cfg.survival.data
+    survival = survival_table(
+        experiments,
+        outcomes_by_hash,
+        data.covariates,
+        data.dummies,
+        data.misclassified_before_attack,
+        data.nonpositive_durations,
+        cfg.timing.clock,
+    )
+    eps = cfg.metrics.eps_survival
+    eps_data = epsilon.sample_table(experiments, outcomes_by_hash, list(eps.minimal or []), eps.minimal_units, eps.minimal_eps_max)
+    reports = Path(cfg.paths.reports)
+    for name, table in (("survival_data.csv", survival), ("eps_survival_data.csv", eps_data)):
+        with atomic_path(reports / name) as tmp:
+            table.to_csv(tmp, index=False)
+    log.info("%d experiment rows, %d survival rows, covariates: %s", len(experiments), len(survival), ", ".join(survival.columns[len(schema.SURVIVAL_IDS) :]))
+    return survival

@@ -1,0 +1,1 @@
+"""The timing stage's tables: `experiments` compiles the attack records into reports/experiments.csv."""
