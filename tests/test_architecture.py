@@ -146,3 +146,14 @@ def test_the_floor_check_sees_an_upward_import_and_a_circle():
 def test_core_names_no_domain_package():
     core = {module: names for module, names in import_graph().items() if module.startswith("trashfire.core")}
     assert {name for names in core.values() for name in names} <= {m for m in all_modules() if m.startswith("trashfire.core")} | {"trashfire"}
+
+
+def test_a_stage_artefact_is_a_path_under_a_declared_paths_key(tmp_path):
+    with pytest.raises(TypeError, match="paths.models"):
+        Stage("demo", params=("paths.reports",), outs=("{models}",))
+    with pytest.raises(TypeError, match="no path under"):
+        Stage("demo", params=("paths.reports",), outs=("reports/x.csv",))
+    stage = Stage("demo", params=("paths.reports",), deps=("{reports}/in.csv",), outs=({"{reports}/x.csv": {"cache": False}},))
+    assert stage.dvc("outs") == [{"${paths.reports}/x.csv": {"cache": False}}]  # DVC resolves it from params.yaml
+    layout = OmegaConf.create({"paths": {"reports": str(tmp_path / "elsewhere")}})
+    assert stage.outputs(layout) == [tmp_path / "elsewhere" / "x.csv"] and stage.inputs(layout) == [tmp_path / "elsewhere" / "in.csv"]

@@ -28,10 +28,31 @@ from trashfire.survival import fitters as F
 @pytest.fixture
 def pipeline(tiny_cfg):
     """prepare -> train -> attack on the tiny grid; returns the config."""
-    prepare.run(tiny_cfg)
-    train.run(tiny_cfg)
-    attack.run(tiny_cfg)
+    for stage in (prepare, train, attack):
+        run_as_declared(stage, tiny_cfg)
     return tiny_cfg
+
+
+def files_under(root: Path) -> dict[Path, int]:
+    return {path: path.stat().st_mtime_ns for path in root.rglob("*") if path.is_file()}
+
+
+def run_as_declared(stage, cfg):
+    """Run `stage` and check it against its STAGE: every declared input is there before it
+    runs, every declared output after, and it wrote nothing outside what it declared (DVC
+    would neither track nor restore it)."""
+    root = Path(cfg.paths.reports).parent
+    missing = [str(path) for path in stage.STAGE.inputs(cfg) if not path.exists()]
+    assert not missing, f"{stage.STAGE.name} runs before its declared inputs exist: {missing}"
+    before = files_under(root)
+    result = stage.run(cfg)
+    outputs = stage.STAGE.outputs(cfg)
+    absent = [str(path) for path in outputs if not path.exists()]
+    assert not absent, f"{stage.STAGE.name} did not write its declared outputs {absent}"
+    written = [path for path, stamp in files_under(root).items() if before.get(path) != stamp]
+    undeclared = [str(path) for path in written if not any(path == out or out in path.parents for out in outputs)]
+    assert not undeclared, f"{stage.STAGE.name} wrote what it does not declare: {undeclared[:5]}"
+    return result
 
 
 def test_prepare_splits_and_standardises_with_training_statistics(tiny_cfg):
@@ -86,7 +107,7 @@ def test_attack_stage_reruns_only_new_cells(pipeline):
 
 
 def test_downstream_stages_write_every_table_and_figure(pipeline, tmp_path):
-    experiments, survival_data = timing.run(pipeline)
+    experiments, survival_data = run_as_declared(timing, pipeline)
     assert len(experiments) == len(attack_cells(pipeline))
     assert {"t_train", "t_predict", "t_attack", "t_attack_wall", "t_attack_process", "acc_adv", "train_hash"} <= set(experiments)
     # one row per attacked sample; its cell's events are the experiment row's
@@ -96,14 +117,14 @@ def test_downstream_stages_write_every_table_and_figure(pipeline, tmp_path):
     assert events.to_dict() == experiments.set_index("attack_hash")["n_events"].to_dict()
     counts = experiments[["n_misclassified_before", "n_broken", "n_survived"]].sum(axis=1)
     assert counts.eq(experiments["n_attack"]).all()
-    comparison = survival.run(pipeline)
+    comparison = run_as_declared(survival, pipeline)
     assert list(comparison["fitter"]) == ["weibull", "lognormal", "loglogistic", "exponential", "gengamma", "cox", "runtime_baseline", "failure_share_baseline"]
     assert comparison["selected"].sum() == 1 and (comparison["split_by"] == "train_hash").all()
-    assert brittle.run(pipeline) == len(model_cells(pipeline))
-    summary = aggregate.run(pipeline)
+    assert run_as_declared(brittle, pipeline) == len(model_cells(pipeline))
+    summary = run_as_declared(aggregate, pipeline)
     assert summary["n_attack_cells"] == len(experiments)
     assert summary["survival_split_by"] == "train_hash" and isinstance(summary["survival_beats_baselines"], bool)
-    written = figures.run(pipeline)
+    written = run_as_declared(figures, pipeline)
     reports = tmp_path / "reports"
     for name in (
         "experiments.csv",

@@ -42,32 +42,32 @@ plots:
       title: Accuracy against eps (pixel units), every model cell and eps attack family
       x: eps_pixel
       y:
-        reports/curves.csv: acc
+        ${paths.reports}/curves.csv: acc
   - normalised_accuracy_vs_eps:
       template: scatter
       title: Accuracy / benign accuracy against eps (pixel units), 004's normalised curves
       x: eps_pixel
       y:
-        reports/curves.csv: acc_norm
+        ${paths.reports}/curves.csv: acc_norm
   - eps_survival:
       template: scatter
       title: Share of samples still standing against eps (Kaplan-Meier), every model cell and family, each in its family's units
       x: eps
       y:
-        reports/eps_survival_curves.csv: survival
+        ${paths.reports}/eps_survival_curves.csv: survival
   - evp_vs_tau:
       template: scatter
       title: EVP against the viability threshold tau (001 Fig. 7)
       x: tau
       y:
-        reports/evp_tau.csv: evp
+        ${paths.reports}/evp_tau.csv: evp
   - brittle_vs_robust_acc:
       template: scatter
       title: Brittle-score against robust accuracy (002 Fig. 4)
       x: brittle_score
       y:
-        reports/brittle.csv: robust_acc
-  - reports/figures
+        ${paths.reports}/brittle.csv: robust_acc
+  - ${paths.reports}/figures
 """
 
 
@@ -117,11 +117,11 @@ def code_deps(module: str) -> list[str]:
 def stage_entry(name: str) -> dict:
     module = f"{PACKAGE}.stages.{name}"
     stage = importlib.import_module(module).STAGE
-    entry = {"cmd": f"python -m {module}", "deps": list(stage.deps) + code_deps(module), "params": stage.dvc_params()}
+    entry = {"cmd": f"python -m {module}", "deps": stage.dvc("deps") + code_deps(module), "params": stage.dvc_params()}
     if stage.outs:
-        entry["outs"] = list(stage.outs)
+        entry["outs"] = stage.dvc("outs")
     if stage.metrics:
-        entry["metrics"] = list(stage.metrics)
+        entry["metrics"] = stage.dvc("metrics")
     return entry
 
 

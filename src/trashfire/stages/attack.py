@@ -11,8 +11,8 @@ from trashfire.core.stage import Stage
 STAGE = Stage(
     "attack",
     params=("data", "split", "model", "defence", "train", "attack", "paths.processed", "paths.models", "paths.attacks"),
-    deps=("data/processed", "models"),
-    outs=({"reports/attacks": {"persist": True}},),
+    deps=("{processed}", "{models}"),
+    outs=({"{attacks}": {"persist": True}},),
 )
 
 

@@ -11,8 +11,8 @@ from trashfire.core.stage import Stage
 STAGE = Stage(
     "brittle",
     params=("data", "split", "model", "defence", "train", "metrics.brittle", "paths.processed", "paths.models", "paths.reports"),
-    deps=("data/processed", "models"),
-    outs=({"reports/brittle": {"persist": True}},),
+    deps=("{processed}", "{models}"),
+    outs=({"{reports}/brittle": {"persist": True}},),
 )
 
 

@@ -12,7 +12,7 @@ STAGE = Stage(
     "prepare",
     params=("data", "split", "paths.processed"),
     deps=(),
-    outs=("data/processed",),
+    outs=("{processed}",),
 )
 
 

@@ -11,8 +11,8 @@ from trashfire.survival import analysis
 STAGE = Stage(
     "survival",
     params=("survival", "timing.clock", "train.workers", "train.threads", "paths.reports"),
-    deps=("reports/survival_data.csv",),
-    outs=("reports/survival",),
+    deps=("{reports}/survival_data.csv",),
+    outs=("{reports}/survival",),
 )
 
 

@@ -27,8 +27,8 @@ STAGE = Stage(
         "paths.attacks",
         "paths.reports",
     ),
-    deps=("reports/attacks",),
-    outs=("reports/experiments.csv", "reports/survival_data.csv", "reports/eps_survival_data.csv"),
+    deps=("{attacks}",),
+    outs=("{reports}/experiments.csv", "{reports}/survival_data.csv", "{reports}/eps_survival_data.csv"),
 )
 
 

@@ -11,8 +11,8 @@ from trashfire.models import training
 STAGE = Stage(
     "train",
     params=("data", "split", "model", "defence", "train", "paths.processed", "paths.models"),
-    deps=("data/processed",),
-    outs=({"models": {"persist": True}},),
+    deps=("{processed}",),
+    outs=({"{models}": {"persist": True}},),
 )
 
 
