@@ -45,13 +45,43 @@ def without(columns: Iterable[str], *dropped: str) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 # Labels: what tells one cell from another
 
-# A trained cell: the data set, what it was fine-tuned from (None: from scratch), the
-# permutation seed, the architecture and its depth, the training length and learning rate.
-TRAINED_LABELS = ["dataset", "pretrained_on", "seed", "model", "depth", "epochs", "lr"]
-# The defence a model cell is trained or evaluated with (the grid's name, param and value).
-DEFENCE_LABELS = ["defence", "defence_param", "defence_value"]
-# A model cell (a trained cell and its defence): the label block of every record and table.
-MODEL_LABELS = TRAINED_LABELS + DEFENCE_LABELS
+
+@dataclass(frozen=True, kw_only=True)
+class TrainedLabels:
+    """A trained cell's labels: the data set, what it was fine-tuned from (None: from scratch;
+    records from before fine-tuning lack it), the permutation seed, the architecture and its
+    depth, the training length and learning rate."""
+
+    dataset: str
+    pretrained_on: str | None = None
+    seed: int
+    model: str
+    depth: int
+    epochs: int
+    lr: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelLabels(TrainedLabels):
+    """A model cell's label block (a trained cell and the defence it is trained or evaluated
+    with: the grid's name, param and value), declared once: the train, attack and brittle
+    records inherit it. Keyword-only, so that a record's own required fields may follow the
+    defaulted `pretrained_on`; on disk the keys are sorted, so where a field is declared
+    changes no file."""
+
+    defence: str
+    defence_param: Any
+    defence_value: Any
+
+
+def field_names(cls: type) -> list[str]:
+    return [f.name for f in fields(cls)]
+
+
+TRAINED_LABELS = field_names(TrainedLabels)
+# A model cell: the label block of every record and table, in this order.
+MODEL_LABELS = field_names(ModelLabels)
+DEFENCE_LABELS = without(MODEL_LABELS, *TRAINED_LABELS)
 # A model cell without its seed: one line of a figure, one row over seeds.
 SEEDLESS_LABELS = without(MODEL_LABELS, "seed")
 # A model cell's configuration as a claim compares it: no seed, no defence, and no depth (the
@@ -141,8 +171,9 @@ class Record:
 
     @classmethod
     def required(cls) -> list[str]:
+        """The keys a record must have: LEAD, the record's own, then the label block's."""
         names = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]  # type: ignore[arg-type]
-        return list(dict.fromkeys([*cls.LEAD, *names]))
+        return list(dict.fromkeys([*cls.LEAD, *without(names, *MODEL_LABELS), *names]))
 
     @classmethod
     def from_json(cls: type[R], data: Mapping[str, Any], source: Any = "record") -> R:
@@ -188,23 +219,13 @@ class Record:
 
 
 @dataclass(frozen=True)
-class TrainRecord(Record):
+class TrainRecord(ModelLabels, Record):
     """A trained cell (models/<train_hash>.json), written by the train stage after its weights."""
 
     STAGE: ClassVar[str] = "train"
 
     train_hash: str
     config: dict[str, Any]
-    # the label block (cell_labels)
-    dataset: str
-    seed: int
-    model: str
-    depth: int
-    epochs: int
-    lr: float
-    defence: str
-    defence_param: Any
-    defence_value: Any
     n_train: int
     n_test: int
     acc_ben: float
@@ -214,7 +235,6 @@ class TrainRecord(Record):
     t_predict_process: float
     t_predict_wall: float
     device: str
-    pretrained_on: str | None = None  # records from before fine-tuning lack it
     pretrain_hash: str | None = None
     # the compute clock (trashfire.models.flops), per sample like the seconds: the training
     # run's FLOPs up to this epoch over n_train (its attack steps and a fine-tuned cell's base
@@ -262,7 +282,7 @@ ATTACK_RECORD_LEAD = ("dataset", "attack", "acc_ben", "acc_adv", *(f"t_{q}_{cloc
 
 
 @dataclass(frozen=True)
-class AttackRecord(Record):
+class AttackRecord(ModelLabels, Record):
     """An attack cell (reports/attacks/<attack_hash>.json): its model cell's labels, training
     and benign results, then the attack's. The eps is stored once: `attack_value` in
     `attack_units` with the data set's `pixel_std`; the JSON's `attack_value_standardised` is
@@ -274,16 +294,6 @@ class AttackRecord(Record):
     attack_hash: str
     train_hash: str
     model_hash: str
-    # the label block (cell_labels)
-    dataset: str
-    seed: int
-    model: str
-    depth: int
-    epochs: int
-    lr: float
-    defence: str
-    defence_param: Any
-    defence_value: Any
     # the trained cell and the model cell's benign evaluation
     n_train: int
     t_train_process: float
@@ -300,7 +310,6 @@ class AttackRecord(Record):
     acc_adv: float
     t_attack_process: float  # the engine's whole run per sample, measured from outside
     t_attack_wall: float
-    pretrained_on: str | None = None  # records from before fine-tuning lack it
     attack_units: str = "standardised"
     pixel_std: float = math.nan  # converts eps between pixel and standardised units downstream
     config: dict[str, Any] = field(default_factory=dict)
@@ -440,7 +449,7 @@ class Outcomes:
 
 
 @dataclass(frozen=True)
-class BrittleRecord(Record):
+class BrittleRecord(ModelLabels, Record):
     """A model cell's brittle-score under one set of LIME settings (reports/brittle/<brittle_hash>.json)."""
 
     STAGE: ClassVar[str] = "brittle"
@@ -448,16 +457,6 @@ class BrittleRecord(Record):
     brittle_hash: str
     model_hash: str
     train_hash: str
-    # the label block (cell_labels)
-    dataset: str
-    seed: int
-    model: str
-    depth: int
-    epochs: int
-    lr: float
-    defence: str
-    defence_param: Any
-    defence_value: Any
     n_samples: int
     n_features_mean: float
     brittle_score: float
@@ -471,7 +470,6 @@ class BrittleRecord(Record):
     t_brittle_process: float  # the LIME runs (predictions and explanations), whole, not per sample
     t_brittle_wall: float
     device: str
-    pretrained_on: str | None = None
 
 
 @dataclass(frozen=True)
