@@ -9,8 +9,8 @@ from omegaconf import OmegaConf
 
 from trashfire import metrics
 from trashfire.core.errors import ConfigError
-from trashfire.survival.analysis import score
 from trashfire.survival.fitters import fit_one
+from trashfire.survival.scoring import score
 
 
 @pytest.mark.parametrize(

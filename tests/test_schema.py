@@ -118,6 +118,16 @@ def test_an_attack_record_stores_its_eps_once_and_reads_older_records():
     assert "pretrained_on" in row and np.isnan(row["pixel_std"])
 
 
+def test_the_label_block_is_declared_once_in_the_records_base():
+    assert schema.MODEL_LABELS == ["dataset", "pretrained_on", "seed", "model", "depth", "epochs", "lr", "defence", "defence_param", "defence_value"]
+    assert schema.TRAINED_LABELS == schema.MODEL_LABELS[:7] and schema.DEFENCE_LABELS == schema.MODEL_LABELS[7:]  # the tables' order
+    for record in (TrainRecord, AttackRecord, BrittleRecord):
+        assert issubclass(record, schema.ModelLabels) and not set(record.__annotations__) & set(schema.MODEL_LABELS), record
+    record = AttackRecord.from_json(attack_record())
+    assert list(record.to_json()) == sorted(record.to_json())  # on disk keys are sorted: where a field is declared changes no file
+    assert record.pretrained_on is None  # older records lack it
+
+
 def test_a_record_names_what_it_lacks_and_the_stage_to_rerun():
     with pytest.raises(DataError, match=r"corrupt record x\.json: no attack, acc_ben, acc_adv, t_train_process, .*rerun the attack stage"):
         AttackRecord.from_json({"dataset": "digits"}, "x.json")

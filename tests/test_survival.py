@@ -29,7 +29,7 @@ from trashfire.core.config import compose, validate
 from trashfire.core.errors import ConfigError, DataError
 from trashfire.params import composed_yaml
 from trashfire.stages import survival
-from trashfire.survival import analysis
+from trashfire.survival import analysis, expected_time, scoring
 from trashfire.survival import fitters as F
 from trashfire.survival.data import LABEL_COLUMNS
 
@@ -192,10 +192,10 @@ def test_stage_fits_scores_and_saves_all_six_models(tmp_path):
     data = synthetic_cells()
     cfg = stage_cfg(tmp_path, data)
     table = survival.run(cfg).set_index("fitter")
-    assert list(table.index) == ["weibull", "lognormal", "loglogistic", "exponential", "gengamma", "cox", *analysis.BASELINES]
+    assert list(table.index) == ["weibull", "lognormal", "loglogistic", "exponential", "gengamma", "cox", *scoring.BASELINES]
     comparison = table[table["status"] != "baseline"]
     assert (comparison["status"] == "fitted").all()
-    assert comparison[analysis.SCORE_COLUMNS].notna().all().all(), comparison[analysis.SCORE_COLUMNS]
+    assert comparison[scoring.SCORE_COLUMNS].notna().all().all(), comparison[scoring.SCORE_COLUMNS]
     assert comparison.loc["weibull", "concordance"] > 0.55  # ties within a cell cap it; chance is 0.5
     # the selection rule: the AFT model with the lowest test ICI
     aft = comparison[comparison["aft"]]
@@ -265,8 +265,8 @@ def test_a_fitter_that_never_converges_is_reported_and_the_others_go_on(settings
     rows = comparison.set_index("fitter")
     assert rows.loc["gengamma", "status"] == "failed" and set(fits) == {"exponential"}
     assert "attempt 1" in rows.loc["gengamma", "note"] and "ConvergenceError" in rows.loc["gengamma", "note"]
-    assert rows.loc["exponential", analysis.SCORE_COLUMNS].notna().all()
-    latex = analysis.latex_table(comparison, 0.2)
+    assert rows.loc["exponential", scoring.SCORE_COLUMNS].notna().all()
+    latex = scoring.latex_table(comparison, 0.2)
     assert "Generalised Gamma & -- & -- & -- & -- & -- & -- & -- & -- & -- & -- \\\\" in latex
     assert "Generalised Gamma: every fit attempt failed" in latex
 
@@ -300,12 +300,12 @@ def test_selection_rule_and_chosen_model():
     )
     times = pd.DataFrame({"E_T_weibull": [1.0, 2.0], "E_T_loglogistic": [1.0, np.nan], "E_T_lognormal": [3.0, 4.0]})
     # log-logistic has the best test ICI but no mean for one cell; Cox PH gives no E[T]
-    assert analysis.select(comparison, times, None, "test_ICI") == "lognormal"
-    assert analysis.select(comparison, times, None, "BIC") == "weibull"
-    assert analysis.select(comparison, times, None, "test_concordance") == "lognormal"
-    assert analysis.select(comparison, times, "weibull", "test_ICI") == "weibull"
+    assert expected_time.select(comparison, times, None, "test_ICI") == "lognormal"
+    assert expected_time.select(comparison, times, None, "BIC") == "weibull"
+    assert expected_time.select(comparison, times, None, "test_concordance") == "lognormal"
+    assert expected_time.select(comparison, times, "weibull", "test_ICI") == "weibull"
     with pytest.raises(DataError, match="survival.chosen = loglogistic: its E.T. is infinite or undefined"):
-        analysis.select(comparison, times, "loglogistic", "test_ICI")
+        expected_time.select(comparison, times, "loglogistic", "test_ICI")
 
 
 def test_survival_cli_reports_all_censored_data_in_one_line(tmp_path):

@@ -23,7 +23,7 @@ from trashfire.core.errors import ConfigError, DataError
 from trashfire.metrics import aggregate as aggregation
 from trashfire.report import figures as report_figures
 from trashfire.stages import survival
-from trashfire.survival import analysis
+from trashfire.survival import analysis, expected_time, scoring
 from trashfire.survival import fitters as F
 
 FAMILIES = ("fgm_2", "pgd_inf", "deepfool_2")
@@ -193,8 +193,8 @@ def test_baseline_scores_by_hand():
     cells = tiny_cells()
     runtime = [2.0] * 3 + [6.0] * 3 + [1.0] * 3  # each cell's mean duration
     survival_share = [1 / 3] * 3 + [2 / 3] * 3 + [0.0] * 3  # 1 - each cell's failure share
-    assert analysis.cell_mean_runtime(cells) == pytest.approx(runtime)
-    assert analysis.cell_survival_share(cells) == pytest.approx(survival_share)
+    assert scoring.cell_mean_runtime(cells) == pytest.approx(runtime)
+    assert scoring.cell_survival_share(cells) == pytest.approx(survival_share)
     for scores in (runtime, survival_share):
         expected = concordance_index(cells["duration"], scores, cells["event"])
         assert F.ranking_concordance(cells, np.array(scores)) == pytest.approx(expected)
@@ -202,10 +202,10 @@ def test_baseline_scores_by_hand():
 
 def test_baseline_rows_and_verdicts():
     cells = tiny_cells()
-    rows = pd.DataFrame(analysis.baseline_rows(cells.iloc[:6], cells))
+    rows = pd.DataFrame(scoring.baseline_rows(cells.iloc[:6], cells))
     assert list(rows["fitter"]) == ["runtime_baseline", "failure_share_baseline"] and (rows["status"] == "baseline").all()
     runtime = rows.set_index("fitter").loc["runtime_baseline"]
-    assert runtime["test_concordance"] == pytest.approx(concordance_index(cells["duration"], analysis.cell_mean_runtime(cells), cells["event"]))
+    assert runtime["test_concordance"] == pytest.approx(concordance_index(cells["duration"], scoring.cell_mean_runtime(cells), cells["event"]))
     assert "mean attack runtime" in runtime["note"] and "no likelihood" in runtime["note"]
     models = pd.DataFrame(
         {
@@ -215,13 +215,13 @@ def test_baseline_rows_and_verdicts():
             "test_concordance": [0.99, 0.5, np.nan],
         }
     )
-    table = analysis.with_baseline_verdict(pd.concat([models, rows], ignore_index=True)).set_index("fitter")
+    table = scoring.with_baseline_verdict(pd.concat([models, rows], ignore_index=True)).set_index("fitter")
     assert table.loc["weibull", "beats_baselines"] is True and table.loc["lognormal", "beats_baselines"] is False
     assert table.loc[["gengamma", "runtime_baseline"], "beats_baselines"].isna().all()
-    lines = analysis.baseline_verdicts(table.reset_index())
+    lines = scoring.baseline_verdicts(table.reset_index())
     assert lines[0].startswith("Weibull beats both baselines") and lines[1].startswith("Log-Normal does not beat both baselines")
     times = pd.DataFrame({"E_T_weibull": [1.0], "E_T_lognormal": [1.0]})
-    assert analysis.select(table.reset_index(), times, None, "test_concordance") == "weibull"
+    assert expected_time.select(table.reset_index(), times, None, "test_concordance") == "weibull"
 
 
 # --- concordance within attack cells ------------------------------------------------------------
@@ -236,7 +236,7 @@ def test_within_cell_concordance_by_hand():
     # a: 1 < 3 and 1 < 2 right, 3 > 2 wrong; b: 5 = 5 tied, 5 > 1 wrong; c: 0 < 1 < 2 all right
     assert counts.to_dict("index") == {"a": {"concordant": 2.0, "pairs": 3.0}, "b": {"concordant": 0.5, "pairs": 2.0}, "c": {"concordant": 3.0, "pairs": 3.0}}
     assert F.stratified_concordance(cells, ranking, cells["attack_hash"]) == 5.5 / 8
-    row = analysis.within_cell_scores([], "test_", cells.assign(attack_family=["x"] * 6 + ["y"] * 3), lambda part: ranking)
+    row = scoring.within_cell_scores([], "test_", cells.assign(attack_family=["x"] * 6 + ["y"] * 3), lambda part: ranking)
     assert row == {"test_concordance_within": 5.5 / 8, "test_pairs_within": 8.0, "test_concordance_within[x]": 2.5 / 5, "test_concordance_within[y]": 1.0}
 
 
@@ -279,7 +279,7 @@ def test_within_cell_concordance_on_one_cell_is_lifelines_and_cells_pool_by_pair
 
 def test_the_baselines_are_exactly_one_half_within_attack_cells():
     train, test = analysis.split_groups(per_sample_data(), "train_hash", 0.2, 0)
-    rows = pd.DataFrame(analysis.baseline_rows(train, test)).set_index("fitter")
+    rows = pd.DataFrame(scoring.baseline_rows(train, test)).set_index("fitter")
     within = rows[[c for c in rows if "concordance_within" in c]]
     assert within.shape[1] == 2 + 2 * len(FAMILIES) and (within == 0.5).all().all()
     assert (rows[["concordance", "test_concordance"]] != 0.5).all().all()  # pooled, they rank the cells
@@ -288,19 +288,19 @@ def test_the_baselines_are_exactly_one_half_within_attack_cells():
 
 def test_the_true_duration_order_is_one_within_cells_however_the_cells_are_ranked():
     data = per_sample_data()
-    row = analysis.within_cell_scores([], "", data, lambda part: part["duration"].to_numpy())
+    row = scoring.within_cell_scores([], "", data, lambda part: part["duration"].to_numpy())
     assert row["concordance_within"] == 1.0 and all(row[f"concordance_within[{family}]"] == 1.0 for family in FAMILIES)
     # the order within each cell kept, the cells ranked against their true costs: pooled C falls, within C does not
     cell_rank = data.groupby("attack_hash")["duration"].transform("mean").rank(method="dense")
     upside_down = data["duration"].rank(pct=True) - 10.0 * cell_rank
-    assert analysis.within_cell_scores([], "", data, lambda part: upside_down.to_numpy())["concordance_within"] == 1.0
+    assert scoring.within_cell_scores([], "", data, lambda part: upside_down.to_numpy())["concordance_within"] == 1.0
     assert F.ranking_concordance(data, upside_down.to_numpy()) < 0.5
 
 
 def test_a_within_cell_score_without_pairs_is_nan_with_a_note():
     cells = tiny_cells().assign(event=0)
     notes = []
-    row = analysis.within_cell_scores(notes, "", cells, lambda part: np.arange(len(part), dtype=float))
+    row = scoring.within_cell_scores(notes, "", cells, lambda part: np.arange(len(part), dtype=float))
     assert math.isnan(row["concordance_within"]) and notes == ["concordance_within: no comparable pair within an attack cell"]
 
 
@@ -314,7 +314,7 @@ def test_kaplan_meier_restricted_mean_is_lifelines():
         durations, events, weights = rng.integers(1, 8, n).astype(float) / 4, rng.integers(0, 2, n), rng.integers(1, 4, n)
         for t_star in (durations.min() / 2, np.median(durations), durations.max(), 0.3 + durations.max() / 3):
             km = KaplanMeierFitter().fit(durations, events, weights=weights)
-            assert analysis.km_restricted_mean(durations, events, weights, t_star) == pytest.approx(restricted_mean_survival_time(km, t=t_star), rel=1e-10)
+            assert expected_time.km_restricted_mean(durations, events, weights, t_star) == pytest.approx(restricted_mean_survival_time(km, t=t_star), rel=1e-10)
 
 
 def true_restricted_means(data: pd.DataFrame, budgets: pd.Series) -> pd.Series:
@@ -336,34 +336,34 @@ def true_restricted_means(data: pd.DataFrame, budgets: pd.Series) -> pd.Series:
 
 def test_km_check_flags_a_wrong_expected_time_and_not_the_right_one():
     data = per_sample_data(n_models=3, cells_per_model=3, samples=600)
-    budgets = analysis.cell_budgets(data)
-    km = analysis.km_restricted_means(data, budgets)
+    budgets = expected_time.cell_budgets(data)
+    km = expected_time.km_restricted_means(data, budgets)
     right = true_restricted_means(data, budgets)
-    check = analysis.km_check_table(data, right, budgets, km, 0.25)
+    check = expected_time.km_check_table(data, right, budgets, km, 0.25)
     assert list(check.columns) == schema.KM_CHECK and len(check) == 9 and not check["flagged"].any()
     assert check["log_ratio"].abs().max() < 0.1  # 600 samples a cell: Kaplan-Meier is close to the truth
     assert check.set_index("attack_hash")["n"].eq(600).all() and (check["events"] == check["attack_hash"].map(data.groupby("attack_hash")["event"].sum())).all()
     wrong = right * np.where(right.index == right.index[0], 1.5, np.where(right.index == right.index[1], 0.7, 1.0))
-    check = analysis.km_check_table(data, wrong, budgets, km, 0.25).set_index("attack_hash")
+    check = expected_time.km_check_table(data, wrong, budgets, km, 0.25).set_index("attack_hash")
     assert check.index[check["flagged"]].tolist() == list(right.index[:2])
-    assert analysis.km_check_table(data, wrong, budgets, km, 0.6)["flagged"].sum() == 0  # the tolerance decides
-    summary = analysis.km_summary(check.reset_index())
+    assert expected_time.km_check_table(data, wrong, budgets, km, 0.6)["flagged"].sum() == 0  # the tolerance decides
+    summary = expected_time.km_summary(check.reset_index())
     assert summary["km_share_flagged"] == pytest.approx(2 / 9)
-    worst = analysis.worst_cells(summary["km_worst_cells"])
-    assert len(worst) == analysis.KM_WORST and list(worst)[:2] == [
-        analysis.cell_label(check.reset_index().iloc[0]),
-        analysis.cell_label(check.reset_index().iloc[1]),
+    worst = expected_time.worst_cells(summary["km_worst_cells"])
+    assert len(worst) == expected_time.KM_WORST and list(worst)[:2] == [
+        expected_time.cell_label(check.reset_index().iloc[0]),
+        expected_time.cell_label(check.reset_index().iloc[1]),
     ]
     assert list(worst.values())[0] == pytest.approx(check["ratio"].iloc[0], rel=1e-3)
-    lines = analysis.km_sentences(check.reset_index(), "Weibull")
+    lines = expected_time.km_sentences(check.reset_index(), "Weibull")
     assert lines[0].startswith("Weibull's E[T] is within 25% of the Kaplan-Meier restricted mean") and "2 cell(s) flagged" in lines[1]
 
 
 def test_an_infinite_expected_time_is_flagged():
     data = tiny_cells().assign(attack_family="pgd_inf", defence="none", dataset="digits")
-    budgets = analysis.cell_budgets(data)
-    km = analysis.km_restricted_means(data, budgets)
-    check = analysis.km_check_table(data, pd.Series({"a": np.inf, "b": np.nan, "c": km["c"]}), budgets, km, 0.25)
+    budgets = expected_time.cell_budgets(data)
+    km = expected_time.km_restricted_means(data, budgets)
+    check = expected_time.km_check_table(data, pd.Series({"a": np.inf, "b": np.nan, "c": km["c"]}), budgets, km, 0.25)
     assert check["flagged"].tolist() == [True, True, False]
     # by hand: a fails at 1 and 2, censored at t* = 3: S = 1, 2/3, 1/3 on [0, 1), [1, 2), [2, 3);
     # c fails at 0.5, 1 and 1.5 = t*: S = 1, 2/3, 1/3 on [0, 0.5), [0.5, 1), [1, 1.5)
@@ -396,7 +396,7 @@ def test_restricted_mean_of_a_steep_weibull_is_its_closed_form():
 
 
 def test_cell_budget_is_the_largest_censoring_time_else_the_largest_duration():
-    budgets = analysis.cell_budgets(tiny_cells())
+    budgets = expected_time.cell_budgets(tiny_cells())
     assert budgets.to_dict() == {"a": 3.0, "b": 8.0, "c": 1.5}  # c: nothing censored
 
 
@@ -407,7 +407,7 @@ def test_kaplan_meier_of_a_hand_made_set():
     data = pd.DataFrame(
         {"attack_family": "pgd_inf", "defence": "none", "duration": [1.0, 2.0, 2.0, 3.0, 4.0], "event": [1, 1, 0, 1, 0], "weight": [1, 1, 1, 2, 1]}
     )
-    km = analysis.kaplan_meier_fits(data)[("pgd_inf", "none")]
+    km = expected_time.kaplan_meier_fits(data)[("pgd_inf", "none")]
     # six samples: at 1, 1 of 6 fails; at 2, 1 of 5 (one more censored); at 3, 2 of 3
     expected = {0.0: 1.0, 1.0: 5 / 6, 2.0: 5 / 6 * 4 / 5, 3.0: 5 / 6 * 4 / 5 * 1 / 3, 4.0: 5 / 6 * 4 / 5 * 1 / 3}
     curve = km.survival_function_.iloc[:, 0]
@@ -426,7 +426,7 @@ def test_logrank_separates_defences_and_needs_an_undefended_reference():
             family("fgm_2", ["fsq"] * 60, slow),  # no undefended samples: no rows
         ]
     )
-    table = analysis.logrank_table(data).set_index("defence")
+    table = expected_time.logrank_table(data).set_index("defence")
     assert list(table["attack_family"]) == ["pgd_inf", "pgd_inf"]
     assert table.loc["fsq", "p"] < 1e-6 and table.loc["conf", "p"] > 0.01
     assert table.loc["fsq", ["n", "events", "n_reference", "events_reference"]].tolist() == [60, 60, 60, 60]
@@ -482,7 +482,7 @@ def test_stage_on_per_sample_data(tmp_path):
 
     # within attack cells: every row on both halves, overall and per family; the baselines 0.5
     within = ["concordance_within", "test_concordance_within", *(f"{p}concordance_within[{f}]" for p in ("", "test_") for f in FAMILIES)]
-    assert table[within].notna().all().all() and (table.loc[list(analysis.BASELINES), within] == 0.5).all().all()
+    assert table[within].notna().all().all() and (table.loc[list(scoring.BASELINES), within] == 0.5).all().all()
     assert (table.loc[fitted.index, "test_concordance_within"] > 0.6).all()  # the margin orders a cell's samples
     long = pd.read_csv(out / "concordance_within.csv")
     assert list(long.columns) == schema.CONCORDANCE_WITHIN and len(long) == len(table) * (1 + len(FAMILIES))
@@ -496,13 +496,13 @@ def test_stage_on_per_sample_data(tmp_path):
     assert (check["tolerance"] == 0.25).all() and check["flagged"].eq((check["ratio"] - 1).abs() > 0.25).all()
     aft = table[table["aft"] & (table["status"] == "fitted")]
     assert aft[["km_median_abs_log_ratio", "km_share_flagged", "km_worst_cells"]].notna().all().all()
-    assert table.loc[["cox", *analysis.BASELINES], ["km_median_abs_log_ratio", "km_share_flagged"]].isna().all().all()
+    assert table.loc[["cox", *scoring.BASELINES], ["km_median_abs_log_ratio", "km_share_flagged"]].isna().all().all()
     assert table.loc[selected, "km_share_flagged"] == pytest.approx(check["flagged"].mean())
     assert table.loc[selected, "km_median_abs_log_ratio"] == pytest.approx(check["log_ratio"].abs().median())
     assert headline["survival_test_concordance_within"] == table.loc[selected, "test_concordance_within"]
     assert set(headline["survival_test_concordance_within_by_family"]) == set(FAMILIES)
     assert headline["survival_km_share_flagged"] == pytest.approx(check["flagged"].mean())
-    assert len(headline["survival_km_worst_cells"]) == analysis.KM_WORST
+    assert len(headline["survival_km_worst_cells"]) == expected_time.KM_WORST
     markup = report_figures.survival_tables(
         pd.read_csv(out / "aft_comparison.csv"), None, pd.read_csv(out / "concordance_within.csv"), pd.read_csv(out / "km_check.csv")
     )

@@ -42,8 +42,7 @@ import pandas as pd
 from trashfire import metrics
 from trashfire.core.schema import CLOCKS, LATENCY, Finding
 from trashfire.metrics import findings, validity
-from trashfire.survival import analysis as survival_analysis
-from trashfire.survival import epsilon
+from trashfire.survival import epsilon, expected_time
 
 SECTIONS = ("headline", "run", "findings", "validity", "tables")
 
@@ -174,7 +173,7 @@ def within_by_family(comparison: pd.DataFrame) -> dict[str, float]:
 def km_worst_cells(comparison: pd.DataFrame) -> dict[str, float]:
     """The attack cells whose selected-model E[T] is furthest from their Kaplan-Meier restricted
     mean: {cell (family, defence, data set): E[T] / KM}."""
-    return survival_analysis.worst_cells(selected_survival(comparison).get("km_worst_cells"))
+    return expected_time.worst_cells(selected_survival(comparison).get("km_worst_cells"))
 
 
 # ---------------------------------------------------------------------------------------------

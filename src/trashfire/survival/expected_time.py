@@ -1,0 +1,230 @@
+"""E[T] per attack cell and the Kaplan-Meier side of the survival stage: each cell's budget t*,
+every AFT model's restricted mean to it, the model that feeds TRASH (`select`), the check of its
+E[T] against the Kaplan-Meier restricted mean of the cell's samples, and the Kaplan-Meier
+curves, the model's predicted curves and the log-rank tests of each defence against none."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from lifelines import KaplanMeierFitter
+from lifelines.statistics import logrank_test
+
+from trashfire.core import schema
+from trashfire.core.errors import DataError
+from trashfire.survival import fitters as F
+from trashfire.survival.scoring import CELL, FAMILY, KM_COLUMNS, cell_means, table_columns
+
+HIGHER_IS_BETTER = ("test_concordance", "concordance")  # the other select_by scores are errors
+KM_WORST = 5  # cells listed as the worst of the Kaplan-Meier check
+REFERENCE_DEFENCE = "none"
+CURVE_POINTS = 120  # time points of the predicted survival curves drawn over Kaplan-Meier
+
+
+def cell_budgets(data: pd.DataFrame) -> pd.Series:
+    """t* per attack cell, its budget: the largest censoring time among its samples, or, where
+    no sample of the cell was censored, the cell's largest duration."""
+    longest = data.groupby(CELL)[F.DURATION].max()
+    censored = data[data[F.EVENT] == 0].groupby(CELL)[F.DURATION].max()
+    return censored.reindex(longest.index).fillna(longest).rename("t_star")
+
+
+def expected_times(fits: dict[str, F.Fit], data: pd.DataFrame, aft: list[str], budgets: pd.Series) -> pd.DataFrame:
+    """E_T_<fitter> per attack cell from every fitted AFT model: 003's restricted mean
+    int_0^{t*} S(u | x) du with t* the cell's budget (`cell_budgets`: its largest censoring
+    time, or its largest duration when none of its samples was censored), averaged over the
+    cell's samples (their covariates, such as the margin, differ)."""
+    covariates = F.covariates_of(data)
+    t_star = data[CELL].map(budgets).to_numpy(float)
+    columns = {f"E_T_{name}": cell_means(data, F.restricted_mean(fits[name], covariates, t_star)) for name in aft if name in fits}
+    return pd.DataFrame(columns, index=budgets.index)
+
+
+def expected_time_table(times: pd.DataFrame, budgets: pd.Series, fit: F.Fit, data: pd.DataFrame) -> pd.DataFrame:
+    """expected_times.csv: per attack cell E_T (the selected model's restricted mean, what TRASH
+    uses), E_T_unrestricted (its mean E[T | x], over the cell's samples; inf or NaN where the
+    model has none), t_star, the selected fitter and every AFT model's E_T_<fitter>."""
+    unrestricted = cell_means(data, F.expected_time(fit, F.covariates_of(data))).reindex(times.index)
+    leading = pd.DataFrame({"E_T": times[f"E_T_{fit.name}"], "E_T_unrestricted": unrestricted, "t_star": budgets.reindex(times.index), "fitter": fit.name})
+    return pd.concat([leading, times], axis=1).rename_axis(CELL).reset_index()
+
+
+def select(comparison: pd.DataFrame, times: pd.DataFrame, chosen: str | None, select_by: str) -> str:
+    """The AFT model whose E[T] feeds TRASH: `chosen`, or the best by `select_by` among the
+    fitted AFT models whose E[T] is finite for every cell; never a baseline."""
+    finite = {c.removeprefix("E_T_"): bool(np.isfinite(times[c]).all() and (times[c] > 0).all()) for c in times}
+    if chosen is not None:
+        if chosen not in finite:
+            raise DataError(f"survival.chosen = {chosen}: it did not fit (see aft_comparison.csv); choose another or set chosen: null")
+        if not finite[chosen]:
+            raise DataError(f"survival.chosen = {chosen}: its E[T] is infinite or undefined for some cells; choose another or set chosen: null")
+        return chosen
+    models = comparison[comparison["status"] != "baseline"] if "status" in comparison else comparison
+    candidates = models[models["fitter"].map(lambda name: finite.get(name, False))].dropna(subset=[select_by])
+    if candidates.empty:
+        raise DataError(f"no fitted AFT model has a finite E[T] everywhere and a {select_by} score; see aft_comparison.csv, or name one in survival.chosen")
+    best = candidates[select_by].idxmax() if select_by in HIGHER_IS_BETTER else candidates[select_by].idxmin()
+    return str(candidates.loc[best, "fitter"])
+
+
+# --- E[T] against the Kaplan-Meier restricted mean -------------------------------------------
+
+
+def km_restricted_mean(durations, events, weights, t_star: float) -> float:
+    """The Kaplan-Meier restricted mean int_0^{t*} S_KM(u) du of one set of samples (a row
+    stands for `weights` samples): lifelines' `restricted_mean_survival_time` of its
+    `KaplanMeierFitter`, in numpy. S_KM steps down at each failure time u by the share of those
+    still at risk (duration >= u) that fail there."""
+    order = np.argsort(np.asarray(durations, float), kind="stable")
+    t, e, w = np.asarray(durations, float)[order], np.asarray(events, float)[order], np.asarray(weights, float)[order]
+    times, first = np.unique(t, return_index=True)
+    failed, leaving = np.add.reduceat(w * e, first), np.add.reduceat(w, first)
+    at_risk = w.sum() - np.r_[0.0, np.cumsum(leaving)[:-1]]
+    levels = np.r_[1.0, np.cumprod(1.0 - failed / at_risk)]  # S on [0, u1), [u1, u2), ..., [u_last, inf)
+    edges = np.minimum(np.r_[0.0, times], t_star)
+    return float((levels * np.diff(np.r_[edges, t_star])).sum())
+
+
+def km_restricted_means(data: pd.DataFrame, budgets: pd.Series) -> pd.Series:
+    """Per attack cell, the Kaplan-Meier restricted mean of its samples to its budget t*."""
+    samples = pd.DataFrame({CELL: data[CELL].to_numpy(), "t": data[F.DURATION].to_numpy(float), "e": data[F.EVENT].to_numpy(), "w": F.sample_weights(data)})
+    means = {cell: km_restricted_mean(rows["t"], rows["e"], rows["w"], float(budgets[cell])) for cell, rows in samples.groupby(CELL, sort=True)}
+    return pd.Series(means, name="E_T_km").rename_axis(CELL)
+
+
+def km_check_table(data: pd.DataFrame, expected: pd.Series, budgets: pd.Series, km: pd.Series, tolerance: float) -> pd.DataFrame:
+    """km_check.csv: per attack cell, a model's E[T] (`expected`, by cell) against the
+    Kaplan-Meier restricted mean of the cell's samples to the same t* (`km`); `flagged` where
+    they differ by more than `tolerance` (|ratio - 1| > tolerance)."""
+    weights = pd.Series(F.sample_weights(data).astype(float), index=data.index)
+    labels = data.groupby(CELL, sort=True)[[c for c in (FAMILY, "defence", "dataset") if c in data]].first()
+    counts = pd.DataFrame({"n": weights, "events": weights * data[F.EVENT]}).groupby(data[CELL], sort=True).sum()
+    table = labels.join(counts.astype(int), how="outer").reindex(km.index)
+    table["t_star"], table["E_T"], table["E_T_km"] = budgets.reindex(km.index), expected.reindex(km.index), km
+    with np.errstate(divide="ignore", invalid="ignore"):
+        table["ratio"] = table["E_T"] / table["E_T_km"]
+        table["log_ratio"] = np.log(table["ratio"])
+    table["flagged"] = ~((table["ratio"] - 1.0).abs() <= tolerance)  # a missing or infinite E[T] is flagged too
+    return table.assign(tolerance=tolerance).rename_axis(CELL).reset_index().reindex(columns=schema.KM_CHECK)
+
+
+def km_summary(check: pd.DataFrame) -> dict[str, Any]:
+    """Table I's Kaplan-Meier check of one model: the median |log(E[T] / KM)| over cells, the
+    share of cells flagged, and the KM_WORST cells furthest off as text."""
+    worst = check.assign(off=check["log_ratio"].abs().fillna(np.inf)).sort_values("off", ascending=False, kind="stable").head(KM_WORST)
+    return {
+        "km_median_abs_log_ratio": float(check["log_ratio"].abs().median()),
+        "km_share_flagged": float(check["flagged"].mean()),
+        "km_worst_cells": "; ".join(f"{cell_label(row)} = {row['ratio']:.4g}" for _, row in worst.iterrows()),
+    }
+
+
+def cell_label(row: pd.Series) -> str:
+    """An attack cell as the Kaplan-Meier check names it: its hash (family, defence, data set)."""
+    labels = [str(row[c]) for c in (FAMILY, "defence", "dataset") if c in row and pd.notna(row[c])]
+    return f"{row[CELL]} ({', '.join(labels)})" if labels else str(row[CELL])
+
+
+def worst_cells(text: Any) -> dict[str, float]:
+    """Table I's `km_worst_cells` back as {cell: E[T] / KM}."""
+    if not isinstance(text, str) or not text:
+        return {}
+    return {cell: float(ratio) for cell, ratio in (entry.rsplit(" = ", 1) for entry in text.split("; "))}
+
+
+def with_km_check(comparison: pd.DataFrame, times: pd.DataFrame, data: pd.DataFrame, budgets: pd.Series, km: pd.Series, tolerance: float) -> pd.DataFrame:
+    """Table I with each AFT model's Kaplan-Meier check (km_summary; empty for Cox PH and the
+    baselines)."""
+    summaries = {
+        name: km_summary(km_check_table(data, times[f"E_T_{name}"], budgets, km, tolerance)) for name in comparison["fitter"] if f"E_T_{name}" in times
+    }
+    table = comparison.copy()
+    for column in KM_COLUMNS:
+        table[column] = table["fitter"].map(lambda name: summaries.get(name, {}).get(column))  # noqa: B023 -- called at once
+    return table.reindex(columns=table_columns(table.columns))
+
+
+def km_sentences(check: pd.DataFrame, model: str) -> list[str]:
+    """km_check.csv in words, for the log and the report: how far the model's E[T] is from
+    Kaplan-Meier, how many cells are flagged, the worst, and what to do about them."""
+    if check.empty:
+        return []
+    flagged = check["flagged"].astype(str).str.lower() == "true"
+    summary = km_summary(check.assign(flagged=flagged))
+    lines = [
+        f"{model}'s E[T] is within {float(check['tolerance'].iloc[0]):.0%} of the Kaplan-Meier restricted mean to the same budget in "
+        f"{int((~flagged).sum())} of {len(check)} attack cells (median |log(E[T] / KM)| {summary['km_median_abs_log_ratio']:.3g}; 0 is a perfect match)"
+    ]
+    if flagged.any():
+        lines.append(f"{int(flagged.sum())} cell(s) flagged; the furthest off (E[T] / KM): {summary['km_worst_cells']}")
+        lines.append(
+            "the model misfits the flagged cells: compare its dashed curve with the Kaplan-Meier one (kaplan_meier.png), try another fitter "
+            "(survival.chosen; Table I's km_ columns compare them), add covariates, or use E_T_km for those cells"
+        )
+    return lines
+
+
+# --- Kaplan-Meier curves and log-rank tests --------------------------------------------------
+
+
+def logrank_table(data: pd.DataFrame) -> pd.DataFrame:
+    """Per attack family, each defence's samples against the undefended ones (lifelines'
+    weighted log-rank test); a family without undefended samples has no rows."""
+    rows = []
+    for family, samples in data.groupby("attack_family", sort=True):
+        reference = samples[samples["defence"] == REFERENCE_DEFENCE]
+        if reference.empty:
+            continue
+        for defence, group in samples[samples["defence"] != REFERENCE_DEFENCE].groupby("defence", sort=True):
+            result = logrank_test(
+                group[F.DURATION],
+                reference[F.DURATION],
+                group[F.EVENT],
+                reference[F.EVENT],
+                weights_A=F.sample_weights(group),
+                weights_B=F.sample_weights(reference),
+            )
+            rows.append(
+                {
+                    "attack_family": family,
+                    "defence": defence,
+                    "reference": REFERENCE_DEFENCE,
+                    **_counts(group),
+                    **{f"{k}_reference": v for k, v in _counts(reference).items()},
+                    "test_statistic": float(result.test_statistic),
+                    "p": float(result.p_value),
+                }
+            )
+    columns = ["attack_family", "defence", "reference", "n", "events", "n_reference", "events_reference", "test_statistic", "p"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _counts(samples: pd.DataFrame) -> dict[str, int]:
+    weights = F.sample_weights(samples)
+    return {"n": int(weights.sum()), "events": int(weights[samples[F.EVENT].to_numpy() == 1].sum())}
+
+
+def kaplan_meier_fits(data: pd.DataFrame) -> dict[tuple[str, str], KaplanMeierFitter]:
+    """(attack family, defence) -> lifelines' Kaplan-Meier estimate of its samples (weighted)."""
+    fits = {}
+    for (family, defence), samples in data.groupby(["attack_family", "defence"], sort=True):
+        label = f"{defence} (Kaplan-Meier)"
+        fits[(family, defence)] = KaplanMeierFitter().fit(samples[F.DURATION], samples[F.EVENT], weights=F.sample_weights(samples), label=label)
+    return fits
+
+
+def predicted_curves(fit: F.Fit, data: pd.DataFrame, points: int = CURVE_POINTS) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray]]:
+    """(attack family, defence) -> (times, the model's survival curve averaged over those
+    samples), on a log-spaced grid over the family's durations."""
+    curves = {}
+    for family, samples in data.groupby("attack_family", sort=True):
+        durations = samples[F.DURATION].to_numpy(float)
+        grid = np.geomspace(durations.min(), durations.max(), points) if durations.max() > durations.min() else durations[:1]
+        survival = fit.fitter.predict_survival_function(F.covariates_of(samples), times=grid).to_numpy()  # (times, samples)
+        weights = F.sample_weights(samples).astype(float)
+        for defence in sorted(samples["defence"].unique()):
+            mine = (samples["defence"] == defence).to_numpy()
+            curves[(family, defence)] = (grid, survival[:, mine] @ weights[mine] / weights[mine].sum())
+    return curves
