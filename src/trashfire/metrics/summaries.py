@@ -1,8 +1,7 @@
 """The numbers the report shows beside the recorded tables, computed from them: pooled
 accuracies with their Wilson intervals, rank correlations of two columns, the degenerate
 model cells, TRASH per clock, a model cell's curves averaged over its seeds, the eps interval
-of R and a data set's default tau. The report package draws and renders these; it computes
-nothing of its own."""
+of R and a data set's default tau. The report package draws and renders them."""
 
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ on its own."""
 from __future__ import annotations
 
 import base64
+import functools
 from pathlib import Path
 
 import jinja2
@@ -26,6 +27,7 @@ SECTIONS = (
 )
 
 
+@functools.cache
 def environment() -> jinja2.Environment:
     """The templates, shipped in the package (pyproject.toml's package-data), HTML-escaped."""
     return jinja2.Environment(

@@ -80,9 +80,11 @@ def drop_empty(table: pd.DataFrame) -> pd.DataFrame:
     return table.drop(columns=empty)
 
 
-def shown(shows: Table | str) -> dict:
-    """A Folded's content: a table, or the reason there is none."""
-    return {"table": shows} if isinstance(shows, Table) else {"missing": shows}
+def folded(key: str, title: str, rows: int, caption: str, shows: Table | str) -> Folded:
+    """A Folded of a table, or of the reason there is none."""
+    if isinstance(shows, Table):
+        return Folded(key, title, rows, caption, table=shows)
+    return Folded(key, title, rows, caption, missing=shows)
 
 
 def rows_of(table: pd.DataFrame | None) -> int:
@@ -368,37 +370,33 @@ def survival_tables(
 def tables_section(tables: dict, reports: Path) -> list[Folded | Listing]:
     """Every long table, folded, in the order the page lists them."""
     t = tables
-
-    def fold(key: str, title: str, rows: int, caption: str, shows: Table | str) -> Folded:
-        return Folded(key, title, rows, caption, **shown(shows))
-
     return [
-        fold("table-tau", "Viability threshold τ(K) (EVP paper Table I)", rows_of(t["tau_table"]), TABLE_CAPTIONS["tau"], table_of(t["tau_table"])),
-        fold("table-trash", "TRASH score over seeds", rows_of(t["trash_summary"]), TABLE_CAPTIONS["trash"], trash_summary_table(t["trash_summary"])),
-        fold("table-trash-clocks", "TRASH on every clock", rows_of(t["trash"]), TABLE_CAPTIONS["trash_clocks"], trash_clocks_table(t["trash"])),
-        fold(
+        folded("table-tau", "Viability threshold τ(K) (EVP paper Table I)", rows_of(t["tau_table"]), TABLE_CAPTIONS["tau"], table_of(t["tau_table"])),
+        folded("table-trash", "TRASH score over seeds", rows_of(t["trash_summary"]), TABLE_CAPTIONS["trash"], trash_summary_table(t["trash_summary"])),
+        folded("table-trash-clocks", "TRASH on every clock", rows_of(t["trash"]), TABLE_CAPTIONS["trash_clocks"], trash_clocks_table(t["trash"])),
+        folded(
             "table-depth",
             "E[T] by depth: queries to failure and latency per query (TRASHFIRE's depth claim)",
             rows_of(t["depth_decomposition"]),
             TABLE_CAPTIONS["depth"],
             depth_table(t["depth_decomposition"]),
         ),
-        fold(
+        folded(
             "table-auc",
             "Normalised robustness AUC R and sensitivity S (normalised-AUC paper, appendix tables)",
             rows_of(t["auc_table"]),
             TABLE_CAPTIONS["auc"],
             auc_table(t["auc_table"]),
         ),
-        fold("table-robustness", "EVP and R per cell", rows_of(t["robustness"]), robustness_caption(), robustness_table(t["robustness"])),
-        fold(
+        folded("table-robustness", "EVP and R per cell", rows_of(t["robustness"]), robustness_caption(), robustness_table(t["robustness"])),
+        folded(
             "table-brittle",
             "Brittle-score and relative improvement (brittle-score paper Table 1)",
             rows_of(t["brittle"]),
             TABLE_CAPTIONS["brittle"],
             listed(t["brittle"], "brittle.csv", "brittle", schema.REPORT_BRITTLE),
         ),
-        fold(
+        folded(
             "table-eps-survival",
             "Survival in ε per cell",
             rows_of(t["eps_survival"]),
@@ -406,5 +404,5 @@ def tables_section(tables: dict, reports: Path) -> list[Folded | Listing]:
             listed(t["eps_survival"], "eps_survival.csv", "aggregate", schema.REPORT_EPS_SURVIVAL, " (no eps-grid or minimal-perturbation attack)"),
         ),
         *survival_tables(t["survival"], t["logrank"], t.get("concordance_within"), t.get("km_check")),
-        fold("table-cards", "Model cards", len(card_paths(reports)), TABLE_CAPTIONS["cards"], cards_table(reports)),
+        folded("table-cards", "Model cards", len(card_paths(reports)), TABLE_CAPTIONS["cards"], cards_table(reports)),
     ]
