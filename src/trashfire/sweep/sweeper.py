@@ -140,9 +140,9 @@ class ResumableOptunaSweeper(Sweeper):
             return
         n = len(objective) if OmegaConf.is_list(objective) else 1
         if n != len(directions):
+            objectives = OmegaConf.to_container(objective) if n > 1 else objective
             raise ConfigError(
-                "hydra.sweeper.direction",
-                f"{len(directions)} direction(s) {directions} for {n} objective(s) {OmegaConf.to_container(objective) if n > 1 else objective}; give one per objective",
+                "hydra.sweeper.direction", f"{len(directions)} direction(s) {directions} for {n} objective(s) {objectives}; give one per objective"
             )
 
     def sweep(self, arguments: list[str]) -> None:
