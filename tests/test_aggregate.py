@@ -298,7 +298,8 @@ def test_a_registered_metric_reaches_metrics_json_the_tables_the_cards_and_the_r
     from tests.test_schema import record_run, tiny
     from trashfire.core import schema
     from trashfire.metrics import registry
-    from trashfire.report import figures as report_figures
+    from trashfire.report.formatting import format_value
+    from trashfire.report.page import report_html
     from trashfire.stages import aggregate
 
     cfg = tiny(tmp_path, "defence=[none,conf]")
@@ -323,10 +324,10 @@ def test_a_registered_metric_reaches_metrics_json_the_tables_the_cards_and_the_r
     card = json.loads(sorted((reports / "cards").glob("*.json"))[0].read_text())
     assert "acc_at_eps_max" in card["model_cells"][0]["evp_and_auc"][0]
 
-    page = report_figures.report_html(Path(reports), []).read_text()
+    page = report_html(Path(reports), []).read_text()
     headline_html = page[page.index('<h2 id="headline">') : page.index('<h2 id="run">')]
     row = next(r for r in headline_html.split("<tr>") if ">acc_adv_min<" in r)
-    assert f">{report_figures.format_value(experiments['acc_adv'].min())}<" in row and "the lowest accuracy under attack" in row
+    assert f">{format_value(experiments['acc_adv'].min())}<" in row and "the lowest accuracy under attack" in row
     table = page[page.index('<details id="table-robustness">') :]
     assert "<th>acc_at_eps_max</th>" in table and "acc_at_eps_max, the accuracy at the largest eps of the curve" in table
 

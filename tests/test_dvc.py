@@ -173,14 +173,16 @@ def test_new_epochs_train_only_new_cells_and_a_plotting_change_only_redraws(proj
     assert "train" in stages_run(new_epoch), new_epoch
     assert "4 training cells, 2 cached, 2 to train" in new_epoch, new_epoch
 
-    # a plotting change redraws the figures and the report from the recorded tables only
-    figures_py = project.repo / "src" / "trashfire" / "report" / "figures.py"
-    figures_py.write_text(figures_py.read_text() + "\n# a plotting change\n")
+    # a plotting change, or a change of the report's templates (package data, not imports),
+    # redraws the figures and the report from the recorded tables only
     report = project.repo / "reports" / "report.html"
-    before = report.stat().st_mtime_ns
-    redraw = project("dvc", "repro", "figures")
-    assert stages_run(redraw) == {"figures"}, redraw
-    assert report.stat().st_mtime_ns > before
+    for changed, line in (("figures/trash.py", "\n# a plotting change\n"), ("templates/report.css", "\n/* a style change */\n")):
+        source = project.repo / "src" / "trashfire" / "report" / changed
+        source.write_text(source.read_text() + line)
+        before = report.stat().st_mtime_ns
+        redraw = project("dvc", "repro", "figures")
+        assert stages_run(redraw) == {"figures"}, (changed, redraw)
+        assert report.stat().st_mtime_ns > before, changed
 
 
 @pytest.mark.slow

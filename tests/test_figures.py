@@ -15,7 +15,9 @@ from tests.conftest import ROOT, tiny_overrides
 from trashfire.core import schema
 from trashfire.core.config import compose, validate
 from trashfire.core.errors import DataError
-from trashfire.report import figures as report_figures
+from trashfire.metrics import summaries
+from trashfire.report import formatting, sections
+from trashfire.report.figures.common import capped_lines
 from trashfire.stages import figures
 
 STEMS = [
@@ -403,20 +405,24 @@ def findings_table() -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
+# Each figure's drawing function and the module of trashfire.report.figures that holds it
+DRAWINGS = {
+    "accuracy_figure": "accuracy",
+    "trash_figure": "trash",
+    "evp_tau_figure": "evp",
+    "evp_convergence_figure": "evp",
+    "curves_figure": "curves",
+    "brittle_figure": "brittle",
+    "eps_survival_figure": "eps_survival",
+    "eps_survival_scatter": "eps_survival",
+}
+
+
 def only_draw(monkeypatch, *kept: str) -> None:
     """Stub the figures a test is not about: drawing them is most of a run's time."""
-    for name in (
-        "accuracy_figure",
-        "trash_figure",
-        "evp_tau_figure",
-        "evp_convergence_figure",
-        "curves_figure",
-        "brittle_figure",
-        "eps_survival_figure",
-        "eps_survival_scatter",
-    ):
+    for name, module in DRAWINGS.items():
         if name not in kept:
-            monkeypatch.setattr(report_figures, name, lambda *args: [])
+            monkeypatch.setattr(f"trashfire.report.figures.{module}.{name}", lambda *args: [])
 
 
 def cfg_for(tmp_path):
@@ -475,16 +481,16 @@ def test_report_is_self_contained_and_holds_every_figure(drawn):
 
 
 def test_wilson_interval_matches_hand_computed_values():
-    assert report_figures.wilson_interval(8, 10) == pytest.approx((0.4902, 0.9433), abs=1e-4)
-    assert report_figures.wilson_interval(0, 20) == pytest.approx((0.0, 0.1611), abs=1e-4)
-    pooled, lo, hi = report_figures.pooled_accuracy(pd.Series([0.5, 1.0]), pd.Series([10, 10]))
-    assert (pooled, lo, hi) == pytest.approx((0.75, *report_figures.wilson_interval(15, 20)))
+    assert summaries.wilson_interval(8, 10) == pytest.approx((0.4902, 0.9433), abs=1e-4)
+    assert summaries.wilson_interval(0, 20) == pytest.approx((0.0, 0.1611), abs=1e-4)
+    pooled, lo, hi = summaries.pooled_accuracy(pd.Series([0.5, 1.0]), pd.Series([10, 10]))
+    assert (pooled, lo, hi) == pytest.approx((0.75, *summaries.wilson_interval(15, 20)))
 
 
 def test_cell_label_names_model_defence_and_epochs():
     row = {"model": "resnet18", "defence": "conf", "defence_value": 0.5, "epochs": 1, "pretrained_on": ""}
-    assert report_figures.cell_label(row) == "resnet18 · conf 0.5 · 1 ep"
-    assert report_figures.cell_label(row | {"defence": "none", "pretrained_on": "mnist"}) == "resnet18 · no defence · 1 ep · from mnist"
+    assert formatting.cell_label(row) == "resnet18 · conf 0.5 · 1 ep"
+    assert formatting.cell_label(row | {"defence": "none", "pretrained_on": "mnist"}) == "resnet18 · no defence · 1 ep · from mnist"
 
 
 def test_missing_brittle_scores_are_reported_as_not_computed(tmp_path, monkeypatch):
@@ -566,11 +572,16 @@ def test_crowded_panels_keep_the_first_model_and_say_so():
             for seed in (0, 1)
         ]
     )
-    lines, note = report_figures.capped_lines(cells)
+    lines, note = capped_lines(cells)
     assert len(lines) == 7 and set(lines["model"]) == {"resnet18"}
     assert note == "7 of 14 cells shown: resnet18 · 1 ep"
-    few, none_noted = report_figures.capped_lines(cells[cells["defence_value"] < 3])
+    few, none_noted = capped_lines(cells[cells["defence_value"] < 3])
     assert len(few) == 6 and none_noted == ""
+
+
+def cell_texts(table: sections.Table) -> str:
+    """Every cell of a report table, one per line."""
+    return "\n".join(text for row in table.rows for text, _ in row)
 
 
 def test_one_seed_intervals_and_sds_print_n_a_never_an_interval():
@@ -614,7 +625,7 @@ def test_one_seed_intervals_and_sds_print_n_a_never_an_interval():
             },
         ]
     )
-    shown = report_figures.trash_summary_section(summary)
+    shown = cell_texts(sections.trash_summary_table(summary))
     assert shown.count("n/a (1 seed)") == 2 and "2 [1.5, 2.5]" in shown and "[2, 2]" not in shown
     auc = pd.DataFrame(
         [
@@ -622,7 +633,7 @@ def test_one_seed_intervals_and_sds_print_n_a_never_an_interval():
             labels | {"epochs": 2, "n_seeds": 2, "R_mean": 0.7, "R_sd": 0.1, "S_mean": 0.3, "S_sd": 0.1},
         ]
     )
-    shown = report_figures.auc_section(auc)
+    shown = cell_texts(sections.auc_table(auc))
     assert shown.count("± n/a (1 seed)") == 2 and "0.7 ± 0.1" in shown
 
 
@@ -651,6 +662,6 @@ def test_crowded_panels_keep_the_richest_defence_comparison_not_the_first_name()
         + cells("cifar_resnet8", ["none", "conf", "fsq", "gauss_out", "adv_train", "gauss_in"], 6)
         + cells("cifar_resnet8", ["none", "conf", "fsq", "gauss_out", "adv_train", "gauss_in"], 10)
     )
-    lines, note = report_figures.capped_lines(table)
+    lines, note = capped_lines(table)
     assert set(lines["model"]) == {"cifar_resnet8"} and set(lines["epochs"]) == {10} and "adv_train" in set(lines["defence"])
     assert note == "6 of 16 cells shown: cifar_resnet8 · 10 ep"

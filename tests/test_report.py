@@ -5,12 +5,17 @@ synthetic tables of test_figures, without drawing the figures (the report only i
 
 import json
 import re
+import tomllib
+from importlib import resources
 
 import pandas as pd
 import pytest
 
+from tests.conftest import ROOT
 from tests.test_figures import findings_table, write_reports
-from trashfire.report import figures as report_figures
+from trashfire.report import sections
+from trashfire.report.figures import survival_images
+from trashfire.report.page import render, report_html
 
 SECTION_ORDER = ["findings", "headline", "run", "figures", "tables"]
 FOLDED = {
@@ -32,8 +37,7 @@ def reports(tmp_path):
 
 
 def page_of(reports) -> str:
-    images = report_figures.survival_images(reports)
-    return report_figures.report_html(reports, images).read_text()
+    return report_html(reports, survival_images(reports)).read_text()
 
 
 def test_findings_come_first_with_a_badge_per_verdict_and_their_count(reports):
@@ -51,7 +55,7 @@ def test_findings_come_first_with_a_badge_per_verdict_and_their_count(reports):
 
 def test_the_verdict_count_names_every_verdict_even_when_none_has_it():
     verdicts = pd.Series(["holds"] * 7 + ["inconclusive"] * 2 + ["not testable"])
-    assert report_figures.verdict_count(verdicts) == "7 hold, 0 contradicted, 2 inconclusive, 1 not testable"
+    assert sections.verdict_count(verdicts) == "7 hold, 0 contradicted, 2 inconclusive, 1 not testable"
 
 
 def test_finding_text_is_escaped(reports):
@@ -81,7 +85,7 @@ def test_the_headline_gives_each_metric_one_plain_sentence_and_leaves_counts_to_
         "findings": {"x": {"verdict": "holds"}},
         "a_new_metric": 2,
     }
-    shown = report_figures.headline_section(metrics)
+    shown = render("sections/headline.html.j2", headline=sections.headline_rows(metrics))
     assert "above 1 a model is cheaper to break than to train" in shown and "0.46" in shown
     assert "brittle_spearman · digits" in shown and "ρ = -0.17, p = 0.19, n = 60" in shown
     assert ">yes<" in shown and ">—<" in shown and "a_new_metric" in shown
@@ -108,7 +112,7 @@ def test_long_tables_are_folded_with_name_row_count_and_how_to_read(reports):
     for key, name in FOLDED.items():
         rows = len(pd.read_csv(reports / name))
         match = re.search(
-            rf'<details id="{key}"><summary>[^<]+<span class="size">\((\d+) rows\)</span></summary>'
+            rf'<details id="{key}"><summary>[^<]+<span class="size">\((\d+) rows\)</span></summary>\s*'
             r'<p class="howto"><b>How to read it:</b> [^<]+</p>',
             tables,
         )
@@ -123,8 +127,8 @@ def test_every_figure_says_how_to_read_it_and_the_story_order_is_kept(reports, t
         drawn.append(reports / "figures" / f"{stem}.png")
         drawn[-1].parent.mkdir(exist_ok=True)
         drawn[-1].write_bytes((reports / "survival" / "calibration.png").read_bytes())
-    page = report_figures.report_html(reports, drawn + report_figures.survival_images(reports)).read_text()
-    shown = page[page.index('<h2 id="figures">') : page.index('<h2 id="tables">')]
+    html = report_html(reports, drawn + survival_images(reports)).read_text()
+    shown = html[html.index('<h2 id="figures">') : html.index('<h2 id="tables">')]
     assert shown.count("<figure") == 4 and shown.count("How to read it:") == 4
     assert shown.index('id="fig-trash_by_depth_and_defence"') < shown.index('id="fig-brittle_vs_robust_acc"') < shown.index('id="fig-calibration"')
     assert re.search(r'<details><summary>Coefficients of every fitted survival model.*id="fig-coef-weibull"', shown, re.S)
@@ -134,3 +138,21 @@ def test_metrics_json_values_reach_the_page_escaped(reports):
     metrics = json.loads((reports / "metrics.json").read_text()) | {"survival_model": "<b>weibull</b>"}
     (reports / "metrics.json").write_text(json.dumps(metrics))
     assert "&lt;b&gt;weibull&lt;/b&gt;" in page_of(reports)
+
+
+def test_the_page_is_rendered_from_templates_shipped_with_the_package(reports):
+    """report.css is inlined as it is; every template is package data (pyproject.toml), so that
+    an installed wheel renders the page too."""
+    templates = resources.files("trashfire.report") / "templates"
+    css = (templates / "report.css").read_text()
+    assert f"<style>\n{css}</style>" in page_of(reports)
+    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["trashfire"]
+    package = ROOT / "src" / "trashfire"
+    shipped = [p for p in (package / "report" / "templates").rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    assert len(shipped) > 2 and all(any(p.relative_to(package).match(g) for g in globs) for p in shipped)
+
+
+def test_a_template_escapes_every_value():
+    rows = [("<i>name</i>", "1 < 2", "'quoted' & \"double\"")]
+    shown = render("sections/headline.html.j2", headline=rows)
+    assert "<i>" not in shown and "&lt;i&gt;name&lt;/i&gt;" in shown and "1 &lt; 2" in shown and "&#39;quoted&#39; &amp; &#34;double&#34;" in shown

@@ -2,13 +2,13 @@
 label and its identifier, eps units, and every table's columns as the stages write them (on
 hand-made records at a tiny grid's hashes, through timing, aggregate and the report)."""
 
-import html
 import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from markupsafe import escape
 
 from tests.conftest import ROOT, tiny_overrides
 from trashfire.attacks import attack_strength
@@ -21,7 +21,7 @@ from trashfire.core.grid import attack_cells, model_cells
 from trashfire.core.records import write_npz
 from trashfire.core.schema import AttackRecord, BrittleRecord, Outcomes, TrainRecord
 from trashfire.metrics import registry
-from trashfire.report import figures as report_figures
+from trashfire.report.page import report_html
 from trashfire.stages import aggregate, timing
 
 
@@ -312,7 +312,7 @@ def test_curves_keep_a_pixel_eps_as_configured(tmp_path):
 def test_the_report_reads_the_tables_through_the_schema(recorded):
     aggregate.run(recorded)
     reports = Path(recorded.paths.reports)
-    page = report_figures.report_html(reports, []).read_text()
+    page = report_html(reports, []).read_text()
     assert "fgm linf" in page and "fgm_inf" not in page
     for name, meaning in registry.meanings().items():
-        assert f'<td class="t m">{name}' in page and html.escape(meaning) in page, name  # every headline metric with its sentence
+        assert f'<td class="t m">{name}' in page and escape(meaning) in page, name  # every headline metric with its sentence

@@ -21,7 +21,8 @@ from trashfire.core import schema
 from trashfire.core.config import compose, validate
 from trashfire.core.errors import ConfigError, DataError
 from trashfire.metrics import aggregate as aggregation
-from trashfire.report import figures as report_figures
+from trashfire.report import sections
+from trashfire.report.page import render
 from trashfire.stages import survival
 from trashfire.survival import analysis, expected_time, scoring
 from trashfire.survival import fitters as F
@@ -477,7 +478,7 @@ def test_stage_on_per_sample_data(tmp_path):
     assert headline["survival_model"] == selected and headline["survival_split_by"] == "train_hash"
     assert headline["survival_beats_baselines"] == bool(table.loc[selected, "beats_baselines"])
     assert headline["survival_runtime_baseline_test_concordance"] == pytest.approx(table.loc["runtime_baseline", "test_concordance"])
-    sentences = report_figures.baseline_sentences(pd.read_csv(out / "aft_comparison.csv"))
+    sentences = sections.baseline_sentences(pd.read_csv(out / "aft_comparison.csv"))
     assert len(sentences) == 6 and all("both baselines on test concordance" in s for s in sentences)
 
     # within attack cells: every row on both halves, overall and per family; the baselines 0.5
@@ -503,9 +504,10 @@ def test_stage_on_per_sample_data(tmp_path):
     assert set(headline["survival_test_concordance_within_by_family"]) == set(FAMILIES)
     assert headline["survival_km_share_flagged"] == pytest.approx(check["flagged"].mean())
     assert len(headline["survival_km_worst_cells"]) == expected_time.KM_WORST
-    markup = report_figures.survival_tables(
+    blocks = sections.survival_tables(
         pd.read_csv(out / "aft_comparison.csv"), None, pd.read_csv(out / "concordance_within.csv"), pd.read_csv(out / "km_check.csv")
     )
+    markup = render("sections/tables.html.j2", tables=blocks)
     assert 'id="table-concordance-within"' in markup and 'id="table-km-check"' in markup and "E[T] is within 25% of the Kaplan-Meier" in markup
 
 

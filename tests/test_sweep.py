@@ -20,7 +20,9 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, is_timing_key
-from trashfire.sweep import STALE_NOTE, grid_points, optuna_storage, study_lock
+from trashfire.sweep.heartbeat import STALE_NOTE
+from trashfire.sweep.space import grid_points
+from trashfire.sweep.storage import optuna_storage, study_lock
 
 CELL = [
     "data.digits.subsample=400",
@@ -194,7 +196,7 @@ def test_a_trial_run_in_a_thread_is_refused_because_threads_share_one_process_cl
 
 def test_sqlite_study_lock_excludes_a_second_holder(tmp_path):
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
-    code = f"from trashfire.sweep import study_lock\nwith study_lock({url!r}, 's'):\n    print('got it', flush=True)\n"
+    code = f"from trashfire.sweep.storage import study_lock\nwith study_lock({url!r}, 's'):\n    print('got it', flush=True)\n"
     with study_lock(url, "s"):
         waiting = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
         time.sleep(3)
@@ -256,7 +258,7 @@ def compose_with_hydra(*overrides: str):
 
 
 def test_paper_grid_preset_is_trashfires_grid_of_4800_cells():
-    from trashfire.sweep import search_space
+    from trashfire.sweep.space import search_space
 
     cfg = compose_with_hydra("experiment=trashfire_paper", "hparams_search=paper_grid")
     space, _ = search_space([f"{k}={v}" for k, v in cfg.hydra.sweeper.params.items()])
@@ -296,7 +298,7 @@ def test_the_sweep_config_cache_composes_what_hydra_composes():
     from hydra.types import RunMode
     from omegaconf import OmegaConf
 
-    from trashfire.sweep import SweepConfigCache
+    from trashfire.sweep.compose import SweepConfigCache
 
     with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()
@@ -323,7 +325,7 @@ def test_a_beat_newer_than_the_readers_clock_is_not_stale(tmp_path, kind):
 
     import sqlalchemy as sa
 
-    from trashfire.sweep import FileBeats, SqlBeats, stale_trials
+    from trashfire.sweep.heartbeat import FileBeats, SqlBeats, stale_trials
 
     url = f"sqlite:///{tmp_path / 'optuna.db'}" if kind == "sqlite" else f"journal://{tmp_path / 'optuna.log'}"
     study = optuna.create_study(study_name="s", storage=optuna_storage(url))

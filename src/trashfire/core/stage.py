@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 # Keys that normalisation (`config.normalise`) folds into a declared key before a stage
 # reads it: `defence_cell: fsq@4` narrows `defence`. DVC must see them beside that key.
 FOLDED_INTO = {"defence": ("defence_cell",)}
+CODE = "src/"  # a dep there is package data no import reaches (dvc_yaml follows the imports)
 PATH_FIELD = re.compile(r"\{(\w+)\}")  # `{reports}`: the value of paths.reports
 
 
@@ -47,8 +48,10 @@ class Stage:
                 raise TypeError(f"Stage {self.name!r}: {entry} is no path under `paths`; write it {{<paths key>}}/<name>")
 
     def artefacts(self, kinds: tuple[str, ...] = ("deps", "outs", "metrics")) -> list[str]:
-        """The declared paths of `kinds`, unresolved, without their DVC options."""
-        return [path for kind in kinds for entry in getattr(self, kind) for path in ([entry] if isinstance(entry, str) else list(entry))]
+        """The declared data paths of `kinds`, unresolved, without their DVC options (a dep
+        under src/ is package data its code reads, such as the report's templates: code)."""
+        paths = [path for kind in kinds for entry in getattr(self, kind) for path in ([entry] if isinstance(entry, str) else list(entry))]
+        return [path for path in paths if not path.startswith(CODE)]
 
     def inputs(self, cfg: DictConfig) -> list[Path]:
         """The data the stage reads, in `cfg`'s paths layout."""

@@ -42,7 +42,9 @@ def provenance(row: pd.Series) -> dict[str, Any]:
     if not isinstance(source, str) or not source:
         return {"trained_by": "trashfire", "t_train_source": "measured", "t_train": "measured by trashfire's train stage on both clocks"}
     return {
-        "trained_by": "not trashfire: an external model imported from its checkpoint (model.<name>.checkpoint) and evaluated as it is; its epochs and lr are unknown",
+        "trained_by": (
+            "not trashfire: an external model imported from its checkpoint (model.<name>.checkpoint) and evaluated as it is; its epochs and lr are unknown"
+        ),
         "t_train_source": source,
         "t_train": f"supplied, not measured: from {_source_text(source)}",
     }

@@ -41,6 +41,7 @@ import pandas as pd
 
 from trashfire import metrics
 from trashfire.core.schema import CLOCKS, LATENCY, Finding
+from trashfire.core.stats import spearman
 from trashfire.metrics import findings, validity
 from trashfire.survival import epsilon, expected_time
 
@@ -112,7 +113,7 @@ def spearman_by_dataset(brittle: pd.DataFrame) -> dict[str, dict[str, float]]:
     over 002's population (trained models: predict-time defences and degenerate cells left out)."""
     result = {}
     for dataset, group in findings.trained_models_only(sound(brittle)).dropna(subset=["brittle_score", "robust_acc"]).groupby("dataset"):
-        rho, p = findings.spearman(group["brittle_score"], group["robust_acc"])
+        rho, p = spearman(group["brittle_score"], group["robust_acc"])
         result[dataset] = {"rho": rho, "p": p, "n": len(group)}
     return result
 

@@ -1,0 +1,109 @@
+"""reports/report.html: one offline page rendered from the Jinja2 templates in templates/
+(package data): report.html.j2, a partial per section under sections/, the shared macros and
+report.css, inlined into the page's <style>. Every value is escaped by the templates
+(autoescape); figures are inlined as data URIs so that the page can be mailed or archived
+on its own."""
+
+from __future__ import annotations
+
+import base64
+import functools
+from pathlib import Path
+
+import jinja2
+
+from trashfire.core.records import atomic_path
+from trashfire.report import sections
+from trashfire.report.captions import CAPTIONS, caption_for
+from trashfire.report.inputs import read_metrics, read_tables
+
+SECTIONS = (
+    ("findings", "Findings"),
+    ("validity", "Validity flags"),
+    ("headline", "Headline metrics"),
+    ("run", "Run"),
+    ("figures", "Figures"),
+    ("tables", "Tables"),
+)
+
+
+@functools.cache
+def environment() -> jinja2.Environment:
+    """The templates, shipped in the package (pyproject.toml's package-data), HTML-escaped."""
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("trashfire.report", "templates"),
+        autoescape=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+    )
+
+
+def render(template: str, **context) -> str:
+    return environment().get_template(template).render(**context)
+
+
+# --- Figures
+
+
+def figure_order(path: Path) -> tuple[int, str]:
+    """The order of CAPTIONS (the headline's story), then the per-model coefficient plots."""
+    stems = list(CAPTIONS)
+    rank = stems.index(path.stem) if path.stem in stems and path.parent.name != "coefficients" else len(stems)
+    return rank, str(path)
+
+
+def figure_id(path: Path) -> str:
+    prefix = "fig-coef-" if path.parent.name == "coefficients" else "fig-"
+    return prefix + path.stem
+
+
+def figure(path: Path, reports: Path) -> dict:
+    """A figure with its anchor, file name, captions and the PNG as base64."""
+    title, shows, read = caption_for(path)
+    return {
+        "id": figure_id(path),
+        "name": str(path.relative_to(reports)) if path.is_relative_to(reports) else path.name,
+        "title": title,
+        "shows": shows,
+        "read": read,
+        "data": base64.b64encode(path.read_bytes()).decode(),
+    }
+
+
+def figures_section(images: list[Path], reports: Path, skipped: dict[str, str] | None) -> dict:
+    """Every figure with its how-to-read caption, the per-model coefficient plots apart (the
+    page folds them), and the figures skipped with why."""
+    images = sorted(images, key=figure_order)
+    return {
+        "main": [figure(p, reports) for p in images if p.parent.name != "coefficients"],
+        "per_model": [figure(p, reports) for p in images if p.parent.name == "coefficients"],
+        "skipped": list((skipped or {}).items()),
+    }
+
+
+# --- The page
+
+
+def report_html(reports: Path, images: list[Path], skipped: dict[str, str] | None = None) -> Path:
+    """One offline page: findings, headline metrics with their meaning, the run, every figure
+    with how to read it, every table folded."""
+    reports = Path(reports)
+    tables, metrics = read_tables(reports), read_metrics(reports)
+    degenerate = sections.degenerate_cells(tables["experiments"])
+    page = render(
+        "report.html.j2",
+        sections=SECTIONS,
+        left_out=sections.LEFT_OUT,
+        findings=sections.findings_section(tables["findings"], metrics, degenerate),
+        validity=sections.validity_section(tables["validity"], metrics),
+        headline=sections.headline_rows(metrics),
+        run=sections.run_section(metrics, tables["experiments"], degenerate),
+        figures=figures_section(images, reports, skipped),
+        tables=sections.tables_section(tables, reports),
+    )
+    path = reports / "report.html"
+    with atomic_path(path) as tmp:
+        tmp.write_text(page, encoding="utf-8")
+    return path
