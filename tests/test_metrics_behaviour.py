@@ -1,0 +1,167 @@
+"""Behaviours of the metric functions that a mutation run (`make mutation`) showed untested:
+each expected value is computed by hand in the comment beside it."""
+
+import math
+
+import numpy as np
+import pytest
+
+from trashfire import metrics
+from trashfire.core.errors import ConfigError
+
+# 001's Table I: tau(K) = 1/K + w sqrt(K - 1) / K at w = 0.5
+TABLE_I = [(2, 0.75), (5, 0.4), (10, 0.25), (100, 0.01 + 0.5 * math.sqrt(99) / 100), (1000, 0.001 + 0.5 * math.sqrt(999) / 1000)]
+
+
+# accuracy
+
+
+def test_accuracy_is_the_share_of_correct_predictions_not_of_errors():
+    # 3 of 4 right: 0.75 (the error rate would be 0.25)
+    assert metrics.accuracy([1, 2, 3, 4], [1, 2, 3, 0]) == 0.75
+    assert metrics.accuracy([0, 1, 2], [0, 1, 2]) == 1.0
+    assert metrics.accuracy([0, 1, 2], [1, 2, 0]) == 0.0
+
+
+# the normalised robustness AUC
+
+
+def test_robustness_auc_on_an_interval_that_does_not_start_at_zero():
+    # f = [1, .8, .4, .2] at eps [0, 1, 2, 3]; on [1, 3]: grid [1, 2, 3], f [.8, .4, .2];
+    # area (.8 + .4) / 2 + (.4 + .2) / 2 = .9; R = .9 / (f(1) (3 - 1)) = .9 / 1.6 = .5625
+    eps, acc = [0, 1, 2, 3], [1.0, 0.8, 0.4, 0.2]
+    assert metrics.robustness_auc(eps, acc, 1.0, 3.0) == pytest.approx(0.5625)
+    # interpolated ends: [.5, 2.5]: grid [.5, 1, 2, 2.5], f [.9, .8, .4, .3];
+    # area .5 (1.7) / 2 + (1.2) / 2 + .5 (.7) / 2 = .425 + .6 + .175 = 1.2; R = 1.2 / (.9 * 2) = 2/3
+    assert metrics.robustness_auc(eps, acc, 0.5, 2.5) == pytest.approx(2 / 3)
+    # a flat curve keeps all of its accuracy wherever the interval lies: R = 1
+    assert metrics.robustness_auc(eps, [0.6] * 4, 1.0, 2.0) == pytest.approx(1.0)
+
+
+def test_robustness_auc_of_a_curve_that_falls_to_zero_at_its_next_point():
+    # f = [1, 0] on [0, 1]: area .5, R = .5 / (1 * 1); only f(eps0) must be > 0
+    assert metrics.robustness_auc([0, 1], [1.0, 0.0], 0.0, 1.0) == pytest.approx(0.5)
+
+
+def test_robustness_auc_refuses_an_interval_outside_the_measured_range():
+    eps, acc = [0.0, 1.0, 2.0, 3.0], [1.0, 0.8, 0.4, 0.2]
+    with pytest.raises(ValueError, match=r"\[1.0, 4.0\] lies outside the measured eps range \[0.0, 3.0\]"):
+        metrics.robustness_auc(eps, acc, 1.0, 4.0)  # eps1 beyond the last point
+    with pytest.raises(ValueError, match=r"outside the measured eps range \[1.0, 3.0\]"):
+        metrics.robustness_auc(eps[1:], acc[1:], 0.5, 2.0)  # eps0 before the first point
+
+
+def test_robustness_auc_names_the_zero_start_value():
+    with pytest.raises(ValueError, match=r"f\(0.0\) = 0.0"):
+        metrics.robustness_auc([0.0, 1.0], [0.0, 1.0], 0.0, 1.0)
+
+
+# the curve checks shared by EVP and the AUC
+
+
+@pytest.mark.parametrize(
+    "eps, acc",
+    [
+        ([0, 1, 2], [1.0, 0.5]),  # lengths differ
+        ([[0, 1], [2, 3]], [[1.0, 0.5], [0.4, 0.3]]),  # two-dimensional, though matching
+        ([0], [1.0]),  # one point
+    ],
+)
+def test_a_curve_needs_matching_one_dimensional_arrays_of_two_points(eps, acc):
+    with pytest.raises(ValueError, match="^a curve needs matching 1-d eps and performance arrays of at least two points$"):
+        metrics.evp(eps, acc, tau=0.1)
+
+
+def test_a_curve_with_a_repeated_eps_is_refused():
+    with pytest.raises(ValueError, match="^eps must be strictly increasing$"):
+        metrics.evp([0, 1, 1, 2], [1.0, 0.8, 0.7, 0.5], tau=0.1)
+
+
+# EVP
+
+
+def test_evp_counts_a_performance_exactly_at_tau_as_viable():
+    # g = P where P >= tau: [1, .5] on x [0, 1] with tau = .5: (1 + .5) / 2 = .75
+    assert metrics.evp([0, 1], [1.0, 0.5], tau=0.5) == pytest.approx(0.75)
+
+
+def test_evp_names_the_first_eps_when_the_grid_does_not_start_at_zero():
+    with pytest.raises(ValueError, match="got 0.1"):
+        metrics.evp([0.1, 0.2], [0.5, 0.4], tau=0.1)
+
+
+# the viability and degeneracy thresholds
+
+
+def test_viability_table_defaults_to_001s_table_i():
+    table = metrics.viability_table([k for k, _ in TABLE_I])
+    assert [k for k, _ in table] == [k for k, _ in TABLE_I]
+    assert [tau for _, tau in table] == pytest.approx([tau for _, tau in TABLE_I])
+    # another effect size: w = 1 for K = 10: .1 + 3 / 10
+    assert metrics.viability_table([10], w=1.0) == [(10, pytest.approx(0.4))]
+
+
+def test_degeneracy_threshold_defaults_to_tau_of_k_at_w_one_half():
+    for k, tau in TABLE_I:
+        assert metrics.degeneracy_threshold(k, None) == pytest.approx(tau)
+    assert metrics.degeneracy_threshold(10, None, w=1.0) == pytest.approx(0.4)
+
+
+def test_degeneracy_threshold_a_fixed_tau_then_a_margin_over_chance():
+    assert metrics.degeneracy_threshold(10, None, tau=0.3) == 0.3  # a fixed tau replaces tau(K)
+    assert metrics.degeneracy_threshold(10, 0.05) == pytest.approx(0.15)  # chance .1 + margin
+    assert metrics.degeneracy_threshold(4, 0.05, tau=0.9) == pytest.approx(0.3)  # a margin wins over tau
+
+
+def test_viability_threshold_names_the_key_it_refuses():
+    with pytest.raises(ConfigError) as refused:
+        metrics.viability_threshold(1)
+    assert refused.value.key == "n_classes"
+
+
+# the bootstrap interval
+
+
+def test_bootstrap_interval_is_at_95_percent_by_default():
+    # 0..9: the mean of 10 values resampled has sd sqrt(8.25 / 10) = .908, so the 95% percentile
+    # interval is about 4.5 -+ 1.96 (.908) = [2.72, 6.28], the 50% one 4.5 -+ .674 (.908) = [3.89, 5.11]
+    values = np.arange(10.0)
+    mean, lo, hi = metrics.bootstrap_mean(values)
+    assert mean == 4.5
+    assert (lo, hi) == (pytest.approx(2.72, abs=0.15), pytest.approx(6.28, abs=0.15))
+    _, lo50, hi50 = metrics.bootstrap_mean(values, level=0.5)
+    assert (lo50, hi50) == (pytest.approx(3.89, abs=0.15), pytest.approx(5.11, abs=0.15))
+
+
+def test_bootstrap_interval_at_a_level_of_a_two_value_sample():
+    # [0, 1] resampled twice: means 0, .5, 1 with chances 1/4, 1/2, 1/4. At level .4 the 30th
+    # and 70th percentiles both fall on .5; at .95 the 2.5th and 97.5th on 0 and 1
+    assert metrics.bootstrap_mean([0.0, 1.0], level=0.4) == (0.5, 0.5, 0.5)
+    assert metrics.bootstrap_mean([0.0, 1.0]) == (0.5, 0.0, 1.0)
+
+
+def test_bootstrap_interval_at_level_zero_is_the_median_resample_mean():
+    # the ends are the (1 - level) / 2 and (1 + level) / 2 quantiles: at level 0 both the median
+    values = [0.31, 1.72, 2.23, 4.15, 5.07, 3.3, 2.9]
+    _, lo, hi = metrics.bootstrap_mean(values, level=0.0)
+    assert lo == hi
+
+
+def test_bootstrap_defaults_are_2000_resamples_from_seed_0():
+    # the reported intervals are reproducible: the defaults are the documented ones
+    values = [0.31, 1.72, 2.23, 4.15, 5.07, 3.3, 2.9]
+    assert metrics.bootstrap_mean(values) == metrics.bootstrap_mean(values, resamples=2000, seed=0, level=0.95)
+    assert metrics.bootstrap_mean(values, seed=1) != metrics.bootstrap_mean(values)
+
+
+def test_bootstrap_leaves_nans_out():
+    mean, lo, hi = metrics.bootstrap_mean([1.0, math.nan, 3.0])
+    assert (mean, lo, hi) == (2.0, 1.0, 3.0)  # [1, 3]: means 1, 2, 3; the 2.5th and 97.5th are 1 and 3
+    assert all(math.isnan(x) for x in metrics.bootstrap_mean([math.nan, math.nan]))
+
+
+def test_bootstrap_of_one_value_gives_it_back_without_an_interval():
+    mean, lo, hi = metrics.bootstrap_mean([math.nan, 5.0])
+    assert mean == 5.0 and math.isnan(lo) and math.isnan(hi)
+    mean, lo, hi = metrics.bootstrap_mean([2.0, 4.0])  # two values have an interval: [2, 4]
+    assert (mean, lo, hi) == (3.0, 2.0, 4.0)
