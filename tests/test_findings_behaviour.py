@@ -186,3 +186,23 @@ def test_findings_metrics_carry_the_interval_p_and_clock():
 
 def test_an_empty_findings_frame_keeps_its_header():
     assert list(F.findings_frame([]).columns) == ["id", "paper", "claim", "test", "n", "value", "lo", "hi", "p", "verdict", "detail", "clock"]
+
+
+def test_depth_not_proportional_reads_fgm_or_pgd_cells_alone():
+    from tests.test_findings import check, depth_tables
+
+    for attack in ("fgm", "pgd"):
+        tables = depth_tables(0.5)
+        tables["trash"] = tables["trash"][tables["trash"]["attack"] == attack]
+        result = check("003_depth_not_proportional", **tables)
+        assert result.verdict == F.HOLDS and result.value == pytest.approx(0.5), attack
+
+
+def test_depth_not_proportional_is_inconclusive_when_the_interval_holds_one():
+    from tests.test_findings import check, table
+
+    models = {"model": ["cifar_resnet8", "cifar_resnet14", "cifar_resnet20", "cifar_resnet32"], "depth": [8, 14, 20, 32]}
+    t_train = [1.0, 2.0, 4.0, 8.0]
+    trash = table("trash", **models, model_hash=["a", "b", "c", "d"], t_train=t_train, E_T=[1.0, 1.0, 8.0, 4.0])
+    result = check("003_depth_not_proportional", trained=table("trained", **models, t_train=t_train), trash=trash)
+    assert result.lo < 1 < result.hi and result.verdict == F.INCONCLUSIVE, (result.lo, result.hi)
