@@ -206,3 +206,76 @@ def test_depth_not_proportional_is_inconclusive_when_the_interval_holds_one():
     trash = table("trash", **models, model_hash=["a", "b", "c", "d"], t_train=t_train, E_T=[1.0, 1.0, 8.0, 4.0])
     result = check("003_depth_not_proportional", trained=table("trained", **models, t_train=t_train), trash=trash)
     assert result.lo < 1 < result.hi and result.verdict == F.INCONCLUSIVE, (result.lo, result.hi)
+
+
+# 003's time findings: what findings.csv says of them
+
+
+def test_the_time_findings_name_their_test_and_what_they_need_when_not_testable():
+    empty = F.Tables(pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), pd.DataFrame())
+    found = {f.id: f for f in F.check_findings(empty, resamples=10)}
+    assert found["003_deeper_trains_longer"].test == "Spearman rho of depth and t_train over undefended trained models of one architecture family"
+    assert found["003_depth_not_proportional"].test == (
+        "slope of log E[T] on log t_train over undefended models of one family (FGM, PGD), bootstrap over models"
+    )
+    assert found["003_depth_latency_not_queries"].test == (
+        "slopes of log E[queries to failure] and of log latency per query on log depth, undefended FGM/PGD cells of one family, bootstrap over models"
+    )
+    for id in ("003_deeper_trains_longer", "003_depth_not_proportional", "003_depth_latency_not_queries"):
+        assert found[id].detail.startswith(F.NEEDS_DEPTHS), id
+
+
+def test_the_time_findings_name_their_test_with_its_models_when_testable():
+    from tests.test_findings import check, decomposition_tables
+
+    tables = decomposition_tables(0.0, 1.3)
+    deeper = check("003_deeper_trains_longer", **tables)
+    assert deeper.test == "Spearman rho of depth and t_train over 3 undefended trained models (cifar_resnet at epochs=1)"
+    proportional = check("003_depth_not_proportional", **tables)
+    assert proportional.test.endswith("bootstrap over models (3 models, cifar_resnet at epochs=1)")
+    assert proportional.detail.startswith("E[T] ~ t_train^0.5 over 3 models")
+    latency = check("003_depth_latency_not_queries", **tables)
+    assert latency.test.endswith("bootstrap over models (3 models, cifar_resnet at epochs=1)")
+
+
+def test_depth_latency_on_the_compute_clock_reads_flops_per_query():
+    from tests.test_findings import decomposition_tables
+
+    tables = decomposition_tables(0.0, 1.3)
+    given = F.Tables(tables["trained"], pd.DataFrame(), tables["trash"], pd.DataFrame(), clock="flops")
+    [found] = [f for f in F.check_findings(given, resamples=100) if f.id == "003_depth_latency_not_queries"]
+    assert found.verdict == F.HOLDS and "FLOPs per query ~ depth^1.3" in found.detail
+
+
+def test_depth_latency_reads_undefended_fgm_or_pgd_cells_only():
+    from tests.test_findings import check, decomposition_tables
+
+    tables = decomposition_tables(0.0, 1.3)
+    trash = tables["trash"]
+    for attack in ("fgm", "pgd"):
+        alone = check("003_depth_latency_not_queries", trained=tables["trained"], trash=trash[trash["attack"] == attack])
+        assert alone.verdict == F.HOLDS and alone.value == pytest.approx(0.0, abs=1e-12), attack
+    # a DeepFool cell of each model whose queries rise with depth is left out of the means
+    deepfool = trash.iloc[:3].assign(attack="deepfool", E_Q=[1.0, 100.0, 10000.0])
+    mixed = check("003_depth_latency_not_queries", trained=tables["trained"], trash=pd.concat([trash, deepfool]))
+    assert mixed.value == pytest.approx(0.0, abs=1e-12)
+
+
+def test_depth_latency_leaves_out_models_without_positive_queries_or_latency():
+    from tests.test_findings import check, decomposition_tables
+
+    tables = decomposition_tables(0.0, 1.3)
+    trash = tables["trash"]
+    half = check("003_depth_latency_not_queries", trained=tables["trained"], trash=trash.assign(E_Q=0.5))  # under one query: still a model
+    assert half.verdict == F.HOLDS
+    for column in ("E_Q", "flops_per_query"):
+        zero = trash.assign(**{column: np.where(trash["model_hash"] == "a", 0.0, trash[column])})
+        left = check("003_depth_latency_not_queries", trained=tables["trained"], trash=zero)
+        assert left.verdict == F.NOT_TESTABLE and "found 2" in left.detail, column
+
+
+def test_brittle_spearman_per_seed_reports_p():
+    brittle = pd.DataFrame({"seed": [0] * 4, "brittle_score": [0.1, 0.2, 0.3, 0.4], "robust_acc": [0.9, 0.7, 0.8, 0.1], "degenerate": False})
+    [(seed, result)] = F.brittle_spearman_per_seed(brittle).items()
+    # ranks [1, 2, 3, 4] and [4, 2, 3, 1]: d^2 = 9 + 0 + 0 + 9; rho = 1 - 6 (18) / (4 (15)) = -0.8
+    assert seed == "0" and result["rho"] == pytest.approx(-0.8) and result["p"] == pytest.approx(0.2) and result["n"] == 4
