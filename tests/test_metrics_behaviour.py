@@ -1,13 +1,15 @@
-"""Behaviours of the metric functions that a mutation run (`make mutation`) showed untested:
+"""Behaviours of the metric functions and the registry's readers that a mutation run (`make mutation`) showed untested:
 each expected value is computed by hand in the comment beside it."""
 
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from trashfire import metrics
 from trashfire.core.errors import ConfigError
+from trashfire.metrics import registry
 
 # 001's Table I: tau(K) = 1/K + w sqrt(K - 1) / K at w = 0.5
 TABLE_I = [(2, 0.75), (5, 0.4), (10, 0.25), (100, 0.01 + 0.5 * math.sqrt(99) / 100), (1000, 0.001 + 0.5 * math.sqrt(999) / 1000)]
@@ -165,3 +167,109 @@ def test_bootstrap_of_one_value_gives_it_back_without_an_interval():
     assert mean == 5.0 and math.isnan(lo) and math.isnan(hi)
     mean, lo, hi = metrics.bootstrap_mean([2.0, 4.0])  # two values have an interval: [2, 4]
     assert (mean, lo, hi) == (3.0, 2.0, 4.0)
+
+
+# what the registry's headline entries read
+# aft_comparison.csv: the selected model, two baselines and an unselected AFT model
+COMPARISON = pd.DataFrame(
+    {
+        "fitter": ["weibull", "lognormal", "runtime_baseline", "failure_share_baseline"],
+        "selected": [True, "False", False, False],
+        "test_concordance": [0.8, 0.7, 0.6, 0.55],
+        "test_ICI": [0.05, 0.06, np.nan, np.nan],
+        "beats_baselines": ["True", "False", "", ""],
+        "test_concordance_within": [0.66, 0.6, 0.5, 0.5],
+        "test_concordance_within[fgm linf]": [0.7, 0.1, 0.5, 0.5],
+        "test_concordance_within[pgd l2]": [0.62, 0.1, 0.5, 0.5],
+        "km_median_abs_log_ratio": [0.1, 0.2, np.nan, np.nan],
+        "km_share_flagged": [0.25, 0.5, np.nan, np.nan],
+        "km_worst_cells": ["fgm linf, none, digits = 2.5; pgd l2, conf, digits = 0.5", "", "", ""],
+        "split_by": ["train_hash"] * 4,
+    }
+)
+
+
+def test_the_survival_headline_reads_the_selected_model_and_the_baselines():
+    headline = registry.survival_headline(COMPARISON)
+    assert all(name.startswith("survival_") for name in headline) and len(headline) == 12
+    assert headline["survival_model"] == "weibull"
+    assert (headline["survival_test_concordance"], headline["survival_test_ici"]) == (0.8, 0.05)
+    assert headline["survival_beats_baselines"] is True
+    assert headline["survival_runtime_baseline_test_concordance"] == 0.6
+    assert headline["survival_failure_share_baseline_test_concordance"] == 0.55
+    assert headline["survival_test_concordance_within"] == 0.66
+    assert headline["survival_test_concordance_within_by_family"] == {"fgm linf": 0.7, "pgd l2": 0.62}
+    assert (headline["survival_km_median_abs_log_ratio"], headline["survival_km_share_flagged"]) == (0.1, 0.25)
+    assert headline["survival_km_worst_cells"] == {"fgm linf, none, digits": 2.5, "pgd l2, conf, digits": 0.5}
+    assert headline["survival_split_by"] == "train_hash"
+
+
+def test_a_table_i_from_before_a_score_reads_nan_and_a_missing_baseline_too():
+    old = COMPARISON.drop(columns=["km_share_flagged"]).iloc[:2]
+    assert math.isnan(registry.selected_score(old, "km_share_flagged"))
+    assert math.isnan(registry.baseline_concordance(old, "runtime_baseline"))
+
+
+def test_degenerate_cells_per_model_hash():
+    experiments = pd.DataFrame({"model_hash": ["a", "a", "b"], "degenerate": [1, 1, 0]})
+    flags = registry.degenerate_cells(experiments)
+    assert flags.to_dict() == {"a": True, "b": False} and flags.dtype == bool
+    unflagged = registry.degenerate_cells(pd.DataFrame({"model_hash": ["a", "a", "b"]}))  # timing flagged none
+    assert unflagged.to_dict() == {"a": False, "b": False} and unflagged.dtype == bool
+
+
+def test_decomposition_by_depth_averages_the_sound_undefended_cells():
+    trash = pd.DataFrame(
+        {
+            "dataset": ["digits"] * 5,
+            "attack_family": ["fgm linf"] * 5,
+            "depth": [8.0, 8.0, 14.0, 14.0, 8.0],
+            "defence": ["none", "none", "none", "conf", "none"],
+            "degenerate": [False, False, False, False, True],
+            "E_Q": [2.0, 4.0, 5.0, 100.0, 100.0],
+            "E_G": [1.0, 1.0, 2.0, 100.0, 100.0],
+            "flops_per_query": [10.0, 10.0, 20.0, 0.0, 0.0],
+        }
+    )
+    assert registry.decomposition_by_depth(trash) == {
+        "digits": {
+            "fgm linf": {
+                "8": {"E_Q": 3.0, "E_G": 1.0, "flops_per_query": 10.0},
+                "14": {"E_Q": 5.0, "E_G": 2.0, "flops_per_query": 20.0},
+            }
+        }
+    }
+    for column in ("defence", "dataset", "attack_family", "depth"):
+        assert registry.decomposition_by_depth(trash.drop(columns=[column])) == {}, column
+    assert registry.decomposition_by_depth(None) == {}
+
+
+def test_eps_survival_means_per_data_set_and_family():
+    eps = pd.DataFrame(
+        {
+            "dataset": ["digits", "digits", "digits", "mnist"],
+            "attack_family": ["fgm linf"] * 3 + ["pgd l2"],
+            "area": [0.2, 0.4, 0.9, 0.5],
+            "degenerate": [False, False, True, False],
+        }
+    )
+    assert registry.eps_survival_means(eps) == {"digits": {"fgm linf": pytest.approx(0.3)}, "mnist": {"pgd l2": 0.5}}
+
+
+def test_trash_by_clock_is_the_median_over_sound_cells_on_each_clock():
+    trash = pd.DataFrame({"trash_adv_wall": [1.0, 3.0, 10.0, 100.0], "trash_adv_flops": [2.0] * 4, "degenerate": [False, False, False, True]})
+    assert registry.trash_by_clock(trash) == {"flops": 2.0, "wall": 3.0}
+    assert registry.trash_by_clock(None) == {}
+
+
+def test_spearman_by_dataset_leaves_rows_without_both_scores_out():
+    brittle = pd.DataFrame(
+        {
+            "dataset": ["digits"] * 5,
+            "brittle_score": [0.1, 0.2, 0.3, 0.4, np.nan],
+            "robust_acc": [0.9, 0.7, 0.8, 0.1, 0.5],
+            "other": [np.nan] * 5,  # a column with no value never drops a row
+            "degenerate": False,
+        }
+    )
+    assert registry.spearman_by_dataset(brittle) == {"digits": {"rho": pytest.approx(-0.8), "p": pytest.approx(0.2), "n": 4}}
