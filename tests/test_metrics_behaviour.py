@@ -8,8 +8,9 @@ import pandas as pd
 import pytest
 
 from trashfire import metrics
+from trashfire.core import schema
 from trashfire.core.errors import ConfigError
-from trashfire.metrics import registry
+from trashfire.metrics import registry, validity
 
 # 001's Table I: tau(K) = 1/K + w sqrt(K - 1) / K at w = 0.5
 TABLE_I = [(2, 0.75), (5, 0.4), (10, 0.25), (100, 0.01 + 0.5 * math.sqrt(99) / 100), (1000, 0.001 + 0.5 * math.sqrt(999) / 1000)]
@@ -273,3 +274,78 @@ def test_spearman_by_dataset_leaves_rows_without_both_scores_out():
         }
     )
     assert registry.spearman_by_dataset(brittle) == {"digits": {"rho": pytest.approx(-0.8), "p": pytest.approx(0.2), "n": 4}}
+
+
+# the validity flags' probes, read from a benign record
+
+
+def probe(**values) -> pd.Series:
+    return pd.Series({"grad_zero_share": 0.0, "grad_nonfinite_share": 0.0, "query_repeats": 5} | values)
+
+
+def test_gradients_are_masked_when_zero_and_non_finite_shares_together_pass_the_share():
+    assert validity.gradients_masked(probe(grad_zero_share=0.3, grad_nonfinite_share=0.3), share=0.5) == (
+        True,
+        "30% of samples with zero and 30% with non-finite input gradients",
+    )
+    assert validity.gradients_masked(probe(grad_zero_share=0.25, grad_nonfinite_share=0.25), share=0.5)[0] is False  # at the share
+    assert validity.gradients_masked(probe(grad_zero_share=0.6), share=0.5)[0] is True
+    assert validity.gradients_masked(probe(grad_nonfinite_share=0.6), share=0.5)[0] is True
+    for missing in ("grad_zero_share", "grad_nonfinite_share"):
+        tripped, seen = validity.gradients_masked(probe().drop(missing), share=0.5)
+        assert tripped is None and seen == "not checked: the benign record has no gradient probe (rerun the attack stage)", missing
+
+
+def test_randomised_when_the_scores_change_beyond_float_noise():
+    changed = probe(query_output_change=0.2, query_flip_share=0.1, acc_query_sd=0.012, acc_query_range=0.03)
+    assert validity.randomised(changed) == (
+        True,
+        "scores change by up to 0.2 over 5 queries; 10% of samples change label, accuracy SD 0.012, range 0.03: one attack run is one draw, evaluate with EOT",
+    )
+    assert validity.randomised(probe(query_output_change=1e-5)) == (False, "the same scores over 5 queries")  # at the default tolerance
+    assert validity.randomised(probe(query_output_change=2e-5))[0] is True
+    assert validity.randomised(probe(query_output_change=0.2), output_tol=0.5)[0] is False
+    tripped, seen = validity.randomised(probe())
+    assert tripped is None and seen == "not checked: the benign record has no repeated-query probe (rerun the attack stage)"
+
+
+def test_a_probe_value_that_is_no_number_reads_as_not_checked():
+    assert validity.gradients_masked(probe(grad_zero_share="n/a"), share=0.5)[0] is None
+    assert validity.gradients_masked(probe(grad_zero_share=None), share=0.5)[0] is None
+
+
+def curve(family: str, attack: str, eps: list[float], acc: list[float]) -> pd.DataFrame:
+    return pd.DataFrame({"attack_family": family, "attack": attack, "eps": eps, "acc": acc})
+
+
+def test_non_monotone_reports_the_largest_rise_over_the_families():
+    curves = pd.concat([curve("b fam", "fgm", [0, 1, 2, 3], [0.9, 0.3, 0.5, 0.4]), curve("a fam", "pgd", [0, 1, 2], [0.9, 0.2, 0.3])])
+    # rises over the running minimum: b .2 (0.3 at eps 1 -> 0.5 at eps 2), a .1
+    assert validity.non_monotone(curves, rise_tol=0.05) == (True, "b fam: 0.30 at eps 1 -> 0.50 at eps 2")
+    assert validity.non_monotone(curves, rise_tol=0.2) == (False, "no rise above 0.2 over 2 curve(s)")  # at the tolerance
+    # equal rises: the first family in name order is reported
+    tied = pd.concat([curve("b fam", "fgm", [0, 1, 2], [0.9, 0.2, 0.3]), curve("a fam", "pgd", [0, 1, 2], [0.9, 0.4, 0.5])])
+    assert validity.non_monotone(tied, rise_tol=0.05) == (True, "a fam: 0.40 at eps 1 -> 0.50 at eps 2")
+    assert validity.non_monotone(curves.iloc[:0], rise_tol=0.05) == (None, "not checked: no eps attack family")
+
+
+def test_largest_eps_not_breaking_reads_white_box_attacks_above_zero_eps():
+    curves = pd.concat(
+        [
+            curve("fgm linf", "fgm", [0, 1, 2], [0.9, 0.5, 0.3]),
+            curve("pgd linf", "pgd", [0, 1, 2], [0.9, 0.2, 0.1]),
+            curve("square linf", "square", [0, 1, 2], [0.9, 0.0, 0.0]),  # black-box: not read
+        ]
+    )
+    assert validity.largest_eps_not_breaking(curves, ["square"], near_zero=0.05) == (
+        True,
+        "accuracy at the largest eps: pgd linf 0.10 at eps 2; fgm linf 0.30 at eps 2",
+    )
+    assert validity.largest_eps_not_breaking(curves, ["square"], near_zero=0.1)[0] is False  # at near_zero
+    benign_only = curve("fgm linf", "fgm", [0], [0.9])
+    assert validity.largest_eps_not_breaking(benign_only, [], near_zero=0.05) == (None, "not checked: no white-box eps attack family")
+
+
+def test_the_summary_leaves_degenerate_cells_out():
+    table = pd.DataFrame({"degenerate": [False, "True", "false"]} | {name: [True, True, None] for name in schema.VALIDITY_FLAGS})
+    assert validity.validity_summary(table) == {name: {"tripped": 1, "checked": 1} for name in schema.VALIDITY_FLAGS}
