@@ -349,3 +349,31 @@ def test_largest_eps_not_breaking_reads_white_box_attacks_above_zero_eps():
 def test_the_summary_leaves_degenerate_cells_out():
     table = pd.DataFrame({"degenerate": [False, "True", "false"]} | {name: [True, True, None] for name in schema.VALIDITY_FLAGS})
     assert validity.validity_summary(table) == {name: {"tripped": 1, "checked": 1} for name in schema.VALIDITY_FLAGS}
+
+
+def validity_cells(model_hash: str, acc_by_attack: dict[str, list[float]], eps=(0.1, 0.2, 0.3), **probes) -> pd.DataFrame:
+    """Attack cells of one undefended linf model cell as experiments.csv has them (test_validity's, without torch)."""
+    from trashfire.metrics.aggregate import with_family
+
+    rows = [{"attack": a, "attack_value": e, "attack_value_standardised": e, "acc_adv": acc} for a, accs in acc_by_attack.items() for e, acc in zip(eps, accs)]
+    labels = {"train_hash": f"t{model_hash}", "dataset": "digits", "pretrained_on": "", "seed": 0, "model": "mlp", "depth": 2, "epochs": 1, "lr": 0.01}
+    labels |= {"defence": "none", "defence_param": "", "defence_value": 0, "norm": "inf", "attack_param": "eps", "attack_units": "standardised"}
+    probe = {"grad_zero_share": 0.0, "grad_nonfinite_share": 0.0, "query_repeats": 5, "query_output_change": 0.0, "query_flip_share": 0.0}
+    probe |= {"acc_query_sd": 0.0, "acc_query_range": 0.0} | probes
+    table = pd.DataFrame(rows).assign(model_hash=model_hash, pixel_std=1.0, n_classes=10, acc_ben_attack_subset=0.9, degenerate=False, **labels, **probe)
+    return with_family(table)
+
+
+def test_the_validity_table_names_each_cells_tripped_flags_in_the_experiments_order():
+    from omegaconf import OmegaConf
+
+    from trashfire.metrics.aggregate import eps_curves
+
+    settings = OmegaConf.load("conf/metrics/default.yaml").validity
+    tripped = validity_cells("b", {"fgm": [0.5, 0.2, 0.25]}, grad_zero_share=0.9, query_output_change=0.5)
+    clean = validity_cells("a", {"pgd": [0.0]}, eps=(0.1,))  # one attack cell
+    experiments = pd.concat([tripped, clean])
+    table = validity.validity_table(experiments, eps_curves(experiments), settings)
+    assert table["model_hash"].tolist() == ["b", "a"] and table["train_hash"].tolist() == ["tb", "ta"]
+    assert table["flags"].tolist() == ["non_monotone, gradients_masked, randomised, largest_eps_not_breaking", ""]
+    assert table["randomised"].tolist() == [True, False] and list(table.columns) == schema.VALIDITY
