@@ -56,7 +56,34 @@ bench: $(STAMP) ## time the default pipeline, no-op repro, attack and sweep over
 figures: $(STAMP) ## redraw figures and the report from recorded results
 	dvc repro figures
 
+# mutation testing, outside CI: mutmut (requirements-mutation.lock) changes one operator or
+# constant at a time in these modules and runs the tests that call the changed function
+# (pyproject.toml's [tool.mutmut]); tests/mutation_score.py prints the score per module, with
+# the equivalent mutants of tests/mutation_equivalents.md named. MODULES= runs a subset;
+# MUTATION_LIMIT=<seconds> stops each module's run after that long (the rest count as not run).
+MUTATION_STAMP := $(VENV)/.mutation-installed
+MUTATION_LIMIT ?= 0
+MODULES ?= trashfire.core.clocks trashfire.metrics trashfire.metrics.findings trashfire.metrics.validity trashfire.metrics.registry trashfire.metrics.aggregate trashfire.survival.data trashfire.survival.epsilon trashfire.survival.figures trashfire.survival.fitters trashfire.survival.analysis
+
+$(MUTATION_STAMP): requirements-mutation.lock
+	@test -x $(PY) || $(MAKE) install
+	@$(PY) -m pip install -q --disable-pip-version-check -r requirements-mutation.lock 2>&1 | grep -v "^WARNING: Location" || true
+	@$(VENV)/bin/mutmut --version || { echo "mutmut install failed: see pip's messages above"; exit 1; }
+	@touch $@
+
+mutation: $(MUTATION_STAMP) ## mutation testing of metrics/, survival/, core/clocks.py (slow; not CI): score per module
+	@mkdir -p mutants
+	@for module in $(MODULES); do \
+		start=$$(date +%s); \
+		timeout --signal=INT $(MUTATION_LIMIT) env -u PYTHONPATH $(VENV)/bin/mutmut run "$$module.x*" > mutants/$$module.log 2>&1; \
+		status=$$?; \
+		if [ $$status -eq 124 ]; then echo "$$module: stopped after $(MUTATION_LIMIT) s"; \
+		elif [ $$status -ne 0 ]; then tail -c 3000 mutants/$$module.log; echo "mutmut failed on $$module (log: mutants/$$module.log)"; exit 1; \
+		else echo "$$module: $$(( $$(date +%s) - start )) s"; fi; \
+	done
+	@$(PY) tests/mutation_score.py --min 90
+
 clean: ## remove pipeline outputs (not .venv, not the DVC cache)
 	rm -rf data/processed models reports logs outputs multirun .sweeps
 
-.PHONY: help install params dvc-yaml run lint format test test-slow test-kill bench figures clean
+.PHONY: help install params dvc-yaml run lint format test test-slow test-kill bench figures mutation clean

@@ -1,0 +1,379 @@
+"""Behaviours of the metric functions and the registry's readers that a mutation run (`make mutation`) showed untested:
+each expected value is computed by hand in the comment beside it."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from trashfire import metrics
+from trashfire.core import schema
+from trashfire.core.errors import ConfigError
+from trashfire.metrics import registry, validity
+
+# 001's Table I: tau(K) = 1/K + w sqrt(K - 1) / K at w = 0.5
+TABLE_I = [(2, 0.75), (5, 0.4), (10, 0.25), (100, 0.01 + 0.5 * math.sqrt(99) / 100), (1000, 0.001 + 0.5 * math.sqrt(999) / 1000)]
+
+
+# accuracy
+
+
+def test_accuracy_is_the_share_of_correct_predictions_not_of_errors():
+    # 3 of 4 right: 0.75 (the error rate would be 0.25)
+    assert metrics.accuracy([1, 2, 3, 4], [1, 2, 3, 0]) == 0.75
+    assert metrics.accuracy([0, 1, 2], [0, 1, 2]) == 1.0
+    assert metrics.accuracy([0, 1, 2], [1, 2, 0]) == 0.0
+
+
+# the normalised robustness AUC
+
+
+def test_robustness_auc_on_an_interval_that_does_not_start_at_zero():
+    # f = [1, .8, .4, .2] at eps [0, 1, 2, 3]; on [1, 3]: grid [1, 2, 3], f [.8, .4, .2];
+    # area (.8 + .4) / 2 + (.4 + .2) / 2 = .9; R = .9 / (f(1) (3 - 1)) = .9 / 1.6 = .5625
+    eps, acc = [0, 1, 2, 3], [1.0, 0.8, 0.4, 0.2]
+    assert metrics.robustness_auc(eps, acc, 1.0, 3.0) == pytest.approx(0.5625)
+    # interpolated ends: [.5, 2.5]: grid [.5, 1, 2, 2.5], f [.9, .8, .4, .3];
+    # area .5 (1.7) / 2 + (1.2) / 2 + .5 (.7) / 2 = .425 + .6 + .175 = 1.2; R = 1.2 / (.9 * 2) = 2/3
+    assert metrics.robustness_auc(eps, acc, 0.5, 2.5) == pytest.approx(2 / 3)
+    # a flat curve keeps all of its accuracy wherever the interval lies: R = 1
+    assert metrics.robustness_auc(eps, [0.6] * 4, 1.0, 2.0) == pytest.approx(1.0)
+
+
+def test_robustness_auc_of_a_curve_that_falls_to_zero_at_its_next_point():
+    # f = [1, 0] on [0, 1]: area .5, R = .5 / (1 * 1); only f(eps0) must be > 0
+    assert metrics.robustness_auc([0, 1], [1.0, 0.0], 0.0, 1.0) == pytest.approx(0.5)
+
+
+def test_robustness_auc_refuses_an_interval_outside_the_measured_range():
+    eps, acc = [0.0, 1.0, 2.0, 3.0], [1.0, 0.8, 0.4, 0.2]
+    with pytest.raises(ValueError, match=r"\[1.0, 4.0\] lies outside the measured eps range \[0.0, 3.0\]"):
+        metrics.robustness_auc(eps, acc, 1.0, 4.0)  # eps1 beyond the last point
+    with pytest.raises(ValueError, match=r"outside the measured eps range \[1.0, 3.0\]"):
+        metrics.robustness_auc(eps[1:], acc[1:], 0.5, 2.0)  # eps0 before the first point
+
+
+def test_robustness_auc_names_the_zero_start_value():
+    with pytest.raises(ValueError, match=r"f\(0.0\) = 0.0"):
+        metrics.robustness_auc([0.0, 1.0], [0.0, 1.0], 0.0, 1.0)
+
+
+# the curve checks shared by EVP and the AUC
+
+
+@pytest.mark.parametrize(
+    "eps, acc",
+    [
+        ([0, 1, 2], [1.0, 0.5]),  # lengths differ
+        ([[0, 1], [2, 3]], [[1.0, 0.5], [0.4, 0.3]]),  # two-dimensional, though matching
+        ([0], [1.0]),  # one point
+    ],
+)
+def test_a_curve_needs_matching_one_dimensional_arrays_of_two_points(eps, acc):
+    with pytest.raises(ValueError, match="^a curve needs matching 1-d eps and performance arrays of at least two points$"):
+        metrics.evp(eps, acc, tau=0.1)
+
+
+def test_a_curve_with_a_repeated_eps_is_refused():
+    with pytest.raises(ValueError, match="^eps must be strictly increasing$"):
+        metrics.evp([0, 1, 1, 2], [1.0, 0.8, 0.7, 0.5], tau=0.1)
+
+
+# EVP
+
+
+def test_evp_counts_a_performance_exactly_at_tau_as_viable():
+    # g = P where P >= tau: [1, .5] on x [0, 1] with tau = .5: (1 + .5) / 2 = .75
+    assert metrics.evp([0, 1], [1.0, 0.5], tau=0.5) == pytest.approx(0.75)
+
+
+def test_evp_names_the_first_eps_when_the_grid_does_not_start_at_zero():
+    with pytest.raises(ValueError, match="got 0.1"):
+        metrics.evp([0.1, 0.2], [0.5, 0.4], tau=0.1)
+
+
+# the viability and degeneracy thresholds
+
+
+def test_viability_table_defaults_to_001s_table_i():
+    table = metrics.viability_table([k for k, _ in TABLE_I])
+    assert [k for k, _ in table] == [k for k, _ in TABLE_I]
+    assert [tau for _, tau in table] == pytest.approx([tau for _, tau in TABLE_I])
+    # another effect size: w = 1 for K = 10: .1 + 3 / 10
+    assert metrics.viability_table([10], w=1.0) == [(10, pytest.approx(0.4))]
+
+
+def test_degeneracy_threshold_defaults_to_tau_of_k_at_w_one_half():
+    for k, tau in TABLE_I:
+        assert metrics.degeneracy_threshold(k, None) == pytest.approx(tau)
+    assert metrics.degeneracy_threshold(10, None, w=1.0) == pytest.approx(0.4)
+
+
+def test_degeneracy_threshold_a_fixed_tau_then_a_margin_over_chance():
+    assert metrics.degeneracy_threshold(10, None, tau=0.3) == 0.3  # a fixed tau replaces tau(K)
+    assert metrics.degeneracy_threshold(10, 0.05) == pytest.approx(0.15)  # chance .1 + margin
+    assert metrics.degeneracy_threshold(4, 0.05, tau=0.9) == pytest.approx(0.3)  # a margin wins over tau
+
+
+def test_viability_threshold_names_the_key_it_refuses():
+    with pytest.raises(ConfigError) as refused:
+        metrics.viability_threshold(1)
+    assert refused.value.key == "n_classes"
+
+
+# the bootstrap interval
+
+
+def test_bootstrap_interval_is_at_95_percent_by_default():
+    # 0..9: the mean of 10 values resampled has sd sqrt(8.25 / 10) = .908, so the 95% percentile
+    # interval is about 4.5 -+ 1.96 (.908) = [2.72, 6.28], the 50% one 4.5 -+ .674 (.908) = [3.89, 5.11]
+    values = np.arange(10.0)
+    mean, lo, hi = metrics.bootstrap_mean(values)
+    assert mean == 4.5
+    assert (lo, hi) == (pytest.approx(2.72, abs=0.15), pytest.approx(6.28, abs=0.15))
+    _, lo50, hi50 = metrics.bootstrap_mean(values, level=0.5)
+    assert (lo50, hi50) == (pytest.approx(3.89, abs=0.15), pytest.approx(5.11, abs=0.15))
+
+
+def test_bootstrap_interval_at_a_level_of_a_two_value_sample():
+    # [0, 1] resampled twice: means 0, .5, 1 with chances 1/4, 1/2, 1/4. At level .4 the 30th
+    # and 70th percentiles both fall on .5; at .95 the 2.5th and 97.5th on 0 and 1
+    assert metrics.bootstrap_mean([0.0, 1.0], level=0.4) == (0.5, 0.5, 0.5)
+    assert metrics.bootstrap_mean([0.0, 1.0]) == (0.5, 0.0, 1.0)
+
+
+def test_bootstrap_interval_at_level_zero_is_the_median_resample_mean():
+    # the ends are the (1 - level) / 2 and (1 + level) / 2 quantiles: at level 0 both the median
+    values = [0.31, 1.72, 2.23, 4.15, 5.07, 3.3, 2.9]
+    _, lo, hi = metrics.bootstrap_mean(values, level=0.0)
+    assert lo == hi
+
+
+def test_bootstrap_defaults_are_2000_resamples_from_seed_0():
+    # the reported intervals are reproducible: the defaults are the documented ones
+    values = [0.31, 1.72, 2.23, 4.15, 5.07, 3.3, 2.9]
+    assert metrics.bootstrap_mean(values) == metrics.bootstrap_mean(values, resamples=2000, seed=0, level=0.95)
+    assert metrics.bootstrap_mean(values, seed=1) != metrics.bootstrap_mean(values)
+
+
+def test_bootstrap_leaves_nans_out():
+    mean, lo, hi = metrics.bootstrap_mean([1.0, math.nan, 3.0])
+    assert (mean, lo, hi) == (2.0, 1.0, 3.0)  # [1, 3]: means 1, 2, 3; the 2.5th and 97.5th are 1 and 3
+    assert all(math.isnan(x) for x in metrics.bootstrap_mean([math.nan, math.nan]))
+
+
+def test_bootstrap_of_one_value_gives_it_back_without_an_interval():
+    mean, lo, hi = metrics.bootstrap_mean([math.nan, 5.0])
+    assert mean == 5.0 and math.isnan(lo) and math.isnan(hi)
+    mean, lo, hi = metrics.bootstrap_mean([2.0, 4.0])  # two values have an interval: [2, 4]
+    assert (mean, lo, hi) == (3.0, 2.0, 4.0)
+
+
+# what the registry's headline entries read
+# aft_comparison.csv: the selected model, two baselines and an unselected AFT model
+COMPARISON = pd.DataFrame(
+    {
+        "fitter": ["weibull", "lognormal", "runtime_baseline", "failure_share_baseline"],
+        "selected": [True, "False", False, False],
+        "test_concordance": [0.8, 0.7, 0.6, 0.55],
+        "test_ICI": [0.05, 0.06, np.nan, np.nan],
+        "beats_baselines": ["True", "False", "", ""],
+        "test_concordance_within": [0.66, 0.6, 0.5, 0.5],
+        "test_concordance_within[fgm linf]": [0.7, 0.1, 0.5, 0.5],
+        "test_concordance_within[pgd l2]": [0.62, 0.1, 0.5, 0.5],
+        "km_median_abs_log_ratio": [0.1, 0.2, np.nan, np.nan],
+        "km_share_flagged": [0.25, 0.5, np.nan, np.nan],
+        "km_worst_cells": ["fgm linf, none, digits = 2.5; pgd l2, conf, digits = 0.5", "", "", ""],
+        "split_by": ["train_hash"] * 4,
+    }
+)
+
+
+def test_the_survival_headline_reads_the_selected_model_and_the_baselines():
+    headline = registry.survival_headline(COMPARISON)
+    assert all(name.startswith("survival_") for name in headline) and len(headline) == 12
+    assert headline["survival_model"] == "weibull"
+    assert (headline["survival_test_concordance"], headline["survival_test_ici"]) == (0.8, 0.05)
+    assert headline["survival_beats_baselines"] is True
+    assert headline["survival_runtime_baseline_test_concordance"] == 0.6
+    assert headline["survival_failure_share_baseline_test_concordance"] == 0.55
+    assert headline["survival_test_concordance_within"] == 0.66
+    assert headline["survival_test_concordance_within_by_family"] == {"fgm linf": 0.7, "pgd l2": 0.62}
+    assert (headline["survival_km_median_abs_log_ratio"], headline["survival_km_share_flagged"]) == (0.1, 0.25)
+    assert headline["survival_km_worst_cells"] == {"fgm linf, none, digits": 2.5, "pgd l2, conf, digits": 0.5}
+    assert headline["survival_split_by"] == "train_hash"
+
+
+def test_a_table_i_from_before_a_score_reads_nan_and_a_missing_baseline_too():
+    old = COMPARISON.drop(columns=["km_share_flagged"]).iloc[:2]
+    assert math.isnan(registry.selected_score(old, "km_share_flagged"))
+    assert math.isnan(registry.baseline_concordance(old, "runtime_baseline"))
+
+
+def test_degenerate_cells_per_model_hash():
+    experiments = pd.DataFrame({"model_hash": ["a", "a", "b"], "degenerate": [1, 1, 0]})
+    flags = registry.degenerate_cells(experiments)
+    assert flags.to_dict() == {"a": True, "b": False} and flags.dtype == bool
+    unflagged = registry.degenerate_cells(pd.DataFrame({"model_hash": ["a", "a", "b"]}))  # timing flagged none
+    assert unflagged.to_dict() == {"a": False, "b": False} and unflagged.dtype == bool
+
+
+def test_decomposition_by_depth_averages_the_sound_undefended_cells():
+    trash = pd.DataFrame(
+        {
+            "dataset": ["digits"] * 5,
+            "attack_family": ["fgm linf"] * 5,
+            "depth": [8.0, 8.0, 14.0, 14.0, 8.0],
+            "defence": ["none", "none", "none", "conf", "none"],
+            "degenerate": [False, False, False, False, True],
+            "E_Q": [2.0, 4.0, 5.0, 100.0, 100.0],
+            "E_G": [1.0, 1.0, 2.0, 100.0, 100.0],
+            "flops_per_query": [10.0, 10.0, 20.0, 0.0, 0.0],
+        }
+    )
+    assert registry.decomposition_by_depth(trash) == {
+        "digits": {
+            "fgm linf": {
+                "8": {"E_Q": 3.0, "E_G": 1.0, "flops_per_query": 10.0},
+                "14": {"E_Q": 5.0, "E_G": 2.0, "flops_per_query": 20.0},
+            }
+        }
+    }
+    for column in ("defence", "dataset", "attack_family", "depth"):
+        assert registry.decomposition_by_depth(trash.drop(columns=[column])) == {}, column
+    assert registry.decomposition_by_depth(None) == {}
+
+
+def test_eps_survival_means_per_data_set_and_family():
+    eps = pd.DataFrame(
+        {
+            "dataset": ["digits", "digits", "digits", "mnist"],
+            "attack_family": ["fgm linf"] * 3 + ["pgd l2"],
+            "area": [0.2, 0.4, 0.9, 0.5],
+            "degenerate": [False, False, True, False],
+        }
+    )
+    assert registry.eps_survival_means(eps) == {"digits": {"fgm linf": pytest.approx(0.3)}, "mnist": {"pgd l2": 0.5}}
+
+
+def test_trash_by_clock_is_the_median_over_sound_cells_on_each_clock():
+    trash = pd.DataFrame({"trash_adv_wall": [1.0, 3.0, 10.0, 100.0], "trash_adv_flops": [2.0] * 4, "degenerate": [False, False, False, True]})
+    assert registry.trash_by_clock(trash) == {"flops": 2.0, "wall": 3.0}
+    assert registry.trash_by_clock(None) == {}
+
+
+def test_spearman_by_dataset_leaves_rows_without_both_scores_out():
+    brittle = pd.DataFrame(
+        {
+            "dataset": ["digits"] * 5,
+            "brittle_score": [0.1, 0.2, 0.3, 0.4, np.nan],
+            "robust_acc": [0.9, 0.7, 0.8, 0.1, 0.5],
+            "other": [np.nan] * 5,  # a column with no value never drops a row
+            "degenerate": False,
+        }
+    )
+    assert registry.spearman_by_dataset(brittle) == {"digits": {"rho": pytest.approx(-0.8), "p": pytest.approx(0.2), "n": 4}}
+
+
+# the validity flags' probes, read from a benign record
+
+
+def probe(**values) -> pd.Series:
+    return pd.Series({"grad_zero_share": 0.0, "grad_nonfinite_share": 0.0, "query_repeats": 5} | values)
+
+
+def test_gradients_are_masked_when_zero_and_non_finite_shares_together_pass_the_share():
+    assert validity.gradients_masked(probe(grad_zero_share=0.3, grad_nonfinite_share=0.3), share=0.5) == (
+        True,
+        "30% of samples with zero and 30% with non-finite input gradients",
+    )
+    assert validity.gradients_masked(probe(grad_zero_share=0.25, grad_nonfinite_share=0.25), share=0.5)[0] is False  # at the share
+    assert validity.gradients_masked(probe(grad_zero_share=0.6), share=0.5)[0] is True
+    assert validity.gradients_masked(probe(grad_nonfinite_share=0.6), share=0.5)[0] is True
+    for missing in ("grad_zero_share", "grad_nonfinite_share"):
+        tripped, seen = validity.gradients_masked(probe().drop(missing), share=0.5)
+        assert tripped is None and seen == "not checked: the benign record has no gradient probe (rerun the attack stage)", missing
+
+
+def test_randomised_when_the_scores_change_beyond_float_noise():
+    changed = probe(query_output_change=0.2, query_flip_share=0.1, acc_query_sd=0.012, acc_query_range=0.03)
+    assert validity.randomised(changed) == (
+        True,
+        "scores change by up to 0.2 over 5 queries; 10% of samples change label, accuracy SD 0.012, range 0.03: one attack run is one draw, evaluate with EOT",
+    )
+    assert validity.randomised(probe(query_output_change=1e-5)) == (False, "the same scores over 5 queries")  # at the default tolerance
+    assert validity.randomised(probe(query_output_change=2e-5))[0] is True
+    assert validity.randomised(probe(query_output_change=0.2), output_tol=0.5)[0] is False
+    tripped, seen = validity.randomised(probe())
+    assert tripped is None and seen == "not checked: the benign record has no repeated-query probe (rerun the attack stage)"
+
+
+def test_a_probe_value_that_is_no_number_reads_as_not_checked():
+    assert validity.gradients_masked(probe(grad_zero_share="n/a"), share=0.5)[0] is None
+    assert validity.gradients_masked(probe(grad_zero_share=None), share=0.5)[0] is None
+
+
+def curve(family: str, attack: str, eps: list[float], acc: list[float]) -> pd.DataFrame:
+    return pd.DataFrame({"attack_family": family, "attack": attack, "eps": eps, "acc": acc})
+
+
+def test_non_monotone_reports_the_largest_rise_over_the_families():
+    curves = pd.concat([curve("b fam", "fgm", [0, 1, 2, 3], [0.9, 0.3, 0.5, 0.4]), curve("a fam", "pgd", [0, 1, 2], [0.9, 0.2, 0.3])])
+    # rises over the running minimum: b .2 (0.3 at eps 1 -> 0.5 at eps 2), a .1
+    assert validity.non_monotone(curves, rise_tol=0.05) == (True, "b fam: 0.30 at eps 1 -> 0.50 at eps 2")
+    assert validity.non_monotone(curves, rise_tol=0.2) == (False, "no rise above 0.2 over 2 curve(s)")  # at the tolerance
+    # equal rises: the first family in name order is reported
+    tied = pd.concat([curve("b fam", "fgm", [0, 1, 2], [0.9, 0.2, 0.3]), curve("a fam", "pgd", [0, 1, 2], [0.9, 0.4, 0.5])])
+    assert validity.non_monotone(tied, rise_tol=0.05) == (True, "a fam: 0.40 at eps 1 -> 0.50 at eps 2")
+    assert validity.non_monotone(curves.iloc[:0], rise_tol=0.05) == (None, "not checked: no eps attack family")
+
+
+def test_largest_eps_not_breaking_reads_white_box_attacks_above_zero_eps():
+    curves = pd.concat(
+        [
+            curve("fgm linf", "fgm", [0, 1, 2], [0.9, 0.5, 0.3]),
+            curve("pgd linf", "pgd", [0, 1, 2], [0.9, 0.2, 0.1]),
+            curve("square linf", "square", [0, 1, 2], [0.9, 0.0, 0.0]),  # black-box: not read
+        ]
+    )
+    assert validity.largest_eps_not_breaking(curves, ["square"], near_zero=0.05) == (
+        True,
+        "accuracy at the largest eps: pgd linf 0.10 at eps 2; fgm linf 0.30 at eps 2",
+    )
+    assert validity.largest_eps_not_breaking(curves, ["square"], near_zero=0.1)[0] is False  # at near_zero
+    benign_only = curve("fgm linf", "fgm", [0], [0.9])
+    assert validity.largest_eps_not_breaking(benign_only, [], near_zero=0.05) == (None, "not checked: no white-box eps attack family")
+
+
+def test_the_summary_leaves_degenerate_cells_out():
+    table = pd.DataFrame({"degenerate": [False, "True", "false"]} | {name: [True, True, None] for name in schema.VALIDITY_FLAGS})
+    assert validity.validity_summary(table) == {name: {"tripped": 1, "checked": 1} for name in schema.VALIDITY_FLAGS}
+
+
+def validity_cells(model_hash: str, acc_by_attack: dict[str, list[float]], eps=(0.1, 0.2, 0.3), **probes) -> pd.DataFrame:
+    """Attack cells of one undefended linf model cell as experiments.csv has them (test_validity's, without torch)."""
+    from trashfire.metrics.aggregate import with_family
+
+    rows = [{"attack": a, "attack_value": e, "attack_value_standardised": e, "acc_adv": acc} for a, accs in acc_by_attack.items() for e, acc in zip(eps, accs)]
+    labels = {"train_hash": f"t{model_hash}", "dataset": "digits", "pretrained_on": "", "seed": 0, "model": "mlp", "depth": 2, "epochs": 1, "lr": 0.01}
+    labels |= {"defence": "none", "defence_param": "", "defence_value": 0, "norm": "inf", "attack_param": "eps", "attack_units": "standardised"}
+    probe = {"grad_zero_share": 0.0, "grad_nonfinite_share": 0.0, "query_repeats": 5, "query_output_change": 0.0, "query_flip_share": 0.0}
+    probe |= {"acc_query_sd": 0.0, "acc_query_range": 0.0} | probes
+    table = pd.DataFrame(rows).assign(model_hash=model_hash, pixel_std=1.0, n_classes=10, acc_ben_attack_subset=0.9, degenerate=False, **labels, **probe)
+    return with_family(table)
+
+
+def test_the_validity_table_names_each_cells_tripped_flags_in_the_experiments_order():
+    from omegaconf import OmegaConf
+
+    from trashfire.metrics.aggregate import eps_curves
+
+    settings = OmegaConf.load("conf/metrics/default.yaml").validity
+    tripped = validity_cells("b", {"fgm": [0.5, 0.2, 0.25]}, grad_zero_share=0.9, query_output_change=0.5)
+    clean = validity_cells("a", {"pgd": [0.0]}, eps=(0.1,))  # one attack cell
+    experiments = pd.concat([tripped, clean])
+    table = validity.validity_table(experiments, eps_curves(experiments), settings)
+    assert table["model_hash"].tolist() == ["b", "a"] and table["train_hash"].tolist() == ["tb", "ta"]
+    assert table["flags"].tolist() == ["non_monotone, gradients_masked, randomised, largest_eps_not_breaking", ""]
+    assert table["randomised"].tolist() == [True, False] and list(table.columns) == schema.VALIDITY
