@@ -33,8 +33,8 @@ run: $(STAMP) params.yaml ## install, then run the embedded default pipeline (dv
 	@test -d .dvc || dvc init -q
 	dvc repro
 
-test: $(STAMP) ## install, then run the fast test suite
-	$(PY) -m pytest -m "not slow" -q
+test: $(STAMP) ## install, then run the fast test suite (pytest-xdist: one worker per core)
+	$(PY) -m pytest -m "not slow" -q -n auto --dist worksteal
 
 lint: $(STAMP) ## ruff: lint and format check (CI runs it); `make format` rewrites
 	$(VENV)/bin/ruff check src tests bench
@@ -63,7 +63,7 @@ figures: $(STAMP) ## redraw figures and the report from recorded results
 # MUTATION_LIMIT=<seconds> stops each module's run after that long (the rest count as not run).
 MUTATION_STAMP := $(VENV)/.mutation-installed
 MUTATION_LIMIT ?= 0
-MODULES ?= trashfire.core.clocks trashfire.metrics trashfire.metrics.findings trashfire.metrics.validity trashfire.metrics.registry trashfire.metrics.aggregate trashfire.survival.data trashfire.survival.epsilon trashfire.survival.figures trashfire.survival.fitters trashfire.survival.analysis
+MODULES ?= trashfire.core.clocks trashfire.core.stats trashfire.metrics trashfire.metrics.findings trashfire.metrics.validity trashfire.metrics.registry trashfire.metrics.aggregate trashfire.metrics.cards trashfire.metrics.checks trashfire.metrics.summaries trashfire.survival.data trashfire.survival.epsilon trashfire.survival.figures trashfire.survival.fitters trashfire.survival.analysis trashfire.survival.scoring trashfire.survival.expected_time trashfire.survival.datasets trashfire.survival.checks
 
 $(MUTATION_STAMP): requirements-mutation.lock
 	@test -x $(PY) || $(MAKE) install

@@ -6,10 +6,16 @@ import json
 import os
 from pathlib import Path
 
-import numpy as np
-import pytest
+# Under pytest-xdist (`make test` runs one worker per core), one thread per worker: the
+# workers share the cores, and torch's default of one thread per core in each would
+# oversubscribe them. Set before torch is imported, which reads it once.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") != "1":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from trashfire.core.config import compose, normalise, validate
+import numpy as np  # noqa: E402 -- after the thread setting
+import pytest  # noqa: E402
+
+from trashfire.core.config import compose, normalise, validate  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_MNIST = ROOT.parent / "shared" / "data" / "mnist"
