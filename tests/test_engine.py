@@ -49,6 +49,7 @@ def spec_of(name, norm, value, **extra):
         "value": value,
         "batch_size": 100,
         "kwargs": {},
+        "rules": {"torch": {"algorithm": name}},  # the loop that runs it (conf/attack/<name>.yaml)
     }
     if name == "pgd":
         spec |= {"max_iter": 10, "step_scale": 2.5, "kwargs": {"num_random_init": 0, "verbose": False}}

@@ -133,10 +133,11 @@ def test_deepfool_times_are_the_returned_norms_in_pixel_units():
             "attack_units": "standardised",
             "pixel_std": 0.5,
             "attack_hash": ["a", "b", "c"],
+            "minimal": True,  # its option's `minimal: true` (conf/attack/deepfool.yaml)
         }
     )
     other = outcomes([0, 1, 2, 3], [1, 1, 1, 1], norm_l2=[8.0, 2.0, 2.0, 2.0])
-    data = epsilon.sample_table(experiments, {"a": first, "b": second, "c": other}, minimal=["deepfool"], minimal_units="pixel")
+    data = epsilon.sample_table(experiments, {"a": first, "b": second, "c": other}, minimal_units="pixel")
     assert list(data.columns) == schema.EPS_SURVIVAL_DATA
     assert (data["search"] == "minimal").all() and (data["units"] == "pixel").all()
     assert data[data["model_hash"] == "m1"]["eps"].tolist() == [0.0, 1.0, 2.5, 3.0]
@@ -159,6 +160,7 @@ def test_a_grid_family_keeps_its_configured_units_and_largest_eps():
             "attack_units": "pixel",
             "pixel_std": 0.4,
             "attack_hash": ["a", "b", "c", "d"],
+            "minimal": False,
         }
     )
     data = epsilon.sample_table(experiments, dict(zip("abcd", cells)))

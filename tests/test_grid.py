@@ -4,7 +4,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from trashfire.core.config import compose, validate
-from trashfire.core.grid import attack_cells, model_cells, training_cells
+from trashfire.core.grid import attack_cells, data_block, model_cells, training_cells
 
 
 def hashes(cells):
@@ -96,3 +96,35 @@ def test_pixel_units_divide_by_the_mean_training_std():
 
     assert attack_strength({"value": 0.3, "units": "pixel"}, pixel_std=0.3) == pytest.approx(1.0)
     assert attack_strength({"value": 0.3}, pixel_std=0.3) == 0.3
+
+
+def _hand_written_data_block(name, spec):
+    """The data block before it was derived: name, source, subsample and the keys a
+    hand-written list said change the images, where set."""
+    shape = {key: spec[key] for key in ("size", "channels", "classes", "task") if spec.get(key) is not None}
+    return {"name": name, "source": spec.source, "subsample": spec.get("subsample"), **shape}
+
+
+@pytest.mark.parametrize("dataset", ["digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "fusion_digit", "fusion_object"])
+@pytest.mark.parametrize("overrides", [[], ["experiment=auc_paper"]])
+def test_every_shipped_data_set_keeps_the_hash_it_had_before_the_block_was_derived(conf_dir, dataset, overrides):
+    """No cached model is invalidated: each option's unhashed keys are those the old list left out."""
+    cfg = compose([*overrides, f"data=[{dataset}]"], conf=conf_dir)
+    for name, spec in cfg.data.items():
+        assert data_block(name, spec) == _hand_written_data_block(name, spec)
+
+
+def test_a_data_key_changes_the_hash_unless_the_option_lists_it_unhashed(conf_dir):
+    """A key no list names (a loader's new option) enters the hash; where the files are does not."""
+    base = hashes(training_cells(compose(["data=[mnist]"], conf=conf_dir)))
+    assert hashes(training_cells(compose(["data=[mnist]", "+data.mnist.noise=0.1"], conf=conf_dir))).isdisjoint(base)
+    assert hashes(training_cells(compose(["data=[mnist]", "data.mnist.root=/elsewhere", "data.mnist.download=true"], conf=conf_dir))) == base
+    assert hashes(training_cells(compose(["data=[mnist]", "data.mnist.unhashed=[]", "data.mnist.root=/elsewhere"], conf=conf_dir))).isdisjoint(base)
+
+
+def test_an_attacks_properties_never_enter_a_cell_hash(conf_dir):
+    """black_box and minimal say what an attack is (the tables read them), not what it computes."""
+    base = compose([], conf=conf_dir)
+    described = compose(["+attack.hsj.black_box=true", "attack.deepfool.minimal=false", "+attack.fgm.black_box=false"], conf=conf_dir)
+    assert hashes(attack_cells(base)) == hashes(attack_cells(described))
+    assert {c.attack: c.spec.get("minimal") for c in attack_cells(base)}["deepfool"] is True  # the spec carries it for the tables

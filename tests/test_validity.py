@@ -97,6 +97,7 @@ def experiment_rows(rows: list[dict], model_hash: str, benign: float, probe: dic
     labels = {"train_hash": model_hash, "dataset": "digits", "pretrained_on": "", "seed": 0, "model": "mlp", "depth": 2, "epochs": 1, "lr": 0.01}
     labels |= {"defence": "none", "defence_param": "", "defence_value": 0, "norm": "inf", "attack_param": "eps", "attack_units": "standardised"}
     table = pd.DataFrame(rows).assign(model_hash=model_hash, pixel_std=1.0, n_classes=10, acc_ben_attack_subset=benign, degenerate=False, **labels, **probe)
+    table["black_box"] = table["attack"].eq("square")  # as timing reads it from ART's declaration of SquareAttack
     return with_family(table)
 
 
@@ -195,6 +196,17 @@ def test_black_box_stronger_compares_the_best_of_each_kind_at_one_budget():
     assert flags_of(on_fewer)["black_box_stronger"] is None  # accuracies on different samples do not compare
     composite = cells.assign(engine=cells["attack"].map({"pgd": "sequence", "square": "per_image"}))
     assert flags_of(composite)["black_box_stronger"] is None  # AutoAttack's worst case is neither kind
+
+
+def test_an_attacks_kind_is_the_tables_black_box_column_not_its_name():
+    cells = curve_cells({"pgd": [0.3, 0.1, 0.0], "mine": [0.2, 0.05, 0.0]})
+    assert flags_of(cells.assign(black_box=cells["attack"].eq("mine")))["black_box_stronger"] is True
+    assert flags_of(cells.assign(black_box=False))["black_box_stronger"] is None  # two white-box attacks: nothing to compare
+    as_csv = cells.assign(black_box=cells["attack"].map({"pgd": "False", "mine": "True"}))  # read back from experiments.csv
+    assert flags_of(as_csv)["black_box_stronger"] is True
+    unknown = flags_of(cells.assign(black_box=cells["attack"].map({"pgd": False, "mine": None})))
+    assert unknown["black_box_stronger"] is None and unknown["largest_eps_not_breaking"] is None
+    assert "whether mine is black-box" in unknown["black_box_stronger_detail"] and "rerun the attack stage" in unknown["largest_eps_not_breaking_detail"]
 
 
 def test_largest_eps_not_breaking_reads_the_strongest_white_box_attack_at_its_largest_eps():

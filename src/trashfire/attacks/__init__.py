@@ -7,10 +7,13 @@ from typing import Any
 
 import numpy as np
 from art.estimators.classification import PyTorchClassifier
+from art.estimators.classification.classifier import ClassGradientsMixin
+from art.estimators.estimator import LossGradientsMixin
 from hydra.utils import get_class
 from torch import nn
 
 from trashfire.core.checks import RULES
+from trashfire.core.config import TORCH_ALGORITHMS
 from trashfire.core.errors import ConfigError
 from trashfire.core.schema import to_standardised
 from trashfire.models.defences import predict_defences
@@ -85,6 +88,40 @@ def engine_of(spec: dict[str, Any]) -> str:
     """The configured engine, else the first its rules allow (`rules.engine`), else ART image
     by image (see trashfire.attacks.engine)."""
     return spec.get("engine") or ((spec.get(RULES) or {}).get("engine") or ["per_image"])[0]
+
+
+def torch_algorithm(spec: dict[str, Any]) -> str:
+    """The torch engine's loop that runs this attack, as its rules name it
+    (`rules.torch.algorithm`: fgm, pgd or deepfool; trashfire.attacks.engine.ALGORITHMS)."""
+    algorithm = ((spec.get(RULES) or {}).get("torch") or {}).get("algorithm")
+    if algorithm not in TORCH_ALGORITHMS:
+        raise ConfigError(
+            f"attack.{spec.get('name', '?')}.{RULES}.torch.algorithm",
+            f"got {algorithm!r}; the torch engine runs {', '.join(TORCH_ALGORITHMS)}: name the loop that runs this attack, or use engine: art",
+        )
+    return algorithm
+
+
+GRADIENT_MIXINS = (LossGradientsMixin, ClassGradientsMixin)  # ART's estimator interfaces of input gradients
+
+
+def declaration(target: str) -> dict[str, Any]:
+    """What ART declares of an attack class: the estimator interfaces it requires
+    (`_estimator_requirements`, by name; None where the class declares none, as our composite
+    does) and so whether it needs input gradients (None: undeclared)."""
+    required = getattr(get_class(target), "_estimator_requirements", None)
+    if required is None:
+        return {"target": target, "estimator_requirements": None, "gradients": None}
+    classes = _flattened(required)
+    names = sorted({cls.__name__ for cls in classes})
+    return {"target": target, "estimator_requirements": names, "gradients": any(issubclass(cls, GRADIENT_MIXINS) for cls in classes)}
+
+
+def _flattened(required: Any) -> list[type]:
+    """ART's requirements, a tuple whose items may be tuples of alternatives, as one list."""
+    if isinstance(required, (tuple, list)):
+        return [cls for item in required for cls in _flattened(item)]
+    return [required]
 
 
 def budget_subset(labels: np.ndarray, n: int | None) -> np.ndarray:

@@ -28,16 +28,17 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from trashfire.attacks import art_classifier, attack_strength, budget_subset, build_attack, engine_of, perturbation_norms, validity
+from trashfire.attacks import art_classifier, attack_strength, budget_subset, build_attack, declaration, engine_of, perturbation_norms, validity
 from trashfire.attacks.engine import attack_samples, calibrate, model_cost, price, warm_up_batch
 from trashfire.attacks.target import Target
 from trashfire.core.clocks import SECONDS, STEPS, Elapsed, LapClock, Rate, Stopwatch, pooled_rate
+from trashfire.core.errors import ConfigError
 from trashfire.core.grid import AttackCell, ModelCell, attack_cells
 from trashfire.core.parallel import describe, resolve_workers, run_jobs, threads_per_cell
-from trashfire.core.records import is_recorded, remove_dead_temps, write_npz
+from trashfire.core.records import is_recorded, read_json, remove_dead_temps, write_json, write_npz
 from trashfire.core.schema import AttackRecord, BenignRecord, Outcomes, TrainRecord, cell_labels
 from trashfire.core.stats import accuracy
-from trashfire.core.store import attack_record_path, benign_path, outcomes_path
+from trashfire.core.store import attack_record_path, benign_path, black_box_of, declaration_path, outcomes_path
 from trashfire.data.datasets import Split, cached_split
 from trashfire.models.architectures import resolve_device
 from trashfire.models.flops import SampleCost
@@ -254,6 +255,25 @@ def attack_job(cfg: DictConfig, model_cell: ModelCell, cells: list[AttackCell]) 
     return len(cells)
 
 
+def declare_attacks(cfg: DictConfig, folder: Path) -> None:
+    """Record what ART declares of each attack class of the grid (`declaration_path`), which
+    the tables read (black_box: trashfire.core.store.black_box_of); refuse, before any cell
+    runs, an attack whose class declares nothing and whose option does not say."""
+    declarations = declaration_path(folder, "_").parent
+    if declarations.is_dir():
+        remove_dead_temps(declarations)
+    for name, spec in cfg.attack.items():
+        declared = declaration(spec._target_)
+        if black_box_of(spec, declared) is None:
+            raise ConfigError(
+                f"attack.{name}.black_box",
+                f"missing; {spec._target_} declares no estimator requirements (ART's _estimator_requirements): state black_box: true (it only queries the model's outputs) or false",
+            )
+        path = declaration_path(folder, spec._target_)
+        if not is_recorded(path) or read_json(path) != declared:
+            write_json(path, declared)
+
+
 def attack_grid(cfg: DictConfig) -> int:
     """Attack every pending cell; returns how many were computed."""
     device = resolve_device(cfg.train.device)
@@ -261,6 +281,7 @@ def attack_grid(cfg: DictConfig) -> int:
     cells = attack_cells(cfg)
     if folder.is_dir():
         remove_dead_temps(folder)
+    declare_attacks(cfg, folder)
     pending = [cell for cell in cells if not is_recorded(attack_record_path(folder, cell.hash))]
     workers = resolve_workers(cfg.train.get("workers", "auto"), device.type)
     threads = threads_per_cell(workers, cfg.train.get("threads", 1))

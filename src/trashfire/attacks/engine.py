@@ -7,7 +7,8 @@ in FLOPs at the model's cost per sample (`model_cost`); its seconds on both cloc
 compute times its cell's seconds per FLOP at full batch (`price`), so they do not depend on
 how many others of its batch were still standing. The laps' equal shares stay beside them.
 
-- `torch`: FGM, PGD and DeepFool in a device-resident loop. Each step's forward pass decides
+- `torch`: FGM, PGD and DeepFool in a device-resident loop (`ALGORITHMS`; an attack's
+  `rules.torch.algorithm` names the one that runs it). Each step's forward pass decides
   which samples are already misclassified (the check costs no extra pass), those leave the
   batch (early exit). The forward is a query of every sample it checks, the backward a
   gradient of each it steps. Step 0's forward is the first query, so a sample wrong before
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -39,7 +41,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from trashfire.attacks import NORMS, pgd_step_size
+from trashfire.attacks import NORMS, pgd_step_size, torch_algorithm
 from trashfire.attacks.autoattack import Sequence
 from trashfire.attacks.target import Target, margins
 from trashfire.core.clocks import STEPS, LapClock, Rate, rate_of
@@ -143,20 +145,10 @@ def attack_samples(
     searches; without them they are drawn from NumPy's global generator."""
     cost = cost or model_cost(target, x, y)
     clock = LapClock(len(y), target.device, cost.forward, cost.backward).start()
-    log = FailureLog(x.astype(np.float32), y.astype(np.int64), budget_of(spec))
+    log = FailureLog(x.astype(np.float32), y.astype(np.int64), budget_of(spec, engine))
     batch_size = spec.get("batch_size", 100)
-    if engine == "torch" and spec["name"] == "deepfool":
-        deepfool(
-            target,
-            log,
-            clock,
-            nb_grads=int(strength),
-            max_iter=spec["max_iter"],
-            overshoot=spec.get("kwargs", {}).get("epsilon", 1e-6),
-            batch_size=batch_size,
-        )
-    elif engine == "torch":
-        gradient_attack(target, log, clock, gradient_settings(spec, strength), early_exit, batch_size)
+    if engine == "torch":
+        ALGORITHMS[torch_algorithm(spec)].run(target, log, clock, spec, strength, early_exit, batch_size)
     elif engine == "per_image":
         per_image(attack, target, log, clock, batch_size, image_seeds)
     elif engine == "sequence":
@@ -224,17 +216,26 @@ def calibrate(target: Target, clock: LapClock, x: np.ndarray, y: np.ndarray, bat
     return rate_of(laps, "calibration")
 
 
-def budget_of(spec: dict) -> int:
-    """Steps of a censored sample for the gradient engines (queries are counted per image)."""
-    return 1 if spec["name"] == "fgm" else int(spec.get("max_iter") or 1)
+def budget_of(spec: dict, engine: str = "torch") -> int:
+    """Steps of a censored sample for the torch loop (its algorithm's); the image-by-image
+    engines count queries per image, and the budget is max_iter (or 1) there."""
+    if engine == "torch":
+        return ALGORITHMS[torch_algorithm(spec)].steps(spec)
+    return int(spec.get("max_iter") or 1)
 
 
-def gradient_settings(spec: dict, eps: float) -> GradientSettings:
-    """FGM is one step of length eps; PGD's step is eps * step_scale / max_iter (as build_attack)."""
-    norm = float(NORMS[str(spec["norm"])])
-    if spec["name"] == "fgm":
-        return GradientSettings(norm, eps, eps, 1)
-    return GradientSettings(norm, eps, pgd_step_size(spec, eps), int(spec["max_iter"]))
+def _norm(spec: dict) -> float:
+    return float(NORMS[str(spec["norm"])])
+
+
+def fgm_settings(spec: dict, eps: float) -> GradientSettings:
+    """FGM: one step of length eps."""
+    return GradientSettings(_norm(spec), eps, eps, 1)
+
+
+def pgd_settings(spec: dict, eps: float) -> GradientSettings:
+    """PGD: max_iter steps of eps * step_scale / max_iter (as build_attack)."""
+    return GradientSettings(_norm(spec), eps, pgd_step_size(spec, eps), int(spec["max_iter"]))
 
 
 def _batches(n: int, size: int):
@@ -386,6 +387,38 @@ def deepfool_step(f: torch.Tensor, grads: torch.Tensor, own: torch.Tensor) -> to
     direction = grad_diff[k, nearest]
     size = f_diff[k, nearest].abs() / (torch.linalg.norm(direction.reshape(len(f), -1), dim=1) ** 2 + DEEPFOOL_TOL)
     return size.reshape((-1,) + (1,) * (direction.dim() - 1)) * direction
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """One loop of the torch engine: a censored sample's steps for a spec, and the run of
+    the attack on (target, log, clock) at a strength (`run(target, log, clock, spec,
+    strength, early_exit, batch_size)`)."""
+
+    steps: Callable[[dict], int]
+    run: Callable[..., None]
+
+
+def _gradient(settings: Callable[[dict, float], GradientSettings]) -> Callable[..., None]:
+    def run(target: Target, log: FailureLog, clock: LapClock, spec: dict, strength: float, early_exit: bool, batch_size: int) -> None:
+        gradient_attack(target, log, clock, settings(spec, strength), early_exit, batch_size)
+
+    return run
+
+
+def _deepfool(target: Target, log: FailureLog, clock: LapClock, spec: dict, strength: float, early_exit: bool, batch_size: int) -> None:
+    """Its loop always exits early (the validator refuses `early_exit` for it)."""
+    overshoot = spec.get("kwargs", {}).get("epsilon", 1e-6)
+    deepfool(target, log, clock, nb_grads=int(strength), max_iter=spec["max_iter"], overshoot=overshoot, batch_size=batch_size)
+
+
+# the torch engine's loops by the name an attack's `rules.torch.algorithm` gives
+# (trashfire.core.config.TORCH_ALGORITHMS names the same, for the validator)
+ALGORITHMS = {
+    "fgm": Algorithm(steps=lambda spec: 1, run=_gradient(fgm_settings)),
+    "pgd": Algorithm(steps=lambda spec: int(spec["max_iter"]), run=_gradient(pgd_settings)),
+    "deepfool": Algorithm(steps=lambda spec: int(spec["max_iter"]), run=_deepfool),
+}
 
 
 @dataclass

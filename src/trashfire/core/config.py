@@ -29,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from trashfire.core import external
 from trashfire.core.checks import (
+    ATTACK_PROPERTIES,
     RULES,
     check_keys,
     check_value,
@@ -48,7 +49,8 @@ from trashfire.core.errors import ConfigError
 DEFENCE_STAGES = ("none", "train", "predict")  # see trashfire.core.grid
 ATTACK_UNITS = ("standardised", "pixel")
 ENGINES = ("torch", "per_image", "sequence", "art")  # see trashfire.attacks.engine
-TORCH_RULES = ("required", "early_exit", "kwargs", "any_kwargs")  # an attack's rules.torch
+TORCH_RULES = ("algorithm", "required", "early_exit", "kwargs", "any_kwargs")  # an attack's rules.torch
+TORCH_ALGORITHMS = ("fgm", "pgd", "deepfool")  # the torch engine's loops, rules.torch.algorithm (trashfire.attacks.engine.ALGORITHMS)
 # an attack's rules read beside its own keys: engine, torch, classes (a check of every
 # selected data set's n_classes) and components (true: kwargs.components are attack options,
 # each checked by its own rules at the composite's norms and values)
@@ -337,10 +339,18 @@ def _validate_attack(key: str, name: str, spec: Any, attacks: dict[str, Any], cl
             f"{key}.units",
             f"got 'pixel'; pixel units convert a real strength (eps), and {name}'s values are {kind}s ({key}.{RULES}.values); allowed: standardised",
         )
+    _validate_properties(key, spec)
     _validate_classes(key, rules, classes)
     _validate_engine(key, spec, rules, attacks)
     if rules.get("components") is not None:
         _validate_components(key, spec, rules, attacks, classes)
+
+
+def _validate_properties(key: str, spec: DictConfig) -> None:
+    """ATTACK_PROPERTIES: true or false where stated (black_box absent: ART's declaration)."""
+    for name in ATTACK_PROPERTIES:
+        if spec.get(name) is not None and not isinstance(spec[name], bool):
+            raise ConfigError(f"{key}.{name}", f"got {spec[name]!r}; allowed: true, false (or leave it out)")
 
 
 def _validate_classes(key: str, rules: DictConfig, classes: Mapping[str, int]) -> None:
@@ -417,6 +427,8 @@ def _validate_engine(key: str, spec: DictConfig, rules: DictConfig, attacks: dic
         why = f"; our torch loop runs {', '.join(runs)} only" if engine == "torch" and runs else ""
         raise ConfigError(f"{key}.engine", f"got {engine!r}; allowed: {', '.join(engines)} ({key}.{RULES}.engine{why})")
     torch_rules = _torch_rules(key, rules)
+    if "torch" in engines:
+        _validate_torch_algorithm(key, torch_rules)
     if engine == "torch":
         _validate_torch_engine(key, spec, torch_rules)
     if "early_exit" in spec:
@@ -433,6 +445,18 @@ def _validate_engine(key: str, spec: DictConfig, rules: DictConfig, attacks: dic
 def _selected(spec: Any, path: str) -> Any:
     """A value of another option, which may not be checked yet: None where it is not there."""
     return OmegaConf.select(spec, path, default=None, throw_on_missing=False) if isinstance(spec, DictConfig) else None
+
+
+def _validate_torch_algorithm(key: str, torch_rules: DictConfig) -> None:
+    """An attack the torch engine may run names the loop that runs it; the loop, not the
+    attack's name, decides (trashfire.attacks.engine.ALGORITHMS)."""
+    algorithm = torch_rules.get("algorithm")
+    if algorithm not in TORCH_ALGORITHMS:
+        problem = "missing" if algorithm is None else f"got {algorithm!r}"
+        raise ConfigError(
+            f"{key}.{RULES}.torch.algorithm",
+            f"{problem}; allowed: {', '.join(TORCH_ALGORITHMS)} (the torch engine's loop that runs this attack), or leave torch out of {RULES}.engine",
+        )
 
 
 def _validate_torch_engine(key: str, spec: DictConfig, torch_rules: DictConfig) -> None:

@@ -7,7 +7,10 @@ grid adds only new cells, and changing an attack parameter changes no training h
 
 An option's `rules` (what the validator allows it) never enter a hash: a model's spec leaves
 them out (its builder takes no rules), an attack's spec carries them for the attack code
-(the strength's kind, the default engine) but its hash leaves them out.
+(the strength's kind, the default engine, the torch loop) but its hash leaves them out, as
+it leaves out the attack's properties (black_box, minimal: what the tables read). A data
+set enters a training hash with every key of its option but n_classes, its rules and the
+keys it lists as `unhashed` (`data_block`), so a new key its loader reads changes the hash.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from trashfire.core import external
-from trashfire.core.checks import RULES, as_list
+from trashfire.core.checks import ATTACK_PROPERTIES, RULES, UNHASHED, as_list
 from trashfire.core.records import config_hash
 
 # Bump when a change to the code changes what a cell computes: old records then miss.
@@ -87,7 +90,8 @@ class AttackCell:
 
     @property
     def hash(self) -> str:
-        return config_hash({"model": self.model.hash, "attack": without_rules(self.spec), "v": ATTACK_VERSION})
+        hashed = {key: value for key, value in without_rules(self.spec).items() if key not in ATTACK_PROPERTIES}
+        return config_hash({"model": self.model.hash, "attack": hashed, "v": ATTACK_VERSION})
 
 
 def _plain(node: Any) -> Any:
@@ -119,11 +123,6 @@ def defence_values(name: str, spec: DictConfig) -> list[dict[str, Any]]:
 
 def _stages(cfg: DictConfig) -> set[str]:
     return {spec.stage for spec in cfg.defence.values()}
-
-
-def _shape_keys(dspec: DictConfig) -> dict[str, Any]:
-    """Options that change the images; absent ones stay out so older hashes hold."""
-    return {key: dspec[key] for key in ("size", "channels", "classes", "task") if dspec.get(key) is not None}
 
 
 def training_cells(cfg: DictConfig) -> list[TrainCell]:
@@ -193,10 +192,24 @@ def _train_cell(cfg: DictConfig, dname: str, seed: int, mname: str, epochs: int,
     return TrainCell(dname, seed, mname, mspec.depth, epochs, float(lr), defence, spec, base)
 
 
+# a data option's keys that never enter its hash besides its `unhashed` ones: its rules, and
+# n_classes, which prepare checks against the data (it never changes them)
+DATA_UNHASHED = (RULES, UNHASHED, "n_classes")
+
+
+def data_block(dname: str, dspec: DictConfig) -> dict[str, Any]:
+    """The data set as a training hash sees it: its name, source and subsample, and every
+    other key of its option that is set (null ones stay out, so that older hashes hold) but
+    DATA_UNHASHED and those its option lists as `unhashed`. No list of image keys: a new key
+    a loader reads changes the hash unless the option says it never changes the images."""
+    unhashed = {*DATA_UNHASHED, *as_list(dspec.get(UNHASHED) or [])}
+    block = {"name": dname, "source": dspec.source, "subsample": _plain(dspec.get("subsample"))}
+    return block | {key: _plain(value) for key, value in dspec.items() if key not in block and key not in unhashed and value is not None}
+
+
 def _data_spec(cfg: DictConfig, dname: str, seed: int) -> dict[str, Any]:
-    dspec = cfg.data[dname]
     return {
-        "data": {"name": dname, "source": dspec.source, "subsample": dspec.get("subsample"), **_shape_keys(dspec)},
+        "data": data_block(dname, cfg.data[dname]),
         "split": {"seed": seed, "test_size": cfg.split.test_size},
     }
 
@@ -240,7 +253,7 @@ def attack_specs(cfg: DictConfig) -> list[dict[str, Any]]:
     """One dict per (attack, norm, strength) of the attack grid."""
     specs = []
     for name, spec in cfg.attack.items():
-        extra = {k: _plain(spec[k]) for k in ("max_iter", "step_scale", "batch_size", "engine", "early_exit") if k in spec}
+        extra = {k: _plain(spec[k]) for k in ("max_iter", "step_scale", "batch_size", "engine", "early_exit", *ATTACK_PROPERTIES) if k in spec}
         if spec.get("samples") is not None:  # absent when all: older hashes hold
             extra["samples"] = spec.samples
         if spec.get("units", "standardised") != "standardised":  # absent when standardised: older hashes hold

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from trashfire.core.checks import check_keys, choice, integer, nonempty_list, nonempty_mapping, number, option_rules, register
+from trashfire.core.checks import RULES, UNHASHED, check_keys, choice, integer, nonempty_list, nonempty_mapping, number, option_rules, register
 from trashfire.core.config import options
+from trashfire.core.errors import ConfigError
 from trashfire.data.loaders import LOADERS
 
 DATA_SOURCES = (*LOADERS, "fusion")  # the loaders of trashfire.data.datasets; fusion mixes two of them
@@ -29,8 +30,22 @@ def _validate_data(cfg: DictConfig) -> None:
             if spec.get(option) is not None:
                 integer(f"{key}.{option}", spec[option], low=1)
         check_keys(key, spec, rules)
+        _validate_unhashed(key, spec)
         if spec.get("subsample") is not None:
             integer(f"{key}.subsample", spec.subsample, low=cfg.split.get("n_attack", 1) * 2)
+
+
+def _validate_unhashed(key: str, spec: DictConfig) -> None:
+    """`unhashed` lists keys of the option itself that never change the images."""
+    listed = spec.get(UNHASHED)
+    if listed is None:
+        return
+    allowed = [k for k in spec if k not in ("name", "source", "subsample", "size", "channels", "n_classes", RULES, UNHASHED)]
+    if not OmegaConf.is_list(listed) or any(k not in allowed for k in listed):
+        raise ConfigError(
+            f"{key}.{UNHASHED}",
+            f"got {listed!r}; allowed: a list of this option's keys that never change the images ({', '.join(allowed) or 'none'}); the others enter the cell hash",
+        )
 
 
 def _validate_split(split: DictConfig) -> None:

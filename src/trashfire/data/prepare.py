@@ -7,10 +7,10 @@ import logging
 from pathlib import Path
 
 import numpy as np
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from sklearn.model_selection import train_test_split
 
-from trashfire.core.checks import as_list
+from trashfire.core.checks import RULES, UNHASHED, as_list
 from trashfire.core.errors import DataError
 from trashfire.core.records import write_npy, write_npz
 from trashfire.data.datasets import dataset_dir
@@ -40,13 +40,23 @@ def split_permutation(data: RawDataset, seed: int, test_size: float, n_attack: i
     return {"train": np.sort(train), "test": np.sort(test), "attack": attack, "mean": mean, "std": std, "pixel_max": np.float64(data.pixel_max)}
 
 
+# a data option's keys that prepare applies itself, or that are no input at all; the loader
+# gets every other key (a loader takes **_ for those it does not read)
+PREPARE_KEYS = ("name", "source", "n_classes", "subsample", "size", "channels", RULES, UNHASHED)
+
+
+def loader_args(spec: DictConfig) -> dict:
+    """The keys of a data option its loader reads: all but PREPARE_KEYS, so that a new key
+    reaches the loader with no list to extend (and enters the cell hash, trashfire.core.grid)."""
+    return {key: OmegaConf.to_container(value) if OmegaConf.is_config(value) else value for key, value in spec.items() if key not in PREPARE_KEYS}
+
+
 def prepare_dataset(name: str, spec: DictConfig, split: DictConfig, processed: Path) -> Path:
     if spec.source == "fusion":
         folder = prepare_fusion(name, spec, split, processed, as_list(split.seeds), subsample)
         log.info("%s: fusion (%s task), %d permutation(s) -> %s", name, spec.task, len(as_list(split.seeds)), folder)
         return folder
-    loader_args = {key: spec[key] for key in ("root", "download", "classes", "verify") if key in spec}
-    data = subsample(LOADERS[spec.source](**loader_args), spec.get("subsample"))
+    data = subsample(LOADERS[spec.source](**loader_args(spec)), spec.get("subsample"))
     data = to_shape(data, spec.get("size"), spec.get("channels"))
     n_labels = len(np.unique(data.labels))
     if n_labels != spec.n_classes:

@@ -276,12 +276,22 @@ def _robust_label(robust: DictConfig) -> str:
 
 
 def headline(
-    experiments, trash, robustness, brittle, comparison, checked: list[schema.Finding] | tuple = (), eps_survival=None, flags: pd.DataFrame | None = None
+    experiments,
+    trash,
+    robustness,
+    brittle,
+    comparison,
+    checked: list[schema.Finding] | tuple = (),
+    eps_survival=None,
+    flags: pd.DataFrame | None = None,
+    settings: DictConfig | None = None,
 ) -> dict:
     """metrics.json, the metrics DVC tracks: every metric of the registry (trashfire.metrics.registry.HEADLINE).
     Means and medians leave degenerate model cells out; EVP is averaged over the curves that
     reach non-viability, the others apart."""
-    results = registry.Results(experiments, trash, robustness, brittle, comparison, tuple(checked), eps_survival=eps_survival, validity=flags)
+    results = registry.Results(
+        experiments, trash, robustness, brittle, comparison, tuple(checked), eps_survival=eps_survival, validity=flags, settings=settings
+    )
     return registry.headline(results)
 
 
@@ -364,7 +374,7 @@ def aggregate_reports(cfg: DictConfig) -> dict:
         },
     )
     write_cards(reports / "cards", experiments, trash, robustness, brittle, flags)
-    summary = headline(experiments, trash, robustness, brittle, comparison, checked, eps_survival, flags)
+    summary = headline(experiments, trash, robustness, brittle, comparison, checked, eps_survival, flags, m)
     write_json(reports / "metrics.json", without_nan(summary))
     shown = {k: v for k, v in summary.items() if not isinstance(v, dict)}
     log.info("%s", ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()))

@@ -3,7 +3,6 @@ stage's LIME settings (metrics.brittle) are trashfire.brittle.checks'."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from omegaconf import DictConfig
@@ -55,18 +54,20 @@ def _validate_validity(validity) -> None:
         raise ConfigError("metrics.validity", "missing; compose params.yaml with `make params`")
     for key in ("rise_tol", "black_box_tol", "gradient_share", "near_zero"):
         number(f"metrics.validity.{key}", validity.get(key), low=0, high=1)
-    names = validity.get("black_box")
-    if not isinstance(names, Sequence) or isinstance(names, str) or not all(isinstance(n, str) for n in names):
-        raise ConfigError("metrics.validity.black_box", f"got {names!r}; must be a list of attack names (e.g. [square, hsj])")
+    _removed_list("metrics.validity.black_box", validity.get("black_box"), "black_box: true/false in the attack's option, else ART's declaration of its class")
+
+
+def _removed_list(key: str, value: Any, where: str) -> None:
+    """A list of attack names a params.yaml from before attack properties may still hold."""
+    if value is not None:
+        raise ConfigError(key, f"removed: an attack's option says it ({where}); compose params.yaml again with `make params`")
 
 
 def _validate_eps_survival(eps: Any) -> None:
     key = "metrics.eps_survival"
     if not isinstance(eps, DictConfig):
         raise ConfigError(key, "missing; compose params.yaml with `make params`")
-    for name in as_list(eps.get("minimal") or []):
-        if not isinstance(name, str) or not name:
-            raise ConfigError(f"{key}.minimal", f"got {name!r}; must be a list of attack names (minimal-perturbation attacks, e.g. deepfool)")
+    _removed_list(f"{key}.minimal", eps.get("minimal"), "minimal: true in the attack's option")
     choice(f"{key}.minimal_units", eps.get("minimal_units"), ATTACK_UNITS)
     if eps.get("minimal_eps_max") is not None:
         number(f"{key}.minimal_eps_max", eps.minimal_eps_max, low=0, open_low=True)

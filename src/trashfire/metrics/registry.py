@@ -3,7 +3,9 @@ aggregate's tables, and what it means in one plain sentence.
 
 The aggregate stage computes what is registered here and the report shows it, so adding a
 metric touches two files: its definition, a pure function in `trashfire.metrics`, and one
-entry here.
+entry here. A metric with a setting reads it from `Results.settings` (the `metrics` section
+of the config): the setting is a key in conf/metrics/default.yaml and the definition sits
+in the entry itself, two files again.
 - `HEADLINE`: a value of reports/metrics.json (a number, a text, or a dict of tests), shown in
   report.html's headline table with its meaning in the order registered (`section="run"`:
   on the report's Run line instead; `"findings"`: beside the findings; `"tables"`: in
@@ -62,6 +64,7 @@ class Results:
     findings: tuple[Finding, ...] = ()
     validity: pd.DataFrame | None = None
     eps_survival: pd.DataFrame | None = None
+    settings: Any = None  # the config's `metrics` section: a metric's own settings (conf/metrics/default.yaml)
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,11 @@ check it (the detail says why), and comes with a sentence of what was seen:
 - `non_monotone`: accuracy rises with eps on some attack family's curve (benign point at
   eps = 0 included) by more than `rise_tol`. A stronger attack can never do worse; the attack
   is failing to optimise (e.g. FGM overshooting) or the defence is randomised.
-- `black_box_stronger`: at one norm and eps, a black-box attack (`black_box`) leaves lower
-  accuracy than every white-box one, by more than `black_box_tol`: the gradients mislead
-  the white-box attacks (gradient masking).
+- `black_box_stronger`: at one norm and eps, a black-box attack leaves lower accuracy than
+  every white-box one, by more than `black_box_tol`: the gradients mislead the white-box
+  attacks (gradient masking). Which attacks are black-box the experiments table says (its
+  `black_box` column: the attack's option, else ART's declaration of its class); where it
+  does not know an attack's kind, this flag and `largest_eps_not_breaking` are not checked.
 - `gradients_masked`: more than `gradient_share` of the samples have zero or non-finite
   input gradients through the defence (obfuscated gradients).
 - `randomised`: repeated queries of the same images change the output scores: one attack run
@@ -108,19 +110,30 @@ def largest_eps_not_breaking(curves: pd.DataFrame, black_box: list[str], near_ze
     return bool(best["acc"] > near_zero), f"accuracy at the largest eps: {seen}"
 
 
+def attack_kinds(experiments: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """The attacks the table marks black-box, and those whose kind it does not know (no
+    `black_box` column, or an empty value: a declaration the attack stage has not recorded)."""
+    if experiments.empty:
+        return [], []
+    stated = experiments.drop_duplicates("attack").set_index("attack").get("black_box", pd.Series(np.nan, index=experiments["attack"].unique()))
+    text = stated.map(lambda value: str(value).lower())
+    return sorted(text.index[text == "true"]), sorted(text.index[~text.isin(["true", "false"])])
+
+
 def validity_table(experiments: pd.DataFrame, curves: pd.DataFrame, settings) -> pd.DataFrame:
     """One row per model cell: each flag, its detail, and the tripped flags by name."""
-    black_box = list(settings["black_box"])
+    black_box, unknown = attack_kinds(experiments)
+    unchecked = (None, f"not checked: the experiments table does not say whether {', '.join(unknown)} is black-box (rerun the attack stage)")
     rows = []
     for model_hash, cell in experiments.groupby("model_hash", sort=False):
         first = cell.iloc[0]
         own_curves = curves[curves["model_hash"] == model_hash]
         checks = {
             "non_monotone": non_monotone(own_curves, settings["rise_tol"]),
-            "black_box_stronger": black_box_stronger(cell, black_box, settings["black_box_tol"]),
+            "black_box_stronger": unchecked if unknown else black_box_stronger(cell, black_box, settings["black_box_tol"]),
             "gradients_masked": gradients_masked(first, settings["gradient_share"]),
             "randomised": randomised(first),
-            "largest_eps_not_breaking": largest_eps_not_breaking(own_curves, black_box, settings["near_zero"]),
+            "largest_eps_not_breaking": unchecked if unknown else largest_eps_not_breaking(own_curves, black_box, settings["near_zero"]),
         }
         row = {column: first.get(column) for column in schema.MODEL_CELL + ["train_hash", "degenerate"]}
         row["flags"] = ", ".join(name for name, (tripped, _) in checks.items() if tripped is True)

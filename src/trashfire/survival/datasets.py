@@ -38,7 +38,7 @@ def write_survival_sets(cfg: DictConfig, experiments: pd.DataFrame, outcomes_by_
         cfg.timing.clock,
     )
     eps = cfg.metrics.eps_survival
-    eps_data = epsilon.sample_table(experiments, outcomes_by_hash, list(eps.minimal or []), eps.minimal_units, eps.minimal_eps_max)
+    eps_data = epsilon.sample_table(experiments, outcomes_by_hash, eps.minimal_units, eps.minimal_eps_max)
     reports = Path(cfg.paths.reports)
     for name, table in (("survival_data.csv", survival), ("eps_survival_data.csv", eps_data)):
         with atomic_path(reports / name) as tmp:

@@ -9,7 +9,8 @@ A sample's "time" is the smallest perturbation that broke it:
   wrong at the first query (the benign prediction of the smallest-eps cell) fails at 0; one
   no cell broke is censored at the grid's largest eps. Units: the attack's configured ones
   (`attack_units`).
-- minimal-perturbation attacks (`metrics.eps_survival.minimal`, DeepFool): the attack walks
+- minimal-perturbation attacks (an attack option's `minimal: true`, DeepFool; experiments.csv's
+  `minimal` column): the attack walks
   until the sample breaks, so the norm of its returned example (the family's norm, measured on
   the standardised scale the model sees) is the time of an event, and, for a sample it never
   broke, the censoring time (its search got that far without success). A sample wrong at the
@@ -122,24 +123,29 @@ def minimal_search(outcomes: Sequence[Outcomes], norm: str, scale: float = 1.0) 
 def sample_table(
     experiments: pd.DataFrame,
     outcomes_by_hash: Mapping[str, Outcomes],
-    minimal: Sequence[str] = ("deepfool",),
     minimal_units: str = "pixel",
     minimal_eps_max: float | None = None,
 ) -> pd.DataFrame:
     """eps_survival_data.csv: one row per sample of each model cell and family that has an
-    eps grid (attack_param eps) or is a minimal-perturbation attack (`minimal`), with the
-    family's eps_max: the grid's largest eps, or for a minimal family `minimal_eps_max`, else
-    the largest time over the data set's model cells (one upper end for every cell, so that
-    their areas compare)."""
+    eps grid (attack_param eps) or is a minimal-perturbation attack (experiments' `minimal`
+    column, from the attack's option), with the family's eps_max: the grid's largest eps, or
+    for a minimal family `minimal_eps_max`, else the largest time over the data set's model
+    cells (one upper end for every cell, so that their areas compare)."""
     if experiments.empty:
         return pd.DataFrame(columns=schema.EPS_SURVIVAL_DATA)
-    cells = experiments.assign(norm=experiments["norm"].astype(str), attack_family=schema.attack_family(experiments["attack"], experiments["norm"]))
-    chosen = cells[(cells["attack_param"] == "eps") | cells["attack"].isin(list(minimal))]
+    if "minimal" not in experiments:
+        raise KeyError("the experiments table has no `minimal` column (an attack's property, added by timing's attack_properties)")
+    cells = experiments.assign(
+        norm=experiments["norm"].astype(str),
+        attack_family=schema.attack_family(experiments["attack"], experiments["norm"]),
+        minimal=experiments["minimal"].map(lambda value: str(value).lower() == "true"),
+    )
+    chosen = cells[(cells["attack_param"] == "eps") | cells["minimal"]]
     frames = []
     for (model_hash, attack, norm), group in chosen.groupby(["model_hash", "attack", "norm"], sort=True):
         first = group.iloc[0]
         arrays = [outcomes_by_hash[h] for h in group["attack_hash"]]
-        if attack in minimal:
+        if first["minimal"]:
             units, search = minimal_units, MINIMAL
             pixel_std = float(first.get("pixel_std", np.nan))
             samples = minimal_search(arrays, norm, schema.convert_eps(1.0, "standardised", units, pixel_std))

@@ -5,7 +5,7 @@ configured clock (t_train, t_predict, t_attack) and on every clock (suffixed wit
 FLOPs on the compute clock `flops`, seconds on `process` and `wall`), and
 each cell's outcome counts (misclassified before the attack, broken by it, survived) and
 failure-clock counts (events within the budget, censored samples, event share, median step
-of a failure).
+of a failure), and the attack's properties (`attack_properties`: black_box, minimal).
 The stage's survival data sets are built from the same read by `trashfire.survival.datasets`
 (the survival floor sits above this one).
 """
@@ -22,10 +22,10 @@ from omegaconf import DictConfig
 from trashfire.core import schema
 from trashfire.core.errors import DataError
 from trashfire.core.grid import attack_cells
-from trashfire.core.records import atomic_path, read_npz
+from trashfire.core.records import atomic_path, read_json, read_npz
 from trashfire.core.schema import AttackRecord, BenignRecord, Outcomes
 from trashfire.core.stats import degeneracy_threshold
-from trashfire.core.store import attack_record_path, benign_path, outcomes_path
+from trashfire.core.store import attack_record_path, benign_path, black_box_of, declaration_path, outcomes_path
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,34 @@ def read_outcomes(folder: str | Path, attack_hash: str) -> Outcomes:
 def tabulate(cfg: DictConfig, cells: list[tuple[AttackRecord, Outcomes | None]]) -> pd.DataFrame:
     rows = [experiment_row(record, arrays, cfg.data[record.dataset].n_classes) for record, arrays in cells]
     table = flag_degenerate(with_clock(pd.DataFrame(rows), cfg.timing.clock), cfg.metrics)
+    table = with_properties(table, attack_properties(cfg.attack, cfg.paths.attacks))
     return in_order(with_probes(table, cfg.paths.attacks), schema.EXPERIMENTS)
+
+
+def attack_properties(attacks: DictConfig, folder: str | Path) -> dict[str, dict]:
+    """Per attack option: `black_box` (its option's key, else what ART declares of its
+    class, as the attack stage recorded it: trashfire.core.store.black_box_of; None where
+    neither says) and `minimal` (its option's key; absent: false). Read from the option and
+    the declarations, not from a list of attack names."""
+    properties = {}
+    for name, spec in attacks.items():
+        path = declaration_path(folder, spec._target_)
+        declared = read_json(path) if path.is_file() else None
+        properties[name] = {"black_box": black_box_of(spec, declared), "minimal": bool(spec.get("minimal") or False)}
+    unknown = sorted(name for name, known in properties.items() if known["black_box"] is None)
+    if unknown:
+        log.warning(
+            "black_box unknown for %s: no declaration of its class recorded (run the attack stage); the validity flags that need it stay unchecked",
+            ", ".join(unknown),
+        )
+    return properties
+
+
+def with_properties(table: pd.DataFrame, properties: dict[str, dict]) -> pd.DataFrame:
+    """Each row's attack properties (schema.ATTACK_PROPERTIES) as columns."""
+    if table.empty:
+        return table.assign(**{column: pd.Series(dtype=object) for column in schema.ATTACK_PROPERTIES})
+    return table.assign(**{column: table["attack"].map(lambda attack, c=column: properties[attack][c]) for column in schema.ATTACK_PROPERTIES})
 
 
 def with_probes(table: pd.DataFrame, folder: str | Path) -> pd.DataFrame:

@@ -24,6 +24,7 @@ holds and which columns a table has. Every name is importable from here
 
 from trashfire.core.schema.columns import (
     ACCURACIES,
+    ATTACK_PROPERTIES,
     AUC,
     AUC_TABLE,
     BRITTLE,
@@ -153,6 +154,7 @@ __all__ = [
     "TrainRecord",
     "legacy_pixel_std",
     "ACCURACIES",
+    "ATTACK_PROPERTIES",
     "AUC",
     "AUC_TABLE",
     "BRITTLE",

@@ -35,6 +35,11 @@ HASHES = ["train_hash", "model_hash", "attack_hash"]
 # the model cell's validity probes (BenignRecord), joined to every attack cell of it by timing
 PROBES = ["grad_zero_share", "grad_nonfinite_share", "query_repeats", "query_output_change", "query_flip_share", "acc_query_sd", "acc_query_range"]
 
+# an attack's properties, from its option (trashfire.core.checks.ATTACK_PROPERTIES) and what
+# ART declares of its class: black_box (true: it only queries outputs; empty: unknown) and
+# minimal (true: a minimal-perturbation attack); columns of experiments.csv
+ATTACK_PROPERTIES = ["black_box", "minimal"]
+
 # experiments.csv (timing): one row per attack cell
 EXPERIMENTS = [
     *MODEL_LABELS,
@@ -61,6 +66,7 @@ EXPERIMENTS = [
     "seconds_per_flop_process",
     "seconds_per_flop_wall",
     "threads",
+    *ATTACK_PROPERTIES,
     "degenerate",
     *PROBES,
 ]
