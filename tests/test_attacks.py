@@ -124,13 +124,16 @@ def test_budget_subset_takes_classes_in_turn():
 def test_shared_durations_sum_to_the_cells_attack_time_on_both_clocks(attacked):
     for cell, record, out in outcomes_of(attacked):
         n = record["n_attack"]
-        # 1%, or 2 ms on these tiny cells (FGM on 20 images: ~13 ms): about 0.1 ms of
-        # bookkeeping before the first and after the last lap is no sample's. The process
-        # clock counts the compute threads' CPU time at the kernel's scheduler tick (4 ms at
-        # 250 Hz), so it agrees to 1% or two ticks (tests/test_engine.py holds the sharing
-        # itself to the bit)
-        for clock, slack in (("wall", 2e-3), ("process", 8e-3)):
-            assert out[f"duration_{clock}_shared"].sum() == pytest.approx(n * record[f"t_attack_{clock}"], rel=0.01, abs=slack), (cell.attack, cell.norm, clock)
+        # The process clock counts the compute threads' CPU time at the kernel's scheduler
+        # tick (4 ms at 250 Hz), so the laps agree with the cell's time to 1% or two ticks;
+        # the bookkeeping before the first and after the last lap is no sample's (about
+        # 0.1 ms of CPU). On the wall clock that bookkeeping lasts as long as the process is
+        # preempted (the suite runs a worker per core), so the laps are at most the cell's
+        # time, and most of it (tests/test_engine.py holds the sharing itself to the bit).
+        process = out["duration_process_shared"].sum()
+        assert process == pytest.approx(n * record["t_attack_process"], rel=0.01, abs=8e-3), (cell.attack, cell.norm)
+        wall, total = out["duration_wall_shared"].sum(), n * record["t_attack_wall"]
+        assert 0.5 * total <= wall <= total * (1 + 1e-9), (cell.attack, cell.norm, wall, total)
         assert out["duration_wall"].min() > 0
         assert record["n_events"] == out["event"].sum()
         np.testing.assert_array_equal(out["event"], out["y_pred_adv"] != out["y_true"])
