@@ -361,7 +361,9 @@ def validity_cells(model_hash: str, acc_by_attack: dict[str, list[float]], eps=(
     probe = {"grad_zero_share": 0.0, "grad_nonfinite_share": 0.0, "query_repeats": 5, "query_output_change": 0.0, "query_flip_share": 0.0}
     probe |= {"acc_query_sd": 0.0, "acc_query_range": 0.0} | probes
     kinds = {"black_box": False, "minimal": False}  # white-box eps attacks, as timing reads them from the attack's option
-    table = pd.DataFrame(rows).assign(model_hash=model_hash, pixel_std=1.0, n_classes=10, acc_ben_attack_subset=0.9, degenerate=False, **labels, **probe, **kinds)
+    table = pd.DataFrame(rows).assign(
+        model_hash=model_hash, pixel_std=1.0, n_classes=10, acc_ben_attack_subset=0.9, degenerate=False, **labels, **probe, **kinds
+    )
     return with_family(table)
 
 
