@@ -98,19 +98,3 @@ def recorded(folder: Path) -> dict[str, dict]:
             with np.load(path) as arrays:
                 found[path.name] = {k: arrays[k].tolist() for k in arrays.files if not k.startswith(TIMING_ARRAYS)}
     return found
-
-
-# The longest tests (a scratch DVC project's runs, the sweeps), each at the head of one
-# worker's share: pytest-xdist hands each worker a contiguous share of the collection and
-# steals from its tail, so a long test left for the end would run alone after the others.
-LONGEST = ("tests/test_dvc.py::", "tests/test_sweep.py::", "tests/test_defences.py::test_adversarial_training", "tests/test_autoattack.py::test_the_composite")
-
-
-def pytest_collection_modifyitems(config, items):
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    if workers < 2:
-        return
-    longest = [item for item in items if item.nodeid.startswith(LONGEST)]
-    rest = [item for item in items if not item.nodeid.startswith(LONGEST)]
-    share = -(-len(rest) // workers)
-    items[:] = [item for w in range(workers) for item in longest[w::workers] + rest[w * share : (w + 1) * share]]
