@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import math
@@ -59,14 +60,20 @@ def register(section: str) -> Callable[[Check], Check]:
     return add
 
 
-def registered() -> list[tuple[str, Check]]:
-    """Every package's registered checks, after importing each `trashfire.<package>.checks`."""
+@functools.cache
+def _discover() -> None:
+    """Import each `trashfire.<package>.checks` once per process: importing registers it."""
     import trashfire
 
     for package in pkgutil.iter_modules(trashfire.__path__):
         name = f"trashfire.{package.name}.{CHECKS_MODULE}"
         if package.ispkg and importlib.util.find_spec(name) is not None:
             importlib.import_module(name)
+
+
+def registered() -> list[tuple[str, Check]]:
+    """Every package's registered checks."""
+    _discover()
     return list(_REGISTRY)
 
 
