@@ -102,9 +102,14 @@ def test_a_folded_key_is_declared_to_dvc_beside_the_key_it_narrows():
 @pytest.mark.parametrize("stage", ["timing", "survival", "aggregate", "figures"])
 def test_a_table_stage_never_loads_torch_art_or_captum(stage):
     """timing, survival, aggregate and figures read records and tables: loading torch and ART
-    (1.3 s and several hundred MB each time) would be paid by every `dvc repro` of a metric."""
+    (1.3 s and several hundred MB each time) would be paid by every `dvc repro` of a metric.
+    Validating a config finds every package's checks, which must not import the packages
+    without checks (`trashfire.attacks` loads ART)."""
     heavy = ("torch", "art", "captum", "torchvision")
-    probe = f"import sys, trashfire.stages.{stage}; print(','.join(m for m in {heavy!r} if m in sys.modules))"
+    probe = (
+        f"import sys, trashfire.stages.{stage}; from trashfire.core.checks import registered; registered(); "
+        f"print(','.join(m for m in {heavy!r} if m in sys.modules))"
+    )
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
     assert loaded == "", f"trashfire.stages.{stage} loads {loaded}"
 
