@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pandas.testing as pdt
 import pytest
+from filelock import FileLock
 from omegaconf import OmegaConf
 
 from tests.conftest import ROOT, TINY
@@ -33,9 +34,30 @@ TINY_DEFAULT = (
 )
 
 
+@pytest.fixture(scope="session")
+def first_run(tmp_path_factory, worker_id):
+    """One scratch project after its first `dvc exp run`, built once for all xdist workers
+    (the first to ask builds it under a lock, the others wait): (its folder, the run's output)."""
+    shared = tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
+    template, output = shared / "dvc_first_run", shared / "dvc_first_run.log"
+    with FileLock(str(shared / "dvc_first_run.lock")):
+        if not output.exists():
+            shutil.rmtree(template, ignore_errors=True)
+            ran = scratch_project(template)("dvc", "exp", "run")
+            output.write_text(ran)
+    return template, output.read_text()
+
+
 @pytest.fixture
-def project(tmp_path):
-    return scratch_project(tmp_path / "repo")
+def ran_project(first_run, tmp_path):
+    """A copy of the project after its first run (git, DVC cache, outputs): what a user has
+    after `dvc exp run`. DVC's state (inodes, locks) stays behind; it rehashes on demand."""
+    template, output = first_run
+    repo = tmp_path / "repo"
+    shutil.copytree(template, repo, symlinks=True, ignore=lambda folder, names: ["tmp"] if folder.endswith(".dvc") else [])
+    run = runner(repo)
+    run.first_output = output
+    return run
 
 
 def scratch_project(repo: Path):
@@ -45,6 +67,20 @@ def scratch_project(repo: Path):
         (shutil.copytree if source.is_dir() else shutil.copy)(source, repo / item)
     (repo / "conf" / "experiment" / "default.yaml").write_text(TINY_DEFAULT)
     (repo / ".gitignore").write_text("/data/\n/models/\n/reports/\n__pycache__/\n")
+    run = runner(repo)
+    for command in (
+        ["git", "init", "-q"],
+        ["dvc", "init", "-q"],
+        ["dvc", "config", "hydra.enabled", "true"],
+        ["git", "add", "-A"],
+        ["git", "commit", "-q", "-m", "tiny"],
+    ):
+        run(*command)
+    return run
+
+
+def runner(repo: Path):
+    """Runs a command in the scratch project `repo`, with its conf/ and this venv's tools."""
     env = os.environ | {
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         "TRASHFIRE_CONFIG_DIR": str(repo / "conf"),
@@ -59,14 +95,6 @@ def scratch_project(repo: Path):
         assert result.returncode == 0, f"{command}: {result.stdout[-3000:]}{result.stderr[-3000:]}"
         return result.stdout + result.stderr
 
-    for command in (
-        ["git", "init", "-q"],
-        ["dvc", "init", "-q"],
-        ["dvc", "config", "hydra.enabled", "true"],
-        ["git", "add", "-A"],
-        ["git", "commit", "-q", "-m", "tiny"],
-    ):
-        run(*command)
     run.repo = repo
     return run
 
@@ -108,9 +136,10 @@ def assert_same_outputs(incremental: Path, scratch: Path) -> None:
             assert value == theirs[name], name
 
 
-def test_incremental_repro_after_narrowing_widening_and_a_metric_change_equals_a_run_from_scratch(project, tmp_path):
+def test_incremental_repro_after_narrowing_widening_and_a_metric_change_equals_a_run_from_scratch(ran_project, tmp_path):
+    project = ran_project
     steps = [
-        [],  # the tiny grid: FGM and PGD
+        [],  # the tiny grid, already run: FGM and PGD
         ["attack=[fgm]"],  # narrow: the issue's stale experiments.csv
         ["attack=[fgm]", "attack.fgm.values=[0.1,0.5,1.0]"],  # widen
         ["attack=[fgm]", "attack.fgm.values=[0.1,0.5,1.0]", "metrics.evp.w=0.3", "metrics.trash.eps_max=0.5"],  # a metric setting
@@ -121,6 +150,8 @@ def test_incremental_repro_after_narrowing_widening_and_a_metric_change_equals_a
         experiments = pd.read_csv(project.repo / "reports" / "experiments.csv")
         wanted = {"fgm", "pgd"} if step == 0 else {"fgm"}
         assert set(experiments["attack"]) == wanted, (step, ran)
+        if step == 0:
+            assert stages_run(ran) == set(), ran  # trashfire.params composes what DVC composed
         if step == 1:
             assert {"timing", "survival", "aggregate", "figures"} <= stages_run(ran) and "train" not in stages_run(ran), ran
     assert sorted(experiments["attack_value"].unique()) == [0.1, 0.5, 1.0]
@@ -135,8 +166,8 @@ def stages_run(output: str) -> set[str]:
     return set(re.findall(r"Running stage '(\w+)'", output))
 
 
-def test_pipeline_caches_at_stage_and_cell_level_through_dvc_exp_run(project):
-    first = project("dvc", "exp", "run")
+def test_pipeline_caches_at_stage_and_cell_level_through_dvc_exp_run(ran_project):
+    project, first = ran_project, ran_project.first_output
     assert stages_run(first) == {"prepare", "train", "attack", "brittle", "timing", "survival", "aggregate", "figures"}, first
     assert "fcnet" in (project.repo / "params.yaml").read_text()  # composed from conf/ by DVC
 
@@ -167,8 +198,8 @@ def test_pipeline_caches_at_stage_and_cell_level_through_dvc_exp_run(project):
 
 
 @pytest.mark.slow
-def test_new_epochs_train_only_new_cells_and_a_plotting_change_only_redraws(project):
-    project("dvc", "exp", "run")
+def test_new_epochs_train_only_new_cells_and_a_plotting_change_only_redraws(ran_project):
+    project = ran_project
     new_epoch = project("dvc", "exp", "run", "-S", "train.epochs=[1,2]")
     assert "train" in stages_run(new_epoch), new_epoch
     assert "4 training cells, 2 cached, 2 to train" in new_epoch, new_epoch
@@ -186,8 +217,8 @@ def test_new_epochs_train_only_new_cells_and_a_plotting_change_only_redraws(proj
 
 
 @pytest.mark.slow
-def test_dvc_exp_queue_runs_a_grid_of_attack_params(project):
-    project("dvc", "exp", "run")
+def test_dvc_exp_queue_runs_a_grid_of_attack_params(ran_project):
+    project = ran_project
     project("git", "add", "-A")
     project("git", "commit", "-q", "-m", "baseline results")
     project("dvc", "exp", "run", "--queue", "-S", "attack.fgm.values=[0.2],[0.4]")

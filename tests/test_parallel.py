@@ -18,6 +18,9 @@ from trashfire.models import training
 from trashfire.models.training import waves
 from trashfire.stages import attack, brittle, prepare, train
 
+# 2 trained cells and 3 model cells, one eps per attack: enough cells for two workers to share
+SMALLER = ("defence=[none,gauss_in,fsq]", "attack.fgm.values=[1.0]", "attack.pgd.values=[1.0]", "metrics.brittle.n_samples=6")
+
 
 def tiny(folder: Path, *extra: str):
     return validate(compose(tiny_overrides(folder, *extra), conf=ROOT / "conf"))
@@ -31,7 +34,7 @@ def run_stages(cfg) -> None:
 def test_two_workers_write_the_records_of_one_process(tmp_path):
     """Whatever train.workers, each cell runs with train.threads threads (1): the records,
     the compute clock's counts included, are the same to the bit."""
-    serial, parallel = tiny(tmp_path / "serial", "train.workers=1"), tiny(tmp_path / "parallel", "train.workers=2")
+    serial, parallel = tiny(tmp_path / "serial", "train.workers=1", *SMALLER), tiny(tmp_path / "parallel", "train.workers=2", *SMALLER)
     run_stages(serial)
     run_stages(parallel)
     for folder in ("models", "reports/attacks", "reports/attacks/benign", "reports/brittle"):
@@ -69,7 +72,7 @@ def _sleep_or_fail(seconds: float, fail: bool) -> int:
 
 
 def test_a_workers_error_stops_the_stage_with_that_error(tmp_path):
-    cfg = tiny(tmp_path, "train.workers=2")
+    cfg = tiny(tmp_path, "train.workers=2", *SMALLER)
     prepare.run(cfg)
     train.run(cfg)
     weights = sorted(Path(cfg.paths.models).glob("*.pt"))

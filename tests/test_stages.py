@@ -1,6 +1,7 @@
 """Each stage's function on a tiny real config, end to end, and the per-cell caches."""
 
 import json
+import shutil
 import warnings
 from dataclasses import fields
 from pathlib import Path
@@ -13,8 +14,10 @@ import torch
 from lifelines.calibration import survival_probability_calibration
 from omegaconf import OmegaConf
 
+from tests.conftest import ROOT, tiny_overrides
 from tests.test_figures import STEMS as FIGURE_STEMS
 from trashfire.attacks import campaign
+from trashfire.core.config import compose, normalise, validate
 from trashfire.core.grid import attack_cells, model_cells, training_cells
 from trashfire.core.records import read_npz
 from trashfire.core.schema import AttackRecord, BrittleRecord, Outcomes, TrainRecord
@@ -25,11 +28,20 @@ from trashfire.survival import analysis
 from trashfire.survival import fitters as F
 
 
-@pytest.fixture
-def pipeline(tiny_cfg):
-    """prepare -> train -> attack on the tiny grid; returns the config."""
+@pytest.fixture(scope="module")
+def attacked(tmp_path_factory):
+    """prepare -> train -> attack on the tiny grid, once per module: the folder it ran in."""
+    folder = tmp_path_factory.mktemp("attacked")
+    cfg = normalise(validate(compose(tiny_overrides(folder), conf=ROOT / "conf")))
     for stage in (prepare, train, attack):
-        run_as_declared(stage, tiny_cfg)
+        run_as_declared(stage, cfg)
+    return folder
+
+
+@pytest.fixture
+def pipeline(attacked, tiny_cfg, tmp_path):
+    """The tiny grid after prepare -> train -> attack, a copy of its own; returns the config."""
+    shutil.copytree(attacked, tmp_path, dirs_exist_ok=True)
     return tiny_cfg
 
 
