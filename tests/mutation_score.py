@@ -20,20 +20,17 @@ ROOT = Path(__file__).resolve().parents[1]
 EQUIVALENTS = ROOT / "tests" / "mutation_equivalents.md"
 MUTANTS = ROOT / "mutants"
 
-# the modules `make mutation` scores, as mutmut names their mutants' prefix
-MODULES = {
-    "src/trashfire/core/clocks.py": "trashfire.core.clocks",
-    "src/trashfire/metrics/__init__.py": "trashfire.metrics",
-    "src/trashfire/metrics/aggregate.py": "trashfire.metrics.aggregate",
-    "src/trashfire/metrics/findings.py": "trashfire.metrics.findings",
-    "src/trashfire/metrics/registry.py": "trashfire.metrics.registry",
-    "src/trashfire/metrics/validity.py": "trashfire.metrics.validity",
-    "src/trashfire/survival/analysis.py": "trashfire.survival.analysis",
-    "src/trashfire/survival/data.py": "trashfire.survival.data",
-    "src/trashfire/survival/epsilon.py": "trashfire.survival.epsilon",
-    "src/trashfire/survival/figures.py": "trashfire.survival.figures",
-    "src/trashfire/survival/fitters.py": "trashfire.survival.fitters",
-}
+# the modules `make mutation` scores (pyproject.toml's [tool.mutmut] only_mutate), by file
+SCORED = ["src/trashfire/core/clocks.py", "src/trashfire/core/stats.py", "src/trashfire/metrics/*.py", "src/trashfire/survival/*.py"]
+
+
+def module_name(path: Path) -> str:
+    """The module, as mutmut names its mutants' prefix: src/trashfire/metrics/__init__.py -> trashfire.metrics."""
+    parts = path.relative_to(ROOT / "src").with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {str(path.relative_to(ROOT)): module_name(path) for pattern in SCORED for path in sorted(ROOT.glob(pattern)) if path.stat().st_size > 0}
 
 CAUGHT = {1, 3, 24, -24, 36, 152, 255}  # a test failed; or the mutant timed out (SIGXCPU)
 ESCAPED = {0: "survived", 5: "no tests", 33: "no tests"}

@@ -2,6 +2,7 @@
 each expected value is computed by hand in the comment beside it."""
 
 import math
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -380,3 +381,29 @@ def test_the_validity_table_names_each_cells_tripped_flags_in_the_experiments_or
     assert table["model_hash"].tolist() == ["b", "a"] and table["train_hash"].tolist() == ["tb", "ta"]
     assert table["flags"].tolist() == ["non_monotone, gradients_masked, randomised, largest_eps_not_breaking", ""]
     assert table["randomised"].tolist() == [True, False] and list(table.columns) == schema.VALIDITY
+
+
+# Spearman's rho (core.stats, used by the findings, the brittle-score and survival in eps)
+
+
+def test_spearman_is_nan_when_either_column_is_constant_and_scipys_otherwise():
+    from scipy import stats as scipy_stats
+
+    from trashfire.core.stats import spearman
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # scipy would warn on a constant column; ours says NaN quietly
+        assert all(math.isnan(v) for v in spearman([1, 2, 3, 4], [5, 5, 5, 5]))
+        assert all(math.isnan(v) for v in spearman([5, 5, 5, 5], [1, 2, 3, 4]))
+    # a column whose range is exactly 1 is no constant column: rho of x = (0, 0.5, 1, 0.2) against y
+    x, y = [0.0, 0.5, 1.0, 0.2], [1.0, 3.0, 4.0, 2.0]
+    assert spearman(x, y) == pytest.approx(tuple(scipy_stats.spearmanr(x, y)))  # rho = 1: same order
+    assert spearman(y, x)[0] == pytest.approx(1.0)
+
+
+def test_spearman_reads_a_missing_value_as_nan_not_as_an_error():
+    from trashfire.core.stats import spearman
+
+    # a record's unknown value reaches the table as None: rho is then NaN, as scipy's propagation gives
+    assert all(math.isnan(v) for v in spearman([1, None, 3, 4], [1.0, 2.0, 3.0, 4.0]))
+    assert all(math.isnan(v) for v in spearman([1.0, 2.0, 3.0, 4.0], [1, 2, None, 4]))
