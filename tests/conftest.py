@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import os
 from pathlib import Path
@@ -14,8 +16,10 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") != "1":
 
 import numpy as np  # noqa: E402 -- after the thread setting
 import pytest  # noqa: E402
+from omegaconf import OmegaConf, open_dict  # noqa: E402
 
 from trashfire.core.config import compose, normalise, validate  # noqa: E402
+from trashfire.core.errors import ConfigError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_MNIST = ROOT.parent / "shared" / "data" / "mnist"
@@ -79,6 +83,34 @@ ATTACK_OPTIONS = ", ".join(sorted(path.stem for path in (ROOT / "conf" / "attack
 
 TIMING_KEYS = ("t_", "device", "rates", "seconds_per_flop")  # measured on a clock or the machine
 TIMING_ARRAYS = ("duration_",)  # the per-sample clocks
+
+
+DROP = object()  # a config_refusal change that removes the key, as a params.yaml from before it would lack it
+
+
+@functools.cache
+def default_config():
+    """conf/ composed with no overrides, once per session (config_refusal works on copies)."""
+    return compose([], conf=ROOT / "conf")
+
+
+def config_refusal(check, changes: dict) -> str | None:
+    """The error line a section's check (trashfire.core.checks.register) gives the default
+    config with `changes` (dotted key: value, or DROP), None if it passes. The checks alone,
+    without `validate`'s composition, so that a test of many values stays fast."""
+    cfg = copy.deepcopy(default_config())
+    with open_dict(cfg):
+        for key, value in changes.items():
+            if value is DROP:
+                parent, _, leaf = key.rpartition(".")
+                del OmegaConf.select(cfg, parent)[leaf]
+            else:
+                OmegaConf.update(cfg, key, value, merge=False)
+    try:
+        check(cfg)
+    except ConfigError as err:
+        return str(err)
+    return None
 
 
 def is_timing_key(key: str) -> bool:

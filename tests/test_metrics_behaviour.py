@@ -8,9 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.conftest import DROP, config_refusal
 from trashfire import metrics
 from trashfire.core import schema
 from trashfire.core.errors import ConfigError
+from trashfire.metrics import checks as metrics_checks
 from trashfire.metrics import registry, validity
 
 # 001's Table I: tau(K) = 1/K + w sqrt(K - 1) / K at w = 0.5
@@ -407,3 +409,82 @@ def test_spearman_reads_a_missing_value_as_nan_not_as_an_error():
     # a record's unknown value reaches the table as None: rho is then NaN, as scipy's propagation gives
     assert all(math.isnan(v) for v in spearman([1, None, 3, 4], [1.0, 2.0, 3.0, 4.0]))
     assert all(math.isnan(v) for v in spearman([1.0, 2.0, 3.0, 4.0], [1, 2, None, 4]))
+
+
+# the metrics section's config checks (trashfire.metrics.checks, which `validate` runs): a bad
+# value is refused with one line naming its key and what is allowed; a value on an allowed
+# bound passes
+
+MAKE_PARAMS = "missing; compose params.yaml with `make params`"
+REMOVED = "removed: an attack's option says it ({}); compose params.yaml again with `make params`"
+
+
+@pytest.mark.parametrize(
+    ("changes", "line"),
+    [
+        ({"metrics.evp.w": 0}, "metrics.evp.w: got 0; must be a finite number > 0"),
+        ({"metrics.evp.tau": 0}, "metrics.evp.tau: got 0; must be a finite number in (0, 1]"),
+        ({"metrics.evp.tau": 1.5}, "metrics.evp.tau: got 1.5; must be a finite number in (0, 1]"),
+        ({"metrics.evp.tau_grid": 1}, "metrics.evp.tau_grid: got 1; must be an integer >= 2"),
+        ({"metrics.evp.table_classes": []}, "metrics.evp.table_classes: must be a non-empty list (an empty grid runs nothing)"),
+        ({"metrics.evp.table_classes": [2, 1]}, "metrics.evp.table_classes: got 1; must be an integer >= 2"),  # each K is checked
+        ({"metrics.auc.units": "percent"}, "metrics.auc.units: got 'percent'; allowed: standardised, pixel"),
+        ({"metrics.auc.eps0": -0.1}, "metrics.auc.eps0: got -0.1; must be a finite number >= 0"),
+        ({"metrics.auc.eps0": 0.1, "metrics.auc.eps1": 0.1}, "metrics.auc.eps1: got 0.1; must be a finite number > 0.1"),  # an empty interval
+        ({"metrics.trash.eps_max": 0}, "metrics.trash.eps_max: got 0; must be a finite number > 0"),
+        ({"metrics.degenerate": DROP}, f"metrics.degenerate: {MAKE_PARAMS}"),
+        ({"metrics.degenerate.margin": 1.5}, "metrics.degenerate.margin: got 1.5; must be a finite number in [0, 1]"),
+        ({"metrics.findings": DROP}, f"metrics.findings: {MAKE_PARAMS}"),
+        ({"metrics.findings.alpha": 0}, "metrics.findings.alpha: got 0; must be a finite number in (0, 1)"),
+        ({"metrics.findings.alpha": 1}, "metrics.findings.alpha: got 1; must be a finite number in (0, 1)"),
+        ({"metrics.findings.bootstrap": 99}, "metrics.findings.bootstrap: got 99; must be an integer >= 100"),
+        ({"metrics.trash.bootstrap": 99}, "metrics.trash.bootstrap: got 99; must be an integer >= 100"),
+        ({"metrics.trash.seed": -1}, "metrics.trash.seed: got -1; must be an integer >= 0"),
+        ({"metrics.eps_survival": DROP}, f"metrics.eps_survival: {MAKE_PARAMS}"),
+        ({"metrics.eps_survival.minimal": ["deepfool"]}, "metrics.eps_survival.minimal: " + REMOVED.format("minimal: true in the attack's option")),
+        ({"metrics.eps_survival.minimal_units": "percent"}, "metrics.eps_survival.minimal_units: got 'percent'; allowed: standardised, pixel"),
+        ({"metrics.eps_survival.minimal_eps_max": 0}, "metrics.eps_survival.minimal_eps_max: got 0; must be a finite number > 0"),
+        ({"metrics.validity": DROP}, f"metrics.validity: {MAKE_PARAMS}"),
+        ({"metrics.validity.rise_tol": 1.5}, "metrics.validity.rise_tol: got 1.5; must be a finite number in [0, 1]"),
+        ({"metrics.validity.black_box_tol": -0.1}, "metrics.validity.black_box_tol: got -0.1; must be a finite number in [0, 1]"),
+        ({"metrics.validity.gradient_share": 2}, "metrics.validity.gradient_share: got 2; must be a finite number in [0, 1]"),
+        ({"metrics.validity.near_zero": None}, "metrics.validity.near_zero: got None; must be a finite number in [0, 1]"),
+        (
+            {"metrics.validity.black_box": ["square"]},
+            "metrics.validity.black_box: " + REMOVED.format("black_box: true/false in the attack's option, else ART's declaration of its class"),
+        ),
+        # R integrates up to eps1: fgm's pixel grid ends at 0.3
+        ({"metrics.auc.eps1": 0.5}, "metrics.auc.eps1: 0.5 exceeds the largest eps 0.3 of attack.fgm (pixel units); lower it or extend the grid"),
+        # every eps grid in the auc's units is checked, not only the first attack's
+        (
+            {"metrics.auc.eps1": 0.5, "attack.fgm.units": "standardised"},
+            "metrics.auc.eps1: 0.5 exceeds the largest eps 0.3 of attack.pgd (pixel units); lower it or extend the grid",
+        ),
+        # an attack that states no units is in standardised units
+        (
+            {"metrics.auc.units": "standardised", "metrics.auc.eps1": 5.0, "attack.fgm.units": DROP},
+            "metrics.auc.eps1: 5.0 exceeds the largest eps 0.3 of attack.fgm (standardised units); lower it or extend the grid",
+        ),
+    ],
+)
+def test_a_bad_metrics_setting_is_refused_in_one_line_naming_its_key(changes, line):
+    assert config_refusal(metrics_checks.check, changes) == f"config error: {line}"
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},  # the defaults: tau, margin, eps_max and minimal_eps_max unset, eps1 0.3 the end of fgm's and pgd's pixel grids
+        # each value on its closed bound
+        {"metrics.evp.tau": 1, "metrics.evp.tau_grid": 2, "metrics.evp.table_classes": [2], "metrics.auc.eps0": 0, "metrics.degenerate.margin": 0}
+        | {"metrics.findings.bootstrap": 100, "metrics.trash.bootstrap": 100, "metrics.trash.seed": 0}
+        | {f"metrics.validity.{key}": 0 for key in ("rise_tol", "black_box_tol", "gradient_share", "near_zero")},
+        {"metrics.degenerate.margin": 1, "metrics.trash.eps_max": 0.01, "metrics.eps_survival.minimal_eps_max": 0.01}
+        | {f"metrics.validity.{key}": 1 for key in ("rise_tol", "black_box_tol", "gradient_share", "near_zero")},
+        {"metrics.auc.eps1": None},  # R over the whole measured range
+        # the standardised eps grids are checked per data set later; deepfool's standardised grid is no eps grid
+        {"metrics.auc.units": "standardised", "metrics.auc.eps1": 5.0},
+    ],
+)
+def test_metrics_settings_on_their_allowed_bounds_pass(changes):
+    assert config_refusal(metrics_checks.check, changes) is None

@@ -24,12 +24,13 @@ from lifelines.exceptions import ApproximationWarning
 from omegaconf import OmegaConf
 from scipy.optimize import minimize
 
-from tests.conftest import ROOT, stage_cfg, tiny_overrides
+from tests.conftest import DROP, ROOT, config_refusal, stage_cfg, tiny_overrides
 from trashfire.core.config import compose, validate
 from trashfire.core.errors import ConfigError, DataError
 from trashfire.params import composed_yaml
 from trashfire.stages import survival
 from trashfire.survival import analysis, expected_time, scoring
+from trashfire.survival import checks as survival_checks
 from trashfire.survival import fitters as F
 from trashfire.survival.data import LABEL_COLUMNS
 
@@ -323,3 +324,88 @@ def test_a_fitter_class_that_does_not_exist_stops_before_reading_data(tmp_path):
     cfg = validate(compose(tiny_overrides(tmp_path, "survival.models.weibull.fitter._target_=lifelines.NoSuchFitter"), conf=ROOT / "conf"))
     with pytest.raises(ConfigError, match="survival.models.weibull.fitter"):
         survival.run(cfg)
+
+
+# the survival section's config checks (trashfire.survival.checks, which `validate` runs): a
+# bad value is refused with one line naming its key and what is allowed
+
+OPTIMISERS = "BFGS, L-BFGS-B, SLSQP, CG, TNC"  # scipy's methods that use lifelines' gradient
+RETRY = f"allowed: a mapping of optimiser ({OPTIMISERS}), penalizer (>= 0), fit_options"
+FIT_OPTIONS = "allowed: a mapping of the optimiser's options, e.g. {maxiter: 500}"
+FITTER = "missing; name the lifelines fitter class, e.g. lifelines.WeibullAFTFitter"
+REMOVED_POLICY = "was removed with the per-sample failure clock; allowed: first_query (such a sample fails at its share of the first query), drop"
+
+
+@pytest.mark.parametrize(
+    ("changes", "line"),
+    [
+        ({"survival.data": DROP}, "survival.data: missing; compose params.yaml with `make params`"),
+        (
+            {"survival.data.covariates": ["epochs", "height"]},
+            "survival.data.covariates: got 'height'; allowed: epochs, depth, lr, n_train, t_train, t_predict, acc_ben, attack_strength, defence_strength, margin",
+        ),
+        ({"survival.data.dummies": ["model"]}, "survival.data.dummies: got 'model'; allowed: attack, defence, data"),
+        ({"survival.data.misclassified_before_attack": "attack_time"}, f"survival.data.misclassified_before_attack: attack_time {REMOVED_POLICY}"),
+        ({"survival.data.misclassified_before_attack": "predict_time"}, f"survival.data.misclassified_before_attack: predict_time {REMOVED_POLICY}"),
+        ({"survival.data.misclassified_before_attack": "zero"}, "survival.data.misclassified_before_attack: got 'zero'; allowed: first_query, drop"),
+        ({"survival.data.nonpositive_durations": "clip"}, "survival.data.nonpositive_durations: got 'clip'; allowed: half_min, drop"),
+        ({"survival.models": {}}, "survival.models: select at least one option (an empty grid runs nothing)"),
+        ({"survival.fitters": []}, "survival.fitters: must be a non-empty list (an empty grid runs nothing)"),
+        ({"survival.fitters": ["gompertz"]}, "survival.fitters: got 'gompertz'; allowed: weibull, lognormal, loglogistic, exponential, gengamma, cox"),
+        ({"survival.models.weibull": "lifelines.WeibullAFTFitter"}, f"survival.models.weibull.fitter._target_: {FITTER}"),  # no mapping
+        ({"survival.models.weibull.fitter": "lifelines.WeibullAFTFitter"}, f"survival.models.weibull.fitter._target_: {FITTER}"),
+        ({"survival.models.weibull.fitter._target_": DROP}, f"survival.models.weibull.fitter._target_: {FITTER}"),
+        ({"survival.models.lognormal.fitter.penalizer": -1}, "survival.models.lognormal.fitter.penalizer: got -1; must be a finite number >= 0"),
+        ({"survival.models.cox.aft": "yes"}, "survival.models.cox.aft: got 'yes'; allowed: true (an AFT model, gives E[T]), false"),
+        ({"survival.models.weibull.optimiser": "newton"}, f"survival.models.weibull.optimiser: got 'newton'; allowed: {OPTIMISERS}"),
+        ({"survival.models.cox.t0_quantile": 0}, "survival.models.cox.t0_quantile: got 0; must be a finite number in (0, 1)"),
+        ({"survival.models.cox.t0_quantile": 1}, "survival.models.cox.t0_quantile: got 1; must be a finite number in (0, 1)"),
+        ({"survival.models.weibull.fit_options": 500}, f"survival.models.weibull.fit_options: got 500; {FIT_OPTIONS}"),
+        # each retry by its position in the list
+        ({"survival.retries": [{"penalizer": 0.1}, {"tries": 3}]}, f"survival.retries[1]: got {{'tries': 3}}; {RETRY}"),
+        (
+            {"survival.retries": [{"optimiser": "BFGS", "penalizer": 0.1, "tries": 3}]},
+            f"survival.retries[0]: got {{'optimiser': 'BFGS', 'penalizer': 0.1, 'tries': 3}}; {RETRY}",
+        ),
+        ({"survival.retries": [{}]}, f"survival.retries[0]: got {{}}; {RETRY}"),  # a retry that changes nothing
+        ({"survival.retries": ["BFGS"]}, f"survival.retries[0]: got 'BFGS'; {RETRY}"),
+        ({"survival.retries": [{"optimiser": "newton"}]}, f"survival.retries[0].optimiser: got 'newton'; allowed: {OPTIMISERS}"),
+        ({"survival.retries": [{"penalizer": -0.1}]}, "survival.retries[0].penalizer: got -0.1; must be a finite number >= 0"),
+        ({"survival.retries": [{"fit_options": 500}]}, f"survival.retries[0].fit_options: got 500; {FIT_OPTIONS}"),
+        # the chosen model gives E[T]: one of the fitted AFT models, not Cox
+        ({"survival.chosen": "cox"}, "survival.chosen: got 'cox'; allowed: weibull, lognormal, loglogistic, exponential, gengamma"),
+        ({"survival.fitters": ["weibull", "cox"], "survival.chosen": "lognormal"}, "survival.chosen: got 'lognormal'; allowed: weibull"),
+        ({"survival.select_by": "r2"}, "survival.select_by: got 'r2'; allowed: test_ICI, ICI, test_E50, E50, AIC, BIC, test_concordance, concordance"),
+        ({"survival.split_by": "dataset"}, "survival.split_by: got 'dataset'; allowed: train_hash, model_hash, attack_hash"),
+        ({"survival.test_size": 0}, "survival.test_size: got 0; must be a finite number in (0, 1)"),
+        ({"survival.test_size": 1}, "survival.test_size: got 1; must be a finite number in (0, 1)"),
+        ({"survival.seed": -1}, "survival.seed: got -1; must be an integer >= 0"),
+        ({"survival.t0_quantile": 0}, "survival.t0_quantile: got 0; must be a finite number in (0, 1)"),
+        ({"survival.t0_quantile": 1}, "survival.t0_quantile: got 1; must be a finite number in (0, 1)"),
+        ({"survival.km_check_tolerance": 0}, "survival.km_check_tolerance: got 0; must be a finite number > 0"),
+    ],
+)
+def test_a_bad_survival_setting_is_refused_in_one_line_naming_its_key(changes, line):
+    assert config_refusal(survival_checks.check, changes) == f"config error: {line}"
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},  # the defaults: three retries, no model with an optimiser, t0_quantile or fit_options of its own
+        # no covariates, dummies or retries; each value on its closed bound
+        {"survival.data.covariates": None, "survival.data.dummies": None, "survival.retries": None, "survival.seed": 0}
+        | {"survival.data.misclassified_before_attack": "drop", "survival.data.nonpositive_durations": "drop"},
+        # a model's own optimiser, t0 quantile, options and no penalizer (0); the chosen AFT model
+        {"survival.models.weibull.optimiser": "L-BFGS-B", "survival.models.weibull.t0_quantile": 0.5, "survival.models.weibull.fit_options": {"maxiter": 500}}
+        | {
+            "survival.models.weibull.fitter.penalizer": DROP,
+            "survival.models.cox.aft": False,
+            "survival.chosen": "weibull",
+            "survival.fitters": ["weibull", "cox"],
+        },
+        {"survival.retries": [{"penalizer": 0}, {"optimiser": "TNC", "fit_options": {"maxiter": 50}}]},
+    ],
+)
+def test_survival_settings_on_their_allowed_bounds_pass(changes):
+    assert config_refusal(survival_checks.check, changes) is None
