@@ -2,6 +2,8 @@
 Kaplan-Meier curve of the samples still standing, its area and bounds on hand-computed
 values, against lifelines' own estimators, and the rank correlation with EVP and R."""
 
+import dataclasses
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -244,3 +246,222 @@ def test_a_tiny_pipeline_writes_the_eps_survival_tables_metrics_and_figures(tiny
         assert reports / "figures" / f"{stem}.png" in written and (reports / "figures" / f"{stem}.pdf").is_file()
     page = (reports / "report.html").read_text()
     assert "Survival in ε per cell" in page and "eps_survival_spearman · digits · fgm linf · evp" in page
+
+
+# --- the searches' edges: randomised benign predictions, numeric events, censoring per sample
+
+
+def test_a_sample_wrong_at_the_benign_prediction_fails_at_zero_even_where_the_cell_missed_it():
+    # a randomised model: sample 0's benign prediction in the 0.1 cell was wrong, yet the
+    # attack there drew a right answer (no event); 0.2 broke it. It fails at 0, and standing in
+    # a cell after failing makes it nonmonotone. Sample 1, broken at the smallest eps, has its
+    # threshold in (0, 0.1]
+    low = outcomes([0, 1, 2], [0, 1, 0], y_pred_ben=[0, 1, 1])
+    high = outcomes([0, 1, 2], [1, 1, 0])
+    found = epsilon.grid_search([0.1, 0.2], [low, high])
+    assert found["eps"].tolist() == [0.0, 0.1, 0.2] and found["eps_lower"].tolist() == [0.0, 0.0, 0.2]
+    assert found["event"].tolist() == [1, 1, 0] and found["nonmonotone"].tolist() == [True, False, False]
+
+
+def test_event_arrays_of_zeros_and_ones_are_read_as_booleans():
+    """An npz written with numeric events (0.0/1.0) searches as the boolean one; the event
+    column is 0/1 integers either way."""
+    cells = four_samples()
+    numeric = [dataclasses.replace(cell, event=cell.event.astype(float)) for cell in cells]
+    found = epsilon.grid_search(GRID, numeric)
+    pd.testing.assert_frame_equal(found, epsilon.grid_search(GRID, cells))
+    assert found["event"].dtype == np.int64 and found["nonmonotone"].tolist() == [False, True, False, False]
+    first = outcomes([0, 1], [1, 0], failure_step=[0, 10], norm_l2=[0.0, 2.0])
+    minimal = epsilon.minimal_search([dataclasses.replace(first, event=first.event.astype(float))], "2")
+    pd.testing.assert_frame_equal(minimal, epsilon.minimal_search([first], "2"))
+    assert minimal["event"].dtype == np.int64 and minimal["event"].tolist() == [1, 0]
+
+
+def test_a_minimal_search_censors_each_sample_at_its_own_farthest_norm():
+    # samples 0 and 1 never broken: censored at their farthest norm over the two cells (4 and
+    # 6 for sample 0, 3 and 1 for sample 1); sample 2 broken by both, the smaller norm counts.
+    # Without a scale the norms are as measured; no minimal sample is nonmonotone
+    first = outcomes([0, 1, 2], [0, 0, 1], failure_step=[10, 10, 2], norm_l2=[4.0, 3.0, 2.5])
+    second = outcomes([0, 1, 2], [0, 0, 1], failure_step=[10, 10, 3], norm_l2=[6.0, 1.0, 1.5])
+    found = epsilon.minimal_search([first, second], "2")
+    assert found["eps"].tolist() == [6.0, 3.0, 1.5] and found["event"].tolist() == [0, 0, 1]
+    assert found["nonmonotone"].tolist() == [False, False, False]
+
+
+# --- the per-sample table's edges
+
+
+def deepfool_cells(**columns) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "model_hash": ["m2", "m1"],
+            "dataset": "digits",
+            "attack": "deepfool",
+            "norm": "2",
+            "attack_param": "nb_grads",
+            "attack_value": 1,
+            "attack_units": "standardised",
+        }
+        | {"pixel_std": 0.5, "attack_hash": ["b", "a"], "minimal": True}
+        | columns
+    )
+
+
+DEEPFOOL = {
+    "a": outcomes([0, 1], [1, 0], failure_step=[2, 10], norm_l2=[2.0, 4.0]),
+    "b": outcomes([0, 1], [1, 1], failure_step=[3, 3], norm_l2=[6.0, 8.0]),
+}
+
+
+def test_an_experiments_table_without_cells_gives_the_columns_and_without_minimal_a_clear_error():
+    empty = epsilon.sample_table(deepfool_cells().iloc[:0], {})
+    assert empty.empty and list(empty.columns) == schema.EPS_SURVIVAL_DATA
+    message = "the experiments table has no `minimal` column (an attack's property, added by timing's attack_properties)"
+    with pytest.raises(KeyError) as error:
+        epsilon.sample_table(deepfool_cells().drop(columns="minimal"), DEEPFOOL)
+    assert error.value.args == (message,)
+
+
+def test_minimal_norms_are_in_pixel_units_by_default():
+    data = epsilon.sample_table(deepfool_cells(), DEEPFOOL)
+    # the standardised norms times the pixel std 0.5; rows by model cell, m1 first
+    assert data["model_hash"].tolist() == ["m1", "m1", "m2", "m2"] and set(data["units"]) == {"pixel"}
+    assert data["eps"].tolist() == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_a_table_read_back_from_csv_spells_norm_and_minimal_as_text():
+    # experiments.csv read back: an all-digit norm column comes as integers, booleans as text
+    data = epsilon.sample_table(deepfool_cells(norm=2, minimal=["True", "True"]), DEEPFOOL, minimal_units="standardised")
+    assert data["norm"].tolist() == ["2"] * 4 and set(data["search"]) == {"minimal"}
+    assert data["eps"].tolist() == [2.0, 4.0, 6.0, 8.0]  # standardised: as measured
+    grid = deepfool_cells(attack="fgm", norm="inf", attack_param="eps", attack_value=0.1, minimal=["False", "false"])
+    assert set(epsilon.sample_table(grid, DEEPFOOL)["search"]) == {"grid"}
+
+
+def test_minimal_samples_without_a_pixel_std_are_left_out_with_a_warning(caplog):
+    logging.getLogger("trashfire.survival.epsilon").addHandler(caplog.handler)
+    with caplog.at_level(logging.WARNING, logger="trashfire.survival.epsilon"):
+        data = epsilon.sample_table(deepfool_cells().drop(columns="pixel_std"), DEEPFOOL)
+    assert data.empty and list(data.columns) == schema.EPS_SURVIVAL_DATA
+    assert "4 samples without a pixel std (older attack records) left out of the eps survival" in {r.getMessage() for r in caplog.records}
+
+
+# --- areas, medians and curves at their upper end
+
+
+def test_the_area_and_curve_stop_at_eps_max_and_a_median_beyond_it_is_none():
+    # minimal times 0.5, 3, 4, 5 (all broken), eps_max 2: standing 1 on [0, 0.5), 3/4 on
+    # [0.5, 2]; area (1 x 0.5 + 0.75 x 1.5) / 2 = 0.8125. Half are broken only at 3 > eps_max
+    fitter = epsilon.kaplan_meier([0.5, 3.0, 4.0, 5.0], [1, 1, 1, 1])
+    summary = epsilon.survival_summary(fitter, 2.0)
+    assert summary["area"] == summary["area_lo"] == summary["area_hi"] == pytest.approx(0.8125)
+    assert np.isnan(summary["median_eps"]) and summary["eps_max"] == 2.0
+    points = epsilon.curve_points(fitter, 2.0)  # every step up to eps_max, then eps_max
+    assert points["eps"].tolist() == [0.0, 0.5, 2.0] and points["survival"].tolist() == pytest.approx([1.0, 0.75, 0.75])
+
+
+def test_a_median_at_eps_max_itself_counts():
+    # on the grid: one of four broken at 0.1 (3/4 standing), one of the three left at 0.3:
+    # 3/4 x 2/3 = 1/2 standing at eps_max 0.3, the median
+    fitter = epsilon.kaplan_meier([0.1, 0.3, 0.3, 0.3], [1, 1, 0, 0])
+    assert epsilon.survival_summary(fitter, 0.3, GRID)["median_eps"] == pytest.approx(0.3)
+
+
+# --- the per-cell tables
+
+
+def eps_data() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Model m2's FGM grid family (listed first) and m1's DeepFool with a single sample."""
+    fgm = {"model_hash": "m2", "attack": "fgm", "norm": "inf", "attack_family": "fgm linf", "search": "grid", "units": "pixel", "eps_max": 0.3}
+    deepfool = {"model_hash": "m1", "attack": "deepfool", "norm": "2", "attack_family": "deepfool l2", "search": "minimal", "units": "pixel", "eps_max": 4.0}
+    rows = [fgm | {"eps": e, "event": v, "nonmonotone": e == 0.1} for e, v in zip([0.0, 0.1, 0.2, 0.3], [1, 1, 1, 0])]
+    data = pd.DataFrame([*rows, deepfool | {"eps": 2.0, "event": 1, "nonmonotone": False}]).assign(dataset="digits", position=0)
+    data["eps_lower"] = data["eps"]
+    labels = {k: "" if k in ("pretrained_on", "defence_param") else 0 for k in schema.MODEL_LABELS if k != "dataset"}
+    experiments = pd.DataFrame(
+        {"model_hash": ["m2"] * 4 + ["m1", "m1"], "dataset": "digits", "attack": ["fgm"] * 4 + ["deepfool"] * 2, "norm": ["inf"] * 4 + ["2"] * 2}
+        | {"attack_value": [*GRID, 1, 3]}
+        | labels
+    )
+    return data[schema.EPS_SURVIVAL_DATA], experiments
+
+
+def test_each_cells_row_carries_its_search_units_eps_max_and_degenerate_flag():
+    data, experiments = eps_data()
+    table, curves = epsilon.survival_tables(data, experiments, pd.Series({"m2": True}))
+    assert table["model_hash"].tolist() == ["m1", "m2"]  # sorted by model cell
+    columns = ["search", "units", "eps_max", "n", "events", "n_nonmonotone", "degenerate"]
+    assert table[columns].to_dict("records") == [
+        {"search": "minimal", "units": "pixel", "eps_max": 4.0, "n": 1, "events": 1, "n_nonmonotone": 0, "degenerate": False},  # not in the series
+        {"search": "grid", "units": "pixel", "eps_max": 0.3, "n": 4, "events": 3, "n_nonmonotone": 1, "degenerate": True},
+    ]
+    # m1's one sample broken at 2: the exact time, no grid (its nb_grads are no eps): 2 / 4 = 0.5
+    assert table.loc[0, ["area", "area_lo", "area_hi"]].tolist() == [0.5, 0.5, 0.5]
+    assert table.loc[1, "area"] == pytest.approx(0.4375)  # four_samples' curve on GRID
+    assert curves[curves["model_hash"] == "m1"][["eps", "survival"]].to_numpy().tolist() == [[0.0, 1.0], [2.0, 0.0], [4.0, 0.0]]
+    unflagged, _ = epsilon.survival_tables(data, experiments)
+    assert unflagged["degenerate"].tolist() == [False, False]
+
+
+def test_no_eps_survival_data_gives_both_tables_empty_with_their_columns():
+    table, curves = epsilon.survival_tables(pd.DataFrame(columns=schema.EPS_SURVIVAL_DATA), eps_data()[1])
+    assert table.empty and list(table.columns) == schema.EPS_SURVIVAL
+    assert curves.empty and list(curves.columns) == schema.EPS_SURVIVAL_CURVES
+
+
+def test_the_spearman_needs_both_tables_and_lists_families_in_order():
+    rng = np.random.default_rng(2)
+    table = pd.DataFrame(
+        {
+            "model_hash": [f"m{i}" for i in range(8)],
+            "dataset": "digits",
+            "attack_family": ["pgd linf"] * 4 + ["fgm linf"] * 4,
+            "area": rng.uniform(size=8),
+            "degenerate": False,
+        }
+    )
+    robustness = table[["model_hash", "attack_family"]].assign(evp=rng.uniform(size=8), auc_R=rng.uniform(size=8))
+    assert list(epsilon.spearman_against(table, robustness)["digits"]) == ["fgm linf", "pgd linf"]
+    assert epsilon.spearman_against(table, None) == {} and epsilon.spearman_against(pd.DataFrame(), robustness) == {}
+
+
+def test_records_without_positions_match_samples_by_their_order():
+    # older outcome arrays carry no attack-subset positions: sample i is position i
+    cells = [dataclasses.replace(cell, position=None) for cell in four_samples()]
+    found = epsilon.grid_search(GRID, cells)
+    assert found["position"].tolist() == [0, 1, 2, 3] and found["eps"].tolist() == [0.0, 0.1, 0.2, 0.3]
+
+
+def test_a_grid_family_without_recorded_units_is_standardised_and_ends_at_its_largest_eps():
+    # every sample broken by 0.2: eps_max is still the grid's 0.3, not the largest time
+    broken = [outcomes([0, 1], event) for event in ([0, 1], [1, 1], [1, 1])]
+    experiments = pd.DataFrame(
+        {
+            "model_hash": "m1",
+            "dataset": "digits",
+            "attack": "pgd",
+            "norm": "inf",
+            "attack_param": "eps",
+            "attack_value": [0.1, 0.2, 0.3],
+            "attack_hash": ["a", "b", "c"],
+        }
+        | {"minimal": False}
+    )
+    data = epsilon.sample_table(experiments, dict(zip("abc", broken)))
+    assert data["eps"].tolist() == [0.2, 0.1] and set(data["units"]) == {"standardised"} and set(data["eps_max"]) == {0.3}
+
+
+def test_no_eps_grid_and_no_minimal_attack_gives_an_empty_table_with_its_columns():
+    experiments = deepfool_cells(attack="square", attack_param="queries", minimal=False)
+    data = epsilon.sample_table(experiments, DEEPFOOL)
+    assert data.empty and list(data.columns) == schema.EPS_SURVIVAL_DATA
+
+
+def test_minimal_norms_recorded_in_float32_are_scaled_in_double_precision():
+    # the attack stage measures norms on float32 images: the unit conversion (MNIST's pixel
+    # std 0.3081) is a float64 product of the recorded value, not a float32-rounded one
+    norms = np.array([2.1, 0.7], dtype=np.float32)
+    cell = dataclasses.replace(outcomes([0, 1], [1, 0], failure_step=[2, 10]), norm_l2=norms)
+    found = epsilon.minimal_search([cell], "2", scale=0.3081)
+    assert found["eps"].dtype == np.float64
+    assert found["eps"].tolist() == [float(norms[0]) * 0.3081, float(norms[1]) * 0.3081]

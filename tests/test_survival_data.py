@@ -3,20 +3,24 @@ attack stage's contract): one row per attacked sample, durations from the chosen
 policies, the covariates, old-format arrays, and the timing stage that writes both tables."""
 
 import logging
+import re
 import time
 
 import numpy as np
 import pandas as pd
 import pytest
+from omegaconf import OmegaConf
 
 from tests.conftest import ROOT, tiny_overrides
 from trashfire.attacks.campaign import attack_record_path, outcomes_path
+from trashfire.core import schema
 from trashfire.core.config import compose, validate
 from trashfire.core.errors import DataError
 from trashfire.core.grid import attack_cells
 from trashfire.core.records import write_json, write_npz
 from trashfire.stages import timing
-from trashfire.survival.data import ID_COLUMNS, LABEL_COLUMNS, diagnose, drop_degenerate, survival_table
+from trashfire.survival import datasets
+from trashfire.survival.data import ID_COLUMNS, LABEL_COLUMNS, diagnose, drop_degenerate, dummy_columns, fix_nonpositive, survival_table, with_strengths
 from trashfire.tables import experiments as experiment_tables
 
 
@@ -252,3 +256,306 @@ def test_timing_reads_no_arrays_for_the_sweep_and_names_an_old_array_file(record
     assert "n_events" not in experiment_tables.experiments_table(recorded_grid, outcomes=False)
     with pytest.raises(DataError, match=f"{path}: .*rerun the attack stage"):
         timing.run(recorded_grid)
+
+
+# --- the two data sets the timing stage writes (trashfire.survival.datasets), on a hand-made config
+
+
+@pytest.fixture
+def datasets_log(caplog):
+    logging.getLogger("trashfire.survival.datasets").addHandler(caplog.handler)
+    with caplog.at_level(logging.INFO, logger="trashfire.survival.datasets"):
+        yield caplog
+
+
+def test_timing_writes_both_survival_sets_as_configured(tmp_path, two_cells, datasets_log):
+    """Every setting of survival.data, timing.clock and metrics.eps_survival reaches its table:
+    none of them the default."""
+    experiments, outcomes = two_cells
+    # a DeepFool cell of model m1 (a minimal-perturbation attack): sample 0 broken at l2 norm 1.0,
+    # sample 1 never (its search reached 2.0), sample 2 wrong before the attack (failure step 0)
+    deepfool = experiments.iloc[[0]].assign(attack="deepfool", norm="2", attack_param="nb_grads", attack_value=1.0, attack_hash="deepfool-1", pixel_std=0.5)
+    experiments = pd.concat([experiments, deepfool], ignore_index=True).assign(minimal=[False, False, True])
+    outcomes["deepfool-1"] = hand_made_outcomes([0, 1, 2], [0, 1, 9], [7, 1, 9], [1.0, 2.0, -1.0], [0.01, 0.04, 0.002], [1, 0, 1], [3, 10, 0])
+    outcomes["deepfool-1"]["norm_l2"] = np.array([1.0, 2.0, 3.0])
+    outcomes["pgd-0.3"]["duration_wall"][0] = 0.0  # below the wall clock's resolution
+    cfg = OmegaConf.create(
+        {
+            "survival": {
+                "data": {"covariates": ["margin", "epochs"], "dummies": ["attack"], "misclassified_before_attack": "drop", "nonpositive_durations": "drop"}
+            },
+            "timing": {"clock": "wall"},
+            "metrics": {"eps_survival": {"minimal_units": "standardised", "minimal_eps_max": 2.5}},
+            "paths": {"reports": str(tmp_path)},
+        }
+    )
+    survival = datasets.write_survival_sets(cfg, experiments, outcomes)
+    # the wall clock reads twice the process clock; the samples wrong before the attack are
+    # dropped (fgm's last, deepfool's last), and so is pgd's first, timed at 0 s
+    assert rows_of(survival) == [
+        ("deepfool-1", 0.02, 1, 1),
+        ("deepfool-1", 0.08, 0, 1),
+        ("fgm-0.1", 0.04, 0, 1),
+        ("fgm-0.1", 0.03, 1, 1),
+        ("fgm-0.1", 0.04, 0, 1),
+        ("fgm-0.1", 0.01, 1, 1),
+        *[("pgd-0.3", 0.06, 0, 1)] * 3,
+    ]
+    # the covariates in the configured order, then the attack dummies against deepfool l2 (the
+    # first level); attack_pgd_inf is epochs == 2 again, collinear
+    assert list(survival.columns[len(ID_COLUMNS) :]) == ["margin", "epochs", "attack_fgm_inf"]
+    written = pd.read_csv(tmp_path / "survival_data.csv")
+    assert list(written.columns) == list(survival.columns) and rows_of(written) == rows_of(survival)
+    eps = pd.read_csv(tmp_path / "eps_survival_data.csv", dtype={"norm": str})
+    assert list(eps.columns) == schema.EPS_SURVIVAL_DATA
+    by_family = {family: rows[["eps", "event"]].to_numpy().tolist() for family, rows in eps.groupby("attack_family")}
+    # DeepFool: the returned norm times 1 (standardised units, as configured); 0 for the sample
+    # wrong before; fgm's one grid point 0.1 (its last sample wrong at the first query: 0); pgd
+    # censored at its 0.3
+    assert by_family == {
+        "deepfool l2": [[1.0, 1], [2.0, 0], [0.0, 1]],
+        "fgm linf": [[0.1, 0], [0.1, 1], [0.1, 0], [0.1, 1], [0.0, 1]],
+        "pgd linf": [[0.3, 0]] * 4,
+    }
+    minimal = eps[eps["attack"] == "deepfool"]
+    assert set(minimal["units"]) == {"standardised"} and set(minimal["eps_max"]) == {2.5}  # the configured upper end
+    assert {r.getMessage() for r in datasets_log.records if r.name == "trashfire.survival.datasets"} == {
+        "3 experiment rows, 9 survival rows, covariates: margin, epochs, attack_fgm_inf"
+    }
+
+
+# --- the table's edges: no cells, its index and order, the strengths, the dummies, the log
+
+
+def experiment_cells(*specs, n=2):
+    """Experiment rows like the hand-made FGM cell's, one per (attack, attack value, defence,
+    defence value) in `specs`, with `n` samples each: the first broken at step 1, the others
+    surviving; the attack hash names the cell."""
+    template = cells()[0].iloc[0].to_dict()
+    rows, outcomes = [], {}
+    for attack, value, defence, defence_value in specs:
+        attack_hash = f"{attack}-{value}-{defence}-{defence_value}"
+        rows.append(template | {"attack": attack, "attack_value": value, "defence": defence, "defence_value": defence_value, "attack_hash": attack_hash})
+        outcomes[attack_hash] = hand_made_outcomes(range(n), range(n), [9] + list(range(1, n)), [1.0] * n, [0.01] * n, [1] + [0] * (n - 1), [1] * n)
+    return pd.DataFrame(rows), outcomes
+
+
+def covariates_by_cell(table, columns):
+    return table.drop_duplicates("attack_hash").set_index("attack_hash")[columns].to_dict("index")
+
+
+def test_an_experiments_table_without_cells_gives_an_empty_table_with_the_id_columns(two_cells):
+    experiments, outcomes = two_cells
+    for policy in ("first_query", "drop"):
+        table = survival_table(experiments.iloc[:0], outcomes, misclassified_before_attack=policy)
+        assert table.empty and list(table.columns) == ID_COLUMNS  # every covariate is dropped: it takes no value
+
+
+def test_the_experiments_index_is_not_read(two_cells):
+    experiments, outcomes = two_cells
+    indexed = experiments.set_index("attack_hash", drop=False)  # as a caller looking cells up by hash holds it
+    pd.testing.assert_frame_equal(survival_table(indexed, outcomes), survival_table(experiments, outcomes))
+
+
+def test_rows_are_sorted_by_attack_hash_and_keep_each_cells_sample_order(two_cells):
+    experiments, _ = two_cells
+    # 20 samples a cell, the cell whose hash sorts last listed first; sample i's duration is
+    # (i + 1) ms, so a cell's rows in sample order read 1, 2, ..., 20 ms
+    cells, outcomes = experiments.iloc[[0, 0]].assign(attack_hash=["b", "a"]), {}
+    for attack_hash in ("a", "b"):
+        outcomes[attack_hash] = hand_made_outcomes(range(20), range(20), range(20), [1.0] * 20, np.arange(1, 21) / 1000, [0] * 20, [10] * 20)
+    table = survival_table(cells, outcomes)
+    assert table["attack_hash"].tolist() == ["a"] * 20 + ["b"] * 20
+    assert table["duration"].tolist() == pytest.approx(2 * [i / 1000 for i in range(1, 21)])
+
+
+def test_attack_and_defence_strengths_are_min_max_scaled_within_their_family():
+    experiments, outcomes = experiment_cells(("fgm", 0.1, "conf", 0.5), ("fgm", 0.2, "conf", 1.0), ("fgm", 0.5, "none", 0.0), ("pgd", 0.3, "conf", 0.75))
+    table = survival_table(experiments, outcomes, covariates=("attack_strength", "defence_strength"), dummies=())
+    # fgm spans 0.1..0.5: (0.1 - 0.1) / 0.4 = 0, (0.2 - 0.1) / 0.4 = 0.25, (0.5 - 0.1) / 0.4 = 1;
+    # pgd has one value: 0. conf spans 0.5..1.0: 0, 1, and 0.75 -> 0.5; none has one value: 0
+    assert covariates_by_cell(table, ["attack_strength", "defence_strength"]) == {
+        "fgm-0.1-conf-0.5": {"attack_strength": 0.0, "defence_strength": 0.0},
+        "fgm-0.2-conf-1.0": {"attack_strength": pytest.approx(0.25), "defence_strength": 1.0},
+        "fgm-0.5-none-0.0": {"attack_strength": 1.0, "defence_strength": 0.0},
+        "pgd-0.3-conf-0.75": {"attack_strength": 0.0, "defence_strength": 0.5},
+    }
+
+
+def test_dummies_read_against_no_defence_and_the_first_family_by_its_dummy_name(survival_log):
+    experiments, outcomes = experiment_cells(
+        ("pgd", 0.1, "none", 0.0), ("pgd_bpda", 0.1, "none", 0.0), ("pgd", 0.1, "conf", 0.0), ("pgd", 0.1, "fsq", 0.0), ("pgd_bpda", 0.1, "fsq", 0.0)
+    )
+    table = survival_table(experiments, outcomes, covariates=())
+    # 'pgd_bpda linf' sorts after 'pgd linf' as a label, but its dummy name attack_pgd_bpda_inf
+    # before attack_pgd_inf: it is the reference. The defences against none, whatever its place
+    assert list(table.columns[len(ID_COLUMNS) :]) == ["attack_pgd_inf", "defence_conf", "defence_fsq"]
+    assert covariates_by_cell(table, ["attack_pgd_inf", "defence_conf", "defence_fsq"]) == {
+        "pgd-0.1-none-0.0": {"attack_pgd_inf": 1.0, "defence_conf": 0.0, "defence_fsq": 0.0},
+        "pgd_bpda-0.1-none-0.0": {"attack_pgd_inf": 0.0, "defence_conf": 0.0, "defence_fsq": 0.0},
+        "pgd-0.1-conf-0.0": {"attack_pgd_inf": 1.0, "defence_conf": 1.0, "defence_fsq": 0.0},
+        "pgd-0.1-fsq-0.0": {"attack_pgd_inf": 1.0, "defence_conf": 0.0, "defence_fsq": 1.0},
+        "pgd_bpda-0.1-fsq-0.0": {"attack_pgd_inf": 0.0, "defence_conf": 0.0, "defence_fsq": 1.0},
+    }
+    assert "survival data: dummies are read against the reference levels attack pgd_bpda linf, defence none, data digits" in messages(survival_log)
+
+
+def test_without_no_defence_the_first_defence_is_the_reference_and_only_configured_dummies_are_made():
+    experiments, outcomes = experiment_cells(("pgd", 0.1, "conf", 0.0), ("fgm", 0.1, "fsq", 0.0), ("pgd", 0.1, "fsq", 0.0))
+    table = survival_table(experiments, outcomes, covariates=(), dummies=("defence",))
+    # conf, fsq: conf (the first) is the reference; no attack dummy though fgm and pgd differ
+    assert list(table.columns[len(ID_COLUMNS) :]) == ["defence_fsq"]
+    assert covariates_by_cell(table, ["defence_fsq"]) == {
+        "fgm-0.1-fsq-0.0": {"defence_fsq": 1.0},
+        "pgd-0.1-conf-0.0": {"defence_fsq": 0.0},
+        "pgd-0.1-fsq-0.0": {"defence_fsq": 1.0},
+    }
+
+
+def test_one_level_of_every_kind_makes_no_dummy_but_keeps_a_row_per_cell(two_cells):
+    cells = with_strengths(two_cells[0].iloc[:1])
+    dummies = dummy_columns(cells)
+    assert dummies.shape == (1, 0) and dummies.index.tolist() == [0]
+
+
+def messages(caplog):
+    return [record.getMessage() for record in caplog.records]
+
+
+def test_the_survival_data_log_lines_in_full(two_cells, survival_log):
+    experiments, outcomes = two_cells
+    outcomes["pgd-0.3"]["duration_process"][:2] = 0.0
+    survival_table(experiments, outcomes)
+    survival_table(experiments, outcomes, nonpositive_durations="drop")
+    logged = messages(survival_log)
+    assert (
+        "survival data: 1 of 9 attacked samples, in 1 of 2 attack cells, misclassified before the attack: kept as failures at the first query (policy first_query)"
+        in logged
+    )
+    # 0.001 s is the smallest measured duration (fgm's last sample): half of it
+    assert "survival data: 2 rows (2 samples) timed at <= 0 s (below the clock's resolution) set to 0.0005 s, half the smallest measured duration" in logged
+    assert "survival data: dropping 2 rows (2 samples) timed at <= 0 s, below the clock's resolution" in logged
+    assert "survival data: dropping covariate depth: it takes one value" in logged
+    assert "survival data: dropping covariate attack_pgd_inf: collinear with intercept, epochs, margin" in logged
+
+
+def test_a_missing_outcome_file_names_its_cell(two_cells):
+    experiments, outcomes = two_cells
+    del outcomes["pgd-0.3"]
+    with pytest.raises(DataError, match="^no outcome arrays for attack cell pgd-0.3; run the attack stage first$"):
+        survival_table(experiments, outcomes)
+
+
+def test_arrays_of_other_types_are_coded_as_the_tables_types(two_cells):
+    """Counts as integers, durations and margins as floats, events as 0/1, whatever types the
+    arrays came in (lists, a float count, an integer margin)."""
+    experiments, outcomes = two_cells
+    for arrays in outcomes.values():
+        n = len(arrays["y_true"])
+        arrays |= {
+            "queries": np.full(n, 2.0),
+            "gradients": np.full(n, 1.0),
+            "flops": np.full(n, 300.0),
+            "duration_process": [1] * n,
+            "margin_ben": np.arange(n),
+        }
+    table = survival_table(experiments, outcomes)
+    assert {c: str(table[c].dtype) for c in ("duration", "event", "weight", "queries", "gradients", "flops", "margin")} == {
+        "duration": "float64",
+        "event": "int64",
+        "weight": "int64",
+        "queries": "int64",
+        "gradients": "int64",
+        "flops": "int64",
+        "margin": "float64",
+    }
+
+
+def test_a_zero_weight_row_timed_at_zero_is_no_sample_and_is_left_alone():
+    rows = pd.DataFrame({"duration": [0.0, 0.0, 0.4], "weight": [0, 1, 1]})
+    # only the weighted row at 0 s is set to half the smallest positive duration, 0.4 / 2
+    assert fix_nonpositive(rows, "half_min")["duration"].tolist() == [0.0, 0.2, 0.4]
+    assert fix_nonpositive(rows, "drop")["duration"].tolist() == [0.0, 0.4]
+
+
+# --- the rank test: constant, unknown and collinear covariates
+
+
+@pytest.fixture
+def degenerate_log(caplog):
+    with caplog.at_level(logging.INFO, logger="trashfire.survival.data"):
+        logging.getLogger("trashfire.survival.data").addHandler(caplog.handler)
+        yield caplog
+
+
+def test_zero_weight_rows_do_not_count_in_the_rank_test(degenerate_log):
+    # epochs varies only through the zero-weight row: on the rows that count it is constant
+    covariates = pd.DataFrame({"epochs": [1.0, 1.0, 5.0], "margin": [0.5, -0.5, 2.0]})
+    assert drop_degenerate(covariates, np.array([1, 1, 0]), where="split").columns.tolist() == ["margin"]
+    assert "split: dropping covariate epochs: it takes one value" in messages(degenerate_log)
+    assert drop_degenerate(covariates, np.array([1, 1, 1])).columns.tolist() == ["epochs", "margin"]
+
+
+def test_a_covariate_unknown_for_some_cells_is_dropped_with_a_note(degenerate_log):
+    # an external model records no epochs: None in an object column, NaN in a float one
+    covariates = pd.DataFrame({"epochs": pd.Series([1, None, 3], dtype=object), "lr": [0.1, np.nan, 0.2], "margin": [0.5, -0.5, 2.0]})
+    assert drop_degenerate(covariates).columns.tolist() == ["margin"]
+    note = "dropping covariate {}: unknown for some cells (an external model records no epochs or lr)"
+    assert {f"survival data: {note.format('epochs')}", f"survival data: {note.format('lr')}"} <= set(messages(degenerate_log))
+
+
+def test_an_empty_design_keeps_no_covariate():
+    assert drop_degenerate(pd.DataFrame({"epochs": [1.0, 2.0]}), np.array([0, 0])).columns.tolist() == []
+
+
+def test_the_rank_test_is_blind_to_a_covariates_scale_and_offset():
+    # seconds per prediction (spread 1e-4) and a FLOPs count (1e9 apart from zero, spread 1):
+    # each is a line through the cells, independent of the intercept and of each other
+    covariates = pd.DataFrame({"t_predict": [0.0010, 0.0011, 0.0013], "flops": [1e9, 1e9 + 2, 1e9 + 1]})
+    assert drop_degenerate(covariates).columns.tolist() == ["t_predict", "flops"]
+
+
+def test_a_covariate_collinear_up_to_rounding_is_dropped(degenerate_log):
+    # t_attack_wall is twice t_attack up to its 8 printed decimals: collinear within the rank
+    # test's tolerance, 1e-8 per distinct row on standardised columns (here the smallest
+    # singular value is 4e-8, under 10 x 1e-8)
+    t_attack = np.sqrt(np.arange(1, 11)) / 10
+    covariates = pd.DataFrame({"t_attack": t_attack, "t_attack_wall": np.round(2 * t_attack, 8)})
+    assert drop_degenerate(covariates).columns.tolist() == ["t_attack"]
+    assert "survival data: dropping covariate t_attack_wall: collinear with intercept, t_attack" in messages(degenerate_log)
+
+
+# --- diagnose: what makes a data set unfit to fit
+
+
+def test_diagnose_names_missing_columns_and_takes_a_table_without_the_compute_counts(two_cells):
+    table = survival_table(*two_cells)
+    with pytest.raises(DataError, match=re.escape("survival data: columns ['event'] missing; rerun the timing stage")):
+        diagnose(table.drop(columns="event"))
+    diagnose(table.drop(columns=["queries", "gradients", "flops"]))  # the compute counts are for reading
+
+
+def test_diagnose_takes_one_sample_and_rejects_none(two_cells):
+    table = survival_table(*two_cells)
+    diagnose(table.iloc[[1]])  # one failure: fit for a model
+    with pytest.raises(DataError, match=re.escape("survival data: no attacked samples; the attack grid produced nothing to fit")):
+        diagnose(table.assign(weight=0))
+
+
+@pytest.mark.parametrize("duration", [0.0, np.inf, np.nan])
+def test_diagnose_rejects_a_duration_lifelines_cannot_take(two_cells, duration):
+    table = survival_table(*two_cells)
+    table.loc[3, "duration"] = duration
+    message = "survival data: durations must be finite and > 0 (lifelines' requirement); rebuild it with the timing stage"
+    with pytest.raises(DataError, match=re.escape(message)):
+        diagnose(table)
+
+
+def test_diagnose_says_how_to_get_failures_when_all_samples_survived(two_cells):
+    table = survival_table(*two_cells)
+    message = (
+        "survival data: all 9 attacked samples survived (no failure event, all censored); "
+        "a survival model needs failures: strengthen the attacks or add attack families"
+    )
+    with pytest.raises(DataError, match=f"^{re.escape(message)}$"):
+        diagnose(table.assign(event=0))
