@@ -70,7 +70,7 @@ def test_adversarial_training_raises_pgd_accuracy_on_digits(tmp_path):
         "defence=[none,adv_train]",
         "attack=[pgd]",
         "attack.pgd.values=[0.25]",
-        "train.epochs=[5]",
+        "train.epochs=[3]",
         "train.progress=false",
         "split.n_attack=60",
         "split.seeds=[0]",
