@@ -121,22 +121,7 @@ def test_card_holds_the_training_its_times_and_each_model_cell_in_grid_order(tmp
     tables = card_tables()
     cards.write_cards(folder, **tables)
     card = json.loads((folder / "t0.json").read_text())
-    pgd = {
-        "attack": "pgd",
-        "norm": "linf",
-        "attack_family": "pgd_linf",
-        "attack_param": "eps",
-        "attack_value": 0.03,
-        "attack_units": "pixel",
-        "attack_value_standardised": 0.1,
-        "n_attack": 100,
-        "acc_ben_attack_subset": 0.9,
-        "acc_adv": 0.2,
-        "t_attack": 0.5,
-        "t_attack_process": 0.5,
-        "t_attack_wall": 0.25,
-        "attack_hash": "a1",
-    }
+    pgd = dict(PGD)  # every attack column of the row reaches the card as it is
     unchecked = {"tripped": None, "seen": "not checked: the experiments table does not say whether pgd is black-box (rerun the attack stage)"}
     assert card == {
         "train_hash": "t0",
