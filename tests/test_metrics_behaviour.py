@@ -350,7 +350,8 @@ def test_largest_eps_not_breaking_reads_white_box_attacks_above_zero_eps():
 
 
 def test_the_summary_leaves_degenerate_cells_out():
-    table = pd.DataFrame({"degenerate": [False, "True", "false"]} | {name: [True, True, None] for name in schema.VALIDITY_FLAGS})
+    # the degenerate cell is checked and clean: counting it instead of the others gives 0 of 1
+    table = pd.DataFrame({"degenerate": [False, "True", "false"]} | {name: [True, False, None] for name in schema.VALIDITY_FLAGS})
     assert validity.validity_summary(table) == {name: {"tripped": 1, "checked": 1} for name in schema.VALIDITY_FLAGS}
 
 
@@ -488,3 +489,81 @@ def test_a_bad_metrics_setting_is_refused_in_one_line_naming_its_key(changes, li
 )
 def test_metrics_settings_on_their_allowed_bounds_pass(changes):
     assert config_refusal(metrics_checks.check, changes) is None
+
+
+def budget_rows(*rows: tuple[str, float, float], **columns) -> pd.DataFrame:
+    """Attack cells of one model cell: (attack, standardised eps, acc_adv), linf, 100 samples."""
+    table = pd.DataFrame(rows, columns=["attack", "attack_value_standardised", "acc_adv"])
+    return table.assign(attack_param="eps", norm="linf", n_attack=100, **columns)
+
+
+def test_black_box_stronger_reads_the_widest_gap_and_trips_only_beyond_the_tolerance():
+    # two shared budgets: at 0.1 square beats pgd by 0.25, at 0.2 it trails by 0.125
+    rows = budget_rows(("pgd", 0.1, 0.5), ("square", 0.1, 0.25), ("pgd", 0.2, 0.25), ("square", 0.2, 0.375))
+    tripped, seen = validity.black_box_stronger(rows, ["square"], tol=0.125)
+    assert tripped is True and seen == "at norm linf, eps 0.1 (standardised), 100 samples: black-box 0.25, white-box 0.50"
+    # a gap of exactly the tolerance (0.5 - 0.25, exact in binary) is within it
+    assert validity.black_box_stronger(rows, ["square"], tol=0.25)[0] is False
+
+
+def test_black_box_stronger_takes_budgets_equal_to_float_noise_as_one_budget():
+    # pixel eps converted to standardised units differ in the 10th decimal between attacks
+    rows = budget_rows(("pgd", 0.1 + 3e-10, 0.5), ("square", 0.1, 0.25))
+    assert validity.black_box_stronger(rows, ["square"], tol=0.05)[0] is True
+
+
+def test_black_box_stronger_says_what_to_add_when_no_budget_is_shared():
+    rows = budget_rows(("pgd", 0.1, 0.5), ("square", 0.3, 0.25))
+    assert validity.black_box_stronger(rows, ["square"], tol=0.05) == (
+        None,
+        "not checked: no black-box attack shares a norm, eps and sample count with a white-box one (add square at a white-box grid and samples)",
+    )
+
+
+def test_an_experiments_table_without_black_box_leaves_every_attacks_kind_unknown():
+    experiments = pd.DataFrame({"attack": ["pgd", "square", "pgd"]})  # from before the attack properties
+    assert validity.attack_kinds(experiments) == ([], ["pgd", "square"])
+    stated = experiments.assign(black_box=[False, True, False])
+    assert validity.attack_kinds(stated) == (["square"], [])
+
+
+def test_the_unchecked_detail_names_every_attack_of_unknown_kind():
+    from trashfire.metrics.aggregate import with_family
+
+    cells = pd.concat([validity_cells("m1", {"pgd": [0.5, 0.3, 0.1]}), validity_cells("m1", {"square": [0.5, 0.3, 0.1]})])
+    cells = cells.drop(columns="black_box", errors="ignore")
+    curves = with_family(cells).assign(eps=lambda t: t["attack_value"], acc=lambda t: t["acc_adv"])
+    settings = {"rise_tol": 0.05, "black_box_tol": 0.05, "gradient_share": 0.5, "near_zero": 0.05}
+    row = validity.validity_table(cells, curves, settings).iloc[0]
+    assert row["black_box_stronger"] is None
+    assert row["black_box_stronger_detail"] == "not checked: the experiments table does not say whether pgd, square is black-box (rerun the attack stage)"
+
+
+def test_no_model_cell_gives_an_empty_validity_table_with_its_columns():
+    experiments = pd.DataFrame(columns=["model_hash", "attack", "black_box"])
+    table = validity.validity_table(experiments, pd.DataFrame(columns=["model_hash"]), {})
+    assert table.empty and list(table.columns) == schema.VALIDITY
+
+
+def test_largest_eps_not_breaking_lists_tied_families_in_the_curves_order():
+    # 20 white-box families, tied in pairs of accuracy at their largest eps: the detail lists them
+    # by accuracy, ties in the order the curves came in (stable sorts; numpy's quicksort is not
+    # stable beyond 16 rows), so two runs of one table word it alike
+    families = [f"f{i:02d}" for i in range(20)]
+    curves = pd.concat([curve(name, "fgm", [0, 1, 2], [0.9, 0.5, 0.1 if i % 2 else 0.2]) for i, name in enumerate(families)])
+    order = families[1::2] + families[0::2]
+    seen = "; ".join(f"{name} {0.1 if name in families[1::2] else 0.2:.2f} at eps 2" for name in order)
+    assert validity.largest_eps_not_breaking(curves, [], near_zero=0.05) == (True, f"accuracy at the largest eps: {seen}")
+
+
+def test_black_box_stronger_on_a_table_without_sample_counts_compares_every_cell():
+    # a table from before n_attack was recorded: one sample count (0, unknown) for all cells
+    rows = budget_rows(("pgd", 0.1, 0.5), ("square", 0.1, 0.25)).drop(columns="n_attack")
+    assert validity.black_box_stronger(rows, ["square"], tol=0.05) == (True, "at norm linf, eps 0.1 (standardised), 0 samples: black-box 0.25, white-box 0.50")
+
+
+def test_decomposition_by_depth_names_the_depths_of_a_table_with_only_its_keys():
+    # no E_Q, FLOPs or latency column (an attack family whose costs were not recorded): the
+    # depths are still listed, with nothing measured under them
+    keys_only = pd.DataFrame({"defence": ["none"], "dataset": ["digits"], "attack_family": ["pgd linf"], "depth": [8]})
+    assert registry.decomposition_by_depth(keys_only) == {"digits": {"pgd linf": {"8": {}}}}
