@@ -51,10 +51,15 @@ def tiny_overrides(tmp: Path, *extra: str) -> list[str]:
     return TINY + [f"paths.{k}={tmp / v}" for k, v in paths.items()] + list(extra)
 
 
+def tiny_config(folder: Path, *extra: str):
+    """The tiny grid, validated and normalised, with its paths under `folder`."""
+    return normalise(validate(compose(tiny_overrides(folder, *extra), conf=ROOT / "conf")))
+
+
 @pytest.fixture
 def tiny_cfg(tmp_path):
     os.environ.setdefault("TRASHFIRE_CONFIG_DIR", str(ROOT / "conf"))
-    return normalise(validate(compose(tiny_overrides(tmp_path), conf=ROOT / "conf")))
+    return tiny_config(tmp_path)
 
 
 def stage_cfg(tmp_path: Path, data, *overrides: str):

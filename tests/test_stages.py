@@ -14,10 +14,9 @@ import torch
 from lifelines.calibration import survival_probability_calibration
 from omegaconf import OmegaConf
 
-from tests.conftest import ROOT, tiny_overrides
+from tests.conftest import tiny_config
 from tests.test_figures import STEMS as FIGURE_STEMS
 from trashfire.attacks import campaign
-from trashfire.core.config import compose, normalise, validate
 from trashfire.core.grid import attack_cells, model_cells, training_cells
 from trashfire.core.records import read_npz
 from trashfire.core.schema import AttackRecord, BrittleRecord, Outcomes, TrainRecord
@@ -32,7 +31,7 @@ from trashfire.survival import fitters as F
 def attacked(tmp_path_factory):
     """prepare -> train -> attack on the tiny grid, once per module: the folder it ran in."""
     folder = tmp_path_factory.mktemp("attacked")
-    cfg = normalise(validate(compose(tiny_overrides(folder), conf=ROOT / "conf")))
+    cfg = tiny_config(folder)
     for stage in (prepare, train, attack):
         run_as_declared(stage, cfg)
     return folder
