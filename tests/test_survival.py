@@ -14,6 +14,7 @@ from lifelines import (
     CoxPHFitter,
     ExponentialFitter,
     GeneralizedGammaRegressionFitter,
+    KaplanMeierFitter,
     LogLogisticAFTFitter,
     LogNormalAFTFitter,
     WeibullAFTFitter,
@@ -22,6 +23,7 @@ from lifelines.calibration import survival_probability_calibration
 from lifelines.datasets import load_rossi
 from lifelines.exceptions import ApproximationWarning
 from omegaconf import OmegaConf
+from PIL import Image
 from scipy.optimize import minimize
 
 from tests.conftest import DROP, ROOT, config_refusal, stage_cfg, tiny_overrides
@@ -29,7 +31,7 @@ from trashfire.core.config import compose, validate
 from trashfire.core.errors import ConfigError, DataError
 from trashfire.params import composed_yaml
 from trashfire.stages import survival
-from trashfire.survival import analysis, expected_time, scoring
+from trashfire.survival import analysis, expected_time, figures, scoring
 from trashfire.survival import checks as survival_checks
 from trashfire.survival import fitters as F
 from trashfire.survival.data import LABEL_COLUMNS
@@ -409,3 +411,208 @@ def test_a_bad_survival_setting_is_refused_in_one_line_naming_its_key(changes, l
 )
 def test_survival_settings_on_their_allowed_bounds_pass(changes):
     assert config_refusal(survival_checks.check, changes) is None
+
+
+# --- the survival stage's figures (survival/figures.py), drawn from hand-made tables ---
+
+
+def _calibration_row(fitter, status="fitted", note="", **values):
+    row = {"fitter": fitter, "model": fitter.title(), "status": status, "note": note, "t0": 2.0}
+    row |= {"ICI": 0.0123, "E50": 0.0456, "test_ICI": 0.0789, "test_E50": 0.0321} | values
+    return row
+
+
+def _with_curves(axes):
+    for train, test in axes.values():
+        train.plot([0, 1], [0, 1])
+        test.plot([0, 1], [0, 1])
+        train.legend(["curve"])
+
+
+def test_calibration_grid_gives_each_fitter_a_train_and_a_test_panel_two_fitters_to_a_row():
+    fig, axes = figures.calibration_grid(["weibull", "lognormal", "cox"])
+    grid = fig.axes
+    assert list(axes) == ["weibull", "lognormal", "cox"]
+    assert [grid.index(ax) for pair in axes.values() for ax in pair] == [0, 1, 2, 3, 4, 5]
+    assert len(grid) == 8 and [ax.get_visible() for ax in grid] == [True] * 6 + [False] * 2  # 2 rows of 4
+    assert tuple(fig.get_size_inches()) == pytest.approx((4.6 * 4, 4.0 * 2))
+    plt.close(fig)
+    fig, axes = figures.calibration_grid(["weibull"])
+    assert len(fig.axes) == 2 and all(ax.get_visible() for ax in fig.axes)
+    assert tuple(fig.get_size_inches()) == pytest.approx((4.6 * 2, 4.0))
+    plt.close(fig)
+
+
+def test_calibration_titles_give_each_parts_ici_and_e50_and_an_unfitted_model_its_reason():
+    fig, axes = figures.calibration_grid(["weibull", "cox", "lognormal"])
+    _with_curves({name: pair for name, pair in axes.items() if name != "lognormal"})
+    comparison = pd.DataFrame(
+        [
+            _calibration_row("weibull"),
+            _calibration_row("cox", status="failed", note="the Newton steps diverged " * 4),
+            _calibration_row("lognormal"),  # fitted, but no curve was drawn
+            _calibration_row("constant", t0=np.nan),  # a baseline: no panel of its own
+        ]
+    )
+    assert figures.finish_calibration(fig, axes, comparison, unit="GFLOPs") is fig
+    train, test = axes["weibull"]
+    assert train.get_title() == "Weibull (train): ICI 0.012, E50 0.046"
+    assert test.get_title() == "Weibull (test): ICI 0.079, E50 0.032"
+    assert train.get_xlabel() == "predicted P(T <= t0)" and test.get_ylabel() == "observed P(T <= t0), smoothed"
+    assert train.get_legend() is None and train.axison
+    for ax, part in zip(axes["cox"], ("train", "test")):
+        assert ax.get_title() == f"Cox ({part}): failed" and not ax.axison and not ax.lines
+        (text,) = ax.texts
+        assert text.get_text().startswith("the Newton steps diverged") and "\n" in text.get_text()
+    for ax in axes["lognormal"]:
+        assert ax.get_title().endswith(": fitted") and not ax.axison
+        assert ax.texts[0].get_text() == "no calibration curve (see the table's\nnote)"
+    assert fig.get_suptitle().startswith("Calibration at t0 = 2 GFLOPs: observed")
+    plt.close(fig)
+
+
+def test_calibration_suptitle_gives_the_range_of_t0_where_the_fitters_differ():
+    fig, axes = figures.calibration_grid(["weibull", "cox"])
+    _with_curves(axes)
+    comparison = pd.DataFrame([_calibration_row("weibull", t0=0.5), _calibration_row("cox", t0=12.5)])
+    figures.finish_calibration(fig, axes, comparison)
+    assert fig.get_suptitle().startswith("Calibration at t0 = 0.5 to 12.5 s:")
+    plt.close(fig)
+
+
+def test_a_long_reason_is_wrapped_and_cut_at_600_characters():
+    fig, axes = figures.calibration_grid(["cox"])
+    figures.finish_calibration(fig, axes, pd.DataFrame([_calibration_row("cox", status="failed", note="x" * 2000)]))
+    text = axes["cox"][0].texts[0].get_text()
+    assert len(text) == 600 and set(text.split("\n")[0]) == {"x"} and len(text.split("\n")[0]) == 40
+    plt.close(fig)
+
+
+def _coefficients(param_rows=("mu_",) * 4 + ("sigma_",)):
+    rows = [
+        ("attack_pgd", 0.5, 0.1, 0.9, 0.0, 1.2, 1.0),
+        ("defence_adversarial", -0.4, -0.8, 0.0, -1.0, 0.3, 1.0),
+        ("epochs", 0.2, 0.1, 0.3, 0.05, 0.4, 2.0),
+        ("Intercept", 3.0, 2.0, 4.0, 1.0, 5.0, 0.0),
+        ("depth", 0.7, 0.6, 0.8, 0.5, 0.9, 10.0),
+    ]
+    table = pd.DataFrame(rows, columns=["covariate", "coef", "lower", "upper", "lower_robust", "upper_robust", "sd"])
+    return table.assign(param=list(param_rows))
+
+
+def _bars(ax):
+    """(x extents per bar, line width) of each errorbar container, in drawing order."""
+    found = []
+    for container in ax.containers:
+        (bars,) = container.lines[2]
+        found.append(([tuple(np.round(seg[:, 0], 6)) for seg in bars.get_segments()], bars.get_linewidth()[0]))
+    return found
+
+
+def test_coefficient_figure_splits_dummies_from_covariates_and_scales_covariates_per_sd():
+    fig = figures.coefficient_figure(_coefficients(), "Weibull AFT", is_cox=False)
+    dummies, covariates = fig.axes
+    assert [t.get_text() for t in dummies.get_yticklabels()] == ["Atk: pgd", "Def: adversarial"]
+    assert [t.get_text() for t in covariates.get_yticklabels()] == ["epochs"]  # Intercept dropped; depth is sigma_'s
+    (naive, robust) = _bars(dummies)
+    assert naive == ([(0.1, 0.9), (-0.8, 0.0)], 0.8) and robust == ([(0.0, 1.2), (-1.0, 0.3)], 2.2)
+    (naive, robust) = _bars(covariates)
+    assert naive == ([(0.2, 0.6)], 0.8) and robust == ([(0.1, 0.8)], 2.2)  # x SD 2
+    points = [[list(line.get_xdata()) for line in ax.lines if line.get_marker() == "o"] for ax in (dummies, covariates)]
+    assert points == [[[0.5, -0.4]], [[0.4]]]
+    assert dummies.get_title() == "dummies: effect on log survival time vs reference level"
+    assert covariates.get_title() == "covariates: effect on log survival time per +1 SD"
+    assert dummies.get_xlabel() == "coefficient, 95% CI" and covariates.get_xlabel() == "coefficient x SD, 95% CI"
+    assert fig.get_suptitle() == "Weibull AFT: coefficients (> 0: longer survival); 95% intervals: thick cluster-robust, thin naive"
+    assert tuple(fig.get_size_inches()) == pytest.approx((12, 0.32 * 8 + 1.5))
+    plt.close(fig)
+
+
+def test_a_cox_coefficient_figure_speaks_of_hazards_and_grows_with_its_rows():
+    many = pd.concat([_coefficients(("log_hazard",) * 5)] * 2, ignore_index=True)
+    fig = figures.coefficient_figure(many.drop(columns=["lower_robust", "upper_robust"]), "Cox PH", is_cox=True)
+    dummies, covariates = fig.axes
+    assert len(dummies.containers) == 1 and len(covariates.containers) == 1  # no robust intervals: thin bars only
+    assert [t.get_text() for t in covariates.get_yticklabels()] == ["epochs", "depth", "epochs", "depth"]
+    assert dummies.get_title() == "dummies: log hazard ratio vs reference level"
+    assert fig.get_suptitle().startswith("Cox PH: coefficients (> 0: higher hazard)")
+    assert tuple(fig.get_size_inches()) == pytest.approx((12, 0.32 * 8 + 1.5))
+    plt.close(fig)
+    fig = figures.coefficient_figure(pd.concat([many] * 2, ignore_index=True), "Cox PH", is_cox=True)
+    assert fig.get_size_inches()[1] == pytest.approx(0.32 * 16 + 1.5)
+    plt.close(fig)
+
+
+def test_a_missing_robust_interval_draws_no_thick_bar():
+    table = _coefficients(("mu_",) * 5).assign(lower_robust=np.nan, upper_robust=np.nan)
+    fig = figures.coefficient_figure(table, "Weibull AFT", is_cox=False)
+    (naive, robust) = _bars(fig.axes[0])
+    assert robust[0] == [(0.5, 0.5), (-0.4, -0.4)]  # zero-length, not NaN: nothing shows
+    plt.close(fig)
+
+
+def test_dummy_labels_name_their_source_and_numeric_covariates_keep_their_name():
+    assert (
+        figures._pretty("attack_pgd") == "Atk: pgd"
+        and figures._pretty("defence_none_x") == "Def: none_x"
+        and figures._pretty("data_fashion") == "Data: fashion"
+    )
+    assert figures._pretty("attack_strength") == "attack_strength" and figures._pretty("defence_strength") == "defence_strength"
+    assert figures._pretty("margin") == "margin" and figures._pretty("datasetx") == "datasetx"
+
+
+def _kaplan_meier(times):
+    return KaplanMeierFitter().fit(times, np.ones(len(times)))
+
+
+def test_kaplan_meier_figure_draws_a_panel_per_family_and_dashes_the_prediction_in_the_defences_colour():
+    km = {
+        ("pgd", "adversarial"): _kaplan_meier([1.0, 10.0, 100.0]),
+        ("pgd", "none"): _kaplan_meier([0.1, 1.0]),
+        ("fgm", "none"): _kaplan_meier([0.5, 5.0]),
+        ("deepfool", "smoothing"): _kaplan_meier([2.0, 3.0]),
+    }
+    predicted = {("pgd", "none"): (np.array([0.1, 1.0]), np.array([0.9, 0.2]))}
+    fig = figures.kaplan_meier_figure(km, predicted, "Weibull AFT", unit="GFLOPs")
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in panels] == ["deepfool", "fgm", "pgd"] and len(fig.axes) == 3
+    pgd = panels[2]
+    assert pgd.get_xscale() == "log" and pgd.get_ylim() == (0, 1.02)
+    assert pgd.get_xlabel() == "adversary's work per sample (GFLOPs)" and pgd.get_ylabel() == "P(not yet misclassified)"
+    dashed = [line for line in pgd.lines if line.get_linestyle() == "--"]
+    (line,) = dashed
+    assert line.get_label() == "none (Weibull AFT)" and list(line.get_ydata()) == [0.9, 0.2]
+    solid = [line for line in pgd.lines if line.get_linestyle() == "-"]
+    colours = plt.get_cmap("tab10")
+    assert [line.get_color() for line in solid] == [colours(0), colours(1)]  # none first, then adversarial
+    assert line.get_color() == colours(0)
+    assert panels[0].lines[0].get_color() == colours(2)  # every defence keeps its colour across panels
+    assert not [line for line in panels[0].lines if line.get_linestyle() == "--"]
+    assert pgd.get_legend() is not None
+    assert fig.get_suptitle() == "Kaplan-Meier survival per defence (solid) and the Weibull AFT model's prediction for the same samples (dashed)"
+    assert tuple(fig.get_size_inches()) == pytest.approx((5.2 * 3, 4.0))
+    plt.close(fig)
+
+
+def test_kaplan_meier_figure_puts_three_families_to_a_row_and_hides_the_empty_panels():
+    km = {(family, "none"): _kaplan_meier([1.0, 2.0]) for family in "abcd"}
+    fig = figures.kaplan_meier_figure(km, {}, "Cox")
+    assert len(fig.axes) == 6 and [ax.get_visible() for ax in fig.axes] == [True] * 4 + [False] * 2
+    assert tuple(fig.get_size_inches()) == pytest.approx((5.2 * 3, 4.0 * 2))
+    assert fig.axes[0].get_xlabel() == "adversary's work per sample (s)"
+    plt.close(fig)
+    fig = figures.kaplan_meier_figure({("a", "none"): _kaplan_meier([1.0])}, {}, "Cox")
+    assert len(fig.axes) == 1 and tuple(fig.get_size_inches()) == pytest.approx((5.2, 4.0))
+    plt.close(fig)
+
+
+def test_a_saved_figure_is_written_whole_in_its_suffix_format_and_closed(tmp_path):
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    path = tmp_path / "deep" / "er" / "curve.svg"
+    figures.save(fig, path)
+    assert path.read_text().lstrip().startswith("<?xml") and "<svg" in path.read_text()
+    assert not plt.fignum_exists(fig.number) and [p.name for p in path.parent.iterdir()] == ["curve.svg"]
+    fig, _ = plt.subplots(figsize=(2, 1))
+    figures.save(fig, tmp_path / "curve.png")
+    assert Image.open(tmp_path / "curve.png").size == (220, 110)  # 110 dpi

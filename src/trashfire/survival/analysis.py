@@ -286,7 +286,7 @@ def analyse(cfg: DictConfig) -> pd.DataFrame:
         log.warning(
             "cluster-robust standard errors from %d %s clusters (< %d) run small: read them with care", train[CLUSTER_BY].nunique(), CLUSTER_BY, FEW_CLUSTERS
         )
-    fig, axes = calibration_grid([settings.models[name].label for name in settings.fitters], list(settings.fitters))
+    fig, axes = calibration_grid(list(settings.fitters))
     workers = resolve_workers(cfg.train.get("workers", "auto"), "cpu")
     comparison, fits = compare(train, test, settings, axes, workers, threads_per_cell(workers, cfg.train.get("threads", 1)))
     comparison = in_clock_units(comparison, unit, ["t0"])  # Table I's calibration time, in the clock's unit
@@ -302,7 +302,8 @@ def analyse(cfg: DictConfig) -> pd.DataFrame:
     coefficients = coefficient_table(fits, train)
     write_csv(coefficients, out / "coefficients.csv")
     for name, fit in fits.items():
-        coefficient_figure(coefficients[coefficients["fitter"] == name], settings.models[name].label, fit.is_cox, out / "coefficients" / f"{name}.png")
+        figure = coefficient_figure(coefficients[coefficients["fitter"] == name], settings.models[name].label, fit.is_cox)
+        save(figure, out / "coefficients" / f"{name}.png")
     with atomic_path(out / "coefficients.png") as tmp:
         shutil.copyfile(out / "coefficients" / f"{selected}.png", tmp)
     expected = expected_time_table(times, budgets, fits[selected], data)
@@ -314,13 +315,10 @@ def analyse(cfg: DictConfig) -> pd.DataFrame:
     write_csv(in_clock_units(expected, unit, ["E_T", "E_T_unrestricted", "t_star", *times.columns]), out / "expected_times.csv")
     write_csv(in_clock_units(check, unit, ["t_star", "E_T", "E_T_km"]), out / "km_check.csv")
     write_csv(logrank_table(data), out / "logrank.csv")
-    kaplan_meier_figure(
-        kaplan_meier_fits(data),
-        predicted_curves(fits[selected], data),
-        settings.models[selected].label,
-        out / "kaplan_meier.png",
-        FIT_UNIT_NAMES.get(clock, clock),
+    figure = kaplan_meier_figure(
+        kaplan_meier_fits(data), predicted_curves(fits[selected], data), settings.models[selected].label, FIT_UNIT_NAMES.get(clock, clock)
     )
+    save(figure, out / "kaplan_meier.png")
     save_models(fits, out / "models.pkl")
     write_json(out / "fit_unit.json", {"clock": clock, "unit": FIT_UNIT_NAMES.get(clock, clock), "scale": unit})  # what models.pkl's durations are in
     shown = comparison.drop(columns=["note", "aft", "model", "split_by", "km_worst_cells"] + [c for c in comparison if "[" in c])

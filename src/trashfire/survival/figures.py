@@ -24,7 +24,7 @@ FITTERS_PER_ROW = 2
 DUMMY_LABELS = {"attack": "Atk", "defence": "Def", "data": "Data"}
 
 
-def calibration_grid(labels: list[str], names: list[str]):
+def calibration_grid(names: list[str]):
     """A train and a test panel per fitter, two fitters to a row."""
     rows = math.ceil(len(names) / FITTERS_PER_ROW)
     columns = 2 * min(len(names), FITTERS_PER_ROW)
@@ -59,7 +59,7 @@ def finish_calibration(fig, axes: dict, comparison: pd.DataFrame, unit: str = "s
     return fig
 
 
-def coefficient_figure(coefficients: pd.DataFrame, label: str, is_cox: bool, path: Path) -> None:
+def coefficient_figure(coefficients: pd.DataFrame, label: str, is_cox: bool):
     """Fig. 3: dummies (effect of the level against the reference) on the left, covariates
     (effect of +1 SD, so that times and epochs share an axis) on the right; thick bars the
     cluster-robust 95% intervals, thin bars the naive ones."""
@@ -91,10 +91,10 @@ def coefficient_figure(coefficients: pd.DataFrame, label: str, is_cox: bool, pat
     positive = "higher hazard" if is_cox else "longer survival"
     fig.suptitle(f"{label}: coefficients (> 0: {positive}); 95% intervals: thick cluster-robust, thin naive")
     fig.tight_layout()
-    save(fig, path)
+    return fig
 
 
-def kaplan_meier_figure(km_fits: dict, predicted: dict, label: str, path: Path, unit: str = "s") -> None:
+def kaplan_meier_figure(km_fits: dict, predicted: dict, label: str, unit: str = "s"):
     """One panel per attack family: the Kaplan-Meier estimate per defence (`km_fits[(family,
     defence)]`, lifelines fitters) and the model's predicted survival of the same samples
     (`predicted[(family, defence)]` = (times, curve)) dashed in the defence's colour; time on a
@@ -124,7 +124,7 @@ def kaplan_meier_figure(km_fits: dict, predicted: dict, label: str, path: Path, 
         ax.set_visible(False)
     fig.suptitle(f"Kaplan-Meier survival per defence (solid) and the {label} model's prediction for the same samples (dashed)")
     fig.tight_layout()
-    save(fig, path)
+    return fig
 
 
 def _pretty(covariate: str) -> str:
