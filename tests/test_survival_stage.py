@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from lifelines import CoxPHFitter, KaplanMeierFitter, WeibullAFTFitter
 from lifelines.datasets import load_rossi
+from lifelines.statistics import logrank_test
 from lifelines.utils import concordance_index, restricted_mean_survival_time
 from lifelines.utils.concordance import _concordance_summary_statistics
 from omegaconf import OmegaConf
@@ -528,3 +529,255 @@ def test_one_training_cluster_gives_no_robust_errors(settings):
     assert "no cluster-robust SEs: the training part holds 1 train_hash cluster" in comparison.set_index("fitter").loc["weibull", "note"]
     coefficients = analysis.coefficient_table(fits, train)
     assert coefficients["se"].notna().all() and coefficients["se_robust"].isna().all()
+
+
+# --- expected_time by hand: E[T] per cell, Kaplan-Meier check, curves, log-rank (issue 26, item 9) ---
+
+
+def two_family_study():
+    """Four attack cells of five samples (weights 1 to 3): two families, each with an undefended
+    and a defended cell; margin is the one covariate, the rest are labels."""
+    return pd.DataFrame(
+        {
+            "attack_hash": ["c1"] * 5 + ["c2"] * 5 + ["c3"] * 5 + ["c4"] * 5,
+            "attack_family": ["pgd_inf"] * 10 + ["fgm_2"] * 10,
+            "defence": ["none"] * 5 + ["fsq"] * 5 + ["none"] * 5 + ["fsq"] * 5,
+            "dataset": "digits",
+            "duration": [1.0, 2.0, 3.0, 4.0, 4.0, 2.0, 3.0, 5.0, 6.0, 6.0, 0.5, 1.0, 1.5, 2.0, 2.0, 1.0, 2.5, 3.0, 4.0, 4.0],
+            "event": [1, 1, 1, 0, 0] * 4,
+            "weight": [1, 2, 1, 1, 3] * 4,
+            "margin": [0.2, 0.5, 1.0, 1.5, 2.0] + [0.4, 0.8, 1.2, 2.5, 3.0] + [0.2, 0.5, 1.0, 1.5, 2.0] + [0.4, 0.8, 1.2, 2.5, 3.0],
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def study_fits():
+    data = two_family_study()
+    specs = {
+        "weibull": "lifelines.WeibullAFTFitter",
+        "exponential": "trashfire.survival.fitters.ExponentialAFTFitter",
+    }
+    return {name: F.fit_one(name, OmegaConf.create({"fitter": {"_target_": target, "penalizer": 0.0}}), data) for name, target in specs.items()}
+
+
+def weibull_scale_shape(fit, data):
+    """Each row's Weibull scale lambda(x) = exp(b0 + b1 margin) and the shape rho, from the fitted coefficients."""
+    params = fit.fitter.params_
+    scale = np.exp(params[("lambda_", "Intercept")] + params[("lambda_", "margin")] * data["margin"].to_numpy())
+    return scale, math.exp(params[("rho_", "Intercept")])
+
+
+def exponential_scale(fit, data):
+    params = fit.fitter.params_
+    return np.exp(params[("lambda_", "Intercept")] + params[("lambda_", "margin")] * data["margin"].to_numpy())
+
+
+def weighted_cell_means(data, values):
+    weights = data["weight"].astype(float)
+    return (weights * values).groupby(data["attack_hash"]).sum() / weights.groupby(data["attack_hash"]).sum()
+
+
+def test_expected_times_are_each_fitted_aft_models_restricted_mean_to_the_cells_budget(study_fits):
+    data = two_family_study()
+    budgets = expected_time.cell_budgets(data)
+    assert budgets.to_dict() == {"c1": 4.0, "c2": 6.0, "c3": 2.0, "c4": 4.0}
+    # lognormal did not fit, and the exponential is not asked for: neither has a column
+    times = expected_time.expected_times(study_fits, data, ["weibull", "lognormal"], budgets)
+    assert list(times.columns) == ["E_T_weibull"] and list(times.index) == ["c1", "c2", "c3", "c4"]
+    scale, shape = weibull_scale_shape(study_fits["weibull"], data)
+    t_star = data["attack_hash"].map(budgets).to_numpy()
+    closed_form = scale * gamma(1 + 1 / shape) * gammainc(1 / shape, (t_star / scale) ** shape)
+    assert times["E_T_weibull"].to_numpy() == pytest.approx(weighted_cell_means(data, closed_form).to_numpy(), rel=1e-4)
+    both = expected_time.expected_times(study_fits, data, ["weibull", "exponential"], budgets)
+    scale = exponential_scale(study_fits["exponential"], data)
+    closed_form = weighted_cell_means(data, scale * (1 - np.exp(-t_star / scale)))
+    assert both["E_T_exponential"].to_numpy() == pytest.approx(closed_form.to_numpy(), rel=1e-4)
+    assert both["E_T_weibull"].equals(times["E_T_weibull"])
+    # no AFT model fitted: still a row per cell, nothing to select from
+    none = expected_time.expected_times(study_fits, data, ["lognormal"], budgets)
+    assert list(none.index) == ["c1", "c2", "c3", "c4"] and none.columns.empty
+
+
+def test_expected_times_csv_leads_with_the_selected_models_restricted_and_unrestricted_mean(study_fits):
+    data = two_family_study()
+    budgets = expected_time.cell_budgets(data)
+    times = expected_time.expected_times(study_fits, data, ["weibull", "exponential"], budgets)
+    table = expected_time.expected_time_table(times, budgets, study_fits["exponential"], data)
+    assert list(table.columns) == ["attack_hash", "E_T", "E_T_unrestricted", "t_star", "fitter", "E_T_weibull", "E_T_exponential"]
+    assert table["attack_hash"].tolist() == ["c1", "c2", "c3", "c4"] and (table["fitter"] == "exponential").all()
+    assert table["E_T"].tolist() == times["E_T_exponential"].tolist() and table["t_star"].tolist() == [4.0, 6.0, 2.0, 4.0]
+    # the exponential's mean is its scale, averaged over the cell's samples
+    unrestricted = weighted_cell_means(data, exponential_scale(study_fits["exponential"], data))
+    assert table["E_T_unrestricted"].to_numpy() == pytest.approx(unrestricted.to_numpy(), rel=1e-10)
+    assert table[["E_T_weibull", "E_T_exponential"]].equals(times.reset_index(drop=True))
+
+
+def test_predicted_curves_average_each_defences_survival_over_its_samples_on_a_log_grid(study_fits):
+    data = two_family_study()
+    fit = study_fits["weibull"]
+    curves = expected_time.predicted_curves(fit, data)
+    assert set(curves) == {("pgd_inf", "none"), ("pgd_inf", "fsq"), ("fgm_2", "none"), ("fgm_2", "fsq")}
+    scale, shape = weibull_scale_shape(fit, data)
+    for (family, defence), (grid, curve) in curves.items():
+        durations = data.loc[data["attack_family"] == family, "duration"]
+        assert grid == pytest.approx(np.geomspace(durations.min(), durations.max(), expected_time.CURVE_POINTS))
+        mine = ((data["attack_family"] == family) & (data["defence"] == defence)).to_numpy()
+        weights = data["weight"].to_numpy(float)[mine]
+        survival = np.exp(-((grid[:, None] / scale[mine][None, :]) ** shape))  # (times, samples)
+        assert curve == pytest.approx(survival @ weights / weights.sum(), rel=1e-6)
+    # a family whose samples all took one time has a curve of that one point
+    tied = data[data["attack_family"] == "fgm_2"].assign(duration=2.0)
+    grid, curve = expected_time.predicted_curves(fit, tied)[("fgm_2", "none")]
+    assert grid.tolist() == [2.0] and len(curve) == 1
+
+
+def test_kaplan_meier_curves_are_labelled_by_defence_for_the_legend():
+    fits = expected_time.kaplan_meier_fits(two_family_study())
+    assert {key: km.label for key, km in fits.items()} == {
+        ("fgm_2", "fsq"): "fsq (Kaplan-Meier)",
+        ("fgm_2", "none"): "none (Kaplan-Meier)",
+        ("pgd_inf", "fsq"): "fsq (Kaplan-Meier)",
+        ("pgd_inf", "none"): "none (Kaplan-Meier)",
+    }
+
+
+def test_km_check_counts_and_labels_each_cell_whatever_the_row_order():
+    data = two_family_study()
+    shuffled = data.sample(frac=1, random_state=3)  # rows and their index labels out of order
+    budgets = expected_time.cell_budgets(shuffled)
+    km = expected_time.km_restricted_means(shuffled, budgets)
+    assert km.equals(expected_time.km_restricted_means(data, budgets))
+    check = expected_time.km_check_table(shuffled, km * 2.0, budgets, km, 0.25)
+    assert check["attack_hash"].tolist() == ["c1", "c2", "c3", "c4"]
+    assert check[["attack_family", "defence", "dataset"]].to_numpy().tolist() == [
+        ["pgd_inf", "none", "digits"],
+        ["pgd_inf", "fsq", "digits"],
+        ["fgm_2", "none", "digits"],
+        ["fgm_2", "fsq", "digits"],
+    ]
+    # samples, not rows: weights 1, 2, 1, 1, 3, the first three failures
+    assert check["n"].tolist() == [8] * 4 and check["events"].tolist() == [4] * 4
+    assert check["n"].dtype.kind == "i" and check["events"].dtype.kind == "i"  # whole samples in km_check.csv
+    assert check["t_star"].tolist() == [4.0, 6.0, 2.0, 4.0] and check["ratio"].tolist() == [2.0] * 4 and check["flagged"].all()
+
+
+def test_a_cell_exactly_at_the_tolerance_is_not_flagged_and_unlabelled_data_keep_the_columns():
+    data = tiny_cells()  # no family, defence or data set
+    budgets = expected_time.cell_budgets(data)
+    km = pd.Series({"a": 2.0, "b": 2.0, "c": 2.0})
+    check = expected_time.km_check_table(data, pd.Series({"a": 3.0, "b": 1.0, "c": 3.5}), budgets, km, 0.5)
+    assert list(check.columns) == schema.KM_CHECK and check[["attack_family", "defence", "dataset"]].isna().all().all()
+    assert check["ratio"].tolist() == [1.5, 0.5, 1.75] and check["flagged"].tolist() == [False, False, True]
+
+
+def test_the_worst_cells_are_the_furthest_off_with_missing_expected_times_first_in_cell_order():
+    log_ratio = [0.0, np.nan, 0.1, 0.5, np.nan, -0.5, 0.1, np.nan, 0.0, 0.2]
+    check = pd.DataFrame({"attack_hash": [f"c{i}" for i in range(10)], "log_ratio": log_ratio, "ratio": np.exp(log_ratio), "flagged": False})
+    worst = expected_time.worst_cells(expected_time.km_summary(check)["km_worst_cells"])
+    assert list(worst) == ["c1", "c4", "c7", "c3", "c5"]
+    assert math.isnan(worst["c1"]) and worst["c3"] == pytest.approx(math.exp(0.5), rel=1e-3)
+
+
+def test_a_cell_is_named_by_its_hash_and_whichever_labels_it_has():
+    row = pd.Series({"attack_hash": "c1", "attack_family": "pgd_inf", "defence": "fsq", "dataset": "digits", "ratio": 1.0})
+    assert expected_time.cell_label(row) == "c1 (pgd_inf, fsq, digits)"
+    assert expected_time.cell_label(row.drop("dataset")) == "c1 (pgd_inf, fsq)"
+    assert expected_time.cell_label(row.drop(["attack_family", "dataset"])) == "c1 (fsq)"
+    assert expected_time.cell_label(pd.Series({**row, "defence": np.nan})) == "c1 (pgd_inf, digits)"
+    assert expected_time.cell_label(pd.Series({"attack_hash": "c1", "ratio": 1.0})) == "c1"
+
+
+def test_a_model_without_a_km_check_has_no_worst_cells():
+    # Table I read back from aft_comparison.csv: Cox PH and the baselines have NaN there
+    assert expected_time.worst_cells(np.nan) == {} and expected_time.worst_cells(None) == {} and expected_time.worst_cells("") == {}
+    assert expected_time.worst_cells("c1 (pgd_inf, fsq) = 1.5; c2 = 0.25") == {"c1 (pgd_inf, fsq)": 1.5, "c2": 0.25}
+
+
+def test_table_one_gets_each_aft_models_km_check_and_nothing_for_the_others():
+    data = two_family_study()
+    budgets = expected_time.cell_budgets(data)
+    km = expected_time.km_restricted_means(data, budgets)
+    times = pd.DataFrame({"E_T_weibull": km * [1.0, 1.1, 2.0, 1.0], "E_T_lognormal": km * [0.5, 1.0, 1.0, 1.0]})
+    comparison = pd.DataFrame({"fitter": ["weibull", "lognormal", "cox", "runtime_baseline"], "status": ["fitted", "fitted", "fitted", "baseline"], "note": ""})
+    table = expected_time.with_km_check(comparison, times, data, budgets, km, 0.25).set_index("fitter")
+    assert list(table.columns)[-4:] == [*scoring.KM_COLUMNS, "note"]  # Table I's order, the note last
+    assert table.loc["weibull", "km_share_flagged"] == 0.25 and table.loc["lognormal", "km_share_flagged"] == 0.25
+    assert table.loc["weibull", "km_median_abs_log_ratio"] == pytest.approx(math.log(1.1) / 2)
+    assert table.loc["weibull", "km_worst_cells"].startswith("c3 (fgm_2, none, digits) = 2;")
+    assert table.loc["lognormal", "km_worst_cells"].startswith("c1 (pgd_inf, none, digits) = 0.5;")
+    assert table.loc[["cox", "runtime_baseline"], scoring.KM_COLUMNS].isna().all().all()
+    # the tolerance reaches the check: at 1.5 nothing is flagged
+    assert (expected_time.with_km_check(comparison, times, data, budgets, km, 1.5)["km_share_flagged"].dropna() == 0).all()
+
+
+def test_km_sentences_count_the_cells_within_tolerance_and_say_what_to_do_about_the_others():
+    check = pd.DataFrame(
+        {
+            "attack_hash": ["a", "b", "c"],
+            "ratio": [1.0, 2.0, 1.1],
+            "log_ratio": np.log([1.0, 2.0, 1.1]),
+            "flagged": ["False", "True", "False"],  # read back from km_check.csv as text
+            "tolerance": 0.25,
+        }
+    )
+    lines = expected_time.km_sentences(check, "Weibull")
+    assert lines[0].startswith("Weibull's E[T] is within 25% of the Kaplan-Meier restricted mean to the same budget in 2 of 3 attack cells")
+    assert lines[1] == "1 cell(s) flagged; the furthest off (E[T] / KM): b = 2; c = 1.1; a = 1"
+    assert lines[2] == (
+        "the model misfits the flagged cells: compare its dashed curve with the Kaplan-Meier one (kaplan_meier.png), try another fitter "
+        "(survival.chosen; Table I's km_ columns compare them), add covariates, or use E_T_km for those cells"
+    )
+    one = expected_time.km_sentences(check.iloc[[0]], "Weibull")  # a study of one attack cell
+    assert len(one) == 1 and "in 1 of 1 attack cells" in one[0]
+
+
+def test_select_skips_a_model_whose_expected_time_is_infinite_or_zero_somewhere():
+    comparison = pd.DataFrame({"fitter": ["gengamma", "lognormal", "weibull"], "test_concordance": [0.9, 0.8, 0.7]})
+    times = pd.DataFrame({"E_T_gengamma": [1.0, np.inf], "E_T_lognormal": [0.0, 2.0], "E_T_weibull": [1.0, 2.0]})
+    assert expected_time.select(comparison, times, None, "test_concordance") == "weibull"
+    with pytest.raises(DataError, match="no fitted AFT model has a finite E.T. everywhere and a test_concordance score; see aft_comparison.csv"):
+        expected_time.select(comparison, times.drop(columns="E_T_weibull"), None, "test_concordance")
+    with pytest.raises(DataError, match="survival.chosen = cox: it did not fit .see aft_comparison.csv.; choose another or set chosen: null"):
+        expected_time.select(comparison, times, "cox", "test_concordance")
+    with pytest.raises(DataError, match="survival.chosen = gengamma: its E.T. is infinite or undefined for some cells"):
+        expected_time.select(comparison, times, "gengamma", "test_concordance")
+
+
+def test_logrank_weighs_samples_counts_censored_ones_and_lists_families_and_defences_in_order():
+    rng = np.random.default_rng(2)
+
+    def part(family, defence, scale, n=30):
+        durations = rng.exponential(scale, n)
+        return pd.DataFrame(
+            {
+                "attack_family": family,
+                "defence": defence,
+                "duration": np.minimum(durations, 2.0),
+                "event": (durations < 2.0).astype(int),
+                "weight": rng.integers(1, 4, n),
+            }
+        )
+
+    # families and defences out of order in the rows
+    data = pd.concat(
+        [part("pgd_inf", "none", 1.0), part("pgd_inf", "fsq", 2.0), part("fgm_2", "gauss_in", 1.5), part("fgm_2", "none", 1.0), part("fgm_2", "fsq", 3.0)]
+    )
+    table = expected_time.logrank_table(data)
+    assert list(table.columns) == ["attack_family", "defence", "reference", "n", "events", "n_reference", "events_reference", "test_statistic", "p"]
+    assert table[["attack_family", "defence", "reference"]].to_numpy().tolist() == [
+        ["fgm_2", "fsq", "none"],
+        ["fgm_2", "gauss_in", "none"],
+        ["pgd_inf", "fsq", "none"],
+    ]
+    for _, row in table.iterrows():
+        family = data[data["attack_family"] == row["attack_family"]]
+        group, reference = family[family["defence"] == row["defence"]], family[family["defence"] == "none"]
+        # a row of weight w is w samples
+        samples = [np.repeat(side[column].to_numpy(), side["weight"].to_numpy()) for side in (group, reference) for column in ("duration", "event")]
+        expected = logrank_test(samples[0], samples[2], samples[1], samples[3])
+        assert row["test_statistic"] == pytest.approx(expected.test_statistic, rel=1e-9) and row["p"] == pytest.approx(expected.p_value, rel=1e-9)
+        assert [row["n"], row["events"], row["n_reference"], row["events_reference"]] == [len(samples[1]), samples[1].sum(), len(samples[3]), samples[3].sum()]
+    # no undefended samples anywhere: logrank.csv keeps its header
+    empty = expected_time.logrank_table(data[data["defence"] != "none"])
+    assert empty.empty and list(empty.columns) == list(table.columns)

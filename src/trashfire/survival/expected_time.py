@@ -28,7 +28,7 @@ def cell_budgets(data: pd.DataFrame) -> pd.Series:
     no sample of the cell was censored, the cell's largest duration."""
     longest = data.groupby(CELL)[F.DURATION].max()
     censored = data[data[F.EVENT] == 0].groupby(CELL)[F.DURATION].max()
-    return censored.reindex(longest.index).fillna(longest).rename("t_star")
+    return censored.reindex(longest.index).fillna(longest)
 
 
 def expected_times(fits: dict[str, F.Fit], data: pd.DataFrame, aft: list[str], budgets: pd.Series) -> pd.DataFrame:
@@ -53,7 +53,7 @@ def expected_time_table(times: pd.DataFrame, budgets: pd.Series, fit: F.Fit, dat
 
 def select(comparison: pd.DataFrame, times: pd.DataFrame, chosen: str | None, select_by: str) -> str:
     """The AFT model whose E[T] feeds TRASH: `chosen`, or the best by `select_by` among the
-    fitted AFT models whose E[T] is finite for every cell; never a baseline."""
+    fitted AFT models whose E[T] is finite for every cell; never a baseline, which has no E[T]."""
     finite = {c.removeprefix("E_T_"): bool(np.isfinite(times[c]).all() and (times[c] > 0).all()) for c in times}
     if chosen is not None:
         if chosen not in finite:
@@ -61,8 +61,7 @@ def select(comparison: pd.DataFrame, times: pd.DataFrame, chosen: str | None, se
         if not finite[chosen]:
             raise DataError(f"survival.chosen = {chosen}: its E[T] is infinite or undefined for some cells; choose another or set chosen: null")
         return chosen
-    models = comparison[comparison["status"] != "baseline"] if "status" in comparison else comparison
-    candidates = models[models["fitter"].map(lambda name: finite.get(name, False))].dropna(subset=[select_by])
+    candidates = comparison[comparison["fitter"].map(lambda name: finite.get(name, False))].dropna(subset=[select_by])
     if candidates.empty:
         raise DataError(f"no fitted AFT model has a finite E[T] everywhere and a {select_by} score; see aft_comparison.csv, or name one in survival.chosen")
     best = candidates[select_by].idxmax() if select_by in HIGHER_IS_BETTER else candidates[select_by].idxmin()
@@ -91,7 +90,7 @@ def km_restricted_means(data: pd.DataFrame, budgets: pd.Series) -> pd.Series:
     """Per attack cell, the Kaplan-Meier restricted mean of its samples to its budget t*."""
     samples = pd.DataFrame({CELL: data[CELL].to_numpy(), "t": data[F.DURATION].to_numpy(float), "e": data[F.EVENT].to_numpy(), "w": F.sample_weights(data)})
     means = {cell: km_restricted_mean(rows["t"], rows["e"], rows["w"], float(budgets[cell])) for cell, rows in samples.groupby(CELL, sort=True)}
-    return pd.Series(means, name="E_T_km").rename_axis(CELL)
+    return pd.Series(means)
 
 
 def km_check_table(data: pd.DataFrame, expected: pd.Series, budgets: pd.Series, km: pd.Series, tolerance: float) -> pd.DataFrame:
