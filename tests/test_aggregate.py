@@ -9,6 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from trashfire import metrics
+from trashfire.core import schema
 from trashfire.metrics import aggregate as aggregation
 from trashfire.metrics.cards import write_cards
 
@@ -355,3 +356,200 @@ def test_expected_time_on_every_clock_by_hand():
     assert out["seconds_per_query_process"] == pytest.approx(2e-4) and out["seconds_per_query_wall"] == pytest.approx(4e-4)
     on_flops = expected_on_clocks(cells.assign(clock="flops", E_T=2e7)).iloc[0]
     assert on_flops["E_T_flops"] == 2e7 and on_flops["E_T_process"] == pytest.approx(2e-3)
+
+
+# --- the stage on a recorded run: what aggregate reads and writes ---------------------------
+
+
+def recorded_run(tmp_path, *overrides):
+    """The tiny grid's hand-made records over three seeds and three defences (one trained, one
+    at predict time), E[T] doubling and tripling with the seed, and the gauss_in model cell of
+    seed 2 flagged degenerate by timing."""
+    from tests.test_schema import record_run, tiny
+
+    cfg = tiny(tmp_path, "defence=[none,gauss_in,conf]", "split.seeds=[0,1,2]", *overrides)
+    reports = record_run(cfg)
+    experiments = pd.read_csv(reports / "experiments.csv")
+    flagged = experiments.loc[(experiments["defence"] == "gauss_in") & (experiments["seed"] == 2), "model_hash"].iloc[0]
+    experiments.assign(degenerate=experiments["model_hash"] == flagged).to_csv(reports / "experiments.csv", index=False)
+    expected = experiments[["attack_hash"]].assign(E_T=0.01 * (1 + experiments["seed"]))
+    expected.to_csv(reports / "survival" / "expected_times.csv", index=False)
+    return cfg, reports, flagged
+
+
+def test_the_stage_flags_a_degenerate_model_cell_in_every_table_and_names_each_defence_stage(tmp_path):
+    from trashfire.stages import aggregate
+
+    cfg, reports, flagged = recorded_run(tmp_path)
+    summary = aggregate.run(cfg)
+    for name in ("trash.csv", "robustness.csv", "brittle.csv", "eps_survival.csv"):
+        table = pd.read_csv(reports / name)
+        assert table.groupby("model_hash")["degenerate"].all().to_dict() == {h: h == flagged for h in table["model_hash"].unique()}, name
+    robustness = pd.read_csv(reports / "robustness.csv").set_index("model_hash")
+    assert robustness.loc[flagged, "auc_R"].isna().all() and robustness["auc_R"].drop(flagged).notna().all()
+    assert summary["n_degenerate_model_cells"] == 1
+    brittle = pd.read_csv(reports / "brittle.csv")
+    assert brittle.groupby("defence")["defence_stage"].unique().map(list).to_dict() == {"none": ["none"], "gauss_in": ["train"], "conf": ["predict"]}
+
+
+def test_the_stage_writes_what_it_declares_from_the_configured_settings_and_logs_its_headline(tmp_path, monkeypatch, caplog):
+    from trashfire.metrics import registry
+    from trashfire.stages import aggregate
+
+    cfg, reports, _ = recorded_run(tmp_path, "metrics.trash.eps_max=0.5", "metrics.trash.bootstrap=100", "metrics.trash.seed=1")
+    # a registered metric reads its own setting from the metrics section
+    monkeypatch.setattr(registry, "HEADLINE", registry.HEADLINE + [registry.Metric("evp_w", lambda r: r.settings.evp.w, "Cohen's w of tau")])
+    with caplog.at_level("INFO", logger="trashfire.metrics.aggregate"):
+        summary = aggregate.run(cfg)
+    assert [str(path) for path in aggregate.STAGE.outputs(cfg) if not path.exists()] == []
+    assert json.loads((reports / "metrics.json").read_text())["evp_w"] == 0.5
+    assert summary["eps_survival_area_mean"]["digits"].keys() == {"fgm linf", "pgd linf"} and summary["validity_flags"]
+
+    trash = pd.read_csv(reports / "trash.csv")
+    assert set(trash["eps_max"]) == {0.1}  # the grid's eps 1.0 lies beyond eps_max
+    # the seeds' TRASH differ (E[T] grows with the seed): the interval is the configured bootstrap's
+    row = pd.read_csv(reports / "trash_summary.csv").query("defence == 'none' and attack == 'fgm'").iloc[0]
+    seeds = trash.query("defence == 'none' and attack == 'fgm'")["trash_adv"]
+    assert (row["trash_adv_lo"], row["trash_adv_hi"]) == metrics.bootstrap_mean(seeds, 100, 1)[1:] and row["trash_adv_lo"] < row["trash_adv_hi"]
+    findings = pd.read_csv(reports / "findings.csv", keep_default_na=False).set_index("id")
+    assert "not testable" not in findings.loc[["001_evp_ranks_differently", "002_brittle_negative"], "verdict"].tolist()
+    # 003's time claims on the configured clock (the tiny grid's flops), then again on each other clock
+    trash_claims = findings.filter(like="003_trash_above_one_fgm", axis=0)["clock"]
+    assert trash_claims.to_dict() == {"003_trash_above_one_fgm": "flops", "003_trash_above_one_fgm@process": "process", "003_trash_above_one_fgm@wall": "wall"}
+    assert "10,0.25,0.5,digits" in (reports / "tau_table.csv").read_text().splitlines()  # K a whole number
+    card = json.loads(sorted((reports / "cards").glob("*.json"))[0].read_text())
+    assert all(cell["validity"]["tripped"] for cell in card["model_cells"])
+
+    [line, *found] = [r.getMessage() for r in caplog.records if r.name == "trashfire.metrics.aggregate"]
+    assert line.startswith(f"n_train_cells={summary['n_train_cells']}, n_model_cells=9, ")
+    assert f", auc_R_mean={summary['auc_R_mean']:.4g}, " in line and "findings=" not in line  # only the scalars
+    assert found == [f"finding {id}: {row.verdict} ({row.detail})" for id, row in findings.iterrows()]
+
+
+def timed_cells(**changes):
+    """One model cell's two FGM cells (eps .5 and 1) fitted on the process clock, timed on all three."""
+    cells = experiments(attack_rows()).assign(
+        clock="process",
+        t_train=0.01,
+        t_train_process=0.01,
+        t_train_wall=0.03,
+        t_train_flops=3e8,
+        t_predict=1e-4,
+        t_attack=[1e-3, 4e-3],
+        seconds_per_flop_process=1e-10,
+        seconds_per_flop_wall=2e-10,
+    )
+    return cells.assign(**changes)
+
+
+def test_trash_by_hand_on_every_clock_over_the_family_cells_up_to_eps_max():
+    expected = pd.DataFrame({"attack_hash": ["m0-0.5", "m0-1.0"], "E_T": [2e-3, 4e-3]})
+    row = aggregation.trash_table(timed_cells(), expected, None).iloc[0]
+    # E[T] = 3e-3 s, 3e7 FLOPs, 6e-3 wall seconds (each cell priced at its rate, then averaged)
+    assert row["E_T"] == pytest.approx(3e-3) and row["trash_adv"] == pytest.approx(0.01 / 3e-3)
+    assert row["E_T_flops"] == pytest.approx(3e7) and row["trash_adv_flops"] == pytest.approx(10.0)
+    assert row["E_T_wall"] == pytest.approx(6e-3) and row["trash_adv_wall"] == pytest.approx(5.0)
+    assert row["trash_adv_process"] == pytest.approx(0.01 / 3e-3)
+    # f_adv: (1 - .6) / 1e-3 and (1 - .2) / 4e-3, averaged; f_ben = (1 - .8) / 1e-4; trash_ben = t_train f_ben
+    assert row["f_adv"] == pytest.approx(300.0) and row["f_ben"] == pytest.approx(2000.0) and row["trash_ben"] == pytest.approx(20.0)
+    assert (row["acc_adv"], row["eps_max"]) == (pytest.approx(0.4), 1.0)
+    up_to = aggregation.trash_table(timed_cells(), expected, 0.5).iloc[0]  # eps_max is inclusive
+    assert (up_to["eps_max"], up_to["E_T"], up_to["trash_adv"]) == (0.5, 2e-3, pytest.approx(5.0))
+
+
+def test_an_attack_cell_without_an_expected_time_still_counts_in_the_accuracy_and_the_grid():
+    row = aggregation.trash_table(timed_cells(), pd.DataFrame({"attack_hash": ["m0-0.5"], "E_T": [2e-3]}), None).iloc[0]
+    assert (row["acc_adv"], row["eps_max"], row["E_T"]) == (pytest.approx(0.4), 1.0, 2e-3)
+
+
+def test_a_cell_without_priced_flops_keeps_its_expected_time_on_its_own_clock():
+    from trashfire.metrics.aggregate import expected_on_clocks
+
+    out = expected_on_clocks(pd.DataFrame({"clock": ["process"], "E_T": [2e-3]})).iloc[0]
+    assert out["E_T_process"] == 2e-3 and np.isnan(out["E_T_flops"]) and np.isnan(out["E_T_wall"])
+    assert expected_on_clocks(pd.DataFrame({"clock": [], "E_T": []})).empty  # no attack cell: no clock to read
+
+
+def test_depth_decomposition_keeps_the_sound_undefended_cells_and_averages_their_seeds():
+    base = {"dataset": "digits", "model": "resnet18", "depth": 18, "epochs": 1, "attack_family": "fgm linf"}
+    rows = [
+        base | {"model_hash": "a", "defence": "none", "degenerate": False, "E_Q": 4.0},
+        base | {"model_hash": "b", "defence": "none", "degenerate": False, "E_Q": 6.0},
+        base | {"model_hash": "c", "defence": "conf", "degenerate": False, "E_Q": 100.0},
+        base | {"model_hash": "d", "defence": "none", "degenerate": True, "E_Q": 1000.0},
+        base | {"model_hash": "e", "model": "imported", "epochs": None, "defence": "none", "degenerate": False, "E_Q": 8.0},  # epochs unknown
+    ]
+    columns = {c: 1.0 for c in schema.DEPTH_DECOMPOSITION if c not in ("n_model_cells", "E_Q", *base)}
+    table = aggregation.depth_decomposition(pd.DataFrame([r | columns for r in rows]))
+    assert table[["model", "n_model_cells", "E_Q"]].to_dict("records") == [
+        {"model": "imported", "n_model_cells": 1, "E_Q": 8.0},
+        {"model": "resnet18", "n_model_cells": 2, "E_Q": 5.0},
+    ]
+    empty = aggregation.depth_decomposition(pd.DataFrame([rows[2] | columns]))
+    assert empty.empty and list(empty.columns) == schema.DEPTH_DECOMPOSITION
+
+
+def test_trash_summary_draws_its_interval_with_the_given_seed_and_keeps_the_failure_rates():
+    trash = pd.DataFrame(
+        [
+            LABELS | {"model_hash": f"m{s}", "seed": s, "attack": "fgm", "norm": "inf", "attack_family": "fgm linf", "trash_adv": t}
+            for s, t in ((0, 1.0), (1, 2.0), (2, 7.0))
+        ]
+    ).assign(trash_ben=1.0, f_ben=[1.0, 2.0, 3.0], f_adv=[4.0, 5.0, 9.0])
+    row = aggregation.trash_summary(trash, 100, 1).iloc[0]
+    assert (row["trash_adv_lo"], row["trash_adv_hi"]) == metrics.bootstrap_mean([1.0, 2.0, 7.0], 100, 1)[1:]
+    assert (row["f_ben_mean"], row["f_adv_mean"]) == (2.0, 6.0)
+    assert list(aggregation.trash_summary(trash.iloc[:0], 100, 1).columns) == schema.TRASH_SUMMARY  # the header, even without cells
+
+
+def test_curves_convert_pixel_grids_and_older_records_and_leave_a_zero_benign_point_unnormalised():
+    pixel = experiments(attack_rows(eps=(0.2, 0.4), acc=(0.6, 0.2))).assign(attack_units="pixel")
+    curves = aggregation.eps_curves(pixel)
+    assert list(curves.columns) == schema.CURVES
+    assert list(curves["eps_pixel"]) == [0.0, 0.2, 0.4] and list(curves["eps_standardised"]) == pytest.approx([0.0, 0.5, 1.0])
+    # records from before attack_units and pixel_std: standardised eps, no pixel axis
+    older = aggregation.eps_curves(experiments(attack_rows()).drop(columns=["attack_units", "pixel_std"]))
+    assert list(older["eps_standardised"]) == [0.0, 0.5, 1.0] and older["eps_pixel"].isna().all()
+    unitless = aggregation.eps_curves(experiments(attack_rows()).drop(columns="attack_units"))
+    assert list(unitless["eps_pixel"]) == pytest.approx([0.0, 0.2, 0.4])
+    zero = aggregation.eps_curves(experiments(attack_rows(acc_ben=0.0, acc=(0.1, 0.0))))
+    assert zero["acc_norm"].isna().all()  # no benign accuracy to normalise by
+    none = aggregation.eps_curves(experiments(attack_rows()).assign(attack_param="steps"))
+    assert none.empty and list(none.columns) == schema.CURVES
+
+
+def test_robustness_rows_carry_their_settings_and_say_why_a_curve_is_short_or_unscored():
+    curves = aggregation.eps_curves(experiments(attack_rows(), attack_rows("m1", acc=(0.6, 0.25)), attack_rows("m2", acc=(0.7, 0.5))))
+    open_ended = OmegaConf.create({"units": "pixel", "eps0": 0.0, "eps1": None})
+    table = aggregation.robustness_table(curves, EVP, open_ended).set_index("model_hash")
+    row = table.loc["m0"]
+    assert (row["n_classes"], row["acc_ben"], row["tau"]) == (10, 0.8, 0.25)
+    assert (row["auc_units"], row["eps0"], row["eps1"], row["degenerate"], row["note"]) == ("pixel", 0.0, 0.4, False, "")  # eps1: the largest eps
+    # accuracy .25 at the largest eps equals tau(10): not below it, so still viable
+    assert not table.loc["m1", "reaches_nonviability"]
+    assert table.loc["m1", "note"] == f"{aggregation.SHORT_OF_NONVIABILITY} (accuracy 0.25 >= tau 0.25 at the largest eps)"
+    short = aggregation.robustness_table(curves, EVP, OmegaConf.create({"units": "pixel", "eps0": 0.0, "eps1": 0.5})).set_index("model_hash")
+    assert short.loc["m2", "note"].startswith(f"{aggregation.SHORT_OF_NONVIABILITY} (accuracy 0.50 >= tau 0.25 at the largest eps); ")
+    fixed = aggregation.robustness_table(curves, OmegaConf.create({"w": 0.5, "tau": 0.55}), open_ended).set_index("model_hash")
+    assert set(fixed["tau"]) == {0.55} and fixed["reaches_nonviability"].all()
+    assert list(aggregation.robustness_table(curves, OmegaConf.create({"w": 1.0, "tau": None}), open_ended)["tau"]) == pytest.approx([0.4] * 3)
+    unknown = aggregation.robustness_table(aggregation.eps_curves(experiments(attack_rows(pixel_std=float("nan")))), EVP, PIXEL_AUC)
+    assert unknown.loc[0, "note"] == "pixel_std not recorded for this cell (an older attack record): delete reports/attacks and rerun"
+    degenerate = aggregation.robustness_table(curves.query("model_hash == 'm0'"), EVP, PIXEL_AUC, pd.Series({"m0": True})).iloc[0]
+    assert np.isnan(degenerate["evp"]) and degenerate["degenerate"] and degenerate["note"] == aggregation.DEGENERATE_NOTE
+    empty = aggregation.robustness_table(curves.iloc[:0], EVP, PIXEL_AUC)
+    assert list(empty.columns) == list(table.reset_index().columns)
+
+
+def test_evp_over_tau_and_over_subgrids_per_curve_by_hand():
+    curves = aggregation.eps_curves(experiments(attack_rows(), attack_rows("m1")))  # eps [0, .5, 1], acc [.8, .6, .2]
+    over_tau = aggregation.evp_tau_table(curves, 3)
+    assert list(over_tau.index) == list(range(6)) and list(over_tau.columns) == schema.EVP_TAU
+    # tau 0: .5 (.8 + .6) / 2 + .5 (.6 + .2) / 2; tau .5: g = [.8, .6, 0]; tau 1: nothing viable
+    assert over_tau.query("model_hash == 'm0'")[["tau", "evp"]].to_numpy().ravel().tolist() == pytest.approx([0.0, 0.55, 0.5, 0.5, 1.0, 0.0])
+    converging = aggregation.evp_convergence_table(curves, EVP)
+    assert list(converging.columns) == schema.EVP_CONVERGENCE
+    # tau(10) = .25: one interval [0, 1] -> g = [.8, 0]: .4; two -> .35 + .15
+    assert converging.query("model_hash == 'm1'")[["n_intervals", "evp", "tau"]].to_numpy().ravel().tolist() == pytest.approx([1, 0.4, 0.25, 2, 0.5, 0.25])
+    for empty in (aggregation.evp_tau_table(curves.iloc[:0], 3), aggregation.evp_convergence_table(curves.iloc[:0], EVP)):
+        assert empty.empty and list(empty.columns) in (schema.EVP_TAU, schema.EVP_CONVERGENCE)
