@@ -23,6 +23,17 @@ from trashfire.survival.data import DUMMY_SOURCES, NUMERIC_COVARIATES
 FITTERS_PER_ROW = 2
 DUMMY_LABELS = {"attack": "Atk", "defence": "Def", "data": "Data"}
 
+# The figures' look, in one place (the tests check what the figures show: panels, bars, lines, titles)
+REASON_TEXT = {"x": 0.5, "y": 0.5, "ha": "center", "va": "center", "fontsize": 8}  # an unfitted model's panel
+PANEL_TITLE = {"fontsize": 10}
+OBSERVED = {"color": "tab:red"}  # lifelines draws the smoothed observed curve in red
+NAIVE_BARS = {"fmt": "none", "ecolor": "tab:gray", "elinewidth": 0.8, "capsize": 2}  # thin
+ROBUST_BARS = {"fmt": "none", "ecolor": "tab:blue", "elinewidth": 2.2}  # thick
+ESTIMATE = {"marker": "o", "ls": "none", "color": "tab:blue"}
+ZERO_LINE = {"color": "k", "ls": "--", "lw": 0.8}
+GRID = {"alpha": 0.3}
+LEGEND = {"fontsize": 7}
+
 
 def calibration_grid(names: list[str]):
     """A train and a test panel per fitter, two fitters to a row."""
@@ -43,13 +54,13 @@ def finish_calibration(fig, axes: dict, comparison: pd.DataFrame, unit: str = "s
                 ax.cla()
                 ax.set_axis_off()
                 reason = row["note"] if row["status"] != "fitted" else "no calibration curve (see the table's note)"
-                ax.text(0.5, 0.5, textwrap.fill(str(reason), 40)[:600], ha="center", va="center", fontsize=8, transform=ax.transAxes)
+                ax.text(s=textwrap.fill(str(reason), 40)[:600], transform=ax.transAxes, **REASON_TEXT)
                 ax.set_title(f"{row['model']} ({part}): {row['status']}")
                 continue
             prefix = "test_" if part == "test" else ""
-            ax.set_title(f"{row['model']} ({part}): ICI {row[f'{prefix}ICI']:.3f}, E50 {row[f'{prefix}E50']:.3f}", fontsize=10)
+            ax.set_title(f"{row['model']} ({part}): ICI {row[f'{prefix}ICI']:.3f}, E50 {row[f'{prefix}E50']:.3f}", **PANEL_TITLE)
             ax.set_xlabel("predicted P(T <= t0)")  # lifelines prints t0 with %d: 0 for sub-second t0
-            ax.set_ylabel("observed P(T <= t0), smoothed", color="tab:red")
+            ax.set_ylabel("observed P(T <= t0), smoothed", **OBSERVED)
             if ax.get_legend():
                 ax.get_legend().remove()
     t0 = comparison["t0"].dropna()
@@ -78,16 +89,16 @@ def coefficient_figure(coefficients: pd.DataFrame, label: str, is_cox: bool):
         y = np.arange(len(part))
         scale = part["sd"] if per_sd else 1.0
         coef, lower, upper = ((part[c] * scale).to_numpy(float) for c in ("coef", "lower", "upper"))
-        ax.errorbar(coef, y, xerr=[coef - lower, upper - coef], fmt="none", ecolor="tab:gray", elinewidth=0.8, capsize=2)
+        ax.errorbar(coef, y, xerr=[coef - lower, upper - coef], **NAIVE_BARS)
         if "lower_robust" in part:
             low, high = ((part[c] * scale).to_numpy(float) for c in ("lower_robust", "upper_robust"))
-            ax.errorbar(coef, y, xerr=[np.nan_to_num(coef - low), np.nan_to_num(high - coef)], fmt="none", ecolor="tab:blue", elinewidth=2.2)
-        ax.plot(coef, y, "o", color="tab:blue")
+            ax.errorbar(coef, y, xerr=[np.nan_to_num(coef - low), np.nan_to_num(high - coef)], **ROBUST_BARS)
+        ax.plot(coef, y, **ESTIMATE)
         ax.set_yticks(y, [_pretty(c) for c in part["covariate"]])
-        ax.axvline(0, color="k", ls="--", lw=0.8)
-        ax.set_title(title, fontsize=10)
+        ax.axvline(0, **ZERO_LINE)
+        ax.set_title(title, **PANEL_TITLE)
         ax.set_xlabel("coefficient x SD, 95% CI" if per_sd else "coefficient, 95% CI")
-        ax.grid(axis="x", alpha=0.3)
+        ax.grid(axis="x", **GRID)
     positive = "higher hazard" if is_cox else "longer survival"
     fig.suptitle(f"{label}: coefficients (> 0: {positive}); 95% intervals: thick cluster-robust, thin naive")
     fig.tight_layout()
@@ -119,7 +130,7 @@ def kaplan_meier_figure(km_fits: dict, predicted: dict, label: str, unit: str = 
         ax.set_title(family)
         ax.set_xlabel(f"adversary's work per sample ({unit})")
         ax.set_ylabel("P(not yet misclassified)")
-        ax.legend(fontsize=7)
+        ax.legend(**LEGEND)
     for ax in grid.flat[len(families) :]:
         ax.set_visible(False)
     fig.suptitle(f"Kaplan-Meier survival per defence (solid) and the {label} model's prediction for the same samples (dashed)")
