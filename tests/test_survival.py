@@ -1,6 +1,7 @@
 """Survival analysis: the fitters against lifelines' own numbers on its rossi data, and the
 stage's diagnostics, retries and outputs (the survival data set: tests/test_survival_data.py)."""
 
+import json
 import math
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from lifelines import (
 from lifelines.calibration import survival_probability_calibration
 from lifelines.datasets import load_rossi
 from lifelines.exceptions import ApproximationWarning
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 from PIL import Image
 from scipy.optimize import minimize
 
@@ -490,8 +491,8 @@ def test_a_long_reason_is_wrapped_and_cut_at_600_characters():
 
 def _coefficients(param_rows=("mu_",) * 4 + ("sigma_",)):
     rows = [
-        ("attack_pgd", 0.5, 0.1, 0.9, 0.0, 1.2, 1.0),
-        ("defence_adversarial", -0.4, -0.8, 0.0, -1.0, 0.3, 1.0),
+        ("attack_pgd", 0.5, 0.1, 0.9, 0.0, 1.2, 0.5),  # a dummy's SD: shown per level, not per SD
+        ("defence_adversarial", -0.4, -0.8, 0.0, -1.0, 0.3, 0.4),
         ("epochs", 0.2, 0.1, 0.3, 0.05, 0.4, 2.0),
         ("Intercept", 3.0, 2.0, 4.0, 1.0, 5.0, 0.0),
         ("depth", 0.7, 0.6, 0.8, 0.5, 0.9, 10.0),
@@ -523,6 +524,12 @@ def test_coefficient_figure_splits_dummies_from_covariates_and_scales_covariates
     assert dummies.get_title() == "dummies: effect on log survival time vs reference level"
     assert covariates.get_title() == "covariates: effect on log survival time per +1 SD"
     assert dummies.get_xlabel() == "coefficient, 95% CI" and covariates.get_xlabel() == "coefficient x SD, 95% CI"
+    left, right = dummies.get_position(), covariates.get_position()
+    assert left.x1 < right.x0 and left.y0 == right.y0  # side by side
+    for ax in (dummies, covariates):
+        (zero,) = [line for line in ax.lines if line.get_linestyle() == "--"]
+        assert list(zero.get_xdata()) == [0, 0]
+        assert all(line.get_visible() for line in ax.get_xgridlines()) and not any(line.get_visible() for line in ax.get_ygridlines())
     assert fig.get_suptitle() == "Weibull AFT: coefficients (> 0: longer survival); 95% intervals: thick cluster-robust, thin naive"
     assert tuple(fig.get_size_inches()) == pytest.approx((12, 0.32 * 8 + 1.5))
     plt.close(fig)
@@ -581,7 +588,8 @@ def test_kaplan_meier_figure_draws_a_panel_per_family_and_dashes_the_prediction_
     assert pgd.get_xlabel() == "adversary's work per sample (GFLOPs)" and pgd.get_ylabel() == "P(not yet misclassified)"
     dashed = [line for line in pgd.lines if line.get_linestyle() == "--"]
     (line,) = dashed
-    assert line.get_label() == "none (Weibull AFT)" and list(line.get_ydata()) == [0.9, 0.2]
+    assert line.get_label() == "none (Weibull AFT)" and list(line.get_ydata()) == [0.9, 0.2] and list(line.get_xdata()) == [0.1, 1.0]
+    assert not pgd.collections  # no confidence bands: five curves in one panel would drown in them
     solid = [line for line in pgd.lines if line.get_linestyle() == "-"]
     colours = plt.get_cmap("tab10")
     assert [line.get_color() for line in solid] == [colours(0), colours(1)]  # none first, then adversarial
@@ -606,6 +614,14 @@ def test_kaplan_meier_figure_puts_three_families_to_a_row_and_hides_the_empty_pa
     plt.close(fig)
 
 
+def test_kaplan_meier_colours_cycle_past_ten_defences():
+    km = {("pgd", f"d{i:02d}"): _kaplan_meier([1.0, 2.0]) for i in range(11)}
+    fig = figures.kaplan_meier_figure(km, {}, "Cox")
+    colours = [line.get_color() for line in fig.axes[0].lines]
+    assert colours[10] == colours[0] != colours[9]
+    plt.close(fig)
+
+
 def test_a_saved_figure_is_written_whole_in_its_suffix_format_and_closed(tmp_path):
     fig, ax = plt.subplots()
     ax.plot([0, 1], [1, 0])
@@ -614,5 +630,227 @@ def test_a_saved_figure_is_written_whole_in_its_suffix_format_and_closed(tmp_pat
     assert path.read_text().lstrip().startswith("<?xml") and "<svg" in path.read_text()
     assert not plt.fignum_exists(fig.number) and [p.name for p in path.parent.iterdir()] == ["curve.svg"]
     fig, _ = plt.subplots(figsize=(2, 1))
+    other, _ = plt.subplots()  # the current figure is another one: only the saved one is closed
     figures.save(fig, tmp_path / "curve.png")
+    assert not plt.fignum_exists(fig.number) and plt.fignum_exists(other.number)
+    plt.close(other)
     assert Image.open(tmp_path / "curve.png").size == (220, 110)  # 110 dpi
+
+
+# --- the survival stage end to end (analysis.analyse) on a tiny data set: its files, units and log (issue 26, item 9) ---
+
+
+def figure_text(fig):
+    """What a reader of a figure sees in words: its title, and each panel's title, axis labels and tick labels."""
+    panels = [(ax.get_title(), ax.get_xlabel(), ax.get_ylabel(), [t.get_text() for t in ax.get_yticklabels()]) for ax in fig.axes if ax.get_visible()]
+    return fig.get_suptitle(), panels
+
+
+@pytest.fixture
+def stage_run(monkeypatch):
+    """Runs the stage in this process, with 16 cores to share out, and records each figure's
+    words by file name and the (workers, threads) the fits were given."""
+    drawn, given = {}, []
+    real_save, real_fits = analysis.save, analysis.results_as_completed
+
+    def save(fig, path):
+        drawn[path.relative_to(path.parents[1]).as_posix() if path.parent.name == "coefficients" else path.name] = figure_text(fig)
+        real_save(fig, path)
+
+    def fits_here(job, arguments, workers, prog, threads):
+        given.append((workers, threads))
+        return real_fits(job, arguments, 1, prog, None)
+
+    monkeypatch.setattr(analysis, "save", save)
+    monkeypatch.setattr(analysis, "results_as_completed", fits_here)
+    monkeypatch.setattr("trashfire.core.parallel.available_cores", lambda: 16)
+    return drawn, given
+
+
+def survival_log(caplog):
+    return [(r.levelname, r.getMessage()) for r in caplog.records if r.name == analysis.log.name]
+
+
+def train_part(data, test_size=0.2):
+    return analysis.split_groups(data, "train_hash", test_size, 0)[0]
+
+
+def test_the_stage_on_the_flops_clock_fits_gflops_and_writes_times_back_in_flops(tmp_path, caplog, stage_run):
+    drawn, given = stage_run
+    data = synthetic_cells(n_cells=24, samples=5)
+    data = data.assign(duration=data["duration"] * 1e9)  # FLOPs of order 1e7
+    cfg = stage_cfg(
+        tmp_path, data, "timing.clock=flops", "survival.fitters=[weibull,exponential,cox]", "survival.km_check_tolerance=0.01", "train.threads=auto"
+    )
+    caplog.set_level("INFO", logger=analysis.log.name)
+    comparison = analysis.analyse(cfg)
+    plt.close("all")
+    out = tmp_path / "reports" / "survival"
+    assert given == [(1, 16)]  # train.workers = 1: in this process, with train.threads = auto: every core
+
+    # Table I: every fitter, then the baselines; the selected model is the AFT one with the best test ICI
+    table = pd.read_csv(out / "aft_comparison.csv")
+    assert table["fitter"].tolist() == comparison["fitter"].tolist() == ["weibull", "exponential", "cox", *scoring.BASELINES]
+    rows = table.set_index("fitter")
+    selected = rows.loc[["weibull", "exponential"], "test_ICI"].idxmin()
+    assert rows["selected"].tolist() == [name == selected for name in rows.index] and comparison["selected"].tolist() == rows["selected"].tolist()
+    label = {"weibull": "Weibull", "exponential": "Exponential"}[selected]
+    # t0, the median training duration, in FLOPs
+    train = train_part(data)
+    t0 = np.median(np.repeat(train["duration"].to_numpy(), train["weight"].to_numpy()))
+    assert rows.loc[["weibull", "exponential", "cox"], "t0"].to_numpy() == pytest.approx([t0] * 3, rel=1e-9)
+    assert r"training (80\%) and test (20\%) groups" in (out / "aft_comparison.tex").read_text()
+
+    # the models were fitted in GFLOPs, which fit_unit.json says
+    assert json.loads((out / "fit_unit.json").read_text()) == {"clock": "flops", "unit": "GFLOPs", "scale": 1e9}
+    models = analysis.load_models(out / "models.pkl")
+    assert list(models) == ["weibull", "exponential", "cox"]
+    assert models[selected].durations.max() == pytest.approx(train["duration"].max() / 1e9)
+
+    # E[T] per cell, back in FLOPs: the budget t* is the cell's (one) duration here
+    times = pd.read_csv(out / "expected_times.csv").set_index("attack_hash")
+    cells = data.drop_duplicates("attack_hash").set_index("attack_hash")
+    assert list(times.columns) == ["E_T", "E_T_unrestricted", "t_star", "fitter", "E_T_weibull", "E_T_exponential"] and (times["fitter"] == selected).all()
+    assert times["t_star"].to_numpy() == pytest.approx(cells.loc[times.index, "duration"].to_numpy(), rel=1e-12)
+    covariates = cells.loc[times.index, ["epochs", "depth", "attack_pgd_inf"]]
+    model = F.Fit(selected, models[selected], 0.0, "", 1)
+    in_gflops = F.restricted_mean(model, covariates, times["t_star"].to_numpy() / 1e9)
+    assert times["E_T"].to_numpy() == pytest.approx(in_gflops * 1e9, rel=1e-6) and times["E_T"].equals(times[f"E_T_{selected}"])
+    assert times["E_T_unrestricted"].to_numpy() == pytest.approx(models[selected].predict_expectation(covariates).to_numpy() * 1e9, rel=1e-6)
+    other = "exponential" if selected == "weibull" else "weibull"
+    assert (times[f"E_T_{other}"] <= times["t_star"] * (1 + 1e-9)).all() and (times[f"E_T_{other}"] > 1e6).all()  # FLOPs, not GFLOPs
+
+    # the Kaplan-Meier check in FLOPs, every cell flagged at a 1% tolerance
+    check = pd.read_csv(out / "km_check.csv").set_index("attack_hash")
+    budgets = expected_time.cell_budgets(data)
+    assert check["t_star"].to_numpy() == pytest.approx(times.loc[check.index, "t_star"].to_numpy(), rel=1e-12)
+    assert check["E_T"].to_numpy() == pytest.approx(times.loc[check.index, "E_T"].to_numpy(), rel=1e-12)
+    assert check["E_T_km"].to_numpy() == pytest.approx(expected_time.km_restricted_means(data, budgets)[check.index].to_numpy(), rel=1e-9)
+    flagged = int(check["flagged"].sum())
+    assert (check["tolerance"] == 0.01).all() and flagged > 0 and rows.loc[selected, "km_share_flagged"] == pytest.approx(flagged / 24)
+
+    coefficients = pd.read_csv(out / "coefficients.csv")
+    assert coefficients["fitter"].unique().tolist() == ["weibull", "exponential", "cox"] and coefficients["se_robust"].notna().all()
+    assert (coefficients.loc[coefficients["fitter"] == "cox", "param"] == "log_hazard").all()
+    within = pd.read_csv(out / "concordance_within.csv")
+    assert len(within) == 5 * 3 and set(within["fitter"]) == set(rows.index)  # all, fgm_inf, pgd_inf per row
+    assert pd.read_csv(out / "logrank.csv").empty  # no defended samples: the header only
+
+    # the figures: each fitter's coefficients, the selected one's as Fig. 3, times in the clock's unit
+    assert sorted(drawn) == ["calibration.png", "coefficients/cox.png", "coefficients/exponential.png", "coefficients/weibull.png", "kaplan_meier.png"]
+    assert (out / "coefficients.png").read_bytes() == (out / "coefficients" / f"{selected}.png").read_bytes()
+    for name, fit_label in (("weibull", "Weibull"), ("exponential", "Exponential"), ("cox", "Cox PH")):
+        by_hand = figures.coefficient_figure(coefficients[coefficients["fitter"] == name], fit_label, name == "cox")
+        assert drawn[f"coefficients/{name}.png"] == figure_text(by_hand)
+        plt.close(by_hand)
+    assert drawn["coefficients/cox.png"][0].startswith("Cox PH: coefficients (> 0: higher hazard)")
+    suptitle, panels = drawn["calibration.png"]
+    assert suptitle.startswith(f"Calibration at t0 = {t0:.3g} FLOPs: observed")
+    assert [p[0] for p in panels][:2] == [
+        f"Weibull (train): ICI {rows.loc['weibull', 'ICI']:.3f}, E50 {rows.loc['weibull', 'E50']:.3f}",
+        f"Weibull (test): ICI {rows.loc['weibull', 'test_ICI']:.3f}, E50 {rows.loc['weibull', 'test_E50']:.3f}",
+    ]
+    suptitle, panels = drawn["kaplan_meier.png"]
+    assert f"the {label} model's prediction" in suptitle and {p[1] for p in panels} == {"adversary's work per sample (GFLOPs)"}
+
+    # the log: the unit, the split, the few clusters, what was fitted and selected, and the checks
+    log = survival_log(caplog)
+    n_train, n_test = int(train["weight"].sum()), int(data["weight"].sum() - train["weight"].sum())
+    assert log[:3] == [
+        ("INFO", "durations on the flops clock fitted in GFLOPs (x 1e+09); E[T] and t* are written back in flops"),
+        ("INFO", f"train/test split by train_hash: 10 / 2 groups, {n_train} / {n_test} samples"),
+        ("WARNING", "cluster-robust standard errors from 10 train_hash clusters (< 30) run small: read them with care"),
+    ]
+    summary = [message for _, message in log if message.startswith("fitted ")]
+    assert len(summary) == 1
+    head, header, *lines = summary[0].split("\n")
+    assert head == f"fitted weibull, exponential, cox of weibull, exponential, cox; selected {selected} (best test_ICI)"
+    assert header.split()[:3] == ["fitter", "status", "log_likelihood"] and "note" not in header and "[" not in header and "model" not in header.split()
+    assert [line.split()[0] for line in lines] == rows.index.tolist()
+    assert lines[0].split()[header.split().index("AIC")] == f"{rows.loc['weibull', 'AIC']:.4g}"
+    verdicts = [message for _, message in log if "both baselines on test concordance" in message]
+    assert [v.split(" b")[0] for v in verdicts] == ["Weibull does not", "Exponential does not", "Cox PH does not"]  # the runtime baseline is hard to beat here
+    runtime, share = rows.loc[list(scoring.BASELINES), "test_concordance"]
+    assert verdicts[0].endswith(f"({rows.loc['weibull', 'test_concordance']:.4f}; Runtime baseline {runtime:.4f}, Failure-share baseline {share:.4f})")
+    assert ("INFO", "within attack cells (pairs of one cell only; the baselines are 0.5 there): test concordance " + scoring.within_summary(comparison)) in log
+    assert "Weibull 0.5000" in scoring.within_summary(comparison)  # one duration per cell: no pair within a cell is ordered
+    km = [(level, message) for level, message in log[log.index(next(e for e in log if e[1].startswith("within"))) + 1 :]]
+    assert [level for level, _ in km] == ["WARNING"] * 3
+    assert km[0][1].startswith(f"{label}'s E[T] is within 1% of the Kaplan-Meier restricted mean to the same budget in {24 - flagged} of 24 attack cells")
+    assert km[1][1].startswith(f"{flagged} cell(s) flagged")
+
+
+def test_the_stage_on_the_seconds_clock_writes_the_chosen_model_over_a_previous_run(tmp_path, caplog, stage_run):
+    drawn, given = stage_run
+    data = synthetic_cells(n_cells=76, samples=5)  # 38 trained models: 30 to train on, as many clusters as the robust SEs want
+    cfg = stage_cfg(tmp_path, data, "survival.fitters=[weibull,exponential]", "survival.chosen=exponential", "survival.km_check_tolerance=100")
+    with open_dict(cfg):  # a params.yaml from before train.workers and train.threads: auto workers, one thread each
+        del cfg.train["workers"], cfg.train["threads"]
+    out = tmp_path / "reports" / "survival"
+    out.mkdir()
+    (out / "coefficients.csv").write_text("from a previous run\n")
+    caplog.set_level("INFO", logger=analysis.log.name)
+    comparison = analysis.analyse(cfg).set_index("fitter")
+    plt.close("all")
+    assert given == [(8, 1)]  # one worker per core, at most 8
+
+    assert comparison["selected"].tolist() == [False, True, False, False]
+    assert comparison.loc["weibull", "test_ICI"] < comparison.loc["exponential", "test_ICI"]  # chosen, though not the best
+    assert json.loads((out / "fit_unit.json").read_text()) == {"clock": "process", "unit": "s", "scale": 1.0}
+    assert pd.read_csv(out / "coefficients.csv")["fitter"].unique().tolist() == ["weibull", "exponential"]
+    assert (out / "coefficients.png").read_bytes() == (out / "coefficients" / "exponential.png").read_bytes()
+    times = pd.read_csv(out / "expected_times.csv").set_index("attack_hash")
+    model = F.Fit("exponential", analysis.load_models(out / "models.pkl")["exponential"], 0.0, "", 1)
+    covariates = data.drop_duplicates("attack_hash").set_index("attack_hash").loc[times.index, ["epochs", "depth", "attack_pgd_inf"]]
+    assert (times["fitter"] == "exponential").all() and times["E_T"].to_numpy() == pytest.approx(
+        F.restricted_mean(model, covariates, times["t_star"].to_numpy()), rel=1e-6
+    )
+    check = pd.read_csv(out / "km_check.csv")
+    assert not check["flagged"].any() and (check["tolerance"] == 100).all()
+    train = train_part(data)
+    t0 = np.median(np.repeat(train["duration"].to_numpy(), train["weight"].to_numpy()))
+    assert drawn["calibration.png"][0].startswith(f"Calibration at t0 = {t0:.3g} s: ")  # the median training duration, in seconds
+    suptitle, panels = drawn["kaplan_meier.png"]
+    assert "the Exponential model's prediction" in suptitle and {p[1] for p in panels} == {"adversary's work per sample (s)"}
+
+    log = survival_log(caplog)
+    assert not [message for _, message in log if message.startswith("durations on the")]  # fitted in the clock's own unit
+    assert not [message for _, message in log if message.startswith("cluster-robust")]
+    assert log[0][1].startswith("train/test split by train_hash: 30 / 8 groups, ")
+    assert [message.split("\n")[0] for _, message in log if message.startswith("fitted ")] == [
+        "fitted weibull, exponential of weibull, exponential; selected exponential (survival.chosen)"
+    ]
+    km = [(level, message) for level, message in log if "Kaplan-Meier" in message]
+    assert km == [("INFO", km[0][1])] and km[0][1].startswith(
+        "Exponential's E[T] is within 10000% of the Kaplan-Meier restricted mean to the same budget in 76 of 76"
+    )
+
+
+def test_a_covariates_sd_is_over_samples_with_one_degree_of_freedom_taken():
+    covariates = pd.DataFrame({"epochs": [0.0, 1.0, 4.0], "depth": [18.0, 18.0, 18.0]})
+    # weights 1, 2, 1 are the samples 0, 1, 1, 4: mean 1.5, squares 2.25 + 0.25 + 0.25 + 6.25 = 9 over 3
+    sd = analysis.sample_sd(covariates, np.array([1, 2, 1]))
+    assert sd.index.tolist() == ["epochs", "depth"] and sd.tolist() == pytest.approx([math.sqrt(3), 0.0])
+    assert analysis.sample_sd(pd.DataFrame({"epochs": [0.0, 2.0]}), np.array([1, 1]))["epochs"] == pytest.approx(math.sqrt(2))
+    assert analysis.sample_sd(pd.DataFrame({"epochs": [3.0]}), np.array([1]))["epochs"] == 0.0  # one sample: no spread, not NaN
+
+
+def robust_se_case(clusters, n=60):
+    rng = np.random.default_rng(0)
+    data = pd.DataFrame({"duration": rng.exponential(1.0, n) + 0.01, "event": 1, "weight": 1, "x": rng.normal(size=n)})
+    spec = OmegaConf.create({"fitter": {"_target_": "lifelines.WeibullAFTFitter", "penalizer": 0.0}})
+    return F.fit_one("weibull", spec, data), data.assign(train_hash=[f"t{i % clusters}" for i in range(n)])
+
+
+def test_robust_errors_need_two_clusters_and_warn_below_thirty(caplog):
+    fit, train = robust_se_case(clusters=2)
+    analysis.attach_robust_se(fit, train, "train_hash")
+    assert fit.robust_se.notna().all() and fit.warnings == ["cluster-robust SEs from 2 train_hash clusters (< 30): likely too small"]
+    fit, train = robust_se_case(clusters=30)
+    analysis.attach_robust_se(fit, train, "train_hash")
+    assert fit.robust_se.notna().all() and fit.warnings == []
+    # robust errors that cannot be computed (here: the training part lacks a fitted covariate) are a note and a warning, not a failure
+    fit, train = robust_se_case(clusters=30)
+    analysis.attach_robust_se(fit, train.drop(columns="x"), "train_hash")
+    assert fit.robust_se is None and fit.warnings == ["cluster-robust SEs: KeyError: \"['x'] not in index\""]
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [("WARNING", "weibull: no cluster-robust standard errors: \"['x'] not in index\"")]

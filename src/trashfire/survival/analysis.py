@@ -250,6 +250,7 @@ FIT_UNITS = {"flops": 1e9}
 
 
 FIT_UNIT_NAMES = {"flops": "GFLOPs", "process": "s", "wall": "s"}
+CLOCK_UNIT_NAMES = {"flops": "FLOPs", "process": "s", "wall": "s"}  # the tables' unit, each clock's own
 
 
 def fit_unit(clock: str) -> float:
@@ -296,7 +297,7 @@ def analyse(cfg: DictConfig) -> pd.DataFrame:
     selected = select(comparison, times, settings.chosen, settings.select_by)
     comparison["selected"] = comparison["fitter"] == selected
     out.mkdir(parents=True, exist_ok=True)
-    save(finish_calibration(fig, axes, comparison, clock), out / "calibration.png")  # Table I's t0 is back in the clock's unit
+    save(finish_calibration(fig, axes, comparison, CLOCK_UNIT_NAMES[clock]), out / "calibration.png")  # Table I's t0 is back in the clock's unit
     with atomic_path(out / "aft_comparison.tex") as tmp:
         tmp.write_text(latex_table(comparison, settings.test_size))
     coefficients = coefficient_table(fits, train)
