@@ -553,3 +553,128 @@ def test_evp_over_tau_and_over_subgrids_per_curve_by_hand():
     assert converging.query("model_hash == 'm1'")[["n_intervals", "evp", "tau"]].to_numpy().ravel().tolist() == pytest.approx([1, 0.4, 0.25, 2, 0.5, 0.25])
     for empty in (aggregation.evp_tau_table(curves.iloc[:0], 3), aggregation.evp_convergence_table(curves.iloc[:0], EVP)):
         assert empty.empty and list(empty.columns) in (schema.EVP_TAU, schema.EVP_CONVERGENCE)
+
+
+# --- the small readers and tables around the stage ---------------------------------------------
+
+
+def test_tau_table_labels_every_row_with_the_configured_effect_size():
+    table = aggregation.tau_table([2, 10], 0.3, {"digits": 10})
+    assert table.to_dict("list") == {
+        "n_classes": [2, 10, 10],
+        "tau": pytest.approx([0.5 + 0.3 * 0.5, 0.1 + 0.3 * 0.3, 0.1 + 0.3 * 0.3]),  # 1/K + w sqrt(K - 1) / K
+        "w": [0.3, 0.3, 0.3],
+        "source": ["001 Table I", "001 Table I", "digits"],
+    }
+
+
+def test_trained_models_keep_each_trainings_undefended_cell_else_its_train_time_defence():
+    rows = [
+        {"model_hash": "conf", "train_hash": "t0", "defence": "conf"},  # a predict-time wrapper of t0, listed first
+        {"model_hash": "none", "train_hash": "t0", "defence": "none"},
+        {"model_hash": "none", "train_hash": "t0", "defence": "none"},  # another attack cell of the same model
+        {"model_hash": "gauss", "train_hash": "t1", "defence": "gauss_in"},
+        {"model_hash": "gauss", "train_hash": "t1", "defence": "gauss_in"},
+    ]
+    trained = aggregation.trained_models(pd.DataFrame(rows).assign(acc_adv=[0.1, 0.2, 0.3, 0.4, 0.5]))
+    assert trained.to_dict("records") == [
+        {"model_hash": "none", "train_hash": "t0", "defence": "none", "acc_adv": 0.2},
+        {"model_hash": "gauss", "train_hash": "t1", "defence": "gauss_in", "acc_adv": 0.4},
+    ]
+
+
+def test_a_missing_brittle_record_names_the_stage_to_run(tmp_path):
+    from trashfire.core.errors import DataError
+
+    with pytest.raises(DataError, match=r"brittle-score record missing: .*; run the brittle stage first \(dvc repro brittle\)"):
+        aggregation.read_brittle(tmp_path, ["m0"], {"lime_samples": 10})
+
+
+def test_eps_survival_data_keeps_norms_as_text_and_names_the_stage_that_writes_it(tmp_path):
+    from trashfire.core.errors import DataError
+
+    with pytest.raises(DataError, match=r"eps_survival_data.csv not found; run `dvc repro timing` first"):
+        aggregation.read_eps_survival_data(tmp_path)
+    (tmp_path / "eps_survival_data.csv").write_text("model_hash,attack,norm\nm0,fgm,inf\nm0,pgd,2\n")
+    # read as numbers, "inf" and "2" would become inf and 2.0: families "fgm linf", "pgd l2.0"
+    assert list(aggregation.read_eps_survival_data(tmp_path)["norm"]) == ["inf", "2"]
+
+
+def test_brittle_rows_name_the_robust_attack_and_leave_ri_out_when_the_undefended_reference_is_ambiguous():
+    brittle = pd.DataFrame(
+        [LABELS | {"model_hash": h, "defence": d, "brittle_score": b} for h, d, b in (("a", "none", 0.5), ("a2", "none", 0.4), ("b", "conf", 0.1))]
+    )
+    exp = experiments(attack_rows("a"), attack_rows("a2"), attack_rows("b"))
+    over_grid = aggregation.brittle_table(brittle, exp, OmegaConf.create({"attack": "fgm", "norm": "inf", "eps": None}))
+    # two undefended model cells of one training (say, a duplicated record): no single reference to improve on
+    assert over_grid["brittle_ri"].isna().all()
+    assert set(over_grid["robust_attack"]) == {"fgm linf, mean over its grid"}
+    at_eps = aggregation.brittle_table(brittle, exp, OmegaConf.create({"attack": "fgm", "norm": 2, "eps": 0.5}))
+    assert set(at_eps["robust_attack"]) == {"fgm l2, eps 0.5"}
+
+
+def test_headline_carries_the_findings_the_eps_survival_areas_and_the_validity_flags():
+    from trashfire.core.schema import Finding
+
+    cells = experiments(attack_rows("a"), attack_rows("b")).assign(clock="process", degenerate=False)
+    comparison = pd.DataFrame({"fitter": ["weibull"], "selected": [True], "test_concordance": [0.8], "test_ICI": [0.01]})
+    brittle = pd.DataFrame({"model_hash": ["a", "b"], "dataset": "digits", "seed": 0, "brittle_score": [0.1, 0.2], "robust_acc": [0.6, 0.1]})
+    trash = pd.DataFrame({"model_hash": ["a", "b"], "trash_adv": [1.0, 2.0], "trash_ben": 1.0})
+    robustness = aggregation.robustness_table(aggregation.eps_curves(cells), EVP, PIXEL_AUC)
+    checked = [Finding("003_trash_above_one_fgm", "003", "claim", "test", 2, 1.5, 1.0, 2.0, float("nan"), "inconclusive", "detail", "process")]
+    areas = pd.DataFrame({"model_hash": ["a", "b"], "dataset": "digits", "attack_family": "fgm linf", "area": [0.2, 0.4], "degenerate": False})
+    flags = pd.DataFrame([{"model_hash": h, "degenerate": False} | dict.fromkeys(schema.VALIDITY_FLAGS, False) for h in ("a", "b")]).assign(
+        non_monotone=[True, None]
+    )
+    summary = aggregation.headline(cells, trash, robustness, brittle, comparison, checked, areas, flags)
+    assert summary["findings"]["003_trash_above_one_fgm"] == {
+        "verdict": "inconclusive",
+        "value": 1.5,
+        "lo": 1.0,
+        "hi": 2.0,
+        "p": None,
+        "n": 2,
+        "clock": "process",
+    }
+    assert summary["eps_survival_area_mean"] == {"digits": {"fgm linf": pytest.approx(0.3)}}
+    assert summary["validity_flags"]["non_monotone"] == {"tripped": 1, "checked": 1}
+    assert summary["validity_flags"]["randomised"] == {"tripped": 0, "checked": 2}
+
+
+def test_findings_use_the_configured_test_settings_and_test_time_on_the_run_clock_then_on_each_other():
+    cells = experiments(attack_rows("a")).assign(clock="process")
+    trash = pd.DataFrame({"attack": "fgm", "defence": "none", "trash_adv": [2.0, 4.0, 8.0]}).assign(trash_adv_wall=lambda t: 2 * t["trash_adv"])
+    # R rises from 1 to 5 epochs by .1 on seed 0 and by .2 on seed 1
+    robustness = pd.DataFrame(
+        [LABELS | {"seed": s, "epochs": e, "attack_family": "fgm linf", "auc_R": r} for s, e, r in ((0, 1, 0.4), (0, 5, 0.5), (1, 1, 0.5), (1, 5, 0.7))]
+    )
+    # ranks 1..5 against 5, 3, 4, 2, 1: rho = -0.9, p = 0.037
+    brittle = pd.DataFrame({"seed": 0, "brittle_score": [0.1, 0.2, 0.3, 0.4, 0.5], "robust_acc": [0.9, 0.7, 0.8, 0.4, 0.1]})
+    settings = OmegaConf.create({"alpha": 0.01, "bootstrap": 100, "seed": 1})
+    found = {f.id: f for f in aggregation.check_findings(cells, trash, robustness, brittle, settings)}
+    assert {i: found[i].clock for i in found if i.startswith("003_trash_above_one_fgm")} == {
+        "003_trash_above_one_fgm": "process",
+        "003_trash_above_one_fgm@flops": "flops",
+        "003_trash_above_one_fgm@wall": "wall",
+    }
+    assert found["003_trash_above_one_fgm"].value == pytest.approx(4.0)  # the geometric mean of 2, 4 and 8
+    assert found["003_trash_above_one_fgm@wall"].value == pytest.approx(8.0)
+    assert found["003_trash_above_one_fgm@flops"].verdict == "not testable"  # no trash_adv_flops
+    # 100 resamples drawn with seed 1: not the defaults' interval (2000 with seed 0: [2, 8])
+    _, lo, hi = metrics.bootstrap_mean(np.log([2.0, 4.0, 8.0]), 100, 1)
+    assert (found["003_trash_above_one_fgm"].lo, found["003_trash_above_one_fgm"].hi) == pytest.approx((math.exp(lo), math.exp(hi)))
+    assert found["004_r_rises_with_epochs"].value == pytest.approx(0.15)
+    assert found["002_brittle_negative"].value == pytest.approx(-0.9) and found["002_brittle_negative"].verdict == "inconclusive"  # p > alpha
+    lenient = aggregation.check_findings(cells, trash, robustness, brittle, OmegaConf.merge(settings, {"alpha": 0.05}))
+    assert next(f for f in lenient if f.id == "002_brittle_negative").verdict == "holds"
+
+
+def test_trash_summary_intervals_are_the_same_on_every_run():
+    values = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0]
+    trash = pd.DataFrame(
+        [LABELS | {"model_hash": f"m{s}", "seed": s, "attack": "fgm", "norm": "inf", "attack_family": "fgm linf", "trash_adv": t} for s, t in enumerate(values)]
+    ).assign(trash_ben=values, f_ben=1.0, f_adv=1.0)
+    # six spread values: an interval drawn without the seed matches this one by chance almost never
+    first, again = aggregation.trash_summary(trash, 200, 3).iloc[0], aggregation.trash_summary(trash, 200, 3).iloc[0]
+    assert (first["trash_adv_lo"], first["trash_adv_hi"]) == metrics.bootstrap_mean(values, 200, 3)[1:]
+    assert (again["trash_ben_lo"], again["trash_ben_hi"]) == (first["trash_ben_lo"], first["trash_ben_hi"])
