@@ -1,14 +1,19 @@
 """The per-sample survival data set from hand-made attack records and outcome arrays (the
 attack stage's contract): one row per attacked sample, durations from the chosen clock, the
-policies, the covariates, old-format arrays, and the timing stage that writes both tables."""
+policies, the covariates, old-format arrays, and the timing stage that writes both tables;
+Table I's scores of a fitted model and of the baselines on hand-made parts."""
 
+import dataclasses
 import logging
+import math
 import re
 import time
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
+from lifelines.utils import concordance_index
 from omegaconf import OmegaConf
 
 from tests.conftest import ROOT, tiny_overrides
@@ -19,7 +24,8 @@ from trashfire.core.errors import DataError
 from trashfire.core.grid import attack_cells
 from trashfire.core.records import write_json, write_npz
 from trashfire.stages import timing
-from trashfire.survival import datasets
+from trashfire.survival import datasets, scoring
+from trashfire.survival import fitters as F
 from trashfire.survival.data import ID_COLUMNS, LABEL_COLUMNS, diagnose, drop_degenerate, dummy_columns, fix_nonpositive, survival_table, with_strengths
 from trashfire.tables import experiments as experiment_tables
 
@@ -559,3 +565,349 @@ def test_diagnose_says_how_to_get_failures_when_all_samples_survived(two_cells):
     )
     with pytest.raises(DataError, match=f"^{re.escape(message)}$"):
         diagnose(table.assign(event=0))
+
+
+# --- Table I's scores (survival/scoring.py) on hand-made tables ---
+
+
+def test_table_i_lists_the_scores_then_the_within_cell_pairs_families_and_kaplan_meier_check_and_ends_with_the_note():
+    columns = [
+        "note",
+        "zeta",
+        "km_worst_cells",
+        "test_concordance_within[pgd linf]",
+        "concordance_within[fgm linf]",
+        "test_concordance_within[fgm linf]",
+        "concordance_within[pgd linf]",
+        "pairs_within",
+        "selected",
+        "fitter",
+        "concordance_within",
+        "E50",
+    ]
+    leading = ["fitter", "model", "status", "aft", *scoring.SCORE_COLUMNS, "beats_baselines", "split_by", "penalizer", "optimiser", "attempts"]
+    # every leading column, present or not (the table is reindexed to them); per family train before test
+    assert scoring.table_columns(columns) == [
+        *leading,
+        "pairs_within",
+        "concordance_within[fgm linf]",
+        "concordance_within[pgd linf]",
+        "test_concordance_within[fgm linf]",
+        "test_concordance_within[pgd linf]",
+        "km_worst_cells",
+        "selected",
+        "zeta",
+        "note",
+    ]
+    assert scoring.table_columns([]) == [*leading, "note"]
+
+
+def scored_cells():
+    """A training part of two attack cells by hand (one sample of cell a counted twice, one
+    censored sample too) and a test part; a longer time goes with a larger x. Within cell a
+    x ranks 2 and 3 the wrong way round: 16 of 17 weighted pairs right (1 x 2 against 2, 3, 4
+    (twice), 5 = 10; 2 against 3, 4 (twice), 5: 3 of 4; 3 against 4 (twice), 5: 3), cell b
+    8 of 8. The test part: cell a 2 of 3, cell b 1 of 2 (2 against 4 wrong, against 6 right)."""
+    train = pd.DataFrame(
+        {
+            "attack_hash": ["a"] * 5 + ["b"] * 5,
+            "attack_family": ["fgm linf"] * 5 + ["pgd linf"] * 5,
+            "duration": [1.0, 2.0, 3.0, 4.0, 5.0, 2.0, 4.0, 6.0, 8.0, 10.0],
+            "event": [1, 1, 1, 0, 1, 1, 1, 0, 1, 0],
+            "weight": [2, 1, 1, 2, 1, 1, 1, 1, 1, 1],
+            "x": [0.1, 0.3, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0],
+        }
+    )
+    test = pd.DataFrame(
+        {
+            "attack_hash": ["a"] * 3 + ["b"] * 3,
+            "attack_family": ["fgm linf"] * 3 + ["pgd linf"] * 3,
+            "duration": [1.0, 2.0, 3.0, 2.0, 4.0, 6.0],
+            "event": [1, 1, 1, 1, 0, 1],
+            "weight": 1,
+            "x": [0.3, 0.2, 0.4, 0.7, 0.6, 0.8],
+        }
+    )
+    return train, test
+
+
+def fitted(target):
+    return F.fit_one(target, OmegaConf.create({"fitter": {"_target_": f"lifelines.{target}", "penalizer": 0.0}}), scored_cells()[0])
+
+
+@pytest.fixture(scope="module")
+def cox_fit():
+    return fitted("CoxPHFitter")
+
+
+def test_a_models_row_scores_the_training_part_and_the_test_part_each_on_its_own(cox_fit):
+    train, test = scored_cells()
+    assert cox_fit.fitter.params_["x"] < 0  # a larger x, a lower hazard: the model ranks as x does
+    figure, axes = plt.subplots(1, 2)
+    row = scoring.score(cox_fit, train, test, 3.0, tuple(axes))
+    # each part's calibration curve and diagonal on its own axes, over a histogram of its samples
+    assert [len(ax.lines) for ax in axes] == [2, 2]
+    assert [sum(bar.get_height() for bar in twin.patches) for twin in figure.axes[2:]] == [12, 6]
+    plt.close(figure)
+    loglik = F.log_likelihood(cox_fit, train)
+    assert {key: row[key] for key in ("log_likelihood", "k", "n", "n_events", "t0")} == {
+        "log_likelihood": loglik,
+        "k": 1,
+        "n": 12.0,
+        "n_events": 8.0,
+        "t0": 3.0,
+    }
+    assert (row["AIC"], row["BIC"]) == pytest.approx((-2 * loglik + 2, -2 * loglik + math.log(12)))
+
+    def over_samples(part):
+        return [np.repeat(part[c].to_numpy(float), part["weight"]) for c in ("duration", "x", "event")]
+
+    assert row["concordance"] == pytest.approx(concordance_index(*over_samples(train)))
+    assert row["test_concordance"] == pytest.approx(concordance_index(*over_samples(test)))
+    assert row["test_concordance"] != pytest.approx(row["concordance"])
+    within = {k: v for k, v in row.items() if "within" in k}
+    assert within == {
+        "concordance_within": pytest.approx(24 / 25),
+        "pairs_within": 25.0,
+        "concordance_within[fgm linf]": pytest.approx(16 / 17),
+        "concordance_within[pgd linf]": 1.0,
+        "test_concordance_within": pytest.approx(3 / 5),
+        "test_pairs_within": 5.0,
+        "test_concordance_within[fgm linf]": pytest.approx(2 / 3),
+        "test_concordance_within[pgd linf]": 0.5,
+    }
+    assert 0 < row["E50"] < 1 and 0 < row["test_E50"] < 1 and row["test_ICI"] != pytest.approx(row["ICI"])
+    assert row["note"] == scoring.COX_NOTE
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # no stray numpy warning either: a score without pairs is NaN by choice
+def test_a_score_that_cannot_be_computed_is_nan_with_its_reason_in_the_note():
+    train, test = scored_cells()
+    warned = dataclasses.replace(fitted("WeibullAFTFitter"), warnings=["Convergence halted."])
+    row = scoring.score(warned, train, test.assign(event=0), 3.0, (None, None))  # no failure in the test part
+    assert row["concordance"] == pytest.approx(45 / 53) and row["test_pairs_within"] == 0.0
+    assert all(math.isnan(row[k]) for k in row if k.startswith("test_") and k != "test_pairs_within")
+    notes = row["note"].split("; ")  # an AFT model's likelihood needs no note
+    assert notes[:-1] == [
+        "Convergence halted.",
+        "test_concordance: ZeroDivisionError: No admissable pairs in the dataset.",
+        "test_concordance_within: no comparable pair within an attack cell",
+    ]
+    assert notes[-1].startswith("test_ICI/E50: IndexError: ") and len(notes) == 4
+
+
+def test_a_ranking_that_cannot_be_computed_leaves_the_within_cell_score_nan_with_its_reason():
+    notes = ["earlier note"]
+
+    def no_ranking(part):
+        raise ValueError("\n  covariate x is missing\nsecond line")
+
+    row = scoring.within_cell_scores(notes, "test_", scored_cells()[1], no_ranking)
+    assert list(row) == ["test_concordance_within"] and math.isnan(row["test_concordance_within"])
+    assert notes == ["earlier note", "test_concordance_within: ValueError: covariate x is missing"]
+
+
+def test_cell_means_weigh_each_row_by_its_samples_and_keep_an_infinite_mean():
+    # a part of a split keeps the rows' index in the whole table
+    data = pd.DataFrame({"attack_hash": ["b", "a", "b", "a", "c"], "weight": [1, 1, 3, 3, 2]}, index=[7, 3, 9, 4, 8])
+    # a: (1 x 1 + 3 x 3) / 4 = 2.5; b: (2 x 1 + 6 x 3) / 4 = 5; c: a model without a finite mean
+    means = scoring.cell_means(data, [2, 1, 6, 3, np.inf])
+    assert means.to_dict() == {"a": 2.5, "b": 5.0, "c": np.inf}
+    assert scoring.cell_means(data.drop(columns="weight"), [2, 1, 6, 3, 4]).to_dict() == {"a": 2.0, "b": 4.0, "c": 4.0}  # one sample a row
+
+
+def test_the_baseline_rows_by_hand():
+    """Train: cell a (1 s failed, counted twice; 3 s censored), cell b (2 s and 6 s, failed):
+    mean runtimes 5/3 and 4, survival shares 1/3 and 0. Comparable pairs: 1 s (twice) against
+    3, 2 and 6 s; 2 s against 3 and 6 s: 8. Test: cell c (1 s, 2 s failed), cell d (3 s
+    censored, 4 s failed); the pairs 1 s against 2, 3, 4 s and 2 s against 3, 4 s: 5."""
+    train = pd.DataFrame({"attack_hash": ["a", "a", "b", "b"], "duration": [1.0, 3.0, 2.0, 6.0], "event": [1, 0, 1, 1], "weight": [2, 1, 1, 1]})
+    test = pd.DataFrame({"attack_hash": ["c", "c", "d", "d"], "duration": [1.0, 2.0, 3.0, 4.0], "event": [1, 1, 0, 1], "weight": 1})
+    assert scoring.cell_mean_runtime(train) == pytest.approx([5 / 3, 5 / 3, 4, 4])
+    assert scoring.cell_survival_share(train) == pytest.approx([1 / 3, 1 / 3, 0, 0])
+    note = "a ranking of samples, not a survival model: no likelihood (AIC, BIC) and no survival probabilities (ICI, E50)"
+    common = {"aft": False, "n": 5.0, "n_events": 4.0, "concordance_within": 0.5, "pairs_within": 3.0, "test_concordance_within": 0.5, "test_pairs_within": 1.0}
+    # runtime: 1 s ties 3 s in its cell (1/2) and is below 2 s and 6 s (2), twice; 2 s is above 3 s (0) and ties 6 s (1/2)
+    # share: 1 s ties 3 s (1/2) and ranks above both of b, twice; 2 s ranks below 3 s (1) and ties 6 s (1/2)
+    # test: c ranks below d for both: 1 s ties 2 s (1/2), the other four pairs right
+    assert scoring.baseline_rows(train, test) == [
+        {
+            "fitter": "runtime_baseline",
+            "model": "Runtime baseline",
+            "status": "baseline",
+            **common,
+            "concordance": pytest.approx(5.5 / 8),
+            "test_concordance": pytest.approx(4.5 / 5),
+            "note": f"baseline: knows only each attack cell's mean attack runtime; {note}",
+        },
+        {
+            "fitter": "failure_share_baseline",
+            "model": "Failure-share baseline",
+            "status": "baseline",
+            **common,
+            "concordance": pytest.approx(2.5 / 8),
+            "test_concordance": pytest.approx(4.5 / 5),
+            "note": f"baseline: knows only each attack cell's observed failure share; {note}",
+        },
+    ]
+
+
+def test_a_test_part_without_failures_leaves_the_baselines_test_scores_nan_with_the_reason():
+    train = pd.DataFrame({"attack_hash": ["a", "a", "b", "b"], "duration": [1.0, 3.0, 2.0, 6.0], "event": [1, 0, 1, 1], "weight": 1})
+    for row in scoring.baseline_rows(train, train.assign(event=0)):
+        assert math.isnan(row["test_concordance"]) and math.isnan(row["test_concordance_within"]) and row["concordance"] > 0
+        assert row["note"].split("; ")[2:] == [
+            "test_concordance: ZeroDivisionError: No admissable pairs in the dataset.",
+            "test_concordance_within: no comparable pair within an attack cell",
+        ]
+
+
+def verdict_table():
+    return pd.DataFrame(
+        {
+            "model": ["Weibull", "Log-Normal", "Log-Logistic", "Generalised Gamma", "Runtime baseline", "Failure-share baseline"],
+            "status": ["fitted", "fitted", "fitted", "failed", "baseline", "baseline"],
+            "test_concordance": [0.7, 0.65, np.nan, np.nan, 0.65, 0.6],
+            "test_concordance_within": [0.55, 0.6, np.nan, np.nan, 0.5, 0.5],
+        }
+    )
+
+
+def test_a_model_beats_the_baselines_only_above_every_baselines_test_concordance():
+    verdicts = scoring.with_baseline_verdict(verdict_table())["beats_baselines"].tolist()
+    # Log-Normal ties the runtime baseline; Log-Logistic has no test score; only fitted models get a verdict
+    assert verdicts == [True, False, False, None, None, None] and verdicts[0] is True and verdicts[1] is False
+    unscored = verdict_table().assign(test_concordance=[0.7, 0.65, 0.6, np.nan, np.nan, 0.6])
+    assert scoring.with_baseline_verdict(unscored)["beats_baselines"].tolist()[:3] == [False] * 3  # a baseline without a score cannot be beaten
+    one = verdict_table().iloc[[0, 1, 2, 5]]  # above the failure-share baseline's 0.6 is above every baseline
+    assert scoring.with_baseline_verdict(one)["beats_baselines"].tolist() == [True, True, False, None]
+    alone = verdict_table().iloc[:3]
+    assert scoring.with_baseline_verdict(alone)["beats_baselines"].tolist() == [False] * 3  # nothing to beat is no win
+    # each verdict stays with its row, in whatever order the rows come
+    backwards = scoring.with_baseline_verdict(verdict_table().iloc[::-1])
+    assert backwards["beats_baselines"].tolist() == [None, None, None, False, False, True]
+
+
+def test_the_verdict_sentences_name_each_fitted_model_and_both_baselines_scores():
+    table = scoring.with_baseline_verdict(verdict_table())
+    bar = "Runtime baseline 0.6500, Failure-share baseline 0.6000"
+    assert scoring.baseline_verdicts(table) == [
+        f"Weibull beats both baselines on test concordance (0.7000; {bar})",
+        f"Log-Normal does not beat both baselines on test concordance (0.6500; {bar})",
+        f"Log-Logistic does not beat both baselines on test concordance (nan; {bar})",
+    ]
+    unjudged = table.assign(beats_baselines=None)
+    assert all("does not beat" in line for line in scoring.baseline_verdicts(unjudged))
+    assert scoring.within_summary(table.iloc[[0, 4]]) == "Weibull 0.5500, Runtime baseline 0.5000"
+    assert scoring.within_summary(table.drop(columns="test_concordance_within")) == ""
+
+
+def test_concordance_within_csv_has_a_row_per_model_and_family_the_pooled_one_first():
+    comparison = pd.DataFrame(
+        {
+            "fitter": ["weibull", "runtime_baseline"],
+            "model": ["Weibull", "Runtime baseline"],
+            "status": ["fitted", "baseline"],
+            "concordance_within": [0.8, 0.5],
+            "test_concordance_within": [0.7, 0.5],
+            "test_concordance_within[pgd linf]": [0.75, 0.5],  # pgd cells only in the test part,
+            "concordance_within[deepfool l2]": [0.95, 0.5],  # deepfool's only in the training part
+            "concordance_within[fgm linf]": [0.9, 0.5],
+            "test_concordance_within[fgm linf]": [0.6, 0.5],
+            "concordance": [0.6, 0.55],
+        }
+    )
+    table = scoring.concordance_within_table(comparison)
+    assert list(table.columns) == ["fitter", "model", "status", "attack_family", "concordance_within", "test_concordance_within"]
+    expected = [
+        ["weibull", "Weibull", "fitted", "all", 0.8, 0.7],
+        ["weibull", "Weibull", "fitted", "deepfool l2", 0.95, np.nan],
+        ["weibull", "Weibull", "fitted", "fgm linf", 0.9, 0.6],
+        ["weibull", "Weibull", "fitted", "pgd linf", np.nan, 0.75],
+        ["runtime_baseline", "Runtime baseline", "baseline", "all", 0.5, 0.5],
+        ["runtime_baseline", "Runtime baseline", "baseline", "deepfool l2", 0.5, np.nan],
+        ["runtime_baseline", "Runtime baseline", "baseline", "fgm linf", 0.5, 0.5],
+        ["runtime_baseline", "Runtime baseline", "baseline", "pgd linf", np.nan, 0.5],
+    ]
+    pd.testing.assert_frame_equal(table, pd.DataFrame(expected, columns=table.columns))
+
+
+def test_table_i_in_latex_for_a_model_and_a_baseline():
+    comparison = pd.DataFrame(
+        {
+            "fitter": ["weibull", "runtime_baseline"],
+            "model": ["Weibull", "Runtime baseline"],
+            "status": ["fitted", "baseline"],
+            "aft": [True, False],
+            "AIC": [1234.5, np.nan],
+            "BIC": [98.76, np.nan],
+            "concordance": [0.7126, 0.6812],
+            "test_concordance": [0.7, 0.6543],
+            "concordance_within": [0.6543, 0.5],
+            "test_concordance_within": [0.61, 0.5],
+            "ICI": [0.0123, np.nan],
+            "test_ICI": [0.056, np.nan],
+            "E50": [0.0089, np.nan],
+            "test_E50": [0.047, np.nan],
+            "beats_baselines": [True, None],
+            "split_by": "model_hash",
+            "note": ["", "baseline: ..."],
+        }
+    )
+    # AIC and BIC to 3 significant digits, concordance to 3 decimals, ICI and E50 to 2; '--' where missing
+    assert scoring.latex_table(comparison, 0.2) == "\n".join(
+        [
+            r"\begin{table}",
+            r"\centering",
+            r"\caption{Survival models compared on the training (80\%) and test (20\%) groups of samples by model\_hash. "
+            r"Runtime baseline: knows only each attack cell's mean attack runtime, a ranking of samples, not a survival model: "
+            r"no likelihood (AIC, BIC) and no survival probabilities (ICI, E50). Within-cell concordance compares only samples "
+            r"of one attack cell (the baselines rank a cell's samples alike: 0.5).}",
+            r"\label{tab:survival-models}",
+            r"\begin{tabular}{lrrrrrrrrrr}",
+            r"\toprule",
+            r" & AIC & BIC & Concordance & Test Concordance & Within-cell Concordance & Test Within-cell Concordance & ICI & Test ICI & E50 & Test E50 \\",
+            r"\midrule",
+            r"Weibull & 1.23e+03 & 98.8 & 0.713 & 0.700 & 0.654 & 0.610 & 0.01 & 0.06 & 0.01 & 0.05 \\",
+            r"Runtime baseline & -- & -- & 0.681 & 0.654 & 0.500 & 0.500 & -- & -- & -- & -- \\",
+            r"\bottomrule",
+            r"\end{tabular}",
+            r"\end{table}",
+            r"% needs \usepackage{booktabs}",
+            "",
+        ]
+    )
+
+
+def test_table_i_captions_each_row_without_a_comparable_score_and_each_model_below_the_baselines():
+    comparison = pd.DataFrame(
+        {
+            "fitter": ["weibull", "cox", "gengamma", "exponential", "lognormal", "failure_share_baseline"],
+            "model": ["Weibull", "Cox PH", "Generalised Gamma", "Exponential", "Log-Normal", "Failure-share baseline"],
+            "status": ["fitted", "fitted", "failed", "skipped", "fitted", "baseline"],
+            "aft": [True, False, True, True, True, False],
+            "concordance": [0.6, 0.7, np.nan, np.nan, 0.5, 0.55],
+            "test_concordance": [0.6, 0.7, np.nan, np.nan, 0.5, 0.62],
+            "beats_baselines": [False, True, None, None, False, None],
+            "note": ["Convergence halted.", "", "fit failed: ...", "not fitted: 50% of $x #1 {needs} a_b & more of X.", "", "baseline: ..."],
+        }
+    )
+    latex = scoring.latex_table(comparison, 1 / 3)
+    # no split_by column: the default group; the skipped row's own note, escaped, with one full stop
+    assert latex.splitlines()[2] == (
+        r"\caption{Survival models compared on the training (67\%) and test (33\%) groups of samples by train\_hash. "
+        r"Cox PH: AIC and BIC from the partial likelihood: comparable among Cox fits only. "
+        r"Generalised Gamma: every fit attempt failed (the reasons are in aft\_comparison.csv). "
+        r"Exponential: not fitted: 50\% of \$x \#1 \{needs\} a\_b \& more of X. "
+        r"Failure-share baseline: knows only each attack cell's observed failure share, a ranking of samples, not a survival model: "
+        r"no likelihood (AIC, BIC) and no survival probabilities (ICI, E50). "
+        r"Test concordance not above both baselines: Weibull, Log-Normal.}"
+    )
+    assert "Within-cell" not in latex.splitlines()[2]
+    # a label with LaTeX's special characters is escaped in the row names too
+    renamed = scoring.latex_table(comparison.assign(model=["Weibull & co_1", *comparison["model"][1:]]), 1 / 3)
+    assert any(line.startswith(r"Weibull \& co\_1 & ") for line in renamed.splitlines())
+
+
+def test_a_caption_escapes_latex_specials_once_each_a_backslash_included():
+    assert scoring._latex_escape(r"C:\runs_{1} & 5% $ #") == r"C:\textbackslash{}runs\_\{1\} \& 5\% \$ \#"

@@ -107,7 +107,7 @@ def _guarded(notes: list[str], what: str, function, *args):
     try:
         return function(*args)
     except Exception as err:  # e.g. a test part without events, a calibration spline that fails
-        notes.append(f"{what}: {type(err).__name__}: {F.first_line(err) or 'no comparable pairs'}")
+        notes.append(f"{what}: {type(err).__name__}: {F.first_line(err)}")  # a blank message gives the type's name
         return math.nan
 
 
@@ -232,7 +232,9 @@ def latex_table(comparison: pd.DataFrame, test_size: float) -> str:
     return styler.to_latex(hrules=True, position_float="centering", caption=caption, label="tab:survival-models") + "% needs \\usepackage{booktabs}\n"
 
 
+LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}"}
+
+
 def _latex_escape(text: str) -> str:
-    for char, escaped in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("$", r"\$"), ("#", r"\#"), ("_", r"\_"), ("{", r"\{"), ("}", r"\}")):
-        text = text.replace(char, escaped)
-    return text
+    r"""One pass, so that no escape is escaped again (`\` gives `\textbackslash{}`, not `\textbackslash\{\}`)."""
+    return "".join(LATEX_SPECIAL.get(char, char) for char in text)
