@@ -105,7 +105,7 @@ def usable(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     """Rows that are not degenerate and have every column in `columns`; a table lacking one of
     them (a stage that did not run) counts as empty rather than an error."""
     if df is None or any(c not in df.columns for c in columns):
-        return pd.DataFrame(columns=list(dict.fromkeys(columns + ["pretrained_on", "degenerate"])))
+        return pd.DataFrame(columns=columns)
     keep = ~df["degenerate"].eq(True) if "degenerate" in df.columns else pd.Series(True, index=df.index)
     return df[keep].dropna(subset=columns).copy()
 
@@ -354,8 +354,8 @@ def evp_ranks_differently(tables: Tables) -> Finding:
     )
     config = TRAINING + ["defence", "attack_family"]
     rows = with_keys(usable(tables.robustness, ["acc_ben", "evp", "seed", "model", "epochs", "lr", "defence", "attack_family", "dataset"]))
-    configs = config_stats(rows, config) if not rows.empty else rows
-    groups = [g for _, g in configs.groupby(["dataset", "attack_family"]) if len(g) >= 3] if len(configs) else []
+    configs = config_stats(rows, config)
+    groups = [g for _, g in configs.groupby(["dataset", "attack_family"]) if len(g) >= 3]
     if not groups:
         return not_testable(
             id, test, "needs >= 3 configurations of one data set and attack family, e.g. model=[resnet18,resnet34] with defence=[none,gauss_in]"
@@ -489,7 +489,7 @@ def time_findings(tables: Tables, alpha: float, resamples: int, seed: int) -> li
     return [replace(f, clock=tables.clock) for f in checked]
 
 
-def check_findings(tables: Tables, alpha: float = 0.05, resamples: int = 2000, seed: int = 0, other_clocks: tuple[str, ...] = ()) -> list[Finding]:
+def check_findings(tables: Tables, alpha: float = 0.05, *, resamples: int, seed: int, other_clocks: tuple[str, ...] = ()) -> list[Finding]:
     """Every claim's finding, in the order 003, 001, 002, 004; 003's claims about time on the
     configured clock (`tables.clock`) and then again on each of `other_clocks`, their ids
     suffixed `@<clock>`."""
