@@ -854,3 +854,18 @@ def test_robust_errors_need_two_clusters_and_warn_below_thirty(caplog):
     analysis.attach_robust_se(fit, train.drop(columns="x"), "train_hash")
     assert fit.robust_se is None and fit.warnings == ["cluster-robust SEs: KeyError: \"['x'] not in index\""]
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == [("WARNING", "weibull: no cluster-robust standard errors: \"['x'] not in index\"")]
+
+
+def test_the_figures_draw_with_their_named_style():
+    fig, axes = figures.calibration_grid(["weibull"])
+    _with_curves(axes)
+    figures.finish_calibration(fig, axes, pd.DataFrame([_calibration_row("weibull")]))
+    train, _ = axes["weibull"]
+    assert train.title.get_fontsize() == figures.PANEL_TITLE["fontsize"]
+    assert train.yaxis.label.get_color() == figures.OBSERVED["color"]
+    plt.close(fig)
+    fig = figures.coefficient_figure(_coefficients(), "Weibull AFT", is_cox=False)
+    for ax in fig.axes:
+        assert ax.title.get_fontsize() == figures.PANEL_TITLE["fontsize"]
+        assert {line.get_alpha() for line in ax.get_xgridlines()} == {figures.GRID["alpha"]}
+    plt.close(fig)
