@@ -911,3 +911,9 @@ def test_table_i_captions_each_row_without_a_comparable_score_and_each_model_bel
 
 def test_a_caption_escapes_latex_specials_once_each_a_backslash_included():
     assert scoring._latex_escape(r"C:\runs_{1} & 5% $ #") == r"C:\textbackslash{}runs\_\{1\} \& 5\% \$ \#"
+
+
+def test_cells_without_pairs_pool_to_nan_without_dividing_by_zero():
+    with np.errstate(all="raise"):  # whatever another library set numpy's error state to
+        assert math.isnan(scoring._pooled(pd.DataFrame({"pairs": [0, 0], "concordant": [0, 0]})))
+        assert scoring._pooled(pd.DataFrame({"pairs": [3, 1], "concordant": [2, 1]})) == 0.75
