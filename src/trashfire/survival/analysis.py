@@ -316,12 +316,10 @@ def analyse(cfg: DictConfig) -> pd.DataFrame:
     write_csv(in_clock_units(expected, unit, ["E_T", "E_T_unrestricted", "t_star", *times.columns]), out / "expected_times.csv")
     write_csv(in_clock_units(check, unit, ["t_star", "E_T", "E_T_km"]), out / "km_check.csv")
     write_csv(logrank_table(data), out / "logrank.csv")
-    figure = kaplan_meier_figure(
-        kaplan_meier_fits(data), predicted_curves(fits[selected], data), settings.models[selected].label, FIT_UNIT_NAMES.get(clock, clock)
-    )
+    figure = kaplan_meier_figure(kaplan_meier_fits(data), predicted_curves(fits[selected], data), settings.models[selected].label, FIT_UNIT_NAMES[clock])
     save(figure, out / "kaplan_meier.png")
     save_models(fits, out / "models.pkl")
-    write_json(out / "fit_unit.json", {"clock": clock, "unit": FIT_UNIT_NAMES.get(clock, clock), "scale": unit})  # what models.pkl's durations are in
+    write_json(out / "fit_unit.json", {"clock": clock, "unit": FIT_UNIT_NAMES[clock], "scale": unit})  # what models.pkl's durations are in
     shown = comparison.drop(columns=["note", "aft", "model", "split_by", "km_worst_cells"] + [c for c in comparison if "[" in c])
     log.info(
         "fitted %s of %s; selected %s (%s)\n%s",
