@@ -727,28 +727,17 @@ def test_the_baseline_rows_by_hand():
     assert scoring.cell_survival_share(train) == pytest.approx([1 / 3, 1 / 3, 0, 0])
     note = "a ranking of samples, not a survival model: no likelihood (AIC, BIC) and no survival probabilities (ICI, E50)"
     common = {"aft": False, "n": 5.0, "n_events": 4.0, "concordance_within": 0.5, "pairs_within": 3.0, "test_concordance_within": 0.5, "test_pairs_within": 1.0}
+
     # runtime: 1 s ties 3 s in its cell (1/2) and is below 2 s and 6 s (2), twice; 2 s is above 3 s (0) and ties 6 s (1/2)
     # share: 1 s ties 3 s (1/2) and ranks above both of b, twice; 2 s ranks below 3 s (1) and ties 6 s (1/2)
     # test: c ranks below d for both: 1 s ties 2 s (1/2), the other four pairs right
+    def baseline(fitter, model, knows, concordance):
+        row = {"fitter": fitter, "model": model, "status": "baseline", **common, "concordance": pytest.approx(concordance)}
+        return row | {"test_concordance": pytest.approx(4.5 / 5), "note": f"baseline: knows only each attack cell's {knows}; {note}"}
+
     assert scoring.baseline_rows(train, test) == [
-        {
-            "fitter": "runtime_baseline",
-            "model": "Runtime baseline",
-            "status": "baseline",
-            **common,
-            "concordance": pytest.approx(5.5 / 8),
-            "test_concordance": pytest.approx(4.5 / 5),
-            "note": f"baseline: knows only each attack cell's mean attack runtime; {note}",
-        },
-        {
-            "fitter": "failure_share_baseline",
-            "model": "Failure-share baseline",
-            "status": "baseline",
-            **common,
-            "concordance": pytest.approx(2.5 / 8),
-            "test_concordance": pytest.approx(4.5 / 5),
-            "note": f"baseline: knows only each attack cell's observed failure share; {note}",
-        },
+        baseline("runtime_baseline", "Runtime baseline", "mean attack runtime", 5.5 / 8),
+        baseline("failure_share_baseline", "Failure-share baseline", "observed failure share", 2.5 / 8),
     ]
 
 
