@@ -42,6 +42,7 @@ TINY = [
     "train.lr=[0.05]",
     "train.lr_schedule=constant",
     "metrics.brittle.n_samples=20",
+    "report.formats=[png]",  # a PDF of each figure doubles the figures stage's time; test_figures writes both
     "train.workers=1",  # in-process, as the tests' monkeypatches expect; test_parallel and the kill test run workers
 ]
 

@@ -66,7 +66,7 @@ def test_predict_time_defences_change_predictions_not_weights(digits):
 
 def test_adversarial_training_raises_pgd_accuracy_on_digits(tmp_path):
     overrides = [
-        "model=[cnn3]",
+        "model=[fcnet]",
         "defence=[none,adv_train]",
         "attack=[pgd]",
         "attack.pgd.values=[0.25]",

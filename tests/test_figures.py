@@ -425,14 +425,14 @@ def only_draw(monkeypatch, *kept: str) -> None:
             monkeypatch.setattr(f"trashfire.report.figures.{module}.{name}", lambda *args: [])
 
 
-def cfg_for(tmp_path):
-    return validate(compose(tiny_overrides(tmp_path), conf=ROOT / "conf"))
+def cfg_for(tmp_path, *extra: str):
+    return validate(compose(tiny_overrides(tmp_path, *extra), conf=ROOT / "conf"))
 
 
 @pytest.fixture(scope="module")
 def drawn(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("figures")
-    cfg = cfg_for(tmp_path)
+    cfg = cfg_for(tmp_path, "report.formats=[png,pdf]")  # the default's formats
     reports = tmp_path / "reports"
     reports.mkdir()
     write_reports(reports)

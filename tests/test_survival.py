@@ -192,35 +192,6 @@ def synthetic_cells(n_cells=60, samples=20, seed=0):
     return pd.DataFrame(rows).query("weight > 0").reset_index(drop=True)
 
 
-def test_stage_fits_scores_and_saves_all_six_models(tmp_path):
-    data = synthetic_cells()
-    cfg = stage_cfg(tmp_path, data)
-    table = survival.run(cfg).set_index("fitter")
-    assert list(table.index) == ["weibull", "lognormal", "loglogistic", "exponential", "gengamma", "cox", *scoring.BASELINES]
-    comparison = table[table["status"] != "baseline"]
-    assert (comparison["status"] == "fitted").all()
-    assert comparison[scoring.SCORE_COLUMNS].notna().all().all(), comparison[scoring.SCORE_COLUMNS]
-    assert comparison.loc["weibull", "concordance"] > 0.55  # ties within a cell cap it; chance is 0.5
-    # the selection rule: the AFT model with the lowest test ICI
-    aft = comparison[comparison["aft"]]
-    assert comparison["selected"].sum() == 1 and comparison.loc[aft["test_ICI"].idxmin(), "selected"]
-    out = tmp_path / "reports" / "survival"
-    for name in ("aft_comparison.tex", "calibration.png", "coefficients.png", "coefficients.csv", "coefficients/gengamma.png"):
-        assert (out / name).is_file(), name
-    latex = (out / "aft_comparison.tex").read_text()
-    assert "AIC & BIC & Concordance & Test Concordance & Within-cell Concordance & Test Within-cell Concordance & ICI & Test ICI & E50 & Test E50" in latex
-    assert "Cox PH" in latex and "partial likelihood" in latex
-    times = pd.read_csv(out / "expected_times.csv").set_index("attack_hash")
-    assert len(times) == data["attack_hash"].nunique() and np.isfinite(times["E_T"]).all()
-    selected = comparison.index[comparison["selected"]][0]
-    models = analysis.load_models(out / "models.pkl")
-    assert set(models) == set(comparison.index)
-    covariates = data.drop_duplicates("attack_hash").set_index("attack_hash")[["epochs", "depth", "attack_pgd_inf"]]
-    # a cell's samples share its covariates here: its unrestricted E[T] is the model's mean
-    assert models[selected].predict_expectation(covariates).to_numpy() == pytest.approx(times.loc[covariates.index, "E_T_unrestricted"].to_numpy())
-    assert (times["E_T"] <= times["E_T_unrestricted"]).all() and (times["E_T"] <= times["t_star"]).all()
-
-
 def test_weighted_rows_score_as_one_row_per_sample(tmp_path, settings):
     compact = synthetic_cells(n_cells=30)
     expanded = F.per_sample(compact)

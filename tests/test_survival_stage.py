@@ -442,7 +442,7 @@ def test_stage_on_per_sample_data(tmp_path):
     comparison = survival.run(stage_cfg(tmp_path, data)).set_index("fitter")
     plt.close("all")
     out = tmp_path / "reports" / "survival"
-    for name in ("aft_comparison.tex", "calibration.png", "coefficients.png", "kaplan_meier.png", "models.pkl"):
+    for name in ("aft_comparison.tex", "calibration.png", "coefficients.png", "coefficients/gengamma.png", "kaplan_meier.png", "models.pkl"):
         assert (out / name).is_file(), name
     table = pd.read_csv(out / "aft_comparison.csv").set_index("fitter")
     assert list(table.index) == ["weibull", "lognormal", "loglogistic", "exponential", "gengamma", "cox", "runtime_baseline", "failure_share_baseline"]
@@ -451,6 +451,11 @@ def test_stage_on_per_sample_data(tmp_path):
     assert baselines[["concordance", "test_concordance"]].notna().all().all()
     assert baselines[["AIC", "BIC", "ICI", "test_ICI", "E50", "test_E50"]].isna().all().all() and not baselines["selected"].any()
     fitted = table[table["status"] == "fitted"]
+    assert list(fitted.index) == ["weibull", "lognormal", "loglogistic", "exponential", "gengamma", "cox"]  # all six
+    assert fitted[scoring.SCORE_COLUMNS].notna().all().all(), fitted[scoring.SCORE_COLUMNS]
+    assert (fitted["concordance"] > 0.55).all()  # chance is 0.5
+    aft = fitted[fitted["aft"]]
+    assert table["selected"].sum() == 1 and table.loc[aft["test_ICI"].idxmin(), "selected"]  # the default rule: the best test ICI among AFT models
     bar = baselines["test_concordance"].max()
     assert (fitted["beats_baselines"].astype(bool) == (fitted["test_concordance"] > bar)).all()
     assert "Runtime baseline" in (out / "aft_comparison.tex").read_text()
@@ -467,8 +472,12 @@ def test_stage_on_per_sample_data(tmp_path):
     assert (times["E_T"] <= times["t_star"]).all()  # a restricted mean never exceeds its bound
     selected = comparison.index[comparison["selected"]][0]
     assert (times["fitter"] == selected).all() and times["E_T"].equals(times[f"E_T_{selected}"])
-    model = analysis.load_models(out / "models.pkl")[selected]
+    models = analysis.load_models(out / "models.pkl")
+    assert list(models) == list(fitted.index)
+    model = models[selected]
     cell = data[data["attack_hash"] == times["attack_hash"].iloc[0]]
+    # the unrestricted E[T]: the model's mean E[T | x] over the cell's samples
+    assert times["E_T_unrestricted"].iloc[0] == pytest.approx(model.predict_expectation(F.covariates_of(cell)).mean())
     by_hand = F.restricted_mean(F.Fit(selected, model, 0, "", 1), F.covariates_of(cell), np.full(len(cell), times["t_star"].iloc[0])).mean()
     assert times["E_T"].iloc[0] == pytest.approx(by_hand)
 

@@ -10,7 +10,7 @@ from trashfire.report import figures
 
 STAGE = Stage(
     "figures",
-    params=("paths.reports",),
+    params=("paths.reports", "report"),
     deps=(
         "{reports}/experiments.csv",
         "{reports}/trash.csv",

@@ -1,4 +1,4 @@
-"""Stage `figures`: every paper figure (PNG and PDF) and a single self-contained HTML report,
+"""Stage `figures`: every paper figure (in `report.formats`: PNG, and PDF by default) and a single self-contained HTML report,
 drawn from the tables `aggregate`, `timing` and `survival` recorded, so that a plotting change
 never re-runs an experiment.
 
@@ -26,17 +26,17 @@ import matplotlib
 
 matplotlib.use("Agg")  # before any figure module imports pyplot
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from trashfire.report import page
 from trashfire.report.figures import accuracy, brittle, curves, eps_survival, evp, trash
-from trashfire.report.figures.common import Skipped
+from trashfire.report.figures.common import FigureFolder, Skipped
 from trashfire.report.inputs import read_metrics, read_tables
 
 log = logging.getLogger(__name__)
 
 
-def drawings(tables: dict, folder: Path) -> dict[str, Callable[[], list[Path]]]:
+def drawings(tables: dict, folder: FigureFolder) -> dict[str, Callable[[], list[Path]]]:
     """Every paper figure by its file stem, in the order they are drawn."""
     return {
         "accuracy_by_attack_and_defence": lambda: accuracy.accuracy_figure(tables["experiments"], folder),
@@ -50,7 +50,7 @@ def drawings(tables: dict, folder: Path) -> dict[str, Callable[[], list[Path]]]:
     }
 
 
-def draw_figures(tables: dict, folder: Path) -> tuple[list[Path], dict[str, str]]:
+def draw_figures(tables: dict, folder: FigureFolder) -> tuple[list[Path], dict[str, str]]:
     """Every paper figure; one with nothing to draw is logged and its reason kept for the report."""
     written, skipped = [], {}
     for stem, draw in drawings(tables, folder).items():
@@ -70,12 +70,13 @@ def survival_images(reports: Path) -> list[Path]:
 def draw_report(cfg: DictConfig) -> list[Path]:
     """The stage's work: every figure, then report.html with them and the survival stage's."""
     reports = Path(cfg.paths.reports)
-    folder = reports / "figures"
-    folder.mkdir(parents=True, exist_ok=True)
+    formats = tuple(OmegaConf.select(cfg, "report.formats", default=FigureFolder.formats))  # a params.yaml from before the setting: both
+    folder = FigureFolder(reports / "figures", formats)
+    folder.path.mkdir(parents=True, exist_ok=True)
     tables = read_tables(reports)  # every missing input is reported before anything is drawn
     read_metrics(reports)
     written, skipped = draw_figures(tables, folder)
     drawn = [p for p in written if p.suffix == ".png"]
     written.append(page.report_html(reports, drawn + survival_images(reports), skipped))
-    log.info("wrote %d figures (PNG and PDF) to %s and %s", len(drawn), folder, written[-1])
+    log.info("wrote %d figures (%s) to %s and %s", len(drawn), ", ".join(formats), folder.path, written[-1])
     return written

@@ -11,7 +11,7 @@ from matplotlib.patches import Patch
 
 from trashfire.core import schema
 from trashfire.metrics.summaries import pooled_accuracy
-from trashfire.report.figures.common import Skipped, defence_colours, group_ticks, save_figure, violin
+from trashfire.report.figures.common import FigureFolder, Skipped, defence_colours, group_ticks, save_figure, violin
 from trashfire.report.formatting import defence_order
 
 
@@ -29,7 +29,7 @@ def accuracy_panel(ax, cells: pd.DataFrame, by: str, accuracy: str, title: str, 
     ax.set_xlabel(by.replace("_", " "))
 
 
-def accuracy_figure(experiments: pd.DataFrame, folder: Path) -> list[Path]:
+def accuracy_figure(experiments: pd.DataFrame, folder: FigureFolder) -> list[Path]:
     """TRASHFIRE Fig. 1: benign accuracy by defence, adversarial accuracy by defence and by attack family."""
     if experiments.empty:
         raise Skipped("experiments.csv has no rows")

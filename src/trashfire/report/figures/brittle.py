@@ -7,11 +7,11 @@ from pathlib import Path
 import pandas as pd
 
 from trashfire.metrics.summaries import paired_spearman
-from trashfire.report.figures.common import Skipped, defence_colours, panel_grid, save_figure
+from trashfire.report.figures.common import FigureFolder, Skipped, defence_colours, panel_grid, save_figure
 from trashfire.report.formatting import spearman_text
 
 
-def brittle_figure(brittle: pd.DataFrame | None, folder: Path) -> list[Path]:
+def brittle_figure(brittle: pd.DataFrame | None, folder: FigureFolder) -> list[Path]:
     """Brittle-score paper Fig. 4: brittle-score against robust accuracy, one panel per data set."""
     if brittle is None:
         raise Skipped("brittle.csv not found (run `dvc repro brittle`)")

@@ -1,9 +1,10 @@
-"""What every figure shares: saving as PNG and PDF, violins, panel grids, a colour per defence,
+"""What every figure shares: saving in the configured formats (PNG, PDF), violins, panel grids, a colour per defence,
 and the model cells of a panel (one line each, capped, with its legend label and colour)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -29,10 +30,18 @@ class Skipped(Exception):
 # Drawing helpers
 
 
-def save_figure(fig, folder: Path, stem: str) -> list[Path]:
+@dataclass(frozen=True)
+class FigureFolder:
+    """Where the figures go, and in which formats (`report.formats`; png first, which the report embeds)."""
+
+    path: Path
+    formats: tuple[str, ...] = ("png", "pdf")
+
+
+def save_figure(fig, folder: FigureFolder, stem: str) -> list[Path]:
     paths = []
-    for suffix in ("png", "pdf"):
-        path = folder / f"{stem}.{suffix}"
+    for suffix in folder.formats:
+        path = folder.path / f"{stem}.{suffix}"
         with atomic_path(path) as tmp:
             fig.savefig(tmp, format=suffix, dpi=130, bbox_inches="tight")
         paths.append(path)

@@ -9,7 +9,7 @@ from matplotlib.patches import Patch
 
 from trashfire.core import schema
 from trashfire.metrics.summaries import r_interval, seed_mean_accuracy
-from trashfire.report.figures.common import Skipped, figure_legend, label_colours, line_panels, line_rows, panel_grid, save_figure
+from trashfire.report.figures.common import FigureFolder, Skipped, figure_legend, label_colours, line_panels, line_rows, panel_grid, save_figure
 
 
 def eps_axis(panel: pd.DataFrame) -> tuple[str, str]:
@@ -31,7 +31,7 @@ def curve_lines(ax_raw, ax_norm, panel: pd.DataFrame, lines: pd.DataFrame, label
                 ax.fill_between(points["x"], points[y] - points[sd], points[y] + points[sd], color=colours[label], alpha=0.15, lw=0)
 
 
-def curves_figure(curves: pd.DataFrame, robustness: pd.DataFrame, folder: Path) -> list[Path]:
+def curves_figure(curves: pd.DataFrame, robustness: pd.DataFrame, folder: FigureFolder) -> list[Path]:
     """Normalised-AUC paper Fig. 2 and Fig. 4: raw (top) and normalised (bottom) accuracy
     against eps, a column per data set and attack family."""
     if curves.empty:

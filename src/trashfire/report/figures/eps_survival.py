@@ -9,14 +9,25 @@ from pathlib import Path
 import pandas as pd
 
 from trashfire.metrics.summaries import paired_spearman, seed_mean_survival
-from trashfire.report.figures.common import Skipped, defence_colours, figure_legend, hide_unused, label_colours, line_panels, line_rows, panel_grid, save_figure
+from trashfire.report.figures.common import (
+    FigureFolder,
+    Skipped,
+    defence_colours,
+    figure_legend,
+    hide_unused,
+    label_colours,
+    line_panels,
+    line_rows,
+    panel_grid,
+    save_figure,
+)
 from trashfire.report.formatting import defence_order, spearman_text
 from trashfire.survival import epsilon
 
 NORM_NAMES = {"inf": "ℓ∞", "2": "ℓ2", "1": "ℓ1", "0": "ℓ0"}
 
 
-def eps_survival_figure(curves: pd.DataFrame | None, table: pd.DataFrame | None, folder: Path) -> list[Path]:
+def eps_survival_figure(curves: pd.DataFrame | None, table: pd.DataFrame | None, folder: FigureFolder) -> list[Path]:
     """The Kaplan-Meier curves of survival in eps: a panel per data set and attack family, a
     line per model cell (capped as the other per-cell figures), the area in the legend."""
     if curves is None or table is None:
@@ -51,7 +62,7 @@ def eps_survival_figure(curves: pd.DataFrame | None, table: pd.DataFrame | None,
     return save_figure(fig, folder, "eps_survival_curves")
 
 
-def eps_survival_scatter(table: pd.DataFrame | None, robustness: pd.DataFrame, folder: Path) -> list[Path]:
+def eps_survival_scatter(table: pd.DataFrame | None, robustness: pd.DataFrame, folder: FigureFolder) -> list[Path]:
     """The area against EVP and R per eps family, over the sound model cells."""
     if table is None:
         raise Skipped("eps_survival.csv not found (run `dvc repro aggregate`)")

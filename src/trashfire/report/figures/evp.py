@@ -11,6 +11,7 @@ from matplotlib.ticker import MaxNLocator
 
 from trashfire.metrics.summaries import default_tau, seed_mean
 from trashfire.report.figures.common import (
+    FigureFolder,
     Skipped,
     figure_legend,
     hide_unused,
@@ -24,7 +25,7 @@ from trashfire.report.figures.common import (
 
 
 def evp_line_figure(
-    table: pd.DataFrame, x: str, xlabel: str, title: str, stem: str, folder: Path, decorate: Callable | None = None, extra: list | None = None
+    table: pd.DataFrame, x: str, xlabel: str, title: str, stem: str, folder: FigureFolder, decorate: Callable | None = None, extra: list | None = None
 ) -> list[Path]:
     """One panel per data set (rows) and attack family (columns), one line per model cell
     with EVP averaged over seeds at each x."""
@@ -51,7 +52,7 @@ def evp_line_figure(
     return save_figure(fig, folder, stem)
 
 
-def evp_tau_figure(evp_tau: pd.DataFrame, tau_table: pd.DataFrame, folder: Path) -> list[Path]:
+def evp_tau_figure(evp_tau: pd.DataFrame, tau_table: pd.DataFrame, folder: FigureFolder) -> list[Path]:
     """EVP paper Fig. 7: EVP against the viability threshold tau."""
     if evp_tau.empty:
         raise Skipped("evp_tau.csv has no rows (no attack with an eps grid)")
@@ -77,7 +78,7 @@ def evp_tau_figure(evp_tau: pd.DataFrame, tau_table: pd.DataFrame, folder: Path)
     )
 
 
-def evp_convergence_figure(evp_convergence: pd.DataFrame, folder: Path) -> list[Path]:
+def evp_convergence_figure(evp_convergence: pd.DataFrame, folder: FigureFolder) -> list[Path]:
     """EVP paper Fig. 8: EVP on nested sub-grids against the number of eps intervals."""
     if evp_convergence.empty:
         raise Skipped("evp_convergence.csv has no rows (no attack with an eps grid)")

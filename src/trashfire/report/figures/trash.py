@@ -11,7 +11,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 
-from trashfire.report.figures.common import Skipped, defence_colours, group_ticks, save_figure, violin
+from trashfire.report.figures.common import FigureFolder, Skipped, defence_colours, group_ticks, save_figure, violin
 from trashfire.report.formatting import format_value
 
 
@@ -61,7 +61,7 @@ def trash_panel(ax, cells: pd.DataFrame, column: str, by: str, colours: dict[str
     return dropped
 
 
-def trash_figure(trash: pd.DataFrame, folder: Path) -> list[Path]:
+def trash_figure(trash: pd.DataFrame, folder: FigureFolder) -> list[Path]:
     """TRASHFIRE Fig. 4: benign and adversarial TRASH by depth with a violin per defence, and
     adversarial TRASH by attack family; log axis, a dashed line at 1."""
     if trash.empty:
