@@ -104,10 +104,12 @@ def test_a_table_stage_never_loads_torch_art_or_captum(stage):
     """timing, survival, aggregate and figures read records and tables: loading torch and ART
     (1.3 s and several hundred MB each time) would be paid by every `dvc repro` of a metric.
     Validating a config finds every package's checks, which must not import the packages
-    without checks (`trashfire.attacks` loads ART)."""
+    without checks (`trashfire.attacks` loads ART); limiting the threads of a stage's work
+    (survival's fits) sets torch's only where torch is loaded."""
     heavy = ("torch", "art", "captum", "torchvision")
     probe = (
-        f"import sys, trashfire.stages.{stage}; from trashfire.core.checks import registered; registered(); "
+        f"import sys, trashfire.stages.{stage}; from trashfire.core.checks import registered; registered()\n"
+        "from trashfire.core.parallel import threads_limited\nwith threads_limited(1): pass\n"
         f"print(','.join(m for m in {heavy!r} if m in sys.modules))"
     )
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()

@@ -296,8 +296,54 @@ def test_survival_cli_reports_all_censored_data_in_one_line(tmp_path):
 
 def test_a_fitter_class_that_does_not_exist_stops_before_reading_data(tmp_path):
     cfg = validate(compose(tiny_overrides(tmp_path, "survival.models.weibull.fitter._target_=lifelines.NoSuchFitter"), conf=ROOT / "conf"))
-    with pytest.raises(ConfigError, match="survival.models.weibull.fitter"):
-        survival.run(cfg)
+    with pytest.raises(ConfigError) as refused:
+        survival.run(cfg)  # no survival data is there: the refusal comes first
+    assert str(refused.value) == (
+        "config error: survival.models.weibull.fitter: cannot build 'lifelines.NoSuchFitter': Error locating target 'lifelines.NoSuchFitter'; "
+        "allowed: a lifelines fitter class and its arguments, e.g. lifelines.WeibullAFTFitter"
+    )  # Hydra's hint to set HYDRA_FULL_ERROR is cut: the line says all there is
+
+
+def test_all_censored_survival_data_is_refused_naming_the_file(tmp_path):
+    cfg = stage_cfg(tmp_path, synthetic_cells().assign(event=0))
+    path = tmp_path / "reports" / "survival_data.csv"
+    with pytest.raises(DataError, match=f"^{path}: all 1200 attacked samples survived \\(no failure event, all censored\\); "):
+        analysis.analyse(cfg)
+    assert not (tmp_path / "reports" / "survival").exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (b"", "No columns to parse from file"),
+        (b"\xff\xfe garbage", "'utf-8' codec can't decode byte 0xff in position 0: invalid start byte"),
+        (b'a,b\n1,2\n"open', "Error tokenizing data. C error: EOF inside string starting at row 2"),
+    ],
+)
+def test_a_corrupt_survival_data_file_is_one_line_naming_it(tmp_path, content, reason):
+    path = tmp_path / "survival_data.csv"
+    path.write_bytes(content)
+    with pytest.raises(DataError) as refused:
+        analysis.read_survival_data(path)
+    assert str(refused.value) == f"corrupt survival data {path}: {reason}; rerun the timing stage"
+
+
+def test_missing_survival_data_and_models_name_the_stage_to_run(tmp_path):
+    with pytest.raises(DataError) as refused:
+        analysis.read_survival_data(tmp_path / "survival_data.csv")
+    assert str(refused.value) == f"survival data not found: {tmp_path / 'survival_data.csv'}; run the timing stage first"
+    with pytest.raises(DataError) as refused:
+        analysis.load_models(tmp_path / "models.pkl")
+    assert str(refused.value) == f"fitted survival models not found: {tmp_path / 'models.pkl'}; run the survival stage"
+
+
+@pytest.mark.parametrize(("content", "reason"), [(b"", "Ran out of input"), (b"\x80\x04K", "pickle data was truncated")])
+def test_a_corrupt_models_file_is_one_line_naming_it(tmp_path, content, reason):
+    path = tmp_path / "models.pkl"
+    path.write_bytes(content)
+    with pytest.raises(DataError) as refused:
+        analysis.load_models(path)
+    assert str(refused.value) == f"corrupt survival models file {path}: {reason}; rerun the survival stage"
 
 
 # the survival section's config checks (trashfire.survival.checks, which `validate` runs): a

@@ -27,6 +27,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -70,27 +71,38 @@ def threads_per_cell(workers: int, setting: Any = "auto") -> int:
     return max(1, available_cores() // max(1, workers))
 
 
+def torch_loaded() -> bool:
+    """Whether this process has imported torch. A table stage (survival's fits) never does, and
+    must not pay torch's import (2 s a process) just to set threads it will not use; a stage
+    that computes with torch imports it with its modules, before it limits threads."""
+    return "torch" in sys.modules
+
+
 @contextlib.contextmanager
 def threads_limited(threads: int) -> Iterator[None]:
-    """torch's and NumPy's BLAS threads set to `threads` in this process, restored after."""
-    import torch
+    """torch's (where loaded) and NumPy's BLAS threads set to `threads` in this process, restored after."""
     from threadpoolctl import threadpool_limits
 
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
+    torch = sys.modules.get("torch")
+    before = torch.get_num_threads() if torch else None
+    if torch:
+        torch.set_num_threads(threads)
     try:
         with threadpool_limits(threads):
             yield
     finally:
-        torch.set_num_threads(before)
+        if torch:
+            torch.set_num_threads(before)
 
 
-def limit_threads(threads: int) -> None:
-    """torch's and NumPy's BLAS threads (lifelines, LIME's regressions), for this process."""
-    import torch
+def limit_threads(threads: int, with_torch: bool = True) -> None:
+    """NumPy's BLAS threads (lifelines, LIME's regressions) and, `with_torch`, torch's, for this process."""
     from threadpoolctl import threadpool_limits
 
-    torch.set_num_threads(threads)
+    if with_torch:
+        import torch
+
+        torch.set_num_threads(threads)
     _THREAD_LIMITS.append(threadpool_limits(threads))  # the limits hold while the object lives
 
 
@@ -106,9 +118,9 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)  # cannot be tied to the parent, or it died already: a worker must not write on alone
 
 
-def _init_worker(parent: int, threads: int, level: int, prog: str) -> None:
+def _init_worker(parent: int, threads: int, level: int, prog: str, with_torch: bool) -> None:
     _die_with_parent(parent)
-    limit_threads(threads)
+    limit_threads(threads, with_torch)  # a worker computes with torch where its stage does
     from trashfire.core.cli import configure_logging
 
     configure_logging(prog)
@@ -141,7 +153,7 @@ def _as_completed(job: Callable[..., Any], arguments: Sequence[tuple], workers: 
             yield index, job(*args)
         return
     context = multiprocessing.get_context("spawn")
-    init = (os.getpid(), threads, logging.getLogger("trashfire").getEffectiveLevel(), prog)
+    init = (os.getpid(), threads, logging.getLogger("trashfire").getEffectiveLevel(), prog, torch_loaded())
     pool = ProcessPoolExecutor(min(workers, len(arguments)) or 1, mp_context=context, initializer=_init_worker, initargs=init)
     try:
         pending = {pool.submit(job, *args): index for index, args in enumerate(arguments)}
