@@ -47,6 +47,12 @@ TINY = [
 ]
 
 
+def artefacts_of(stage, **folders: Path):
+    """The artefacts `stage` (a stage module) hands its library, in a layout of `folders` by
+    paths key (reports=...): for tests that call the library without a whole config."""
+    return stage.STAGE.resolved(OmegaConf.create({"paths": {key: str(folder) for key, folder in folders.items()}}))
+
+
 def tiny_overrides(tmp: Path, *extra: str) -> list[str]:
     paths = {"raw": "data/raw", "processed": "data/processed", "models": "models", "attacks": "reports/attacks", "reports": "reports"}
     return TINY + [f"paths.{k}={tmp / v}" for k, v in paths.items()] + list(extra)

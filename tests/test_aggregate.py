@@ -294,14 +294,13 @@ def worst_accuracy(acc_adv) -> float:
 
 
 def test_a_registered_metric_reaches_metrics_json_the_tables_the_cards_and_the_report(tmp_path, monkeypatch):
-    from pathlib import Path
 
     from tests.test_schema import record_run, tiny
     from trashfire.core import schema
     from trashfire.metrics import registry
     from trashfire.report.formatting import format_value
     from trashfire.report.page import report_html
-    from trashfire.stages import aggregate
+    from trashfire.stages import aggregate, figures
 
     cfg = tiny(tmp_path, "defence=[none,conf]")
     reports = record_run(cfg)
@@ -325,7 +324,7 @@ def test_a_registered_metric_reaches_metrics_json_the_tables_the_cards_and_the_r
     card = json.loads(sorted((reports / "cards").glob("*.json"))[0].read_text())
     assert "acc_at_eps_max" in card["model_cells"][0]["evp_and_auc"][0]
 
-    page = report_html(Path(reports), []).read_text()
+    page = report_html(figures.STAGE.resolved(cfg), []).read_text()
     headline_html = page[page.index('<h2 id="headline">') : page.index('<h2 id="run">')]
     row = next(r for r in headline_html.split("<tr>") if ">acc_adv_min<" in r)
     assert f">{format_value(experiments['acc_adv'].min())}<" in row and "the lowest accuracy under attack" in row
@@ -594,10 +593,10 @@ def test_eps_survival_data_keeps_norms_as_text_and_names_the_stage_that_writes_i
     from trashfire.core.errors import DataError
 
     with pytest.raises(DataError, match=r"eps_survival_data.csv not found; run `dvc repro timing` first"):
-        aggregation.read_eps_survival_data(tmp_path)
+        aggregation.read_eps_survival_data(tmp_path / "eps_survival_data.csv")
     (tmp_path / "eps_survival_data.csv").write_text("model_hash,attack,norm\nm0,fgm,inf\nm0,pgd,2\n")
     # read as numbers, "inf" and "2" would become inf and 2.0: families "fgm linf", "pgd l2.0"
-    assert list(aggregation.read_eps_survival_data(tmp_path)["norm"]) == ["inf", "2"]
+    assert list(aggregation.read_eps_survival_data(tmp_path / "eps_survival_data.csv")["norm"]) == ["inf", "2"]
 
 
 def test_brittle_rows_name_the_robust_attack_and_leave_ri_out_when_the_undefended_reference_is_ambiguous():

@@ -3,6 +3,7 @@ the library never imports a stage, and dvc.yaml is what the stage declarations g
 
 import ast
 import graphlib
+import pickle
 import pkgutil
 import subprocess
 import sys
@@ -88,11 +89,41 @@ def test_every_declared_param_exists_in_the_default_config(stage):
 def test_a_stage_view_has_only_the_declared_keys():
     cfg = compose()
     view = Stage("demo", params=("survival.data", "paths.reports")).view(cfg)
-    assert view.survival.data == cfg.survival.data and view.paths.reports == cfg.paths.reports
+    assert view.survival.data == cfg.survival.data
     with pytest.raises(ConfigAttributeError):
         view.attack  # noqa: B018 -- reading an undeclared section is the error
     with pytest.raises(ConfigAttributeError):
         view.survival.fitters  # noqa: B018 -- a sibling of a declared key too
+    with pytest.raises(ConfigAttributeError):
+        view.paths  # noqa: B018 -- paths come resolved, as the stage's artefacts
+
+
+DEMO = Stage(
+    "demo",
+    params=("paths.attacks", "paths.reports"),
+    deps=("{attacks}", "{reports}/experiments.csv"),
+    outs=("{reports}/survival", {"{reports}/report.html": {"cache": False}}),
+    metrics=({"{reports}/metrics.json": {"cache": False}},),
+)
+
+
+def test_a_stage_hands_its_library_the_declared_paths_resolved_and_refuses_others(tmp_path):
+    cfg = OmegaConf.create({"paths": {"attacks": str(tmp_path / "a"), "reports": str(tmp_path / "r") + "/"}})
+    artefacts = DEMO.resolved(cfg)
+    assert artefacts.reads == {"attacks": tmp_path / "a", "experiments.csv": tmp_path / "r" / "experiments.csv"}
+    assert artefacts.writes == {
+        "survival": tmp_path / "r" / "survival",
+        "report.html": tmp_path / "r" / "report.html",
+        "metrics.json": tmp_path / "r" / "metrics.json",
+    }
+    assert artefacts.output("survival/km_check.csv") == tmp_path / "r" / "survival" / "km_check.csv"  # inside a declared folder
+    assert pickle.loads(pickle.dumps(artefacts)) == artefacts  # worker processes get them too
+    with pytest.raises(KeyError, match="stage 'demo' declares no 'trash.csv' in its deps \\(attacks, experiments.csv\\); add it to its STAGE"):
+        artefacts.input("trash.csv")
+    with pytest.raises(KeyError, match="declares no 'experiments.csv' in its outs or metrics"):
+        artefacts.output("experiments.csv")  # an input is not an output
+    with pytest.raises(TypeError, match="two artefacts share a name"):
+        Stage("twice", params=("paths.attacks", "paths.reports"), deps=("{attacks}/x.csv",), outs=("{reports}/x.csv",))
 
 
 def test_a_folded_key_is_declared_to_dvc_beside_the_key_it_narrows():

@@ -11,11 +11,12 @@ from importlib import resources
 import pandas as pd
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, artefacts_of
 from tests.test_figures import findings_table, write_reports
 from trashfire.report import sections
 from trashfire.report.figures import survival_images
 from trashfire.report.page import render, report_html
+from trashfire.stages import figures as figures_stage
 
 SECTION_ORDER = ["findings", "headline", "run", "figures", "tables"]
 FOLDED = {
@@ -37,7 +38,8 @@ def reports(tmp_path):
 
 
 def page_of(reports) -> str:
-    return report_html(reports, survival_images(reports)).read_text()
+    artefacts = artefacts_of(figures_stage, reports=reports)
+    return report_html(artefacts, survival_images(artefacts)).read_text()
 
 
 def test_findings_come_first_with_a_badge_per_verdict_and_their_count(reports):
@@ -127,7 +129,8 @@ def test_every_figure_says_how_to_read_it_and_the_story_order_is_kept(reports, t
         drawn.append(reports / "figures" / f"{stem}.png")
         drawn[-1].parent.mkdir(exist_ok=True)
         drawn[-1].write_bytes((reports / "survival" / "calibration.png").read_bytes())
-    html = report_html(reports, drawn + survival_images(reports)).read_text()
+    artefacts = artefacts_of(figures_stage, reports=reports)
+    html = report_html(artefacts, drawn + survival_images(artefacts)).read_text()
     shown = html[html.index('<h2 id="figures">') : html.index('<h2 id="tables">')]
     assert shown.count("<figure") == 4 and shown.count("How to read it:") == 4
     assert shown.index('id="fig-trash_by_depth_and_defence"') < shown.index('id="fig-brittle_vs_robust_acc"') < shown.index('id="fig-calibration"')

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from markupsafe import escape
 
-from tests.conftest import ROOT, tiny_overrides
+from tests.conftest import ROOT, artefacts_of, tiny_overrides
 from trashfire.attacks import attack_strength
 from trashfire.attacks.campaign import attack_record_path, outcomes_path
 from trashfire.brittle.scores import brittle_hash, brittle_record_path, brittle_settings
@@ -22,7 +22,7 @@ from trashfire.core.records import write_npz
 from trashfire.core.schema import AttackRecord, BrittleRecord, Outcomes, TrainRecord
 from trashfire.metrics import registry
 from trashfire.report.page import report_html
-from trashfire.stages import aggregate, timing
+from trashfire.stages import aggregate, figures, timing
 
 
 def tiny(tmp_path, *extra):
@@ -312,7 +312,7 @@ def test_curves_keep_a_pixel_eps_as_configured(tmp_path):
 def test_the_report_reads_the_tables_through_the_schema(recorded):
     aggregate.run(recorded)
     reports = Path(recorded.paths.reports)
-    page = report_html(reports, []).read_text()
+    page = report_html(artefacts_of(figures, reports=reports), []).read_text()
     assert "fgm linf" in page and "fgm_inf" not in page
     for name, meaning in registry.meanings().items():
         assert f'<td class="t m">{name}' in page and escape(meaning) in page, name  # every headline metric with its sentence

@@ -308,7 +308,7 @@ def test_all_censored_survival_data_is_refused_naming_the_file(tmp_path):
     cfg = stage_cfg(tmp_path, synthetic_cells().assign(event=0))
     path = tmp_path / "reports" / "survival_data.csv"
     with pytest.raises(DataError, match=f"^{path}: all 1200 attacked samples survived \\(no failure event, all censored\\); "):
-        analysis.analyse(cfg)
+        analysis.analyse(cfg, survival.STAGE.resolved(cfg))
     assert not (tmp_path / "reports" / "survival").exists()
 
 
@@ -700,7 +700,7 @@ def test_the_stage_on_the_flops_clock_fits_gflops_and_writes_times_back_in_flops
         tmp_path, data, "timing.clock=flops", "survival.fitters=[weibull,exponential,cox]", "survival.km_check_tolerance=0.01", "train.threads=auto"
     )
     caplog.set_level("INFO", logger=analysis.log.name)
-    comparison = analysis.analyse(cfg)
+    comparison = analysis.analyse(cfg, survival.STAGE.resolved(cfg))
     plt.close("all")
     out = tmp_path / "reports" / "survival"
     assert given == [(1, 16)]  # train.workers = 1: in this process, with train.threads = auto: every core
@@ -807,7 +807,7 @@ def test_the_stage_on_the_seconds_clock_writes_the_chosen_model_over_a_previous_
     out.mkdir()
     (out / "coefficients.csv").write_text("from a previous run\n")
     caplog.set_level("INFO", logger=analysis.log.name)
-    comparison = analysis.analyse(cfg).set_index("fitter")
+    comparison = analysis.analyse(cfg, survival.STAGE.resolved(cfg)).set_index("fitter")
     plt.close("all")
     assert given == [(8, 1)]  # one worker per core, at most 8
 

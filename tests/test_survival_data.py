@@ -8,6 +8,7 @@ import logging
 import math
 import re
 import time
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -16,7 +17,7 @@ import pytest
 from lifelines.utils import concordance_index
 from omegaconf import OmegaConf
 
-from tests.conftest import ROOT, tiny_overrides
+from tests.conftest import ROOT, artefacts_of, tiny_overrides
 from trashfire.attacks.campaign import attack_record_path, outcomes_path
 from trashfire.core import schema
 from trashfire.core.config import compose, validate
@@ -259,7 +260,7 @@ def test_timing_reads_no_arrays_for_the_sweep_and_names_an_old_array_file(record
     cell = attack_cells(recorded_grid)[0]
     path = outcomes_path(recorded_grid.paths.attacks, cell.hash)
     write_npz(path, y_true=np.zeros(3), y_pred_ben=np.zeros(3), y_pred_adv=np.zeros(3))
-    assert "n_events" not in experiment_tables.experiments_table(recorded_grid, outcomes=False)
+    assert "n_events" not in experiment_tables.experiments_table(recorded_grid, Path(recorded_grid.paths.attacks), outcomes=False)
     with pytest.raises(DataError, match=f"{path}: .*rerun the attack stage"):
         timing.run(recorded_grid)
 
@@ -292,10 +293,9 @@ def test_timing_writes_both_survival_sets_as_configured(tmp_path, two_cells, dat
             },
             "timing": {"clock": "wall"},
             "metrics": {"eps_survival": {"minimal_units": "standardised", "minimal_eps_max": 2.5}},
-            "paths": {"reports": str(tmp_path)},
         }
     )
-    survival = datasets.write_survival_sets(cfg, experiments, outcomes)
+    survival = datasets.write_survival_sets(cfg, artefacts_of(timing, reports=tmp_path, attacks=tmp_path / "attacks"), experiments, outcomes)
     # the wall clock reads twice the process clock; the samples wrong before the attack are
     # dropped (fgm's last, deepfool's last), and so is pgd's first, timed at 0 s
     assert rows_of(survival) == [

@@ -63,7 +63,8 @@ def objective_names(cfg: DictConfig) -> list[str]:
 
 def objective_values(cfg: DictConfig, names: list[str]) -> list[float]:
     """The trial's objectives from its attack records."""
-    return objectives_of(experiment_tables.experiments_table(cfg, outcomes=False), names, cfg.metrics)
+    attacks = attack.STAGE.resolved(cfg).output("attacks")  # where the trial's attack stage wrote its records
+    return objectives_of(experiment_tables.experiments_table(cfg, attacks, outcomes=False), names, cfg.metrics)
 
 
 def objectives_of(table: pd.DataFrame, names: list[str], metric_cfg: DictConfig) -> list[float]:

@@ -37,6 +37,7 @@ from trashfire.core.grid import AttackCell, ModelCell, attack_cells
 from trashfire.core.parallel import describe, resolve_workers, run_jobs, threads_per_cell
 from trashfire.core.records import is_recorded, read_json, remove_dead_temps, write_json, write_npz
 from trashfire.core.schema import AttackRecord, BenignRecord, Outcomes, TrainRecord, cell_labels
+from trashfire.core.stage import Artefacts
 from trashfire.core.stats import accuracy
 from trashfire.core.store import attack_record_path, benign_path, black_box_of, declaration_path, outcomes_path
 from trashfire.data.datasets import Split, cached_split
@@ -191,10 +192,10 @@ def seconds_per_flop(outcomes: Outcomes) -> dict[str, float]:
     return {f"seconds_per_flop_{clock}": float(outcomes.duration(clock).sum()) / flops if flops else math.nan for clock in SECONDS}
 
 
-def attack_model_cell(cfg: DictConfig, model_cell: ModelCell, cells: list[AttackCell], split: Split, device) -> None:
-    folder = Path(cfg.paths.attacks)
-    train = TrainRecord.read(record_path(cfg.paths.models, model_cell.train.hash))
-    classifier = art_classifier(load_weights(cfg.paths.models, model_cell.train, split).to(device), split, model_cell.defence, device)
+def attack_model_cell(artefacts: Artefacts, model_cell: ModelCell, cells: list[AttackCell], split: Split, device) -> None:
+    folder, models = artefacts.output("attacks"), artefacts.input("models")
+    train = TrainRecord.read(record_path(models, model_cell.train.hash))
+    classifier = art_classifier(load_weights(models, model_cell.train, split).to(device), split, model_cell.defence, device)
     benign_file = benign_path(folder, model_cell.hash)
     if benign_pending(folder, model_cell.hash):
         evaluate_benign(classifier, split, model_cell, device).write(benign_file)
@@ -246,12 +247,12 @@ def cached_cost(target: Target, model_cell: ModelCell, split: Split) -> SampleCo
     return _COSTS[key]
 
 
-def attack_job(cfg: DictConfig, model_cell: ModelCell, cells: list[AttackCell]) -> int:
+def attack_job(cfg: DictConfig, artefacts: Artefacts, model_cell: ModelCell, cells: list[AttackCell]) -> int:
     """One model cell's pending attack cells (one worker's job); returns how many."""
     device = resolve_device(cfg.train.device)
     train = model_cell.train
-    split = cached_split(cfg.paths.processed, train.dataset, train.seed, cfg.data[train.dataset].n_classes)
-    attack_model_cell(cfg, model_cell, cells, split, device)
+    split = cached_split(artefacts.input("processed"), train.dataset, train.seed, cfg.data[train.dataset].n_classes)
+    attack_model_cell(artefacts, model_cell, cells, split, device)
     return len(cells)
 
 
@@ -274,10 +275,10 @@ def declare_attacks(cfg: DictConfig, folder: Path) -> None:
             write_json(path, declared)
 
 
-def attack_grid(cfg: DictConfig) -> int:
+def attack_grid(cfg: DictConfig, artefacts: Artefacts) -> int:
     """Attack every pending cell; returns how many were computed."""
     device = resolve_device(cfg.train.device)
-    folder = Path(cfg.paths.attacks)
+    folder = artefacts.output("attacks")
     cells = attack_cells(cfg)
     if folder.is_dir():
         remove_dead_temps(folder)
@@ -286,11 +287,11 @@ def attack_grid(cfg: DictConfig) -> int:
     workers = resolve_workers(cfg.train.get("workers", "auto"), device.type)
     threads = threads_per_cell(workers, cfg.train.get("threads", 1))
     log.info("%d attack cells, %d recorded, %d to run on %s (%s)", len(cells), len(cells) - len(pending), len(pending), device, describe(workers, threads))
-    jobs = [(cfg, model_cell, list(group)) for model_cell, group in groupby(pending, key=lambda cell: cell.model)]
-    queued = {job[1].hash for job in jobs}
+    jobs = [(cfg, artefacts, model_cell, list(group)) for model_cell, group in groupby(pending, key=lambda cell: cell.model)]
+    queued = {job[2].hash for job in jobs}
     models = {cell.model.hash: cell.model for cell in cells}
-    jobs += [(cfg, model, []) for h, model in models.items() if h not in queued and benign_pending(folder, h)]  # probes for older records
-    jobs.sort(key=lambda job: (job[1].train.depth or 1) * len(job[2]), reverse=True)  # the longest first keeps the workers busy to the end
+    jobs += [(cfg, artefacts, model, []) for h, model in models.items() if h not in queued and benign_pending(folder, h)]  # probes for older records
+    jobs.sort(key=lambda job: (job[2].train.depth or 1) * len(job[3]), reverse=True)  # the longest first keeps the workers busy to the end
     with tqdm(total=len(pending), desc="attack cells", disable=not cfg.train.get("progress", True)) as progress:
         run_jobs(attack_job, jobs, workers, progress, log.name, threads)
     return len(pending)

@@ -32,6 +32,7 @@ from trashfire.core.grid import ModelCell, model_cells
 from trashfire.core.parallel import describe, resolve_workers, run_jobs, threads_per_cell
 from trashfire.core.records import config_hash, is_recorded, remove_dead_temps
 from trashfire.core.schema import BrittleRecord, TrainRecord, cell_labels
+from trashfire.core.stage import Artefacts
 from trashfire.core.store import brittle_hash, brittle_record_path, brittle_settings
 from trashfire.data.datasets import Split, cached_split
 from trashfire.models.architectures import resolve_device
@@ -231,31 +232,31 @@ def score_model_cell(model: nn.Module, train_record: TrainRecord, model_cell: Mo
 _SAMPLES: dict[tuple, Samples] = {}  # per process: a worker's jobs share them
 
 
-def cached_samples(cfg: DictConfig, dataset: str, seed: int, settings: dict[str, Any]) -> Samples:
-    key = (str(cfg.paths.processed), dataset, seed, config_hash(settings))
+def cached_samples(cfg: DictConfig, processed: Path, dataset: str, seed: int, settings: dict[str, Any]) -> Samples:
+    key = (str(processed), dataset, seed, config_hash(settings))
     if key not in _SAMPLES:
-        _SAMPLES[key] = Samples(cached_split(cfg.paths.processed, dataset, seed, cfg.data[dataset].n_classes), settings)
+        _SAMPLES[key] = Samples(cached_split(processed, dataset, seed, cfg.data[dataset].n_classes), settings)
     return _SAMPLES[key]
 
 
-def brittle_job(cfg: DictConfig, settings: dict[str, Any], group: list[ModelCell]) -> int:
+def brittle_job(cfg: DictConfig, artefacts: Artefacts, settings: dict[str, Any], group: list[ModelCell]) -> int:
     """The pending cells of one training cell (its predict-time defences share its weights)."""
     device = resolve_device(cfg.train.device)
-    folder = Path(cfg.paths.reports) / "brittle"
+    folder, models = artefacts.output("brittle"), artefacts.input("models")
     train = group[0].train
-    samples = cached_samples(cfg, train.dataset, train.seed, settings)
-    train_record = TrainRecord.read(record_path(cfg.paths.models, train.hash))
-    model = load_weights(cfg.paths.models, train, samples.split).to(device)
+    samples = cached_samples(cfg, artefacts.input("processed"), train.dataset, train.seed, settings)
+    train_record = TrainRecord.read(record_path(models, train.hash))
+    model = load_weights(models, train, samples.split).to(device)
     for cell in group:
         record = score_model_cell(model, train_record, cell, samples, settings, device)
         record.write(brittle_record_path(folder, record.brittle_hash))
     return len(group)
 
 
-def score_grid(cfg: DictConfig) -> int:
+def score_grid(cfg: DictConfig, artefacts: Artefacts) -> int:
     """Score every pending model cell; returns how many were computed."""
     device = resolve_device(cfg.train.device)
-    folder = Path(cfg.paths.reports) / "brittle"
+    folder = artefacts.output("brittle")
     settings = brittle_settings(cfg)
     cells = model_cells(cfg)
     if folder.is_dir():
@@ -264,8 +265,8 @@ def score_grid(cfg: DictConfig) -> int:
     workers = resolve_workers(cfg.train.get("workers", "auto"), device.type)
     threads = threads_per_cell(workers, cfg.train.get("threads", 1))
     log.info("%d model cells, %d scored, %d to score on %s (%s)", len(cells), len(cells) - len(pending), len(pending), device, describe(workers, threads))
-    jobs = [(cfg, settings, list(group)) for _, group in groupby(pending, key=lambda cell: cell.train.hash)]
-    jobs.sort(key=lambda job: job[2][0].train.depth or 1, reverse=True)  # the longest first keeps the workers busy to the end
+    jobs = [(cfg, artefacts, settings, list(group)) for _, group in groupby(pending, key=lambda cell: cell.train.hash)]
+    jobs.sort(key=lambda job: job[3][0].train.depth or 1, reverse=True)  # the longest first keeps the workers busy to the end
     with tqdm(total=len(pending), desc="brittle cells", disable=not cfg.train.get("progress", True)) as progress:
         run_jobs(brittle_job, jobs, workers, progress, log.name, threads)
     return len(pending)

@@ -13,6 +13,7 @@ from sklearn.model_selection import train_test_split
 from trashfire.core.checks import RULES, UNHASHED, as_list
 from trashfire.core.errors import DataError
 from trashfire.core.records import write_npy, write_npz
+from trashfire.core.stage import Artefacts
 from trashfire.data.datasets import dataset_dir
 from trashfire.data.fusion import prepare_fusion
 from trashfire.data.loaders import LOADERS, RawDataset
@@ -70,5 +71,5 @@ def prepare_dataset(name: str, spec: DictConfig, split: DictConfig, processed: P
     return folder
 
 
-def prepare_all(cfg: DictConfig) -> list[Path]:
-    return [prepare_dataset(name, spec, cfg.split, Path(cfg.paths.processed)) for name, spec in cfg.data.items()]
+def prepare_all(cfg: DictConfig, artefacts: Artefacts) -> list[Path]:
+    return [prepare_dataset(name, spec, cfg.split, artefacts.output("processed")) for name, spec in cfg.data.items()]

@@ -26,6 +26,7 @@ from trashfire.core import schema
 from trashfire.core.errors import DataError
 from trashfire.core.records import atomic_path, write_json
 from trashfire.core.schema import CELL, OVER_SEEDS, UNDEFENDED_PEER, BrittleRecord
+from trashfire.core.stage import Artefacts
 from trashfire.core.store import brittle_hash, brittle_record_path, brittle_settings
 from trashfire.metrics import findings, registry, validity
 from trashfire.metrics.cards import write_cards
@@ -295,9 +296,8 @@ def headline(
     return registry.headline(results)
 
 
-def read_eps_survival_data(reports: Path) -> pd.DataFrame:
+def read_eps_survival_data(path: Path) -> pd.DataFrame:
     """timing's eps_survival_data.csv (norms kept as text); missing, it names the stage to run."""
-    path = reports / "eps_survival_data.csv"
     if not path.is_file():
         raise DataError(f"{path} not found; run `dvc repro timing` first")
     return pd.read_csv(path, dtype={"norm": str})
@@ -318,9 +318,9 @@ def check_findings(experiments, trash, robustness, brittle, settings: DictConfig
     return findings.check_findings(tables, alpha=settings.alpha, resamples=settings.bootstrap, seed=settings.seed, other_clocks=others)
 
 
-def write_tables(reports: Path, tables: dict[str, pd.DataFrame]) -> None:
+def write_tables(artefacts: Artefacts, tables: dict[str, pd.DataFrame]) -> None:
     for name, table in tables.items():
-        with atomic_path(reports / name) as tmp:
+        with atomic_path(artefacts.output(name)) as tmp:
             table.to_csv(tmp, index=False)
 
 
@@ -335,27 +335,26 @@ def without_nan(value: Any) -> Any:
     return value
 
 
-def aggregate_reports(cfg: DictConfig) -> dict:
-    reports = Path(cfg.paths.reports)
-    experiments = with_family(read_experiments(reports))
-    expected = pd.read_csv(reports / "survival" / "expected_times.csv")
-    comparison = pd.read_csv(reports / "survival" / "aft_comparison.csv")
+def aggregate_reports(cfg: DictConfig, artefacts: Artefacts) -> dict:
+    experiments = with_family(read_experiments(artefacts.input("experiments.csv")))
+    expected = pd.read_csv(artefacts.input("survival/expected_times.csv"))
+    comparison = pd.read_csv(artefacts.input("survival/aft_comparison.csv"))
     m = cfg.metrics
     degenerate = degenerate_cells(experiments)
     trash = trash_table(experiments, expected, m.trash.eps_max).assign(degenerate=lambda t: t["model_hash"].map(degenerate))
     curves = eps_curves(experiments)
     robustness = robustness_table(curves, m.evp, m.auc, degenerate)
-    records = read_brittle(reports / "brittle", experiments["model_hash"].unique(), brittle_settings(cfg))
+    records = read_brittle(artefacts.input("brittle"), experiments["model_hash"].unique(), brittle_settings(cfg))
     stages = {name: spec.stage for name, spec in cfg.defence.items()} | {"none": "none"}
     brittle = brittle_table(records, experiments, m.brittle.robust_acc).assign(
         degenerate=lambda t: t["model_hash"].map(degenerate), defence_stage=lambda t: t["defence"].map(stages)
     )[schema.BRITTLE]
     checked = check_findings(experiments, trash, robustness, brittle, m.findings)
     flags = validity.validity_table(experiments, curves, m.validity)
-    eps_survival, eps_curves_table = epsilon.survival_tables(read_eps_survival_data(reports), experiments, degenerate)
+    eps_survival, eps_curves_table = epsilon.survival_tables(read_eps_survival_data(artefacts.input("eps_survival_data.csv")), experiments, degenerate)
     classes = experiments.groupby("dataset")["n_classes"].first().astype(int).to_dict()
     write_tables(
-        reports,
+        artefacts,
         {
             "trash.csv": trash,
             "depth_decomposition.csv": depth_decomposition(trash),
@@ -373,9 +372,9 @@ def aggregate_reports(cfg: DictConfig) -> dict:
             "eps_survival_curves.csv": eps_curves_table,
         },
     )
-    write_cards(reports / "cards", experiments, trash, robustness, brittle, flags)
+    write_cards(artefacts.output("cards"), experiments, trash, robustness, brittle, flags)
     summary = headline(experiments, trash, robustness, brittle, comparison, checked, eps_survival, flags, m)
-    write_json(reports / "metrics.json", without_nan(summary))
+    write_json(artefacts.output("metrics.json"), without_nan(summary))
     shown = {k: v for k, v in summary.items() if not isinstance(v, dict)}
     log.info("%s", ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()))
     for finding in checked:

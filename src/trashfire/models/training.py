@@ -32,6 +32,7 @@ from trashfire.core.grid import TrainCell, training_cells
 from trashfire.core.parallel import describe, resolve_workers, run_jobs, threads_per_cell
 from trashfire.core.records import atomic_path, cell_file, file_sha256, remove_dead_temps
 from trashfire.core.schema import TrainRecord, cell_labels
+from trashfire.core.stage import Artefacts
 from trashfire.core.stats import accuracy
 from trashfire.data.datasets import Split, cached_split
 from trashfire.models import external as imported
@@ -359,11 +360,11 @@ def runs(cells: list[TrainCell]) -> list[list[TrainCell]]:
     return [sorted(group, key=lambda c: c.epochs) for group in groups.values()]
 
 
-def train_job(cfg: DictConfig, group: list[TrainCell], epoch_bars: bool) -> int:
+def train_job(cfg: DictConfig, artefacts: Artefacts, group: list[TrainCell], epoch_bars: bool) -> int:
     """One training run's pending checkpoints (one worker's job); returns how many."""
     cell = group[0]
-    split = cached_split(cfg.paths.processed, cell.dataset, cell.seed, cfg.data[cell.dataset].n_classes)
-    train_group(group, split, cfg, resolve_device(cfg.train.device), Path(cfg.paths.models), epoch_bars)
+    split = cached_split(artefacts.input("processed"), cell.dataset, cell.seed, cfg.data[cell.dataset].n_classes)
+    train_group(group, split, cfg, resolve_device(cfg.train.device), artefacts.output("models"), epoch_bars)
     return len(group)
 
 
@@ -453,14 +454,14 @@ def import_cell(cell: TrainCell, split: Split, mspec: DictConfig, device: torch.
     return model, record
 
 
-def import_external(cfg: DictConfig, cells: list[TrainCell], models: Path) -> None:
+def import_external(cfg: DictConfig, artefacts: Artefacts, cells: list[TrainCell]) -> None:
     """Imports take a forward pass each: they run first, so that a checkpoint that does not
     fit stops the stage before any training."""
     device = resolve_device(cfg.train.device)
     for cell in cells:
-        split = cached_split(cfg.paths.processed, cell.dataset, cell.seed, cfg.data[cell.dataset].n_classes)
+        split = cached_split(artefacts.input("processed"), cell.dataset, cell.seed, cfg.data[cell.dataset].n_classes)
         model, record = import_cell(cell, split, cfg.model[cell.model], device)
-        save_cell(models, model, record)
+        save_cell(artefacts.output("models"), model, record)
         log.info(
             "imported %s on %s seed %d from %s: acc_ben=%.3f, t_train from %s",
             cell.model,
@@ -472,9 +473,9 @@ def import_external(cfg: DictConfig, cells: list[TrainCell], models: Path) -> No
         )
 
 
-def train_grid(cfg: DictConfig) -> list[dict[str, Any]]:
+def train_grid(cfg: DictConfig, artefacts: Artefacts) -> list[dict[str, Any]]:
     device = resolve_device(cfg.train.device)
-    models = Path(cfg.paths.models)
+    models = artefacts.output("models")
     cells = training_cells(cfg)
     # bases first, and a base that is not itself in the grid is trained all the same
     bases = [cell.base for cell in cells if cell.base is not None]
@@ -482,7 +483,7 @@ def train_grid(cfg: DictConfig) -> list[dict[str, Any]]:
     if models.is_dir():
         remove_dead_temps(models)
     pending = [cell for cell in ordered if not is_cached(models, cell.hash)]
-    import_external(cfg, [cell for cell in pending if cell.is_external], models)
+    import_external(cfg, artefacts, [cell for cell in pending if cell.is_external])
     pending = [cell for cell in pending if not cell.is_external]
     workers = resolve_workers(cfg.train.get("workers", "auto"), device.type)
     threads = threads_per_cell(workers, cfg.train.get("threads", 1))
@@ -493,6 +494,6 @@ def train_grid(cfg: DictConfig) -> list[dict[str, Any]]:
     with tqdm(total=len(pending), desc="training cells", disable=not cfg.train.get("progress", True)) as progress:
         for wave in waves(groups):
             wave.sort(key=expected_cost, reverse=True)  # the longest first keeps the workers busy to the end
-            jobs = [(cfg, group, workers == 1) for group in wave]
+            jobs = [(cfg, artefacts, group, workers == 1) for group in wave]
             run_jobs(train_job, jobs, workers, progress, log.name, threads)
     return [TrainRecord.read(record_path(models, cell.hash)).to_json() for cell in cells]

@@ -11,6 +11,7 @@ import pandas as pd
 
 from trashfire.core import schema
 from trashfire.core.errors import DataError
+from trashfire.core.stage import Artefacts
 from trashfire.report.formatting import defence_order
 from trashfire.tables.experiments import read_experiments
 
@@ -18,10 +19,10 @@ from trashfire.tables.experiments import read_experiments
 AGGREGATE_TABLES = ("trash", "trash_summary", "robustness", "tau_table", "evp_tau", "evp_convergence", "auc_table", "curves")
 
 
-def read_table(reports: Path, name: str, *, stage: str = "aggregate", required: bool = True) -> pd.DataFrame | None:
+def read_table(artefacts: Artefacts, name: str, *, stage: str = "aggregate", required: bool = True) -> pd.DataFrame | None:
     """A recorded CSV with label columns kept as strings and empty labels as ''. A required
     table that is missing is the user's to produce: one line naming the stage to run."""
-    path = reports / name
+    path = artefacts.input(name)
     if not path.is_file():
         if required:
             raise DataError(f"{path} not found; run `dvc repro {stage}` first")
@@ -38,8 +39,8 @@ def read_table(reports: Path, name: str, *, stage: str = "aggregate", required: 
     return table.fillna({c: "" for c in labels})
 
 
-def read_metrics(reports: Path) -> dict:
-    path = reports / "metrics.json"
+def read_metrics(artefacts: Artefacts) -> dict:
+    path = artefacts.input("metrics.json")
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
@@ -48,29 +49,30 @@ def read_metrics(reports: Path) -> dict:
         raise DataError(f"corrupt {path}: {err}; rerun `dvc repro aggregate`") from None
 
 
-def read_tables(reports: Path) -> dict[str, pd.DataFrame | None]:
+def read_tables(artefacts: Artefacts) -> dict[str, pd.DataFrame | None]:
     """Every table the figures and the report need; brittle.csv and findings.csv are optional
     (the brittle stage may not have run; an older aggregate wrote no findings)."""
-    if not (reports / "experiments.csv").is_file():
-        raise DataError(f"{reports / 'experiments.csv'} not found; run `dvc repro timing` first")
-    experiments = read_experiments(reports).fillna({"pretrained_on": "", "defence_param": ""})
+    path = artefacts.input("experiments.csv")
+    if not path.is_file():
+        raise DataError(f"{path} not found; run `dvc repro timing` first")
+    experiments = read_experiments(path).fillna({"pretrained_on": "", "defence_param": ""})
     tables = {"experiments": experiments}
-    tables |= {name: read_table(reports, f"{name}.csv") for name in AGGREGATE_TABLES}
-    tables["brittle"] = read_table(reports, "brittle.csv", required=False)
-    tables["eps_survival"] = read_table(reports, "eps_survival.csv", required=False)  # runs from before survival in eps have none
-    tables["eps_survival_curves"] = read_table(reports, "eps_survival_curves.csv", required=False)
-    tables["findings"] = read_table(reports, "findings.csv", required=False)  # runs from before findings have none
-    tables["validity"] = read_table(reports, "validity.csv", required=False)  # nor from before the validity flags
-    tables["depth_decomposition"] = read_table(reports, "depth_decomposition.csv", required=False)  # nor from before the compute clock
-    tables["survival"] = read_table(reports, "survival/aft_comparison.csv", stage="survival")
-    tables["logrank"] = read_table(reports, "survival/logrank.csv", stage="survival", required=False)
+    tables |= {name: read_table(artefacts, f"{name}.csv") for name in AGGREGATE_TABLES}
+    tables["brittle"] = read_table(artefacts, "brittle.csv", required=False)
+    tables["eps_survival"] = read_table(artefacts, "eps_survival.csv", required=False)  # runs from before survival in eps have none
+    tables["eps_survival_curves"] = read_table(artefacts, "eps_survival_curves.csv", required=False)
+    tables["findings"] = read_table(artefacts, "findings.csv", required=False)  # runs from before findings have none
+    tables["validity"] = read_table(artefacts, "validity.csv", required=False)  # nor from before the validity flags
+    tables["depth_decomposition"] = read_table(artefacts, "depth_decomposition.csv", required=False)  # nor from before the compute clock
+    tables["survival"] = read_table(artefacts, "survival/aft_comparison.csv", stage="survival")
+    tables["logrank"] = read_table(artefacts, "survival/logrank.csv", stage="survival", required=False)
     # survival runs from before the within-cell concordance and the Kaplan-Meier check have neither
-    tables["concordance_within"] = read_table(reports, "survival/concordance_within.csv", stage="survival", required=False)
-    tables["km_check"] = read_table(reports, "survival/km_check.csv", stage="survival", required=False)
+    tables["concordance_within"] = read_table(artefacts, "survival/concordance_within.csv", stage="survival", required=False)
+    tables["km_check"] = read_table(artefacts, "survival/km_check.csv", stage="survival", required=False)
     return tables
 
 
-def card_row(path: Path, reports: Path) -> dict:
+def card_row(path: Path, base: Path) -> dict:
     """A card's training configuration, the defences of the model cells built on it and how
     many of them are degenerate (None for cards written before the flag)."""
     try:
@@ -84,12 +86,12 @@ def card_row(path: Path, reports: Path) -> dict:
     flagged = sum(c.get("degenerate") is True for c in cells) if any("degenerate" in c for c in cells) else None
     provenance = card.get("provenance") if isinstance(card.get("provenance"), dict) else {}  # cards before imports lack it
     return (
-        {"card": str(path.relative_to(reports))}
+        {"card": str(path.relative_to(base))}
         | {k: training.get(k) for k in schema.REPORT_CARD}
         | {"t_train": provenance.get("t_train_source", "measured")}
         | {"model cells": len(cells), "defences": ", ".join(defence_order(defences)), "degenerate": flagged}
     )
 
 
-def card_paths(reports: Path) -> list[Path]:
-    return sorted((reports / "cards").glob("*.json"))
+def card_paths(artefacts: Artefacts) -> list[Path]:
+    return sorted(artefacts.input("cards").glob("*.json"))

@@ -13,6 +13,7 @@ from pathlib import Path
 import jinja2
 
 from trashfire.core.records import atomic_path
+from trashfire.core.stage import Artefacts
 from trashfire.report import sections
 from trashfire.report.captions import CAPTIONS, caption_for
 from trashfire.report.inputs import read_metrics, read_tables
@@ -86,11 +87,11 @@ def figures_section(images: list[Path], reports: Path, skipped: dict[str, str] |
 # --- The page
 
 
-def report_html(reports: Path, images: list[Path], skipped: dict[str, str] | None = None) -> Path:
-    """One offline page: findings, headline metrics with their meaning, the run, every figure
-    with how to read it, every table folded."""
-    reports = Path(reports)
-    tables, metrics = read_tables(reports), read_metrics(reports)
+def report_html(artefacts: Artefacts, images: list[Path], skipped: dict[str, str] | None = None) -> Path:
+    """One offline page (the figures stage's `report.html`): findings, headline metrics with
+    their meaning, the run, every figure with how to read it, every table folded."""
+    path = artefacts.output("report.html")
+    tables, metrics = read_tables(artefacts), read_metrics(artefacts)
     degenerate = sections.degenerate_cells(tables["experiments"])
     page = render(
         "report.html.j2",
@@ -100,10 +101,9 @@ def report_html(reports: Path, images: list[Path], skipped: dict[str, str] | Non
         validity=sections.validity_section(tables["validity"], metrics),
         headline=sections.headline_rows(metrics),
         run=sections.run_section(metrics, tables["experiments"], degenerate),
-        figures=figures_section(images, reports, skipped),
-        tables=sections.tables_section(tables, reports),
+        figures=figures_section(images, path.parent, skipped),  # figure names relative to the page
+        tables=sections.tables_section(tables, artefacts),
     )
-    path = reports / "report.html"
     with atomic_path(path) as tmp:
         tmp.write_text(page, encoding="utf-8")
     return path

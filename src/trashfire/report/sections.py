@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from trashfire.core import schema
+from trashfire.core.stage import Artefacts
 from trashfire.metrics import registry, summaries, validity
 from trashfire.report.captions import TABLE_CAPTIONS
 from trashfire.report.formatting import format_value, interval_text, number, p_text, spread_text
@@ -295,11 +295,11 @@ def listed(table: pd.DataFrame | None, name: str, stage: str, columns: list[str]
     return table_of(drop_empty(table[[c for c in columns if c in table]]))
 
 
-def cards_table(reports: Path) -> Table | str:
-    paths = card_paths(reports)
+def cards_table(artefacts: Artefacts) -> Table | str:
+    paths = card_paths(artefacts)
     if not paths:
         return "no model cards in cards/"
-    return table_of(drop_empty(pd.DataFrame([card_row(p, reports) for p in paths])))
+    return table_of(drop_empty(pd.DataFrame([card_row(p, artefacts.input("cards").parent) for p in paths])))
 
 
 def baseline_sentences(comparison: pd.DataFrame) -> list[str]:
@@ -367,7 +367,7 @@ def survival_tables(
     return blocks
 
 
-def tables_section(tables: dict, reports: Path) -> list[Folded | Listing]:
+def tables_section(tables: dict, artefacts: Artefacts) -> list[Folded | Listing]:
     """Every long table, folded, in the order the page lists them."""
     t = tables
     return [
@@ -404,5 +404,5 @@ def tables_section(tables: dict, reports: Path) -> list[Folded | Listing]:
             listed(t["eps_survival"], "eps_survival.csv", "aggregate", schema.REPORT_EPS_SURVIVAL, " (no eps-grid or minimal-perturbation attack)"),
         ),
         *survival_tables(t["survival"], t["logrank"], t.get("concordance_within"), t.get("km_check")),
-        folded("table-cards", "Model cards", len(card_paths(reports)), TABLE_CAPTIONS["cards"], cards_table(reports)),
+        folded("table-cards", "Model cards", len(card_paths(artefacts)), TABLE_CAPTIONS["cards"], cards_table(artefacts)),
     ]

@@ -34,7 +34,7 @@ STAGE = Stage(
 
 
 def run(cfg):
-    return aggregate.aggregate_reports(STAGE.view(cfg))
+    return aggregate.aggregate_reports(STAGE.view(cfg), STAGE.resolved(cfg))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -17,7 +17,7 @@ STAGE = Stage(
 
 
 def run(cfg):
-    return campaign.attack_grid(STAGE.view(cfg))
+    return campaign.attack_grid(STAGE.view(cfg), STAGE.resolved(cfg))
 
 
 def main(argv: list[str] | None = None) -> None:

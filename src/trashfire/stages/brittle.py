@@ -17,7 +17,7 @@ STAGE = Stage(
 
 
 def run(cfg):
-    return scores.score_grid(STAGE.view(cfg))
+    return scores.score_grid(STAGE.view(cfg), STAGE.resolved(cfg))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -37,7 +37,7 @@ STAGE = Stage(
 
 
 def run(cfg):
-    return figures.draw_report(STAGE.view(cfg))
+    return figures.draw_report(STAGE.view(cfg), STAGE.resolved(cfg))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -17,7 +17,7 @@ STAGE = Stage(
 
 
 def run(cfg):
-    return prepare.prepare_all(STAGE.view(cfg))
+    return prepare.prepare_all(STAGE.view(cfg), STAGE.resolved(cfg))
 
 
 def main(argv: list[str] | None = None) -> None:

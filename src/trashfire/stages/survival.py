@@ -17,7 +17,7 @@ STAGE = Stage(
 
 
 def run(cfg):
-    return analysis.analyse(STAGE.view(cfg))
+    return analysis.analyse(STAGE.view(cfg), STAGE.resolved(cfg))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -33,9 +33,9 @@ STAGE = Stage(
 
 
 def run(cfg):
-    view = STAGE.view(cfg)
-    table, outcomes = experiments.write_experiments(view)
-    return table, datasets.write_survival_sets(view, table, outcomes)
+    view, artefacts = STAGE.view(cfg), STAGE.resolved(cfg)
+    table, outcomes = experiments.write_experiments(view, artefacts)
+    return table, datasets.write_survival_sets(view, artefacts, table, outcomes)
 
 
 def main(argv: list[str] | None = None) -> None:

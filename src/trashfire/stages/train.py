@@ -17,7 +17,7 @@ STAGE = Stage(
 
 
 def run(cfg):
-    return training.train_grid(STAGE.view(cfg))
+    return training.train_grid(STAGE.view(cfg), STAGE.resolved(cfg))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -48,6 +48,7 @@ from omegaconf import DictConfig
 from trashfire.core.errors import ConfigError, DataError
 from trashfire.core.parallel import resolve_workers, results_as_completed, threads_per_cell
 from trashfire.core.records import atomic_path, write_json
+from trashfire.core.stage import Artefacts
 from trashfire.survival import fitters as F
 from trashfire.survival.data import diagnose, drop_degenerate
 from trashfire.survival.expected_time import (
@@ -262,13 +263,12 @@ def in_clock_units(table: pd.DataFrame, unit: float, columns) -> pd.DataFrame:
     return table.assign(**{c: table[c] * unit for c in columns if c in table})
 
 
-def analyse(cfg: DictConfig) -> pd.DataFrame:
+def analyse(cfg: DictConfig, artefacts: Artefacts) -> pd.DataFrame:
     settings = cfg.survival
     check_fitters(settings)
-    reports = Path(cfg.paths.reports)
-    out = reports / "survival"
-    data = read_survival_data(reports / "survival_data.csv")
-    diagnose(data, str(reports / "survival_data.csv"))
+    source, out = artefacts.input("survival_data.csv"), artefacts.output("survival")
+    data = read_survival_data(source)
+    diagnose(data, str(source))
     clock = str(cfg.timing.clock)
     unit = fit_unit(clock)
     data = data.assign(**{F.DURATION: data[F.DURATION] / unit})

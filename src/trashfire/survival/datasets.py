@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from pathlib import Path
 
 import pandas as pd
 from omegaconf import DictConfig
@@ -19,13 +18,14 @@ from omegaconf import DictConfig
 from trashfire.core import schema
 from trashfire.core.records import atomic_path
 from trashfire.core.schema import Outcomes
+from trashfire.core.stage import Artefacts
 from trashfire.survival import epsilon
 from trashfire.survival.data import survival_table
 
 log = logging.getLogger(__name__)
 
 
-def write_survival_sets(cfg: DictConfig, experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcomes]) -> pd.DataFrame:
+def write_survival_sets(cfg: DictConfig, artefacts: Artefacts, experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcomes]) -> pd.DataFrame:
     """Write survival_data.csv and eps_survival_data.csv; return the survival data set."""
     data = cfg.survival.data
     survival = survival_table(
@@ -39,9 +39,8 @@ def write_survival_sets(cfg: DictConfig, experiments: pd.DataFrame, outcomes_by_
     )
     eps = cfg.metrics.eps_survival
     eps_data = epsilon.sample_table(experiments, outcomes_by_hash, eps.minimal_units, eps.minimal_eps_max)
-    reports = Path(cfg.paths.reports)
     for name, table in (("survival_data.csv", survival), ("eps_survival_data.csv", eps_data)):
-        with atomic_path(reports / name) as tmp:
+        with atomic_path(artefacts.output(name)) as tmp:
             table.to_csv(tmp, index=False)
     log.info("%d experiment rows, %d survival rows, covariates: %s", len(experiments), len(survival), ", ".join(survival.columns[len(schema.SURVIVAL_IDS) :]))
     return survival

@@ -24,26 +24,27 @@ from trashfire.core.errors import DataError
 from trashfire.core.grid import attack_cells
 from trashfire.core.records import atomic_path, read_json, read_npz
 from trashfire.core.schema import AttackRecord, BenignRecord, Outcomes
+from trashfire.core.stage import Artefacts
 from trashfire.core.stats import degeneracy_threshold
 from trashfire.core.store import attack_record_path, benign_path, black_box_of, declaration_path, outcomes_path
 
 log = logging.getLogger(__name__)
 
 
-def experiments_table(cfg: DictConfig, outcomes: bool = True) -> pd.DataFrame:
-    """One row per attack cell of the grid; `outcomes=False` leaves out the counts from the
-    per-sample arrays (a sweep's objectives need only the records)."""
-    return tabulate(cfg, read_cells(cfg, outcomes))
+def experiments_table(cfg: DictConfig, attacks: Path, outcomes: bool = True) -> pd.DataFrame:
+    """One row per attack cell of the grid, from the attack records in `attacks`; `outcomes=False`
+    leaves out the counts from the per-sample arrays (a sweep's objectives need only the records)."""
+    return tabulate(cfg, attacks, read_cells(cfg, attacks, outcomes))
 
 
-def read_cells(cfg: DictConfig, outcomes: bool = True) -> list[tuple[AttackRecord, Outcomes | None]]:
+def read_cells(cfg: DictConfig, attacks: Path, outcomes: bool = True) -> list[tuple[AttackRecord, Outcomes | None]]:
     """Each attack cell's record and (with `outcomes`) its per-sample outcome arrays."""
     cells = []
     for cell in attack_cells(cfg):
-        path = attack_record_path(cfg.paths.attacks, cell.hash)
+        path = attack_record_path(attacks, cell.hash)
         if not path.is_file():
             raise DataError(f"attack record missing: {path}; run the attack stage first")
-        cells.append((AttackRecord.read(path), read_outcomes(cfg.paths.attacks, cell.hash) if outcomes else None))
+        cells.append((AttackRecord.read(path), read_outcomes(attacks, cell.hash) if outcomes else None))
     return cells
 
 
@@ -52,11 +53,11 @@ def read_outcomes(folder: str | Path, attack_hash: str) -> Outcomes:
     return Outcomes.of(read_npz(path), str(path))
 
 
-def tabulate(cfg: DictConfig, cells: list[tuple[AttackRecord, Outcomes | None]]) -> pd.DataFrame:
+def tabulate(cfg: DictConfig, attacks: Path, cells: list[tuple[AttackRecord, Outcomes | None]]) -> pd.DataFrame:
     rows = [experiment_row(record, arrays, cfg.data[record.dataset].n_classes) for record, arrays in cells]
     table = flag_degenerate(with_clock(pd.DataFrame(rows), cfg.timing.clock), cfg.metrics)
-    table = with_properties(table, attack_properties(cfg.attack, cfg.paths.attacks))
-    return in_order(with_probes(table, cfg.paths.attacks), schema.EXPERIMENTS)
+    table = with_properties(table, attack_properties(cfg.attack, attacks))
+    return in_order(with_probes(table, attacks), schema.EXPERIMENTS)
 
 
 def attack_properties(attacks: DictConfig, folder: str | Path) -> dict[str, dict]:
@@ -136,9 +137,9 @@ def experiment_row(record: AttackRecord | dict, outcomes: Outcomes | dict | None
     return row
 
 
-def read_experiments(reports: str | Path) -> pd.DataFrame:
-    """experiments.csv with norms kept as the strings they are ("inf", "2")."""
-    return pd.read_csv(Path(reports) / "experiments.csv", dtype=schema.EXPERIMENTS_DTYPES)
+def read_experiments(path: Path) -> pd.DataFrame:
+    """experiments.csv (at `path`) with norms kept as the strings they are ("inf", "2")."""
+    return pd.read_csv(path, dtype=schema.EXPERIMENTS_DTYPES)
 
 
 def with_clock(table: pd.DataFrame, clock: str) -> pd.DataFrame:
@@ -189,13 +190,13 @@ def _median_known_step(steps: np.ndarray) -> float:
     return float(np.median(known)) if len(known) else float("nan")
 
 
-def write_experiments(cfg: DictConfig) -> tuple[pd.DataFrame, dict[str, Outcomes]]:
+def write_experiments(cfg: DictConfig, artefacts: Artefacts) -> tuple[pd.DataFrame, dict[str, Outcomes]]:
     """Write experiments.csv; return it with each attack cell's outcome arrays, by attack hash,
     for the survival data sets built from the same read (`trashfire.survival.datasets`)."""
-    reports = Path(cfg.paths.reports)
-    reports.mkdir(parents=True, exist_ok=True)
-    cells = read_cells(cfg)
-    experiments = tabulate(cfg, cells)
-    with atomic_path(reports / "experiments.csv") as tmp:
+    path, attacks = artefacts.output("experiments.csv"), artefacts.input("attacks")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cells = read_cells(cfg, attacks)
+    experiments = tabulate(cfg, attacks, cells)
+    with atomic_path(path) as tmp:
         experiments.to_csv(tmp, index=False)
     return experiments, {record.attack_hash: arrays for record, arrays in cells}

@@ -28,6 +28,7 @@ matplotlib.use("Agg")  # before any figure module imports pyplot
 
 from omegaconf import DictConfig, OmegaConf
 
+from trashfire.core.stage import Artefacts
 from trashfire.report import page
 from trashfire.report.figures import accuracy, brittle, curves, eps_survival, evp, trash
 from trashfire.report.figures.common import FigureFolder, Skipped
@@ -62,21 +63,20 @@ def draw_figures(tables: dict, folder: FigureFolder) -> tuple[list[Path], dict[s
     return written, skipped
 
 
-def survival_images(reports: Path) -> list[Path]:
-    folder = reports / "survival"
+def survival_images(artefacts: Artefacts) -> list[Path]:
+    folder = artefacts.input("survival")
     return sorted(folder.glob("*.png")) + sorted((folder / "coefficients").glob("*.png"))
 
 
-def draw_report(cfg: DictConfig) -> list[Path]:
+def draw_report(cfg: DictConfig, artefacts: Artefacts) -> list[Path]:
     """The stage's work: every figure, then report.html with them and the survival stage's."""
-    reports = Path(cfg.paths.reports)
     formats = tuple(OmegaConf.select(cfg, "report.formats", default=FigureFolder.formats))  # a params.yaml from before the setting: both
-    folder = FigureFolder(reports / "figures", formats)
+    folder = FigureFolder(artefacts.output("figures"), formats)
     folder.path.mkdir(parents=True, exist_ok=True)
-    tables = read_tables(reports)  # every missing input is reported before anything is drawn
-    read_metrics(reports)
+    tables = read_tables(artefacts)  # every missing input is reported before anything is drawn
+    read_metrics(artefacts)
     written, skipped = draw_figures(tables, folder)
     drawn = [p for p in written if p.suffix == ".png"]
-    written.append(page.report_html(reports, drawn + survival_images(reports), skipped))
+    written.append(page.report_html(artefacts, drawn + survival_images(artefacts), skipped))
     log.info("wrote %d figures (%s) to %s and %s", len(drawn), ", ".join(formats), folder.path, written[-1])
     return written
