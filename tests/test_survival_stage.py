@@ -9,11 +9,14 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
-from lifelines import CoxPHFitter, KaplanMeierFitter, WeibullAFTFitter
+from lifelines import CoxPHFitter, CRCSplineFitter, KaplanMeierFitter, WeibullAFTFitter
+from lifelines.calibration import survival_probability_calibration
 from lifelines.datasets import load_rossi
+from lifelines.exceptions import ConvergenceError
 from lifelines.statistics import logrank_test
 from lifelines.utils import concordance_index, restricted_mean_survival_time
 from lifelines.utils.concordance import _concordance_summary_statistics
+from matplotlib.colors import to_hex
 from omegaconf import OmegaConf
 from scipy.special import gamma, gammainc
 
@@ -790,3 +793,167 @@ def test_logrank_weighs_samples_counts_censored_ones_and_lists_families_and_defe
     # no undefended samples anywhere: logrank.csv keeps its header
     empty = expected_time.logrank_table(data[data["defence"] != "none"])
     assert empty.empty and list(empty.columns) == list(table.columns)
+
+
+# --- the scores of survival/fitters.py: calibration, concordance, E[T], Cox score residuals --------
+
+
+def weighted_margin_study(n=60, seed=0):
+    """`n` rows of 1 to 3 samples: a Weibull in one covariate, censored at 3 (about a third)."""
+    rng = np.random.default_rng(seed)
+    margin = rng.gamma(2.0, 1.0, n)
+    failure = rng.weibull(1.5, n) * np.exp(0.5 * margin)
+    return pd.DataFrame(
+        {"attack_hash": "a", "duration": np.minimum(failure, 3.0), "event": (failure < 3.0).astype(int), "weight": rng.integers(1, 4, n), "margin": margin}
+    )
+
+
+@pytest.fixture(scope="module")
+def margin_fit():
+    spec = OmegaConf.create({"fitter": {"_target_": "lifelines.WeibullAFTFitter", "penalizer": 0.0}})
+    return F.fit_one("weibull", spec, weighted_margin_study())
+
+
+def lifelines_calibration_panel(fit, data, t0):
+    """lifelines' own calibration function and plot, on one row per sample."""
+    samples = data.loc[data.index.repeat(data["weight"])].drop(columns=["attack_hash", "weight"]).reset_index(drop=True)
+    fig, ax = plt.subplots()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _, ici, e50 = survival_probability_calibration(fit.fitter, samples, t0=t0, ax=ax)
+    curve = ax.lines[0].get_data()
+    plt.close(fig)
+    return ici, e50, curve
+
+
+def test_calibration_falls_back_to_lifelines_on_one_row_per_sample_where_the_spline_does_not_converge(margin_fit, monkeypatch, capsys):
+    data = weighted_margin_study()
+    ici, e50, _ = lifelines_calibration_panel(margin_fit, data, 1.5)
+    capsys.readouterr()
+    fit_spline = CRCSplineFitter.fit_right_censoring
+
+    def weighted_spline_fails(self, *args, **kwargs):  # ours passes weights, lifelines' own function does not
+        if kwargs.get("weights_col") is not None:
+            raise ConvergenceError("no convergence")
+        return fit_spline(self, *args, **kwargs)
+
+    monkeypatch.setattr(CRCSplineFitter, "fit_right_censoring", weighted_spline_fails)
+    figures = plt.get_fignums()
+    assert F.calibration(margin_fit, data, 1.5) == pytest.approx((ici, e50), rel=1e-9)
+    fig, ax = plt.subplots()
+    assert F.calibration(margin_fit, data, 1.5, ax) == pytest.approx((ici, e50), rel=1e-9)
+    # drawn on the caller's panel, which stays open; no figure of its own left behind, nothing printed
+    assert ax.lines and plt.fignum_exists(fig.number) and plt.get_fignums() == [*figures, fig.number]
+    assert capsys.readouterr().out == ""
+    plt.close(fig)
+
+
+def test_the_calibration_panel_is_lifelines_plot_of_the_curve_ici_measures(margin_fit):
+    data = weighted_margin_study()
+    _, _, (grid, expected) = lifelines_calibration_panel(margin_fit, data, 1.5)
+    fig, ax = plt.subplots()
+    ici, _ = F.calibration(margin_fit, data, 1.5, ax)
+    (curve, diagonal), twin = ax.lines, fig.axes[1]
+    x, y = curve.get_data()
+    assert x == pytest.approx(grid, abs=1e-12) and y == pytest.approx(expected, abs=1e-3)
+    # ICI, read off the drawn curve: the samples' mean distance between it and the diagonal
+    predicted = 1 - margin_fit.fitter.predict_survival_function(data[["margin"]], times=[1.5]).to_numpy().ravel()
+    assert np.average(np.abs(np.interp(predicted, x, y) - predicted), weights=data["weight"]) == pytest.approx(ici, abs=1e-4)
+    assert list(diagonal.get_xdata()) == list(diagonal.get_ydata()) == list(x) and diagonal.get_linestyle() == "--"
+    # the curve in the red of the observed axis (figures.OBSERVED), the histogram of predictions in blue, counting samples
+    assert to_hex(curve.get_color()) == to_hex("tab:red") and to_hex(ax.yaxis.get_ticklabels()[0].get_color()) == to_hex("tab:red")
+    assert sum(bar.get_height() for bar in twin.patches) == data["weight"].sum() and twin.get_ylabel() == "samples"
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("t0", [0.05, 3.0])
+def test_a_calibration_curve_reaching_a_probability_of_0_or_1_stays_finite_and_quiet(margin_fit, t0):
+    """At t0 = 0.05 every prediction is below 0.01 (the curve starts at 0), at 3.0 one is above
+    0.99 (it ends at 1): the complementary log-log of 0 and 1 is infinite, lifelines' curve is NaN there."""
+    data = weighted_margin_study()
+    _, _, (grid, _) = lifelines_calibration_panel(margin_fit, data, t0)
+    fig, ax = plt.subplots()
+    with warnings.catch_warnings(), np.errstate(all="warn"):
+        warnings.simplefilter("error")
+        F.calibration(margin_fit, data, t0, ax)
+    x, y = ax.lines[0].get_data()
+    assert x == pytest.approx(grid, abs=1e-12) and (x[0] == 0.0 if t0 < 1 else x[-1] == 1.0)
+    assert np.all((y >= 0) & (y <= 1)) and np.all(np.diff(y) >= 0)
+    plt.close(fig)
+
+
+def weibull_of_scale_one(shape):
+    """An intercept-only Weibull AFT fit, its coefficients set to scale 1 and this shape."""
+    rng = np.random.default_rng(0)
+    fitter = WeibullAFTFitter().fit(pd.DataFrame({"duration": rng.weibull(1.0, 50), "event": 1}), "duration", "event")
+    fitter.params_[:] = [0.0, math.log(shape)]  # lambda_, rho_
+    return F.Fit("weibull", fitter, 0.0, "BFGS", 1)
+
+
+@pytest.mark.parametrize("shape", [0.5, 1.0, 4.0])
+def test_restricted_mean_of_a_weibull_is_its_closed_form_from_a_hundredth_to_a_thousand_scales(shape):
+    """At 1000 scales the piece below t* 1e-6 is 1e-3 of the mean: it must be there, and right."""
+    t_star = np.geomspace(0.01, 1000, 11)
+    closed_form = gamma(1 + 1 / shape) * gammainc(1 / shape, t_star**shape)
+    assert F.restricted_mean(weibull_of_scale_one(shape), pd.DataFrame(index=range(11)), t_star) == pytest.approx(closed_form, rel=5e-6)
+
+
+def test_restricted_mean_evaluates_each_row_once_in_chunks(monkeypatch):
+    fit, t_star = weibull_of_scale_one(1.5), np.arange(1, 11)  # integer budgets are fine
+    whole = F.restricted_mean(fit, pd.DataFrame(index=range(10)), t_star)
+    evaluated = []
+    hazard = F.cumulative_hazard_at
+
+    def counted(fitter, covariates, times):
+        evaluated.append(len(covariates))
+        return hazard(fitter, covariates, times)
+
+    monkeypatch.setattr(F, "cumulative_hazard_at", counted)
+    assert F.restricted_mean(fit, pd.DataFrame(index=range(10)), t_star, chunk=4).tolist() == whole.tolist()
+    assert evaluated == [4, 4, 2]  # memory bounded by the chunk, each row computed once
+
+
+def test_one_row_per_sample_repeats_weighted_rows_and_leaves_unweighted_data_as_they_are():
+    data = pd.DataFrame({"duration": [1.0, 2.0], "event": [1, 0], "weight": [2, 1], "margin": [0.5, 1.5]}, index=[10, 20])
+    assert F.per_sample(data).to_dict("list") == {"duration": [1.0, 1.0, 2.0], "event": [1, 1, 0], "weight": [1, 1, 1], "margin": [0.5, 0.5, 1.5]}
+    unweighted = data.drop(columns="weight")
+    assert F.per_sample(unweighted).equals(unweighted.reset_index(drop=True))
+
+
+def test_one_comparable_pair_gives_a_concordance_and_none_gives_nan_without_a_warning():
+    pair = pd.DataFrame({"duration": [1.0, 2.0], "event": [1, 0], "weight": 1})
+    assert F.stratified_concordance(pair, np.array([1.0, 2.0]), ["a", "a"]) == 1.0
+    assert F.stratified_concordance(pair, np.array([2.0, 1.0]), ["a", "a"]) == 0.0
+    with warnings.catch_warnings(), np.errstate(all="warn"):
+        # NaN by design, not numpy's 0/0 and its warning (errstate: lifelines' Kaplan-Meier silences numpy for the process)
+        warnings.simplefilter("error")
+        assert math.isnan(F.stratified_concordance(pair, np.array([1.0, 2.0]), ["a", "b"]))  # never compared across strata
+
+
+def cox_on_samples(data, covariates):
+    samples = data.loc[data.index.repeat(data["weight"]), ["duration", "event", *covariates]].reset_index(drop=True)
+    return CoxPHFitter().fit(samples, "duration", "event")
+
+
+def test_a_weighted_rows_cox_score_residual_is_its_samples_together():
+    data = weighted_margin_study()[["duration", "event", "weight", "margin"]]
+    fitter = cox_on_samples(data, ["margin"])
+    samples = data.loc[data.index.repeat(data["weight"])].assign(weight=1)
+    by_sample = pd.DataFrame(F.cox_score_residuals(fitter, samples)).groupby(samples.index.to_numpy()).sum()
+    assert F.cox_score_residuals(fitter, data) == pytest.approx(by_sample.to_numpy(), rel=1e-9, abs=1e-12)
+
+
+def test_cox_score_residuals_do_not_depend_on_where_the_covariates_lie():
+    """Covariates far from 0 (a margin of 3000 + m beside a noise near 0): exp(x beta) overflows
+    unless x is centred first; the residuals, differences from the risk set's mean, stay the same."""
+    data = weighted_margin_study()[["duration", "event", "weight", "margin"]].assign(noise=np.random.default_rng(1).normal(0.0, 1.0, 60))
+    near = F.cox_score_residuals(cox_on_samples(data, ["margin", "noise"]), data)
+    far = data.assign(margin=data["margin"] + 3000.0)
+    assert F.cox_score_residuals(cox_on_samples(far, ["margin", "noise"]), far) == pytest.approx(near, rel=1e-6, abs=1e-9)
+
+
+def test_a_dummy_stored_as_bool_gives_the_cox_score_residuals_of_its_0_1_values():
+    data = weighted_margin_study()[["duration", "event", "weight", "margin"]]
+    dummies = data.assign(fsq=data["margin"] > 2.0)  # pandas' get_dummies gives bool columns
+    fitter = cox_on_samples(dummies, ["margin", "fsq"])
+    assert F.cox_score_residuals(fitter, dummies) == pytest.approx(F.cox_score_residuals(fitter, dummies.assign(fsq=dummies["fsq"].astype(float))))

@@ -415,7 +415,7 @@ def _draw_calibration(ax, spline, predicted: np.ndarray, weights: np.ndarray, t0
     """lifelines' calibration plot: the smoothed curve, the diagonal, a histogram of predictions."""
     grid = np.linspace(max(predicted.min() - 0.01, 0), min(predicted.max() + 0.01, 1), 100)
     curve = 1 - spline.predict_survival_function(pd.DataFrame({"ccl": _ccl(np.clip(grid, 1e-10, 1 - 1e-10))}), times=[t0]).to_numpy().ravel()
-    ax.plot(grid, curve, color="tab:red", label="smoothed calibration curve")
+    ax.plot(grid, curve, color="tab:red")  # no legend: finish_calibration titles the panel
     ax.plot(grid, grid, c="k", ls="--")
     ax.tick_params(axis="y", labelcolor="tab:red")
     twin = ax.twinx()
