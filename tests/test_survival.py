@@ -449,20 +449,25 @@ def test_all_censored_survival_data_is_refused_naming_the_file(tmp_path):
     assert not (tmp_path / "reports" / "survival").exists()
 
 
+DATA, MODELS = "corrupt survival data {path}: {reason}; rerun the timing stage", "corrupt survival models file {path}: {reason}; rerun the survival stage"
+
+
 @pytest.mark.parametrize(
-    ("content", "reason"),
+    ("read", "name", "content", "line", "reason"),
     [
-        (b"", "No columns to parse from file"),
-        (b"\xff\xfe garbage", "'utf-8' codec can't decode byte 0xff in position 0: invalid start byte"),
-        (b'a,b\n1,2\n"open', "Error tokenizing data. C error: EOF inside string starting at row 2"),
+        (analysis.read_survival_data, "survival_data.csv", b"", DATA, "No columns to parse from file"),
+        (analysis.read_survival_data, "survival_data.csv", b"\xff\xfe garbage", DATA, "'utf-8' codec can't decode byte 0xff in position 0: invalid start byte"),
+        (analysis.read_survival_data, "survival_data.csv", b'a,b\n1,2\n"open', DATA, "Error tokenizing data. C error: EOF inside string starting at row 2"),
+        (analysis.load_models, "models.pkl", b"", MODELS, "Ran out of input"),
+        (analysis.load_models, "models.pkl", b"\x80\x04K", MODELS, "pickle data was truncated"),
     ],
 )
-def test_a_corrupt_survival_data_file_is_one_line_naming_it(tmp_path, content, reason):
-    path = tmp_path / "survival_data.csv"
+def test_a_corrupt_survival_input_is_one_line_naming_it(tmp_path, read, name, content, line, reason):
+    path = tmp_path / name
     path.write_bytes(content)
     with pytest.raises(DataError) as refused:
-        analysis.read_survival_data(path)
-    assert str(refused.value) == f"corrupt survival data {path}: {reason}; rerun the timing stage"
+        read(path)
+    assert str(refused.value) == line.format(path=path, reason=reason)
 
 
 def test_missing_survival_data_and_models_name_the_stage_to_run(tmp_path):
@@ -472,15 +477,6 @@ def test_missing_survival_data_and_models_name_the_stage_to_run(tmp_path):
     with pytest.raises(DataError) as refused:
         analysis.load_models(tmp_path / "models.pkl")
     assert str(refused.value) == f"fitted survival models not found: {tmp_path / 'models.pkl'}; run the survival stage"
-
-
-@pytest.mark.parametrize(("content", "reason"), [(b"", "Ran out of input"), (b"\x80\x04K", "pickle data was truncated")])
-def test_a_corrupt_models_file_is_one_line_naming_it(tmp_path, content, reason):
-    path = tmp_path / "models.pkl"
-    path.write_bytes(content)
-    with pytest.raises(DataError) as refused:
-        analysis.load_models(path)
-    assert str(refused.value) == f"corrupt survival models file {path}: {reason}; rerun the survival stage"
 
 
 # the survival section's config checks (trashfire.survival.checks, which `validate` runs): a
