@@ -862,7 +862,18 @@ def test_the_calibration_panel_is_lifelines_plot_of_the_curve_ici_measures(margi
     assert list(diagonal.get_xdata()) == list(diagonal.get_ydata()) == list(x) and diagonal.get_linestyle() == "--"
     # the curve in the red of the observed axis (figures.OBSERVED), the histogram of predictions in blue, counting samples
     assert to_hex(curve.get_color()) == to_hex("tab:red") and to_hex(ax.yaxis.get_ticklabels()[0].get_color()) == to_hex("tab:red")
+    assert to_hex(diagonal.get_color()) == "#000000" and to_hex(ax.xaxis.get_ticklabels()[0].get_color()) == "#000000"  # only the y axis is red
     assert sum(bar.get_height() for bar in twin.patches) == data["weight"].sum() and twin.get_ylabel() == "samples"
+    # numpy's "sqrt" rule for the bins, counted in samples (numpy refuses it with weights), light enough to read the curve through
+    assert len(twin.patches) == math.ceil(math.sqrt(data["weight"].sum())) and {bar.get_alpha() for bar in twin.patches} == {0.3}
+    plt.close(fig)
+
+
+def test_the_calibration_histogram_has_at_most_50_bins(margin_fit):
+    data = weighted_margin_study().assign(weight=lambda d: d["weight"] * 50)  # over 2,500 samples: sqrt would give more
+    fig, ax = plt.subplots()
+    F.calibration(margin_fit, data, 1.5, ax)
+    assert len(fig.axes[1].patches) == 50
     plt.close(fig)
 
 
