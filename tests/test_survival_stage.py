@@ -864,6 +864,9 @@ def test_the_calibration_panel_is_lifelines_plot_of_the_curve_ici_measures(margi
     assert to_hex(curve.get_color()) == to_hex("tab:red") and to_hex(ax.yaxis.get_ticklabels()[0].get_color()) == to_hex("tab:red")
     assert to_hex(diagonal.get_color()) == "#000000" and to_hex(ax.xaxis.get_ticklabels()[0].get_color()) == "#000000"  # only the y axis is red
     assert sum(bar.get_height() for bar in twin.patches) == data["weight"].sum() and twin.get_ylabel() == "samples"
+    assert (
+        to_hex(twin.yaxis.label.get_color()) == to_hex(twin.yaxis.get_ticklabels()[0].get_color()) == to_hex("tab:blue")
+    )  # the samples' axis in the bars' blue
     # numpy's "sqrt" rule for the bins, counted in samples (numpy refuses it with weights), light enough to read the curve through
     assert len(twin.patches) == math.ceil(math.sqrt(data["weight"].sum())) and {bar.get_alpha() for bar in twin.patches} == {0.3}
     plt.close(fig)
