@@ -7,10 +7,11 @@ them against a config (the layout the stage's run writes), and dvc.yaml gets the
 templates (`${paths.reports}/trash.csv`), which DVC resolves from params.yaml, so a changed
 `paths` moves what DVC tracks with what the stages write. Its `run(cfg)` hands the library
 `view(cfg)`, the declared keys and nothing else, so a read of an undeclared key fails in the
-tests instead of leaving `dvc repro` blind to it; and `artefacts(cfg)`, the declared paths
+tests instead of leaving `dvc repro` blind to it; and `resolved(cfg)`, the declared paths
 resolved, by name. The view holds no `paths`: the library reads and writes only the paths
-it is handed, so it cannot write what dvc.yaml does not declare. `trashfire.dvc_yaml` writes dvc.yaml from these
-declarations and from the stage modules' imports, so neither list can drift from the code.
+it is handed, so it cannot write what dvc.yaml does not declare. `trashfire.dvc_yaml` writes
+dvc.yaml from these declarations and from the stage modules' imports, so neither list can
+drift from the code.
 """
 
 from __future__ import annotations
