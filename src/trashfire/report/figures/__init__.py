@@ -1,6 +1,6 @@
-"""Stage `figures`: every paper figure (in `report.formats`: PNG, and PDF by default) and a single self-contained HTML report,
-drawn from the tables `aggregate`, `timing` and `survival` recorded, so that a plotting change
-never re-runs an experiment.
+"""Stage `figures`: every paper figure (in `report.formats`: PNG, and PDF by default) and a
+single self-contained HTML report, drawn from the tables `aggregate`, `timing` and `survival`
+recorded, so that a plotting change never re-runs an experiment.
 
 The report (reports/report.html, trashfire.report.page) puts what a reader needs first: the
 papers' claims tested on this run (findings.csv) with their verdicts, the headline metrics
