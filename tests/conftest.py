@@ -142,3 +142,49 @@ def recorded(folder: Path) -> dict[str, dict]:
             with np.load(path) as arrays:
                 found[path.name] = {k: arrays[k].tolist() for k in arrays.files if not k.startswith(TIMING_ARRAYS)}
     return found
+
+
+@pytest.fixture(scope="session")
+def digits_cnn(tmp_path_factory):
+    """A 3-layer CNN trained for 3 epochs on 400 digits, as the attack engine sees it: the
+    split and the `Target` (undefended, CPU). Session-wide: AutoAttack's component tests
+    share it."""
+    import torch
+
+    from trashfire.attacks import art_classifier
+    from trashfire.attacks.target import Target
+    from trashfire.core.grid import UNDEFENDED, training_cells
+    from trashfire.data.datasets import load_split
+    from trashfire.models import training
+    from trashfire.stages import prepare, train
+
+    tmp = tmp_path_factory.mktemp("digits_cnn")
+    cfg = tiny_config(tmp, "model=[cnn3]", "defence=[none]", "train.epochs=[3]", "attack=[pgd]", "split.n_attack=60")
+    prepare.run(cfg)
+    train.run(cfg)
+    split = load_split(cfg.paths.processed, "digits", 0, 10)
+    model = training.load_weights(cfg.paths.models, training_cells(cfg)[0], split)
+    cpu = torch.device("cpu")
+    return split, Target(art_classifier(model, split, dict(UNDEFENDED), cpu), cpu)
+
+
+class PixelModel:
+    """A `Target`'s logits on [0, 1] pixel inputs, as the AutoAttack authors' code
+    (`pyautoattack`) calls a model: the standardised input is low + x * (high - low), so an
+    eps in pixels is eps * (high - low) on the standardised scale (one channel: exact)."""
+
+    def __init__(self, target):
+        import torch
+
+        self.target = target
+        self.low, self.high = target.clip_values
+        self.module = torch.nn.Module()  # pyautoattack's check_dynamic traces a call
+
+    def __call__(self, x):
+        return self.target.logits(self.low + x * (self.high - self.low))
+
+    def to_pixels(self, x_standardised):
+        return (x_standardised - self.low) / (self.high - self.low)
+
+    def eps_standardised(self, eps_pixels: float) -> float:
+        return eps_pixels * (self.high - self.low)

@@ -34,7 +34,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -43,6 +43,7 @@ from torch.nn import functional as F
 
 from trashfire.attacks import NORMS, pgd_step_size, torch_algorithm
 from trashfire.attacks.autoattack import Sequence
+from trashfire.attacks.failure_log import FailureLog, batches
 from trashfire.attacks.target import Target, margins
 from trashfire.core.clocks import STEPS, LapClock, Rate, rate_of
 from trashfire.models.flops import SampleCost, sample_cost
@@ -53,58 +54,6 @@ FIRST_QUERY = "first_query"  # broken_by of a sample misclassified before any co
 # pricing groups of the clock: the torch loop's steps; the image-by-image engines' batched
 # checks (first query, verification) and searches (a composite's: one group per component)
 CHECKS, SEARCH, COMPONENT = "checks", "search", "component:"
-
-
-@dataclass
-class FailureLog:
-    """Per-sample outcomes as the attack goes: the first failure is kept, the latest
-    prediction is the adversarial one."""
-
-    x: np.ndarray
-    y: np.ndarray
-    budget: int
-    x_adv: np.ndarray = field(init=False)
-
-    def __post_init__(self) -> None:
-        n = len(self.y)
-        self.x_adv = self.x.copy()
-        self.y_pred_ben = np.full(n, -1, dtype=np.int64)
-        self.y_pred_adv = np.full(n, -1, dtype=np.int64)
-        self.margin_ben = np.zeros(n)
-        self.failure_step = np.full(n, self.budget, dtype=np.int64)
-        self.event = np.zeros(n, dtype=bool)
-        self.broken_by: np.ndarray | None = None  # the `sequence` engine's: which component broke it
-
-    def first_query(self, rows: np.ndarray, decisions: np.ndarray, margin: np.ndarray) -> np.ndarray:
-        self.y_pred_ben[rows] = decisions
-        self.margin_ben[rows] = margin
-        return self.observe(rows, decisions, 0)
-
-    def observe(self, rows: np.ndarray, decisions: np.ndarray, step: int) -> np.ndarray:
-        """Record a check of `rows`; returns which are misclassified now."""
-        wrong = decisions != self.y[rows]
-        first = rows[wrong & ~self.event[rows]]
-        self.event[first] = True
-        self.failure_step[first] = step
-        self.y_pred_adv[rows] = decisions
-        return wrong
-
-    def arrays(self, clock: LapClock) -> dict[str, np.ndarray]:
-        """The per-sample arrays the attack itself decides: outcomes, exact compute and the
-        equal-share durations (`price` adds the priced ones)."""
-        extra = {} if self.broken_by is None else {"broken_by": self.broken_by}
-        return extra | {
-            "y_pred_ben": self.y_pred_ben,
-            "y_pred_adv": self.y_pred_adv,
-            "margin_ben": self.margin_ben,
-            "failure_step": self.failure_step,
-            "event": self.event,
-            "queries": clock.queries.copy(),
-            "gradients": clock.gradients.copy(),
-            "flops": clock.flops,
-            "duration_process_shared": clock.process_shared,
-            "duration_wall_shared": clock.wall_shared,
-        }
 
 
 @dataclass
@@ -238,11 +187,6 @@ def pgd_settings(spec: dict, eps: float) -> GradientSettings:
     return GradientSettings(_norm(spec), eps, pgd_step_size(spec, eps), int(spec["max_iter"]))
 
 
-def _batches(n: int, size: int):
-    for start in range(0, n, size):
-        yield np.arange(start, min(n, start + size))
-
-
 def _first_check(target: Target, log: FailureLog, rows: np.ndarray, logits: torch.Tensor, labels: torch.Tensor) -> np.ndarray:
     return log.first_query(rows, target.decide(logits), margins(logits, labels))
 
@@ -255,7 +199,7 @@ def gradient_attack(target: Target, log: FailureLog, clock: LapClock, settings: 
     nothing. A step of a whole batch with every sample the first query left standing still
     active is a reference step: it measures the seconds per FLOP at full batch."""
     device = target.device
-    for rows in _batches(len(log.y), batch_size):
+    for rows in batches(len(log.y), batch_size):
         x0 = torch.from_numpy(log.x[rows]).to(device)
         labels = torch.from_numpy(log.y[rows]).to(device)
         x_adv, active = x0.clone(), torch.arange(len(rows), device=device)
@@ -339,7 +283,7 @@ def deepfool(target: Target, log: FailureLog, clock: LapClock, nb_grads: int, ma
     step, depends on the other samples of its batch (the one exception to batch-independent
     compute)."""
     device, (low, high) = target.device, target.clip_values
-    for rows in _batches(len(log.y), batch_size):
+    for rows in batches(len(log.y), batch_size):
         x0 = torch.from_numpy(log.x[rows]).to(device)
         labels = torch.from_numpy(log.y[rows]).to(device)
         x_adv, active, classes = x0.clone(), torch.arange(len(rows), device=device), None
@@ -453,7 +397,7 @@ def _first_query_all(target: Target, log: FailureLog, clock: LapClock, batch_siz
     """The first query on every sample, in batches (reference laps of the checks: the cell's
     whole batch); returns the samples it left standing."""
     standing = []
-    for rows in _batches(len(log.y), batch_size):
+    for rows in batches(len(log.y), batch_size):
         with torch.no_grad():
             logits = target.logits(torch.from_numpy(log.x[rows]).to(target.device))
         clock.count(rows, queries=1, group=CHECKS)

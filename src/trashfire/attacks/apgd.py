@@ -1,0 +1,300 @@
+"""APGD (Croce & Hein 2020), AutoAttack's gradient components, batched on the torch engine
+with early exit and the per-sample failure clock.
+
+The arithmetic is the authors' (`pyautoattack`'s `APGDAttack.attack_single_run` and
+`APGDAttack_targeted.perturb`): the random start, the first step of 2 eps, momentum 0.75, the
+checkpoints at which a sample whose loss oscillated or stalled halves its step and restarts
+from its best point, the CE, DLR and targeted DLR losses, EOT's mean gradient. Every quantity
+of that loop is per sample, so a sample may leave the batch the moment a check finds it
+misclassified without changing any other sample's path: the random draws keep the
+reference's shapes and order (one generator per batch, seeded as its `perturb` seeds torch),
+and on the same model, inputs and seed the broken samples are the reference's.
+
+Counting (`trashfire.core.clocks.LapClock`, group STEPS): each pass of a sample through the
+model is a query and its backward an input gradient: `eot_iter` of each at the random start
+and at every iteration; APGD-T adds one query per batch for the targets (the clean logits).
+A never-broken sample spends `budget_of(settings)` queries; a sample is checked at every pass
+that computes its loss (the last EOT draw decides, as the reference's `acc`), and breaks at
+the first check that finds it misclassified (`target.decide`, the defended decision).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from trashfire.attacks.failure_log import FailureLog, batches
+from trashfire.attacks.target import Target
+from trashfire.core.clocks import STEPS, LapClock
+
+LOSSES = ("ce", "dlr", "dlr-targeted")
+DLR_CLASSES = {"dlr": 3, "dlr-targeted": 4}  # the logits each ratio's denominator needs
+TINY = 1e-12  # the reference's guard in every division
+
+
+@dataclass(frozen=True)
+class APGDSettings:
+    """One APGD run: `loss` ce or dlr (untargeted) or dlr-targeted (APGD-T: the `n_targets`
+    most likely wrong classes in turn); AutoAttack's standard values by default."""
+
+    norm: float
+    eps: float
+    n_iter: int = 100
+    loss: str = "ce"
+    n_targets: int = 0
+    rho: float = 0.75
+    eot_iter: int = 1
+    alpha: float = 2.0  # the first step, in eps
+
+    def __post_init__(self) -> None:
+        if self.norm not in (np.inf, 2):
+            raise ValueError(f"APGD's norm: got {self.norm!r}; the batched APGD runs inf and 2 (AutoAttack's L1 version is not ported)")
+        if self.loss not in LOSSES:
+            raise ValueError(f"APGD's loss: got {self.loss!r}; allowed: {', '.join(LOSSES)}")
+        if (self.loss == "dlr-targeted") != (self.n_targets > 0):
+            raise ValueError(f"APGD: loss {self.loss!r} with n_targets {self.n_targets}: the targeted DLR loss needs n_targets > 0, the others 0")
+        if self.n_iter < 1 or self.eot_iter < 1:
+            raise ValueError(f"APGD: n_iter {self.n_iter} and eot_iter {self.eot_iter} must be >= 1")
+
+    @property
+    def first_check(self) -> int:
+        """Iterations before the first checkpoint (22% of them), and the checkpoints'
+        shrinking interval: by 3% of the iterations each time, down to 6%."""
+        return max(int(0.22 * self.n_iter), 1)
+
+    @property
+    def shortest_interval(self) -> int:
+        return max(int(0.06 * self.n_iter), 1)
+
+    @property
+    def interval_decrease(self) -> int:
+        return max(int(0.03 * self.n_iter), 1)
+
+
+def budget_of(settings: APGDSettings) -> int:
+    """The queries of a sample no run breaks: each target's run (one untargeted) spends
+    eot_iter passes at the start and at each iteration; APGD-T's targets cost one query."""
+    runs = max(settings.n_targets, 1)
+    return runs * settings.eot_iter * (settings.n_iter + 1) + (1 if settings.n_targets else 0)
+
+
+def checkpoints(settings: APGDSettings) -> list[int]:
+    """The iterations (0-based) after which the step-size check runs: first after
+    `first_check` iterations, then at intervals shrinking by `interval_decrease` to
+    `shortest_interval` (the reference's counter3 and k)."""
+    found, interval, last = [], settings.first_check, -1
+    while last + interval < settings.n_iter:
+        last += interval
+        found.append(last)
+        interval = max(interval - settings.interval_decrease, settings.shortest_interval)
+    return found
+
+
+def dlr_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The difference of logits ratio: -(z_y - max_{i!=y} z_i) / (z_1 - z_3)."""
+    ranked, order = logits.sort(dim=1)
+    top_is_label = (order[:, -1] == labels).float()
+    rows = torch.arange(len(logits), device=logits.device)
+    best_other = ranked[:, -2] * top_is_label + ranked[:, -1] * (1.0 - top_is_label)
+    return -(logits[rows, labels] - best_other) / (ranked[:, -1] - ranked[:, -3] + TINY)
+
+
+def targeted_dlr_loss(logits: torch.Tensor, labels: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The targeted DLR: -(z_y - z_t) / (z_1 - (z_3 + z_4) / 2)."""
+    ranked = logits.sort(dim=1)[0]
+    rows = torch.arange(len(logits), device=logits.device)
+    return -(logits[rows, labels] - logits[rows, targets]) / (ranked[:, -1] - 0.5 * (ranked[:, -3] + ranked[:, -4]) + TINY)
+
+
+def sample_losses(settings: APGDSettings, logits: torch.Tensor, labels: torch.Tensor, targets: torch.Tensor | None) -> torch.Tensor:
+    if settings.loss == "ce":
+        return F.cross_entropy(logits, labels, reduction="none")
+    if settings.loss == "dlr":
+        return dlr_loss(logits, labels)
+    return targeted_dlr_loss(logits, labels, targets)
+
+
+def _per_sample(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return values.reshape((-1,) + (1,) * (like.dim() - 1))
+
+
+def normalised(x: torch.Tensor, norm: float) -> torch.Tensor:
+    """x over its norm per sample (+1e-12, the reference's `normalize`)."""
+    flat = x.reshape(len(x), -1)
+    size = flat.abs().max(1)[0] if norm == np.inf else (flat**2).sum(-1).sqrt()
+    return x / (_per_sample(size, x) + TINY)
+
+
+def random_start(x: torch.Tensor, eps: float, norm: float, generator: torch.Generator) -> torch.Tensor:
+    """A point on the eps-sphere around x, drawn as the reference draws it (on the CPU)."""
+    if norm == np.inf:
+        direction = 2 * torch.rand(x.shape, generator=generator) - 1
+    else:
+        direction = torch.randn(x.shape, generator=generator)
+    return x + eps * normalised(direction.to(x.device), norm)
+
+
+def oscillated(losses: torch.Tensor, iteration: int, interval: int, rho: float) -> torch.Tensor:
+    """1 where a sample's loss rose in at most rho of the last `interval` iterations. Negative
+    indices wrap round as in the reference: at the first checkpoint the oldest comparison is
+    with the table's last, still empty row."""
+    rises = torch.zeros(losses.shape[1], device=losses.device)
+    for back in range(interval):
+        rises += (losses[iteration - back] > losses[iteration - back - 1]).float()
+    return (rises <= interval * rho * torch.ones_like(rises)).float()
+
+
+class Run:
+    """One APGD run on one batch: the per-sample state of the reference's loop, and the
+    samples still in it (`rows`, indices into the log)."""
+
+    def __init__(self, target: Target, log: FailureLog, clock: LapClock, settings: APGDSettings, rows: np.ndarray, batch_size: int):
+        self.target, self.log, self.clock, self.settings = target, log, clock, settings
+        self.rows, self.whole = rows, len(rows) == batch_size  # a reference lap: every row of a full batch still in it
+        self.size = len(rows)
+        device = target.device
+        self.x = torch.from_numpy(log.x[rows]).to(device)
+        self.labels = torch.from_numpy(log.y[rows]).to(device)
+        self.targets: torch.Tensor | None = None
+        self.low, self.high = target.clip_values
+
+    def project(self, x_new: torch.Tensor) -> torch.Tensor:
+        """Onto the eps-ball around x and into the input box (the reference's order)."""
+        eps = self.settings.eps
+        if self.settings.norm == np.inf:
+            return torch.clamp(torch.min(torch.max(x_new, self.x - eps), self.x + eps), self.low, self.high)
+        delta = x_new - self.x
+        size = (delta**2).reshape(len(delta), -1).sum(-1).sqrt()
+        return torch.clamp(self.x + normalised(delta, 2) * torch.min(eps * torch.ones_like(self.x), _per_sample(size, delta)), self.low, self.high)
+
+    def gradient(self, x_adv: torch.Tensor, unit: int) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+        """The loss and its mean gradient over eot_iter passes at x_adv, each pass counted;
+        the last pass's decision checks every sample. Returns (losses, gradient, broken)."""
+        eot = self.settings.eot_iter
+        self.clock.count(self.rows, queries=eot, gradients=eot, group=STEPS)
+        grad = torch.zeros_like(self.x)
+        for _ in range(eot):
+            inputs = x_adv.clone().requires_grad_(True)
+            with torch.enable_grad():
+                logits = self.target.logits(inputs)
+                losses = sample_losses(self.settings, logits, self.labels, self.targets)
+                grad += torch.autograd.grad(losses.sum(), inputs)[0].detach()
+        broken = self.log.observe(self.rows, self.target.decide(logits), self.clock.queries[self.rows])
+        self.log.x_adv[self.rows[broken]] = x_adv[torch.from_numpy(broken).to(x_adv.device)].detach().cpu().numpy()
+        self.clock.lap(self.rows, STEPS, reference=self.whole and len(self.rows) == self.size, unit=unit)
+        return losses.detach(), grad / float(eot), broken
+
+    def attack(self, generator: torch.Generator) -> None:
+        """The reference's attack_single_run, leaving out each sample at its first failure."""
+        s = self.settings
+        x_adv = torch.clamp(random_start(self.x, s.eps, s.norm, generator), self.low, self.high)
+        losses, grad, broken = self.gradient(x_adv, self.clock.new_unit())
+        state = {
+            "x": self.x,
+            "labels": self.labels,
+            "x_adv": x_adv,
+            "x_old": x_adv.clone(),
+            "x_best": x_adv.clone(),
+            "grad": grad,
+            "grad_best": grad.clone(),
+            "loss_best": losses.clone(),
+            "last_best": losses.clone(),
+            "reduced": torch.ones_like(losses),
+            "step": s.alpha * s.eps * torch.ones([len(self.x), *([1] * (self.x.dim() - 1))], device=self.x.device),
+            "history": torch.zeros([s.n_iter, len(self.x)], device=self.x.device),
+        }
+        if self.targets is not None:
+            state["targets"] = self.targets
+        self.state = state  # the samples still in the run, as the run leaves them
+        self.keep(state, ~broken)
+        since, interval = 0, s.first_check
+        for i in range(s.n_iter):
+            if not len(self.rows):
+                return
+            x_adv = self.step(state, i)
+            losses, grad, broken = self.gradient(x_adv, self.clock.new_unit())
+            state["x_adv"], state["grad"] = x_adv, grad
+            state["history"][i] = losses
+            improved = losses > state["loss_best"]
+            state["x_best"][improved] = x_adv[improved].clone()
+            state["grad_best"][improved] = grad[improved].clone()
+            state["loss_best"][improved] = losses[improved]
+            since += 1
+            if since == interval:
+                self.halve_steps(state, i, interval)
+                interval, since = max(interval - s.interval_decrease, s.shortest_interval), 0
+            self.keep(state, ~broken)
+        self.log.x_adv[self.rows] = state["x_best"].detach().cpu().numpy()
+
+    def step(self, state: dict[str, torch.Tensor], i: int) -> torch.Tensor:
+        """The momentum step: a projected step along the gradient's steepest direction, then
+        0.75 of it plus 0.25 of the previous move (the first step: all of it)."""
+        x_adv = state["x_adv"].detach()
+        previous_move, state["x_old"] = x_adv - state["x_old"], x_adv.clone()
+        momentum = 0.75 if i > 0 else 1.0
+        direction = torch.sign(state["grad"]) if self.settings.norm == np.inf else normalised(state["grad"], 2)
+        stepped = self.project(x_adv + state["step"] * direction)
+        return self.project(x_adv + (stepped - x_adv) * momentum + previous_move * (1 - momentum))
+
+    def halve_steps(self, state: dict[str, torch.Tensor], i: int, interval: int) -> None:
+        """The checkpoint: a sample whose loss oscillated, or whose step was not halved last
+        time and whose best loss has not improved since, halves its step and goes back to
+        its best point and gradient."""
+        stalled = (1.0 - state["reduced"]) * (state["last_best"] >= state["loss_best"]).float()
+        halve = torch.max(oscillated(state["history"], i, interval, self.settings.rho), stalled)
+        state["reduced"], state["last_best"] = halve.clone(), state["loss_best"].clone()
+        chosen = halve > 0
+        state["step"][chosen] /= 2.0
+        state["x_adv"][chosen] = state["x_best"][chosen].clone()
+        state["grad"][chosen] = state["grad_best"][chosen].clone()
+
+    def keep(self, state: dict[str, torch.Tensor], keep: np.ndarray) -> None:
+        """Drop the samples just broken from the batch and from every per-sample state."""
+        if keep.all():
+            return
+        kept = torch.from_numpy(keep).to(self.x.device)
+        for name, value in state.items():
+            state[name] = value[:, kept] if name == "history" else value[kept]
+        self.x, self.labels, self.rows = state["x"], state["labels"], self.rows[keep]
+        self.targets = state.get("targets")
+
+
+def apgd(target: Target, log: FailureLog, clock: LapClock, rows: np.ndarray, settings: APGDSettings, batch_size: int, seed: int) -> None:
+    """APGD on the samples `rows` (all standing), batch by batch, each batch seeded as the
+    reference's `perturb` seeds torch; APGD-T runs target after target, each on the samples
+    the previous ones left standing."""
+    check_classes(settings, int(target.classifier.nb_classes))
+    for positions in batches(len(rows), batch_size):
+        generator = torch.Generator().manual_seed(int(seed))
+        batch = rows[positions]
+        if not settings.n_targets:
+            Run(target, log, clock, settings, batch, batch_size).attack(generator)
+            continue
+        ranked = clean_ranking(target, log, clock, batch)
+        for k in range(2, settings.n_targets + 2):
+            standing = ~log.event[batch]
+            if not standing.any():
+                break
+            run = Run(target, log, clock, settings, batch[standing], batch_size)
+            run.targets = ranked[torch.from_numpy(standing).to(ranked.device)][:, -k]
+            run.attack(generator)
+
+
+def check_classes(settings: APGDSettings, classes: int) -> None:
+    """The DLR ratios need 3 logits (4 targeted), and APGD-T a target per wrong class."""
+    needed = max(DLR_CLASSES.get(settings.loss, 2), settings.n_targets + 1)
+    if classes < needed:
+        raise ValueError(f"APGD's {settings.loss} loss with {settings.n_targets} targets needs >= {needed} classes; the model has {classes}")
+
+
+def clean_ranking(target: Target, log: FailureLog, clock: LapClock, rows: np.ndarray) -> torch.Tensor:
+    """The classes of each sample ordered by its clean logits, ascending (APGD-T's k-th target
+    is column -k, the reference's `output.sort(dim=1)[1][:, -k]`): one query."""
+    clock.count(rows, queries=1, group=STEPS)
+    with torch.no_grad():
+        ranked = target.logits(torch.from_numpy(log.x[rows]).to(target.device)).sort(dim=1)[1]
+    clock.lap(rows, STEPS)
+    return ranked

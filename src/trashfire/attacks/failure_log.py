@@ -1,0 +1,73 @@
+"""The per-sample outcomes an attack decides as it goes (docs/design.md, "Per-sample failure
+clock"): shared by the torch engine's loops and AutoAttack's batched components."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from trashfire.core.clocks import LapClock
+
+
+def batches(n: int, size: int) -> Iterator[np.ndarray]:
+    """Positions 0..n-1 in consecutive batches of at most `size`."""
+    for start in range(0, n, size):
+        yield np.arange(start, min(n, start + size))
+
+
+@dataclass
+class FailureLog:
+    """Per-sample outcomes as the attack goes: the first failure is kept, the latest
+    prediction is the adversarial one."""
+
+    x: np.ndarray
+    y: np.ndarray
+    budget: int
+    x_adv: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        n = len(self.y)
+        self.x_adv = self.x.copy()
+        self.y_pred_ben = np.full(n, -1, dtype=np.int64)
+        self.y_pred_adv = np.full(n, -1, dtype=np.int64)
+        self.margin_ben = np.zeros(n)
+        self.failure_step = np.full(n, self.budget, dtype=np.int64)
+        self.event = np.zeros(n, dtype=bool)
+        self.broken_by: np.ndarray | None = None  # the `sequence` engine's: which component broke it
+
+    def first_query(self, rows: np.ndarray, decisions: np.ndarray, margin: np.ndarray) -> np.ndarray:
+        self.y_pred_ben[rows] = decisions
+        self.margin_ben[rows] = margin
+        return self.observe(rows, decisions, 0)
+
+    def observe(self, rows: np.ndarray, decisions: np.ndarray, step: int | np.ndarray) -> np.ndarray:
+        """Record a check of `rows` at `step` (one for all, or one per row: a composite's
+        steps are each sample's own queries); returns which are misclassified now."""
+        wrong = decisions != self.y[rows]
+        new = wrong & ~self.event[rows]
+        first = rows[new]
+        self.event[first] = True
+        self.failure_step[first] = np.asarray(step)[new] if np.ndim(step) else step
+        self.y_pred_adv[rows] = decisions
+        return wrong
+
+    def arrays(self, clock: LapClock) -> dict[str, np.ndarray]:
+        """The per-sample arrays the attack itself decides: outcomes, exact compute and the
+        equal-share durations (`price` adds the priced ones)."""
+        extra = {} if self.broken_by is None else {"broken_by": self.broken_by}
+        return extra | {
+            "y_pred_ben": self.y_pred_ben,
+            "y_pred_adv": self.y_pred_adv,
+            "margin_ben": self.margin_ben,
+            "failure_step": self.failure_step,
+            "event": self.event,
+            "queries": clock.queries.copy(),
+            "gradients": clock.gradients.copy(),
+            "flops": clock.flops,
+            "duration_process_shared": clock.process_shared,
+            "duration_wall_shared": clock.wall_shared,
+        }
