@@ -47,7 +47,14 @@ def ours(target, x, y, settings, seed=0, batch_size=100):
 def reference(target, x, y, settings, seed=0):
     """The authors' APGD (or APGD-T) on the same model in pixel units: which samples it breaks."""
     pixels = PixelModel(target)
-    options = dict(n_iter=settings.n_iter, norm="Linf" if settings.norm == np.inf else "L2", n_restarts=1, eps=settings.eps / (pixels.high - pixels.low), seed=seed, device="cpu")
+    options = dict(
+        n_iter=settings.n_iter,
+        norm="Linf" if settings.norm == np.inf else "L2",
+        n_restarts=1,
+        eps=settings.eps / (pixels.high - pixels.low),
+        seed=seed,
+        device="cpu",
+    )
     if settings.n_targets:
         attack = APGDAttack_targeted(pixels, n_target_classes=settings.n_targets, **options)
     else:

@@ -28,6 +28,16 @@ from trashfire.stages import attack, prepare, train
 CPU = torch.device("cpu")
 NEW = ["apgd_ce", "apgd_dlr", "square", "autoattack"]
 EPS = [0.1, 0.2]  # pixel units: 0.1 leaves part of the tiny model standing, 0.2 breaks most
+# the composite on ART's components image by image, at the budgets of the components' own
+# options (apgd_ce.yaml, apgd_dlr.yaml): a custom version (the sequence engine leaves FAB-T
+# out: ART has none)
+REDUCED_SEQUENCE = [
+    "attack.autoattack.engine=sequence",
+    "attack.autoattack.version=custom",
+    "attack.autoattack.kwargs.components.apgd_ce.max_iter=10",
+    "attack.autoattack.kwargs.components.apgd_t.max_iter=10",
+    "attack.autoattack.kwargs.components.apgd_t.kwargs.n_targets=3",
+]
 
 
 def overrides(tmp, *extra, attacks=("pgd", *NEW)):
@@ -35,6 +45,7 @@ def overrides(tmp, *extra, attacks=("pgd", *NEW)):
     the tests in seconds."""
     grids = [f"attack.{name}.values=[{','.join(map(str, EPS))}]" for name in attacks]
     square = [f"attack.{path}.max_iter=20" for path in ("square", "autoattack.kwargs.components.square") if path.split(".")[0] in attacks]
+    composite = REDUCED_SEQUENCE if "autoattack" in attacks else []
     pgd = ["attack.pgd.units=pixel"] if "pgd" in attacks else []
     return tiny_overrides(
         tmp,
@@ -46,6 +57,7 @@ def overrides(tmp, *extra, attacks=("pgd", *NEW)):
         *pgd,
         *grids,
         *square,
+        *composite,
         *extra,
     )
 
@@ -104,7 +116,10 @@ def test_wrong_classes_are_the_most_likely_others_in_order():
 def test_the_composite_is_the_worst_case_of_its_components_run_alone(trained, eps):
     _, split, classifier, specs = trained
     y, composite = engine_run(split, classifier, spec_of(specs, "autoattack", eps))
-    alone = {name: engine_run(split, classifier, spec_of(specs, name, eps))[1] for name in ("apgd_ce", "apgd_dlr", "square")}
+    alone = {
+        name: engine_run(split, classifier, spec_of(specs, standalone, eps))[1]
+        for name, standalone in (("apgd_ce", "apgd_ce"), ("apgd_t", "apgd_dlr"), ("square", "square"))
+    }
     # each component repeats its standalone search on the samples still standing, with the
     # same seed: the composite breaks exactly the samples some component breaks alone
     np.testing.assert_array_equal(composite["event"], np.any([out["event"] for out in alone.values()], axis=0))
@@ -163,12 +178,12 @@ def test_the_composite_cell_shares_out_its_time_and_is_deterministic(trained, tm
     for cell in attack_cells(again):
         record = read_json(campaign.attack_record_path(again.paths.attacks, cell.hash))
         out = read_npz(campaign.outcomes_path(again.paths.attacks, cell.hash))
-        assert record["engine"] == "sequence" and list(record["config"]["kwargs"]["components"]) == ["apgd_ce", "apgd_dlr", "square"]
+        assert record["engine"] == "sequence" and list(record["config"]["kwargs"]["components"]) == ["apgd_ce", "apgd_t", "fab_t", "square"]
         # the engine's tolerance (tests/test_attacks.py): 1%, or bookkeeping outside the laps
         for clock, slack in (("wall", 2e-3), ("process", 8e-3)):
             assert out[f"duration_{clock}_shared"].sum() == pytest.approx(record["n_attack"] * record[f"t_attack_{clock}"], rel=0.01, abs=slack)
         np.testing.assert_array_equal(out["event"], out["y_pred_adv"] != out["y_true"])
-        assert set(out["broken_by"][out["event"]]) <= {"first_query", "apgd_ce", "apgd_dlr", "square"}
+        assert set(out["broken_by"][out["event"]]) <= {"first_query", "apgd_ce", "apgd_t", "square"}
         assert (out["broken_by"][~out["event"]] == "").all() and record["n_attack"] == 8
 
 
@@ -214,7 +229,7 @@ def test_the_new_options_validate(tmp_path):
     "extra,attacks,key,says",
     [
         (["data.digits.n_classes=2"], ("apgd_dlr",), "attack.apgd_dlr", "third largest logit"),
-        (["data.digits.n_classes=2"], ("autoattack",), "attack.autoattack.kwargs.components.apgd_dlr", ">= 3"),
+        (["data.digits.n_classes=2"], ("autoattack",), "attack.autoattack.kwargs.components.apgd_t", ">= 4"),
         (["attack.apgd_ce.values=[-0.1]"], ("apgd_ce",), "attack.apgd_ce.values", "> 0"),
         (["attack.autoattack.values=[-0.1]"], ("autoattack",), "attack.autoattack.values", "> 0"),
         (["attack.square.norms=[1]"], ("square",), "attack.square.norms", "allowed: inf, 2"),

@@ -76,7 +76,8 @@ class APGDSettings:
 
 def budget_of(settings: APGDSettings) -> int:
     """The queries of a sample no run breaks: each target's run (one untargeted) spends
-    eot_iter passes at the start and at each iteration; APGD-T's targets cost one query."""
+    eot_iter passes at the start and at each iteration; APGD-T's targets cost one query.
+    (On fewer classes than n_targets + 1, APGD-T runs one target per wrong class.)"""
     runs = max(settings.n_targets, 1)
     return runs * settings.eot_iter * (settings.n_iter + 1) + (1 if settings.n_targets else 0)
 
@@ -274,7 +275,7 @@ def apgd(target: Target, log: FailureLog, clock: LapClock, rows: np.ndarray, set
             Run(target, log, clock, settings, batch, batch_size).attack(generator)
             continue
         ranked = clean_ranking(target, log, clock, batch)
-        for k in range(2, settings.n_targets + 2):
+        for k in range(2, min(settings.n_targets, ranked.shape[1] - 1) + 2):  # a target per wrong class at most
             standing = ~log.event[batch]
             if not standing.any():
                 break
@@ -284,10 +285,10 @@ def apgd(target: Target, log: FailureLog, clock: LapClock, rows: np.ndarray, set
 
 
 def check_classes(settings: APGDSettings, classes: int) -> None:
-    """The DLR ratios need 3 logits (4 targeted), and APGD-T a target per wrong class."""
-    needed = max(DLR_CLASSES.get(settings.loss, 2), settings.n_targets + 1)
+    """The DLR ratios need 3 logits (4 targeted); APGD-T attacks at most every wrong class."""
+    needed = DLR_CLASSES.get(settings.loss, 2)
     if classes < needed:
-        raise ValueError(f"APGD's {settings.loss} loss with {settings.n_targets} targets needs >= {needed} classes; the model has {classes}")
+        raise ValueError(f"APGD's {settings.loss} loss needs >= {needed} classes; the model has {classes}")
 
 
 def clean_ranking(target: Target, log: FailureLog, clock: LapClock, rows: np.ndarray) -> torch.Tensor:

@@ -117,18 +117,25 @@ def component_spec(name: str, component: dict[str, Any], norm: str, eps: float) 
     return spec | {key: component[key] for key in ("batch_size", "max_iter", "step_scale") if component.get(key) is not None}
 
 
+def runs_on_art(component: Any) -> bool:
+    """Whether ART can run this component: FAB-T, which ART lacks, runs on the torch engine
+    only (its rules allow no other), and the ART engines leave it out."""
+    engines = ((component.get("rules") or {}).get("engine")) or ["per_image"]
+    return set(engines) != {"torch"}
+
+
 class Sequence:
     """AutoAttack's protocol: each component (a mapping, in order) attacks the clean inputs of
     the samples still classified correctly after the previous ones; a sample's example is
-    the one of the component that broke it (else the last component's). FAB-T is left out:
-    ART has no FAB."""
+    the one of the component that broke it (else the last component's). Components that run
+    on the torch engine only (FAB-T: ART has no FAB) are left out."""
 
     def __init__(self, estimator: Any, eps: float, components: dict[str, Any], norm: int | float | str = np.inf):
         from trashfire.attacks import build_attack
 
         self.estimator = estimator
         norm_name = NORM_NAMES.get(norm, str(norm))
-        self.components = {name: build_attack(estimator, component_spec(name, dict(c), norm_name, eps)) for name, c in components.items()}
+        self.components = {name: build_attack(estimator, component_spec(name, dict(c), norm_name, eps)) for name, c in components.items() if runs_on_art(c)}
 
     def generate(self, x: np.ndarray, y: np.ndarray, **kwargs) -> np.ndarray:
         x_adv = x.astype(np.float32).copy()

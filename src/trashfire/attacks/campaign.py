@@ -28,7 +28,18 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from trashfire.attacks import art_classifier, attack_strength, budget_subset, build_attack, declaration, engine_of, perturbation_norms, validity
+from trashfire.attacks import (
+    art_classifier,
+    attack_strength,
+    budget_subset,
+    build_attack,
+    declaration,
+    engine_of,
+    perturbation_norms,
+    standard,
+    torch_algorithm,
+    validity,
+)
 from trashfire.attacks.engine import attack_samples, calibrate, model_cost, price, warm_up_batch
 from trashfire.attacks.target import Target
 from trashfire.core.clocks import SECONDS, STEPS, Elapsed, LapClock, Rate, Stopwatch, pooled_rate
@@ -283,6 +294,9 @@ def attack_grid(cfg: DictConfig, artefacts: Artefacts) -> int:
     if folder.is_dir():
         remove_dead_temps(folder)
     declare_attacks(cfg, folder)
+    for cell in cells:  # before any compute: a standard version that is not AutoAttack's
+        if engine_of(cell.spec) == "torch" and torch_algorithm(cell.spec) in standard.ALGORITHMS:
+            standard.check_spec(cell.spec)
     pending = [cell for cell in cells if not is_recorded(attack_record_path(folder, cell.hash))]
     workers = resolve_workers(cfg.train.get("workers", "auto"), device.type)
     threads = threads_per_cell(workers, cfg.train.get("threads", 1))

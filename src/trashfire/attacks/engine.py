@@ -41,7 +41,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from trashfire.attacks import NORMS, pgd_step_size, torch_algorithm
+from trashfire.attacks import NORMS, pgd_step_size, standard, torch_algorithm
 from trashfire.attacks.autoattack import Sequence
 from trashfire.attacks.failure_log import FailureLog, batches
 from trashfire.attacks.target import Target, margins
@@ -362,6 +362,8 @@ ALGORITHMS = {
     "fgm": Algorithm(steps=lambda spec: 1, run=_gradient(fgm_settings)),
     "pgd": Algorithm(steps=lambda spec: int(spec["max_iter"]), run=_gradient(pgd_settings)),
     "deepfool": Algorithm(steps=lambda spec: int(spec["max_iter"]), run=_deepfool),
+    # AutoAttack's components, alone or in its composite (steps: a censored sample's queries)
+    **dict.fromkeys(("apgd", "fab", "square", "autoattack"), Algorithm(steps=standard.budget_of, run=standard.run)),
 }
 
 

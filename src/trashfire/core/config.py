@@ -50,7 +50,15 @@ DEFENCE_STAGES = ("none", "train", "predict")  # see trashfire.core.grid
 ATTACK_UNITS = ("standardised", "pixel")
 ENGINES = ("torch", "per_image", "sequence", "art")  # see trashfire.attacks.engine
 TORCH_RULES = ("algorithm", "required", "early_exit", "kwargs", "any_kwargs")  # an attack's rules.torch
-TORCH_ALGORITHMS = ("fgm", "pgd", "deepfool")  # the torch engine's loops, rules.torch.algorithm (trashfire.attacks.engine.ALGORITHMS)
+TORCH_ALGORITHMS = (
+    "fgm",
+    "pgd",
+    "deepfool",
+    "apgd",
+    "fab",
+    "square",
+    "autoattack",
+)  # the torch engine's loops, rules.torch.algorithm (trashfire.attacks.engine.ALGORITHMS)
 # an attack's rules read beside its own keys: engine, torch, classes (a check of every
 # selected data set's n_classes) and components (true: kwargs.components are attack options,
 # each checked by its own rules at the composite's norms and values)
@@ -368,8 +376,9 @@ def _validate_classes(key: str, rules: DictConfig, classes: Mapping[str, int]) -
 
 def _validate_components(key: str, spec: DictConfig, rules: DictConfig, attacks: dict[str, Any], classes: Mapping[str, int]) -> None:
     """A composite's kwargs.components: a non-empty mapping of attack options (no norms or
-    values of their own: the composite's), each checked by its own rules; the sequence engine
-    runs each image by image, so each must allow per_image."""
+    values of their own: the composite's), each checked by its own rules. The torch engine
+    runs each batched, so each must allow torch; the sequence and art engines run ART's and
+    leave out those that run on the torch engine only (FAB-T: ART has no FAB)."""
     if not isinstance(rules.components, bool):
         raise ConfigError(f"{key}.{RULES}.components", f"got {rules.components!r}; allowed: true (kwargs.components are attack options), false")
     if not rules.components:
@@ -388,8 +397,13 @@ def _validate_components(key: str, spec: DictConfig, rules: DictConfig, attacks:
         inherited = {"norms": spec.norms, "values": spec["values"], "units": spec.get("units", "standardised")}
         merged = OmegaConf.create(OmegaConf.to_container(component) | OmegaConf.to_container(OmegaConf.create(inherited)))
         _validate_attack(where, name, merged, attacks, classes)
-        if engine == "sequence" and "per_image" not in engines_of(where, merged[RULES]):
+        engines = set(engines_of(where, merged[RULES]))
+        if engine == "torch" and "torch" not in engines:
+            raise ConfigError(f"{where}.{RULES}.engine", f"the torch engine runs each component batched; {name} must allow torch, or use engine: sequence")
+        if engine == "sequence" and engines != {"torch"} and "per_image" not in engines:
             raise ConfigError(f"{where}.{RULES}.engine", f"the sequence engine runs each component image by image; {name} must allow per_image")
+    if engine != "torch" and all(set(engines_of(key, c[RULES])) == {"torch"} for c in components.values()):
+        raise ConfigError(f"{key}.engine", f"got {engine!r}; none of {key}'s components runs on ART (per_image or art): use engine: torch")
 
 
 def engines_of(key: str, rules: DictConfig) -> list[str]:

@@ -253,7 +253,7 @@ def attack_specs(cfg: DictConfig) -> list[dict[str, Any]]:
     """One dict per (attack, norm, strength) of the attack grid."""
     specs = []
     for name, spec in cfg.attack.items():
-        extra = {k: _plain(spec[k]) for k in ("max_iter", "step_scale", "batch_size", "engine", "early_exit", *ATTACK_PROPERTIES) if k in spec}
+        extra = {k: _plain(spec[k]) for k in ("max_iter", "step_scale", "batch_size", "engine", "early_exit", "version", *ATTACK_PROPERTIES) if k in spec}
         if spec.get("samples") is not None:  # absent when all: older hashes hold
             extra["samples"] = spec.samples
         if spec.get("units", "standardised") != "standardised":  # absent when standardised: older hashes hold

@@ -1,0 +1,147 @@
+"""Our AutoAttack (the torch engine's standard version) against the authors' code
+(`pyautoattack` 0.2.0, version standard) on the same models, images and seed: robust
+accuracy per cell, beside PGD-10 (the default's attack) and the worst case of the three, and
+the wall time of each on the same batch and threads.
+
+It reads the models and prepared data of a default run (`make run` or `dvc repro` in this
+checkout: models/ and data/processed/), the undefended ones of `--depths` and `--seeds`, at
+the training epochs the default gives every depth (ResNet-8's 10).
+
+    python bench/autoattack_agreement.py [--eps 0.05 0.1 0.2 0.3] [--seeds 0 1 2] [--images 100] [--csv FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from pyautoattack import AutoAttack
+
+from trashfire.attacks import art_classifier, standard
+from trashfire.attacks.engine import attack_samples, model_cost
+from trashfire.attacks.failure_log import FailureLog
+from trashfire.attacks.target import Target
+from trashfire.core.clocks import LapClock
+from trashfire.core.config import compose, normalise, validate
+from trashfire.core.grid import UNDEFENDED, attack_specs, training_cells
+from trashfire.data.datasets import load_split
+from trashfire.models import training
+
+ROOT = Path(__file__).resolve().parents[1]
+CPU = torch.device("cpu")
+
+
+class PixelModel(torch.nn.Module):
+    """The target's logits on [0, 1] pixels, as the authors' code calls a model."""
+
+    def __init__(self, target: Target):
+        super().__init__()
+        self.target = target
+        self.low, self.high = target.clip_values
+
+    def forward(self, x):
+        return self.target.logits(self.low + x * (self.high - self.low))
+
+
+def ours(target: Target, x: np.ndarray, y: np.ndarray, eps: float, seed: int = 0) -> tuple[np.ndarray, float]:
+    spec = {"name": "autoattack", "norm": "inf", "version": "standard", "kwargs": {"components": standard_components()}}
+    components = {n: standard.runner(n, c, np.inf, eps)[0] for n, c in standard.component_settings(spec).items()}
+    cost = model_cost(target, x, y)
+    clock = LapClock(len(y), CPU, cost.forward, cost.backward).start()
+    log = FailureLog(x.astype(np.float32), y.astype(np.int64), standard.budget_of(spec))
+    start = time.perf_counter()
+    standard.evaluate(target, log, clock, components, 100, seed)
+    return ~log.event, time.perf_counter() - start
+
+
+def standard_components() -> dict:
+    return {n: {"max_iter": c["max_iter"], "kwargs": c["kwargs"], "rules": {"torch": {"algorithm": c["algorithm"]}}} for n, c in standard.STANDARD.items()}
+
+
+def reference(target: Target, x: np.ndarray, y: np.ndarray, eps_pixels: float, seed: int = 0) -> tuple[np.ndarray, float]:
+    model = PixelModel(target)
+    aa = AutoAttack(model, norm="Linf", eps=eps_pixels, version="standard", seed=seed, device="cpu")
+    aa.logger.disabled = True
+    x_pixels = (torch.from_numpy(x) - model.low) / (model.high - model.low)
+    start = time.perf_counter()
+    x_adv, _ = aa.run_standard_evaluation(x_pixels, torch.from_numpy(y), batch_size=100)
+    seconds = time.perf_counter() - start
+    with torch.no_grad():
+        return model(x_adv).argmax(1).numpy() == y, seconds
+
+
+def pgd_robust(target: Target, spec: dict, x: np.ndarray, y: np.ndarray, eps: float) -> np.ndarray:
+    _, arrays, _ = attack_samples("torch", None, spec, target, x, y, eps)
+    return ~arrays["event"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--eps", type=float, nargs="+", default=[0.05, 0.1, 0.2, 0.3])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--images", type=int, default=100)
+    parser.add_argument("--no-reference", action="store_true", help="ours and PGD-10 only")
+    parser.add_argument("--csv", type=Path)
+    args = parser.parse_args()
+    cfg = normalise(validate(compose([], conf=ROOT / "conf")))
+    pgd = {s["value"]: s for s in attack_specs(cfg) if s["name"] == "pgd"}
+    cells = [c for c in training_cells(cfg) if c.defence.get("name") in (None, "none") and c.seed in args.seeds and c.epochs == 10]
+    rows = []
+    print(f"{'model':16s} {'seed':>4s} {'eps':>5s} {'PGD-10':>7s} {'ours':>6s} {'authors':>7s} {'worst':>6s} {'ours s':>7s} {'authors s':>9s} {'ratio':>6s}")
+    for cell in cells:
+        split = load_split(cfg.paths.processed, cell.dataset, cell.seed, 10)
+        model = training.load_weights(cfg.paths.models, cell, split)
+        target = Target(art_classifier(model, split, dict(UNDEFENDED), CPU), CPU)
+        x, y = split.x_attack.numpy()[: args.images], split.y_attack.numpy()[: args.images]
+        pixel_std = float(np.mean(split.std))
+        for eps_pixels in args.eps:
+            eps = eps_pixels / pixel_std
+            torch.manual_seed(0)
+            robust_pgd = pgd_robust(target, pgd[eps_pixels], x, y, eps)
+            robust_ours, seconds_ours = ours(target, x, y, eps)
+            robust_ref, seconds_ref = (robust_ours * np.nan, np.nan) if args.no_reference else reference(target, x, y, eps_pixels)
+            worst = robust_ours & robust_pgd
+            row = {
+                "model": cell.model,
+                "seed": cell.seed,
+                "eps": eps_pixels,
+                "pgd10": robust_pgd.mean(),
+                "ours": robust_ours.mean(),
+                "authors": np.mean(robust_ref),
+                "worst_case": worst.mean(),
+                "seconds_ours": seconds_ours,
+                "seconds_authors": seconds_ref,
+                "samples_differing": int(np.sum(robust_ours != robust_ref)) if not args.no_reference else -1,
+            }
+            rows.append(row)
+            print(
+                f"{row['model']:16s} {row['seed']:4d} {eps_pixels:5.2f} {row['pgd10']:7.2f} {row['ours']:6.2f} {row['authors']:7.2f} {row['worst_case']:6.2f}"
+                f" {seconds_ours:7.1f} {seconds_ref:9.1f} {seconds_ours / seconds_ref:6.2f}",
+                flush=True,
+            )
+    summarise(rows)
+    if args.csv:
+        with args.csv.open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+
+
+def summarise(rows: list[dict]) -> None:
+    gaps = np.array([abs(r["ours"] - r["authors"]) for r in rows])
+    below_pgd = np.mean([r["ours"] <= r["pgd10"] for r in rows])
+    worst_below = all(r["worst_case"] <= r["pgd10"] for r in rows)
+    ratios = [r["seconds_ours"] / r["seconds_authors"] for r in rows if r["eps"] == 0.1]
+    print(
+        f"cells: {len(rows)}; largest |ours - authors|: {np.nanmax(gaps) * 100:.1f} points; ours <= PGD-10 in {below_pgd:.0%} of cells; worst case <= PGD-10 everywhere: {worst_below}"
+    )
+    if ratios and not np.isnan(ratios).all():
+        print(f"wall time ours / authors at eps 0.1: median {np.nanmedian(ratios):.2f}, max {np.nanmax(ratios):.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+"""AutoAttack (Croce & Hein 2020) on the torch engine: its components batched, each with
+early exit, run in AutoAttack's order on the samples still standing, with the per-sample
+failure clock (docs/design.md, "Per-sample failure clock").
+
+- `version: standard`: APGD-CE (100 iterations), APGD-T (9 targets x 100), FAB-T (9 targets
+  x 100), Square (5000 queries): the authors' `_set_version('standard')`. The option's
+  `kwargs.components` must be these at these budgets (`check_version`): a change is a
+  custom evaluation and says so (`version: custom`).
+- `version: rand`: the authors' version for randomised defences: APGD-CE and APGD-DLR, each
+  with EOT over 20 draws (`RAND`; `kwargs.components` is not read).
+- `version: custom`: `kwargs.components` as configured, each run by the loop its
+  `rules.torch.algorithm` names (apgd, fab or square).
+
+A sample's work is its first query and its passes in every component up to the one that
+broke it; its failure step is its model queries when it broke (a censored sample's: the
+budget, `budget_of`); `broken_by` names the component (FIRST_QUERY: wrong before any ran).
+Every component draws from generators seeded with the cell's seed, as the authors' code
+seeds each attack with the same `seed`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from trashfire.attacks import NORMS
+from trashfire.attacks.apgd import APGDSettings, apgd
+from trashfire.attacks.apgd import budget_of as apgd_budget
+from trashfire.attacks.fab import FABSettings, fab
+from trashfire.attacks.fab import budget_of as fab_budget
+from trashfire.attacks.failure_log import FailureLog, batches
+from trashfire.attacks.square import SquareSettings, square
+from trashfire.attacks.square import budget_of as square_budget
+from trashfire.attacks.target import Target, margins
+from trashfire.core.clocks import STEPS, LapClock
+from trashfire.core.errors import ConfigError
+
+FIRST_QUERY = "first_query"
+VERSIONS = ("standard", "rand", "custom")
+ALGORITHMS = ("apgd", "fab", "square", "autoattack")  # the torch engine's loops this module runs
+ART_LOSSES = {"cross_entropy": "ce", "difference_logits_ratio": "dlr"}
+
+# AutoAttack's versions as its autoattack.py sets them, per component: the loop and the
+# budget (max_iter: iterations, or Square's queries) and options it runs at
+STANDARD = {
+    "apgd_ce": {"algorithm": "apgd", "max_iter": 100, "kwargs": {"loss_type": "cross_entropy", "n_targets": 0}},
+    "apgd_t": {"algorithm": "apgd", "max_iter": 100, "kwargs": {"loss_type": "difference_logits_ratio", "n_targets": 9}},
+    "fab_t": {"algorithm": "fab", "max_iter": 100, "kwargs": {"n_targets": 9}},
+    "square": {"algorithm": "square", "max_iter": 5000, "kwargs": {"p_init": 0.8}},
+}
+RAND = {
+    "apgd_ce": {"algorithm": "apgd", "max_iter": 100, "kwargs": {"loss_type": "cross_entropy", "n_targets": 0, "eot_iter": 20}},
+    "apgd_dlr": {"algorithm": "apgd", "max_iter": 100, "kwargs": {"loss_type": "difference_logits_ratio", "n_targets": 0, "eot_iter": 20}},
+}
+
+
+def component_settings(spec: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The components the version runs: name -> {algorithm, max_iter, kwargs}, in order."""
+    version = spec.get("version", "custom")
+    if version == "rand":
+        return RAND
+    components = (spec.get("kwargs") or {}).get("components")
+    if components is None:  # a component alone (apgd_ce, square): one of its own
+        return {spec.get("name", "attack"): _torch_view(spec)}
+    found = {name: _torch_view(component) for name, component in components.items()}
+    if version == "standard":
+        check_version(spec.get("name", "autoattack"), found)
+    return found
+
+
+def _torch_view(component: Mapping[str, Any]) -> dict[str, Any]:
+    """A component option as the torch loop reads it: its loop (`rules.torch.algorithm`), its
+    budget and the kwargs the loop takes."""
+    algorithm = ((component.get("rules") or {}).get("torch") or {}).get("algorithm")
+    kwargs = dict(component.get("kwargs") or {})
+    kept = {"apgd": ("loss_type", "n_targets", "eot_iter"), "fab": ("n_targets",), "square": ("p_init",)}.get(algorithm, ())
+    return {"algorithm": algorithm, "max_iter": int(component.get("max_iter") or 1), "kwargs": {k: kwargs[k] for k in kept if k in kwargs}}
+
+
+def check_version(name: str, found: Mapping[str, Any]) -> None:
+    """`version: standard` runs AutoAttack's components at the authors' budgets, or refuses."""
+    expected = {n: _with_defaults(c) for n, c in STANDARD.items()}
+    given = {n: _with_defaults(c) for n, c in found.items()}
+    if list(given) != list(expected) or given != expected:
+        differences = sorted(n for n in {*expected, *given} if expected.get(n) != given.get(n)) or ["their order"]
+        raise ConfigError(
+            f"attack.{name}.kwargs.components",
+            "version standard runs AutoAttack's components at the authors' budgets (apgd_ce 100, apgd_t 9 x 100, fab_t 9 x 100, square 5000) "
+            f"and {', '.join(differences)} differ; set attack.{name}.version=custom to run your own",
+        )
+
+
+def _with_defaults(component: Mapping[str, Any]) -> dict[str, Any]:
+    """A component with the loop's defaults stated (APGD's eot_iter 1), so that leaving a
+    default out and stating it compare equal."""
+    defaults = {"eot_iter": 1} if component["algorithm"] == "apgd" else {}
+    return {**component, "kwargs": defaults | dict(component["kwargs"])}
+
+
+def runner(name: str, component: Mapping[str, Any], norm: float, eps: float) -> tuple[Callable[..., None], int]:
+    """The loop of one component at (norm, eps) and a censored sample's queries in it."""
+    kwargs, iterations = component["kwargs"], component["max_iter"]
+    if component["algorithm"] == "apgd":
+        loss = ART_LOSSES.get(kwargs.get("loss_type", "cross_entropy"), kwargs.get("loss_type"))
+        n_targets = int(kwargs.get("n_targets", 0))
+        settings = APGDSettings(norm, eps, iterations, "dlr-targeted" if n_targets else loss, n_targets, eot_iter=int(kwargs.get("eot_iter", 1)))
+        return (lambda target, log, clock, rows, batch_size, seed: apgd(target, log, clock, rows, settings, batch_size, seed)), apgd_budget(settings)
+    if component["algorithm"] == "fab":
+        settings = FABSettings(norm, eps, iterations, int(kwargs.get("n_targets", 9)))
+        return (lambda target, log, clock, rows, batch_size, seed: fab(target, log, clock, rows, settings, batch_size)), fab_budget(settings)
+    if component["algorithm"] == "square":
+        settings = SquareSettings(norm, eps, iterations, float(kwargs.get("p_init", 0.8)))
+        return (lambda target, log, clock, rows, batch_size, seed: square(target, log, clock, rows, settings, batch_size, seed)), square_budget(settings)
+    raise ConfigError(f"attack.autoattack.kwargs.components.{name}.rules.torch.algorithm", f"got {component['algorithm']!r}; allowed: apgd, fab, square")
+
+
+def check_spec(spec: Mapping[str, Any]) -> None:
+    """What the torch engine refuses before any compute: an unknown version, a standard one
+    that is not AutoAttack's, a component without a loop."""
+    version = spec.get("version", "custom")
+    if version not in VERSIONS:
+        raise ConfigError(f"attack.{spec.get('name', 'autoattack')}.version", f"got {version!r}; allowed: {', '.join(VERSIONS)}")
+    for name, component in component_settings(spec).items():
+        runner(name, component, NORMS[str(spec["norm"])], 1.0)
+
+
+def budget_of(spec: Mapping[str, Any]) -> int:
+    """The queries of a sample no component breaks: its first query and every component's."""
+    norm = NORMS[str(spec["norm"])]
+    return 1 + sum(runner(name, c, norm, 1.0)[1] for name, c in component_settings(spec).items())
+
+
+def run(target: Target, log: FailureLog, clock: LapClock, spec: dict, strength: float, early_exit: bool, batch_size: int) -> None:
+    """The torch engine's entry: the spec's components at `strength` (each always exits
+    early: `early_exit` is not read), seeded from the generator the campaign seeds per cell."""
+    norm = NORMS[str(spec["norm"])]
+    components = {name: runner(name, c, norm, strength)[0] for name, c in component_settings(spec).items()}
+    evaluate(target, log, clock, components, batch_size, seed=int(torch.randint(1, 2**31 - 1, (1,)).item()))
+
+
+def evaluate(target: Target, log: FailureLog, clock: LapClock, components: Mapping[str, Callable[..., None]], batch_size: int, seed: int) -> None:
+    """The first query of every sample, then each component on the samples still standing."""
+    standing = first_query(target, log, clock, batch_size)
+    log.broken_by = np.where(log.event, FIRST_QUERY, "").astype("<U32")
+    for name, attack in components.items():
+        rows = standing[~log.event[standing]]
+        if not len(rows):
+            break
+        attack(target, log, clock, rows, batch_size, seed)
+        log.broken_by[rows[log.event[rows]]] = name
+
+
+def first_query(target: Target, log: FailureLog, clock: LapClock, batch_size: int) -> np.ndarray:
+    """Every sample's clean check, batch by batch (a query each); returns those it left standing."""
+    standing = []
+    for rows in batches(len(log.y), batch_size):
+        clock.count(rows, queries=1, group=STEPS)
+        with torch.no_grad():
+            logits = target.logits(torch.from_numpy(log.x[rows]).to(target.device))
+        labels = torch.from_numpy(log.y[rows]).to(target.device)
+        wrong = log.first_query(rows, target.decide(logits), margins(logits, labels))
+        log.failure_step[rows[wrong]] = 1
+        standing.append(rows[~wrong])
+        clock.lap(rows, STEPS)
+    return np.concatenate(standing) if standing else np.zeros(0, dtype=np.int64)
