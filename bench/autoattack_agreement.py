@@ -7,7 +7,7 @@ It reads the models and prepared data of a default run (`make run` or `dvc repro
 checkout: models/ and data/processed/), the undefended ones of `--depths` and `--seeds`, at
 the training epochs the default gives every depth (ResNet-8's 10).
 
-    python bench/autoattack_agreement.py [--eps 0.05 0.1 0.2 0.3] [--seeds 0 1 2] [--images 100] [--csv FILE]
+    python bench/autoattack_agreement.py [--eps 0.05 0.1 0.2 0.3] [--seeds 0 1 2] [--images 100] [--threads 1] [--csv FILE]
 """
 
 from __future__ import annotations
@@ -85,8 +85,10 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--images", type=int, default=100)
     parser.add_argument("--no-reference", action="store_true", help="ours and PGD-10 only")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads, the same for both")
     parser.add_argument("--csv", type=Path)
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     cfg = normalise(validate(compose([], conf=ROOT / "conf")))
     pgd = {s["value"]: s for s in attack_specs(cfg) if s["name"] == "pgd"}
     cells = [c for c in training_cells(cfg) if c.defence.get("name") in (None, "none") and c.seed in args.seeds and c.epochs == 10]

@@ -115,3 +115,16 @@ def test_the_standard_version_is_the_authors_budgets_or_refused(tmp_path):
         standard.check_spec(changed)
     assert list(standard.component_settings({**spec, "version": "rand"})) == ["apgd_ce", "apgd_dlr"]
     standard.check_spec({**changed, "version": "custom"})
+
+
+@pytest.mark.parametrize(
+    "preset, version, samples, budget", [("autoattack", "standard", None, 7813), ("autoattack_reduced", "custom", 20, 1 + 11 + (3 * 11 + 1) + 3 * 20 + 101)]
+)
+def test_the_presets_run_the_standard_version_on_every_image_or_a_reduced_one(conf_dir, preset, version, samples, budget):
+    from trashfire.core.config import compose, normalise, validate
+
+    specs = [s for s in attack_specs(normalise(validate(compose([f"experiment={preset}"], conf=conf_dir)))) if s["name"] == "autoattack"]
+    assert {s["version"] for s in specs} == {version} and {s.get("samples") for s in specs} == {samples}
+    assert {s["value"] for s in specs} == {0.05, 0.1, 0.2, 0.3} and {s["engine"] for s in specs} == {"torch"}
+    standard.check_spec(specs[0])
+    assert standard.budget_of(specs[0]) == budget
