@@ -16,7 +16,7 @@ from torch import nn
 
 from tests.conftest import PixelModel
 from trashfire.attacks.engine import counting_passes, model_cost
-from trashfire.attacks.fab import FABSettings, budget_of, fab, minimal_adversarial, projection_l2, projection_linf, target_classes
+from trashfire.attacks.fab import Batch, FABSettings, SideBySide, budget_of, fab, minimal_adversarial, projection_l2, projection_linf, target_classes
 from trashfire.attacks.failure_log import FailureLog
 from trashfire.core.clocks import STEPS, LapClock
 
@@ -223,10 +223,11 @@ def test_a_censored_sample_spends_the_budget_and_every_pass_is_counted(digits_cn
     assert budget_of(settings) == 2 * 2 * 10
     np.testing.assert_array_equal(clock.queries[standing] - 1, budget_of(settings))  # the first query aside
     np.testing.assert_array_equal(clock.gradients[standing], settings.runs * settings.n_iter)
-    assert passes.queries == (clock.queries[standing] - 1).sum()
+    charged = (clock.queries[standing] - 1).sum()
+    assert passes.queries == charged + len(standing)  # and the clean forward that gives the targets, nobody's
     assert passes.gradients == clock.gradients.sum()
     lap_flops = sum(lap.flops for lap in clock.laps[laps_before:])
-    assert lap_flops == clock.forward * passes.queries + clock.backward * passes.gradients
+    assert lap_flops == clock.forward * charged + clock.backward * passes.gradients
     np.testing.assert_array_equal(log.x_adv, log.x)
 
 
@@ -245,8 +246,26 @@ def test_a_broken_sample_is_charged_nothing_after_it_breaks(digits_cnn):
     np.testing.assert_array_equal(clock.queries[standing] - 1, 2 * clock.gradients[standing])
     assert (clock.queries[broken] - 1 < budget_of(settings)).all()
     np.testing.assert_array_equal(clock.queries[censored] - 1, budget_of(settings))
-    assert passes.queries == (clock.queries[standing] - 1).sum()
-    assert passes.gradients == clock.gradients.sum()
+    # the runs side by side also spent passes the authors' order never runs: nobody's
+    assert passes.queries >= (clock.queries[standing] - 1).sum() and passes.gradients >= clock.gradients.sum()
+
+
+@pytest.mark.parametrize("norm, eps_pixels", [(np.inf, 0.15), (2, 0.75)])
+def test_its_runs_side_by_side_are_the_authors_order_to_the_sample(digits_cnn, norm, eps_pixels):
+    """FAB-T's runs search at once, one row a (sample, target) pair; each sample's outcome,
+    example and charge are those of the runs one after another (`Batch`, the authors' order)."""
+    split, target = digits_cnn
+    x, y = attack_images(split)
+    settings = FABSettings(norm=norm, eps=PixelModel(target).eps_standardised(eps_pixels), n_iter=20, n_targets=4)
+    side, side_clock, standing = first_query(target, x, y, budget_of(settings))
+    SideBySide(target, side, side_clock, standing, settings).attack()
+    order, order_clock, _ = first_query(target, x, y, budget_of(settings))
+    Batch(target, order, order_clock, standing, settings).attack()
+    assert 0 < side.event[standing].sum() < len(standing)
+    for name in ("event", "failure_step", "y_pred_adv", "x_adv"):
+        np.testing.assert_array_equal(getattr(side, name), getattr(order, name), err_msg=name)
+    np.testing.assert_array_equal(side_clock.queries, order_clock.queries)
+    np.testing.assert_array_equal(side_clock.gradients, order_clock.gradients)
 
 
 def test_two_runs_are_the_same_run_and_the_batch_changes_no_sample(digits_cnn):

@@ -385,9 +385,115 @@ class Batch:
         return adversarial, broken
 
 
+class SideBySide(Batch):
+    """FAB-T's runs on one batch side by side: every (sample, target) pair searches at once,
+    one row each. FAB-T draws nothing at random and its rows are independent, so each pair
+    takes the path its run takes in the authors' order. That order decides the outcome and
+    the clock: a sample is broken by its first run (in target order) that breaks it, at that
+    run's iteration, and is charged what the order spends on it, every earlier run's whole
+    budget and that run's passes up to its break (a censored sample: `budget_of`). A pair
+    stops at its break or once an earlier run of its sample has broken it; the passes of the
+    pairs the order never runs (later runs of a sample an earlier one breaks) are nobody's.
+    Its laps share their time among the samples whose pairs they served; the clock counts a
+    sample's charge when the batch is done."""
+
+    def attack(self) -> None:
+        s, n = self.settings, len(self.rows)
+        with torch.no_grad():
+            _, _, clean = self.box.forward(self.x0, graph=False)  # the targets: the order's first start gives them
+        pair_sample = torch.arange(n, device=self.x0.device).repeat_interleave(s.n_targets)
+        pair_run = torch.arange(s.n_targets, device=self.x0.device).repeat(n)
+        targets = target_classes(clean, s.n_targets)[pair_sample, pair_run]
+        self.pairs = PairLedger(n, s.n_targets)
+        x0, labels = self.x0[pair_sample], self.labels[pair_sample]
+        df, dg = self._pass_gradients(pair_sample, pair_run, x0, labels, targets)
+        x1 = x0.clone()
+        for iteration in range(s.n_iter):
+            x1 = fab_step(x1, x0, df, dg, s)
+            adversarial = self._pass_check(pair_sample, pair_run, x1, x0, labels, iteration)
+            keep = self.pairs.still_needed(pair_sample.cpu().numpy(), pair_run.cpu().numpy())
+            if iteration == s.n_iter - 1 or not keep.any():
+                break
+            pulled, kept = torch.from_numpy(adversarial).to(x1.device), torch.from_numpy(keep).to(x1.device)
+            x1[pulled] = pull_back(x1[pulled], x0[pulled], s.beta)
+            x1, x0, labels, targets, pair_sample, pair_run = (t[kept] for t in (x1, x0, labels, targets, pair_sample, pair_run))
+            df, dg = self._pass_gradients(pair_sample, pair_run, x1, labels, targets)
+        self._settle()
+
+    def _pass_gradients(self, pair_sample, pair_run, x1, labels, targets):
+        gradients = self.box.gradients(x1, labels, targets)
+        self.pairs.spend(pair_sample.cpu().numpy(), pair_run.cpu().numpy(), queries=1, gradients=1)
+        self.clock.lap(self.rows[np.unique(pair_sample.cpu().numpy())], STEPS, reference=False)
+        return gradients
+
+    def _pass_check(self, pair_sample, pair_run, x1, x0, labels, iteration) -> np.ndarray:
+        """A forward at every pair's iterate: which are adversarial; those within eps break
+        their pair here (its point and decision kept)."""
+        _, seen, logits = self.box.forward(x1, graph=False)
+        samples, runs = pair_sample.cpu().numpy(), pair_run.cpu().numpy()
+        self.pairs.spend(samples, runs, queries=1)
+        decisions = self.target.decide(logits)
+        adversarial = decisions != labels.cpu().numpy()
+        broken = adversarial & (perturbation_norm(x1 - x0, self.settings.norm) <= self.eps).cpu().numpy()
+        self.pairs.breaks(samples[broken], runs[broken], seen[torch.from_numpy(broken).to(seen.device)].cpu().numpy(), decisions[broken])
+        self.clock.lap(self.rows[np.unique(samples)], STEPS, reference=False)
+        return adversarial
+
+    def _settle(self) -> None:
+        """Charge each sample what the authors' order spends on it, then record its event."""
+        queries, gradients, first = self.pairs.charges(self.settings)
+        self._charge(self.rows, queries=queries, gradients=gradients)
+        self.clock.lap([], STEPS, reference=False)  # the charges' FLOPs; the passes' time is shared already
+        broken = np.flatnonzero(first < self.settings.n_targets)
+        if len(broken):
+            rows, runs = self.rows[broken], first[broken]
+            self.log.observe(rows, self.pairs.decision[broken, runs], self.clock.queries[rows])
+            self.log.x_adv[rows] = self.pairs.point[broken, runs]
+        robust = self.rows[~self.log.event[self.rows]]
+        self.log.x_adv[robust] = self.log.x[robust]
+
+
+class PairLedger:
+    """Per (sample, run): the passes it took and where it broke."""
+
+    def __init__(self, n: int, runs: int):
+        self.queries = np.zeros((n, runs), dtype=np.int64)
+        self.gradients = np.zeros((n, runs), dtype=np.int64)
+        self.broken = np.zeros((n, runs), dtype=bool)
+        self.point: np.ndarray | None = None
+        self.decision = np.zeros((n, runs), dtype=np.int64)
+
+    def spend(self, samples: np.ndarray, runs: np.ndarray, queries: int = 0, gradients: int = 0) -> None:
+        self.queries[samples, runs] += queries
+        self.gradients[samples, runs] += gradients
+
+    def breaks(self, samples: np.ndarray, runs: np.ndarray, points: np.ndarray, decisions: np.ndarray) -> None:
+        if self.point is None:
+            self.point = np.zeros(self.broken.shape + points.shape[1:], dtype=np.float32)
+        self.broken[samples, runs] = True
+        self.point[samples, runs] = points
+        self.decision[samples, runs] = decisions
+
+    def first_break(self) -> np.ndarray:
+        """Each sample's first run, in target order, that broke it (runs: none)."""
+        return np.where(self.broken.any(1), self.broken.argmax(1), self.broken.shape[1])
+
+    def still_needed(self, samples: np.ndarray, runs: np.ndarray) -> np.ndarray:
+        """A pair searches on while it has not broken and no earlier run of its sample has."""
+        return runs < self.first_break()[samples]
+
+    def charges(self, settings: FABSettings) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per sample, the queries and gradients of its runs in order up to its first break
+        (all of them when none broke it), and that run."""
+        first = self.first_break()
+        in_order = np.arange(self.broken.shape[1])[None, :] <= first[:, None]
+        return (self.queries * in_order).sum(1), (self.gradients * in_order).sum(1), first
+
+
 def fab(target: Target, log: FailureLog, clock: LapClock, rows: np.ndarray, settings: FABSettings, batch_size: int) -> None:
-    """FAB (FAB-T with n_targets > 0) on the samples `rows`, batch by batch; a row already
-    broken is left out (its clock has stopped)."""
+    """FAB (FAB-T with n_targets > 0, its runs side by side) on the samples `rows`, batch by
+    batch; a row already broken is left out (its clock has stopped)."""
     rows = rows[~log.event[rows]]
+    search = SideBySide if settings.n_targets > 0 else Batch
     for positions in batches(len(rows), batch_size):
-        Batch(target, log, clock, rows[positions], settings).attack()
+        search(target, log, clock, rows[positions], settings).attack()
