@@ -188,3 +188,17 @@ class PixelModel:
 
     def eps_standardised(self, eps_pixels: float) -> float:
         return eps_pixels * (self.high - self.low)
+
+
+def first_query(target, x: np.ndarray, y: np.ndarray, budget: int):
+    """A log and clock after every sample's first query, as the torch engine's AutoAttack
+    starts (trashfire.attacks.standard.first_query): (log, clock, the standing rows)."""
+    from trashfire.attacks.engine import model_cost
+    from trashfire.attacks.failure_log import FailureLog
+    from trashfire.attacks.standard import first_query as check_every_sample
+    from trashfire.core.clocks import LapClock
+
+    cost = model_cost(target, x, y)
+    clock = LapClock(len(y), target.device, cost.forward, cost.backward).start()
+    log = FailureLog(x.astype(np.float32), y.astype(np.int64), budget)
+    return log, clock, check_every_sample(target, log, clock, batch_size=len(y))

@@ -12,30 +12,16 @@ import torch
 from pyautoattack.autopgd_base import APGDAttack, APGDAttack_targeted
 from torch import nn
 
-from tests.conftest import PixelModel
+from tests.conftest import PixelModel, first_query
 from trashfire.attacks import art_classifier
 from trashfire.attacks.apgd import APGDSettings, Run, apgd, budget_of, checkpoints
-from trashfire.attacks.engine import model_cost
 from trashfire.attacks.failure_log import FailureLog
 from trashfire.attacks.target import Target
-from trashfire.core.clocks import STEPS, LapClock
+from trashfire.core.clocks import LapClock
 from trashfire.core.grid import UNDEFENDED
 
 CPU = torch.device("cpu")
 N_IMAGES = 40
-
-
-def first_query(target: Target, x: np.ndarray, y: np.ndarray, budget: int) -> tuple[FailureLog, LapClock, np.ndarray]:
-    """The log, the clock and the standing rows after the clean check, as the engine starts."""
-    cost = model_cost(target, x, y)
-    clock = LapClock(len(y), CPU, cost.forward, cost.backward).start()
-    log = FailureLog(x.astype(np.float32), y.astype(np.int64), budget)
-    rows = np.arange(len(y))
-    clock.count(rows, queries=1, group=STEPS)
-    with torch.no_grad():
-        wrong = log.observe(rows, target.decide(target.logits(torch.from_numpy(log.x))), 1)
-    clock.lap(rows, STEPS)
-    return log, clock, rows[~wrong]
 
 
 def ours(target, x, y, settings, seed=0, batch_size=100):

@@ -14,11 +14,10 @@ from pyautoattack import fab_projections
 from pyautoattack.fab_pt import FABAttack_PT
 from torch import nn
 
-from tests.conftest import PixelModel
-from trashfire.attacks.engine import counting_passes, model_cost
+from tests.conftest import PixelModel, first_query
+from trashfire.attacks.engine import counting_passes
 from trashfire.attacks.fab import Batch, FABSettings, SideBySide, budget_of, fab, minimal_adversarial, projection_l2, projection_linf, target_classes
-from trashfire.attacks.failure_log import FailureLog
-from trashfire.core.clocks import STEPS, LapClock
+from trashfire.core.clocks import LapClock
 
 CPU = torch.device("cpu")
 NORM_NAMES = {np.inf: "Linf", 2: "L2"}
@@ -55,19 +54,6 @@ class LinearTarget:
 def norms_of(delta: torch.Tensor, norm: float) -> torch.Tensor:
     flat = delta.reshape(len(delta), -1)
     return flat.abs().max(1)[0] if norm == np.inf else flat.norm(dim=1)
-
-
-def first_query(target, x: np.ndarray, y: np.ndarray, budget: int) -> tuple[FailureLog, LapClock, np.ndarray]:
-    """The log, the clock and the standing rows after the clean check, as the engine starts."""
-    cost = model_cost(target, x, y)
-    clock = LapClock(len(y), CPU, cost.forward, cost.backward).start()
-    log = FailureLog(x.astype(np.float32), y.astype(np.int64), budget)
-    rows = np.arange(len(y))
-    clock.count(rows, queries=1, group=STEPS)
-    with torch.no_grad():
-        wrong = log.observe(rows, target.decide(target.logits(torch.from_numpy(log.x))), 1)
-    clock.lap(rows, STEPS)
-    return log, clock, rows[~wrong]
 
 
 def ours(target, x, y, settings: FABSettings, batch_size: int = 100):

@@ -12,11 +12,8 @@ import pytest
 import torch
 from pyautoattack.square import SquareAttack
 
-from tests.conftest import PixelModel
-from trashfire.attacks.engine import model_cost
-from trashfire.attacks.failure_log import FailureLog
+from tests.conftest import PixelModel, first_query
 from trashfire.attacks.square import SquareSettings, budget_of, p_selection, square
-from trashfire.core.clocks import STEPS, LapClock
 
 CPU = torch.device("cpu")
 N_IMAGES = 40
@@ -67,19 +64,6 @@ class PixelTarget(CountingTarget):
 def images(digits_cnn, n: int = N_IMAGES) -> tuple[np.ndarray, np.ndarray]:
     split, _ = digits_cnn
     return split.x_attack.numpy()[:n], split.y_attack.numpy()[:n]
-
-
-def first_query(target, x: np.ndarray, y: np.ndarray, budget: int) -> tuple[FailureLog, LapClock, np.ndarray]:
-    """The log, the clock and the standing rows after the clean check, as the engine starts."""
-    cost = model_cost(target, x, y)
-    clock = LapClock(len(y), CPU, cost.forward, cost.backward).start()
-    log = FailureLog(x.astype(np.float32), y.astype(np.int64), budget)
-    rows = np.arange(len(y))
-    clock.count(rows, queries=1, group=STEPS)
-    with torch.no_grad():
-        wrong = log.observe(rows, target.decide(target.logits(torch.from_numpy(log.x))), 1)
-    clock.lap(rows, STEPS)
-    return log, clock, rows[~wrong]
 
 
 def ours(target, x, y, settings: SquareSettings, seed: int = 0, batch_size: int = 100):
