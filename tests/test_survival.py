@@ -1006,6 +1006,45 @@ def test_robust_errors_need_two_clusters_and_warn_below_thirty(caplog):
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == [("WARNING", "weibull: no cluster-robust standard errors: \"['x'] not in index\"")]
 
 
+def test_robust_intervals_and_p_values_are_wald_ones_from_the_robust_standard_errors():
+    fit, train = robust_se_case(clusters=2)
+    analysis.attach_robust_se(fit, train, "train_hash")
+    coef, se = fit.fitter.params_, fit.robust_se
+    summary = F.robust_summary(fit)
+    # Table I reads these columns, one row per coefficient in lifelines' order
+    assert summary.columns.tolist() == ["se_robust", "lower_robust", "upper_robust", "p_robust"] and summary.index.equals(coef.index)
+    z = stats.norm.ppf(0.975)  # 95% by default
+    assert summary["se_robust"].tolist() == se.tolist()
+    assert summary["lower_robust"].to_numpy() == pytest.approx((coef - z * se).to_numpy(), rel=1e-12)
+    assert summary["upper_robust"].to_numpy() == pytest.approx((coef + z * se).to_numpy(), rel=1e-12)
+    assert summary["p_robust"].to_numpy() == pytest.approx(2 * stats.norm.sf(np.abs(coef / se)), rel=1e-9)
+    narrower = F.robust_summary(fit, level=0.9)
+    assert narrower["upper_robust"].to_numpy() == pytest.approx((coef + stats.norm.ppf(0.95) * se).to_numpy(), rel=1e-12)
+    fit.robust_se = None  # none could be computed: the columns stay, NaN
+    assert F.robust_summary(fit).isna().all().all() and F.robust_summary(fit).index.equals(coef.index)
+
+
+def test_within_cell_counts_are_listed_by_sorted_cell_whatever_the_row_order():
+    rows = pd.DataFrame(
+        {
+            "attack_hash": ["b", "a", "b", "a", "a", "b"],
+            "duration": [2.0, 1.0, 3.0, 2.0, 1.0, 1.0],
+            "event": [1, 1, 0, 0, 0, 1],
+            "ranking": [1.0, 2.0, 1.0, 3.0, 1.0, 3.0],
+            "weight": [1, 2, 1, 1, 1, 1],
+        }
+    )
+
+    def counts(part):
+        return F.concordance_counts(part["duration"], part["ranking"].to_numpy(), part["event"], F.sample_weights(part), part["attack_hash"])
+
+    # a: its failure (2 samples) against the later censoring, ranked right (2), and against the censoring at its
+    # time, ranked wrong (2 pairs, 0); b: failure at 2 vs censoring at 3 tied (0.5), failure at 1 vs both ranked wrong
+    expected = pd.DataFrame({"concordant": [2.0, 0.5], "pairs": [4.0, 3.0]}, index=pd.Index(["a", "b"], name="stratum"))
+    pd.testing.assert_frame_equal(counts(rows), expected)
+    pd.testing.assert_frame_equal(counts(rows.iloc[[3, 0, 5, 1, 4, 2]]), expected)
+
+
 def test_the_figures_draw_with_their_named_style():
     fig, axes = figures.calibration_grid(["weibull"])
     _with_curves(axes)
