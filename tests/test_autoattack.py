@@ -232,6 +232,7 @@ def test_the_new_options_validate(tmp_path):
         (["data.digits.n_classes=2"], ("autoattack",), "attack.autoattack.kwargs.components.apgd_t", ">= 4"),
         (["attack.apgd_ce.values=[-0.1]"], ("apgd_ce",), "attack.apgd_ce.values", "> 0"),
         (["attack.autoattack.values=[-0.1]"], ("autoattack",), "attack.autoattack.values", "> 0"),
+        (["attack.autoattack.version=rand"], ("autoattack",), "attack.autoattack.version", "torch engine only"),
         (["attack.square.norms=[1]"], ("square",), "attack.square.norms", "allowed: inf, 2"),
         (["+attack.autoattack.kwargs.components.square.samples=5"], ("autoattack",), "attack.autoattack.kwargs.components.square.samples", "remove it"),
         (

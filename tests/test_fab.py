@@ -285,7 +285,9 @@ def test_only_the_inf_and_2_norms_are_supported():
         FABSettings(norm=1, eps=1.0)
 
 
-def test_more_targets_than_wrong_classes_is_refused():
+def test_more_targets_than_wrong_classes_run_one_per_wrong_class():
+    """As APGD-T: a target per wrong class at most, and a censored sample spends those runs."""
     target, x, y, _, _ = linear_problem(samples=4)
-    with pytest.raises(ValueError, match="10 target classes need >= 11 classes"):
-        ours(target, x.numpy(), y.numpy(), FABSettings(norm=np.inf, eps=0.1, n_iter=2, n_targets=10))
+    log, clock, standing = ours(target, x.numpy(), y.numpy(), FABSettings(norm=np.inf, eps=1e-9, n_iter=2, n_targets=10))
+    classes = int(target.logits(x[:1]).shape[1])
+    np.testing.assert_array_equal(clock.queries[standing] - 1, (classes - 1) * 2 * 2)

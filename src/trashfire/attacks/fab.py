@@ -271,13 +271,13 @@ class UnitBox:
 
 
 def target_classes(clean_logits: torch.Tensor, n_targets: int) -> torch.Tensor:
-    """FAB-T's targets (n, n_targets): column j is the (j + 2)-th largest clean logit's class
-    (the reference's `output.sort(dim=-1)[1][:, -target_class]`)."""
-    classes = clean_logits.shape[-1]
-    if n_targets > classes - 1:
-        raise ValueError(f"FAB-T: {n_targets} target classes need >= {n_targets + 1} classes; the model has {classes}")
+    """FAB-T's targets (n, runs): column j is the (j + 2)-th largest clean logit's class
+    (the reference's `output.sort(dim=-1)[1][:, -target_class]`), one run per wrong class at
+    most (as APGD-T: on fewer classes than n_targets + 1 the runs are fewer, and so is what a
+    censored sample spends)."""
+    runs = min(n_targets, clean_logits.shape[-1] - 1)
     order = clean_logits.detach().sort(dim=-1)[1]
-    return torch.stack([order[:, -k] for k in range(2, n_targets + 2)], dim=1)
+    return torch.stack([order[:, -k] for k in range(2, runs + 2)], dim=1)
 
 
 def minimal_adversarial(
@@ -401,10 +401,12 @@ class SideBySide(Batch):
         s, n = self.settings, len(self.rows)
         with torch.no_grad():
             _, _, clean = self.box.forward(self.x0, graph=False)  # the targets: the order's first start gives them
-        pair_sample = torch.arange(n, device=self.x0.device).repeat_interleave(s.n_targets)
-        pair_run = torch.arange(s.n_targets, device=self.x0.device).repeat(n)
-        targets = target_classes(clean, s.n_targets)[pair_sample, pair_run]
-        self.pairs = PairLedger(n, s.n_targets)
+        by_run = target_classes(clean, s.n_targets)
+        runs = by_run.shape[1]
+        pair_sample = torch.arange(n, device=self.x0.device).repeat_interleave(runs)
+        pair_run = torch.arange(runs, device=self.x0.device).repeat(n)
+        targets = by_run[pair_sample, pair_run]
+        self.pairs = PairLedger(n, runs)
         x0, labels = self.x0[pair_sample], self.labels[pair_sample]
         df, dg = self._pass_gradients(pair_sample, pair_run, x0, labels, targets)
         x1 = x0.clone()
@@ -444,7 +446,7 @@ class SideBySide(Batch):
         queries, gradients, first = self.pairs.charges(self.settings)
         self._charge(self.rows, queries=queries, gradients=gradients)
         self.clock.lap([], STEPS, reference=False)  # the charges' FLOPs; the passes' time is shared already
-        broken = np.flatnonzero(first < self.settings.n_targets)
+        broken = np.flatnonzero(first < self.pairs.broken.shape[1])
         if len(broken):
             rows, runs = self.rows[broken], first[broken]
             self.log.observe(rows, self.pairs.decision[broken, runs], self.clock.queries[rows])

@@ -12,8 +12,9 @@ failure clock (docs/design.md, "Per-sample failure clock").
   `rules.torch.algorithm` names (apgd, fab or square).
 
 A sample's work is its first query and its passes in every component up to the one that
-broke it; its failure step is its model queries when it broke (a censored sample's: the
-budget, `budget_of`); `broken_by` names the component (FIRST_QUERY: wrong before any ran).
+broke it; its failure step is its model queries when it broke (a censored sample's: what
+it spent, `budget_of` unless a component ran fewer passes); `broken_by` names the component
+(FIRST_QUERY: wrong before any ran).
 Every component draws from generators seeded with the cell's seed, as the authors' code
 seeds each attack with the same `seed`.
 """
@@ -100,8 +101,9 @@ def _with_defaults(component: Mapping[str, Any]) -> dict[str, Any]:
     return {**component, "kwargs": defaults | dict(component["kwargs"])}
 
 
-def runner(name: str, component: Mapping[str, Any], norm: float, eps: float) -> tuple[Callable[..., None], int]:
-    """The loop of one component at (norm, eps) and a censored sample's queries in it."""
+def runner(name: str, component: Mapping[str, Any], norm: float, eps: float, owner: str = "autoattack") -> tuple[Callable[..., None], int]:
+    """The loop of one component at (norm, eps) and a censored sample's queries in it (at
+    most: APGD-T and FAB-T run one target per wrong class)."""
     kwargs, iterations = component["kwargs"], component["max_iter"]
     if component["algorithm"] == "apgd":
         loss = ART_LOSSES.get(kwargs.get("loss_type", "cross_entropy"), kwargs.get("loss_type"))
@@ -114,7 +116,7 @@ def runner(name: str, component: Mapping[str, Any], norm: float, eps: float) -> 
     if component["algorithm"] == "square":
         settings = SquareSettings(norm, eps, iterations, float(kwargs.get("p_init", 0.8)))
         return (lambda target, log, clock, rows, batch_size, seed: square(target, log, clock, rows, settings, batch_size, seed)), square_budget(settings)
-    raise ConfigError(f"attack.autoattack.kwargs.components.{name}.rules.torch.algorithm", f"got {component['algorithm']!r}; allowed: apgd, fab, square")
+    raise ConfigError(f"attack.{owner}.kwargs.components.{name}.rules.torch.algorithm", f"got {component['algorithm']!r}; allowed: apgd, fab, square")
 
 
 def check_spec(spec: Mapping[str, Any]) -> None:
@@ -124,7 +126,7 @@ def check_spec(spec: Mapping[str, Any]) -> None:
     if version not in VERSIONS:
         raise ConfigError(f"attack.{spec.get('name', 'autoattack')}.version", f"got {version!r}; allowed: {', '.join(VERSIONS)}")
     for name, component in component_settings(spec).items():
-        runner(name, component, NORMS[str(spec["norm"])], 1.0)
+        runner(name, component, NORMS[str(spec["norm"])], 1.0, owner=spec.get("name", "autoattack"))
 
 
 def budget_of(spec: Mapping[str, Any]) -> int:
@@ -151,6 +153,11 @@ def evaluate(target: Target, log: FailureLog, clock: LapClock, components: Mappi
             break
         attack(target, log, clock, rows, batch_size, seed)
         log.broken_by[rows[log.event[rows]]] = name
+    # a censored sample's step is what was spent on it: the budget, unless a component ran
+    # fewer passes (APGD-T and FAB-T on fewer classes than targets + 1; a Square search a
+    # defended decision stopped at a margin <= 0 without a misclassification)
+    censored = ~log.event
+    log.failure_step[censored] = clock.queries[censored]
 
 
 def first_query(target: Target, log: FailureLog, clock: LapClock, batch_size: int) -> np.ndarray:

@@ -387,6 +387,12 @@ def _validate_components(key: str, spec: DictConfig, rules: DictConfig, attacks:
     if not isinstance(components, DictConfig) or len(components) == 0:
         raise ConfigError(f"{key}.kwargs.components", f"got {components!r}; allowed: a mapping of attack options, run in its order")
     engine = spec.get("engine") or engines_of(key, rules)[0]
+    if spec.get("version") in ("standard", "rand") and engine != "torch":
+        raise ConfigError(
+            f"{key}.version",
+            f"got {spec.version!r} on engine {engine!r}; the authors' versions run on the torch engine only (ART has no FAB, and its APGD-T and Square differ): "
+            "set version: custom for ART's components",
+        )
     for name, component in components.items():
         where = f"{key}.kwargs.components.{name}"
         if not isinstance(component, DictConfig):
