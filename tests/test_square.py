@@ -150,8 +150,9 @@ def test_the_clock_counts_every_query_and_only_those(digits_cnn, norm, eps_pixel
     assert budget_of(settings) == 1 + N_QUERIES
     assert counting.rows == queries.sum()  # every row through the model is some sample's query
     assert not clock.gradients.any()
-    # one lap per query pass: the initial point and the iterations the last sample standing took
-    assert len(clock.laps) - laps_before == queries.max()
+    # a lap for the initial point, then one per run of queries serving the same samples: a
+    # new one only when a sample leaves (the process clock's read costs a small forward pass)
+    assert len(clock.laps) - laps_before <= 2 + broken.sum() < queries.max()
     assert sum(lap.flops for lap in clock.laps[laps_before:]) == queries.sum() * clock.forward
     assert not any(lap.reference for lap in clock.laps[laps_before:])
 

@@ -26,8 +26,8 @@ leaves with margin <= 0 but a correct decision (a defended model), or never leav
 its `log.x_adv` row is its best (lowest-margin) point and `log.y_pred_adv` the decision there.
 
 Counting (`trashfire.core.clocks.LapClock`, group STEPS): each query is one forward pass of the
-samples it served, no gradient; the initial point is one query, then one per iteration, one lap
-each. A sample never broken spends `budget_of(settings)` = 1 + n_queries. The reference's closing
+samples it served, no gradient; the initial point is one query, then one per iteration; a lap
+for each run of queries that serve the same samples (a new one when a sample leaves). A sample never broken spends `budget_of(settings)` = 1 + n_queries. The reference's closing
 forward pass on its returned points (to decide which it broke) is not run: the loop's own checks
 decided it. The laps are never reference laps: a forward alone is not the unit of work (a
 forward and a backward of a whole batch) whose median prices the STEPS group.
@@ -189,15 +189,21 @@ class Search:
         self.margin_min, decisions, charged = self.query(everyone, self.x_best)
         self.best_decision = decisions.copy()
         self.clock.lap(charged, STEPS, reference=False)
+        positions = self.searching()
         for iteration in range(self.settings.n_queries):
-            positions = self.searching()
             if not len(positions):
                 break
             propose = self.propose_linf if self.settings.norm == np.inf else self.propose_l2
             x_new = propose(positions, iteration)
             margin, decisions, charged = self.query(positions, x_new)
             self.keep_improved(positions, x_new, margin, decisions)
-            self.clock.lap(charged, STEPS, reference=False)  # the query and its bookkeeping
+            following = self.searching()
+            # one lap for a run of queries that serve the same samples: its time shared among
+            # them is the sum of the queries' shares, and a lap reads the process clock, whose
+            # call costs as much as a small model's forward pass
+            if iteration == self.settings.n_queries - 1 or not torch.equal(following, positions):
+                self.clock.lap(charged, STEPS, reference=False)
+            positions = following
         censored = ~self.log.event[self.rows]
         self.log.x_adv[self.rows[censored]] = self.x_best[torch.from_numpy(censored).to(self.device)].cpu().numpy()
         self.log.y_pred_adv[self.rows[censored]] = self.best_decision[censored]
