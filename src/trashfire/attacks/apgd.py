@@ -27,12 +27,12 @@ import torch
 from torch.nn import functional as F
 
 from trashfire.attacks.failure_log import FailureLog, batches
+from trashfire.attacks.norms import TINY, normalised, per_sample, sample_norms
 from trashfire.attacks.target import Target
 from trashfire.core.clocks import STEPS, LapClock
 
 LOSSES = ("ce", "dlr", "dlr-targeted")
 DLR_CLASSES = {"dlr": 3, "dlr-targeted": 4}  # the logits each ratio's denominator needs
-TINY = 1e-12  # the reference's guard in every division
 
 
 @dataclass(frozen=True)
@@ -118,17 +118,6 @@ def sample_losses(settings: APGDSettings, logits: torch.Tensor, labels: torch.Te
     return targeted_dlr_loss(logits, labels, targets)
 
 
-def _per_sample(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    return values.reshape((-1,) + (1,) * (like.dim() - 1))
-
-
-def normalised(x: torch.Tensor, norm: float) -> torch.Tensor:
-    """x over its norm per sample (+1e-12, the reference's `normalize`)."""
-    flat = x.reshape(len(x), -1)
-    size = flat.abs().max(1)[0] if norm == np.inf else (flat**2).sum(-1).sqrt()
-    return x / (_per_sample(size, x) + TINY)
-
-
 def random_start(x: torch.Tensor, eps: float, norm: float, generator: torch.Generator) -> torch.Tensor:
     """A point on the eps-sphere around x, drawn as the reference draws it (on the CPU)."""
     if norm == np.inf:
@@ -168,8 +157,8 @@ class Run:
         if self.settings.norm == np.inf:
             return torch.clamp(torch.min(torch.max(x_new, self.x - eps), self.x + eps), self.low, self.high)
         delta = x_new - self.x
-        size = (delta**2).reshape(len(delta), -1).sum(-1).sqrt()
-        return torch.clamp(self.x + normalised(delta, 2) * torch.min(eps * torch.ones_like(self.x), _per_sample(size, delta)), self.low, self.high)
+        size = sample_norms(delta, 2)
+        return torch.clamp(self.x + normalised(delta, 2) * torch.min(eps * torch.ones_like(self.x), per_sample(size, delta)), self.low, self.high)
 
     def gradient(self, x_adv: torch.Tensor, unit: int) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
         """The loss and its mean gradient over eot_iter passes at x_adv, each pass counted;

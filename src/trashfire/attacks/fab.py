@@ -48,10 +48,10 @@ import torch
 from torch.nn import functional as F
 
 from trashfire.attacks.failure_log import FailureLog, batches
+from trashfire.attacks.norms import TINY, per_sample, sample_norms
 from trashfire.attacks.target import Target
 from trashfire.core.clocks import STEPS, LapClock
 
-TINY = 1e-12  # the reference's guard in the distance to each boundary
 SMALLEST_STEP = 1e-8  # the reference's floor on the projections' norms in the step's alpha
 NO_BOUNDARY = 1e10  # the reference's distance to the true class's own "boundary" (untargeted)
 
@@ -184,16 +184,6 @@ def projection_l2(points: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> tor
 PROJECTIONS = {np.inf: projection_linf, 2: projection_l2}
 
 
-def perturbation_norm(delta: torch.Tensor, norm: float) -> torch.Tensor:
-    """Each row's norm, as the reference measures its adversarial points."""
-    flat = delta.reshape(len(delta), -1)
-    return flat.abs().max(dim=1)[0] if norm == np.inf else (flat**2).sum(dim=-1).sqrt()
-
-
-def _per_sample(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    return values.reshape((-1,) + (1,) * (like.dim() - 1))
-
-
 def fab_step(x1: torch.Tensor, x0: torch.Tensor, df: torch.Tensor, dg: torch.Tensor, settings: FABSettings) -> torch.Tensor:
     """One FAB iteration in the unit box: the nearest linearised boundary (df (n, c): logit
     differences, dg (n, c, ...): their input gradients at x1), the projections of x1 and of the
@@ -209,7 +199,7 @@ def fab_step(x1: torch.Tensor, x0: torch.Tensor, df: torch.Tensor, dg: torch.Ten
     w = normal.reshape([n, -1])
     steps = PROJECTIONS[settings.norm](torch.cat((x1.reshape([n, -1]), x0.reshape([n, -1])), 0), torch.cat((w, w), 0), torch.cat((offset, offset), 0))
     from_x1, from_x0 = steps[:n].reshape(x1.shape), steps[-n:].reshape(x1.shape)
-    sizes = _per_sample(perturbation_norm(steps, settings.norm), x1)
+    sizes = per_sample(sample_norms(steps, settings.norm), x1)
     sizes = torch.max(sizes, SMALLEST_STEP * torch.ones(sizes.shape, device=device))
     size1, size0 = sizes[:n], sizes[-n:]
     alpha = torch.min(torch.max(size1 / (size1 + size0), torch.zeros(size1.shape, device=device)), settings.alpha_max * torch.ones(size1.shape, device=device))
@@ -296,7 +286,7 @@ def minimal_adversarial(
         x1 = fab_step(x1, x0, df, dg, settings)
         _, seen, logits = box.forward(x1, graph=False)
         adversarial = torch.from_numpy(target.decide(logits) != y.cpu().numpy()).to(x.device)
-        norms = perturbation_norm(x1 - x0, settings.norm) * (box.high - box.low)
+        norms = sample_norms(x1 - x0, settings.norm) * (box.high - box.low)
         smaller = adversarial & (norms < best_norm)
         best[smaller], best_norm[smaller] = seen[smaller], norms[smaller]
         x1[adversarial] = pull_back(x1[adversarial], x0[adversarial], settings.beta)
@@ -377,7 +367,7 @@ class Batch:
         self._charge(rows, queries=1)
         decisions = self.target.decide(logits)
         adversarial = decisions != self.log.y[rows]
-        broken = adversarial & (perturbation_norm(x1 - x0, self.settings.norm) <= self.eps).cpu().numpy()
+        broken = adversarial & (sample_norms(x1 - x0, self.settings.norm) <= self.eps).cpu().numpy()
         if broken.any():
             self.log.observe(rows[broken], decisions[broken], self.clock.queries[rows[broken]])
             self.log.x_adv[rows[broken]] = seen[self._index(broken)].cpu().numpy()
@@ -436,7 +426,7 @@ class SideBySide(Batch):
         self.pairs.spend(samples, runs, queries=1)
         decisions = self.target.decide(logits)
         adversarial = decisions != labels.cpu().numpy()
-        broken = adversarial & (perturbation_norm(x1 - x0, self.settings.norm) <= self.eps).cpu().numpy()
+        broken = adversarial & (sample_norms(x1 - x0, self.settings.norm) <= self.eps).cpu().numpy()
         self.pairs.breaks(samples[broken], runs[broken], seen[torch.from_numpy(broken).to(seen.device)].cpu().numpy(), decisions[broken])
         self.clock.lap(self.rows[np.unique(samples)], STEPS, reference=False)
         return adversarial

@@ -43,10 +43,10 @@ import numpy as np
 import torch
 
 from trashfire.attacks.failure_log import FailureLog, batches
+from trashfire.attacks.norms import TINY, normalised, per_sample, sample_norms
 from trashfire.attacks.target import Target
 from trashfire.core.clocks import STEPS, LapClock
 
-TINY = 1e-12  # the reference's guard in every division
 # p_selection's schedule: above each iteration threshold, p_init is divided by the factor
 P_SCHEDULE = ((8000, 512), (6000, 256), (4000, 128), (2000, 64), (1000, 32), (500, 16), (200, 8), (50, 4), (10, 2))
 L2_TILES = 5  # the L2 start tiles the image with squares of a fifth of its height
@@ -122,18 +122,6 @@ def eta(size: int, generator: torch.Generator, device: torch.device) -> torch.Te
     if torch.rand([1], generator=generator) > 0.5:
         delta = delta.permute([1, 0])
     return delta.to(device)
-
-
-def l2_norms(x: torch.Tensor) -> torch.Tensor:
-    """Each sample's L2 norm, shaped to broadcast over it."""
-    return (x**2).view(x.shape[0], -1).sum(-1).sqrt().view(-1, *([1] * (x.dim() - 1)))
-
-
-def normalised(x: torch.Tensor, norm: float) -> torch.Tensor:
-    """x over its norm per sample (+1e-12, the reference's `normalize`)."""
-    if norm == np.inf:
-        return x / (x.abs().view(x.shape[0], -1).max(1)[0].view(-1, *([1] * (x.dim() - 1))) + TINY)
-    return x / (l2_norms(x) + TINY)
 
 
 def margin_of(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -273,7 +261,7 @@ class Search:
         mask_image = torch.zeros_like(x_curr)
         mask_image[window] = 1.0
         mask_image[window_2] = 1.0
-        norms_image = l2_norms(x_best_curr - x_curr)
+        norms_image = per_sample(sample_norms(x_best_curr - x_curr, 2), x_curr)
         norms_windows = ((delta_curr * mask_image) ** 2).sum(dim=(-2, -1), keepdim=True).sqrt()
         new_deltas = torch.ones([len(positions), self.channels, s, s], device=self.device)
         new_deltas *= eta(s, self.generator, self.device).view(1, 1, s, s) * random_choice([len(positions), self.channels, 1, 1], self.generator, self.device)
