@@ -225,6 +225,16 @@ def test_weighted_rows_fit_the_generalised_gamma_as_one_row_per_sample(settings)
     assert fits["compact"].params_.to_numpy() == pytest.approx(fits["expanded"].params_.to_numpy(), abs=1e-5)
 
 
+def test_weighted_rows_give_the_cluster_robust_errors_of_one_row_per_sample():
+    compact = merged(generalised_gamma_samples())  # rows of up to dozens of samples
+    expanded = F.per_sample(compact)
+    spec = OmegaConf.create({"fitter": {"_target_": "lifelines.WeibullAFTFitter", "penalizer": 0.0}})
+    fit = F.fit_one("weibull", spec, compact)
+    clusters = {form: (d["x"] * 2 + d["z"]).to_numpy() for form, d in (("compact", compact), ("expanded", expanded))}
+    ours = F.cluster_robust_se(fit, compact, clusters["compact"])
+    assert ours.to_numpy() == pytest.approx(F.cluster_robust_se(fit, expanded, clusters["expanded"]).to_numpy(), rel=1e-8)
+
+
 def test_the_generalised_gamma_starts_at_the_log_normal_fit_and_needs_fewer_iterations(settings, rossi, rossi_fits):
     # on rossi lifelines' two default starts take 40 BFGS iterations, ours 25; the log-normal
     # fit without the censoring, or with its coefficients unscaled or shuffled, 36 to 51
