@@ -33,6 +33,7 @@ from trashfire.metrics.cards import write_cards
 from trashfire.metrics.registry import degenerate_cells, sound, spearman_by_dataset, survival_headline  # noqa: F401  (also this module's API)
 from trashfire.survival import epsilon
 from trashfire.tables.experiments import read_experiments
+from trashfire.tables.worst_case import measured
 
 log = logging.getLogger(__name__)
 
@@ -286,12 +287,13 @@ def headline(
     eps_survival=None,
     flags: pd.DataFrame | None = None,
     settings: DictConfig | None = None,
+    worst_case: pd.DataFrame | None = None,
 ) -> dict:
     """metrics.json, the metrics DVC tracks: every metric of the registry (trashfire.metrics.registry.HEADLINE).
     Means and medians leave degenerate model cells out; EVP is averaged over the curves that
     reach non-viability, the others apart."""
     results = registry.Results(
-        experiments, trash, robustness, brittle, comparison, tuple(checked), eps_survival=eps_survival, validity=flags, settings=settings
+        experiments, trash, robustness, brittle, comparison, tuple(checked), eps_survival=eps_survival, validity=flags, settings=settings, worst_case=worst_case
     )
     return registry.headline(results)
 
@@ -336,14 +338,18 @@ def without_nan(value: Any) -> Any:
 
 
 def aggregate_reports(cfg: DictConfig, artefacts: Artefacts) -> dict:
-    experiments = with_family(read_experiments(artefacts.input("experiments.csv")))
+    every_row = with_family(read_experiments(artefacts.input("experiments.csv")))
+    experiments, worst = measured(every_row), every_row[every_row["attack"] == schema.WORST_CASE]
     expected = pd.read_csv(artefacts.input("survival/expected_times.csv"))
     comparison = pd.read_csv(artefacts.input("survival/aft_comparison.csv"))
     m = cfg.metrics
     degenerate = degenerate_cells(experiments)
     trash = trash_table(experiments, expected, m.trash.eps_max).assign(degenerate=lambda t: t["model_hash"].map(degenerate))
-    curves = eps_curves(experiments)
-    robustness = robustness_table(curves, m.evp, m.auc, degenerate)
+    # the worst cases' curves and R are written beside the attacks'; the flags, findings,
+    # cards and means read the attacks' own
+    every_curve = eps_curves(every_row)
+    every_robustness = robustness_table(every_curve, m.evp, m.auc, degenerate)
+    curves, robustness = measured(every_curve), measured(every_robustness)
     records = read_brittle(artefacts.input("brittle"), experiments["model_hash"].unique(), brittle_settings(cfg))
     stages = {name: spec.stage for name, spec in cfg.defence.items()} | {"none": "none"}
     brittle = brittle_table(records, experiments, m.brittle.robust_acc).assign(
@@ -359,9 +365,9 @@ def aggregate_reports(cfg: DictConfig, artefacts: Artefacts) -> dict:
             "trash.csv": trash,
             "depth_decomposition.csv": depth_decomposition(trash),
             "trash_summary.csv": trash_summary(trash, m.trash.bootstrap, m.trash.seed),
-            "robustness.csv": robustness,
+            "robustness.csv": every_robustness,
             "auc_table.csv": auc_table(robustness),
-            "curves.csv": curves,
+            "curves.csv": every_curve,
             "tau_table.csv": tau_table(list(m.evp.table_classes), m.evp.w, classes),
             "evp_tau.csv": evp_tau_table(curves, m.evp.tau_grid),
             "evp_convergence.csv": evp_convergence_table(curves, m.evp),
@@ -373,7 +379,7 @@ def aggregate_reports(cfg: DictConfig, artefacts: Artefacts) -> dict:
         },
     )
     write_cards(artefacts.output("cards"), experiments, trash, robustness, brittle, flags)
-    summary = headline(experiments, trash, robustness, brittle, comparison, checked, eps_survival, flags, m)
+    summary = headline(experiments, trash, robustness, brittle, comparison, checked, eps_survival, flags, m, worst)
     write_json(artefacts.output("metrics.json"), without_nan(summary))
     shown = {k: v for k, v in summary.items() if not isinstance(v, dict)}
     log.info("%s", ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()))

@@ -65,6 +65,7 @@ class Results:
     validity: pd.DataFrame | None = None
     eps_survival: pd.DataFrame | None = None
     settings: Any = None  # the config's `metrics` section: a metric's own settings (conf/metrics/default.yaml)
+    worst_case: pd.DataFrame | None = None  # experiments.csv's worst-case rows (trashfire.tables.worst_case)
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,21 @@ class CurveMetric:
 def sound(table: pd.DataFrame) -> pd.DataFrame:
     """The rows of non-degenerate model cells."""
     return table[~table["degenerate"].astype(bool)] if "degenerate" in table else table
+
+
+def worst_case_means(worst_case: pd.DataFrame | None) -> dict[str, float]:
+    """Mean worst-case robust accuracy over the sound model cells, per norm and eps ('linf eps 0.1')."""
+    rows = sound(worst_case) if worst_case is not None else pd.DataFrame()
+    if rows.empty:
+        return {}
+    means = rows.groupby(["norm", "attack_units", "attack_value"], sort=True)["acc_adv"].mean()
+    return {f"l{norm} eps {value:g} {units}": float(mean) for (norm, units, value), mean in means.items()}
+
+
+def carriers(worst_case: pd.DataFrame | None) -> dict[str, int]:
+    """Over the sound worst-case cells, how many each attack (or tie of attacks) carried."""
+    rows = sound(worst_case) if worst_case is not None else pd.DataFrame()
+    return {} if rows.empty else {str(k): int(v) for k, v in rows["carried_by"].value_counts().sort_index().items()}
 
 
 def degenerate_cells(experiments: pd.DataFrame) -> pd.Series:
@@ -229,6 +245,16 @@ HEADLINE: list[Metric] = [
         "acc_adv_mean",
         lambda r: float(sound(r.experiments)["acc_adv"].mean()),
         "mean accuracy under attack over every attack cell (all attacks, strengths and defences)",
+    ),
+    Metric(
+        "robust_acc_worst_case",
+        lambda r: worst_case_means(r.worst_case),
+        "per norm and eps, the mean over model cells of the robust accuracy in the worst case per sample: a sample counts as robust only if no attack at that norm and eps broke it (AutoAttack's rule over the whole grid)",
+    ),
+    Metric(
+        "worst_case_carried_by",
+        lambda r: carriers(r.worst_case),
+        "how many worst-case cells (model cell, norm, eps) each attack carried: it alone reached the lowest robust accuracy (ties name every attack that did)",
     ),
     Metric(
         "evp_mean",

@@ -18,14 +18,15 @@ CAPTIONS = {
     "accuracy_by_attack_and_defence": (
         "Accuracy by defence and attack family (TRASHFIRE Fig. 1)",
         "Benign accuracy by defence, adversarial accuracy by defence and by attack family: violins over cells, diamonds the pooled accuracy over every "
-        "attacked sample with its 95% Wilson interval.",
+        "attacked sample with its 95% Wilson interval. The family worst_case counts a sample as robust only if none of its model cell's attacks at that "
+        "norm and eps broke it.",
         "the drop from the benign panel to the adversarial ones is what the attacks take; a defence helps where its adversarial violin sits above the "
         "undefended one; diamonds whose intervals do not overlap differ beyond sampling noise.",
     ),
     "accuracy_eps_curves": (
         "Accuracy against attack strength eps (normalised-AUC paper Fig. 2, 4)",
         "Accuracy (top) and accuracy normalised by the benign accuracy (bottom) against eps in pixel units, mean over seeds with a ±1 SD band; the shaded "
-        "interval is the one R integrates over.",
+        "interval is the one R integrates over. The worst_case panels take, per sample, every attack of the cell at that norm and eps.",
         "a curve that stays high for longer is more robust; the bottom row removes differences in benign accuracy, and the area under it over the shaded "
         "interval, relative to the interval, is R.",
     ),
@@ -89,6 +90,11 @@ CAPTIONS = {
 
 # How to read each folded table of the report
 TABLE_CAPTIONS = {
+    "worst_case": (
+        "the headline robust accuracy: per model cell, norm and eps, a sample counts as robust only if no attack at that norm and eps broke it "
+        "(AutoAttack's rule over the whole grid). carried_by names the single attack with the lowest robust accuracy (ties list every one); "
+        "beyond_carrier counts the samples it left standing that another attack broke; beside them, each attack's own robust accuracy."
+    ),
     "tau": (
         "τ(K) is the accuracy a K-class model must keep to count as viable (Cohen's w against chance 1/K); EVP counts accuracy only while it is at least τ."
     ),

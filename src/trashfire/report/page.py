@@ -17,6 +17,7 @@ from trashfire.core.stage import Artefacts
 from trashfire.report import sections
 from trashfire.report.captions import CAPTIONS, caption_for
 from trashfire.report.inputs import read_metrics, read_tables
+from trashfire.tables.worst_case import measured
 
 SECTIONS = (
     ("findings", "Findings"),
@@ -92,7 +93,8 @@ def report_html(artefacts: Artefacts, images: list[Path], skipped: dict[str, str
     their meaning, the run, every figure with how to read it, every table folded."""
     path = artefacts.output("report.html")
     tables, metrics = read_tables(artefacts), read_metrics(artefacts)
-    degenerate = sections.degenerate_cells(tables["experiments"])
+    attacks = measured(tables["experiments"])  # the attack cells, without the worst cases
+    degenerate = sections.degenerate_cells(attacks)
     page = render(
         "report.html.j2",
         sections=SECTIONS,
@@ -100,7 +102,7 @@ def report_html(artefacts: Artefacts, images: list[Path], skipped: dict[str, str
         findings=sections.findings_section(tables["findings"], metrics, degenerate),
         validity=sections.validity_section(tables["validity"], metrics),
         headline=sections.headline_rows(metrics),
-        run=sections.run_section(metrics, tables["experiments"], degenerate),
+        run=sections.run_section(metrics, attacks, degenerate),
         figures=figures_section(images, path.parent, skipped),  # figure names relative to the page
         tables=sections.tables_section(tables, artefacts),
     )

@@ -19,6 +19,7 @@ from trashfire.report.captions import TABLE_CAPTIONS
 from trashfire.report.formatting import format_value, interval_text, number, p_text, spread_text
 from trashfire.report.inputs import card_paths, card_row
 from trashfire.survival import analysis as survival_analysis
+from trashfire.tables.worst_case import measured
 
 PAPERS = {"001": "EVP", "002": "brittle-score", "003": "TRASHFIRE", "004": "normalised AUC"}
 # verdict -> (badge class, word in the count sentence)
@@ -280,6 +281,17 @@ def robustness_table(robustness: pd.DataFrame) -> Table | str:
     return table_of(drop_empty(robustness[[c for c in columns if c in robustness]]))
 
 
+def worst_case_table(experiments: pd.DataFrame) -> Table | str:
+    """Each worst case beside its attacks' own robust accuracies, one column per attack."""
+    worst = experiments[experiments["attack"] == schema.WORST_CASE]
+    keys = ["model_hash", "norm", "attack_units", "attack_value"]
+    own = measured(experiments).pivot_table(index=keys, columns="attack", values="acc_adv", aggfunc="first")
+    shown = worst.rename(columns={"acc_adv": "worst_case", "attack_value": "eps", "n_beyond_carrier": "beyond_carrier"})
+    shown = shown.merge(own[sorted(set(", ".join(worst["attacks"]).split(", ")))], left_on=[*keys[:3], "eps"], right_index=True, how="left")
+    columns = [*schema.REPORT_CELL, "norm", "eps", "worst_case", "carried_by", "beyond_carrier", *own.columns.intersection(shown.columns)]
+    return table_of(drop_empty(shown[columns]))
+
+
 def robustness_caption() -> str:
     """How to read robustness.csv, with the meaning of each per-curve metric of the registry."""
     meanings = "; ".join(f"{name}, {meaning}" for name, meaning in registry.curve_meanings().items())
@@ -370,7 +382,14 @@ def survival_tables(
 def tables_section(tables: dict, artefacts: Artefacts) -> list[Folded | Listing]:
     """Every long table, folded, in the order the page lists them."""
     t = tables
+    worst = int((t["experiments"]["attack"] == schema.WORST_CASE).sum())  # none with a single attack per norm and eps: no table
+    worst_case = (
+        [folded("table-worst-case", "Robust accuracy: the worst case per sample", worst, TABLE_CAPTIONS["worst_case"], worst_case_table(t["experiments"]))]
+        if worst
+        else []
+    )
     return [
+        *worst_case,
         folded("table-tau", "Viability threshold τ(K) (EVP paper Table I)", rows_of(t["tau_table"]), TABLE_CAPTIONS["tau"], table_of(t["tau_table"])),
         folded("table-trash", "TRASH score over seeds", rows_of(t["trash_summary"]), TABLE_CAPTIONS["trash"], trash_summary_table(t["trash_summary"])),
         folded("table-trash-clocks", "TRASH on every clock", rows_of(t["trash"]), TABLE_CAPTIONS["trash_clocks"], trash_clocks_table(t["trash"])),

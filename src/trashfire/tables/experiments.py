@@ -5,8 +5,9 @@ configured clock (t_train, t_predict, t_attack) and on every clock (suffixed wit
 FLOPs on the compute clock `flops`, seconds on `process` and `wall`), and
 each cell's outcome counts (misclassified before the attack, broken by it, survived) and
 failure-clock counts (events within the budget, censored samples, event share, median step
-of a failure), and the attack's properties (`attack_properties`: black_box, minimal).
-The stage's survival data sets are built from the same read by `trashfire.survival.datasets`
+of a failure), and the attack's properties (`attack_properties`: black_box, minimal). After
+them, a `worst_case` row per model cell, norm and eps that two or more eps-bounded attacks
+share: the per-sample minimum over them (`trashfire.tables.worst_case`). The stage's survival data sets are built from the same read by `trashfire.survival.datasets`
 (the survival floor sits above this one).
 """
 
@@ -27,6 +28,7 @@ from trashfire.core.schema import AttackRecord, BenignRecord, Outcomes
 from trashfire.core.stage import Artefacts
 from trashfire.core.stats import degeneracy_threshold
 from trashfire.core.store import attack_record_path, benign_path, black_box_of, declaration_path, outcomes_path
+from trashfire.tables.worst_case import worst_case_rows
 
 log = logging.getLogger(__name__)
 
@@ -191,12 +193,20 @@ def _median_known_step(steps: np.ndarray) -> float:
 
 
 def write_experiments(cfg: DictConfig, artefacts: Artefacts) -> tuple[pd.DataFrame, dict[str, Outcomes]]:
-    """Write experiments.csv; return it with each attack cell's outcome arrays, by attack hash,
-    for the survival data sets built from the same read (`trashfire.survival.datasets`)."""
+    """Write experiments.csv; return its attacks' rows (without the worst cases) with each
+    attack cell's outcome arrays, by attack hash, for the survival data sets built from the
+    same read (`trashfire.survival.datasets`)."""
     path, attacks = artefacts.output("experiments.csv"), artefacts.input("attacks")
     path.parent.mkdir(parents=True, exist_ok=True)
     cells = read_cells(cfg, attacks)
-    experiments = tabulate(cfg, attacks, cells)
+    experiments, outcomes = tabulate(cfg, attacks, cells), {record.attack_hash: arrays for record, arrays in cells}
     with atomic_path(path) as tmp:
-        experiments.to_csv(tmp, index=False)
-    return experiments, {record.attack_hash: arrays for record, arrays in cells}
+        with_worst_cases(experiments, outcomes).to_csv(tmp, index=False)
+    return experiments, outcomes
+
+
+def with_worst_cases(experiments: pd.DataFrame, outcomes: dict[str, Outcomes]) -> pd.DataFrame:
+    """The attacks' rows, then the worst case per sample of each model cell, norm and eps that
+    two or more eps-bounded attacks share (trashfire.tables.worst_case)."""
+    worst = worst_case_rows(experiments, outcomes)
+    return experiments if worst.empty else in_order(pd.concat([experiments, worst], ignore_index=True), schema.EXPERIMENTS)

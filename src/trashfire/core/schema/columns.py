@@ -40,7 +40,12 @@ PROBES = ["grad_zero_share", "grad_nonfinite_share", "query_repeats", "query_out
 # minimal (true: a minimal-perturbation attack); columns of experiments.csv
 ATTACK_PROPERTIES = ["black_box", "minimal"]
 
-# experiments.csv (timing): one row per attack cell
+# a worst-case row's own (trashfire.tables.worst_case): the attack with the lowest robust accuracy
+# (ties joined by ", "), the samples it left standing that another attack broke, the attacks
+WORST_CASE_COLUMNS = ["carried_by", "n_beyond_carrier", "attacks"]
+
+# experiments.csv (timing): one row per attack cell, and per model cell, norm and eps of two or
+# more eps-bounded attacks its worst case per sample
 EXPERIMENTS = [
     *MODEL_LABELS,
     *ATTACK_LABELS,
@@ -69,9 +74,10 @@ EXPERIMENTS = [
     *ATTACK_PROPERTIES,
     "degenerate",
     *PROBES,
+    *WORST_CASE_COLUMNS,
 ]
 # how the tables' text columns read back: norms stay "inf", "2"; an empty label stays text
-EXPERIMENTS_DTYPES = {"norm": str, "defence_param": str}
+EXPERIMENTS_DTYPES = {"norm": str, "defence_param": str, "carried_by": str, "attacks": str}
 TEXT_COLUMNS = {"id": str, "paper": str, "norm": str, "defence_param": str, "pretrained_on": str, "attack_family": str}
 
 # survival_data.csv (timing): labels, never covariates, then the survival columns, then covariates

@@ -59,6 +59,9 @@ SEEDLESS_LABELS = without(MODEL_LABELS, "seed")
 CONFIGURATION = without(TRAINED_LABELS, "seed", "depth")
 # An attack cell: the attack, its norm, the attacked parameter and its value (configured units).
 ATTACK_LABELS = ["attack", "norm", "attack_param", "attack_value"]
+# experiments.csv's `attack` of the worst case per sample over a model cell's attacks at one
+# norm and eps (trashfire.tables.worst_case); no attack option may take the name
+WORST_CASE = "worst_case"
 
 
 def cell_labels(trained: Any, defence: Mapping[str, Any]) -> dict[str, Any]:

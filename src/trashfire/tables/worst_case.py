@@ -1,0 +1,87 @@
+"""The worst case per sample: over every attack of a model cell at one norm and eps, a sample is
+robust only if no attack broke it (AutoAttack's rule, applied to the whole grid).
+
+experiments.csv gets one `worst_case` row per model cell, norm and eps that two or more
+eps-bounded attacks share (`attack_param: eps`). Its outcome counts are the per-sample
+minimum over those attacks, on the samples they all attacked (the same attack subset, matched
+by position). It names the attack that carried it (`carried_by`: the single attack with the
+lowest robust accuracy, ties joined by a comma) and how many samples that attack left standing
+that another broke (`n_beyond_carrier`). A worst case has no clock of its own: its timed and
+failure-clock columns are empty, and the survival data, TRASH and the validity flags read only
+the attacks' own rows (`measured`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pandas as pd
+
+from trashfire.core.schema import MODEL_LABELS, WORST_CASE, Outcomes
+
+# the model cell's columns a worst-case row copies from its attacks' rows
+COPIED = [*MODEL_LABELS, "norm", "attack_param", "attack_value", "n_train", "n_classes", "acc_ben", "acc_ben_attack_subset", "attack_units"]
+COPIED_IF_PRESENT = ["attack_value_standardised", "pixel_std", "device", "train_hash", "model_hash", "degenerate"]
+GROUP = ["model_hash", "norm", "attack_units", "attack_value"]
+
+
+def measured(experiments: pd.DataFrame) -> pd.DataFrame:
+    """The rows of attacks that ran: experiments.csv less its worst-case rows."""
+    return experiments[experiments["attack"] != WORST_CASE]
+
+
+def worst_case_rows(experiments: pd.DataFrame, outcomes: dict[str, Outcomes]) -> pd.DataFrame:
+    """One worst-case row per model cell, norm and eps of two or more eps-bounded attacks."""
+    bounded = experiments[experiments["attack_param"] == "eps"]
+    groups = [cells for _, cells in bounded.groupby(GROUP, sort=False, dropna=False) if cells["attack"].nunique() > 1]
+    rows = [worst_case_row(cells, [outcomes[h] for h in cells["attack_hash"]]) for cells in groups]
+    return pd.DataFrame(rows)
+
+
+def worst_case_row(cells: pd.DataFrame, outcomes: list[Outcomes]) -> dict:
+    """The worst case of one model cell at one norm and eps, from its attack cells' rows and
+    per-sample outcomes (in the same order)."""
+    survived = robust_per_sample(outcomes)  # samples x attacks: right before and after
+    robust = survived.all(axis=1)
+    right_before = correct_before(outcomes).reindex(survived.index)
+    first = cells.iloc[0]
+    acc = pd.Series(survived.mean(axis=0).to_numpy(), index=cells["attack"].to_numpy())
+    carriers = sorted(acc.index[np.isclose(acc.to_numpy(), acc.min())])
+    row = {column: first[column] for column in COPIED} | {column: first[column] for column in COPIED_IF_PRESENT if column in cells}
+    return row | {
+        "attack": WORST_CASE,
+        "n_attack": len(robust),
+        "n_failed": int((~robust).sum()),
+        "n_misclassified_before": int((~right_before).sum()),
+        "n_broken": int((right_before & ~robust).sum()),
+        "n_survived": int(robust.sum()),
+        "acc_adv": float(robust.mean()),
+        "attack_hash": combined_hash(cells["attack_hash"]),
+        "carried_by": ", ".join(carriers),
+        "n_beyond_carrier": int(survived[cells["attack"].tolist().index(carriers[0])].sum() - robust.sum()),
+        "attacks": ", ".join(sorted(cells["attack"])),
+    }
+
+
+def robust_per_sample(outcomes: list[Outcomes]) -> pd.DataFrame:
+    """A column per attack (in order): the sample was classified correctly after it, on the
+    positions every attack attacked."""
+    columns = [pd.Series(o.y_pred_adv == o.y_true, index=positions(o)) for o in outcomes]
+    return pd.concat(columns, axis=1, join="inner", ignore_index=True).sort_index()
+
+
+def correct_before(outcomes: list[Outcomes]) -> pd.Series:
+    """Right before every attack (the first query of a randomised model can differ per attack)."""
+    columns = [pd.Series(o.y_pred_ben == o.y_true, index=positions(o)) for o in outcomes]
+    return pd.concat(columns, axis=1, join="inner").all(axis=1)
+
+
+def positions(outcomes: Outcomes) -> np.ndarray:
+    """The samples' positions in the attack subset; records without them are in subset order."""
+    return outcomes.position if outcomes.position is not None else np.arange(len(outcomes.y_true))
+
+
+def combined_hash(attack_hashes: pd.Series) -> str:
+    """The worst case's identifier: a hash of its attack cells' hashes, whatever their order."""
+    return hashlib.sha256(",".join(sorted(attack_hashes)).encode()).hexdigest()[:16]

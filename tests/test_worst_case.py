@@ -1,0 +1,119 @@
+"""The worst case per sample (trashfire.tables.worst_case): over a model cell's attacks at one
+norm and eps, a sample is robust only if no attack broke it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from trashfire.core.schema import WORST_CASE, Outcomes
+from trashfire.tables.experiments import with_worst_cases
+from trashfire.tables.worst_case import measured, worst_case_rows
+
+
+def outcomes(y_pred_adv, y_pred_ben=None, position=None, y_true=None) -> Outcomes:
+    y_pred_adv = np.asarray(y_pred_adv)
+    n = len(y_pred_adv)
+    y_true = np.zeros(n, int) if y_true is None else np.asarray(y_true)
+    zeros = np.zeros(n)
+    return Outcomes(
+        y_true=y_true,
+        y_pred_ben=y_true.copy() if y_pred_ben is None else np.asarray(y_pred_ben),
+        y_pred_adv=y_pred_adv,
+        margin_ben=zeros,
+        failure_step=zeros.astype(int),
+        event=y_pred_adv != y_true,
+        queries=zeros,
+        gradients=zeros,
+        flops=zeros,
+        duration_process=zeros,
+        duration_wall=zeros,
+        duration_process_shared=zeros,
+        duration_wall_shared=zeros,
+        position=None if position is None else np.asarray(position),
+    )
+
+
+def row(attack, attack_hash, eps=0.1, model_hash="m1", norm="inf", param="eps", acc_adv=None):
+    return {
+        "dataset": "digits",
+        "pretrained_on": None,
+        "seed": 0,
+        "model": "cnn",
+        "depth": 3,
+        "epochs": 1,
+        "lr": 0.1,
+        "defence": "none",
+        "defence_param": "",
+        "defence_value": 0.0,
+        "attack": attack,
+        "norm": norm,
+        "attack_param": param,
+        "attack_value": eps,
+        "n_train": 10,
+        "n_attack": 6,
+        "n_classes": 10,
+        "acc_ben": 0.9,
+        "acc_ben_attack_subset": 5 / 6,
+        "attack_units": "pixel",
+        "acc_adv": acc_adv,
+        "model_hash": model_hash,
+        "train_hash": "t1",
+        "attack_hash": attack_hash,
+    }
+
+
+# six samples, sample 5 wrong before any attack (true label 0, predicted 1)
+BEFORE = [0, 0, 0, 0, 0, 1]
+FGM = outcomes([1, 0, 0, 0, 0, 1], y_pred_ben=BEFORE)  # breaks sample 0
+PGD = outcomes([0, 1, 1, 0, 0, 1], y_pred_ben=BEFORE)  # breaks 1 and 2
+SQUARE = outcomes([0, 1, 0, 0, 2, 1], y_pred_ben=BEFORE)  # breaks 1 and 4
+
+
+def test_the_worst_case_is_the_per_sample_minimum_over_the_attacks():
+    table = pd.DataFrame([row("fgm", "a"), row("pgd", "b"), row("square", "c")])
+    (worst,) = worst_case_rows(table, {"a": FGM, "b": PGD, "c": SQUARE}).to_dict("records")
+    robust = np.array([0, 0, 0, 1, 0, 0], bool)  # only sample 3 stands against all three
+    assert worst["attack"] == WORST_CASE and worst["n_attack"] == 6
+    assert worst["acc_adv"] == pytest.approx(robust.mean()) and worst["n_survived"] == 1
+    assert (worst["n_misclassified_before"], worst["n_broken"], worst["n_failed"]) == (1, 4, 5)
+    # PGD and Square (3 of 6 robust each) tie below FGM (4 of 6): both carried it
+    assert worst["carried_by"] == "pgd, square" and worst["attacks"] == "fgm, pgd, square"
+    assert worst["n_beyond_carrier"] == 2  # PGD left samples 0 and 4 standing, FGM and Square broke them
+    assert (worst["model_hash"], worst["norm"], worst["attack_value"], worst["attack_param"]) == ("m1", "inf", 0.1, "eps")
+
+
+def test_samples_are_matched_by_position_and_only_those_every_attack_attacked():
+    shuffled = outcomes([0, 0, 1, 0], position=[3, 2, 1, 0])  # breaks position 1
+    subset = outcomes([1, 0, 0], position=[0, 1, 4])  # breaks position 0; never attacked 2 or 3
+    table = pd.DataFrame([row("fgm", "a"), row("pgd", "b")])
+    (worst,) = worst_case_rows(table, {"a": shuffled, "b": subset}).to_dict("records")
+    assert worst["n_attack"] == 2 and worst["n_survived"] == 0  # positions 0 and 1, each broken by one attack
+
+
+def test_cells_get_a_worst_case_only_where_two_eps_attacks_share_norm_and_eps():
+    table = pd.DataFrame(
+        [
+            row("fgm", "a"),
+            row("pgd", "b"),
+            row("pgd", "c", eps=0.2),  # alone at its eps
+            row("pgd", "d", norm="2"),  # alone at its norm
+            row("deepfool", "e", param="nb_grads"),  # not eps-bounded
+            row("fgm", "f", model_hash="m2"),
+            row("pgd", "g", model_hash="m2"),
+        ]
+    )
+    arrays = dict.fromkeys("abcdefg", FGM)
+    worst = worst_case_rows(table, arrays)
+    assert sorted(worst["model_hash"]) == ["m1", "m2"] and set(worst["attack_value"]) == {0.1}
+    assert worst.loc[worst["model_hash"] == "m1", "attacks"].item() == "fgm, pgd"
+
+
+def test_experiments_keep_the_attacks_rows_first_and_measured_drops_the_worst_cases():
+    table = pd.DataFrame([row("fgm", "a", acc_adv=4 / 6), row("pgd", "b", acc_adv=3 / 6)])
+    written = with_worst_cases(table, {"a": FGM, "b": PGD})
+    assert list(written["attack"]) == ["fgm", "pgd", WORST_CASE]
+    assert written["acc_adv"].tolist() == pytest.approx([4 / 6, 3 / 6, 2 / 6])
+    assert measured(written)["attack_hash"].tolist() == ["a", "b"]
+    assert with_worst_cases(table.iloc[:1], {"a": FGM}).equals(table.iloc[:1])  # one attack: nothing added
