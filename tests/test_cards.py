@@ -71,6 +71,7 @@ PGD = {
     "n_attack": 100,
     "acc_ben_attack_subset": 0.9,
     "acc_adv": 0.2,
+    "evaluation": "pgd, 100 images, eps 0.03 (pixel, linf)",
     "t_attack": 0.5,
     "t_attack_process": 0.5,
     "t_attack_wall": 0.25,
@@ -113,7 +114,13 @@ def card_tables() -> dict[str, pd.DataFrame]:
             | {"randomised": False, "randomised_detail": "deterministic", "largest_eps_not_breaking": None, "largest_eps_not_breaking_detail": unchecked},
         ]
     )
-    return {"experiments": experiments, "trash": trash, "robustness": robustness, "brittle": brittle, "flags": flags}
+    worst_case = pd.DataFrame(
+        [
+            {"model_hash": h, "norm": "inf", "attack_value": 0.03, "attack_units": "pixel", "acc_adv": 0.15, "carried_by": "pgd", "n_beyond_carrier": 2.0}
+            for h in ("mb", "mz")
+        ]
+    ).assign(evaluation="worst case per sample over fgm, pgd, 100 images, eps 0.03 (pixel, linf)")
+    return {"experiments": experiments, "trash": trash, "robustness": robustness, "brittle": brittle, "flags": flags, "worst_case": worst_case}
 
 
 def test_card_holds_the_training_its_times_and_each_model_cell_in_grid_order(tmp_path):
@@ -139,6 +146,10 @@ def test_card_holds_the_training_its_times_and_each_model_cell_in_grid_order(tmp
                 "brittle_score": 0.4,
                 "brittle_ri_percent": 12.5,
                 "attacks": [pgd],
+                "worst_case": [  # its robust accuracy beside what measured it; the count an int
+                    {"norm": "inf", "attack_value": 0.03, "attack_units": "pixel", "acc_adv": 0.15}
+                    | {"evaluation": "worst case per sample over fgm, pgd, 100 images, eps 0.03 (pixel, linf)", "carried_by": "pgd", "n_beyond_carrier": 2}
+                ],
                 "survival_and_trash": [
                     {"attack_family": "pgd_linf", "E_T": 0.5, "trash_adv": 2.0, "trash_ben": 10.0, "f_adv": 0.8, "f_ben": 0.1}
                     | {"E_Q": 20.0, "flops_per_query": 3e6, "trash_adv_flops": None, "trash_adv_process": 2.0, "trash_adv_wall": 1.0}
@@ -164,6 +175,7 @@ def test_card_holds_the_training_its_times_and_each_model_cell_in_grid_order(tmp
                 "brittle_score": None,  # no brittle row for ma
                 "brittle_ri_percent": None,
                 "attacks": [pgd],
+                "worst_case": [],  # none at ma
                 "survival_and_trash": [
                     {"attack_family": "pgd_linf", "E_T": 0.25, "trash_adv": 2.0, "trash_ben": 10.0, "f_adv": 0.8, "f_ben": 0.1}
                     | {"E_Q": 20.0, "flops_per_query": 3e6, "trash_adv_flops": None, "trash_adv_process": 2.0, "trash_adv_wall": 1.0}

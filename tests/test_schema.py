@@ -295,6 +295,7 @@ def test_every_table_the_stages_write_has_the_schema_columns(recorded):
     assert set(card["training"]) == set(schema.CARD_TRAINING) and set(card["times_per_sample"]) == set(schema.CARD_TIMES)
     cell = card["model_cells"][0]
     assert set(cell["defence"]) == set(schema.CARD_DEFENCE) and set(cell["attacks"][0]) == set(schema.CARD_ATTACK)
+    assert set(cell["worst_case"][0]) == set(schema.CARD_WORST_CASE) and cell["worst_case"][0]["evaluation"].startswith("worst case per sample over fgm, pgd")
     assert set(cell["survival_and_trash"][0]) == set(schema.CARD_FAMILY)
     assert set(cell["evp_and_auc"][0]) == set(schema.card_robustness(registry.curve_metric_names()))
     assert set(json.loads((reports / "metrics.json").read_text())) == {m.name for m in registry.HEADLINE} == set(summary)

@@ -117,3 +117,19 @@ def test_experiments_keep_the_attacks_rows_first_and_measured_drops_the_worst_ca
     assert written["acc_adv"].tolist() == pytest.approx([4 / 6, 3 / 6, 2 / 6])
     assert measured(written)["attack_hash"].tolist() == ["a", "b"]
     assert with_worst_cases(table.iloc[:1], {"a": FGM}).equals(table.iloc[:1])  # one attack: nothing added
+
+
+def test_a_card_states_what_measured_each_robust_accuracy():
+    from types import SimpleNamespace
+
+    from trashfire.tables.experiments import evaluation
+
+    standard = SimpleNamespace(
+        config={"version": "standard"}, attack="autoattack", n_attack=100, attack_param="eps", attack_value=0.1, attack_units="pixel", norm="inf"
+    )
+    assert evaluation(standard) == "AutoAttack standard, 100 images, eps 0.1 (pixel, linf)"
+    pgd = SimpleNamespace(config={}, attack="pgd", n_attack=20, attack_param="eps", attack_value=0.05, attack_units="standardised", norm="2")
+    assert evaluation(pgd) == "pgd, 20 images, eps 0.05 (standardised, l2)"
+    table = pd.DataFrame([row("fgm", "a"), row("pgd", "b")])
+    (worst,) = worst_case_rows(table, {"a": FGM, "b": PGD}).to_dict("records")
+    assert worst["evaluation"] == "worst case per sample over fgm, pgd, 6 images, eps 0.1 (pixel, linf)"

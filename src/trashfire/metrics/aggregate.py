@@ -378,7 +378,7 @@ def aggregate_reports(cfg: DictConfig, artefacts: Artefacts) -> dict:
             "eps_survival_curves.csv": eps_curves_table,
         },
     )
-    write_cards(artefacts.output("cards"), experiments, trash, robustness, brittle, flags)
+    write_cards(artefacts.output("cards"), experiments, trash, robustness, brittle, flags, worst)
     summary = headline(experiments, trash, robustness, brittle, comparison, checked, eps_survival, flags, m, worst)
     write_json(artefacts.output("metrics.json"), without_nan(summary))
     shown = {k: v for k, v in summary.items() if not isinstance(v, dict)}

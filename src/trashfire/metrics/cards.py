@@ -17,12 +17,19 @@ from trashfire.metrics.registry import curve_metric_names
 
 # A card's sections, each a column set of the schema: the training configuration
 # (CARD_TRAINING), its times (CARD_TIMES); per model cell its defence (CARD_DEFENCE), attacks
-# (CARD_ATTACK), TRASH per attack family (CARD_FAMILY), and per eps family the per-curve
-# metrics of the registry with R (schema.card_robustness).
+# (CARD_ATTACK: each robust accuracy beside what measured it, `evaluation`), its worst case per
+# sample per norm and eps (CARD_WORST_CASE), TRASH per attack family (CARD_FAMILY), and per eps
+# family the per-curve metrics of the registry with R (schema.card_robustness).
 
 
 def card(
-    train_hash: str, experiments: pd.DataFrame, trash: pd.DataFrame, robustness: pd.DataFrame, brittle: pd.DataFrame, flags: pd.DataFrame | None = None
+    train_hash: str,
+    experiments: pd.DataFrame,
+    trash: pd.DataFrame,
+    robustness: pd.DataFrame,
+    brittle: pd.DataFrame,
+    flags: pd.DataFrame | None = None,
+    worst_case: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
     rows = experiments[experiments["train_hash"] == train_hash]
     first = rows.iloc[0]
@@ -31,7 +38,7 @@ def card(
         "training": _plain(first[schema.CARD_TRAINING]),
         "times_per_sample": _plain(first.reindex(schema.CARD_TIMES)),  # FLOPs on the compute clock, seconds on the others
         "provenance": provenance(first),
-        "model_cells": [_model_cell(group, trash, robustness, brittle, flags) for _, group in rows.groupby("model_hash", sort=False)],
+        "model_cells": [_model_cell(group, trash, robustness, brittle, flags, worst_case) for _, group in rows.groupby("model_hash", sort=False)],
     }
 
 
@@ -55,7 +62,9 @@ def _source_text(source: str) -> str:
     return f"the training log {where}" if kind == "log" else "the config (model.<name>.t_train)"
 
 
-def _model_cell(rows: pd.DataFrame, trash: pd.DataFrame, robustness: pd.DataFrame, brittle: pd.DataFrame, flags: pd.DataFrame | None) -> dict[str, Any]:
+def _model_cell(
+    rows: pd.DataFrame, trash: pd.DataFrame, robustness: pd.DataFrame, brittle: pd.DataFrame, flags: pd.DataFrame | None, worst_case: pd.DataFrame | None
+) -> dict[str, Any]:
     model_hash = rows["model_hash"].iloc[0]
     first = rows.iloc[0]
     mine = brittle[brittle["model_hash"] == model_hash]
@@ -67,11 +76,21 @@ def _model_cell(rows: pd.DataFrame, trash: pd.DataFrame, robustness: pd.DataFram
         "t_predict": _number(first["t_predict"]),
         "brittle_score": _number(mine["brittle_score"].iloc[0]) if len(mine) else None,
         "brittle_ri_percent": _number(mine["brittle_ri"].iloc[0]) if len(mine) else None,
-        "attacks": [_plain(r) for _, r in rows[schema.CARD_ATTACK].iterrows()],
+        "attacks": [_plain(r) for _, r in rows.reindex(columns=schema.CARD_ATTACK).iterrows()],  # tables from before `evaluation` lack it
+        "worst_case": _worst_case(worst_case, model_hash),
         "survival_and_trash": [_plain(r) for _, r in trash.loc[trash["model_hash"] == model_hash].reindex(columns=schema.CARD_FAMILY).iterrows()],
         "evp_and_auc": [_plain(r) for _, r in robustness.loc[robustness["model_hash"] == model_hash, schema.card_robustness(curve_metric_names())].iterrows()],
         "validity": _validity(flags, model_hash),
     }
+
+
+def _worst_case(worst_case: pd.DataFrame | None, model_hash: str) -> list[dict[str, Any]]:
+    """The cell's robust accuracy in the worst case per sample, per norm and eps
+    (trashfire.tables.worst_case), each with what measured it and the attack that carried it."""
+    if worst_case is None or worst_case.empty:
+        return []
+    mine = worst_case.loc[worst_case["model_hash"] == model_hash].reindex(columns=schema.CARD_WORST_CASE)
+    return [_plain(r) | {"n_beyond_carrier": int(r["n_beyond_carrier"])} for _, r in mine.iterrows()]  # a count, read back as float beside the attacks' NaN
 
 
 def _validity(flags: pd.DataFrame | None, model_hash: str) -> dict[str, Any] | None:
@@ -85,13 +104,19 @@ def _validity(flags: pd.DataFrame | None, model_hash: str) -> dict[str, Any] | N
 
 
 def write_cards(
-    folder: Path, experiments: pd.DataFrame, trash: pd.DataFrame, robustness: pd.DataFrame, brittle: pd.DataFrame, flags: pd.DataFrame | None = None
+    folder: Path,
+    experiments: pd.DataFrame,
+    trash: pd.DataFrame,
+    robustness: pd.DataFrame,
+    brittle: pd.DataFrame,
+    flags: pd.DataFrame | None = None,
+    worst_case: pd.DataFrame | None = None,
 ) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     for train_hash in experiments["train_hash"].unique():
         path = cell_file(folder, train_hash, ".json")
-        write_json(path, card(train_hash, experiments, trash, robustness, brittle, flags))
+        write_json(path, card(train_hash, experiments, trash, robustness, brittle, flags, worst_case))
         written.append(path)
     for stale in set(folder.glob("*.json")) - set(written):
         stale.unlink()

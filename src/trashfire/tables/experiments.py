@@ -127,7 +127,7 @@ def experiment_row(record: AttackRecord | dict, outcomes: Outcomes | dict | None
     """An attack cell's record with its outcome and event counts from the per-sample arrays,
     if given."""
     record = AttackRecord.of(record)
-    row = record.row()
+    row = record.row() | {"evaluation": evaluation(record)}
     if outcomes is not None:
         outcomes = Outcomes.of(outcomes, f"attack cell {record.attack_hash}")
         row["n_failed"] = int((outcomes.y_pred_adv != outcomes.y_true).sum())
@@ -137,6 +137,14 @@ def experiment_row(record: AttackRecord | dict, outcomes: Outcomes | dict | None
         row["gradients_mean"] = float(outcomes.gradients.mean())
     row["n_classes"] = n_classes
     return row
+
+
+def evaluation(record: AttackRecord) -> str:
+    """What measured the cell, as a robustness card states it: 'AutoAttack standard, 100
+    images, eps 0.1 (pixel, linf)'; an attack without a version by its option's name."""
+    version = record.config.get("version")
+    name = f"AutoAttack {version}" if version else record.attack
+    return f"{name}, {record.n_attack} images, {record.attack_param} {record.attack_value:g} ({record.attack_units}, l{record.norm})"
 
 
 def read_experiments(path: Path) -> pd.DataFrame:

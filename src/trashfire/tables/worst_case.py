@@ -61,6 +61,7 @@ def worst_case_row(cells: pd.DataFrame, outcomes: list[Outcomes]) -> dict:
         "carried_by": ", ".join(carriers),
         "n_beyond_carrier": int(survived[cells["attack"].tolist().index(carriers[0])].sum() - robust.sum()),
         "attacks": ", ".join(sorted(cells["attack"])),
+        "evaluation": f"worst case per sample over {', '.join(sorted(cells['attack']))}, {len(robust)} images, eps {first['attack_value']:g} ({first['attack_units']}, l{first['norm']})",
     }
 
 

@@ -72,12 +72,13 @@ EXPERIMENTS = [
     "seconds_per_flop_wall",
     "threads",
     *ATTACK_PROPERTIES,
+    "evaluation",
     "degenerate",
     *PROBES,
     *WORST_CASE_COLUMNS,
 ]
 # how the tables' text columns read back: norms stay "inf", "2"; an empty label stays text
-EXPERIMENTS_DTYPES = {"norm": str, "defence_param": str, "carried_by": str, "attacks": str}
+EXPERIMENTS_DTYPES = {"norm": str, "defence_param": str, "carried_by": str, "attacks": str, "evaluation": str}
 TEXT_COLUMNS = {"id": str, "paper": str, "norm": str, "defence_param": str, "pretrained_on": str, "attack_family": str}
 
 # survival_data.csv (timing): labels, never covariates, then the survival columns, then covariates
@@ -173,11 +174,13 @@ CARD_ATTACK = [
     "n_attack",
     "acc_ben_attack_subset",
     "acc_adv",
+    "evaluation",
     "t_attack",
     "t_attack_process",
     "t_attack_wall",
     "attack_hash",
 ]
+CARD_WORST_CASE = ["norm", "attack_value", "attack_units", "acc_adv", "evaluation", "carried_by", "n_beyond_carrier"]
 CARD_FAMILY = ["attack_family", "E_T", "trash_adv", "trash_ben", "f_adv", "f_ben", "E_Q", "flops_per_query", *(f"trash_adv_{c}" for c in CLOCKS)]
 
 
