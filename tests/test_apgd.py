@@ -162,3 +162,32 @@ def test_settings_refuse_what_the_batched_apgd_does_not_run():
         APGDSettings(norm=np.inf, eps=0.1, loss="dlr-targeted")
     with pytest.raises(ValueError, match="loss"):
         APGDSettings(norm=np.inf, eps=0.1, loss="hinge")
+
+
+def eot_run(function, eot_iter):
+    model = HandMade(function)
+    split = SimpleNamespace(input_shape=(1, 1, 1), n_classes=2, clip_values=(0.0, 1.0))
+    target = Target(art_classifier(model, split, dict(UNDEFENDED), CPU), CPU)
+    x, y = np.full((1, 1, 1, 1), 0.5, dtype=np.float32), np.array([1])
+    settings = APGDSettings(norm=np.inf, eps=0.2, n_iter=10, eot_iter=eot_iter)
+    clock = LapClock(1, CPU, 1, 1).start()
+    return Run(target, FailureLog(x, y, budget_of(settings)), clock, settings, np.array([0]), batch_size=1), model, clock
+
+
+def test_the_eot_gradient_is_the_mean_of_the_per_draw_gradients():
+    # z0 = -1 - k * pixel on the model's k-th call: every pass draws other logits
+    run, model, clock = eot_run(lambda pixel, calls: -1.0 - calls * pixel, eot_iter=3)
+    assert run.eot == 3 and model.calls == 2  # two passes asked whether the logits vary
+    _, grad, _ = run.gradient(run.x.clone(), clock.new_unit())
+    # CE on label 1 is softplus(z0); per draw k its gradient in the pixel is sigmoid(z0) * -k
+    draws = [torch.sigmoid(torch.tensor(-1.0 - k * 0.5)).item() * -k for k in (3, 4, 5)]
+    assert grad.item() == pytest.approx(np.mean(draws), rel=1e-6)
+    assert clock.queries[0] == 2 + 3 and clock.gradients[0] == 3
+
+
+def test_eot_on_logits_that_never_vary_takes_one_pass_per_gradient():
+    run, model, clock = eot_run(lambda pixel, calls: -1.0 - 2.0 * pixel, eot_iter=20)
+    assert run.eot == 1
+    _, grad, _ = run.gradient(run.x.clone(), clock.new_unit())
+    assert grad.item() == pytest.approx(torch.sigmoid(torch.tensor(-2.0)).item() * -2.0, rel=1e-6)  # the mean of 20 equal draws
+    assert clock.queries[0] == 2 + 1 and model.calls == 3

@@ -13,7 +13,10 @@ and on the same model, inputs and seed the broken samples are the reference's.
 Counting (`trashfire.core.clocks.LapClock`, group STEPS): each pass of a sample through the
 model is a query and its backward an input gradient: `eot_iter` of each at the random start
 and at every iteration; APGD-T adds one query per batch for the targets (the clean logits).
-A never-broken sample spends `budget_of(settings)` queries; a sample is checked at every pass
+With `eot_iter` > 1 two more queries ask whether the logits vary at all; where they do not
+(a deterministic model, or Gauss-out, whose noise falls on the probabilities after them)
+one pass per iteration gives EOT's mean gradient exactly (`Run.draws_needed`).
+A never-broken sample spends `budget_of(settings)` queries at most; a sample is checked at every pass
 that computes its loss (the last EOT draw decides, as the reference's `acc`), and breaks at
 the first check that finds it misclassified (`target.decide`, the defended decision).
 """
@@ -150,6 +153,20 @@ class Run:
         self.labels = torch.from_numpy(log.y[rows]).to(device)
         self.targets: torch.Tensor | None = None
         self.low, self.high = target.clip_values
+        self.eot = self.draws_needed()
+
+    def draws_needed(self) -> int:
+        """EOT's passes per gradient: eot_iter where the logits vary between passes, else one.
+        On logits that do not vary every pass has the same gradient, so their mean is that
+        gradient (up to the rounding of a sum of equal terms), and a defence that draws only
+        after the logits (Gauss-out) still draws one decision per iteration, as with eot_iter
+        passes. Asking costs two queries of each sample."""
+        if self.settings.eot_iter == 1:
+            return 1
+        self.clock.count(self.rows, queries=2, group=STEPS)
+        varies = self.target.logits_vary(self.x)
+        self.clock.lap(self.rows, STEPS)
+        return self.settings.eot_iter if varies else 1
 
     def project(self, x_new: torch.Tensor) -> torch.Tensor:
         """Onto the eps-ball around x and into the input box (the reference's order)."""
@@ -161,9 +178,10 @@ class Run:
         return torch.clamp(self.x + normalised(delta, 2) * torch.min(eps * torch.ones_like(self.x), per_sample(size, delta)), self.low, self.high)
 
     def gradient(self, x_adv: torch.Tensor, unit: int) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
-        """The loss and its mean gradient over eot_iter passes at x_adv, each pass counted;
-        the last pass's decision checks every sample. Returns (losses, gradient, broken)."""
-        eot = self.settings.eot_iter
+        """The loss and its mean gradient over the EOT passes at x_adv (`draws_needed`), each
+        pass counted; the last pass's decision checks every sample. Returns (losses, gradient,
+        broken)."""
+        eot = self.eot
         self.clock.count(self.rows, queries=eot, gradients=eot, group=STEPS)
         grad = torch.zeros_like(self.x)
         for _ in range(eot):
