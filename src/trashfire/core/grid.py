@@ -276,5 +276,18 @@ def attack_specs(cfg: DictConfig) -> list[dict[str, Any]]:
 
 
 def attack_cells(cfg: DictConfig) -> list[AttackCell]:
+    """Every attack on every model cell; an attack with `only_randomised: true` only on the
+    cells whose defence declares `randomised: true` (AutoAttack's rand version)."""
     specs = attack_specs(cfg)
-    return [AttackCell(model, s["name"], s["norm"], s["param"], float(s["value"]), s) for model in model_cells(cfg) for s in specs]
+    return [
+        AttackCell(model, s["name"], s["norm"], s["param"], float(s["value"]), s)
+        for model in model_cells(cfg)
+        for s in specs
+        if randomised(cfg, model) or not cfg.attack[s["name"]].get("only_randomised")
+    ]
+
+
+def randomised(cfg: DictConfig, model: ModelCell) -> bool:
+    """The model cell's defence declares that it draws at random on every query."""
+    spec = cfg.defence.get(model.defence["name"])
+    return bool(spec is not None and spec.get("randomised"))
