@@ -128,3 +128,17 @@ def test_the_presets_run_the_standard_version_on_every_image_or_a_reduced_one(co
     assert {s["value"] for s in specs} == {0.05, 0.1, 0.2, 0.3} and {s["engine"] for s in specs} == {"torch"}
     standard.check_spec(specs[0])
     assert standard.budget_of(specs[0]) == budget
+
+
+def test_the_rand_version_runs_only_on_the_defences_that_draw_at_random(conf_dir):
+    from trashfire.core.config import compose, normalise, validate
+    from trashfire.core.grid import attack_cells
+
+    cfg = normalise(validate(compose(["experiment=autoattack"], conf=conf_dir)))
+    cells = attack_cells(cfg)
+    rand = [c for c in cells if c.attack == "autoattack_rand"]
+    assert {c.model.defence["name"] for c in rand} == {"gauss_out"} and {c.spec["version"] for c in rand} == {"rand"}
+    gauss_out = {c.model.hash for c in cells if c.model.defence["name"] == "gauss_out"}
+    assert len(rand) == 4 * len(gauss_out)  # every Gauss-out model cell, at PGD's four eps
+    assert {c.model.defence["name"] for c in cells if c.attack == "pgd"} > {"gauss_out", "none"}
+    standard.check_spec(rand[0].spec)
