@@ -111,7 +111,8 @@ def test_a_clean_model_trips_no_flag(digits):
     row = flags_of(evaluated("clean", trained(digits), digits))
     assert row["flags"] == "", {name: row[f"{name}_detail"] for name in schema.VALIDITY_FLAGS}
     checked = [name for name in schema.VALIDITY_FLAGS if row[name] is not None]
-    assert checked == schema.VALIDITY_FLAGS  # every flag was checked, not skipped
+    assert checked == [name for name in schema.VALIDITY_FLAGS if name != "square_beats_white_box"]  # every flag was checked, not skipped
+    assert row["square_beats_white_box_detail"].startswith("not checked: no AutoAttack cell")  # PGD and ART's Square alone
 
 
 def test_zeroed_gradients_trip_masking_the_black_box_check_and_the_largest_eps(digits):
@@ -174,6 +175,8 @@ def curve_cells(acc_by_attack: dict[str, list[float]], eps=(0.1, 0.2, 0.3), beni
         "query_flip_share": 0.0,
         "acc_query_sd": 0.0,
         "acc_query_range": 0.0,
+        "output_probability": False,
+        "gradient_calls": 0,
     } | probe
     return experiment_rows(rows, "m", benign, probe)
 
@@ -228,3 +231,46 @@ def test_the_summary_counts_checked_and_tripped_over_sound_cells():
     summary = validity.validity_summary(pd.concat([tripped, degenerate]))
     assert summary["non_monotone"] == {"tripped": 1, "checked": 1}
     assert summary["black_box_stronger"] == {"tripped": 0, "checked": 0}
+
+
+class Softmax(nn.Module):
+    def __init__(self, net: nn.Module):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x):
+        return torch.softmax(self.net(x), dim=1)
+
+
+class Refining(nn.Module):
+    """A defence that optimises at inference: one gradient step on its input before predicting."""
+
+    def __init__(self, net: nn.Module):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x):
+        with torch.enable_grad():
+            x = x.detach().requires_grad_(True)
+            (grad,) = torch.autograd.grad(self.net(x).logsumexp(1).sum(), x)
+        return self.net((x - 0.01 * grad).detach())
+
+
+def test_probability_outputs_and_gradients_at_inference_trip_autoattacks_checks(digits):
+    x = digits[2]
+    clean = classifier(trained(digits), digits)
+    assert not probes.output_is_probability(clean, x) and probes.gradient_calls(clean, x) == 0
+    assert probes.output_is_probability(classifier(Softmax(trained(digits)), digits), x)
+    assert probes.gradient_calls(classifier(Refining(trained(digits)), digits), x) >= 1
+    row = flags_of(curve_cells({"pgd": [0.5, 0.2, 0.0]}, output_probability=True, gradient_calls=2))
+    assert row["softmax_output"] is True and row["dynamic"] is True and "2 gradient call(s)" in row["dynamic_detail"]
+    assert "softmax_output" in row["flags"] and "dynamic" in row["flags"]
+
+
+def test_square_breaking_what_autoattacks_white_box_components_left_trips_its_flag():
+    cells = curve_cells({"autoattack": [0.5, 0.2, 0.0]}).assign(n_attack=100, n_broken_by_square=[0, 1, 0])
+    row = flags_of(cells)
+    assert row["square_beats_white_box"] is True and row["square_beats_white_box_detail"] == "Square broke 1 of 100 samples at autoattack eps 0.2"
+    assert flags_of(cells.assign(n_broken_by_square=0))["square_beats_white_box"] is False
+    # AutoAttack's alpha: 0.2% of the samples; one of 1000 is within it
+    assert flags_of(cells.assign(n_attack=1000))["square_beats_white_box"] is False

@@ -91,9 +91,9 @@ def evaluate_benign(classifier, split: Split, cell: ModelCell, device) -> Benign
 
 
 def benign_pending(folder: str | Path, model_hash: str) -> bool:
-    """No benign record yet, or one from before the validity probes."""
+    """No benign record yet, or one from before the validity probes (or their last one)."""
     path = benign_path(folder, model_hash)
-    return not is_recorded(path) or BenignRecord.read(path).query_output_change is None
+    return not is_recorded(path) or BenignRecord.read(path).gradient_calls is None
 
 
 @dataclass

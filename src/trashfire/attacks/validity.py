@@ -9,15 +9,23 @@ benign evaluation on the attack subset, through the defence as the attacks see i
   (Gauss-out) changes its scores on every query, so one attack run is one draw: Expectation
   over Transformation (EOT) would be needed; the share of labels that flip and the accuracy's
   spread say by how much one draw can mislead.
+- the output: whether the model returns a probability distribution (every score in [0, 1],
+  each row summing to 1) rather than logits; the attacks' margins and AutoAttack's DLR loss
+  assume logits (AutoAttack's `check_range_output`).
+- a dynamic model: whether one forward pass computes gradients (test-time optimisation, an
+  adaptive defence): calls of `grad`, `backward` or `_make_grads` while it runs, traced as
+  AutoAttack's `check_dynamic` traces them.
 
 The flags themselves are raised by `trashfire.metrics.validity` from these and the tables.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
+import torch
 
 QUERY_REPEATS = 5  # five draws show a randomised answer on any sample it flips with p >= 0.45 (1 - 0.55^5 > 0.95)
 
@@ -49,7 +57,51 @@ def query_spread(classifier, x: np.ndarray, y: np.ndarray, repeats: int = QUERY_
     }
 
 
+PROBABILITY_TOL = 1e-5  # AutoAttack's alpha in check_range_output
+GRADIENT_CALLS = ("grad", "backward", "_make_grads")  # what check_dynamic counts
+DYNAMIC_SAMPLES = 8  # tracing every Python call of a forward is slow: a few images show it
+
+
+def model_outputs(classifier, x: np.ndarray) -> torch.Tensor:
+    """The model's raw outputs (what the attacks read as logits), without the defences."""
+    with torch.no_grad():
+        return classifier.model(torch.from_numpy(x.astype(np.float32)).to(classifier.device))
+
+
+def output_is_probability(classifier, x: np.ndarray) -> bool:
+    """Every output score in [0, 1] and every row summing to 1: softmax outputs, not logits."""
+    scores = model_outputs(classifier, x).double()
+    tol = PROBABILITY_TOL
+    return bool(scores.max() < 1 + tol and scores.min() > -tol and ((scores.sum(-1) - 1).abs() < tol).all())
+
+
+def gradient_calls(classifier, x: np.ndarray) -> int:
+    """Calls of GRADIENT_CALLS during one forward pass of the model, traced (the tracer in
+    place before, a coverage tool's, is put back)."""
+    calls = 0
+
+    def trace(frame, event, _arg):
+        nonlocal calls
+        if event == "call" and frame.f_code.co_name in GRADIENT_CALLS:
+            calls += 1
+
+    previous = sys.gettrace()
+    sys.settrace(trace)
+    try:
+        model_outputs(classifier, x[:DYNAMIC_SAMPLES])
+    finally:
+        sys.settrace(previous)
+    return calls
+
+
 def probe(classifier, x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
     """Every probe of one model cell, as BenignRecord's fields."""
     zero, nonfinite = gradient_shares(classifier, x, y)
-    return {"probe_samples": len(x), "grad_zero_share": zero, "grad_nonfinite_share": nonfinite, **query_spread(classifier, x, y)}
+    return {
+        "probe_samples": len(x),
+        "grad_zero_share": zero,
+        "grad_nonfinite_share": nonfinite,
+        **query_spread(classifier, x, y),
+        "output_probability": output_is_probability(classifier, x),
+        "gradient_calls": gradient_calls(classifier, x),
+    }

@@ -100,7 +100,10 @@ def _validity(flags: pd.DataFrame | None, model_hash: str) -> dict[str, Any] | N
     if mine is None or mine.empty:
         return None
     row = mine.iloc[0]
-    return {"tripped": row["flags"] or "none"} | {name: {"tripped": _number(row[name]), "seen": row[f"{name}_detail"]} for name in schema.VALIDITY_FLAGS}
+    # a validity.csv from before a flag lacks its columns: null, as a flag this run cannot check
+    return {"tripped": row["flags"] or "none"} | {
+        name: {"tripped": _number(row.get(name)), "seen": row.get(f"{name}_detail")} for name in schema.VALIDITY_FLAGS
+    }
 
 
 def write_cards(

@@ -19,6 +19,13 @@ check it (the detail says why), and comes with a sentence of what was seen:
 - `largest_eps_not_breaking`: the strongest white-box eps attack at its largest eps leaves
   more than `near_zero` accuracy. An unbounded attack must reach about zero; when it does
   not, the grid stops short of it or the attack is being masked.
+- `softmax_output`: the model returns probabilities, not logits (AutoAttack's
+  check_range_output): the margins, the DLR loss and CE on saturated scores mislead.
+- `dynamic`: one forward pass computes gradients (AutoAttack's check_dynamic): a defence that
+  optimises at inference, which a fixed-budget attack may not evaluate fairly.
+- `square_beats_white_box`: in an AutoAttack cell, Square (black-box, run last) broke more
+  than `square_tol` of the samples that APGD and FAB left standing (AutoAttack's
+  check_square_sr): the gradients mislead the white-box components.
 """
 
 from __future__ import annotations
@@ -36,8 +43,12 @@ MEANINGS = {
     "gradients_masked": "zero or non-finite input gradients on a share of samples: obfuscated gradients",
     "randomised": "the output scores change across repeated queries: one attack run is one draw, EOT needed",
     "largest_eps_not_breaking": "the strongest attack at its largest eps does not drive accuracy near zero",
+    "softmax_output": "the model returns probabilities, not logits: margin and DLR-based attacks are misled",
+    "dynamic": "the model computes gradients while it predicts: a defence that optimises at inference",
+    "square_beats_white_box": "in AutoAttack, Square broke samples its white-box components left standing: gradient masking suspected",
 }
 Check = tuple[Any, str]  # (True, False or None when not checked; the detail)
+SQUARE_TOL = 0.002  # AutoAttack's alpha in check_square_sr
 
 
 def non_monotone(curves: pd.DataFrame, rise_tol: float) -> Check:
@@ -100,6 +111,33 @@ def randomised(first: pd.Series, output_tol: float = 1e-5) -> Check:
     )
 
 
+def softmax_output(first: pd.Series) -> Check:
+    value = first.get("output_probability")
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return None, "not checked: the benign record has no output probe (rerun the attack stage)"
+    if str(value).lower() == "true":
+        return True, "every score in [0, 1] and each row sums to 1: the attacks need the logits"
+    return False, "the outputs are not a probability distribution (logits)"
+
+
+def dynamic(first: pd.Series) -> Check:
+    calls = _number(first.get("gradient_calls"))
+    if np.isnan(calls):
+        return None, "not checked: the benign record has no dynamic probe (rerun the attack stage)"
+    return bool(calls > 0), f"{int(calls)} gradient call(s) within one forward pass"
+
+
+def square_beats_white_box(rows: pd.DataFrame, tol: float) -> Check:
+    """The largest share of an AutoAttack cell's samples that only Square broke."""
+    cells = rows[rows["n_broken_by_square"].notna()] if "n_broken_by_square" in rows else rows.iloc[:0]
+    if cells.empty:
+        return None, "not checked: no AutoAttack cell with Square (attack autoattack, version standard)"
+    shares = cells["n_broken_by_square"].astype(float) / cells["n_attack"].astype(float)
+    worst = cells.loc[shares.idxmax()]
+    seen = f"Square broke {int(worst['n_broken_by_square'])} of {int(worst['n_attack'])} samples at {worst['attack']} eps {worst['attack_value']:g}"
+    return bool(shares.max() > tol), seen
+
+
 def largest_eps_not_breaking(curves: pd.DataFrame, black_box: list[str], near_zero: float) -> Check:
     white = curves[~curves["attack"].isin(black_box) & (curves["eps"] > 0)]
     if white.empty:
@@ -134,6 +172,9 @@ def validity_table(experiments: pd.DataFrame, curves: pd.DataFrame, settings) ->
             "gradients_masked": gradients_masked(first, settings["gradient_share"]),
             "randomised": randomised(first),
             "largest_eps_not_breaking": unchecked if unknown else largest_eps_not_breaking(own_curves, black_box, settings["near_zero"]),
+            "softmax_output": softmax_output(first),
+            "dynamic": dynamic(first),
+            "square_beats_white_box": square_beats_white_box(cell, settings.get("square_tol", SQUARE_TOL)),
         }
         row = {column: first.get(column) for column in schema.MODEL_CELL + ["train_hash", "degenerate"]}
         row["flags"] = ", ".join(name for name, (tripped, _) in checks.items() if tripped is True)

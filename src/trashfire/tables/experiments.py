@@ -135,6 +135,8 @@ def experiment_row(record: AttackRecord | dict, outcomes: Outcomes | dict | None
         row |= event_counts(outcomes.event, outcomes.failure_step)
         row["queries_mean"] = float(outcomes.queries.mean())  # E[queries to failure], restricted to the budget
         row["gradients_mean"] = float(outcomes.gradients.mean())
+        # a composite: what its black-box component broke after the white-box ones
+        row["n_broken_by_square"] = int((outcomes.broken_by == "square").sum()) if outcomes.broken_by is not None else np.nan
     row["n_classes"] = n_classes
     return row
 
@@ -217,4 +219,6 @@ def with_worst_cases(experiments: pd.DataFrame, outcomes: dict[str, Outcomes]) -
     """The attacks' rows, then the worst case per sample of each model cell, norm and eps that
     two or more eps-bounded attacks share (trashfire.tables.worst_case)."""
     worst = worst_case_rows(experiments, outcomes)
-    return experiments if worst.empty else in_order(pd.concat([experiments, worst], ignore_index=True), schema.EXPERIMENTS)
+    table = experiments if worst.empty else pd.concat([experiments, worst], ignore_index=True)
+    missing = {column: np.nan for column in schema.WORST_CASE_COLUMNS if column not in table}  # its columns, even without rows
+    return in_order(table.assign(**missing), schema.EXPERIMENTS)

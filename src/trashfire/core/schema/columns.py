@@ -30,10 +30,21 @@ OUTCOME_COUNTS = [
     "median_event_step",
     "queries_mean",
     "gradients_mean",
+    "n_broken_by_square",  # AutoAttack's cells: samples only Square broke, after the white-box components
 ]
 HASHES = ["train_hash", "model_hash", "attack_hash"]
 # the model cell's validity probes (BenignRecord), joined to every attack cell of it by timing
-PROBES = ["grad_zero_share", "grad_nonfinite_share", "query_repeats", "query_output_change", "query_flip_share", "acc_query_sd", "acc_query_range"]
+PROBES = [
+    "grad_zero_share",
+    "grad_nonfinite_share",
+    "query_repeats",
+    "query_output_change",
+    "query_flip_share",
+    "acc_query_sd",
+    "acc_query_range",
+    "output_probability",
+    "gradient_calls",
+]
 
 # an attack's properties, from its option (trashfire.core.checks.ATTACK_PROPERTIES) and what
 # ART declares of its class: black_box (true: it only queries outputs; empty: unknown) and
@@ -119,7 +130,16 @@ EVP_CONVERGENCE = CELL + ["n_intervals", "evp", "tau"]
 AUC_TABLE = without(OVER_SEEDS, "attack", "norm") + ["n_seeds", "R_mean", "R_sd", "S_mean", "S_sd"]
 TAU_TABLE = ["n_classes", "tau", "w", "source"]
 # validity.csv (aggregate): per model cell, each flag (true, false, or empty: not checked) and its detail
-VALIDITY_FLAGS = ["non_monotone", "black_box_stronger", "gradients_masked", "randomised", "largest_eps_not_breaking"]
+VALIDITY_FLAGS = [
+    "non_monotone",
+    "black_box_stronger",
+    "gradients_masked",
+    "randomised",
+    "largest_eps_not_breaking",
+    "softmax_output",
+    "dynamic",
+    "square_beats_white_box",
+]
 VALIDITY = MODEL_CELL + ["train_hash", "degenerate", "flags"] + [c for f in VALIDITY_FLAGS for c in (f, f"{f}_detail")]
 AUC = ["auc_R", "auc_S", "auc_units", "eps0", "eps1"]
 GUARDS = ["degenerate", "reaches_nonviability", "note"]

@@ -137,6 +137,8 @@ class BenignRecord(Record):
     query_flip_share: float | None = None
     acc_query_sd: float | None = None
     acc_query_range: float | None = None
+    output_probability: bool | None = None  # the model returns probabilities, not logits
+    gradient_calls: int | None = None  # gradient calls within one forward pass: a dynamic defence
 
 
 # what the tables downstream read from an attack record, named first when missing
