@@ -23,7 +23,7 @@ from lifelines import (
 )
 from lifelines.calibration import survival_probability_calibration
 from lifelines.datasets import load_rossi
-from lifelines.exceptions import ApproximationWarning, ConvergenceWarning
+from lifelines.exceptions import ApproximationWarning, ConvergenceError, ConvergenceWarning
 from omegaconf import OmegaConf, open_dict
 from PIL import Image
 from scipy import stats
@@ -223,6 +223,23 @@ def test_weighted_rows_fit_the_generalised_gamma_as_one_row_per_sample(settings)
     # the same likelihood from the same start (the log-normal fit of the same samples): the
     # same path, to BFGS's last digits; a start that ignored the weights ends 1e-4 away
     assert fits["compact"].params_.to_numpy() == pytest.approx(fits["expanded"].params_.to_numpy(), abs=1e-5)
+
+
+def test_weighted_rows_fit_the_exponential_as_one_row_per_sample():
+    compact = merged(generalised_gamma_samples())
+    spec = OmegaConf.create({"fitter": {"_target_": "trashfire.survival.fitters.ExponentialAFTFitter", "penalizer": 0.0}})
+    fits = {form: F.fit_one("exponential", spec, d).fitter for form, d in (("compact", compact), ("expanded", F.per_sample(compact)))}
+    assert list(fits["compact"].params_.index.get_level_values("covariate")) == ["x", "z", "Intercept"]  # the weight is no covariate
+    assert fits["compact"].params_.to_numpy() == pytest.approx(fits["expanded"].params_.to_numpy(), abs=1e-6)
+    assert fits["compact"].log_likelihood_ == pytest.approx(fits["expanded"].log_likelihood_, rel=1e-9)
+
+
+def test_the_exponential_takes_the_fit_options_and_its_default_percentile_is_the_median(rossi, rossi_fits):
+    with pytest.raises(ConvergenceError):  # lifelines stops at BFGS's one iteration
+        F.ExponentialAFTFitter(penalizer=0.0).fit(rossi, "duration", "event", fit_options={"maxiter": 1})
+    fitter = rossi_fits["exponential"].fitter
+    covariates = rossi[ROSSI_COVARIATES].head(3)
+    assert fitter.predict_percentile(covariates).to_numpy() == pytest.approx(fitter.predict_median(covariates).to_numpy(), rel=1e-12)
 
 
 def test_weighted_rows_give_the_cluster_robust_errors_of_one_row_per_sample():
