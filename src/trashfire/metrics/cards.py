@@ -106,20 +106,13 @@ def _validity(flags: pd.DataFrame | None, model_hash: str) -> dict[str, Any] | N
     }
 
 
-def write_cards(
-    folder: Path,
-    experiments: pd.DataFrame,
-    trash: pd.DataFrame,
-    robustness: pd.DataFrame,
-    brittle: pd.DataFrame,
-    flags: pd.DataFrame | None = None,
-    worst_case: pd.DataFrame | None = None,
-) -> list[Path]:
+def write_cards(folder: Path, experiments: pd.DataFrame, *tables: pd.DataFrame | None, **named: pd.DataFrame | None) -> list[Path]:
+    """A card per trained cell of `experiments`, from the tables `card` takes after it."""
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     for train_hash in experiments["train_hash"].unique():
         path = cell_file(folder, train_hash, ".json")
-        write_json(path, card(train_hash, experiments, trash, robustness, brittle, flags, worst_case))
+        write_json(path, card(train_hash, experiments, *tables, **named))
         written.append(path)
     for stale in set(folder.glob("*.json")) - set(written):
         stale.unlink()
