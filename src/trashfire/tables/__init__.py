@@ -1,1 +1,1 @@
-"""The timing stage's tables: `experiments` compiles the attack records into reports/experiments.csv."""
+"""The timing stage's tables: `experiments` compiles the attack records into reports/experiments.csv, `worst_case` adds the worst case per sample over each model cell's attacks at one norm and eps."""
