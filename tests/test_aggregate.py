@@ -678,3 +678,25 @@ def test_trash_summary_intervals_are_the_same_on_every_run():
     first, again = aggregation.trash_summary(trash, 200, 3).iloc[0], aggregation.trash_summary(trash, 200, 3).iloc[0]
     assert (first["trash_adv_lo"], first["trash_adv_hi"]) == metrics.bootstrap_mean(values, 200, 3)[1:]
     assert (again["trash_ben_lo"], again["trash_ben_hi"]) == (first["trash_ben_lo"], first["trash_ben_hi"])
+
+
+def test_the_headline_robust_accuracy_is_the_worst_cases_mean_per_norm_and_eps_over_sound_cells():
+    from trashfire.metrics import registry
+
+    worst = pd.DataFrame(
+        {
+            "norm": ["inf", "inf", "inf", "inf", "2"],
+            "attack_units": ["pixel"] * 4 + ["standardised"],
+            "attack_value": [0.1, 0.1, 0.1, 0.3, 0.5],
+            "acc_adv": [0.4, 0.6, 0.0, 0.05, 0.7],
+            "degenerate": [False, False, True, False, False],  # the third is at chance: left out
+            "carried_by": ["pgd", "autoattack", "pgd", "autoattack, pgd", "pgd"],
+        }
+    )
+    means = registry.worst_case_means(worst)
+    assert means == pytest.approx({"linf eps 0.1 pixel": 0.5, "linf eps 0.3 pixel": 0.05, "l2 eps 0.5 standardised": 0.7})
+    assert list(means) == ["l2 eps 0.5 standardised", "linf eps 0.1 pixel", "linf eps 0.3 pixel"]  # sorted by norm, units, eps
+    assert registry.carriers(worst) == {"autoattack": 1, "autoattack, pgd": 1, "pgd": 2}
+    assert list(registry.carriers(worst)) == ["autoattack", "autoattack, pgd", "pgd"]
+    for nothing in (None, worst.iloc[:0]):  # one attack per norm and eps: no worst case
+        assert registry.worst_case_means(nothing) == {} and registry.carriers(nothing) == {}

@@ -222,7 +222,9 @@ def test_probes_missing_from_an_older_record_leave_their_flags_unchecked_not_fal
     cells = curve_cells({"pgd": [0.3, 0.1, 0.0]}).drop(columns=schema.PROBES)
     row = flags_of(cells)
     assert row["gradients_masked"] is None and row["randomised"] is None
-    assert "rerun the attack stage" in row["gradients_masked_detail"]
+    assert row["softmax_output"] is None and row["dynamic"] is None
+    for flag in ("gradients_masked", "softmax_output", "dynamic"):
+        assert "rerun the attack stage" in row[f"{flag}_detail"], flag
 
 
 def test_the_summary_counts_checked_and_tripped_over_sound_cells():
@@ -256,14 +258,22 @@ class Refining(nn.Module):
         return self.net((x - 0.01 * grad).detach())
 
 
-def test_probability_outputs_and_gradients_at_inference_trip_autoattacks_checks(digits):
+def test_the_probes_see_probability_outputs_and_gradients_taken_while_predicting(digits):
     x = digits[2]
-    clean = classifier(trained(digits), digits)
+    net = trained(digits)
+    clean = classifier(net, digits)
     assert not probes.output_is_probability(clean, x) and probes.gradient_calls(clean, x) == 0
-    assert probes.output_is_probability(classifier(Softmax(trained(digits)), digits), x)
-    assert probes.gradient_calls(classifier(Refining(trained(digits)), digits), x) >= 1
+    assert probes.output_is_probability(classifier(Softmax(net), digits), x)
+    assert probes.gradient_calls(classifier(Refining(net), digits), x) >= 1
+
+
+def test_probability_outputs_and_gradients_at_inference_trip_autoattacks_checks():
+    clean = flags_of(curve_cells({"pgd": [0.5, 0.2, 0.0]}))
+    assert clean["softmax_output"] is False and clean["softmax_output_detail"] == "the outputs are not a probability distribution (logits)"
+    assert clean["dynamic"] is False and clean["dynamic_detail"] == "0 gradient call(s) within one forward pass"
     row = flags_of(curve_cells({"pgd": [0.5, 0.2, 0.0]}, output_probability=True, gradient_calls=2))
-    assert row["softmax_output"] is True and row["dynamic"] is True and "2 gradient call(s)" in row["dynamic_detail"]
+    assert row["softmax_output"] is True and row["softmax_output_detail"] == "every score in [0, 1] and each row sums to 1: the attacks need the logits"
+    assert row["dynamic"] is True and row["dynamic_detail"] == "2 gradient call(s) within one forward pass"
     assert "softmax_output" in row["flags"] and "dynamic" in row["flags"]
 
 
@@ -274,3 +284,6 @@ def test_square_breaking_what_autoattacks_white_box_components_left_trips_its_fl
     assert flags_of(cells.assign(n_broken_by_square=0))["square_beats_white_box"] is False
     # AutoAttack's alpha: 0.2% of the samples; one of 1000 is within it
     assert flags_of(cells.assign(n_attack=1000))["square_beats_white_box"] is False
+    without = flags_of(curve_cells({"pgd": [0.5, 0.2, 0.0]}))  # no AutoAttack cell: not checked
+    assert without["square_beats_white_box"] is None
+    assert without["square_beats_white_box_detail"] == "not checked: no AutoAttack cell with Square (attack autoattack, version standard)"
