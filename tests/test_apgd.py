@@ -177,17 +177,20 @@ def eot_run(function, eot_iter):
 def test_the_eot_gradient_is_the_mean_of_the_per_draw_gradients():
     # z0 = -1 - k * pixel on the model's k-th call: every pass draws other logits
     run, model, clock = eot_run(lambda pixel, calls: -1.0 - calls * pixel, eot_iter=3)
-    assert run.eot == 3 and model.calls == 2  # two passes asked whether the logits vary
     _, grad, _ = run.gradient(run.x.clone(), clock.new_unit())
     # CE on label 1 is softplus(z0); per draw k its gradient in the pixel is sigmoid(z0) * -k
-    draws = [torch.sigmoid(torch.tensor(-1.0 - k * 0.5)).item() * -k for k in (3, 4, 5)]
+    draws = [torch.sigmoid(torch.tensor(-1.0 - k * 0.5)).item() * -k for k in (1, 2, 3)]
     assert grad.item() == pytest.approx(np.mean(draws), rel=1e-6)
-    assert clock.queries[0] == 2 + 3 and clock.gradients[0] == 3
-
-
-def test_eot_on_logits_that_never_vary_takes_one_pass_per_gradient():
-    run, model, clock = eot_run(lambda pixel, calls: -1.0 - 2.0 * pixel, eot_iter=20)
-    assert run.eot == 1
+    assert clock.queries[0] == clock.gradients[0] == 3 and run.eot == 3  # the draws differ: EOT stays
     _, grad, _ = run.gradient(run.x.clone(), clock.new_unit())
-    assert grad.item() == pytest.approx(torch.sigmoid(torch.tensor(-2.0)).item() * -2.0, rel=1e-6)  # the mean of 20 equal draws
-    assert clock.queries[0] == 2 + 1 and model.calls == 3
+    assert grad.item() == pytest.approx(np.mean([torch.sigmoid(torch.tensor(-1.0 - k * 0.5)).item() * -k for k in (4, 5, 6)]), rel=1e-6)
+
+
+def test_eot_on_logits_that_never_vary_takes_one_pass_per_gradient_after_the_first():
+    run, model, clock = eot_run(lambda pixel, calls: -1.0 - 2.0 * pixel, eot_iter=20)
+    _, first, _ = run.gradient(run.x.clone(), clock.new_unit())
+    assert model.calls == 20 and run.eot == 1  # the first gradient's 20 passes gave the same logits
+    _, later, _ = run.gradient(run.x.clone(), clock.new_unit())
+    exact = torch.sigmoid(torch.tensor(-2.0)).item() * -2.0
+    assert first.item() == pytest.approx(exact, rel=1e-6) and later.item() == pytest.approx(exact, rel=1e-6)  # the mean of equal draws
+    assert clock.queries[0] == 20 + 1 and model.calls == 21

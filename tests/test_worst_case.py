@@ -134,3 +134,35 @@ def test_a_card_states_what_measured_each_robust_accuracy():
     table = pd.DataFrame([row("fgm", "a"), row("pgd", "b")])
     (worst,) = worst_case_rows(table, {"a": FGM, "b": PGD}).to_dict("records")
     assert worst["evaluation"] == "worst case per sample over fgm, pgd, 6 images, eps 0.1 (pixel, linf)"
+
+
+def test_a_sample_wrong_before_counts_as_misclassified_not_as_surviving():
+    # sample 0 is wrong at the first query but right after both attacks (a randomised decision)
+    wrong_first = outcomes([0, 0, 1], y_pred_ben=[1, 0, 0])
+    table = pd.DataFrame([row("fgm", "a"), row("pgd", "b")])
+    (worst,) = worst_case_rows(table, {"a": wrong_first, "b": outcomes([0, 0, 0], y_pred_ben=[1, 0, 0])}).to_dict("records")
+    assert (worst["n_misclassified_before"], worst["n_broken"], worst["n_survived"]) == (1, 1, 1)
+    assert worst["n_misclassified_before"] + worst["n_broken"] + worst["n_survived"] == worst["n_attack"]
+
+
+def test_an_attack_twice_at_one_eps_is_named_once_and_the_carrier_is_the_strongest_cell():
+    table = pd.DataFrame([row("pgd", "a"), row("pgd", "b"), row("fgm", "c")])
+    weak, strong = outcomes([0, 0, 0, 0]), outcomes([1, 1, 0, 0])
+    (worst,) = worst_case_rows(table, {"a": weak, "b": strong, "c": outcomes([0, 0, 1, 0])}).to_dict("records")
+    assert worst["attacks"] == "fgm, pgd" and worst["carried_by"] == "pgd"
+    assert worst["n_beyond_carrier"] == 1 and worst["n_survived"] == 1  # the strong PGD cell left sample 2, FGM broke it
+
+
+def test_attacks_that_share_no_sample_get_no_worst_case():
+    table = pd.DataFrame([row("fgm", "a"), row("pgd", "b")])
+    apart = {"a": outcomes([0, 0], position=[0, 1]), "b": outcomes([0, 0], position=[2, 3])}
+    assert worst_case_rows(table, apart).empty
+
+
+def test_only_a_composite_with_square_counts_what_square_broke():
+    from trashfire.tables.experiments import runs_square
+
+    square = {"version": "standard", "kwargs": {"components": {"apgd_ce": {}, "square": {}}}}
+    assert runs_square(square) and runs_square(square | {"version": "custom"})
+    assert not runs_square({"version": "rand", "kwargs": {}}) and not runs_square({"kwargs": {"components": {"apgd_ce": {}}}})
+    assert not runs_square({"name": "pgd", "kwargs": {}})

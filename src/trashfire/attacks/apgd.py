@@ -13,9 +13,9 @@ and on the same model, inputs and seed the broken samples are the reference's.
 Counting (`trashfire.core.clocks.LapClock`, group STEPS): each pass of a sample through the
 model is a query and its backward an input gradient: `eot_iter` of each at the random start
 and at every iteration; APGD-T adds one query per batch for the targets (the clean logits).
-With `eot_iter` > 1 two more queries ask whether the logits vary at all; where they do not
-(a deterministic model, or Gauss-out, whose noise falls on the probabilities after them)
-one pass per iteration gives EOT's mean gradient exactly (`Run.draws_needed`).
+With `eot_iter` > 1, where the first gradient's passes all give the same logits (a
+deterministic model, or Gauss-out, whose noise falls on the probabilities after them), every
+later gradient takes one pass, which is EOT's mean gradient exactly (`Run.keep_draws`).
 A never-broken sample spends `budget_of(settings)` queries at most; a sample is checked at every pass
 that computes its loss (the last EOT draw decides, as the reference's `acc`), and breaks at
 the first check that finds it misclassified (`target.decide`, the defended decision).
@@ -153,20 +153,18 @@ class Run:
         self.labels = torch.from_numpy(log.y[rows]).to(device)
         self.targets: torch.Tensor | None = None
         self.low, self.high = target.clip_values
-        self.eot = self.draws_needed()
+        self.eot, self.eot_checked = settings.eot_iter, settings.eot_iter == 1
 
-    def draws_needed(self) -> int:
-        """EOT's passes per gradient: eot_iter where the logits vary between passes, else one.
-        On logits that do not vary every pass has the same gradient, so their mean is that
-        gradient (up to the rounding of a sum of equal terms), and a defence that draws only
-        after the logits (Gauss-out) still draws one decision per iteration, as with eot_iter
-        passes. Asking costs two queries of each sample."""
-        if self.settings.eot_iter == 1:
-            return 1
-        self.clock.count(self.rows, queries=2, group=STEPS)
-        varies = self.target.logits_vary(self.x)
-        self.clock.lap(self.rows, STEPS)
-        return self.settings.eot_iter if varies else 1
+    def keep_draws(self, draws: list[torch.Tensor]) -> None:
+        """After the first gradient's eot_iter passes: where all of them gave the same logits,
+        the model and its preprocessing draw nothing (Gauss-out draws after the logits, on the
+        probabilities), every pass has the same gradient, and one pass per gradient is their
+        mean (up to the rounding of a sum of equal terms); each iteration still draws one
+        defended decision. A defence that draws at random in 20 passes of the whole batch
+        and never changes a logit is not one EOT could see."""
+        self.eot_checked = True
+        if all(torch.equal(draw, draws[0]) for draw in draws[1:]):
+            self.eot = 1
 
     def project(self, x_new: torch.Tensor) -> torch.Tensor:
         """Onto the eps-ball around x and into the input box (the reference's order)."""
@@ -178,18 +176,22 @@ class Run:
         return torch.clamp(self.x + normalised(delta, 2) * torch.min(eps * torch.ones_like(self.x), per_sample(size, delta)), self.low, self.high)
 
     def gradient(self, x_adv: torch.Tensor, unit: int) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
-        """The loss and its mean gradient over the EOT passes at x_adv (`draws_needed`), each
+        """The loss and its mean gradient over the EOT passes at x_adv (`keep_draws`), each
         pass counted; the last pass's decision checks every sample. Returns (losses, gradient,
         broken)."""
         eot = self.eot
         self.clock.count(self.rows, queries=eot, gradients=eot, group=STEPS)
-        grad = torch.zeros_like(self.x)
+        grad, draws = torch.zeros_like(self.x), []
         for _ in range(eot):
             inputs = x_adv.clone().requires_grad_(True)
             with torch.enable_grad():
                 logits = self.target.logits(inputs)
                 losses = sample_losses(self.settings, logits, self.labels, self.targets)
                 grad += torch.autograd.grad(losses.sum(), inputs)[0].detach()
+            if not self.eot_checked:
+                draws.append(logits.detach())
+        if not self.eot_checked:
+            self.keep_draws(draws)
         broken = self.log.observe(self.rows, self.target.decide(logits), self.clock.queries[self.rows])
         self.log.x_adv[self.rows[broken]] = x_adv[torch.from_numpy(broken).to(x_adv.device)].detach().cpu().numpy()
         self.clock.lap(self.rows, STEPS, reference=self.whole and len(self.rows) == self.size, unit=unit)

@@ -27,13 +27,6 @@ class Target:
             x = preprocess(x)
         return self.model(x)
 
-    def logits_vary(self, x: torch.Tensor) -> bool:
-        """Whether two passes over the same inputs give different logits: a randomised
-        preprocessor or model. A defence that draws only after the logits (Gauss-out's noise on
-        the probabilities) gives the same logits, and so the same gradient, on every draw."""
-        with torch.no_grad():
-            return not torch.equal(self.logits(x), self.logits(x))
-
     def decide(self, logits: torch.Tensor) -> np.ndarray:
         """The defended prediction: ART's postprocessors (which draw from NumPy's generator,
         as in ART's predict) on the logits, else the logits' argmax."""

@@ -135,10 +135,16 @@ def experiment_row(record: AttackRecord | dict, outcomes: Outcomes | dict | None
         row |= event_counts(outcomes.event, outcomes.failure_step)
         row["queries_mean"] = float(outcomes.queries.mean())  # E[queries to failure], restricted to the budget
         row["gradients_mean"] = float(outcomes.gradients.mean())
-        # a composite: what its black-box component broke after the white-box ones
-        row["n_broken_by_square"] = int((outcomes.broken_by == "square").sum()) if outcomes.broken_by is not None else np.nan
+        # a composite with Square: what its black-box component broke after the white-box ones
+        row["n_broken_by_square"] = int((outcomes.broken_by == "square").sum()) if runs_square(record.config) and outcomes.broken_by is not None else np.nan
     row["n_classes"] = n_classes
     return row
+
+
+def runs_square(config: dict) -> bool:
+    """A composite whose components include Square (AutoAttack's standard version, or a custom
+    one that lists it); the rand version does not."""
+    return config.get("version") != "rand" and "square" in ((config.get("kwargs") or {}).get("components") or {})
 
 
 def evaluation(record: AttackRecord) -> str:

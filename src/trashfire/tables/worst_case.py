@@ -34,21 +34,24 @@ def measured(experiments: pd.DataFrame) -> pd.DataFrame:
 
 def worst_case_rows(experiments: pd.DataFrame, outcomes: dict[str, Outcomes]) -> pd.DataFrame:
     """One worst-case row per model cell, norm and eps of two or more eps-bounded attacks."""
-    bounded = experiments[experiments["attack_param"] == "eps"]
+    bounded = experiments[experiments["attack_param"] == "eps"].drop_duplicates("attack_hash")
     groups = [cells for _, cells in bounded.groupby(GROUP, sort=False, dropna=False) if cells["attack"].nunique() > 1]
     rows = [worst_case_row(cells, [outcomes[h] for h in cells["attack_hash"]]) for cells in groups]
-    return pd.DataFrame(rows)
+    return pd.DataFrame([row for row in rows if row is not None])
 
 
-def worst_case_row(cells: pd.DataFrame, outcomes: list[Outcomes]) -> dict:
+def worst_case_row(cells: pd.DataFrame, outcomes: list[Outcomes]) -> dict | None:
     """The worst case of one model cell at one norm and eps, from its attack cells' rows and
-    per-sample outcomes (in the same order)."""
-    survived = robust_per_sample(outcomes)  # samples x attacks: right before and after
+    per-sample outcomes (in the same order); None where the attacks share no sample."""
+    survived = robust_per_sample(outcomes)  # samples x attacks: right after each
+    if survived.empty:
+        return None
     robust = survived.all(axis=1)
     right_before = correct_before(outcomes).reindex(survived.index)
     first = cells.iloc[0]
-    acc = pd.Series(survived.mean(axis=0).to_numpy(), index=cells["attack"].to_numpy())
-    carriers = sorted(acc.index[np.isclose(acc.to_numpy(), acc.min())])
+    acc = survived.mean(axis=0).to_numpy()
+    strongest = np.flatnonzero(np.isclose(acc, acc.min()))
+    carriers = sorted(set(cells["attack"].iloc[strongest]))
     row = {column: first[column] for column in COPIED} | {column: first[column] for column in COPIED_IF_PRESENT if column in cells}
     return row | {
         "attack": WORST_CASE,
@@ -56,13 +59,13 @@ def worst_case_row(cells: pd.DataFrame, outcomes: list[Outcomes]) -> dict:
         "n_failed": int((~robust).sum()),
         "n_misclassified_before": int((~right_before).sum()),
         "n_broken": int((right_before & ~robust).sum()),
-        "n_survived": int(robust.sum()),
+        "n_survived": int((right_before & robust).sum()),  # as an attack's row counts it: right before and after
         "acc_adv": float(robust.mean()),
         "attack_hash": combined_hash(cells["attack_hash"]),
         "carried_by": ", ".join(carriers),
-        "n_beyond_carrier": int(survived[cells["attack"].tolist().index(carriers[0])].sum() - robust.sum()),
-        "attacks": ", ".join(sorted(cells["attack"])),
-        "evaluation": f"worst case per sample over {', '.join(sorted(cells['attack']))}, {len(robust)} images, eps {first['attack_value']:g} ({first['attack_units']}, l{first['norm']})",
+        "n_beyond_carrier": int(survived[strongest[0]].sum() - robust.sum()),
+        "attacks": ", ".join(sorted(set(cells["attack"]))),
+        "evaluation": f"worst case per sample over {', '.join(sorted(set(cells['attack'])))}, {len(robust)} images, eps {first['attack_value']:g} ({first['attack_units']}, l{first['norm']})",
     }
 
 
