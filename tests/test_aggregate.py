@@ -324,6 +324,11 @@ def test_a_registered_metric_reaches_metrics_json_the_tables_the_cards_and_the_r
     assert robustness.set_index(["model_hash", "attack_family"])["acc_at_eps_max"].to_dict() == pytest.approx(last.to_dict())
     card = json.loads(sorted((reports / "cards").glob("*.json"))[0].read_text())
     assert "acc_at_eps_max" in card["model_cells"][0]["evp_and_auc"][0]
+    # each model cell's card holds its worst case per sample, one entry per eps FGM and PGD share
+    written = pd.read_csv(reports / "experiments.csv")
+    cell = card["model_cells"][0]
+    mine = written[(written["attack"] == schema.WORST_CASE) & (written["model_hash"] == cell["model_hash"])]
+    assert len(mine) > 0 and [w["acc_adv"] for w in cell["worst_case"]] == pytest.approx(mine["acc_adv"].tolist())
 
     page = report_html(figures.STAGE.resolved(cfg), []).read_text()
     headline_html = page[page.index('<h2 id="headline">') : page.index('<h2 id="run">')]
