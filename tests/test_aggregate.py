@@ -329,6 +329,10 @@ def test_a_registered_metric_reaches_metrics_json_the_tables_the_cards_and_the_r
     cell = card["model_cells"][0]
     mine = written[(written["attack"] == schema.WORST_CASE) & (written["model_hash"] == cell["model_hash"])]
     assert len(mine) > 0 and [w["acc_adv"] for w in cell["worst_case"]] == pytest.approx(mine["acc_adv"].tolist())
+    # and metrics.json's headline robust accuracy is their mean per eps over the sound cells
+    worst = written[(written["attack"] == schema.WORST_CASE) & ~written["degenerate"].astype(bool)]
+    expected = {f"l{n} eps {v:g} {u}": m for (n, u, v), m in worst.groupby(["norm", "attack_units", "attack_value"])["acc_adv"].mean().items()}
+    assert json.loads((reports / "metrics.json").read_text())["robust_acc_worst_case"] == pytest.approx(expected) and expected
 
     page = report_html(figures.STAGE.resolved(cfg), []).read_text()
     headline_html = page[page.index('<h2 id="headline">') : page.index('<h2 id="run">')]
