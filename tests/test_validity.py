@@ -223,8 +223,9 @@ def test_probes_missing_from_an_older_record_leave_their_flags_unchecked_not_fal
     row = flags_of(cells)
     assert row["gradients_masked"] is None and row["randomised"] is None
     assert row["softmax_output"] is None and row["dynamic"] is None
-    for flag in ("gradients_masked", "softmax_output", "dynamic"):
-        assert "rerun the attack stage" in row[f"{flag}_detail"], flag
+    assert "rerun the attack stage" in row["gradients_masked_detail"]
+    assert row["softmax_output_detail"] == "not checked: the benign record has no output probe (rerun the attack stage)"
+    assert row["dynamic_detail"] == "not checked: the benign record has no dynamic probe (rerun the attack stage)"
 
 
 def test_the_summary_counts_checked_and_tripped_over_sound_cells():
@@ -274,6 +275,9 @@ def test_probability_outputs_and_gradients_at_inference_trip_autoattacks_checks(
     row = flags_of(curve_cells({"pgd": [0.5, 0.2, 0.0]}, output_probability=True, gradient_calls=2))
     assert row["softmax_output"] is True and row["softmax_output_detail"] == "every score in [0, 1] and each row sums to 1: the attacks need the logits"
     assert row["dynamic"] is True and row["dynamic_detail"] == "2 gradient call(s) within one forward pass"
+    assert flags_of(curve_cells({"pgd": [0.5, 0.2, 0.0]}, gradient_calls=1))["dynamic"] is True  # one call is enough
+    # a probe read back as a number (a table written by another tool): 0.0 is a checked "no"
+    assert flags_of(curve_cells({"pgd": [0.5, 0.2, 0.0]}, output_probability=0.0))["softmax_output"] is False
     assert "softmax_output" in row["flags"] and "dynamic" in row["flags"]
 
 
@@ -284,6 +288,13 @@ def test_square_breaking_what_autoattacks_white_box_components_left_trips_its_fl
     assert flags_of(cells.assign(n_broken_by_square=0))["square_beats_white_box"] is False
     # AutoAttack's alpha: 0.2% of the samples; one of 1000 is within it
     assert flags_of(cells.assign(n_attack=1000))["square_beats_white_box"] is False
+    at_the_alpha = cells.assign(n_attack=1000, n_broken_by_square=[0, 2, 0])  # 2 of 1000 is the alpha itself: not above it
+    assert flags_of(at_the_alpha)["square_beats_white_box"] is False
+    # metrics.validity.square_tol sets the share; a settings block without it takes AutoAttack's alpha
+    two = cells.assign(n_broken_by_square=[0, 2, 0])
+    for settings, tripped in ((OmegaConf.merge(SETTINGS, {"square_tol": 0.05}), False), ({k: v for k, v in SETTINGS.items() if k != "square_tol"}, True)):
+        row = validity.validity_table(two, eps_curves(two), settings).iloc[0]
+        assert bool(row["square_beats_white_box"]) is tripped, settings
     without = flags_of(curve_cells({"pgd": [0.5, 0.2, 0.0]}))  # no AutoAttack cell: not checked
     assert without["square_beats_white_box"] is None
     assert without["square_beats_white_box_detail"] == "not checked: no AutoAttack cell with Square (attack autoattack, version standard)"
