@@ -285,10 +285,11 @@ def worst_case_table(experiments: pd.DataFrame) -> Table | str:
     """Each worst case beside its attacks' own robust accuracies, one column per attack."""
     worst = experiments[experiments["attack"] == schema.WORST_CASE]
     keys = ["model_hash", "norm", "attack_units", "attack_value"]
-    own = measured(experiments).pivot_table(index=keys, columns="attack", values="acc_adv", aggfunc="first")
+    attacks = measured(experiments)
+    own = attacks[attacks["attack_param"] == "eps"].pivot_table(index=keys, columns="attack", values="acc_adv", aggfunc="first")
     shown = worst.rename(columns={"acc_adv": "worst_case", "attack_value": "eps", "n_beyond_carrier": "beyond_carrier"})
-    shown = shown.merge(own[sorted(set(", ".join(worst["attacks"]).split(", ")))], left_on=[*keys[:3], "eps"], right_index=True, how="left")
-    columns = [*schema.REPORT_CELL, "norm", "eps", "worst_case", "carried_by", "beyond_carrier", *own.columns.intersection(shown.columns)]
+    shown = shown.merge(own, left_on=[*keys[:3], "eps"], right_index=True, how="left")  # drop_empty drops an attack in no worst case
+    columns = [*schema.REPORT_CELL, "norm", "eps", "worst_case", "carried_by", "beyond_carrier", *own.columns]
     return table_of(drop_empty(shown[columns]))
 
 

@@ -51,7 +51,7 @@ def worst_case_row(cells: pd.DataFrame, outcomes: list[Outcomes]) -> dict | None
     first = cells.iloc[0]
     acc = survived.mean(axis=0).to_numpy()
     strongest = np.flatnonzero(np.isclose(acc, acc.min()))
-    carriers = sorted(set(cells["attack"].iloc[strongest]))
+    carriers, names = sorted(set(cells["attack"].iloc[strongest])), ", ".join(sorted(set(cells["attack"])))
     row = {column: first[column] for column in COPIED} | {column: first[column] for column in COPIED_IF_PRESENT if column in cells}
     return row | {
         "attack": WORST_CASE,
@@ -64,22 +64,26 @@ def worst_case_row(cells: pd.DataFrame, outcomes: list[Outcomes]) -> dict | None
         "attack_hash": combined_hash(cells["attack_hash"]),
         "carried_by": ", ".join(carriers),
         "n_beyond_carrier": int(survived[strongest[0]].sum() - robust.sum()),
-        "attacks": ", ".join(sorted(set(cells["attack"]))),
-        "evaluation": f"worst case per sample over {', '.join(sorted(set(cells['attack'])))}, {len(robust)} images, eps {first['attack_value']:g} ({first['attack_units']}, l{first['norm']})",
+        "attacks": names,
+        "evaluation": f"worst case per sample over {names}, {len(robust)} images, eps {first['attack_value']:g} ({first['attack_units']}, l{first['norm']})",
     }
 
 
-def robust_per_sample(outcomes: list[Outcomes]) -> pd.DataFrame:
-    """A column per attack (in order): the sample was classified correctly after it, on the
-    positions every attack attacked."""
-    columns = [pd.Series(o.y_pred_adv == o.y_true, index=positions(o)) for o in outcomes]
+def correct_by_position(outcomes: list[Outcomes], predicted: str) -> pd.DataFrame:
+    """A column per attack (in order): its `predicted` labels were right, on the positions
+    every attack attacked."""
+    columns = [pd.Series(getattr(o, predicted) == o.y_true, index=positions(o)) for o in outcomes]
     return pd.concat(columns, axis=1, join="inner", ignore_index=True).sort_index()
+
+
+def robust_per_sample(outcomes: list[Outcomes]) -> pd.DataFrame:
+    """Right after each attack."""
+    return correct_by_position(outcomes, "y_pred_adv")
 
 
 def correct_before(outcomes: list[Outcomes]) -> pd.Series:
     """Right before every attack (the first query of a randomised model can differ per attack)."""
-    columns = [pd.Series(o.y_pred_ben == o.y_true, index=positions(o)) for o in outcomes]
-    return pd.concat(columns, axis=1, join="inner").all(axis=1)
+    return correct_by_position(outcomes, "y_pred_ben").all(axis=1)
 
 
 def positions(outcomes: Outcomes) -> np.ndarray:
