@@ -23,6 +23,7 @@ from omegaconf import OmegaConf
 
 from tests.conftest import ROOT, TINY
 from trashfire.core import schema
+from trashfire.stages import ORDER
 
 # TINY on the FC net: the same 5 model cells (one per defence), a fraction of the compute;
 # three survival fitters and small LIME runs, since these tests are about what DVC re-runs
@@ -52,11 +53,14 @@ def first_run(tmp_path_factory, worker_id):
 def ran_project(first_run, tmp_path):
     """A copy of the project after its first run (git, DVC cache, outputs): what a user has
     after `dvc exp run`. DVC's state (inodes, locks) stays behind; it rehashes on demand."""
+    return copy_of_first_run(first_run, tmp_path / "repo")
+
+
+def copy_of_first_run(first_run, repo: Path):
     template, output = first_run
-    repo = tmp_path / "repo"
     shutil.copytree(template, repo, symlinks=True, ignore=lambda folder, names: ["tmp"] if folder.endswith(".dvc") else [])
     run = runner(repo)
-    run.first_output = output
+    run.first_run, run.first_output = first_run, output
     return run
 
 
@@ -157,9 +161,13 @@ def test_incremental_repro_after_narrowing_widening_and_a_metric_change_equals_a
             assert {"timing", "survival", "aggregate", "figures"} <= stages_run(ran) and "train" not in stages_run(ran), ran
     assert sorted(experiments["attack_value"].unique()) == [0.1, 0.5, 1.0]
 
-    scratch = scratch_project(tmp_path / "scratch")
+    # from scratch from the attacks on: no step changes a data or training param, so the first
+    # run's data and models are what a scratch run would train; every report is made afresh
+    scratch = copy_of_first_run(project.first_run, tmp_path / "scratch")
+    shutil.rmtree(scratch.repo / "reports")
     shutil.copy(project.repo / "params.yaml", scratch.repo / "params.yaml")
-    scratch("dvc", "repro")
+    ran = scratch("dvc", "repro")
+    assert stages_run(ran) == set(ORDER) - {"prepare", "train"}, ran
     assert_same_outputs(project.repo / "reports", scratch.repo / "reports")
 
 
@@ -176,10 +184,13 @@ def test_pipeline_caches_at_stage_and_cell_level_through_dvc_exp_run(ran_project
     assert stages_run(again) == set(), again
 
     # the floors: the survival data set's code is read from timing on, and by nothing before it
+    # (what DVC would rerun, asked with --dry; the edit is then undone)
     survival_data = project.repo / "src" / "trashfire" / "survival" / "data.py"
-    survival_data.write_text(survival_data.read_text() + "\n# an edit of the survival data set's code\n")
-    edited = project("dvc", "repro")
+    code = survival_data.read_text()
+    survival_data.write_text(code + "\n# an edit of the survival data set's code\n")
+    edited = project("dvc", "repro", "--dry")
     assert stages_run(edited) == {"timing", "survival", "aggregate", "figures"}, edited
+    survival_data.write_text(code)
 
     new_eps = project("dvc", "exp", "run", "-S", "attack.pgd.values=[0.1,0.5,1.0]")
     assert "train" not in stages_run(new_eps) and "prepare" not in stages_run(new_eps), new_eps

@@ -22,7 +22,6 @@ from pathlib import Path
 import hydra
 import numpy as np
 import pandas as pd
-import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -31,10 +30,7 @@ from trashfire import metrics
 from trashfire.core.cli import configure_logging
 from trashfire.core.config import check_group_options, config_dir, normalise, validate
 from trashfire.core.errors import ConfigError, TrashfireError
-from trashfire.data.datasets import dataset_dir
-from trashfire.metrics import aggregate as aggregation
 from trashfire.stages import attack, prepare, train
-from trashfire.tables import experiments as experiment_tables
 
 log = logging.getLogger("trashfire.experiment")  # not __name__: it is __main__ under python -m
 
@@ -63,6 +59,8 @@ def objective_names(cfg: DictConfig) -> list[str]:
 
 def objective_values(cfg: DictConfig, names: list[str]) -> list[float]:
     """The trial's objectives from its attack records."""
+    from trashfire.tables import experiments as experiment_tables
+
     attacks = attack.STAGE.resolved(cfg).output("attacks")  # where the trial's attack stage wrote its records
     return objectives_of(experiment_tables.experiments_table(cfg, attacks, outcomes=False), names, cfg.metrics)
 
@@ -71,6 +69,8 @@ def objectives_of(table: pd.DataFrame, names: list[str], metric_cfg: DictConfig)
     """Each objective as a mean over the rows of an experiments table (one per attack cell)."""
 
     def robustness() -> pd.DataFrame:
+        from trashfire.metrics import aggregate as aggregation  # lifelines and matplotlib: for evp and auc_r only
+
         return aggregation.robustness_table(aggregation.eps_curves(aggregation.with_family(table)), metric_cfg.evp, metric_cfg.auc)
 
     values = {
@@ -88,10 +88,16 @@ def set_threads(threads: int | None) -> None:
         return
     if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
         raise ConfigError("threads", f"got {threads!r}; allowed: a whole number >= 1 of torch CPU threads per trial, or null for torch's default")
+    import torch
+
     torch.set_num_threads(threads)
 
 
 def run_experiment(cfg: DictConfig) -> list[float]:
+    # torch, ART and the tables load here, after the config is checked: a bad value is one line
+    # in a second, not after seconds of imports
+    from trashfire.data.datasets import dataset_dir
+
     cfg = normalise(validate(cfg))
     names = objective_names(cfg)
     set_threads(cfg.get("threads"))

@@ -6,7 +6,6 @@
 
 from trashfire.core.cli import run_cli
 from trashfire.core.stage import Stage
-from trashfire.metrics import aggregate
 
 STAGE = Stage(
     "aggregate",
@@ -34,11 +33,14 @@ STAGE = Stage(
 
 
 def run(cfg):
+    # the library loads here, after the config is read and checked: a bad value is one line in a second
+    from trashfire.metrics import aggregate
+
     return aggregate.aggregate_reports(STAGE.view(cfg), STAGE.resolved(cfg))
 
 
 def main(argv: list[str] | None = None) -> None:
-    run_cli("trashfire.stages.aggregate", aggregate.__doc__, run, argv)
+    run_cli("trashfire.stages.aggregate", __doc__, run, argv)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,6 @@
 `trashfire.attacks.campaign.attack_grid`.
 """
 
-from trashfire.attacks import campaign
 from trashfire.core.cli import run_cli
 from trashfire.core.stage import Stage
 
@@ -17,11 +16,14 @@ STAGE = Stage(
 
 
 def run(cfg):
+    # the library loads here, after the config is read and checked: a bad value is one line in a second
+    from trashfire.attacks import campaign
+
     return campaign.attack_grid(STAGE.view(cfg), STAGE.resolved(cfg))
 
 
 def main(argv: list[str] | None = None) -> None:
-    run_cli("trashfire.stages.attack", campaign.__doc__, run, argv)
+    run_cli("trashfire.stages.attack", __doc__, run, argv)
 
 
 if __name__ == "__main__":

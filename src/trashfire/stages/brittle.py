@@ -4,7 +4,6 @@
 `trashfire.brittle.scores.score_grid`.
 """
 
-from trashfire.brittle import scores
 from trashfire.core.cli import run_cli
 from trashfire.core.stage import Stage
 
@@ -17,11 +16,14 @@ STAGE = Stage(
 
 
 def run(cfg):
+    # the library loads here, after the config is read and checked: a bad value is one line in a second
+    from trashfire.brittle import scores
+
     return scores.score_grid(STAGE.view(cfg), STAGE.resolved(cfg))
 
 
 def main(argv: list[str] | None = None) -> None:
-    run_cli("trashfire.stages.brittle", scores.__doc__, run, argv)
+    run_cli("trashfire.stages.brittle", __doc__, run, argv)
 
 
 if __name__ == "__main__":

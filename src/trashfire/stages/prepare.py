@@ -6,7 +6,6 @@
 
 from trashfire.core.cli import run_cli
 from trashfire.core.stage import Stage
-from trashfire.data import prepare
 
 STAGE = Stage(
     "prepare",
@@ -17,11 +16,14 @@ STAGE = Stage(
 
 
 def run(cfg):
+    # the library loads here, after the config is read and checked: a bad value is one line in a second
+    from trashfire.data import prepare
+
     return prepare.prepare_all(STAGE.view(cfg), STAGE.resolved(cfg))
 
 
 def main(argv: list[str] | None = None) -> None:
-    run_cli("trashfire.stages.prepare", prepare.__doc__, run, argv)
+    run_cli("trashfire.stages.prepare", __doc__, run, argv)
 
 
 if __name__ == "__main__":

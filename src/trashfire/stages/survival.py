@@ -6,7 +6,6 @@
 
 from trashfire.core.cli import run_cli
 from trashfire.core.stage import Stage
-from trashfire.survival import analysis
 
 STAGE = Stage(
     "survival",
@@ -17,11 +16,14 @@ STAGE = Stage(
 
 
 def run(cfg):
+    # the library loads here, after the config is read and checked: a bad value is one line in a second
+    from trashfire.survival import analysis
+
     return analysis.analyse(STAGE.view(cfg), STAGE.resolved(cfg))
 
 
 def main(argv: list[str] | None = None) -> None:
-    run_cli("trashfire.stages.survival", analysis.__doc__, run, argv)
+    run_cli("trashfire.stages.survival", __doc__, run, argv)
 
 
 if __name__ == "__main__":

@@ -7,8 +7,6 @@ survival data sets, built from the same read of the records).
 
 from trashfire.core.cli import run_cli
 from trashfire.core.stage import Stage
-from trashfire.survival import datasets
-from trashfire.tables import experiments
 
 STAGE = Stage(
     "timing",
@@ -33,13 +31,17 @@ STAGE = Stage(
 
 
 def run(cfg):
+    # the library loads here, after the config is read and checked: a bad value is one line in a second
+    from trashfire.survival import datasets
+    from trashfire.tables import experiments
+
     view, artefacts = STAGE.view(cfg), STAGE.resolved(cfg)
     table, outcomes = experiments.write_experiments(view, artefacts)
     return table, datasets.write_survival_sets(view, artefacts, table, outcomes)
 
 
 def main(argv: list[str] | None = None) -> None:
-    run_cli("trashfire.stages.timing", experiments.__doc__, run, argv)
+    run_cli("trashfire.stages.timing", __doc__, run, argv)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@
 
 from trashfire.core.cli import run_cli
 from trashfire.core.stage import Stage
-from trashfire.models import training
 
 STAGE = Stage(
     "train",
@@ -17,11 +16,14 @@ STAGE = Stage(
 
 
 def run(cfg):
+    # the library loads here, after the config is read and checked: a bad value is one line in a second
+    from trashfire.models import training
+
     return training.train_grid(STAGE.view(cfg), STAGE.resolved(cfg))
 
 
 def main(argv: list[str] | None = None) -> None:
-    run_cli("trashfire.stages.train", training.__doc__, run, argv)
+    run_cli("trashfire.stages.train", __doc__, run, argv)
 
 
 if __name__ == "__main__":
