@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, recorded, tiny_overrides
+from tests.worker_jobs import fail_with_config_error, process_and_threads, sleep_or_fail
 from trashfire.core.config import compose, validate
 from trashfire.core.errors import ConfigError, DataError
 from trashfire.core.grid import UNDEFENDED, TrainCell
-from trashfire.core.parallel import resolve_workers, results_as_completed
+from trashfire.core.parallel import resolve_workers, results_as_completed, threads_per_cell
 from trashfire.models import training
 from trashfire.models.training import waves
 from trashfire.stages import attack, brittle, prepare, train
@@ -42,15 +43,6 @@ def test_two_workers_write_the_records_of_one_process(tmp_path):
         assert expected and got == expected, folder
 
 
-def fail_with_config_error(key: str) -> int:
-    raise ConfigError(key, "raised in a worker")
-
-
-def sleep_then_count(seconds: float) -> int:
-    time.sleep(seconds)
-    return 1
-
-
 def test_a_config_error_in_a_worker_reaches_the_stage_as_itself():
     with pytest.raises(ConfigError, match="config error: attack.hsj: raised in a worker"):
         list(results_as_completed(fail_with_config_error, [("attack.hsj",), ("attack.hsj",)], 2, "test"))
@@ -60,15 +52,8 @@ def test_a_failing_job_stops_the_others_at_once():
     sleeper = 60.0
     start = time.monotonic()
     with pytest.raises(ConfigError):
-        list(results_as_completed(_sleep_or_fail, [(sleeper, False), (0.0, True)], 2, "test"))
+        list(results_as_completed(sleep_or_fail, [(sleeper, False), (0.0, True)], 2, "test"))
     assert (time.monotonic() - start) / sleeper < 0.5  # the sleeping worker was killed, not waited for
-
-
-def _sleep_or_fail(seconds: float, fail: bool) -> int:
-    if fail:
-        time.sleep(3.0)  # the sleeper has started by then
-        raise ConfigError("x", "failed")
-    return sleep_then_count(seconds)
 
 
 def test_a_workers_error_stops_the_stage_with_that_error(tmp_path):
@@ -102,3 +87,18 @@ def test_fine_tuning_runs_wait_for_their_base():
     groups = training.runs([base, other, tuned, again])
     assert waves(groups) == [[[base], [other]], [[tuned]], [[again]]]
     assert waves(training.runs([tuned, other])) == [[[tuned], [other]]]  # a base already trained waits for nothing
+
+
+def test_a_lone_job_runs_in_this_process_with_the_threads_a_worker_would_have():
+    """A stage with one cell left (a new eps, a rerun after a kill) starts no pool: a worker's
+    start (torch, ART) would cost more than the cell."""
+    import os
+
+    import torch
+
+    before = torch.get_num_threads()
+    [(index, (pid, threads))] = list(results_as_completed(process_and_threads, [()], 2, "test"))
+    assert (index, pid, threads) == (0, os.getpid(), threads_per_cell(2))
+    assert torch.get_num_threads() == before  # restored after
+    [(_, (pid, threads))] = list(results_as_completed(process_and_threads, [()], 2, "test", threads=3))
+    assert (pid, threads) == (os.getpid(), 3)

@@ -1,0 +1,30 @@
+"""Jobs for the worker-process tests, in a module of their own: a spawned worker imports the
+module of the function it runs, and this one loads no torch (the test module's 5 s)."""
+
+import time
+
+from trashfire.core.errors import ConfigError
+
+
+def fail_with_config_error(key: str) -> int:
+    raise ConfigError(key, "raised in a worker")
+
+
+def sleep_then_count(seconds: float) -> int:
+    time.sleep(seconds)
+    return 1
+
+
+def sleep_or_fail(seconds: float, fail: bool) -> int:
+    if fail:
+        time.sleep(3.0)  # the sleeper has started by then
+        raise ConfigError("x", "failed")
+    return sleep_then_count(seconds)
+
+
+def process_and_threads() -> tuple[int, int]:
+    import os
+
+    import torch
+
+    return os.getpid(), torch.get_num_threads()
