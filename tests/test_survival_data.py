@@ -210,17 +210,28 @@ def test_arrays_from_before_per_sample_clocks_are_one_clear_line(tmp_path, two_c
         survival_table(two_cells[0], {"fgm-0.1": old, "pgd-0.3": two_cells[1]["pgd-0.3"]})
 
 
+def best_time(work, repeats: int = 3) -> float:
+    """The fastest of a few runs: the least disturbed by other work on the machine."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
 def test_rank_test_stays_fast_on_a_per_sample_table():
     """~25k samples of 600 cells with a per-sample margin: the collinearity test must not
-    dominate the timing stage."""
+    dominate the timing stage. It costs a few SVDs of the design (measured: 4-6), not a
+    number growing with its rows."""
     rng = np.random.default_rng(0)
     cell = rng.integers(0, 600, 25_000)
     per_cell = pd.DataFrame(rng.normal(size=(600, 12)), columns=[f"c{i}" for i in range(12)]).assign(c11=lambda d: d.c0 + d.c1)
     design = per_cell.iloc[cell].reset_index(drop=True).assign(margin=rng.normal(size=len(cell)))
-    start = time.perf_counter()
     kept = drop_degenerate(design)
-    assert time.perf_counter() - start < 2.0
     assert "c11" not in kept and "margin" in kept and len(kept.columns) == 12
+    one_svd = best_time(lambda: np.linalg.svd(design.to_numpy(float), full_matrices=False))
+    assert best_time(lambda: drop_degenerate(design)) / one_svd < 25
 
 
 # --- the timing stage on hand-made records ---------------------------------------------------
