@@ -27,11 +27,12 @@ SHARED_MNIST = ROOT.parent / "shared" / "data" / "mnist"
 # Every defence family, both FGM norms and PGD, two strengths each, on 400 digits (the other
 # attack families have their own tests).
 TINY = [
-    "model=[resnet18]",
+    "model=[cifar_resnet8]",  # the default's smallest ResNet: a TINY pipeline in a third of ResNet-18's time
     "attack=[fgm,pgd]",
     "data.digits.subsample=400",
     "split.n_attack=20",
-    "train.epochs=[1]",
+    "train.epochs=[3]",  # 0.90 benign accuracy (ResNet-18 for 1 epoch: 0.41, and 0.18 with Gaussian input noise)
+    "~train.per_model.cifar_resnet8",  # the default experiment gives it its own epoch grid
     "train.progress=false",
     "attack.fgm.values=[0.1,1.0]",
     "attack.pgd.values=[0.1,1.0]",

@@ -31,7 +31,7 @@ SMALLER = ["survival.fitters=[weibull,lognormal,cox]", "metrics.brittle.n_sample
 TINY_DEFAULT = (
     "# @package _global_\ndefaults:\n  - override /model: [fcnet]\n  - override /attack: [fgm, pgd]\n"
     + "  - override /defence: [none, gauss_in, gauss_out, conf, fsq]\n"
-    + OmegaConf.to_yaml(OmegaConf.from_dotlist([o for o in TINY if not o.startswith(("model=", "attack=", "defence="))] + SMALLER))
+    + OmegaConf.to_yaml(OmegaConf.from_dotlist([o for o in TINY if not o.startswith(("model=", "attack=", "defence=", "~"))] + SMALLER))
 )
 
 

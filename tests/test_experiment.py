@@ -30,7 +30,7 @@ def test_grid_sweep_runs_each_cell_once_into_a_sqlite_study(tmp_path):
         "hydra.sweeper.n_trials=2",
         f"hydra.sweeper.storage={storage}",
         f"hydra.sweep.dir={tmp_path / 'sweep'}",
-        "model=choice(resnet18)",
+        "model=choice(cifar_resnet8)",
         "defence=choice(none,fsq)",
         "train.epochs=choice(1)",
     )
