@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 from tests.conftest import ROOT, recorded, tiny_overrides
 from tests.worker_jobs import fail_with_config_error, process_and_threads, sleep_or_fail
@@ -59,7 +60,7 @@ def test_a_failing_job_stops_the_others_at_once():
 def test_a_workers_error_stops_the_stage_with_that_error(tmp_path):
     cfg = tiny(tmp_path, "train.workers=2", *SMALLER)
     prepare.run(cfg)
-    train.run(cfg)
+    train.run(OmegaConf.merge(cfg, {"train": {"workers": 1}}))  # the same records in this process: the attack's workers are under test
     weights = sorted(Path(cfg.paths.models).glob("*.pt"))
     weights[0].write_bytes(b"corrupt")
     with pytest.raises(DataError, match="do not match their record"):
