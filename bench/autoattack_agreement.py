@@ -25,6 +25,7 @@ from trashfire.attacks import art_classifier, standard
 from trashfire.attacks.engine import attack_samples, model_cost
 from trashfire.attacks.failure_log import FailureLog
 from trashfire.attacks.target import Target
+from trashfire.core import attack_versions
 from trashfire.core.clocks import LapClock
 from trashfire.core.config import compose, normalise, validate
 from trashfire.core.grid import UNDEFENDED, attack_specs, training_cells
@@ -59,7 +60,9 @@ def ours(target: Target, x: np.ndarray, y: np.ndarray, eps: float, seed: int = 0
 
 
 def standard_components() -> dict:
-    return {n: {"max_iter": c["max_iter"], "kwargs": c["kwargs"], "rules": {"torch": {"algorithm": c["algorithm"]}}} for n, c in standard.STANDARD.items()}
+    return {
+        n: {"max_iter": c["max_iter"], "kwargs": c["kwargs"], "rules": {"torch": {"algorithm": c["algorithm"]}}} for n, c in attack_versions.STANDARD.items()
+    }
 
 
 def reference(target: Target, x: np.ndarray, y: np.ndarray, eps_pixels: float, seed: int = 0) -> tuple[np.ndarray, float]:

@@ -16,6 +16,7 @@ from tests.conftest import PixelModel, tiny_config
 from trashfire.attacks import standard
 from trashfire.attacks.engine import model_cost
 from trashfire.attacks.failure_log import FailureLog
+from trashfire.core import attack_versions
 from trashfire.core.clocks import LapClock
 from trashfire.core.errors import ConfigError
 from trashfire.core.grid import attack_specs
@@ -109,12 +110,20 @@ def test_the_standard_version_is_the_authors_budgets_or_refused(tmp_path):
     (spec, *_) = attack_specs(tiny_config(tmp_path, "attack=[autoattack]", "attack.autoattack.values=[0.1]", "metrics.auc.eps1=0.1"))
     assert spec["version"] == "standard" and spec["engine"] == "torch"
     assert list(standard.component_settings(spec)) == ["apgd_ce", "apgd_t", "fab_t", "square"]
-    assert standard.budget_of(spec) == 1 + 101 + (9 * 101 + 1) + standard.runner("fab_t", standard.STANDARD["fab_t"], np.inf, 1.0)[1] + 5001
+    assert standard.budget_of(spec) == 1 + 101 + (9 * 101 + 1) + standard.runner("fab_t", attack_versions.STANDARD["fab_t"], np.inf, 1.0)[1] + 5001
     changed = {**spec, "kwargs": {"components": {**spec["kwargs"]["components"], "square": {**spec["kwargs"]["components"]["square"], "max_iter": 100}}}}
     with pytest.raises(ConfigError, match="square differ; set attack.autoattack.version=custom"):
         standard.check_spec(changed)
     assert list(standard.component_settings({**spec, "version": "rand"})) == ["apgd_ce", "apgd_dlr"]
     standard.check_spec({**changed, "version": "custom"})
+
+
+def test_the_validator_refuses_a_standard_version_at_other_budgets_before_any_compute(tmp_path):
+    grid = ("attack=[autoattack]", "attack.autoattack.values=[0.1]", "metrics.auc.eps1=0.1", "attack.autoattack.kwargs.components.apgd_t.max_iter=20")
+    with pytest.raises(ConfigError, match=r"attack.autoattack.kwargs.components: .*apgd_t differ; set attack.autoattack.version=custom"):
+        tiny_config(tmp_path, *grid)
+    (spec, *_) = attack_specs(tiny_config(tmp_path, *grid, "attack.autoattack.version=custom"))
+    assert standard.component_settings(spec)["apgd_t"]["max_iter"] == 20
 
 
 @pytest.mark.parametrize(

@@ -4,10 +4,11 @@ failure clock (docs/design.md, "Per-sample failure clock").
 
 - `version: standard`: APGD-CE (100 iterations), APGD-T (9 targets x 100), FAB-T (9 targets
   x 100), Square (5000 queries): the authors' `_set_version('standard')`. The option's
-  `kwargs.components` must be these at these budgets (`check_version`): a change is a
-  custom evaluation and says so (`version: custom`).
+  `kwargs.components` must be these at these budgets (the validator refuses others:
+  `trashfire.core.attack_versions`): a change is a custom evaluation and says so
+  (`version: custom`).
 - `version: rand`: the authors' version for randomised defences: APGD-CE and APGD-DLR, each
-  with EOT over 20 draws (`RAND`; `kwargs.components` is not read).
+  with EOT over 20 draws (`attack_versions.RAND`; `kwargs.components` is not read).
 - `version: custom`: `kwargs.components` as configured, each run by the loop its
   `rules.torch.algorithm` names (apgd, fab or square).
 
@@ -36,69 +37,13 @@ from trashfire.attacks.failure_log import FailureLog, batches
 from trashfire.attacks.square import SquareSettings, square
 from trashfire.attacks.square import budget_of as square_budget
 from trashfire.attacks.target import Target, margins
+from trashfire.core.attack_versions import VERSIONS, component_settings
 from trashfire.core.clocks import STEPS, LapClock
 from trashfire.core.errors import ConfigError
 
 FIRST_QUERY = "first_query"
-VERSIONS = ("standard", "rand", "custom")
 ALGORITHMS = ("apgd", "fab", "square", "autoattack")  # the torch engine's loops this module runs
 ART_LOSSES = {"cross_entropy": "ce", "difference_logits_ratio": "dlr"}
-
-# AutoAttack's versions as its autoattack.py sets them, per component: the loop and the
-# budget (max_iter: iterations, or Square's queries) and options it runs at
-STANDARD = {
-    "apgd_ce": {"algorithm": "apgd", "max_iter": 100, "kwargs": {"loss_type": "cross_entropy", "n_targets": 0}},
-    "apgd_t": {"algorithm": "apgd", "max_iter": 100, "kwargs": {"loss_type": "difference_logits_ratio", "n_targets": 9}},
-    "fab_t": {"algorithm": "fab", "max_iter": 100, "kwargs": {"n_targets": 9}},
-    "square": {"algorithm": "square", "max_iter": 5000, "kwargs": {"p_init": 0.8}},
-}
-RAND = {
-    "apgd_ce": {"algorithm": "apgd", "max_iter": 100, "kwargs": {"loss_type": "cross_entropy", "n_targets": 0, "eot_iter": 20}},
-    "apgd_dlr": {"algorithm": "apgd", "max_iter": 100, "kwargs": {"loss_type": "difference_logits_ratio", "n_targets": 0, "eot_iter": 20}},
-}
-
-
-def component_settings(spec: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """The components the version runs: name -> {algorithm, max_iter, kwargs}, in order."""
-    version = spec.get("version", "custom")
-    if version == "rand":
-        return RAND
-    components = (spec.get("kwargs") or {}).get("components")
-    if components is None:  # a component alone (apgd_ce, square): one of its own
-        return {spec.get("name", "attack"): _torch_view(spec)}
-    found = {name: _torch_view(component) for name, component in components.items()}
-    if version == "standard":
-        check_version(spec.get("name", "autoattack"), found)
-    return found
-
-
-def _torch_view(component: Mapping[str, Any]) -> dict[str, Any]:
-    """A component option as the torch loop reads it: its loop (`rules.torch.algorithm`), its
-    budget and the kwargs the loop takes."""
-    algorithm = ((component.get("rules") or {}).get("torch") or {}).get("algorithm")
-    kwargs = dict(component.get("kwargs") or {})
-    kept = {"apgd": ("loss_type", "n_targets", "eot_iter"), "fab": ("n_targets",), "square": ("p_init",)}.get(algorithm, ())
-    return {"algorithm": algorithm, "max_iter": int(component.get("max_iter") or 1), "kwargs": {k: kwargs[k] for k in kept if k in kwargs}}
-
-
-def check_version(name: str, found: Mapping[str, Any]) -> None:
-    """`version: standard` runs AutoAttack's components at the authors' budgets, or refuses."""
-    expected = {n: _with_defaults(c) for n, c in STANDARD.items()}
-    given = {n: _with_defaults(c) for n, c in found.items()}
-    if list(given) != list(expected) or given != expected:
-        differences = sorted(n for n in {*expected, *given} if expected.get(n) != given.get(n)) or ["their order"]
-        raise ConfigError(
-            f"attack.{name}.kwargs.components",
-            "version standard runs AutoAttack's components at the authors' budgets (apgd_ce 100, apgd_t 9 x 100, fab_t 9 x 100, square 5000) "
-            f"and {', '.join(differences)} differ; set attack.{name}.version=custom to run your own",
-        )
-
-
-def _with_defaults(component: Mapping[str, Any]) -> dict[str, Any]:
-    """A component with the loop's defaults stated (APGD's eot_iter 1), so that leaving a
-    default out and stating it compare equal."""
-    defaults = {"eot_iter": 1} if component["algorithm"] == "apgd" else {}
-    return {**component, "kwargs": defaults | dict(component["kwargs"])}
 
 
 def runner(name: str, component: Mapping[str, Any], norm: float, eps: float, owner: str = "autoattack") -> tuple[Callable[..., None], int]:

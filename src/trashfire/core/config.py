@@ -28,6 +28,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from trashfire.core import external
+from trashfire.core.attack_versions import component_settings
 from trashfire.core.checks import (
     ATTACK_PROPERTIES,
     RULES,
@@ -410,6 +411,8 @@ def _validate_components(key: str, spec: DictConfig, rules: DictConfig, attacks:
             raise ConfigError(f"{where}.{RULES}.engine", f"the sequence engine runs each component image by image; {name} must allow per_image")
     if engine != "torch" and all(set(engines_of(key, c[RULES])) == {"torch"} for c in components.values()):
         raise ConfigError(f"{key}.engine", f"got {engine!r}; none of {key}'s components runs on ART (per_image or art): use engine: torch")
+    if spec.get("version") == "standard":
+        component_settings(spec)  # refuses components that are not the authors' at their budgets
 
 
 def engines_of(key: str, rules: DictConfig) -> list[str]:
