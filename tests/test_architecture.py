@@ -138,8 +138,10 @@ def test_a_table_stage_never_loads_torch_art_or_captum(stage):
     without checks (`trashfire.attacks` loads ART); limiting the threads of a stage's work
     (survival's fits) sets torch's only where torch is loaded."""
     heavy = ("torch", "art", "captum", "torchvision")
+    closure = sorted(dvc_yaml.import_closure(f"trashfire.stages.{stage}"))  # the shell loads its library in run
     probe = (
-        f"import sys, trashfire.stages.{stage}; from trashfire.core.checks import registered; registered()\n"
+        f"import sys, importlib; [importlib.import_module(m) for m in {closure!r}]\n"
+        "from trashfire.core.checks import registered; registered()\n"
         "from trashfire.core.parallel import threads_limited\nwith threads_limited(1): pass\n"
         f"print(','.join(m for m in {heavy!r} if m in sys.modules))"
     )

@@ -11,7 +11,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from tests.conftest import ROOT, recorded, tiny_overrides
-from tests.worker_jobs import fail_with_config_error, process_and_threads, sleep_or_fail
+from tests.worker_jobs import blas_threads, fail_with_config_error, process_and_threads, sleep_or_fail
 from trashfire.core.config import compose, validate
 from trashfire.core.errors import ConfigError, DataError
 from trashfire.core.grid import UNDEFENDED, TrainCell
@@ -103,3 +103,14 @@ def test_a_lone_job_runs_in_this_process_with_the_threads_a_worker_would_have():
     assert torch.get_num_threads() == before  # restored after
     [(_, (pid, threads))] = list(results_as_completed(process_and_threads, [()], 2, "test", threads=3))
     assert (pid, threads) == (os.getpid(), 3)
+
+
+def test_a_workers_blas_pools_take_its_thread_budget_when_they_load_after_it_started(monkeypatch):
+    """A stage module loads its library when its first job arrives, after the worker set its
+    limits: SciPy's OpenBLAS (LIME's regressions, survival fits) and scikit-learn's OpenMP
+    must still run `threads` threads, or the workers oversubscribe the cores and their CPU
+    clocks and records depend on the machine."""
+    for variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.setenv(variable, "3")  # what a worker would inherit
+    pools = [found for _, found in results_as_completed(blas_threads, [(), ()], 2, "test", threads=1)]
+    assert pools and all(found and set(found.values()) == {1} for found in pools), pools

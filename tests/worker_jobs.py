@@ -28,3 +28,13 @@ def process_and_threads() -> tuple[int, int]:
     import torch
 
     return os.getpid(), torch.get_num_threads()
+
+
+def blas_threads() -> dict[str, int]:
+    """The thread pools of the BLAS and OpenMP libraries SciPy and scikit-learn bring, loaded
+    here, after the worker started (as a stage's library loads with its first job)."""
+    import scipy.linalg  # noqa: F401 -- loads SciPy's OpenBLAS
+    import sklearn.linear_model  # noqa: F401 -- loads scikit-learn's OpenMP
+    from threadpoolctl import threadpool_info
+
+    return {pool["internal_api"]: pool["num_threads"] for pool in threadpool_info()}

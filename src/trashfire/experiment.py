@@ -96,9 +96,9 @@ def set_threads(threads: int | None) -> None:
 def run_experiment(cfg: DictConfig) -> list[float]:
     # torch, ART and the tables load here, after the config is checked: a bad value is one line
     # in a second, not after seconds of imports
+    cfg = normalise(validate(cfg))
     from trashfire.data.datasets import dataset_dir
 
-    cfg = normalise(validate(cfg))
     names = objective_names(cfg)
     set_threads(cfg.get("threads"))
     if cfg.get("threads") is not None or cfg.train.get("workers", "auto") == "auto":

@@ -11,7 +11,8 @@ their parent, so a killed stage leaves no worker writing; each record is written
 by the worker that computed it, so what a killed run leaves is whole cells only.
 
 Every cell is computed with `train.threads` torch and BLAS threads (default 1), in a worker
-or, with one worker, in the stage's own process (limited to them while it computes cells).
+or, with one worker or one job, in the stage's own process (limited to them while it computes
+cells).
 Floating-point sums depend on the thread count (a model trained with 1 and with 2 threads
 differs in its last bits, and so do the attacks on it), so with a fixed `train.threads`
 records are bit-identical for one machine whatever `train.workers` and the scheduling
@@ -118,8 +119,15 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)  # cannot be tied to the parent, or it died already: a worker must not write on alone
 
 
+# read by OpenBLAS, MKL and OpenMP (SciPy's and scikit-learn's pools) when they load
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
 def _init_worker(parent: int, threads: int, level: int, prog: str, with_torch: bool) -> None:
     _die_with_parent(parent)
+    # the job's module (SciPy, scikit-learn) loads after this, when its first job arrives: the
+    # variables cap the pools it brings, threadpool_limits those the worker has already
+    os.environ.update(dict.fromkeys(THREAD_VARIABLES, str(threads)))
     limit_threads(threads, with_torch)  # a worker computes with torch where its stage does
     from trashfire.core.cli import configure_logging
 
