@@ -33,7 +33,6 @@ STAGE = Stage(
 
 
 def run(cfg):
-    # the library loads here, after the config is read and checked: a bad value is one line in a second
     from trashfire.metrics import aggregate
 
     return aggregate.aggregate_reports(STAGE.view(cfg), STAGE.resolved(cfg))

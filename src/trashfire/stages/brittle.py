@@ -16,7 +16,6 @@ STAGE = Stage(
 
 
 def run(cfg):
-    # the library loads here, after the config is read and checked: a bad value is one line in a second
     from trashfire.brittle import scores
 
     return scores.score_grid(STAGE.view(cfg), STAGE.resolved(cfg))

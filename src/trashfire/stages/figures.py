@@ -36,7 +36,6 @@ STAGE = Stage(
 
 
 def run(cfg):
-    # the library loads here, after the config is read and checked: a bad value is one line in a second
     from trashfire.report import figures
 
     return figures.draw_report(STAGE.view(cfg), STAGE.resolved(cfg))

@@ -16,7 +16,6 @@ STAGE = Stage(
 
 
 def run(cfg):
-    # the library loads here, after the config is read and checked: a bad value is one line in a second
     from trashfire.data import prepare
 
     return prepare.prepare_all(STAGE.view(cfg), STAGE.resolved(cfg))

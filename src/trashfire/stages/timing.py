@@ -31,7 +31,6 @@ STAGE = Stage(
 
 
 def run(cfg):
-    # the library loads here, after the config is read and checked: a bad value is one line in a second
     from trashfire.survival import datasets
     from trashfire.tables import experiments
 
