@@ -61,6 +61,9 @@ figures: $(STAMP) ## redraw figures and the report from recorded results
 # (pyproject.toml's [tool.mutmut]); tests/mutation_score.py prints the score per module, with
 # the equivalent mutants of tests/mutation_equivalents.md named. MODULES= runs a subset;
 # MUTATION_LIMIT=<seconds> stops each module's run after that long (the rest count as not run).
+# A whole run takes hours: caught and listed-equivalent results are kept in the tracked
+# tests/mutation_record.json after each module and restored into a fresh mutants/, where mutmut
+# reruns any function whose source changed (MUTATION_FRESH=1 ignores the record).
 MUTATION_STAMP := $(VENV)/.mutation-installed
 MUTATION_LIMIT ?= 0
 MODULES ?= trashfire.core.clocks trashfire.core.stats trashfire.metrics trashfire.metrics.findings trashfire.metrics.validity trashfire.metrics.registry trashfire.metrics.aggregate trashfire.metrics.cards trashfire.metrics.checks trashfire.metrics.summaries trashfire.survival.data trashfire.survival.epsilon trashfire.survival.figures trashfire.survival.fitters trashfire.survival.analysis trashfire.survival.scoring trashfire.survival.expected_time trashfire.survival.datasets trashfire.survival.checks
@@ -73,6 +76,7 @@ $(MUTATION_STAMP): requirements-mutation.lock
 
 mutation: $(MUTATION_STAMP) ## mutation testing of metrics/, survival/, core/clocks.py (slow; not CI): score per module
 	@mkdir -p mutants
+	@if [ -z "$(MUTATION_FRESH)" ]; then $(PY) tests/mutation_record.py restore; fi
 	@for module in $(MODULES); do \
 		start=$$(date +%s); \
 		timeout --signal=INT $(MUTATION_LIMIT) env -u PYTHONPATH $(VENV)/bin/mutmut run "$$module.x*" > mutants/$$module.log 2>&1; \
@@ -80,6 +84,7 @@ mutation: $(MUTATION_STAMP) ## mutation testing of metrics/, survival/, core/clo
 		if [ $$status -eq 124 ]; then echo "$$module: stopped after $(MUTATION_LIMIT) s"; \
 		elif [ $$status -ne 0 ]; then tail -c 3000 mutants/$$module.log; echo "mutmut failed on $$module (log: mutants/$$module.log)"; exit 1; \
 		else echo "$$module: $$(( $$(date +%s) - start )) s"; fi; \
+		$(PY) tests/mutation_record.py save > /dev/null; \
 	done
 	@$(PY) tests/mutation_score.py --min 90
 
