@@ -15,7 +15,7 @@ from tests.worker_jobs import blas_threads, fail_with_config_error, process_and_
 from trashfire.core.config import compose, validate
 from trashfire.core.errors import ConfigError, DataError
 from trashfire.core.grid import UNDEFENDED, TrainCell
-from trashfire.core.parallel import resolve_workers, results_as_completed, threads_per_cell
+from trashfire.core.parallel import describe, resolve_workers, results_as_completed, threads_per_cell
 from trashfire.models import training
 from trashfire.models.training import waves
 from trashfire.stages import attack, brittle, prepare, train
@@ -103,6 +103,14 @@ def test_a_lone_job_runs_in_this_process_with_the_threads_a_worker_would_have():
     assert torch.get_num_threads() == before  # restored after
     [(_, (pid, threads))] = list(results_as_completed(process_and_threads, [()], 2, "test", threads=3))
     assert (pid, threads) == (os.getpid(), 3)
+
+
+def test_the_plan_line_says_where_the_cells_run():
+    """A stage's log names worker processes only when it will start them: a lone job runs in
+    the stage's process, with the threads a worker would have had."""
+    assert describe(2, 1, largest_batch=5) == "2 worker processes, 1 thread(s) each"
+    assert describe(2, 1, largest_batch=1) == "in this process, 1 thread(s)"
+    assert describe(1, 2, largest_batch=5) == "in this process, 2 thread(s)"
 
 
 def test_a_workers_blas_pools_take_its_thread_budget_when_they_load_after_it_started(monkeypatch):

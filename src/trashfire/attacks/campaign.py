@@ -300,12 +300,14 @@ def attack_grid(cfg: DictConfig, artefacts: Artefacts) -> int:
     pending = [cell for cell in cells if not is_recorded(attack_record_path(folder, cell.hash))]
     workers = resolve_workers(cfg.train.get("workers", "auto"), device.type)
     threads = threads_per_cell(workers, cfg.train.get("threads", 1))
-    log.info("%d attack cells, %d recorded, %d to run on %s (%s)", len(cells), len(cells) - len(pending), len(pending), device, describe(workers, threads))
     jobs = [(cfg, artefacts, model_cell, list(group)) for model_cell, group in groupby(pending, key=lambda cell: cell.model)]
     queued = {job[2].hash for job in jobs}
     models = {cell.model.hash: cell.model for cell in cells}
     jobs += [(cfg, artefacts, model, []) for h, model in models.items() if h not in queued and benign_pending(folder, h)]  # probes for older records
     jobs.sort(key=lambda job: (job[2].train.depth or 1) * len(job[3]), reverse=True)  # the longest first keeps the workers busy to the end
+    log.info(
+        "%d attack cells, %d recorded, %d to run on %s (%s)", len(cells), len(cells) - len(pending), len(pending), device, describe(workers, threads, len(jobs))
+    )
     with tqdm(total=len(pending), desc="attack cells", disable=not cfg.train.get("progress", True)) as progress:
         run_jobs(attack_job, jobs, workers, progress, log.name, threads)
     return len(pending)

@@ -264,8 +264,10 @@ def score_grid(cfg: DictConfig, artefacts: Artefacts) -> int:
     pending = [cell for cell in cells if not is_recorded(brittle_record_path(folder, brittle_hash(cell.hash, settings)))]
     workers = resolve_workers(cfg.train.get("workers", "auto"), device.type)
     threads = threads_per_cell(workers, cfg.train.get("threads", 1))
-    log.info("%d model cells, %d scored, %d to score on %s (%s)", len(cells), len(cells) - len(pending), len(pending), device, describe(workers, threads))
     jobs = [(cfg, artefacts, settings, list(group)) for _, group in groupby(pending, key=lambda cell: cell.train.hash)]
+    log.info(
+        "%d model cells, %d scored, %d to score on %s (%s)", len(cells), len(cells) - len(pending), len(pending), device, describe(workers, threads, len(jobs))
+    )
     jobs.sort(key=lambda job: job[3][0].train.depth or 1, reverse=True)  # the longest first keeps the workers busy to the end
     with tqdm(total=len(pending), desc="brittle cells", disable=not cfg.train.get("progress", True)) as progress:
         run_jobs(brittle_job, jobs, workers, progress, log.name, threads)

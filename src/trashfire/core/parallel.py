@@ -60,9 +60,13 @@ def resolve_workers(setting: Any, device_type: str) -> int:
     return int(setting)
 
 
-def describe(workers: int, threads: int | None = None) -> str:
+def describe(workers: int, threads: int | None = None, largest_batch: int | None = None) -> str:
+    """Where the cells run, for the stage's plan line; `largest_batch`: the most jobs any one
+    `results_as_completed` call gets (a lone job runs in this process)."""
     threads = threads_per_cell(workers) if threads is None else threads
-    return f"{workers} worker processes, {threads} thread(s) each" if workers > 1 else f"in this process, {threads} thread(s)"
+    if workers > 1 and largest_batch != 1:
+        return f"{workers} worker processes, {threads} thread(s) each"
+    return f"in this process, {threads} thread(s)"
 
 
 def threads_per_cell(workers: int, setting: Any = "auto") -> int:

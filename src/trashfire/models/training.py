@@ -487,13 +487,21 @@ def train_grid(cfg: DictConfig, artefacts: Artefacts) -> list[dict[str, Any]]:
     pending = [cell for cell in pending if not cell.is_external]
     workers = resolve_workers(cfg.train.get("workers", "auto"), device.type)
     threads = threads_per_cell(workers, cfg.train.get("threads", 1))
-    log.info(
-        "%d training cells, %d cached, %d to train on %s (%s)", len(ordered), len(ordered) - len(pending), len(pending), device, describe(workers, threads)
-    )
     groups = runs(pending)
+    planned = waves(groups)
+    largest = max((len(wave) for wave in planned), default=0)
+    log.info(
+        "%d training cells, %d cached, %d to train on %s (%s)",
+        len(ordered),
+        len(ordered) - len(pending),
+        len(pending),
+        device,
+        describe(workers, threads, largest),
+    )
     with tqdm(total=len(pending), desc="training cells", disable=not cfg.train.get("progress", True)) as progress:
-        for wave in waves(groups):
+        for wave in planned:
             wave.sort(key=expected_cost, reverse=True)  # the longest first keeps the workers busy to the end
-            jobs = [(cfg, artefacts, group, workers == 1) for group in wave]
+            in_process = workers == 1 or len(wave) == 1  # a lone job runs here (results_as_completed): its epochs get bars
+            jobs = [(cfg, artefacts, group, in_process) for group in wave]
             run_jobs(train_job, jobs, workers, progress, log.name, threads)
     return [TrainRecord.read(record_path(models, cell.hash)).to_json() for cell in cells]
