@@ -50,7 +50,8 @@ from trashfire.core.parallel import resolve_workers, results_as_completed, threa
 from trashfire.core.records import atomic_path, write_json
 from trashfire.core.stage import Artefacts
 from trashfire.survival import fitters as F
-from trashfire.survival.data import diagnose, drop_degenerate
+from trashfire.survival.convergence import fit_converged
+from trashfire.survival.data import NUMERIC_COVARIATES, diagnose, drop_degenerate
 from trashfire.survival.expected_time import (
     cell_budgets,
     expected_time_table,
@@ -107,12 +108,34 @@ def split_groups(data: pd.DataFrame, by: str, test_size: float, seed: int) -> tu
     return data[~is_test], data[is_test]
 
 
-def usable_covariates(train: pd.DataFrame, test: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Drop covariates that are constant or collinear in the training part (logged)."""
+MIN_DUMMY_EVENTS = 10  # fewer failures than this in the training part leave a dummy's coefficient on a flat ridge
+
+
+def usable_covariates(train: pd.DataFrame, test: pd.DataFrame, dummy_kinds=()) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Drop covariates that are constant or collinear in the training part, and dummies (of
+    `dummy_kinds`: attack, defence, data) with fewer than MIN_DUMMY_EVENTS failures there:
+    their level then joins the reference level (logged)."""
     covariates = F.covariates_of(train)
     kept = drop_degenerate(covariates, train[F.WEIGHT], where="survival training split").columns
-    dropped = [c for c in covariates if c not in kept]
+    dropped = [c for c in covariates if c not in kept] + rare_dummies(train[kept].join(train[[F.EVENT, F.WEIGHT]]), dummy_kinds)
     return train.drop(columns=dropped), test.drop(columns=dropped)
+
+
+def rare_dummies(train: pd.DataFrame, kinds) -> list[str]:
+    """The one-hot columns (0/1, named `<kind>_<level>`) of fewer than MIN_DUMMY_EVENTS
+    failures (samples) in `train`."""
+    events = F.sample_weights(train) * (train[F.EVENT].to_numpy() == 1)
+    rare = []
+    for column in F.covariates_of(train):
+        values = train[column].to_numpy(float)
+        is_dummy = column.startswith(tuple(f"{kind}_" for kind in kinds)) and column not in NUMERIC_COVARIATES  # attack_strength is not one
+        if not is_dummy or not np.isin(values, (0.0, 1.0)).all():
+            continue
+        failures = int(events[values == 1].sum())
+        if failures < MIN_DUMMY_EVENTS:
+            log.info("survival training split: dropping dummy %s: %d failures (< %d), its level joins the reference level", column, failures, MIN_DUMMY_EVENTS)
+            rare.append(column)
+    return rare
 
 
 def calibration_time(train: pd.DataFrame, quantile: float) -> float:
@@ -150,7 +173,7 @@ def compare(
             continue
         fits[name] = fit
         quantile = spec.get("t0_quantile") or settings.t0_quantile
-        rows[name] |= {"status": "fitted", "penalizer": fit.penalizer, "optimiser": fit.optimiser, "attempts": fit.attempts}
+        rows[name] |= {"status": "fitted", "penalizer": fit.penalizer, "optimiser": fit.optimiser, "attempts": fit.attempts} | fit.convergence.columns()
         rows[name] |= score(fit, train, test, calibration_time(train, quantile), (axes or {}).get(name, (None, None)))
     ordered = [rows[name] for name in settings.fitters] + baseline_rows(train, test)
     comparison = pd.DataFrame(ordered).assign(split_by=settings.split_by)
@@ -160,7 +183,7 @@ def compare(
 def fit_with_robust_se(name: str, spec: Any, train: pd.DataFrame, retries: list) -> F.Fit | F.FitFailed:
     """One fitter (a worker's job): its fit with cluster-robust SEs, or why it failed."""
     try:
-        fit = F.fit_one(name, spec, train, retries)
+        fit = fit_converged(name, spec, train, retries)
     except F.FitFailed as err:
         return err
     attach_robust_se(fit, train, CLUSTER_BY)
@@ -274,7 +297,7 @@ def analyse(cfg: DictConfig, artefacts: Artefacts) -> pd.DataFrame:
     data = data.assign(**{F.DURATION: data[F.DURATION] / unit})
     if unit != 1.0:
         log.info("durations on the %s clock fitted in %s (x %g); E[T] and t* are written back in %s", clock, FIT_UNIT_NAMES[clock], unit, clock)
-    train, test = usable_covariates(*split_groups(data, settings.split_by, settings.test_size, settings.seed))
+    train, test = usable_covariates(*split_groups(data, settings.split_by, settings.test_size, settings.seed), settings.data.dummies)
     log.info(
         "train/test split by %s: %d / %d groups, %d / %d samples",
         settings.split_by,

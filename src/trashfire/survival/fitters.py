@@ -189,6 +189,7 @@ class Fit:
     attempts: int
     warnings: list[str] = field(default_factory=list)
     robust_se: pd.Series | None = None  # cluster-robust standard errors, by params_'s index
+    convergence: Any = None  # survival.convergence.Convergence, where that module checked the fit
 
     @property
     def is_cox(self) -> bool:
@@ -233,7 +234,7 @@ def fit_one(name: str, spec: Any, data: pd.DataFrame, retries: list = ()) -> Fit
         if settings["optimiser"] and isinstance(fitter, CoxPHFitter):
             fit_options = NEWTON_FALLBACK | fit_options
         try:
-            caught = _fit_quietly(fitter, data, fit_options)
+            caught = fit_quietly(fitter, data, fit_options)
         except Exception as err:  # lifelines raises ConvergenceError, ValueError, LinAlgError, ...
             reasons.append(f"attempt {number} ({_describe(settings)}): {type(err).__name__}: {first_line(err)}")
             continue
@@ -245,13 +246,16 @@ def fit_one(name: str, spec: Any, data: pd.DataFrame, retries: list = ()) -> Fit
     raise FitFailed("; ".join(reasons))
 
 
-def _fit_quietly(fitter, data: pd.DataFrame, fit_options: dict) -> list[str]:
-    """Fit, returning lifelines' warnings (convergence notes) instead of printing them."""
+def fit_quietly(fitter, data: pd.DataFrame, fit_options: dict, initial_point: np.ndarray | None = None) -> list[str]:
+    """Fit (from `initial_point`, in lifelines' normalised coordinates, where given), returning
+    lifelines' warnings (convergence notes) instead of printing them."""
     data = model_frame(data)
     if isinstance(fitter, CoxPHFitter):
         data = per_sample(data)  # see log_likelihood
     weights = WEIGHT if WEIGHT in data else None
     options = {"fit_options": fit_options} if fit_options else {}
+    if initial_point is not None:
+        options["initial_point"] = initial_point
     with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("always")
         fitter.fit(data, duration_col=DURATION, event_col=EVENT, weights_col=weights, **options)

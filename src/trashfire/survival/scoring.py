@@ -13,6 +13,7 @@ import pandas as pd
 
 from trashfire.core import schema
 from trashfire.survival import fitters as F
+from trashfire.survival.convergence import CONVERGED_GAIN
 
 SCORE_COLUMNS = [
     "log_likelihood",
@@ -31,6 +32,7 @@ SCORE_COLUMNS = [
     "E50",
     "test_E50",
 ]
+CONVERGENCE_COLUMNS = ["converged", "gradient_norm", "newton_gain", "starts"]  # survival.convergence: where each fit stopped
 WITHIN_PAIRS = ["pairs_within", "test_pairs_within"]  # comparable pairs within attack cells, per part
 KM_COLUMNS = ["km_median_abs_log_ratio", "km_share_flagged", "km_worst_cells"]  # per AFT fitter: its E[T] against Kaplan-Meier
 FAMILY = "attack_family"
@@ -43,7 +45,7 @@ BASELINE_NOTE = "a ranking of samples, not a survival model: no likelihood (AIC,
 def table_columns(columns) -> list[str]:
     """Table I's order: the scores, then the within-cell pairs and the per-family within-cell
     concordance (train, then test), the Kaplan-Meier check, anything else, the note."""
-    leading = ["fitter", "model", "status", "aft"] + SCORE_COLUMNS + ["beats_baselines", "split_by", "penalizer", "optimiser", "attempts"]
+    leading = ["fitter", "model", "status", "aft"] + SCORE_COLUMNS + ["beats_baselines", "split_by", "penalizer", "optimiser", "attempts", *CONVERGENCE_COLUMNS]
     per_family = [c for prefix in ("", "test_") for c in sorted(columns) if c.startswith(f"{prefix}concordance_within[")]
     middle = WITHIN_PAIRS + per_family + KM_COLUMNS
     placed = set(leading) | set(middle) | {"note"}
@@ -220,6 +222,14 @@ def latex_table(comparison: pd.DataFrame, test_size: float) -> str:
             notes.append(f"{model}: {COX_NOTE}")
     if "concordance_within" in comparison:
         notes.append("Within-cell concordance compares only samples of one attack cell (the baselines rank a cell's samples alike: 0.5)")
+    if "converged" in comparison:
+        fitted = comparison[comparison["status"] == "fitted"]
+        short = fitted.loc[~fitted["converged"].eq(True), "model"]
+        restarted = fitted.loc[fitted["starts"].gt(1) & fitted["converged"].eq(True), "model"]
+        if len(short):
+            notes.append(f"Not at its optimum (a Newton step would still gain > {CONVERGED_GAIN:g} nats): {', '.join(short)}")
+        if len(restarted):
+            notes.append(f"Fitted again from a second start to reach its optimum: {', '.join(restarted)}")
     if "beats_baselines" in comparison:
         fitted = comparison[comparison["status"] == "fitted"]
         losers = fitted.loc[~fitted["beats_baselines"].eq(True), "model"]

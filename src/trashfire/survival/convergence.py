@@ -1,0 +1,155 @@
+"""Whether a survival fit reached its optimum, and a second start where it did not.
+
+lifelines accepts what its scipy optimiser returns when the optimiser reports success, and
+SLSQP (its default for the Weibull and log-logistic AFT models) reports success when the
+objective stops changing by its tolerance. On a flat ridge, a dummy with a handful of events
+say, that can be many nats short of the optimum: the default run's log-logistic fit stopped
+42 nats below R's `survreg` on the same data. So each fit is checked where it stopped, on
+lifelines' own penalised objective and in its own coordinates (the covariates divided by their
+SDs):
+
+- `gradient_norm`: the largest |d loglik / d coefficient| there, in nats per SD of the
+  covariate (0 at an optimum);
+- `newton_gain`: the nats a Newton step from there would still gain, g' H^-1 g / 2 with
+  lifelines' Hessian (on a flat ridge the gradient is small and the gain is not).
+
+A fit whose gain exceeds `CONVERGED_GAIN` (or is negative: no optimum there) is fitted again
+by lifelines from a second start, the same optimiser and penalizer with tighter stopping rules
+(`TIGHTER`), from the Newton step's point (from the first optimum where the gain is negative),
+and the better optimum of the two is kept (`starts` says how many ran, `converged` whether the
+kept one passes the check). Cox PH is fitted by lifelines' own Newton-Raphson, which stops on the
+Newton decrement; its check uses the same quantities from lifelines' Efron gradient.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from autograd import grad
+from lifelines.fitters import ParametricRegressionFitter
+from lifelines.utils import DataframeSlicer, normalize
+
+from trashfire.survival import fitters as F
+
+CONVERGED_GAIN = 1e-3  # nats a Newton step may still gain at an accepted optimum
+# the second start's stopping rules, on lifelines' objective (a mean over the samples): scipy's
+# defaults (SLSQP's ftol 1e-6, BFGS's gtol 1e-5) let a flat ridge pass for an optimum
+TIGHTER = {
+    "SLSQP": {"ftol": 1e-12},
+    "BFGS": {"gtol": 1e-8},
+    "L-BFGS-B": {"ftol": 1e-14, "gtol": 1e-8},
+    "CG": {"gtol": 1e-8},
+    "TNC": {"ftol": 1e-14, "gtol": 1e-8},
+}
+
+
+@dataclass(frozen=True)
+class Convergence:
+    gradient_norm: float
+    newton_gain: float
+    starts: int = 1
+
+    @property
+    def converged(self) -> bool:
+        return bool(abs(self.newton_gain) <= CONVERGED_GAIN)  # negative: H is not positive definite there
+
+    def columns(self) -> dict[str, float | int | bool]:
+        """Table I's convergence columns."""
+        return {"converged": self.converged, "gradient_norm": self.gradient_norm, "newton_gain": self.newton_gain, "starts": self.starts}
+
+
+def fit_converged(name: str, spec, data: pd.DataFrame, retries: list = ()) -> F.Fit:
+    """`fitters.fit_one`, checked; a parametric fit short of its optimum is fitted again from
+    the Newton step's point, and the better of the two kept. `fit.convergence` says how it
+    ended; an optimum still not reached is noted in `fit.warnings`."""
+    fit = F.fit_one(name, spec, data, retries)
+    state = check(fit, data)
+    if not state.converged and not fit.is_cox:
+        fit, state = _second_start(fit, spec, data, state, F.attempts(spec, list(retries))[fit.attempts - 1]["fit_options"])
+    fit.convergence = state
+    if not state.converged:
+        fit.warnings.append(f"not converged: a Newton step would still gain {state.newton_gain:.3g} nats (gradient {state.gradient_norm:.3g})")
+    return fit
+
+
+def _second_start(fit: F.Fit, spec, data: pd.DataFrame, first: Convergence, fit_options: dict) -> tuple[F.Fit, Convergence]:
+    """lifelines' fit again, the same settings, from the first optimum's Newton point; the
+    better optimum (lifelines' penalised log-likelihood) of the two, with starts = 2."""
+    start = _normalised_point(fit.fitter)
+    if first.newton_gain > 0:  # the quadratic model has a minimum: start there
+        gradient, hessian = _parametric_gradient_and_hessian(fit.fitter, data)
+        start = start - np.linalg.lstsq(hessian, gradient, rcond=None)[0]
+    fitter = F.build(spec, fit.penalizer, fit.optimiser)
+    try:
+        caught = F.fit_quietly(fitter, data, fit_options | TIGHTER.get(fit.optimiser, {}), initial_point=start)
+    except Exception as err:  # the second start failing leaves the first optimum
+        fit.warnings.append(f"second start: {type(err).__name__}: {F.first_line(err)}")
+        return fit, Convergence(first.gradient_norm, first.newton_gain, starts=2)
+    if not fitter.log_likelihood_ > fit.fitter.log_likelihood_:
+        return fit, Convergence(first.gradient_norm, first.newton_gain, starts=2)
+    second = F.Fit(fit.name, fitter, fit.penalizer, fit.optimiser, fit.attempts, caught)
+    state = check(second, data)
+    return second, Convergence(state.gradient_norm, state.newton_gain, starts=2)
+
+
+def check(fit: F.Fit, data: pd.DataFrame) -> Convergence:
+    """The fit's gradient and Newton gain at its coefficients, on `data` (its training rows)."""
+    if fit.is_cox:
+        gradient, hessian = _cox_gradient_and_hessian(fit.fitter, data)
+    else:
+        gradient, hessian = _parametric_gradient_and_hessian(fit.fitter, data)
+    return Convergence(float(np.max(np.abs(gradient), initial=0.0)), newton_gain(gradient, hessian))
+
+
+def newton_gain(gradient: np.ndarray, hessian: np.ndarray) -> float:
+    """g' H^-1 g / 2 of the negative log-likelihood: what a Newton step gains where the
+    objective is quadratic (a pseudo-inverse where H is singular)."""
+    if not len(gradient):
+        return 0.0
+    step = np.linalg.lstsq(hessian, gradient, rcond=None)[0]
+    gain = 0.5 * float(gradient @ step)
+    return gain if math.isfinite(gain) else math.inf
+
+
+def _normalised_point(fitter: ParametricRegressionFitter) -> np.ndarray:
+    return (fitter.params_ * fitter._norm_std).to_numpy(float)
+
+
+def _parametric_arguments(fitter: ParametricRegressionFitter, data: pd.DataFrame) -> tuple:
+    """lifelines' objective's arguments for `data` (right-censored), the design normalised as
+    its fit normalised it."""
+    frame = F.model_frame(data)
+    design = normalize(fitter.regressors.transform_df(F.covariates_of(frame)), 0, fitter._norm_std)
+    durations = frame[F.DURATION].to_numpy(float)
+    return ((durations, None), frame[F.EVENT].to_numpy().astype(bool), F.sample_weights(frame).astype(float), np.zeros(len(frame)), DataframeSlicer(design))
+
+
+def _parametric_gradient_and_hessian(fitter: ParametricRegressionFitter, data: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The penalised negative log-likelihood's gradient (nats) at the fit, and lifelines'
+    Hessian of it, both in the normalised coordinates lifelines optimises in."""
+    arguments = _parametric_arguments(fitter, data)
+    total = float(arguments[2].sum())  # lifelines' objective is a mean over the weights
+    with np.errstate(all="ignore"):  # log(0) of a censored row's density term, multiplied by 0
+        gradient = total * grad(fitter._neg_likelihood_with_penalty_function)(_normalised_point(fitter), *arguments)
+    return np.asarray(gradient, dtype=float), np.asarray(fitter._hessian_, dtype=float)
+
+
+def _cox_gradient_and_hessian(fitter, data: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Cox PH's penalised negative partial log-likelihood's gradient and Hessian at the fit,
+    from lifelines' Efron computation on one row per sample, normalised as its fit was."""
+    samples = (
+        F.per_sample(F.model_frame(data)).sort_values([F.DURATION, F.EVENT], kind="stable").reset_index(drop=True)
+    )  # as lifelines sorts: its Efron sums need it
+    columns = list(fitter.params_.index)
+    x = pd.DataFrame(normalize(samples[columns], fitter._norm_mean, fitter._norm_std), columns=columns)
+    beta = (fitter.params_ * fitter._norm_std).to_numpy(float)
+    times, events, weights = samples[F.DURATION].astype(float), samples[F.EVENT].astype(bool), pd.Series(np.ones(len(samples)))
+    efron = fitter._choose_gradient_calculator(times, x, None)
+    hessian, gradient, _ = efron(x, times, events, weights, None, beta)
+    n, penalizer = len(samples), float(fitter.penalizer)
+    gradient = gradient - n * penalizer * beta  # lifelines' ridge penalty n * penalizer * beta^2 / 2 (l1_ratio 0)
+    hessian = hessian - n * penalizer * np.eye(len(beta))
+    return -np.asarray(gradient, dtype=float), -np.asarray(hessian, dtype=float)

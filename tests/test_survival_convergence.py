@@ -1,0 +1,145 @@
+"""Whether a survival fit reached its optimum (trashfire.survival.convergence): the Newton gain
+by hand, the check against the log-likelihood a fit gives up off its optimum, a fit that
+stopped short fitted again to the optimum, Table I's convergence columns, and dummies with
+too few failures joining the reference level."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from lifelines.datasets import load_rossi
+from omegaconf import OmegaConf
+
+from tests.conftest import ROOT
+from trashfire.core.config import compose
+from trashfire.survival import analysis, convergence, scoring
+from trashfire.survival import fitters as F
+from trashfire.survival.convergence import CONVERGED_GAIN, check, fit_converged, newton_gain
+
+
+@pytest.fixture(scope="module")
+def settings():
+    return compose([], conf=ROOT / "conf").survival
+
+
+@pytest.fixture(scope="module")
+def rossi():
+    return load_rossi().rename(columns={"week": "duration", "arrest": "event"})
+
+
+def test_the_newton_gain_is_half_of_g_h_inverse_g():
+    assert newton_gain(np.array([2.0, 0.0]), np.diag([4.0, 1.0])) == pytest.approx(0.5)
+    assert newton_gain(np.array([1.0, 3.0]), np.diag([1.0, 9.0])) == pytest.approx(0.5 * (1.0 + 1.0))
+    assert newton_gain(np.array([2.0, 0.0]), np.diag([4.0, 0.0])) == pytest.approx(0.5)  # singular: the pseudo-inverse
+    assert newton_gain(np.zeros(0), np.zeros((0, 0))) == 0.0
+
+
+def penalised_log_likelihood(fit: F.Fit, data: pd.DataFrame) -> float:
+    """lifelines' penalised objective at the fit's coefficients, in nats (a sum over samples)."""
+    if fit.is_cox:
+        beta = (fit.fitter.params_ * fit.fitter._norm_std).to_numpy()
+        return efron_partial_log_likelihood(fit.fitter.params_, data) - len(data) * fit.fitter.penalizer * 0.5 * float(beta @ beta)
+    arguments = convergence._parametric_arguments(fit.fitter, data)
+    point = convergence._normalised_point(fit.fitter)
+    return -float(arguments[2].sum()) * float(fit.fitter._neg_likelihood_with_penalty_function(point, *arguments))
+
+
+def efron_partial_log_likelihood(coefficients: pd.Series, data: pd.DataFrame) -> float:
+    """Cox's partial log-likelihood with Efron's correction for tied times, by its definition:
+    at each time with d failures D, sum_D eta - sum_{k<d} log(sum_{at risk} e^eta - k/d sum_D e^eta)."""
+    eta = data[list(coefficients.index)].to_numpy(float) @ coefficients.to_numpy()
+    times, events = data["duration"].to_numpy(float), data["event"].to_numpy() == 1
+    total = 0.0
+    for t in np.unique(times[events]):
+        failed, at_risk = events & (times == t), times >= t
+        d, risk, tied = failed.sum(), np.exp(eta[at_risk]).sum(), np.exp(eta[failed]).sum()
+        total += eta[failed].sum() - sum(np.log(risk - k / d * tied) for k in range(d))
+    return float(total)
+
+
+@pytest.mark.parametrize("name", ["weibull", "loglogistic", "gengamma", "cox"])
+def test_at_the_optimum_nothing_is_left_to_gain_and_off_it_the_gain_is_what_the_fit_lost(settings, rossi, name):
+    fit = F.fit_one(name, settings.models[name], rossi)
+    at_optimum = check(fit, rossi)
+    assert at_optimum.converged and abs(at_optimum.newton_gain) < 1e-4
+    best = penalised_log_likelihood(fit, rossi)
+    assert best == pytest.approx(fit.fitter.log_likelihood_, rel=1e-9)  # lifelines' own, penalised
+    # one coefficient moved by 0.01 SD of its covariate: near enough for the quadratic model
+    moved = fit.fitter.params_.copy()
+    [prio] = [key for key in moved.index if (key[-1] if isinstance(key, tuple) else key) == "prio"]
+    moved[prio] += 0.01 / rossi["prio"].std()
+    fit.fitter.params_ = moved
+    off = check(fit, rossi)
+    lost = best - penalised_log_likelihood(fit, rossi)
+    assert lost > 5 * CONVERGED_GAIN and not off.converged
+    assert off.newton_gain == pytest.approx(lost, rel=0.05)
+    assert off.gradient_norm > at_optimum.gradient_norm
+
+
+def test_a_fit_stopped_short_of_its_optimum_is_fitted_again_to_it(settings, rossi):
+    """SLSQP with a loose tolerance reports success 25 nats below the optimum: the check sees it,
+    and the second start reaches lifelines' own optimum."""
+    short = OmegaConf.merge(settings.models.weibull, {"fit_options": {"ftol": 0.1}})
+    optimum = F.fit_one("weibull", settings.models.weibull, rossi).fitter.log_likelihood_
+    stopped = F.fit_one("weibull", short, rossi)
+    assert stopped.fitter.log_likelihood_ < optimum - 1.0 and not check(stopped, rossi).converged
+    fit = fit_converged("weibull", short, rossi)
+    assert fit.convergence.starts == 2 and fit.convergence.converged
+    assert fit.fitter.log_likelihood_ == pytest.approx(optimum, rel=1e-8)
+    assert not any("not converged" in note for note in fit.warnings)
+
+
+def test_a_fit_at_its_optimum_runs_once_and_one_that_stays_short_says_so(settings, rossi, monkeypatch):
+    fit = fit_converged("weibull", settings.models.weibull, rossi)
+    assert fit.convergence.starts == 1 and fit.convergence.converged
+    monkeypatch.setattr(convergence, "CONVERGED_GAIN", -1.0)  # no optimum passes: the second start cannot help
+    fit = fit_converged("weibull", settings.models.weibull, rossi)
+    assert fit.convergence.starts == 2 and not fit.convergence.converged
+    assert any(note.startswith("not converged: a Newton step would still gain") for note in fit.warnings)
+
+
+def test_table_one_states_each_fits_convergence(settings, rossi):
+    data = rossi.assign(train_hash=[f"t{i % 10}" for i in range(len(rossi))], weight=1)
+    train, test = analysis.split_groups(data, "train_hash", 0.2, 0)
+    comparison, _ = analysis.compare(train, test, OmegaConf.merge(settings, {"fitters": ["weibull", "cox"]}))
+    rows = comparison.set_index("fitter")
+    assert list(comparison.columns[: comparison.columns.get_loc("starts") + 1][-4:]) == scoring.CONVERGENCE_COLUMNS
+    for name in ("weibull", "cox"):
+        assert bool(rows.loc[name, "converged"]) and rows.loc[name, "starts"] == 1
+        assert rows.loc[name, "newton_gain"] < CONVERGED_GAIN and np.isfinite(rows.loc[name, "gradient_norm"])
+    assert rows.loc[["runtime_baseline", "failure_share_baseline"], "converged"].isna().all()
+    assert "optimum" not in scoring.latex_table(comparison, 0.2)
+    comparison.loc[comparison["fitter"] == "weibull", ["converged", "starts"]] = [False, 2]
+    comparison.loc[comparison["fitter"] == "cox", "starts"] = 2
+    caption = scoring.latex_table(comparison, 0.2)
+    assert f"Not at its optimum (a Newton step would still gain > {CONVERGED_GAIN:g} nats): Weibull." in caption
+    assert "Fitted again from a second start to reach its optimum: Cox PH." in caption
+
+
+def test_a_dummy_with_fewer_than_10_failures_in_training_joins_the_reference_level():
+    """Its coefficient would sit on a flat ridge (the default run's threshold attack: 8 failures
+    in the training part); a numeric covariate that happens to take 0 and 1 is not a dummy."""
+    n = 200
+    rng = np.random.default_rng(0)
+    event = rng.integers(0, 2, n)
+    rare = np.zeros(n)
+    rare[np.flatnonzero(event == 1)[:9]] = 1.0  # 9 failures
+    enough = np.zeros(n)
+    enough[np.flatnonzero(event == 1)[20:30]] = 1.0  # 10 failures
+    train = pd.DataFrame(
+        {
+            "duration": rng.exponential(1.0, n),
+            "event": event,
+            "weight": 1,
+            "attack_threshold_inf": rare,
+            "defence_fsq": enough,
+            "attack_strength": np.where(event == 1, 0.0, 1.0),
+            "epochs": rng.integers(1, 5, n).astype(float),
+        }
+    )
+    assert analysis.rare_dummies(train, ["attack", "defence", "data"]) == ["attack_threshold_inf"]
+    kept_train, kept_test = analysis.usable_covariates(train, train.copy(), ["attack", "defence", "data"])
+    assert "attack_threshold_inf" not in kept_train and "attack_threshold_inf" not in kept_test
+    assert {"defence_fsq", "attack_strength", "epochs"} <= set(kept_train)
+    assert analysis.rare_dummies(train, ["defence"]) == []  # only the configured kinds' columns
