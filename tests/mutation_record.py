@@ -38,17 +38,24 @@ def save(record: Path = RECORD, mutants: Path = MUTANTS) -> int:
     files = {}
     for meta in sorted(mutants.glob("src/**/*.py.meta")):
         data = json.loads(meta.read_text())
-        by_code: dict[str, list[str]] = {}
+        by_code: dict[str, dict[str, list[int]]] = {}
         for name, code in data["exit_code_by_key"].items():
             if kept(code, name, equivalent):
-                by_code.setdefault(str(code), []).append(name)
+                function, number = split_name(name)
+                by_code.setdefault(str(code), {}).setdefault(function, []).append(number)
         if by_code:
             source = meta.relative_to(mutants).as_posix().removesuffix(".meta")
             files[source] = {"functions": data["hash_by_function_name"], "results": by_code}
     previous = json.loads(record.read_text())["files"] if record.exists() else {}
     merged = {**previous, **files}  # a module this run did not reach keeps its recorded results
     record.write_text(json.dumps({"files": merged}, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
-    return sum(len(names) for entry in files.values() for names in entry["results"].values())
+    return sum(len(numbers) for entry in files.values() for functions in entry["results"].values() for numbers in functions.values())
+
+
+def split_name(name: str) -> tuple[str, int]:
+    """trashfire.core.clocks.x_rate_of__mutmut_10 -> (trashfire.core.clocks.x_rate_of, 10)."""
+    function, _, number = name.rpartition("__mutmut_")
+    return function, int(number)
 
 
 def restore(record: Path = RECORD, mutants: Path = MUTANTS) -> int:
@@ -60,7 +67,9 @@ def restore(record: Path = RECORD, mutants: Path = MUTANTS) -> int:
         meta = mutants / (source + ".meta")
         if meta.exists():
             continue
-        codes = {name: int(code) for code, names in entry["results"].items() for name in names}
+        codes = {
+            f"{function}__mutmut_{n}": int(code) for code, functions in entry["results"].items() for function, numbers in functions.items() for n in numbers
+        }
         meta.parent.mkdir(parents=True, exist_ok=True)
         meta.write_text(
             json.dumps(
