@@ -129,7 +129,17 @@ def test_downstream_stages_write_every_table_and_figure(pipeline, tmp_path):
     counts = experiments[["n_misclassified_before", "n_broken", "n_survived"]].sum(axis=1)
     assert counts.eq(experiments["n_attack"]).all()
     comparison = run_as_declared(survival, pipeline)
-    assert list(comparison["fitter"]) == ["weibull", "lognormal", "loglogistic", "exponential", "gengamma", "cox", "runtime_baseline", "failure_share_baseline"]
+    assert list(comparison["fitter"]) == [
+        "weibull",
+        "lognormal",
+        "loglogistic",
+        "exponential",
+        "gengamma",
+        "weibull_cure",
+        "cox",
+        "runtime_baseline",
+        "failure_share_baseline",
+    ]
     assert comparison["selected"].sum() == 1 and (comparison["split_by"] == "train_hash").all()
     assert run_as_declared(brittle, pipeline) == len(model_cells(pipeline))
     summary = run_as_declared(aggregate, pipeline)

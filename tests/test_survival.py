@@ -536,7 +536,10 @@ REMOVED_POLICY = "was removed with the per-sample failure clock; allowed: first_
         ({"survival.data.nonpositive_durations": "clip"}, "survival.data.nonpositive_durations: got 'clip'; allowed: half_min, drop"),
         ({"survival.models": {}}, "survival.models: select at least one option (an empty grid runs nothing)"),
         ({"survival.fitters": []}, "survival.fitters: must be a non-empty list (an empty grid runs nothing)"),
-        ({"survival.fitters": ["gompertz"]}, "survival.fitters: got 'gompertz'; allowed: weibull, lognormal, loglogistic, exponential, gengamma, cox"),
+        (
+            {"survival.fitters": ["gompertz"]},
+            "survival.fitters: got 'gompertz'; allowed: weibull, lognormal, loglogistic, exponential, gengamma, weibull_cure, cox",
+        ),
         ({"survival.models.weibull": "lifelines.WeibullAFTFitter"}, f"survival.models.weibull.fitter._target_: {FITTER}"),  # no mapping
         ({"survival.models.weibull.fitter": "lifelines.WeibullAFTFitter"}, f"survival.models.weibull.fitter._target_: {FITTER}"),
         ({"survival.models.weibull.fitter._target_": DROP}, f"survival.models.weibull.fitter._target_: {FITTER}"),

@@ -596,7 +596,19 @@ def test_table_i_lists_the_scores_then_the_within_cell_pairs_families_and_kaplan
         "concordance_within",
         "E50",
     ]
-    leading = ["fitter", "model", "status", "aft", *scoring.SCORE_COLUMNS, "beats_baselines", "split_by", "penalizer", "optimiser", "attempts"]
+    leading = [
+        "fitter",
+        "model",
+        "status",
+        "aft",
+        *scoring.SCORE_COLUMNS,
+        "beats_baselines",
+        "split_by",
+        "penalizer",
+        "optimiser",
+        "attempts",
+        *scoring.CONVERGENCE_COLUMNS,
+    ]
     # every leading column, present or not (the table is reindexed to them); per family train before test
     assert scoring.table_columns(columns) == [
         *leading,
@@ -889,7 +901,7 @@ def test_table_i_captions_each_row_without_a_comparable_score_and_each_model_bel
             "concordance": [0.6, 0.7, np.nan, np.nan, 0.5, 0.55],
             "test_concordance": [0.6, 0.7, np.nan, np.nan, 0.5, 0.62],
             "beats_baselines": [False, True, None, None, False, None],
-            "note": ["Convergence halted.", "", "fit failed: ...", "not fitted: 50% of $x #1 {needs} a_b & more of X.", "", "baseline: ..."],
+            "note": ["Convergence halted.", scoring.COX_NOTE, "fit failed: ...", "not fitted: 50% of $x #1 {needs} a_b & more of X.", "", "baseline: ..."],
         }
     )
     latex = scoring.latex_table(comparison, 1 / 3)

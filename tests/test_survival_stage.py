@@ -445,16 +445,34 @@ def test_stage_on_per_sample_data(tmp_path):
     comparison = survival.run(stage_cfg(tmp_path, data)).set_index("fitter")
     plt.close("all")
     out = tmp_path / "reports" / "survival"
-    for name in ("aft_comparison.tex", "calibration.png", "coefficients.png", "coefficients/gengamma.png", "kaplan_meier.png", "models.pkl"):
+    for name in (
+        "aft_comparison.tex",
+        "calibration.png",
+        "coefficients.png",
+        "coefficients/gengamma.png",
+        "kaplan_meier.png",
+        "models.pkl",
+        "cure_fractions.csv",
+    ):
         assert (out / name).is_file(), name
     table = pd.read_csv(out / "aft_comparison.csv").set_index("fitter")
-    assert list(table.index) == ["weibull", "lognormal", "loglogistic", "exponential", "gengamma", "cox", "runtime_baseline", "failure_share_baseline"]
+    assert list(table.index) == [
+        "weibull",
+        "lognormal",
+        "loglogistic",
+        "exponential",
+        "gengamma",
+        "weibull_cure",
+        "cox",
+        "runtime_baseline",
+        "failure_share_baseline",
+    ]
     assert (table["split_by"] == "train_hash").all()
     baselines = table[table["status"] == "baseline"]
     assert baselines[["concordance", "test_concordance"]].notna().all().all()
     assert baselines[["AIC", "BIC", "ICI", "test_ICI", "E50", "test_E50"]].isna().all().all() and not baselines["selected"].any()
     fitted = table[table["status"] == "fitted"]
-    assert list(fitted.index) == ["weibull", "lognormal", "loglogistic", "exponential", "gengamma", "cox"]  # all six
+    assert list(fitted.index) == ["weibull", "lognormal", "loglogistic", "exponential", "gengamma", "weibull_cure", "cox"]  # all seven
     assert fitted[scoring.SCORE_COLUMNS].notna().all().all(), fitted[scoring.SCORE_COLUMNS]
     assert (fitted["concordance"] > 0.55).all()  # chance is 0.5
     aft = fitted[fitted["aft"]]
@@ -492,7 +510,7 @@ def test_stage_on_per_sample_data(tmp_path):
     assert headline["survival_beats_baselines"] == bool(table.loc[selected, "beats_baselines"])
     assert headline["survival_runtime_baseline_test_concordance"] == pytest.approx(table.loc["runtime_baseline", "test_concordance"])
     sentences = sections.baseline_sentences(pd.read_csv(out / "aft_comparison.csv"))
-    assert len(sentences) == 6 and all("both baselines on test concordance" in s for s in sentences)
+    assert len(sentences) == 7 and all("both baselines on test concordance" in s for s in sentences)
 
     # within attack cells: every row on both halves, overall and per family; the baselines 0.5
     within = ["concordance_within", "test_concordance_within", *(f"{p}concordance_within[{f}]" for p in ("", "test_") for f in FAMILIES)]

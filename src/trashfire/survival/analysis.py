@@ -51,6 +51,7 @@ from trashfire.core.records import atomic_path, write_json
 from trashfire.core.stage import Artefacts
 from trashfire.survival import fitters as F
 from trashfire.survival.convergence import fit_converged
+from trashfire.survival.cure import cure_table
 from trashfire.survival.data import NUMERIC_COVARIATES, diagnose, drop_degenerate
 from trashfire.survival.expected_time import (
     cell_budgets,
@@ -143,7 +144,7 @@ def calibration_time(train: pd.DataFrame, quantile: float) -> float:
     return float(np.quantile(np.repeat(train[F.DURATION].to_numpy(), F.sample_weights(train)), quantile))
 
 
-SLOW_FITTERS = ("gengamma",)  # started first, so that the quicker fits fill the other workers meanwhile
+SLOW_FITTERS = ("gengamma", "weibull_cure")  # started first, so that the quicker fits fill the other workers meanwhile
 
 
 def compare(
@@ -159,7 +160,7 @@ def compare(
     for name in settings.fitters:
         spec = settings.models[name]
         rows[name] = {"fitter": name, "model": spec.label, "aft": bool(spec.aft)}
-        if not spec.aft and F.covariates_of(train).empty:
+        if isinstance(F.build(spec, 0.0, None), F.CoxPHFitter) and F.covariates_of(train).empty:
             rows[name] |= {"status": "skipped", "note": f"not fitted: {spec.label} needs a covariate that varies, and none does"}
         else:
             to_fit.append((name, spec, train, list(settings.retries)))
@@ -229,6 +230,28 @@ def sample_sd(covariates: pd.DataFrame, weights: np.ndarray) -> pd.Series:
     mean = np.average(covariates, axis=0, weights=weights)
     variance = np.average((covariates - mean) ** 2, axis=0, weights=weights) * weights.sum() / max(weights.sum() - 1, 1)
     return pd.Series(np.sqrt(variance), index=covariates.columns)
+
+
+CURE_LABELS = ["attack_family", "defence", "dataset"]
+
+
+def write_cure_fractions(fits: dict[str, F.Fit], data: pd.DataFrame, path: Path) -> None:
+    """Each cure model's cured share per attack cell beside the cell's Kaplan-Meier plateau
+    (`survival.cure.cure_table`), and the median |difference| per attack family in the log.
+    Without a cure model among the fits, no file (an older one is removed)."""
+    tables = [cure_table(fit.fitter, data, CELL, CURE_LABELS).assign(fitter=name) for name, fit in fits.items() if getattr(fit.fitter, "cure_model", False)]
+    if not tables:
+        path.unlink(missing_ok=True)
+        return
+    table = pd.concat(tables, ignore_index=True)
+    write_csv(table[["fitter", CELL, *CURE_LABELS, "samples", "km_plateau", "cured_fraction", "difference"]], path)
+    for name, part in table.groupby("fitter", sort=False):
+        medians = part["difference"].abs().groupby(part["attack_family"]).median()
+        log.info(
+            "%s: cured share against the Kaplan-Meier plateau per cell, median |difference| by family: %s",
+            name,
+            ", ".join(f"{f} {v:.3f}" for f, v in medians.items()),
+        )
 
 
 def check_fitters(settings: Any) -> None:
@@ -339,6 +362,7 @@ def analyse(cfg: DictConfig, artefacts: Artefacts) -> pd.DataFrame:
     write_csv(in_clock_units(expected, unit, ["E_T", "E_T_unrestricted", "t_star", *times.columns]), out / "expected_times.csv")
     write_csv(in_clock_units(check, unit, ["t_star", "E_T", "E_T_km"]), out / "km_check.csv")
     write_csv(logrank_table(data), out / "logrank.csv")
+    write_cure_fractions(fits, data, out / "cure_fractions.csv")
     figure = kaplan_meier_figure(kaplan_meier_fits(data), predicted_curves(fits[selected], data), settings.models[selected].label, FIT_UNIT_NAMES[clock])
     save(figure, out / "kaplan_meier.png")
     save_models(fits, out / "models.pkl")

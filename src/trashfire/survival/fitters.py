@@ -313,9 +313,12 @@ def n_parameters(fit: Fit) -> int:
 
 def survival_ranking(fit: Fit, covariates: pd.DataFrame) -> np.ndarray:
     """Higher = longer predicted survival: the predicted median for AFT models, minus the
-    partial hazard for Cox PH (what lifelines' concordance_index_ uses for each)."""
+    partial hazard for Cox PH (what lifelines' concordance_index_ uses for each), a cure
+    model's restricted mean (survival.cure)."""
     if fit.is_cox:
         return -fit.fitter.predict_partial_hazard(covariates).to_numpy(float).ravel()
+    if getattr(fit.fitter, "cure_model", False):  # its median is infinite where most are cured
+        return fit.fitter.survival_ranking(covariates)
     return fit.fitter.predict_median(covariates).to_numpy(float).ravel()
 
 

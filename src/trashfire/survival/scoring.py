@@ -218,7 +218,7 @@ def latex_table(comparison: pd.DataFrame, test_size: float) -> str:
             notes.append(f"{model}: {BASELINES[row['fitter']][1]}, {BASELINE_NOTE}")
         elif row["status"] != "fitted":
             notes.append(f"{model}: {row['note']}")
-        elif not row["aft"]:
+        elif COX_NOTE in str(row.get("note", "")):
             notes.append(f"{model}: {COX_NOTE}")
     if "concordance_within" in comparison:
         notes.append("Within-cell concordance compares only samples of one attack cell (the baselines rank a cell's samples alike: 0.5)")

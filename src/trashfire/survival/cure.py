@@ -1,0 +1,143 @@
+"""A mixture cure model: most samples of a fixed-budget attack are never broken, and an AFT model,
+whose every sample fails at last, must bend its curve towards 0 where the Kaplan-Meier curve
+levels off.
+
+    S(t | x) = pi(x) + (1 - pi(x)) S_u(t | x),   logit pi(x) = x . c,   S_u Weibull AFT in x
+
+pi is the cured (never broken) share; S_u the survival of the breakable samples, exp(-(t /
+lambda(x))^rho) with log lambda(x) = x . b, as lifelines' WeibullAFTFitter. It is lifelines'
+`ParametricRegressionFitter` with that cumulative hazard, -log S (its hazard by autograd), so
+fitting, standard errors, AIC and calibration are lifelines'. It starts from the plain Weibull
+AFT fit with a cured share of half the censored share (from pi = 0, the Weibull, the cured
+share's gradient can point the wrong way).
+
+Its mean is infinite wherever pi > 0, so it gives no E[T] for TRASH; it gives the cured share
+(`cured_fraction`), the breakable samples' mean E[T_u] = lambda Gamma(1 + 1/rho)
+(`predict_expectation_breakable`) and the restricted mean to any time in closed form, by which
+it ranks samples for concordance (its median is infinite where more than half are cured).
+"""
+
+from __future__ import annotations
+
+import autograd.numpy as anp
+import numpy as np
+import pandas as pd
+from autograd.scipy.special import expit as anp_expit
+from lifelines import KaplanMeierFitter, WeibullAFTFitter
+from lifelines.fitters import ParametricRegressionFitter
+from lifelines.utils import _get_index
+from lifelines.utils.safe_exp import safe_exp
+from scipy.special import expit, gamma, gammainc, logit
+
+from trashfire.survival.fitters import DURATION, EVENT, _covariate_columns, _no_conditioning, covariates_of, sample_weights
+
+
+class WeibullCureFitter(ParametricRegressionFitter):
+    """Mixture cure model, logistic cured share and Weibull AFT latency, both in every covariate."""
+
+    _fitted_parameter_names = ["cured_", "lambda_", "rho_"]  # sorted: autograd flattens them so
+    fit_intercept = True
+    cure_model = True  # fitters.survival_ranking ranks it by its restricted mean
+
+    def fit(self, df: pd.DataFrame, duration_col: str, event_col: str | None = None, weights_col: str | None = None, **kwargs):
+        covariates = _covariate_columns(df, duration_col, event_col, weights_col)
+        regressors = {"cured_": covariates, "lambda_": covariates, "rho_": []}
+        self._warm_start = self._weibull_start(df, duration_col, event_col, weights_col) if "initial_point" not in kwargs else None
+        self._longest = float(df[duration_col].max())
+        return super().fit(df, duration_col, event_col, regressors=regressors, weights_col=weights_col, **kwargs)
+
+    def _weibull_start(self, df: pd.DataFrame, duration_col: str, event_col: str | None, weights_col: str | None) -> tuple[pd.Series, float]:
+        weibull = WeibullAFTFitter(penalizer=self.penalizer).fit(df, duration_col, event_col, weights_col=weights_col)
+        weights = df[weights_col].to_numpy(float) if weights_col else np.ones(len(df))
+        censored = float(weights[df[event_col].to_numpy() == 0].sum() / weights.sum()) if event_col else 0.0
+        return weibull.params_, float(np.clip(censored / 2, 0.01, 0.99))
+
+    def _create_initial_point(self, Ts, E, entries, weights, Xs):
+        if getattr(self, "_warm_start", None) is None:
+            return super()._create_initial_point(Ts, E, entries, weights, Xs)
+        params, cured = self._warm_start
+        # lifelines optimises on covariates divided by their SDs: coefficients times the SDs
+        columns = Xs["lambda_"].columns
+        scale = params.loc["lambda_"].reindex(columns).fillna(0.0) * self._norm_std.loc["lambda_"].reindex(columns)
+        start = np.zeros(len(Xs["cured_"].columns))
+        start[list(Xs["cured_"].columns).index("Intercept")] = logit(cured)
+        return {"cured_": start, "lambda_": scale.to_numpy(float), "rho_": np.array([float(params.loc[("rho_", "Intercept")])])}
+
+    def _cumulative_hazard(self, params, T, Xs):
+        cured = anp_expit(anp.dot(Xs["cured_"], params["cured_"]))
+        scale = safe_exp(anp.dot(Xs["lambda_"], params["lambda_"]))
+        shape = safe_exp(anp.dot(Xs["rho_"], params["rho_"]))
+        return -anp.log(cured + (1.0 - cured) * anp.exp(-((T / scale) ** shape)))
+
+    def _linear(self, df: pd.DataFrame, parameter: str) -> np.ndarray:
+        return self.regressors.transform_df(df)[parameter].to_numpy(float) @ self.params_.loc[parameter].to_numpy()
+
+    def _latency(self, df: pd.DataFrame) -> tuple[np.ndarray, float]:
+        return np.exp(self._linear(df, "lambda_")), float(np.exp(self.params_.loc[("rho_", "Intercept")]))
+
+    def cured_fraction(self, df: pd.DataFrame) -> pd.Series:
+        """pi(x): the share of such samples the attack never breaks, however long it runs."""
+        return pd.Series(expit(self._linear(df, "cured_")), index=_get_index(df))
+
+    def predict_expectation_breakable(self, df: pd.DataFrame) -> pd.Series:
+        """E[T_u | x] = lambda Gamma(1 + 1/rho): the mean time to failure of the breakable samples."""
+        scale, shape = self._latency(df)
+        return pd.Series(scale * gamma(1.0 + 1.0 / shape), index=_get_index(df))
+
+    def restricted_mean(self, df: pd.DataFrame, t_star: float | np.ndarray) -> pd.Series:
+        """int_0^t* S(u | x) du = pi t* + (1 - pi) lambda Gamma(1 + 1/rho) P(1/rho, (t*/lambda)^rho)."""
+        scale, shape = self._latency(df)
+        cured = self.cured_fraction(df).to_numpy()
+        breakable = scale * gamma(1.0 + 1.0 / shape) * gammainc(1.0 / shape, (np.asarray(t_star, float) / scale) ** shape)
+        return pd.Series(cured * t_star + (1.0 - cured) * breakable, index=_get_index(df))
+
+    def survival_ranking(self, df: pd.DataFrame) -> np.ndarray:
+        """Higher = longer survival: the restricted mean to the longest training duration."""
+        return self.restricted_mean(df, self._longest).to_numpy(float)
+
+    def predict_expectation(self, df, conditional_after=None) -> pd.Series:
+        """Infinite where pi > 0 (every sample): a cured sample never fails."""
+        _no_conditioning(conditional_after)
+        cured = self.cured_fraction(df)
+        return pd.Series(np.where(cured > 0, np.inf, self.predict_expectation_breakable(df)), index=_get_index(df))
+
+    def predict_median(self, df, *, conditional_after=None) -> pd.Series:
+        return self.predict_percentile(df, p=0.5, conditional_after=conditional_after)
+
+    def predict_percentile(self, df, *, p: float = 0.5, conditional_after=None) -> pd.Series:
+        """The time t with S(t | x) = p; infinite where pi >= p."""
+        _no_conditioning(conditional_after)
+        scale, shape = self._latency(df)
+        cured = self.cured_fraction(df).to_numpy()
+        with np.errstate(divide="ignore", invalid="ignore"):
+            latency_share = (p - cured) / (1.0 - cured)  # S_u at that time
+            times = scale * (-np.log(latency_share)) ** (1.0 / shape)
+        return pd.Series(np.where(cured >= p, np.inf, times), index=_get_index(df))
+
+
+def km_plateau(durations: np.ndarray, events: np.ndarray, weights: np.ndarray) -> float:
+    """The Kaplan-Meier survival after the last time (lifelines' KaplanMeierFitter): the share
+    never broken within the budget, where the curve levels off."""
+    return float(KaplanMeierFitter().fit(durations, events, weights=weights).survival_function_.iloc[-1, 0])
+
+
+def cure_table(fitter: WeibullCureFitter, data: pd.DataFrame, cell: str, labels: list[str]) -> pd.DataFrame:
+    """Per attack cell (`cell` column; its `labels` kept): its samples, the Kaplan-Meier plateau
+    at its budget, the model's cured share (the mean of pi over its samples) and their difference."""
+    cured = fitter.cured_fraction(covariates_of(data)).to_numpy()
+    rows = []
+    for name, part in data.assign(_cured=cured, _weight=sample_weights(data)).groupby(cell, sort=True):
+        weights = part["_weight"].to_numpy(float)
+        plateau = km_plateau(part[DURATION].to_numpy(float), part[EVENT].to_numpy(), weights)
+        model = float(np.average(part["_cured"], weights=weights))
+        rows.append(
+            {
+                cell: name,
+                **part.iloc[0][labels].to_dict(),
+                "samples": int(weights.sum()),
+                "km_plateau": plateau,
+                "cured_fraction": model,
+                "difference": model - plateau,
+            }
+        )
+    return pd.DataFrame(rows)

@@ -1,0 +1,117 @@
+"""The mixture cure model (trashfire.survival.cure): on data with a known cured share it
+recovers the share within its interval and beats the plain Weibull on AIC; its closed forms
+are its survival function's; it ranks by its restricted mean; and its cured share is set
+beside each cell's Kaplan-Meier plateau."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from lifelines import KaplanMeierFitter, WeibullAFTFitter
+from omegaconf import OmegaConf
+from scipy.integrate import quad
+from scipy.special import expit
+from scipy.stats import norm
+
+from tests.conftest import ROOT
+from trashfire.core.config import compose
+from trashfire.survival import analysis
+from trashfire.survival import fitters as F
+from trashfire.survival.cure import WeibullCureFitter, cure_table
+
+CURED, BUDGET = 0.3, 6.0
+
+
+def cured_samples(n: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """A share CURED never fails; the rest fail after a Weibull time (shape 1.5, log scale
+    0.5 + 0.5 x); every sample is watched until BUDGET, where most of the rest have failed."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=n)
+    cured = rng.random(n) < CURED
+    latency = np.exp(0.5 + 0.5 * x) * rng.weibull(1.5, n)
+    event = ~cured & (latency < BUDGET)
+    return pd.DataFrame({"duration": np.where(event, latency, BUDGET), "event": event.astype(int), "x": x})
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    data = cured_samples()
+    return data, WeibullCureFitter(penalizer=0.001).fit(data, "duration", "event")
+
+
+def test_it_recovers_a_known_cured_share_within_its_interval_and_beats_the_weibull_on_aic(fitted):
+    data, cure = fitted
+    coefficient, se = cure.params_[("cured_", "Intercept")], cure.standard_errors_[("cured_", "Intercept")]
+    z = norm.ppf(0.975)
+    assert expit(coefficient - z * se) <= CURED <= expit(coefficient + z * se)
+    assert abs(cure.params_[("cured_", "x")]) < 3 * cure.standard_errors_[("cured_", "x")]  # x does not move the share
+    assert np.exp(cure.params_[("rho_", "Intercept")]) == pytest.approx(1.5, rel=0.1)
+    assert cure.params_[("lambda_", "x")] == pytest.approx(0.5, abs=0.1)
+    weibull = WeibullAFTFitter(penalizer=0.001).fit(data, "duration", "event")
+    assert cure.AIC_ < weibull.AIC_ - 100
+
+
+def test_its_closed_forms_are_its_survival_functions(fitted):
+    data, cure = fitted
+    rows = data.head(3)
+    survival = cure.predict_survival_function(rows, times=[0.5, 2.0, 50.0])
+    cured = cure.cured_fraction(rows).to_numpy()
+    assert survival.iloc[-1].to_numpy() == pytest.approx(cured, abs=1e-6)  # it levels off at pi
+    for position in range(len(rows)):
+        one = rows.iloc[[position]]
+
+        def curve(t, one=one):
+            return float(cure.predict_survival_function(one, times=[t]).iloc[0, 0])
+
+        assert cure.restricted_mean(one, 4.0).iloc[0] == pytest.approx(quad(curve, 0, 4.0)[0], rel=1e-6)
+        scale, shape = np.exp(cure._linear(one, "lambda_"))[0], np.exp(cure.params_[("rho_", "Intercept")])
+        breakable = quad(lambda t, scale=scale, shape=shape: np.exp(-((t / scale) ** shape)), 0, np.inf)[0]
+        assert cure.predict_expectation_breakable(one).iloc[0] == pytest.approx(breakable, rel=1e-6)
+        for p in (0.9, 0.5):
+            t = cure.predict_percentile(one, p=p).iloc[0]
+            assert curve(t) == pytest.approx(p, abs=1e-6) if cured[position] < p else t == np.inf
+    assert np.isinf(cure.predict_expectation(rows)).all()
+    assert np.isinf(cure.predict_percentile(rows, p=cured.min() / 2)).all()  # below the cured share: never
+
+
+def test_it_ranks_samples_by_its_restricted_mean(fitted):
+    data, cure = fitted
+    fit = F.Fit("weibull_cure", cure, 0.001, "BFGS", 1)
+    ranking = F.survival_ranking(fit, data[["x"]])
+    assert ranking == pytest.approx(cure.restricted_mean(data[["x"]], data["duration"].max()).to_numpy())
+    assert F.concordance(fit, data) > 0.6  # larger x, longer survival
+
+
+def test_each_cells_cured_share_stands_beside_its_kaplan_meier_plateau(fitted):
+    data, cure = fitted
+    cells = data.assign(attack_hash=np.where(data["x"] > 0, "high", "low"), attack_family="pgd linf", defence="none", dataset="digits", weight=1)
+    table = cure_table(cure, cells, "attack_hash", ["attack_family", "defence", "dataset"]).set_index("attack_hash")
+    for name, part in cells.groupby("attack_hash"):
+        km = KaplanMeierFitter().fit(part["duration"], part["event"])
+        assert table.loc[name, "km_plateau"] == pytest.approx(float(km.survival_function_.iloc[-1, 0]))
+        assert table.loc[name, "cured_fraction"] == pytest.approx(cure.cured_fraction(part[["x"]]).mean())
+        assert table.loc[name, "samples"] == len(part)
+    assert table["difference"].to_numpy() == pytest.approx((table["cured_fraction"] - table["km_plateau"]).to_numpy())
+    assert (table["difference"].abs() < 0.05).all()  # the model's share is the plateau here (the budget suffices)
+
+
+def test_it_is_a_row_of_table_one_and_writes_its_cured_shares(tmp_path):
+    settings = compose([], conf=ROOT / "conf").survival
+    assert "weibull_cure" in settings.fitters and not settings.models.weibull_cure.aft
+    data = cured_samples(600).assign(
+        train_hash=lambda d: [f"t{i % 10}" for i in range(len(d))], attack_hash=lambda d: [f"c{i % 20}" for i in range(len(d))], weight=1
+    )
+    data = data.assign(attack_family="pgd linf", defence="none", dataset="digits")
+    train, test = analysis.split_groups(data, "train_hash", 0.2, 0)
+    comparison, fits = analysis.compare(train, test, OmegaConf.merge(settings, {"fitters": ["weibull", "weibull_cure"]}))
+    rows = comparison.set_index("fitter")
+    assert rows.loc["weibull_cure", "status"] == "fitted" and rows.loc["weibull_cure", "AIC"] < rows.loc["weibull", "AIC"]
+    assert rows.loc["weibull_cure", "k"] == 5 and bool(rows.loc["weibull_cure", "converged"])
+    assert np.isfinite(rows.loc["weibull_cure", ["test_concordance", "test_ICI"]].astype(float)).all()
+    assert "partial likelihood" not in str(rows.loc["weibull_cure", "note"])
+    analysis.write_cure_fractions(fits, data, tmp_path / "cure_fractions.csv")
+    written = pd.read_csv(tmp_path / "cure_fractions.csv")
+    assert set(written["fitter"]) == {"weibull_cure"} and len(written) == 20
+    analysis.write_cure_fractions({"weibull": fits["weibull"]}, data, tmp_path / "cure_fractions.csv")
+    assert not (tmp_path / "cure_fractions.csv").exists()  # no cure model, no stale table
