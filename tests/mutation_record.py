@@ -8,7 +8,9 @@ fresh mutants/ before mutmut's first run there.
 mutmut itself decides what stays valid: it keys each function's results by a hash of the
 function's source, and reruns every mutant of a function whose hash changed. The record keeps
 only the mutants a test caught and those tests/mutation_equivalents.md lists; an escaped mutant
-is left out, so the next run tries it again against the tests of that day. `make mutation
+is left out, so the next run tries it again against the tests of that day. A caught result is
+not rechecked when only the tests change (the hash covers the function, not its tests): a
+removed test is a reason for a fresh run. `make mutation
 MUTATION_FRESH=1` ignores the record and runs every mutant.
 
     python tests/mutation_record.py save      # mutants/**/*.meta -> tests/mutation_record.json
@@ -43,9 +45,10 @@ def save(record: Path = RECORD, mutants: Path = MUTANTS) -> int:
             if kept(code, name, equivalent):
                 function, number = split_name(name)
                 by_code.setdefault(str(code), {}).setdefault(function, []).append(number)
-        if by_code:
-            source = meta.relative_to(mutants).as_posix().removesuffix(".meta")
-            files[source] = {"functions": data["hash_by_function_name"], "results": by_code}
+        # every file this run reached replaces its recorded entry, even with nothing kept: a
+        # mutant that escapes now must not come back as caught from an older record
+        source = meta.relative_to(mutants).as_posix().removesuffix(".meta")
+        files[source] = {"functions": data["hash_by_function_name"], "results": by_code}
     previous = json.loads(record.read_text())["files"] if record.exists() else {}
     merged = {**previous, **files}  # a module this run did not reach keeps its recorded results
     record.write_text(json.dumps({"files": merged}, indent=1, sort_keys=True, ensure_ascii=False) + "\n")

@@ -1,13 +1,14 @@
 """Whether a survival fit reached its optimum (trashfire.survival.convergence): the Newton gain
 by hand, the check against the log-likelihood a fit gives up off its optimum, a fit that
 stopped short fitted again to the optimum, Table I's convergence columns, and dummies with
-too few failures joining the reference level."""
+few failures named."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 import pytest
+from lifelines import CoxPHFitter
 from lifelines.datasets import load_rossi
 from omegaconf import OmegaConf
 
@@ -110,16 +111,38 @@ def test_table_one_states_each_fits_convergence(settings, rossi):
         assert rows.loc[name, "newton_gain"] < CONVERGED_GAIN and np.isfinite(rows.loc[name, "gradient_norm"])
     assert rows.loc[["runtime_baseline", "failure_share_baseline"], "converged"].isna().all()
     assert "optimum" not in scoring.latex_table(comparison, 0.2)
-    comparison.loc[comparison["fitter"] == "weibull", ["converged", "starts"]] = [False, 2]
-    comparison.loc[comparison["fitter"] == "cox", "starts"] = 2
+    weibull = comparison["fitter"] == "weibull"
+    comparison.loc[weibull, ["converged", "starts"]] = [False, 2]
     caption = scoring.latex_table(comparison, 0.2)
     assert f"Not at its optimum (a Newton step would still gain > {CONVERGED_GAIN:g} nats): Weibull." in caption
-    assert "Fitted again from a second start to reach its optimum: Cox PH." in caption
+    comparison.loc[weibull, "converged"] = True
+    assert "Fitted again from a second start to reach its optimum: Weibull." in scoring.latex_table(comparison, 0.2)
 
 
-def test_a_dummy_with_fewer_than_10_failures_in_training_joins_the_reference_level():
-    """Its coefficient would sit on a flat ridge (the default run's threshold attack: 8 failures
-    in the training part); a numeric covariate that happens to take 0 and 1 is not a dummy."""
+@pytest.mark.parametrize(
+    "fitter, reason",
+    [
+        (CoxPHFitter(penalizer=0.05, l1_ratio=0.5), "an L1 penalty (l1_ratio > 0) has no gradient where a coefficient is 0"),
+        (CoxPHFitter(baseline_estimation_method="spline", n_baseline_knots=3), "only Cox PH with the Breslow baseline and no strata is checked"),
+    ],
+)
+def test_a_fit_this_check_cannot_judge_is_kept_as_lifelines_accepted_it_and_says_so(rossi, fitter, reason):
+    fitter.fit(rossi, "duration", "event")
+    fit = F.Fit("cox", fitter, fitter.penalizer, "Newton", 1)
+    state = convergence.safe_check(fit, rossi)
+    assert state.unchecked == reason and state.converged is None
+    assert state.columns()["converged"] is None and np.isnan(state.columns()["newton_gain"])
+
+
+def test_a_non_finite_gradient_or_hessian_is_no_optimum():
+    assert newton_gain(np.array([1.0, np.nan]), np.eye(2)) == np.inf
+    assert newton_gain(np.array([1.0, 0.0]), np.array([[np.inf, 0.0], [0.0, 1.0]])) == np.inf
+
+
+def test_a_dummy_with_fewer_than_10_failures_in_training_is_named_and_kept(caplog):
+    """Its coefficient is weakly determined (the default run's threshold attack: 8 failures in
+    the training part), but dropping it would lend its cells the reference level's E[T]; a
+    numeric covariate that happens to take 0 and 1 is not a dummy."""
     n = 200
     rng = np.random.default_rng(0)
     event = rng.integers(0, 2, n)
@@ -138,8 +161,21 @@ def test_a_dummy_with_fewer_than_10_failures_in_training_joins_the_reference_lev
             "epochs": rng.integers(1, 5, n).astype(float),
         }
     )
-    assert analysis.rare_dummies(train, ["attack", "defence", "data"]) == ["attack_threshold_inf"]
+    assert analysis.few_failures(train, ["attack", "defence", "data"]) == ["attack_threshold_inf"]
+    assert "dummy attack_threshold_inf has 9 failures (< 10)" in caplog.text
     kept_train, kept_test = analysis.usable_covariates(train, train.copy(), ["attack", "defence", "data"])
-    assert "attack_threshold_inf" not in kept_train and "attack_threshold_inf" not in kept_test
-    assert {"defence_fsq", "attack_strength", "epochs"} <= set(kept_train)
-    assert analysis.rare_dummies(train, ["defence"]) == []  # only the configured kinds' columns
+    assert {"attack_threshold_inf", "defence_fsq", "attack_strength", "epochs"} <= set(kept_train) and "attack_threshold_inf" in kept_test
+    assert analysis.few_failures(train, ["defence"]) == []  # only the configured kinds' columns
+
+
+def test_weighted_rows_check_as_their_samples_do(settings, rossi):
+    """A row of weight 2 is two samples: on one fit (stopped short, so that there is a gradient),
+    the check of weighted rows is the check of the rows repeated."""
+    weighted = rossi.assign(weight=2.0)
+    doubled = pd.concat([rossi, rossi], ignore_index=True).assign(weight=1.0)
+    for name, options in (("weibull", {"ftol": 0.1}), ("cox", {"max_steps": 2})):
+        fit = F.fit_one(name, OmegaConf.merge(settings.models[name], {"fit_options": options}), doubled)
+        on_weights, on_rows = check(fit, weighted), check(fit, doubled)
+        assert not on_rows.converged
+        assert on_weights.newton_gain == pytest.approx(on_rows.newton_gain, rel=1e-9)
+        assert on_weights.gradient_norm == pytest.approx(on_rows.gradient_norm, rel=1e-9)

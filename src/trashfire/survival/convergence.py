@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from autograd import grad
+from autograd.misc import flatten
 from lifelines.fitters import ParametricRegressionFitter
 from lifelines.utils import DataframeSlicer, normalize
 
@@ -51,12 +52,14 @@ class Convergence:
     gradient_norm: float
     newton_gain: float
     starts: int = 1
+    unchecked: str = ""  # why the fit could not be checked ("": it was)
 
     @property
-    def converged(self) -> bool:
-        return bool(abs(self.newton_gain) <= CONVERGED_GAIN)  # negative: H is not positive definite there
+    def converged(self) -> bool | None:
+        """None where unchecked; a negative gain (H not positive definite there) is no optimum."""
+        return None if self.unchecked else bool(abs(self.newton_gain) <= CONVERGED_GAIN)
 
-    def columns(self) -> dict[str, float | int | bool]:
+    def columns(self) -> dict[str, float | int | bool | None]:
         """Table I's convergence columns."""
         return {"converged": self.converged, "gradient_norm": self.gradient_norm, "newton_gain": self.newton_gain, "starts": self.starts}
 
@@ -64,15 +67,43 @@ class Convergence:
 def fit_converged(name: str, spec, data: pd.DataFrame, retries: list = ()) -> F.Fit:
     """`fitters.fit_one`, checked; a parametric fit short of its optimum is fitted again from
     the Newton step's point, and the better of the two kept. `fit.convergence` says how it
-    ended; an optimum still not reached is noted in `fit.warnings`."""
+    ended; an optimum still not reached, or a fit that could not be checked, is noted in
+    `fit.warnings`."""
     fit = F.fit_one(name, spec, data, retries)
-    state = check(fit, data)
-    if not state.converged and not fit.is_cox:
+    state = safe_check(fit, data)
+    if state.converged is False and isinstance(fit.fitter, ParametricRegressionFitter):
         fit, state = _second_start(fit, spec, data, state, F.attempts(spec, list(retries))[fit.attempts - 1]["fit_options"])
     fit.convergence = state
-    if not state.converged:
+    if state.unchecked:
+        fit.warnings.append(f"convergence not checked: {state.unchecked}")
+    elif not state.converged:
         fit.warnings.append(f"not converged: a Newton step would still gain {state.newton_gain:.3g} nats (gradient {state.gradient_norm:.3g})")
     return fit
+
+
+def safe_check(fit: F.Fit, data: pd.DataFrame) -> Convergence:
+    """`check`, or why it cannot run on this fitter: a check that fails leaves the fit as
+    lifelines accepted it, with the reason."""
+    reason = uncheckable(fit.fitter)
+    if not reason:
+        try:
+            return check(fit, data)
+        except Exception as err:  # a singular design, a fitter's internals this check does not know ...
+            reason = f"{type(err).__name__}: {F.first_line(err)}"
+    return Convergence(math.nan, math.nan, unchecked=reason)
+
+
+def uncheckable(fitter) -> str:
+    """Why the gradient and Hessian of this fitter's objective are not computed here ("": they are)."""
+    if float(getattr(fitter, "l1_ratio", 0.0) or 0.0) > 0:
+        return "an L1 penalty (l1_ratio > 0) has no gradient where a coefficient is 0"
+    if isinstance(fitter, F.CoxPHFitter):
+        if getattr(fitter, "baseline_estimation_method", "breslow") != "breslow" or getattr(fitter, "strata", None) is not None:
+            return "only Cox PH with the Breslow baseline and no strata is checked"
+        return ""
+    if not isinstance(fitter, ParametricRegressionFitter):
+        return f"{type(fitter).__name__} is neither a lifelines parametric regression fitter nor Cox PH"
+    return ""
 
 
 def _second_start(fit: F.Fit, spec, data: pd.DataFrame, first: Convergence, fit_options: dict) -> tuple[F.Fit, Convergence]:
@@ -91,7 +122,7 @@ def _second_start(fit: F.Fit, spec, data: pd.DataFrame, first: Convergence, fit_
     if not fitter.log_likelihood_ > fit.fitter.log_likelihood_:
         return fit, Convergence(first.gradient_norm, first.newton_gain, starts=2)
     second = F.Fit(fit.name, fitter, fit.penalizer, fit.optimiser, fit.attempts, caught)
-    state = check(second, data)
+    state = safe_check(second, data)
     return second, Convergence(state.gradient_norm, state.newton_gain, starts=2)
 
 
@@ -109,13 +140,18 @@ def newton_gain(gradient: np.ndarray, hessian: np.ndarray) -> float:
     objective is quadratic (a pseudo-inverse where H is singular)."""
     if not len(gradient):
         return 0.0
+    if not (np.all(np.isfinite(gradient)) and np.all(np.isfinite(hessian))):
+        return math.inf
     step = np.linalg.lstsq(hessian, gradient, rcond=None)[0]
     gain = 0.5 * float(gradient @ step)
     return gain if math.isfinite(gain) else math.inf
 
 
 def _normalised_point(fitter: ParametricRegressionFitter) -> np.ndarray:
-    return (fitter.params_ * fitter._norm_std).to_numpy(float)
+    """The fit's coefficients as lifelines' optimiser sees them: times the covariates' SDs, in
+    autograd's order of the parameters (the order of its objective, Hessian and starts)."""
+    scaled = fitter.params_ * fitter._norm_std
+    return flatten({name: scaled.loc[name].to_numpy(float) for name in fitter.regressors.keys()})[0]
 
 
 def _parametric_arguments(fitter: ParametricRegressionFitter, data: pd.DataFrame) -> tuple:
@@ -124,7 +160,8 @@ def _parametric_arguments(fitter: ParametricRegressionFitter, data: pd.DataFrame
     frame = F.model_frame(data)
     design = normalize(fitter.regressors.transform_df(F.covariates_of(frame)), 0, fitter._norm_std)
     durations = frame[F.DURATION].to_numpy(float)
-    return ((durations, None), frame[F.EVENT].to_numpy().astype(bool), F.sample_weights(frame).astype(float), np.zeros(len(frame)), DataframeSlicer(design))
+    weights = frame[F.WEIGHT].to_numpy(float) if F.WEIGHT in frame else np.ones(len(frame))  # as lifelines read them, not rounded
+    return ((durations, None), frame[F.EVENT].to_numpy().astype(bool), weights, np.zeros(len(frame)), DataframeSlicer(design))
 
 
 def _parametric_gradient_and_hessian(fitter: ParametricRegressionFitter, data: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

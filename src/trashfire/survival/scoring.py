@@ -224,7 +224,7 @@ def latex_table(comparison: pd.DataFrame, test_size: float) -> str:
         notes.append("Within-cell concordance compares only samples of one attack cell (the baselines rank a cell's samples alike: 0.5)")
     if "converged" in comparison:
         fitted = comparison[comparison["status"] == "fitted"]
-        short = fitted.loc[~fitted["converged"].eq(True), "model"]
+        short = fitted.loc[fitted["converged"].eq(False), "model"]  # None: not checked (said in its note)
         restarted = fitted.loc[fitted["starts"].gt(1) & fitted["converged"].eq(True), "model"]
         if len(short):
             notes.append(f"Not at its optimum (a Newton step would still gain > {CONVERGED_GAIN:g} nats): {', '.join(short)}")
