@@ -179,3 +179,89 @@ def test_weighted_rows_check_as_their_samples_do(settings, rossi):
         assert not on_rows.converged
         assert on_weights.newton_gain == pytest.approx(on_rows.newton_gain, rel=1e-9)
         assert on_weights.gradient_norm == pytest.approx(on_rows.gradient_norm, rel=1e-9)
+
+
+def test_a_strong_penalty_enters_the_cox_check_as_lifelines_fits_it(rossi):
+    """At penalizer 0.5 the ridge term n p beta^2 / 2 outweighs the partial likelihood's
+    curvature: a sign or a scale wrong in it, or the covariates left unscaled, and the gain no
+    longer equals what a fit off its optimum lost."""
+    spec = OmegaConf.create({"fitter": {"_target_": "lifelines.CoxPHFitter", "penalizer": 0.5}})
+    fit = F.fit_one("cox", spec, rossi)
+    at_optimum = check(fit, rossi)
+    assert at_optimum.converged and abs(at_optimum.newton_gain) < 1e-8
+    best = penalised_log_likelihood(fit, rossi)
+    assert best == pytest.approx(fit.fitter.log_likelihood_, rel=1e-9)
+    moved = fit.fitter.params_.copy()
+    moved["prio"] += 0.05 / rossi["prio"].std()
+    fit.fitter.params_ = moved
+    assert check(fit, rossi).newton_gain == pytest.approx(best - penalised_log_likelihood(fit, rossi), rel=0.02)
+
+
+def test_the_kept_second_fit_is_the_refitted_model_with_the_first_fits_settings(settings, rossi):
+    short = OmegaConf.merge(settings.models.weibull, {"fit_options": {"ftol": 0.1}})
+    fit = fit_converged("weibull", short, rossi)
+    assert (fit.name, fit.penalizer, fit.optimiser, fit.attempts, fit.warnings) == ("weibull", 0.001, "SLSQP", 1, [])
+    assert fit.convergence.starts == 2 and fit.convergence.gradient_norm < 1.0
+
+
+def test_a_retried_fit_is_fitted_again_with_the_options_of_the_attempt_that_fitted(settings, rossi):
+    """Attempt 1 fails (one iteration); the retry stops short (a loose tolerance), and its second
+    start runs with the retry's options made tighter, not attempt 1's."""
+    spec = OmegaConf.merge(settings.models.weibull, {"fit_options": {"maxiter": 1}})
+    retries = OmegaConf.create([{"fit_options": {"ftol": 0.1}}])
+    fit = fit_converged("weibull", spec, rossi, retries)
+    assert fit.attempts == 2 and fit.convergence.starts == 2 and fit.convergence.converged
+    assert fit.fitter.log_likelihood_ == pytest.approx(F.fit_one("weibull", settings.models.weibull, rossi).fitter.log_likelihood_, rel=1e-8)
+
+
+def test_a_second_start_that_fails_or_does_no_better_keeps_the_first_fit(settings, rossi, monkeypatch):
+    short = OmegaConf.merge(settings.models.weibull, {"fit_options": {"ftol": 0.1}})
+    first = check(F.fit_one("weibull", short, rossi), rossi)
+    real = F.fit_quietly
+    calls = []
+
+    def failing_second(fitter, data, options, initial_point=None):
+        calls.append(initial_point)
+        if initial_point is not None:
+            raise ValueError("singular matrix\nsecond line")
+        return real(fitter, data, options)
+
+    monkeypatch.setattr(F, "fit_quietly", failing_second)
+    fit = fit_converged("weibull", short, rossi)
+    assert len(calls) == 2 and "second start: ValueError: singular matrix" in fit.warnings
+    assert fit.convergence == convergence.Convergence(first.gradient_norm, first.newton_gain, starts=2)
+    assert not fit.convergence.converged and any(note.startswith("not converged") for note in fit.warnings)
+
+    def worse_second(fitter, data, options, initial_point=None):
+        caught = real(fitter, data, options, initial_point=initial_point)
+        if initial_point is not None:
+            fitter.log_likelihood_ = -np.inf  # as if the second start had found a worse optimum
+        return caught
+
+    monkeypatch.setattr(F, "fit_quietly", worse_second)
+    fit = fit_converged("weibull", short, rossi)
+    assert fit.convergence == convergence.Convergence(first.gradient_norm, first.newton_gain, starts=2)
+    assert np.isfinite(fit.fitter.log_likelihood_) and not any("second start" in note for note in fit.warnings)
+
+
+def test_a_check_that_raises_leaves_the_fit_unchecked_with_the_reason(settings, rossi, monkeypatch):
+    fit = F.fit_one("weibull", settings.models.weibull, rossi)
+
+    def raising(fit, data):
+        raise np.linalg.LinAlgError("SVD did not converge\nin lstsq")
+
+    monkeypatch.setattr(convergence, "check", raising)
+    state = convergence.safe_check(fit, rossi)
+    assert state.unchecked == "LinAlgError: SVD did not converge" and state.converged is None
+    assert np.isnan(state.gradient_norm) and np.isnan(state.newton_gain) and state.starts == 1
+
+
+def test_an_optimiser_without_tighter_rules_starts_again_with_its_own_options(settings, rossi):
+    """Nelder-Mead (no gradient, no rule in TIGHTER) stopped early by loose tolerances: the second
+    start still runs, and gets further, though not to the optimum; the table says so."""
+    spec = OmegaConf.merge(settings.models.weibull, {"optimiser": "Nelder-Mead", "fit_options": {"maxiter": 20000, "fatol": 0.1, "xatol": 0.1}})
+    assert "Nelder-Mead" not in convergence.TIGHTER
+    first = F.fit_one("weibull", spec, rossi).fitter.log_likelihood_
+    fit = fit_converged("weibull", spec, rossi)
+    assert fit.convergence.starts == 2 and not any(note.startswith("second start") for note in fit.warnings)
+    assert fit.fitter.log_likelihood_ > first + 1.0

@@ -44,7 +44,8 @@ TIGHTER = {
     "L-BFGS-B": {"ftol": 1e-14, "gtol": 1e-8},
     "CG": {"gtol": 1e-8},
     "TNC": {"ftol": 1e-14, "gtol": 1e-8},
-}
+    "Newton-CG": {"xtol": 1e-10},
+}  # another optimiser's second start runs with the fit's own options
 
 
 @dataclass(frozen=True)
@@ -177,16 +178,14 @@ def _parametric_gradient_and_hessian(fitter: ParametricRegressionFitter, data: p
 def _cox_gradient_and_hessian(fitter, data: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Cox PH's penalised negative partial log-likelihood's gradient and Hessian at the fit,
     from lifelines' Efron computation on one row per sample, normalised as its fit was."""
-    samples = (
-        F.per_sample(F.model_frame(data)).sort_values([F.DURATION, F.EVENT], kind="stable").reset_index(drop=True)
-    )  # as lifelines sorts: its Efron sums need it
+    samples = F.per_sample(F.model_frame(data)).sort_values([F.DURATION, F.EVENT])  # as lifelines sorts: its Efron sums need it
     columns = list(fitter.params_.index)
-    x = pd.DataFrame(normalize(samples[columns], fitter._norm_mean, fitter._norm_std), columns=columns)
-    beta = (fitter.params_ * fitter._norm_std).to_numpy(float)
-    times, events, weights = samples[F.DURATION].astype(float), samples[F.EVENT].astype(bool), pd.Series(np.ones(len(samples)))
+    x = normalize(samples[columns], fitter._norm_mean, fitter._norm_std)
+    beta = (fitter.params_ * fitter._norm_std).to_numpy()
+    times, events, weights = samples[F.DURATION], samples[F.EVENT].astype(bool), pd.Series(np.ones(len(samples)))
     efron = fitter._choose_gradient_calculator(times, x, None)
     hessian, gradient, _ = efron(x, times, events, weights, None, beta)
     n, penalizer = len(samples), float(fitter.penalizer)
     gradient = gradient - n * penalizer * beta  # lifelines' ridge penalty n * penalizer * beta^2 / 2 (l1_ratio 0)
     hessian = hessian - n * penalizer * np.eye(len(beta))
-    return -np.asarray(gradient, dtype=float), -np.asarray(hessian, dtype=float)
+    return -gradient, -hessian
