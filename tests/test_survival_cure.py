@@ -92,6 +92,7 @@ def test_each_cells_cured_share_stands_beside_its_kaplan_meier_plateau(fitted):
         assert table.loc[name, "km_plateau"] == pytest.approx(float(km.survival_function_.iloc[-1, 0]))
         assert table.loc[name, "cured_fraction"] == pytest.approx(cure.cured_fraction(part[["x"]]).mean())
         assert table.loc[name, "samples"] == len(part)
+        assert table.loc[name, "E_T_breakable"] == pytest.approx(cure.predict_expectation_breakable(part[["x"]]).mean())
     assert table["difference"].to_numpy() == pytest.approx((table["cured_fraction"] - table["km_plateau"]).to_numpy())
     assert (table["difference"].abs() < 0.05).all()  # the model's share is the plateau here (the budget suffices)
 
@@ -113,5 +114,7 @@ def test_it_is_a_row_of_table_one_and_writes_its_cured_shares(tmp_path):
     analysis.write_cure_fractions(fits, data, tmp_path / "cure_fractions.csv")
     written = pd.read_csv(tmp_path / "cure_fractions.csv")
     assert set(written["fitter"]) == {"weibull_cure"} and len(written) == 20
+    analysis.write_cure_fractions(fits, data, tmp_path / "in_flops.csv", unit=1e9)  # fitted in GFLOPs, written in FLOPs
+    assert pd.read_csv(tmp_path / "in_flops.csv")["E_T_breakable"].to_numpy() == pytest.approx(written["E_T_breakable"].to_numpy() * 1e9)
     analysis.write_cure_fractions({"weibull": fits["weibull"]}, data, tmp_path / "cure_fractions.csv")
     assert not (tmp_path / "cure_fractions.csv").exists()  # no cure model, no stale table

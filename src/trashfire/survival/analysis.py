@@ -244,16 +244,18 @@ def sample_sd(covariates: pd.DataFrame, weights: np.ndarray) -> pd.Series:
 CURE_LABELS = ["attack_family", "defence", "dataset"]
 
 
-def write_cure_fractions(fits: dict[str, F.Fit], data: pd.DataFrame, path: Path) -> None:
-    """Each cure model's cured share per attack cell beside the cell's Kaplan-Meier plateau
-    (`survival.cure.cure_table`), and the median |difference| per attack family in the log.
+def write_cure_fractions(fits: dict[str, F.Fit], data: pd.DataFrame, path: Path, unit: float = 1.0) -> None:
+    """Each cure model's cured share per attack cell beside the cell's Kaplan-Meier plateau, with
+    the breakable samples' mean time E_T_breakable (`survival.cure.cure_table`; times from the
+    fitting `unit` back to the clock's), and the median |difference| per attack family in the log.
     Without a cure model among the fits, no file (an older one is removed)."""
     tables = [cure_table(fit.fitter, data, CELL, CURE_LABELS).assign(fitter=name) for name, fit in fits.items() if getattr(fit.fitter, "cure_model", False)]
     if not tables:
         path.unlink(missing_ok=True)
         return
     table = pd.concat(tables, ignore_index=True)
-    write_csv(table[["fitter", CELL, *CURE_LABELS, "samples", "km_plateau", "cured_fraction", "difference"]], path)
+    columns = ["fitter", CELL, *CURE_LABELS, "samples", "km_plateau", "cured_fraction", "difference", "E_T_breakable"]
+    write_csv(in_clock_units(table[columns], unit, ["E_T_breakable"]), path)  # E[T_u] in the clock's unit
     for name, part in table.groupby("fitter", sort=False):
         medians = part["difference"].abs().groupby(part["attack_family"]).median()
         log.info(
@@ -371,7 +373,7 @@ def analyse(cfg: DictConfig, artefacts: Artefacts) -> pd.DataFrame:
     write_csv(in_clock_units(expected, unit, ["E_T", "E_T_unrestricted", "t_star", *times.columns]), out / "expected_times.csv")
     write_csv(in_clock_units(check, unit, ["t_star", "E_T", "E_T_km"]), out / "km_check.csv")
     write_csv(logrank_table(data), out / "logrank.csv")
-    write_cure_fractions(fits, data, out / "cure_fractions.csv")
+    write_cure_fractions(fits, data, out / "cure_fractions.csv", unit)
     figure = kaplan_meier_figure(kaplan_meier_fits(data), predicted_curves(fits[selected], data), settings.models[selected].label, FIT_UNIT_NAMES[clock])
     save(figure, out / "kaplan_meier.png")
     save_models(fits, out / "models.pkl")

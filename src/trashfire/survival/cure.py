@@ -123,10 +123,13 @@ def km_plateau(durations: np.ndarray, events: np.ndarray, weights: np.ndarray) -
 
 def cure_table(fitter: WeibullCureFitter, data: pd.DataFrame, cell: str, labels: list[str]) -> pd.DataFrame:
     """Per attack cell (`cell` column; its `labels` kept): its samples, the Kaplan-Meier plateau
-    at its budget, the model's cured share (the mean of pi over its samples) and their difference."""
-    cured = fitter.cured_fraction(covariates_of(data)).to_numpy()
+    at its budget, the model's cured share (the mean of pi over its samples), their difference,
+    and E_T_breakable, the mean over its samples of E[T_u | x] (the breakable samples' mean time
+    to failure, in the data's time unit)."""
+    covariates = covariates_of(data)
+    cured, breakable = fitter.cured_fraction(covariates).to_numpy(), fitter.predict_expectation_breakable(covariates).to_numpy()
     rows = []
-    for name, part in data.assign(_cured=cured, _weight=sample_weights(data)).groupby(cell, sort=True):
+    for name, part in data.assign(_cured=cured, _breakable=breakable, _weight=sample_weights(data)).groupby(cell, sort=True):
         weights = part["_weight"].to_numpy(float)
         plateau = km_plateau(part[DURATION].to_numpy(float), part[EVENT].to_numpy(), weights)
         model = float(np.average(part["_cured"], weights=weights))
@@ -138,6 +141,7 @@ def cure_table(fitter: WeibullCureFitter, data: pd.DataFrame, cell: str, labels:
                 "km_plateau": plateau,
                 "cured_fraction": model,
                 "difference": model - plateau,
+                "E_T_breakable": float(np.average(part["_breakable"], weights=weights)),
             }
         )
     return pd.DataFrame(rows)
