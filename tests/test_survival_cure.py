@@ -118,3 +118,32 @@ def test_it_is_a_row_of_table_one_and_writes_its_cured_shares(tmp_path):
     assert pd.read_csv(tmp_path / "in_flops.csv")["E_T_breakable"].to_numpy() == pytest.approx(written["E_T_breakable"].to_numpy() * 1e9)
     analysis.write_cure_fractions({"weibull": fits["weibull"]}, data, tmp_path / "cure_fractions.csv")
     assert not (tmp_path / "cure_fractions.csv").exists()  # no cure model, no stale table
+
+
+def test_its_predictions_keep_the_rows_index_and_its_median_is_the_half_percentile(fitted):
+    data, cure = fitted
+    rows = data.iloc[5:9]  # an index that is not 0..n-1
+    for prediction in (
+        cure.cured_fraction(rows),
+        cure.predict_expectation_breakable(rows),
+        cure.predict_expectation(rows),
+        cure.predict_percentile(rows, p=0.8),
+    ):
+        assert list(prediction.index) == [5, 6, 7, 8]
+    assert cure.predict_median(rows).equals(cure.predict_percentile(rows, p=0.5))
+    assert list(cure.restricted_mean(rows, 2.0).index) == [5, 6, 7, 8]
+
+
+def test_weighted_rows_give_the_cells_table_of_their_samples(fitted):
+    """A row of weight w is w samples: the plateau, the shares and the sample count of a cell of
+    weighted rows are those of its rows repeated."""
+    data, cure = fitted
+    rows = data.head(300).assign(attack_hash=lambda d: np.where(d["x"] > 0, "high", "low"), attack_family="pgd linf", defence="none", dataset="digits")
+    weights = np.random.default_rng(1).integers(1, 4, len(rows))
+    weighted = rows.assign(weight=weights)
+    repeated = rows.loc[rows.index.repeat(weights)].assign(weight=1).reset_index(drop=True)
+    labels = ["attack_family", "defence", "dataset"]
+    ours, theirs = (cure_table(cure, part, "attack_hash", labels).set_index("attack_hash") for part in (weighted, repeated))
+    assert list(ours.index) == ["high", "low"]  # in the cells' order
+    pd.testing.assert_frame_equal(ours, theirs, check_exact=False, rtol=1e-12)
+    assert ours["samples"].sum() == weights.sum()
