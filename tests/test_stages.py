@@ -23,7 +23,7 @@ from trashfire.core.schema import AttackRecord, BrittleRecord, Outcomes, TrainRe
 from trashfire.data.datasets import load_split
 from trashfire.models import training
 from trashfire.stages import aggregate, attack, brittle, figures, prepare, survival, timing, train
-from trashfire.survival import analysis
+from trashfire.survival import analysis, scoring
 from trashfire.survival import fitters as F
 
 
@@ -129,17 +129,7 @@ def test_downstream_stages_write_every_table_and_figure(pipeline, tmp_path):
     counts = experiments[["n_misclassified_before", "n_broken", "n_survived"]].sum(axis=1)
     assert counts.eq(experiments["n_attack"]).all()
     comparison = run_as_declared(survival, pipeline)
-    assert list(comparison["fitter"]) == [
-        "weibull",
-        "lognormal",
-        "loglogistic",
-        "exponential",
-        "gengamma",
-        "weibull_cure",
-        "cox",
-        "runtime_baseline",
-        "failure_share_baseline",
-    ]
+    assert list(comparison["fitter"]) == [*pipeline.survival.fitters, *scoring.BASELINES]  # every configured fitter, then the baselines
     assert comparison["selected"].sum() == 1 and (comparison["split_by"] == "train_hash").all()
     assert run_as_declared(brittle, pipeline) == len(model_cells(pipeline))
     summary = run_as_declared(aggregate, pipeline)
