@@ -66,7 +66,7 @@ figures: $(STAMP) ## redraw figures and the report from recorded results
 # reruns any function whose source changed (MUTATION_FRESH=1 ignores the record).
 MUTATION_STAMP := $(VENV)/.mutation-installed
 MUTATION_LIMIT ?= 0
-MODULES ?= trashfire.core.clocks trashfire.core.stats trashfire.metrics trashfire.metrics.findings trashfire.metrics.validity trashfire.metrics.registry trashfire.metrics.aggregate trashfire.metrics.cards trashfire.metrics.checks trashfire.metrics.summaries trashfire.survival.data trashfire.survival.epsilon trashfire.survival.figures trashfire.survival.fitters trashfire.survival.analysis trashfire.survival.scoring trashfire.survival.expected_time trashfire.survival.datasets trashfire.survival.checks trashfire.survival.convergence trashfire.survival.cure
+MODULES ?= trashfire.core.clocks trashfire.core.stats trashfire.metrics trashfire.metrics.findings trashfire.metrics.validity trashfire.metrics.registry trashfire.metrics.aggregate trashfire.metrics.cards trashfire.metrics.checks trashfire.metrics.summaries trashfire.survival.data trashfire.survival.epsilon trashfire.survival.figures trashfire.survival.fitters trashfire.survival.analysis trashfire.survival.scoring trashfire.survival.expected_time trashfire.survival.datasets trashfire.survival.checks trashfire.survival.convergence trashfire.survival.cure trashfire.survival.competing
 
 $(MUTATION_STAMP): requirements-mutation.lock
 	@test -x $(PY) || $(MAKE) install

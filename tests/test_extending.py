@@ -157,7 +157,7 @@ def test_an_attack_without_an_art_declaration_states_its_kind_in_its_own_file(tm
     scratch = Scratch(tmp_path, monkeypatch)
     cfg = scratch.cfg("model=[mlp2]", "defence=[none]", "attack=[autoattack]")
     assert declared_kinds(scratch, cfg) == {"autoattack": False}
-    scratch.edit("attack/autoattack.yaml", "  black_box: false", "  black_box: null")
+    scratch.edit("attack/autoattack.yaml", "\n  black_box: false ", "\n  black_box: null ")
     with pytest.raises(ConfigError, match="declares no estimator requirements"):
         declared_kinds(scratch, scratch.cfg("model=[mlp2]", "defence=[none]", "attack=[autoattack]"))
 

@@ -111,8 +111,11 @@ def test_a_clean_model_trips_no_flag(digits):
     row = flags_of(evaluated("clean", trained(digits), digits))
     assert row["flags"] == "", {name: row[f"{name}_detail"] for name in schema.VALIDITY_FLAGS}
     checked = [name for name in schema.VALIDITY_FLAGS if row[name] is not None]
-    assert checked == [name for name in schema.VALIDITY_FLAGS if name != "square_beats_white_box"]  # every flag was checked, not skipped
+    unchecked = ("square_beats_white_box", "budget_too_small", "black_box_carries")  # no AutoAttack cell, no survival stage here
+    assert checked == [name for name in schema.VALIDITY_FLAGS if name not in unchecked]  # every other flag was checked, not skipped
     assert row["square_beats_white_box_detail"].startswith("not checked: no AutoAttack cell")  # PGD and ART's Square alone
+    assert row["budget_too_small_detail"].startswith("not checked: no budget_sufficiency.csv")
+    assert row["black_box_carries_detail"].startswith("not checked: no composite cell")
 
 
 def test_zeroed_gradients_trip_masking_the_black_box_check_and_the_largest_eps(digits):

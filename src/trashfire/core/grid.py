@@ -91,6 +91,12 @@ class AttackCell:
     @property
     def hash(self) -> str:
         hashed = {key: value for key, value in without_rules(self.spec).items() if key not in ATTACK_PROPERTIES}
+        components = (hashed.get("kwargs") or {}).get("components")
+        if components:  # a component's properties describe it too, and no cell hash reads them
+            hashed["kwargs"] = {
+                **hashed["kwargs"],
+                "components": {n: {k: v for k, v in c.items() if k not in ATTACK_PROPERTIES} for n, c in components.items()},
+            }
         return config_hash({"model": self.model.hash, "attack": hashed, "v": ATTACK_VERSION})
 
 

@@ -49,8 +49,12 @@ def trash_table(experiments: pd.DataFrame, expected: pd.DataFrame, eps_max: floa
     int_0^{t*} S(u | x) du per attack cell (t* the cell's budget), averaged over the cell's
     samples, per sample like t_train, on the configured clock; here averaged over the
     family's cells. Beside it, TRASH on every clock (`expected_on_clocks`) and E[T]'s
-    decomposition into queries to failure and latency per query (003's depth claim)."""
-    cells = experiments.merge(expected[["attack_hash", "E_T"]], on="attack_hash", how="left")
+    decomposition into queries to failure and latency per query (003's depth claim).
+    `E_T_source` names that E[T]: the fitter's restricted mean over all samples, the
+    never-broken ones included (a cure model's E_T_breakable, over the breakable ones only, is
+    in expected_times.csv beside it)."""
+    source = expected["fitter"].astype(str) + " restricted mean to t*, all samples" if "fitter" in expected else pd.Series("", index=expected.index)
+    cells = experiments.merge(expected[["attack_hash", "E_T"]].assign(E_T_source=source), on="attack_hash", how="left")
     if eps_max is not None:
         cells = cells[cells["attack_value"] <= eps_max]
     missing = {f"t_train_{clock}": np.nan for clock in schema.CLOCKS if f"t_train_{clock}" not in cells}  # a table from before a clock
@@ -65,6 +69,7 @@ def trash_table(experiments: pd.DataFrame, expected: pd.DataFrame, eps_max: floa
             acc_adv=("acc_adv", "mean"),
             t_attack=("t_attack", "mean"),
             E_T=("E_T", "mean"),
+            E_T_source=("E_T_source", "first"),
             f_adv=("f_adv", "mean"),
             eps_max=("attack_value", "max"),
             **per_clock,
@@ -337,6 +342,11 @@ def without_nan(value: Any) -> Any:
     return value
 
 
+def read_optional(path) -> pd.DataFrame | None:
+    """A table the survival stage writes only for some configurations (a cure model's)."""
+    return pd.read_csv(path) if Path(path).is_file() else None
+
+
 def aggregate_reports(cfg: DictConfig, artefacts: Artefacts) -> dict:
     every_row = with_family(read_experiments(artefacts.input("experiments.csv")))
     experiments, worst = measured(every_row), every_row[every_row["attack"] == schema.WORST_CASE]
@@ -356,7 +366,8 @@ def aggregate_reports(cfg: DictConfig, artefacts: Artefacts) -> dict:
         degenerate=lambda t: t["model_hash"].map(degenerate), defence_stage=lambda t: t["defence"].map(stages)
     )[schema.BRITTLE]
     checked = check_findings(experiments, trash, robustness, brittle, m.findings)
-    flags = validity.validity_table(experiments, curves, m.validity)
+    survival_tables = {name: read_optional(artefacts.input(f"survival/{name}.csv")) for name in ("budget_sufficiency", "competing_risks")}
+    flags = validity.validity_table(experiments, curves, m.validity, survival_tables["budget_sufficiency"], survival_tables["competing_risks"])
     eps_survival, eps_curves_table = epsilon.survival_tables(read_eps_survival_data(artefacts.input("eps_survival_data.csv")), experiments, degenerate)
     classes = experiments.groupby("dataset")["n_classes"].first().astype(int).to_dict()
     write_tables(

@@ -26,6 +26,14 @@ check it (the detail says why), and comes with a sentence of what was seen:
 - `square_beats_white_box`: in an AutoAttack cell, Square (black-box, run last) broke more
   than `square_tol` of the samples that APGD and FAB left standing (AutoAttack's
   check_square_sr): the gradients mislead the white-box components.
+- `budget_too_small`: in some attack cell, the survival stage's cure model says that a budget
+  `survival.budget.factor` (10) times larger would break more than `budget_share` of its samples
+  beyond those broken (reports/survival/budget_sufficiency.csv): the robust accuracy is an
+  upper bound that more iterations or queries would lower. One-step attacks are not checked.
+- `black_box_carries`: in a composite's cell (AutoAttack), a black-box component (Square; the
+  experiments table's `black_box_components`) broke more samples than the white-box components
+  that ran before it together (reports/survival/competing_risks.csv): the black-box search
+  carries the evaluation, where gradients should have done most of the work (gradient masking).
 """
 
 from __future__ import annotations
@@ -46,9 +54,12 @@ MEANINGS = {
     "softmax_output": "the model returns probabilities, not logits: margin and DLR-based attacks are misled",
     "dynamic": "the model computes gradients while it predicts: a defence that optimises at inference",
     "square_beats_white_box": "in AutoAttack, Square broke samples its white-box components left standing: gradient masking suspected",
+    "budget_too_small": "a larger attack budget would still break samples: the robust accuracy overstates the model's",
+    "black_box_carries": "in a composite, a black-box component broke more samples than the white-box ones before it: gradient masking suspected",
 }
 Check = tuple[Any, str]  # (True, False or None when not checked; the detail)
 SQUARE_TOL = 0.002  # AutoAttack's alpha in check_square_sr
+BUDGET_SHARE = 0.02
 
 
 def non_monotone(curves: pd.DataFrame, rise_tol: float) -> Check:
@@ -138,6 +149,51 @@ def square_beats_white_box(rows: pd.DataFrame, tol: float) -> Check:
     return bool(shares.max() > tol), seen
 
 
+def budget_too_small(sufficiency: pd.DataFrame | None, share: float) -> Check:
+    """The largest share of an attack cell's samples that the cure model says a larger budget
+    would still break (`still_breakable` of budget_sufficiency.csv's rows of this model cell)."""
+    if sufficiency is None:
+        return None, "not checked: no budget_sufficiency.csv (add weibull_cure to survival.fitters)"
+    checked = sufficiency[sufficiency["still_breakable"].notna()]
+    if checked.empty:
+        return None, "not checked: no attack cell with a budget to multiply (one-step attacks only)"
+    worst = checked.loc[checked["still_breakable"].idxmax()]
+    seen = (
+        f"{worst['attack_family']}: a budget {worst['factor']:g}x larger would break {worst['still_breakable']:.1%} more "
+        f"(95% {worst['still_breakable_low']:.1%} to {worst['still_breakable_high']:.1%}) of {int(worst['samples'])} samples"
+    )
+    return bool(worst["still_breakable"] > share), seen
+
+
+FIRST_QUERY = "first_query"  # a composite's cause for samples wrong before any component ran
+
+
+def black_box_carries(rows: pd.DataFrame, competing: pd.DataFrame | None) -> Check:
+    """The composite cell where a black-box component's failures most exceed those of the
+    white-box components before it (competing_risks.csv's rows, in the composite's order)."""
+    composites = rows[rows.get("black_box_components", pd.Series("", index=rows.index)).fillna("").astype(str) != ""]
+    if composites.empty:
+        return None, "not checked: no composite cell with a black-box component (AutoAttack standard)"
+    if competing is None:
+        return None, "not checked: no competing_risks.csv (rerun the survival stage)"
+    worst = None
+    for cell in composites.itertuples():
+        black = set(str(cell.black_box_components).split(","))
+        part = competing[competing["attack_hash"] == cell.attack_hash].sort_values("order")
+        for row in part[part["component"].isin(black)].itertuples():
+            white = part[(part["order"] < row.order) & ~part["component"].isin(black | {FIRST_QUERY})]
+            excess = int(row.broken) - int(white["broken"].sum())
+            if worst is None or excess > worst[0]:
+                before = ", ".join(f"{w.component} {int(w.broken)}" for w in white.itertuples()) or "none"
+                worst = (
+                    excess,
+                    f"{row.component} broke {int(row.broken)} of {int(row.samples)} samples at {cell.attack} eps {cell.attack_value:g}; the white-box components before it: {before}",
+                )
+    if worst is None:
+        return False, "no black-box component broke a sample"
+    return bool(worst[0] > 0), worst[1]
+
+
 def largest_eps_not_breaking(curves: pd.DataFrame, black_box: list[str], near_zero: float) -> Check:
     white = curves[~curves["attack"].isin(black_box) & (curves["eps"] > 0)]
     if white.empty:
@@ -158,8 +214,12 @@ def attack_kinds(experiments: pd.DataFrame) -> tuple[list[str], list[str]]:
     return sorted(text.index[text == "true"]), sorted(text.index[~text.isin(["true", "false"])])
 
 
-def validity_table(experiments: pd.DataFrame, curves: pd.DataFrame, settings) -> pd.DataFrame:
-    """One row per model cell: each flag, its detail, and the tripped flags by name."""
+def validity_table(
+    experiments: pd.DataFrame, curves: pd.DataFrame, settings, sufficiency: pd.DataFrame | None = None, competing: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """One row per model cell: each flag, its detail, and the tripped flags by name.
+    `sufficiency` and `competing`: the survival stage's budget_sufficiency.csv and
+    competing_risks.csv, None where it wrote none."""
     black_box, unknown = attack_kinds(experiments)
     unchecked = (None, f"not checked: the experiments table does not say whether {', '.join(unknown)} is black-box (rerun the attack stage)")
     rows = []
@@ -175,6 +235,10 @@ def validity_table(experiments: pd.DataFrame, curves: pd.DataFrame, settings) ->
             "softmax_output": softmax_output(first),
             "dynamic": dynamic(first),
             "square_beats_white_box": square_beats_white_box(cell, settings.get("square_tol", SQUARE_TOL)),
+            "budget_too_small": budget_too_small(
+                None if sufficiency is None else sufficiency[sufficiency["attack_hash"].isin(cell["attack_hash"])], settings.get("budget_share", BUDGET_SHARE)
+            ),
+            "black_box_carries": black_box_carries(cell, competing),
         }
         row = {column: first.get(column) for column in schema.MODEL_CELL + ["train_hash", "degenerate"]}
         row["flags"] = ", ".join(name for name, (tripped, _) in checks.items() if tripped is True)

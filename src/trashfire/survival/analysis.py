@@ -50,8 +50,9 @@ from trashfire.core.parallel import resolve_workers, results_as_completed, threa
 from trashfire.core.records import atomic_path, write_json
 from trashfire.core.stage import Artefacts
 from trashfire.survival import fitters as F
+from trashfire.survival.competing import competing_table, incidence_curves
 from trashfire.survival.convergence import fit_converged
-from trashfire.survival.cure import cure_table
+from trashfire.survival.cure import budget_sufficiency, cure_table
 from trashfire.survival.data import NUMERIC_COVARIATES, diagnose, drop_degenerate
 from trashfire.survival.expected_time import (
     cell_budgets,
@@ -66,7 +67,7 @@ from trashfire.survival.expected_time import (
     select,
     with_km_check,
 )
-from trashfire.survival.figures import calibration_grid, coefficient_figure, finish_calibration, kaplan_meier_figure, save
+from trashfire.survival.figures import calibration_grid, coefficient_figure, competing_risks_figure, finish_calibration, kaplan_meier_figure, save
 from trashfire.survival.scoring import (
     CELL,
     baseline_rows,
@@ -244,6 +245,17 @@ def sample_sd(covariates: pd.DataFrame, weights: np.ndarray) -> pd.Series:
 CURE_LABELS = ["attack_family", "defence", "dataset"]
 
 
+def with_breakable_means(expected: pd.DataFrame, fits: dict[str, F.Fit], data: pd.DataFrame) -> pd.DataFrame:
+    """expected_times.csv with E_T_breakable, the first cure model's mean time to failure of the
+    breakable samples per attack cell (survival.cure), where one was fitted."""
+    cure = next((fit for fit in fits.values() if getattr(fit.fitter, "cure_model", False)), None)
+    if cure is None:
+        return expected
+    breakable = cure.fitter.predict_expectation_breakable(F.covariates_of(data)).to_numpy(float)
+    means = pd.Series(breakable).groupby(data[CELL].to_numpy()).mean()
+    return expected.assign(E_T_breakable=expected[CELL].map(means))
+
+
 def write_cure_fractions(fits: dict[str, F.Fit], data: pd.DataFrame, path: Path, unit: float = 1.0) -> None:
     """Each cure model's cured share per attack cell beside the cell's Kaplan-Meier plateau, with
     the breakable samples' mean time E_T_breakable (`survival.cure.cure_table`; times from the
@@ -263,6 +275,60 @@ def write_cure_fractions(fits: dict[str, F.Fit], data: pd.DataFrame, path: Path,
             name,
             ", ".join(f"{f} {v:.3f}" for f, v in medians.items()),
         )
+
+
+def write_budget_sufficiency(fits: dict[str, F.Fit], data: pd.DataFrame, budgets: pd.Series, path: Path, settings: Any, unit: float = 1.0) -> None:
+    """Each cure model's share per attack cell that a budget `settings.factor` times larger
+    would still break (`survival.cure.budget_sufficiency`), budgets back in the clock's unit.
+    Without a cure model among the fits, no file (an older one is removed)."""
+    tables = [
+        budget_sufficiency(fit.fitter, data, CELL, CURE_LABELS, budgets, settings.factor, settings.draws, settings.seed).assign(
+            fitter=name, factor=settings.factor
+        )
+        for name, fit in fits.items()
+        if getattr(fit.fitter, "cure_model", False)
+    ]
+    if not tables:
+        path.unlink(missing_ok=True)
+        return
+    table = pd.concat(tables, ignore_index=True)
+    columns = [
+        "fitter",
+        CELL,
+        *CURE_LABELS,
+        "samples",
+        "budget",
+        "factor",
+        "broken",
+        "one_step",
+        "still_breakable",
+        "still_breakable_low",
+        "still_breakable_high",
+    ]
+    write_csv(in_clock_units(table[columns], unit, ["budget"]), path)
+
+
+COMPETING_LABELS = ["model_hash", "attack_family", "defence", "dataset"]
+
+
+def write_competing_risks(data: pd.DataFrame, out: Path, unit: float, unit_name: str) -> None:
+    """A composite's cells (survival.competing): competing_risks.csv, per attack cell and
+    component its cumulative incidence at the budget, and competing_risks.png, the incidence
+    curves per attack family and defence. Without a composite cell, neither (older ones removed)."""
+    table = competing_table(data, CELL, COMPETING_LABELS)
+    if table.empty:
+        for name in ("competing_risks.csv", "competing_risks.png"):
+            (out / name).unlink(missing_ok=True)
+        return
+    write_csv(table, out / "competing_risks.csv")
+    clock_data = data.assign(**{F.DURATION: data[F.DURATION] * unit})
+    save(competing_risks_figure(incidence_curves(clock_data, ["attack_family", "defence"]), unit_name), out / "competing_risks.png")
+    shares = table.groupby("component")["share_of_failures"].median()
+    log.info(
+        "competing risks in %d composite cells: median share of the failures by component: %s",
+        table[CELL].nunique(),
+        ", ".join(f"{c} {v:.2f}" for c, v in shares.items()),
+    )
 
 
 def check_fitters(settings: Any) -> None:
@@ -364,16 +430,18 @@ def analyse(cfg: DictConfig, artefacts: Artefacts) -> pd.DataFrame:
         save(figure, out / "coefficients" / f"{name}.png")
     with atomic_path(out / "coefficients.png") as tmp:
         shutil.copyfile(out / "coefficients" / f"{selected}.png", tmp)
-    expected = expected_time_table(times, budgets, fits[selected], data)
+    expected = with_breakable_means(expected_time_table(times, budgets, fits[selected], data), fits, data)
     km = km_restricted_means(data, budgets)
     check = km_check_table(data, expected.set_index(CELL)["E_T"], budgets, km, settings.km_check_tolerance)
     comparison = with_km_check(comparison, times, data, budgets, km, settings.km_check_tolerance)
     write_csv(comparison, out / "aft_comparison.csv")
     write_csv(concordance_within_table(comparison), out / "concordance_within.csv")
-    write_csv(in_clock_units(expected, unit, ["E_T", "E_T_unrestricted", "t_star", *times.columns]), out / "expected_times.csv")
+    write_csv(in_clock_units(expected, unit, ["E_T", "E_T_unrestricted", "t_star", "E_T_breakable", *times.columns]), out / "expected_times.csv")
     write_csv(in_clock_units(check, unit, ["t_star", "E_T", "E_T_km"]), out / "km_check.csv")
     write_csv(logrank_table(data), out / "logrank.csv")
     write_cure_fractions(fits, data, out / "cure_fractions.csv", unit)
+    write_budget_sufficiency(fits, data, budgets, out / "budget_sufficiency.csv", settings.budget, unit)
+    write_competing_risks(data, out, unit, CLOCK_UNIT_NAMES[clock])
     figure = kaplan_meier_figure(kaplan_meier_fits(data), predicted_curves(fits[selected], data), settings.models[selected].label, FIT_UNIT_NAMES[clock])
     save(figure, out / "kaplan_meier.png")
     save_models(fits, out / "models.pkl")

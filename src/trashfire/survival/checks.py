@@ -52,6 +52,12 @@ def _validate_survival(survival: DictConfig) -> None:
     integer("survival.seed", survival.get("seed"), low=0)
     number("survival.t0_quantile", survival.get("t0_quantile"), low=0, high=1, open_low=True, open_high=True)
     number("survival.km_check_tolerance", survival.get("km_check_tolerance"), low=0, open_low=True)
+    budget = survival.get("budget")
+    if not isinstance(budget, DictConfig):
+        raise ConfigError("survival.budget", "missing; compose params.yaml with `make params`")
+    number("survival.budget.factor", budget.get("factor"), low=1, open_low=True)
+    integer("survival.budget.draws", budget.get("draws"), low=10)
+    integer("survival.budget.seed", budget.get("seed"), low=0)
 
 
 def _validate_survival_model(key: str, spec: Any) -> None:

@@ -91,6 +91,29 @@ class WeibullCureFitter(ParametricRegressionFitter):
         breakable = scale * gamma(1.0 + 1.0 / shape) * gammainc(1.0 / shape, (np.asarray(t_star, float) / scale) ** shape)
         return pd.Series(cured * t_star + (1.0 - cured) * breakable, index=_get_index(df))
 
+    def falls_within(self, df: pd.DataFrame, standing: np.ndarray, factor: float, draws: np.ndarray | None = None) -> np.ndarray:
+        """P(T < factor b | T > b, x) = (1 - pi) (S_u(b) - S_u(factor b)) / S(b) per row of `df`
+        (b its `standing` time): the chance that a sample still standing at b falls before
+        factor x b. One column per parameter vector of `draws` (rows in `params_`' order;
+        default the fit's own). Where S(b) underflows to 0 the model says the sample cannot
+        stand: 1."""
+        thetas = self.params_.to_numpy(float)[None, :] if draws is None else np.atleast_2d(draws)
+        design, names = self.regressors.transform_df(df), self.params_.index.get_level_values(0)
+        cured = expit(design["cured_"].to_numpy(float) @ thetas[:, names == "cured_"].T)
+        scale = np.exp(design["lambda_"].to_numpy(float) @ thetas[:, names == "lambda_"].T)
+        shape = np.exp(thetas[:, names == "rho_"].sum(axis=1))  # rho_ has its intercept alone
+        standing = np.asarray(standing, float)[:, None]
+        at_budget, at_larger = np.exp(-((standing / scale) ** shape)), np.exp(-((factor * standing / scale) ** shape))
+        surviving = cured + (1.0 - cured) * at_budget
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(surviving > 0, (1.0 - cured) * (at_budget - at_larger) / surviving, 1.0)
+
+    def parameter_draws(self, draws: int, seed: int) -> np.ndarray:
+        """`draws` parameter vectors from the fit's asymptotic normal (lifelines' naive
+        covariance), for a parametric bootstrap."""
+        covariance = self.variance_matrix_.reindex(index=self.params_.index, columns=self.params_.index).to_numpy(float)
+        return np.random.default_rng(seed).multivariate_normal(self.params_.to_numpy(float), covariance, size=draws, method="eigh")
+
     def survival_ranking(self, df: pd.DataFrame) -> np.ndarray:
         """Higher = longer survival: the restricted mean to the longest training duration."""
         return self.restricted_mean(df, self._longest).to_numpy(float)
@@ -142,6 +165,46 @@ def cure_table(fitter: WeibullCureFitter, data: pd.DataFrame, cell: str, labels:
                 "cured_fraction": model,
                 "difference": model - plateau,
                 "E_T_breakable": float(np.average(part["_breakable"], weights=weights)),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+ONE_SHOT_QUERIES = 2  # a one-step attack's: its first query and the check after its step
+
+
+def budget_sufficiency(
+    fitter: WeibullCureFitter, data: pd.DataFrame, cell: str, labels: list[str], budgets: pd.Series, factor: float = 10.0, draws: int = 200, seed: int = 0
+) -> pd.DataFrame:
+    """Per attack cell (`cell` column; its `labels` kept): `still_breakable`, the model's share of
+    its samples that a budget `factor` times larger would break beyond those already broken:
+    the mean over the cell of P(T < factor C | T > C, x) for its censored samples (C their
+    censoring time, `falls_within`), 0 for its failures. Beside it a 95% parametric-bootstrap
+    interval (`draws` parameter vectors from the fit's covariance) and the cell's budget
+    (`budgets`: t* per cell) and broken share. A one-step attack (FGM: no sample took more than
+    ONE_SHOT_QUERIES queries) has no budget to multiply: NaN, `one_step` true."""
+    thetas = np.vstack([fitter.params_.to_numpy(float), fitter.parameter_draws(draws, seed)])
+    censored = data[EVENT].to_numpy() == 0
+    shares = np.zeros((len(data), len(thetas)))
+    shares[censored] = fitter.falls_within(covariates_of(data[censored]), data.loc[censored, DURATION].to_numpy(float), factor, thetas)
+    weights = sample_weights(data).astype(float)
+    rows = []
+    for name, index in data.groupby(cell, sort=True).indices.items():
+        part = data.iloc[index]
+        cell_shares = np.average(shares[index], axis=0, weights=weights[index])  # the fit's, then each draw's
+        one_step = "queries" in part and bool(part["queries"].max() <= ONE_SHOT_QUERIES)
+        low, high = np.percentile(cell_shares[1:], [2.5, 97.5])
+        rows.append(
+            {
+                cell: name,
+                **part.iloc[0][labels].to_dict(),
+                "samples": int(weights[index].sum()),
+                "budget": float(budgets[name]),
+                "broken": float(np.average(part[EVENT], weights=weights[index])),
+                "one_step": one_step,
+                "still_breakable": np.nan if one_step else float(cell_shares[0]),
+                "still_breakable_low": np.nan if one_step else float(low),
+                "still_breakable_high": np.nan if one_step else float(high),
             }
         )
     return pd.DataFrame(rows)

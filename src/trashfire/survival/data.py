@@ -13,6 +13,9 @@ One row per attacked sample, weight 1, from the per-sample outcome arrays of its
 - event: 1 = misclassified within the budget (failure), 0 = right-censored;
 - weight: 1, a sample (the fitters take weights; a count is never cast to a boolean);
 - queries, gradients, flops: the compute it took part in (never covariates);
+- broken_by: in a composite's cells (AutoAttack), the component that broke the sample
+  ("first_query": wrong before any ran; empty: none did), empty in every other cell; the
+  survival stage's competing-risks table reads it (never a covariate);
 - the covariates below.
 
 Policies (`survival.data`):
@@ -50,7 +53,8 @@ log = logging.getLogger("trashfire.survival.data")
 
 LABEL_COLUMNS = schema.SURVIVAL_LABELS  # the survival fitters and tests read them here too
 COMPUTE_COLUMNS = schema.SURVIVAL_COMPUTE
-NOT_COVARIATES = LABEL_COLUMNS + COMPUTE_COLUMNS  # columns beside duration, event and weight that no fit reads
+CAUSE_COLUMNS = schema.SURVIVAL_CAUSE
+NOT_COVARIATES = LABEL_COLUMNS + COMPUTE_COLUMNS + CAUSE_COLUMNS  # columns beside duration, event and weight that no fit reads
 ID_COLUMNS = schema.SURVIVAL_IDS
 # covariates of a sample rather than of its cell: covariate name -> outcome array
 SAMPLE_COVARIATES = {"margin": "margin_ben"}
@@ -85,7 +89,9 @@ def survival_table(
     samples = fix_nonpositive(samples, nonpositive_durations)
     design = sample_design(cells, samples, covariates, dummies)
     labels = cells[LABEL_COLUMNS].iloc[samples["cell"].to_numpy(dtype=int)].reset_index(drop=True)
-    rows = pd.concat([labels, samples[["duration", "event", "weight", *COMPUTE_COLUMNS]].reset_index(drop=True), drop_degenerate(design)], axis=1)
+    rows = pd.concat(
+        [labels, samples[["duration", "event", "weight", *COMPUTE_COLUMNS, *CAUSE_COLUMNS]].reset_index(drop=True), drop_degenerate(design)], axis=1
+    )
     return rows.sort_values("attack_hash", kind="stable").reset_index(drop=True)
 
 
@@ -113,13 +119,14 @@ def sample_rows(attack_hashes: pd.Series, outcomes_by_hash: Mapping[str, Mapping
                     "event": np.asarray(arrays.event).astype(int),  # a bool array: 0/1, not a count
                     "weight": 1,
                     **{name: np.asarray(arrays[name], dtype=np.int64) for name in COMPUTE_COLUMNS},
+                    "broken_by": np.asarray(arrays.broken_by) if arrays.broken_by is not None else "",
                     "wrong_before": np.asarray(arrays.y_pred_ben) != np.asarray(arrays.y_true),
                     **{name: np.asarray(arrays[source], dtype=float) for name, source in SAMPLE_COVARIATES.items()},
                 }
             )
         )
     if not parts:
-        return pd.DataFrame(columns=["cell", "duration", "event", "weight", *COMPUTE_COLUMNS, "wrong_before", *SAMPLE_COVARIATES])
+        return pd.DataFrame(columns=["cell", "duration", "event", "weight", *COMPUTE_COLUMNS, *CAUSE_COLUMNS, "wrong_before", *SAMPLE_COVARIATES])
     return pd.concat(parts, ignore_index=True)
 
 
@@ -228,7 +235,9 @@ def drop_degenerate(covariates: pd.DataFrame, weights: np.ndarray | None = None,
 
 def diagnose(data: pd.DataFrame, source: str = "survival data") -> None:
     """Raise DataError naming what makes `data` unfit to fit a survival model."""
-    missing = [c for c in ID_COLUMNS if c not in data and c not in COMPUTE_COLUMNS]  # the compute counts are for reading, not fitting
+    missing = [
+        c for c in ID_COLUMNS if c not in data and c not in COMPUTE_COLUMNS + CAUSE_COLUMNS
+    ]  # the compute counts and causes are for reading, not fitting
     if missing:
         raise DataError(f"{source}: columns {missing} missing; rerun the timing stage")
     samples = int(data["weight"].sum())

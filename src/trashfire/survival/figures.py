@@ -138,6 +138,35 @@ def kaplan_meier_figure(km_fits: dict, predicted: dict, label: str, unit: str = 
     return fig
 
 
+def competing_risks_figure(curves: dict[tuple, dict[str, pd.Series]], unit: str = "s"):
+    """One panel per (attack family, defence) of a composite (`curves[(family, defence)]`, each
+    cause's cumulative incidence: survival.competing.incidence_curves), the causes stacked in
+    the composite's order so that the top edge is the failure share; time on a log axis."""
+    keys = sorted(curves, key=lambda k: (k[0], k[1] != "none", k[1]))
+    names = list(dict.fromkeys(cause for key in keys for cause in curves[key]))
+    colours = {cause: plt.get_cmap("tab10")(i % 10) for i, cause in enumerate(names)}
+    columns = min(3, len(keys))
+    rows = math.ceil(len(keys) / columns)
+    fig, grid = plt.subplots(rows, columns, figsize=(5.2 * columns, 4.0 * rows), squeeze=False)
+    for ax, key in zip(grid.flat, keys):
+        times = np.unique(np.concatenate([curve.index.to_numpy(float) for curve in curves[key].values()]))
+        stacked = np.vstack([curve.reindex(times, method="ffill").fillna(0.0).to_numpy() for curve in curves[key].values()])
+        ax.stackplot(times, stacked, labels=list(curves[key]), colors=[colours[c] for c in curves[key]], step="post", alpha=0.8)
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_ylim(0, 1.02)
+        ax.set_title(" / ".join(str(k) for k in key), **PANEL_TITLE)
+        ax.set_xlabel(f"adversary's work per sample ({unit})")
+        ax.set_ylabel("cumulative incidence of failure")
+        ax.grid(**GRID)
+        ax.legend(loc="upper left", **LEGEND)
+    for ax in grid.flat[len(keys) :]:
+        ax.set_visible(False)
+    fig.suptitle("Which component breaks the samples (Aalen-Johansen, stacked in the composite's order; top edge: the failure share)")
+    fig.tight_layout()
+    return fig
+
+
 def _pretty(covariate: str) -> str:
     for kind in DUMMY_SOURCES:
         if covariate.startswith(f"{kind}_") and covariate not in NUMERIC_COVARIATES:

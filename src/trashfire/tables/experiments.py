@@ -71,7 +71,11 @@ def attack_properties(attacks: DictConfig, folder: str | Path) -> dict[str, dict
     for name, spec in attacks.items():
         path = declaration_path(folder, spec._target_)
         declared = read_json(path) if path.is_file() else None
-        properties[name] = {"black_box": black_box_of(spec, declared), "minimal": bool(spec.get("minimal") or False)}
+        properties[name] = {
+            "black_box": black_box_of(spec, declared),
+            "minimal": bool(spec.get("minimal") or False),
+            "black_box_components": black_box_components(spec, folder),
+        }
     unknown = sorted(name for name, known in properties.items() if known["black_box"] is None)
     if unknown:
         log.warning(
@@ -79,6 +83,21 @@ def attack_properties(attacks: DictConfig, folder: str | Path) -> dict[str, dict
             ", ".join(unknown),
         )
     return properties
+
+
+def black_box_components(spec: DictConfig, folder: str | Path) -> str:
+    """A composite's black-box components, comma-separated in its order: each component's
+    `black_box`, else what ART declares of its class (where the attack stage recorded it).
+    AutoAttack's rand version runs its own (APGD) components: none."""
+    components = (spec.get("kwargs") or {}).get("components") or {}
+    if spec.get("version") == "rand":
+        return ""
+    found = []
+    for name, component in components.items():
+        path = declaration_path(folder, component._target_)
+        if black_box_of(component, read_json(path) if path.is_file() else None):
+            found.append(name)
+    return ",".join(found)
 
 
 def with_properties(table: pd.DataFrame, properties: dict[str, dict]) -> pd.DataFrame:

@@ -48,8 +48,9 @@ PROBES = [
 
 # an attack's properties, from its option (trashfire.core.checks.ATTACK_PROPERTIES) and what
 # ART declares of its class: black_box (true: it only queries outputs; empty: unknown) and
-# minimal (true: a minimal-perturbation attack); columns of experiments.csv
-ATTACK_PROPERTIES = ["black_box", "minimal"]
+# minimal (true: a minimal-perturbation attack); black_box_components: a composite's black-box
+# components by name, comma-separated (empty: none, or not a composite); columns of experiments.csv
+ATTACK_PROPERTIES = ["black_box", "minimal", "black_box_components"]
 
 # a worst-case row's own (trashfire.tables.worst_case): the attack with the lowest robust accuracy
 # (ties joined by ", "), the samples it left standing that another attack broke, the attacks
@@ -96,7 +97,9 @@ TEXT_COLUMNS = {"id": str, "paper": str, "norm": str, "defence_param": str, "pre
 SURVIVAL_LABELS = ["attack_hash", "train_hash", "model_hash", "attack_family", "defence", "dataset"]
 # each sample's compute until it failed or its budget ran out (never covariates)
 SURVIVAL_COMPUTE = ["queries", "gradients", "flops"]
-SURVIVAL_IDS = SURVIVAL_LABELS + ["duration", "event", "weight", *SURVIVAL_COMPUTE]
+# which component of a composite broke each sample (`broken_by`; empty: not a composite's, or not broken)
+SURVIVAL_CAUSE = ["broken_by"]
+SURVIVAL_IDS = SURVIVAL_LABELS + ["duration", "event", "weight", *SURVIVAL_COMPUTE, *SURVIVAL_CAUSE]
 
 # aggregate's tables: a model cell (MODEL_CELL) against an attack family (FAMILY)
 MODEL_CELL = ["model_hash", *MODEL_LABELS]
@@ -114,7 +117,7 @@ ON_CLOCKS = [f"{q}_{clock}" for clock in CLOCKS for q in ("t_train", "E_T", "tra
 LATENCY = ["flops_per_query", *(f"seconds_per_query_{clock}" for clock in SECONDS)]
 TRASH = (
     CELL
-    + ["t_train", "t_predict", "acc_ben", "acc_adv", "t_attack", "E_T", "f_adv", "eps_max", "f_ben", "trash_adv", "trash_ben"]
+    + ["t_train", "t_predict", "acc_ben", "acc_adv", "t_attack", "E_T", "E_T_source", "f_adv", "eps_max", "f_ben", "trash_adv", "trash_ben"]
     + ON_CLOCKS
     + ["E_Q", "E_G", *LATENCY, "degenerate"]
 )
@@ -139,6 +142,8 @@ VALIDITY_FLAGS = [
     "softmax_output",
     "dynamic",
     "square_beats_white_box",
+    "budget_too_small",
+    "black_box_carries",
 ]
 VALIDITY = MODEL_CELL + ["train_hash", "degenerate", "flags"] + [c for f in VALIDITY_FLAGS for c in (f, f"{f}_detail")]
 AUC = ["auc_R", "auc_S", "auc_units", "eps0", "eps1"]

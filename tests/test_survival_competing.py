@@ -1,0 +1,138 @@
+"""Competing risks across a composite's components (trashfire.survival.competing): each
+component's cumulative incidence (Aalen-Johansen) at the budget is its share of the samples, the
+incidences sum to the composite's failure share, the components come in the composite's order,
+and the validity flag `black_box_carries` trips where Square out-breaks the white-box
+components before it."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from tests.conftest import PixelModel
+from tests.test_standard import N_IMAGES, custom_spec, ours
+from trashfire.attacks import standard
+from trashfire.metrics import validity
+from trashfire.survival.competing import competing_table, incidence_curves
+from trashfire.survival.figures import competing_risks_figure
+
+LABELS = ["model_hash", "attack_family", "defence", "dataset"]
+
+
+def composite_cell(name: str, durations, causes, censored_at: float) -> pd.DataFrame:
+    """One composite cell: failures at `durations` by `causes`, then samples standing at the budget."""
+    broken = pd.DataFrame({"duration": durations, "event": 1, "broken_by": causes})
+    standing = pd.DataFrame({"duration": [censored_at] * 4, "event": 0, "broken_by": ""})
+    return pd.concat([broken, standing], ignore_index=True).assign(
+        attack_hash=name, model_hash="m", attack_family="autoattack linf", defence="none", dataset="digits", weight=1
+    )
+
+
+def hand_made() -> pd.DataFrame:
+    composite = composite_cell("aa", [0.5, 1.0, 1.0, 2.0, 2.0, 6.0], ["first_query", "apgd_ce", "apgd_ce", "apgd_ce", "square", "square"], 10.0)
+    plain = composite_cell("pgd", [1.0, 2.0], ["", ""], 10.0).assign(attack_family="pgd linf")  # not a composite: no causes
+    return pd.concat([composite, plain], ignore_index=True)
+
+
+def test_each_components_incidence_is_its_share_and_they_sum_to_the_failure_share():
+    table = competing_table(hand_made(), "attack_hash", LABELS)
+    assert set(table["attack_hash"]) == {"aa"}  # the plain attack's cell has no causes
+    assert list(table["component"]) == ["first_query", "apgd_ce", "square"]  # by earliest failure
+    assert list(table["broken"]) == [1, 3, 2]
+    assert table["incidence"].to_numpy() == pytest.approx([0.1, 0.3, 0.2], abs=1e-12)  # censored only at the budget: counts / 10
+    assert table["failure_share"].iloc[0] == pytest.approx(0.6)
+    assert table["incidence"].sum() == pytest.approx(table["failure_share"].iloc[0], abs=1e-12)
+    assert table["share_of_failures"].to_numpy() == pytest.approx([1 / 6, 3 / 6, 2 / 6])
+    assert (table["incidence_low"] <= table["incidence"]).all() and (table["incidence"] <= table["incidence_high"]).all()
+
+
+def test_censoring_before_the_budget_weighs_later_failures_up():
+    """A sample censored early leaves fewer at risk: the Aalen-Johansen incidences, not counts / n."""
+    data = composite_cell("aa", [1.0, 3.0], ["apgd_ce", "square"], 10.0)
+    data.loc[len(data) - 1, "duration"] = 2.0  # one standing sample leaves the risk set at 2
+    table = competing_table(data, "attack_hash", LABELS).set_index("component")
+    # S(1-) = 1, 6 at risk: F_ce = 1/6; S(3-) = 5/6, 4 at risk at 3: F_sq = 5/6 x 1/4
+    assert table.loc["apgd_ce", "incidence"] == pytest.approx(1 / 6)
+    assert table.loc["square", "incidence"] == pytest.approx(5 / 24)
+    assert table["incidence"].sum() == pytest.approx(table["failure_share"].iloc[0])
+
+
+def test_a_real_composites_causes_sum_to_its_failure_share(digits_cnn):
+    """AutoAttack (reduced budgets) on the torch engine: the table's counts are the engine's
+    `broken_by`, and the incidences sum to the failure share."""
+    split, target = digits_cnn
+    x, y = split.x_attack.numpy()[:N_IMAGES], split.y_attack.numpy()[:N_IMAGES]
+    cells = []
+    for eps_pixels in (0.1,):  # APGD-CE, APGD-T and Square each break samples there
+        log, clock = ours(target, x, y, custom_spec(), PixelModel(target).eps_standardised(eps_pixels))
+        cells.append(
+            pd.DataFrame({"duration": clock.queries.astype(float), "event": log.event.astype(int), "broken_by": log.broken_by, "weight": 1}).assign(
+                attack_hash=f"eps{eps_pixels}", model_hash="m", attack_family="autoattack linf", defence="none", dataset="digits"
+            )
+        )
+        counts = pd.Series(log.broken_by[log.event]).value_counts()
+        table = competing_table(cells[-1], "attack_hash", LABELS).set_index("component")
+        assert table["broken"].to_dict() == counts.to_dict()
+        assert table["incidence"].sum() == pytest.approx(log.event.mean(), abs=1e-9)
+        assert table["failure_share"].iloc[0] == pytest.approx(log.event.mean(), abs=1e-9)
+        assert list(table.index) == [c for c in (standard.FIRST_QUERY, *custom_spec()["kwargs"]["components"]) if c in counts]  # the composite's order
+    curves = incidence_curves(pd.concat(cells, ignore_index=True), ["attack_family", "defence"])
+    figure = competing_risks_figure(curves, "queries")
+    assert len([ax for ax in figure.axes if ax.get_visible()]) == 1
+    assert figure.axes[0].get_ylim()[1] == pytest.approx(1.02)
+    assert standard.FIRST_QUERY in curves[("autoattack linf", "none")]
+
+
+def experiments_rows(black_box_components: str = "square") -> pd.DataFrame:
+    return pd.DataFrame({"attack_hash": ["aa"], "attack": ["autoattack"], "attack_value": [0.1], "black_box_components": [black_box_components]})
+
+
+def competing_rows(square: int, white: list[int]) -> pd.DataFrame:
+    names = ["apgd_ce", "apgd_t", "fab_t"][: len(white)]
+    rows = (
+        [{"component": "first_query", "broken": 1}]
+        + [{"component": n, "broken": b} for n, b in zip(names, white)]
+        + [{"component": "square", "broken": square}]
+    )
+    return pd.DataFrame(rows).assign(attack_hash="aa", samples=100, order=lambda t: range(1, len(t) + 1))
+
+
+def test_black_box_carries_trips_where_square_out_breaks_the_white_box_components_before_it():
+    tripped, detail = validity.black_box_carries(experiments_rows(), competing_rows(square=6, white=[3, 2]))
+    assert tripped is True and "square broke 6 of 100" in detail and "apgd_ce 3, apgd_t 2" in detail
+    assert validity.black_box_carries(experiments_rows(), competing_rows(square=5, white=[3, 2]))[0] is False  # equal: not more
+    assert validity.black_box_carries(experiments_rows(), competing_rows(square=1, white=[40]))[0] is False
+    # the samples wrong before any component ran are no white-box component's
+    assert validity.black_box_carries(experiments_rows(), competing_rows(square=2, white=[1]))[0] is True
+
+
+def test_black_box_carries_is_unchecked_without_a_composite_or_its_table():
+    assert validity.black_box_carries(experiments_rows(""), competing_rows(square=6, white=[1]))[0] is None
+    assert validity.black_box_carries(experiments_rows(), None)[0] is None
+    assert validity.black_box_carries(experiments_rows(), competing_rows(square=0, white=[5]).query("component != 'square'")) == (
+        False,
+        "no black-box component broke a sample",
+    )
+
+
+def test_the_experiments_table_names_autoattacks_black_box_components(conf_dir, tmp_path):
+    from omegaconf import OmegaConf
+
+    from trashfire.tables.experiments import black_box_components
+
+    standard_version = OmegaConf.load(conf_dir / "attack" / "autoattack.yaml").autoattack
+    assert black_box_components(standard_version, tmp_path) == "square"
+    rand = OmegaConf.load(conf_dir / "attack" / "autoattack_rand.yaml").autoattack_rand
+    assert black_box_components(rand, tmp_path) == ""
+    assert black_box_components(OmegaConf.create({"name": "pgd", "kwargs": {}}), tmp_path) == ""
+
+
+def test_a_components_black_box_key_changes_no_cell_hash(conf_dir):
+    from tests.conftest import tiny_config
+    from trashfire.core.grid import attack_cells
+
+    def hashes(*extra):
+        return sorted(c.hash for c in attack_cells(tiny_config(conf_dir.parent / "unused", "attack=[autoattack]", "attack.autoattack.version=custom", *extra)))
+
+    assert hashes() == hashes("attack.autoattack.kwargs.components.square.black_box=false")
+    assert not set(hashes()) & set(hashes("attack.autoattack.kwargs.components.square.max_iter=100"))  # a budget is hashed
