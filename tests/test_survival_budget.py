@@ -1,6 +1,7 @@
 """Budget sufficiency (trashfire.survival.cure.budget_sufficiency): per attack cell, the share
 of its samples that a budget ten times larger would still break, from the cure model, against
-a rerun at that budget; and the validity flag `budget_too_small` that reads it."""
+a rerun at that budget (simulated, and PGD on a real model); and the validity flag
+`budget_too_small` that reads it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.conftest import PixelModel
+from trashfire.attacks.engine import GradientSettings, gradient_attack, model_cost
+from trashfire.attacks.failure_log import FailureLog
+from trashfire.core.clocks import LapClock
 from trashfire.metrics import validity
 from trashfire.survival.cure import WeibullCureFitter, budget_sufficiency
 
@@ -104,3 +109,53 @@ def test_budget_too_small_trips_above_the_share_and_names_the_worst_cell():
     assert validity.budget_too_small(sufficiency_rows([0.01, 0.02]), 0.02)[0] is False  # at the share: not above
     assert validity.budget_too_small(sufficiency_rows([np.nan]), 0.02)[0] is None  # one-step attacks only
     assert validity.budget_too_small(None, 0.02)[0] is None
+
+
+# PGD on the digits CNN at a budget, the cure model fitted to its per-sample failure clocks, and
+# the same cells rerun at ten times the budget (the same step size: the rerun's first steps are the run's)
+EPS_PIXELS = (0.05, 0.1, 0.15, 0.2)
+
+
+def pgd_cell(target, x, y, eps: float, steps: int, step: float) -> tuple[FailureLog, LapClock]:
+    cost = model_cost(target, x, y)
+    clock = LapClock(len(y), target.device, cost.forward, cost.backward).start()
+    log = FailureLog(x.astype(np.float32), y.astype(np.int64), steps)
+    gradient_attack(target, log, clock, GradientSettings(np.inf, eps, step, steps), True, len(y))
+    return log, clock
+
+
+def pgd_table(digits_cnn, steps: int, step_share: float) -> pd.DataFrame:
+    """One row per sample and eps: its queries to failure or to the budget, event, the eps and
+    its benign margin; steps of `step_share` x eps."""
+    split, target = digits_cnn
+    x, y = split.x_attack.numpy(), split.y_attack.numpy()
+    rows = []
+    for eps_pixels in EPS_PIXELS:
+        eps = PixelModel(target).eps_standardised(eps_pixels)
+        log, clock = pgd_cell(target, x, y, eps, steps, step_share * eps)
+        rows.append(
+            pd.DataFrame({"duration": clock.queries.astype(float), "event": log.event.astype(int), "eps": eps_pixels, "margin": log.margin_ben}).assign(
+                attack_hash=f"eps{eps_pixels}", attack_family="pgd linf", defence="none", dataset="digits", queries=clock.queries
+            )
+        )
+    return pd.concat(rows, ignore_index=True)
+
+
+CUT_SHORT = pytest.mark.xfail(
+    strict=True,
+    reason="known limitation (README, Budget sufficiency): where failures still arrive at the budget's last step, the cure model's "
+    "split of the standing samples into cured and breakable is weakly identified, and its fit takes them as cured: 3 steps of eps/10 "
+    "predict at most 1.1% more where 30 steps break 7% to 60% more",
+)
+
+
+@pytest.mark.parametrize("steps, step_share", [pytest.param(3, 0.1, marks=CUT_SHORT, id="cut-short"), pytest.param(20, 0.25, id="converged")])
+def test_the_flag_is_right_against_a_rerun_at_ten_times_the_budget(digits_cnn, steps, step_share):
+    """Converged: PGD-20 with steps of eps/4 reaches the eps ball's faces, and PGD-200 breaks
+    nothing more; the flag stays off. Cut short: 3 steps of eps/10 cannot reach them."""
+    run, rerun = pgd_table(digits_cnn, steps, step_share), pgd_table(digits_cnn, 10 * steps, step_share)
+    fitter = WeibullCureFitter(penalizer=0.001).fit(run[["duration", "event", "eps", "margin"]], "duration", "event")
+    table = budget_sufficiency(fitter, run, "attack_hash", LABELS, run.groupby("attack_hash")["duration"].max(), 10.0, draws=100, seed=0)
+    observed = (rerun["event"] - run["event"]).groupby(run["attack_hash"]).mean()
+    table = table.set_index("attack_hash").assign(observed=observed)
+    assert ((table["still_breakable"] > 0.02) == (table["observed"] > 0.02)).all()
