@@ -159,3 +159,17 @@ def test_a_template_escapes_every_value():
     rows = [("<i>name</i>", "1 < 2", "'quoted' & \"double\"")]
     shown = render("sections/headline.html.j2", headline=rows)
     assert "<i>" not in shown and "&lt;i&gt;name&lt;/i&gt;" in shown and "1 &lt; 2" in shown and "&#39;quoted&#39; &amp; &#34;double&#34;" in shown
+
+
+def test_every_figure_the_survival_stage_writes_has_a_caption_of_its_own():
+    """The report explains each figure: the survival stage's are saved by name in analysis.py
+    (`save(..., out / "<name>.png")`), and none may fall back to the plain caption."""
+    from pathlib import Path
+
+    from trashfire.report.captions import caption_for
+
+    source = (ROOT / "src" / "trashfire" / "survival" / "analysis.py").read_text()
+    saved = set(re.findall(r'out / "([a-z_]+)\.png"', source)) | set(re.findall(r'for name in \("[a-z_]+\.csv", "([a-z_]+)\.png"\)', source))
+    assert {"kaplan_meier", "calibration", "coefficients", "competing_risks"} <= saved
+    plain = caption_for(Path("unknown.png"))[1:]  # what it shows and how to read it; the title is the name's
+    assert [stem for stem in sorted(saved) if caption_for(Path(f"reports/survival/{stem}.png"))[1:] == plain] == []

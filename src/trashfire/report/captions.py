@@ -86,6 +86,13 @@ CAPTIONS = {
         "a red curve on the dashed diagonal is perfectly calibrated; above it the model predicts too few failures, below it too many; ICI is the mean "
         "distance from the diagonal, and the test panels are the ones that count.",
     ),
+    "competing_risks": (
+        "Which component of a composite breaks the samples (competing risks)",
+        "Cumulative incidence of failure by the component that broke each sample (Aalen-Johansen), per attack family and defence, pooled over its "
+        "cells, stacked in the composite's order; first_query is the samples wrong before any component ran.",
+        "the top edge is the failure share; the first gradient component (APGD-CE) should carry most of it; a wide band of Square, a black-box "
+        "component, above the white-box ones means their gradients mislead them (the validity flag black_box_carries).",
+    ),
 }
 
 # How to read each folded table of the report
