@@ -6,6 +6,7 @@ components before it."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -136,3 +137,29 @@ def test_a_components_black_box_key_changes_no_cell_hash(conf_dir):
 
     assert hashes() == hashes("attack.autoattack.kwargs.components.square.black_box=false")
     assert not set(hashes()) & set(hashes("attack.autoattack.kwargs.components.square.max_iter=100"))  # a budget is hashed
+
+
+def test_black_box_carries_reads_every_black_box_component_and_names_the_worst_cell():
+    two_black = competing_rows(square=2, white=[3]).assign(component=["first_query", "apgd_ce", "square"])
+    two_black = pd.concat([two_black, pd.DataFrame([{"attack_hash": "aa", "component": "probe", "broken": 5, "samples": 100, "order": 4}])], ignore_index=True)
+    tripped, detail = validity.black_box_carries(experiments_rows("square,probe"), two_black)  # the column lists them comma-separated
+    assert tripped is True and detail.startswith("probe broke 5 of 100") and detail.endswith("apgd_ce 3")  # square is no white-box component
+    cells = pd.concat([experiments_rows(), experiments_rows().assign(attack_hash="bb", attack_value=0.2)], ignore_index=True)
+    both = pd.concat([competing_rows(square=4, white=[3]), competing_rows(square=9, white=[3]).assign(attack_hash="bb")], ignore_index=True)
+    assert validity.black_box_carries(cells, both)[1].startswith("square broke 9 of 100 samples at autoattack eps 0.2")  # the larger excess
+    tie = pd.concat([competing_rows(square=4, white=[3]), competing_rows(square=4, white=[3]).assign(attack_hash="bb")], ignore_index=True)
+    assert "eps 0.1" in validity.black_box_carries(cells, tie)[1]  # at a tie, the first cell
+    alone = competing_rows(square=2, white=[])  # nothing white-box ran before it
+    assert validity.black_box_carries(experiments_rows(), alone) == (
+        True,
+        "square broke 2 of 100 samples at autoattack eps 0.1; the white-box components before it: none",
+    )
+
+
+def test_black_box_carries_is_unchecked_where_the_table_names_no_black_box_component():
+    unchecked = "not checked: no composite cell with a black-box component (AutoAttack standard)"
+    read_back = experiments_rows().assign(black_box_components=np.nan)  # an empty CSV field reads as NaN
+    assert validity.black_box_carries(read_back, competing_rows(square=6, white=[1])) == (None, unchecked)
+    older = experiments_rows().drop(columns="black_box_components")  # a table from before the column
+    assert validity.black_box_carries(older, competing_rows(square=6, white=[1])) == (None, unchecked)
+    assert validity.black_box_carries(experiments_rows(), None) == (None, "not checked: no competing_risks.csv (rerun the survival stage)")

@@ -301,3 +301,55 @@ def test_square_breaking_what_autoattacks_white_box_components_left_trips_its_fl
     without = flags_of(curve_cells({"pgd": [0.5, 0.2, 0.0]}))  # no AutoAttack cell: not checked
     assert without["square_beats_white_box"] is None
     assert without["square_beats_white_box_detail"] == "not checked: no AutoAttack cell with Square (attack autoattack, version standard)"
+
+
+def two_model_cells(attack: str, **columns) -> pd.DataFrame:
+    """Model cells m and n, each with `attack` at three eps, one attack_hash per attack cell."""
+    cells = pd.concat(
+        [curve_cells({attack: [0.5, 0.2, 0.0]}), curve_cells({attack: [0.5, 0.2, 0.0]}).assign(model_hash="n", train_hash="n")], ignore_index=True
+    )
+    return cells.assign(attack_hash=[f"{model}{i}" for i, model in enumerate(cells["model_hash"])], **columns)
+
+
+def test_each_model_cell_reads_the_budget_sufficiency_of_its_own_attack_cells_at_the_configured_share():
+    cells = two_model_cells("pgd")
+    shares = {"m0": 0.01, "m1": 0.03, "m2": 0.0, "n3": 0.0, "n4": 0.01, "n5": 0.015}
+    sufficiency = pd.DataFrame(
+        {"attack_hash": list(shares), "attack_family": "pgd linf", "samples": 100, "factor": 10.0, "still_breakable": list(shares.values())}
+    )
+    sufficiency = sufficiency.assign(still_breakable_low=0.0, still_breakable_high=0.05)
+
+    def budget_flags(settings, table=sufficiency):
+        rows = validity.validity_table(cells, eps_curves(cells), settings, table).set_index("model_hash")
+        return {
+            m: (None if pd.isna(rows.loc[m, "budget_too_small"]) else bool(rows.loc[m, "budget_too_small"]), rows.loc[m, "budget_too_small_detail"])
+            for m in "mn"
+        }
+
+    flags = budget_flags(SETTINGS)
+    assert flags["m"] == (True, "pgd linf: a budget 10x larger would break 3.0% more (95% 0.0% to 5.0%) of 100 samples")
+    assert flags["n"][0] is False and "1.5% more" in flags["n"][1]  # n's own worst cell, not m's
+    assert {m: f[0] for m, f in budget_flags(OmegaConf.merge(SETTINGS, {"budget_share": 0.01})).items()} == {"m": True, "n": True}
+    assert {m: f[0] for m, f in budget_flags(OmegaConf.merge(SETTINGS, {"budget_share": 0.05})).items()} == {"m": False, "n": False}
+    without_share = {k: v for k, v in SETTINGS.items() if k != "budget_share"}  # an older settings block: 0.02
+    assert {m: f[0] for m, f in budget_flags(without_share).items()} == {"m": True, "n": False}
+    assert budget_flags(SETTINGS, None)["m"] == (None, "not checked: no budget_sufficiency.csv (add weibull_cure to survival.fitters)")
+    one_step = sufficiency.assign(still_breakable=np.nan)
+    assert budget_flags(SETTINGS, one_step)["n"] == (None, "not checked: no attack cell with a budget to multiply (one-step attacks only)")
+
+
+def test_each_model_cell_reads_the_competing_risks_of_its_own_composite_cells():
+    cells = two_model_cells("autoattack", black_box_components="square")
+    rows = []
+    for cell, square in (("m1", 6), ("n4", 1)):
+        for order, (component, broken) in enumerate((("apgd_ce", 3), ("square", square)), start=1):
+            rows.append({"attack_hash": cell, "component": component, "order": order, "broken": broken, "samples": 100})
+    table = validity.validity_table(cells, eps_curves(cells), SETTINGS, None, pd.DataFrame(rows)).set_index("model_hash")
+    assert bool(table.loc["m", "black_box_carries"]) is True and "black_box_carries" in table.loc["m", "flags"]
+    assert table.loc["m", "black_box_carries_detail"] == "square broke 6 of 100 samples at autoattack eps 0.2; the white-box components before it: apgd_ce 3"
+    assert bool(table.loc["n", "black_box_carries"]) is False and table.loc["n", "black_box_carries_detail"].startswith("square broke 1 of 100")
+    unread = validity.validity_table(cells, eps_curves(cells), SETTINGS).set_index("model_hash")
+    assert (
+        unread["black_box_carries"].isna().all()
+        and (unread["black_box_carries_detail"] == "not checked: no competing_risks.csv (rerun the survival stage)").all()
+    )
