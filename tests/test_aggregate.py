@@ -709,3 +709,43 @@ def test_the_headline_robust_accuracy_is_the_worst_cases_mean_per_norm_and_eps_o
     assert list(registry.carriers(worst)) == ["autoattack", "autoattack, pgd", "pgd"]
     for nothing in (None, worst.iloc[:0]):  # one attack per norm and eps: no worst case
         assert registry.worst_case_means(nothing) == {} and registry.carriers(nothing) == {}
+
+
+def test_the_stage_reads_the_survival_stages_budget_and_competing_risks_tables_into_the_validity_flags(tmp_path):
+    """budget_sufficiency.csv and competing_risks.csv are the survival stage's, written only for
+    some configurations: where present they reach validity.csv, where absent the flags say why."""
+    from trashfire.stages import aggregate
+
+    cfg, reports, _ = recorded_run(tmp_path)
+    experiments = pd.read_csv(reports / "experiments.csv")
+    measured = experiments[experiments["attack"] != schema.WORST_CASE]  # a worst-case row is no attack cell
+    short, composite = measured["model_hash"].iloc[0], measured["attack_hash"].iloc[-1]
+    shares = np.where(experiments["model_hash"] == short, 0.05, 0.0)
+    sufficiency = experiments[["attack_hash"]].assign(
+        attack_family="pgd linf", samples=100, factor=10.0, still_breakable=shares, still_breakable_low=0.0, still_breakable_high=0.1
+    )
+    sufficiency.to_csv(reports / "survival" / "budget_sufficiency.csv", index=False)
+    experiments.assign(black_box_components=np.where(experiments["attack_hash"] == composite, "square", "")).to_csv(reports / "experiments.csv", index=False)
+    competing = pd.DataFrame({"attack_hash": composite, "component": ["apgd_ce", "square"], "order": [1, 2], "broken": [1, 4], "samples": 100})
+    competing.to_csv(reports / "survival" / "competing_risks.csv", index=False)
+    aggregate.run(cfg)
+    flags = pd.read_csv(reports / "validity.csv").set_index("model_hash")
+    assert flags["budget_too_small"].to_dict() == {h: h == short for h in flags.index}
+    carried = experiments.loc[experiments["attack_hash"] == composite, "model_hash"].iloc[0]
+    assert flags.loc[carried, "black_box_carries"] == True, flags.loc[carried, "black_box_carries_detail"]  # noqa: E712 (read back from CSV)
+    assert flags.loc[carried, "black_box_carries_detail"].startswith("square broke 4 of 100")
+
+    for name in ("budget_sufficiency.csv", "competing_risks.csv"):
+        (reports / "survival" / name).unlink()
+    aggregate.run(cfg)
+    flags = pd.read_csv(reports / "validity.csv").set_index("model_hash")
+    assert (
+        flags["budget_too_small"].isna().all()
+        and flags.loc[carried, "black_box_carries_detail"] == "not checked: no competing_risks.csv (rerun the survival stage)"
+    )
+
+
+def test_trash_names_the_expected_time_it_uses():
+    expected = pd.DataFrame({"attack_hash": ["m0-0.5", "m0-1.0"], "E_T": [2e-3, 4e-3], "fitter": "weibull"})
+    assert aggregation.trash_table(timed_cells(), expected, None).iloc[0]["E_T_source"] == "weibull restricted mean to t*, all samples"
+    assert aggregation.trash_table(timed_cells(), expected.drop(columns="fitter"), None).iloc[0]["E_T_source"] == ""  # an older table: unnamed
