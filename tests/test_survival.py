@@ -571,6 +571,11 @@ REMOVED_POLICY = "was removed with the per-sample failure clock; allowed: first_
         ({"survival.t0_quantile": 0}, "survival.t0_quantile: got 0; must be a finite number in (0, 1)"),
         ({"survival.t0_quantile": 1}, "survival.t0_quantile: got 1; must be a finite number in (0, 1)"),
         ({"survival.km_check_tolerance": 0}, "survival.km_check_tolerance: got 0; must be a finite number > 0"),
+        # budget sufficiency: a larger budget, a bootstrap of at least 10 draws, a seed
+        ({"survival.budget": DROP}, "survival.budget: missing; compose params.yaml with `make params`"),
+        ({"survival.budget.factor": 1}, "survival.budget.factor: got 1; must be a finite number > 1"),
+        ({"survival.budget.draws": 9}, "survival.budget.draws: got 9; must be an integer >= 10"),
+        ({"survival.budget.seed": -1}, "survival.budget.seed: got -1; must be an integer >= 0"),
     ],
 )
 def test_a_bad_survival_setting_is_refused_in_one_line_naming_its_key(changes, line):
@@ -593,6 +598,7 @@ def test_a_bad_survival_setting_is_refused_in_one_line_naming_its_key(changes, l
             "survival.fitters": ["weibull", "cox"],
         },
         {"survival.retries": [{"penalizer": 0}, {"optimiser": "TNC", "fit_options": {"maxiter": 50}}]},
+        {"survival.budget": {"factor": 1.5, "draws": 10, "seed": 0}},  # each on its allowed bound
     ],
 )
 def test_survival_settings_on_their_allowed_bounds_pass(changes):
