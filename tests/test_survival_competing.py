@@ -14,7 +14,7 @@ from tests.conftest import PixelModel
 from tests.test_standard import N_IMAGES, custom_spec, ours
 from trashfire.attacks import standard
 from trashfire.metrics import validity
-from trashfire.survival.competing import competing_table, incidence_curves
+from trashfire.survival.competing import COMPETING_COLUMNS, competing_table, incidence_curves
 from trashfire.survival.figures import competing_risks_figure
 
 LABELS = ["model_hash", "attack_family", "defence", "dataset"]
@@ -163,3 +163,79 @@ def test_black_box_carries_is_unchecked_where_the_table_names_no_black_box_compo
     older = experiments_rows().drop(columns="black_box_components")  # a table from before the column
     assert validity.black_box_carries(older, competing_rows(square=6, white=[1])) == (None, unchecked)
     assert validity.black_box_carries(experiments_rows(), None) == (None, "not checked: no competing_risks.csv (rerun the survival stage)")
+
+
+def at_the_budget() -> pd.DataFrame:
+    """Nine samples: failures at 1 (one each of two causes), 2, and two at the budget's last check
+    (10), tied with the four samples standing there."""
+    return composite_cell("aa", [1.0, 1.0, 2.0, 10.0, 10.0], ["apgd_ce", "square", "apgd_ce", "square", "apgd_ce"], 10.0)
+
+
+def test_a_failure_at_the_budget_has_every_sample_standing_there_at_risk():
+    """Censored at a failure's time means at risk at that failure: the incidences are the counts
+    over 9 (no censoring before), and they sum to the failure share."""
+    table = competing_table(at_the_budget(), "attack_hash", LABELS)
+    assert list(table["component"]) == ["apgd_ce", "square"] and list(table["order"]) == [1, 2]  # both first fail at 1: by name
+    assert list(table["samples"]) == [9, 9] and list(table["broken"]) == [3, 2]
+    assert table["incidence"].to_numpy() == pytest.approx([3 / 9, 2 / 9], abs=1e-12)
+    assert table["failure_share"].to_numpy() == pytest.approx([5 / 9, 5 / 9]) and table["share_of_failures"].to_numpy() == pytest.approx([3 / 5, 2 / 5])
+    assert ((table["incidence_low"] < table["incidence"]) & (table["incidence"] < table["incidence_high"])).all()
+    square = competing_table(at_the_budget().assign(broken_by=lambda t: t["broken_by"].replace("apgd_ce", "square")), "attack_hash", LABELS)
+    assert (
+        square["incidence_high"].iloc[0] > competing_table(at_the_budget(), "attack_hash", LABELS)["incidence_high"].iloc[1]
+    )  # the band at the budget, not before
+
+
+def test_a_weighted_row_counts_as_its_samples():
+    data = at_the_budget()
+    weighted = data.drop_duplicates(subset=["duration", "event", "broken_by"]).copy()
+    weighted["weight"] = data.groupby(["duration", "event", "broken_by"])["weight"].transform("sum").loc[weighted.index]
+    repeated, merged = competing_table(data, "attack_hash", LABELS), competing_table(weighted, "attack_hash", LABELS)
+    assert len(weighted) < len(data)
+    for column in ("samples", "broken", "incidence", "failure_share"):
+        assert merged[column].to_numpy() == pytest.approx(repeated[column].to_numpy(), abs=1e-12), column
+
+
+def test_the_table_lists_the_cells_in_order_and_has_its_columns_when_empty():
+    data = pd.concat([hand_made().assign(attack_hash=lambda t: t["attack_hash"].replace("aa", "zz")), at_the_budget()], ignore_index=True)
+    table = competing_table(data, "attack_hash", LABELS)
+    assert list(dict.fromkeys(table["attack_hash"])) == ["aa", "zz"]  # sorted, whatever the rows' order
+    empty = competing_table(hand_made().query("attack_hash == 'pgd'"), "attack_hash", LABELS)
+    assert empty.empty and list(empty.columns) == ["attack_hash", *LABELS, *COMPETING_COLUMNS]
+
+
+def test_the_incidence_curves_pool_the_composite_cells_of_a_group_and_repeat_exactly():
+    other = at_the_budget().assign(attack_hash="bb", defence="gauss_out")
+    data = pd.concat([hand_made(), other], ignore_index=True)
+    curves = incidence_curves(data, ["attack_family", "defence"])
+    assert list(curves) == [("autoattack linf", "gauss_out"), ("autoattack linf", "none")]  # the plain attack's cell has no causes
+    assert list(curves[("autoattack linf", "none")]) == ["first_query", "apgd_ce", "square"]
+    ends = {cause: float(curve.iloc[-1]) for cause, curve in curves[("autoattack linf", "gauss_out")].items()}
+    assert ends == pytest.approx({"apgd_ce": 3 / 9, "square": 2 / 9})
+    assert list(incidence_curves(data, ["defence"])) == [("gauss_out",), ("none",)]  # one grouping column: keys are still tuples
+    again = incidence_curves(data, ["attack_family", "defence"])
+    for key, by_cause in curves.items():
+        for cause, curve in by_cause.items():
+            pd.testing.assert_series_equal(curve, again[key][cause])  # the jitter is seeded
+
+
+def test_the_figure_has_a_panel_per_group_stacked_in_the_composites_order():
+    curves = incidence_curves(
+        pd.concat([hand_made(), at_the_budget().assign(attack_hash="bb", defence="gauss_out")], ignore_index=True), ["attack_family", "defence"]
+    )
+    figure = competing_risks_figure(curves, "queries")
+    shown = [ax for ax in figure.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in shown] == ["autoattack linf / none", "autoattack linf / gauss_out"]  # undefended first
+    assert [t.get_text() for t in shown[0].get_legend().get_texts()] == ["first_query", "apgd_ce", "square"]
+    assert shown[0].get_xscale() == "log" and shown[0].get_xlabel() == "adversary's work per sample (queries)"
+    top = shown[1].collections[-1].get_paths()[0].vertices[:, 1].max()  # the stack's top edge: the failure share
+    assert top == pytest.approx(5 / 9)
+
+
+def test_a_cell_broken_to_the_last_sample_sums_to_one():
+    """No sample stands at the budget: the last failure is the last time, and its incidence counts."""
+    data = composite_cell("aa", [1.0, 2.0, 3.0, 5.0], ["apgd_ce", "apgd_t", "apgd_ce", "square"], 10.0).query("event == 1")
+    table = competing_table(data, "attack_hash", LABELS).set_index("component")
+    assert table["incidence"].to_dict() == pytest.approx({"apgd_ce": 0.5, "apgd_t": 0.25, "square": 0.25})
+    assert table["failure_share"].iloc[0] == pytest.approx(1.0) and table["incidence"].sum() == pytest.approx(1.0)
+    assert table[["incidence_low", "incidence_high"]].isna().all().all()  # nobody at risk after the last failure: lifelines gives no band there

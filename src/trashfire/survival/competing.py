@@ -38,16 +38,19 @@ def composite_rows(data: pd.DataFrame) -> pd.DataFrame:
 
 def causes(part: pd.DataFrame) -> list[str]:
     """The causes of the failures in `part`, by their earliest failure (the composite's order)."""
-    failed = part[(part[EVENT] == 1) & part[CAUSE].fillna("").astype(str).ne("")]
-    first = failed.groupby(CAUSE)[DURATION].min().sort_values(kind="stable")
+    first = part[part[EVENT] == 1].groupby(CAUSE)[DURATION].min().sort_values(kind="stable")  # a composite names every failure's cause
     return list(first.index)
 
 
 def incidence_fits(part: pd.DataFrame, seed: int = 0) -> tuple[dict[str, AalenJohansenFitter], float]:
     """Per cause an Aalen-Johansen fit of its cumulative incidence, and the failure share at
-    the budget (1 - the Kaplan-Meier survival after the last time). Tied failure times of
-    different causes are jittered by lifelines, by a tenth of the smallest gap between
-    distinct times, so that no jitter reorders them."""
+    the budget (1 - the Kaplan-Meier survival after the last time).
+
+    lifelines jitters every failure time, up or down, where failures tie: here by a tenth of the
+    smallest gap between distinct times, so that no failure passes another time. A sample
+    censored at a failure's time was at risk at that failure (the usual convention); it leaves
+    half a gap later, so that no failure jittered up passes it either (a failure at the budget's
+    last check, beside the samples standing there, would otherwise have only itself at risk)."""
     durations = part[DURATION].to_numpy(float)
     weights = sample_weights(part).astype(float)
     order = causes(part)
@@ -55,12 +58,13 @@ def incidence_fits(part: pd.DataFrame, seed: int = 0) -> tuple[dict[str, AalenJo
     for code, cause in enumerate(order, start=1):
         codes[(part[EVENT].to_numpy() == 1) & (part[CAUSE].astype(str).to_numpy() == cause)] = code
     gaps = np.diff(np.unique(durations))
-    jitter = float(gaps.min()) / 10 if gaps.size else 1e-4
+    gap = float(gaps.min()) if gaps.size else 1.0
+    at_risk_order = np.where((codes == 0) & np.isin(durations, durations[codes > 0]), durations + gap / 2, durations)
     fits = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # lifelines' note that it jitters ties
         for code, cause in enumerate(order, start=1):
-            fits[cause] = AalenJohansenFitter(jitter_level=jitter, seed=seed).fit(durations, codes, event_of_interest=code, weights=weights)
+            fits[cause] = AalenJohansenFitter(jitter_level=gap / 10, seed=seed).fit(at_risk_order, codes, event_of_interest=code, weights=weights)
     failed = 1.0 - float(KaplanMeierFitter().fit(durations, codes > 0, weights=weights).survival_function_.iloc[-1, 0])
     return fits, failed
 
@@ -74,7 +78,7 @@ def competing_table(data: pd.DataFrame, cell: str, labels: list[str]) -> pd.Data
         fits, failed = incidence_fits(part)
         weights = sample_weights(part)
         for order, (cause, fit) in enumerate(fits.items(), start=1):
-            band = fit.confidence_interval_cumulative_density_
+            band = fit.confidence_interval_cumulative_density_  # by position: lifelines 0.30 names its lower bound "upper" and its upper "lower"
             incidence = float(fit.cumulative_density_.iloc[-1, 0])
             rows.append(
                 {
@@ -88,7 +92,7 @@ def competing_table(data: pd.DataFrame, cell: str, labels: list[str]) -> pd.Data
                     "incidence_low": float(band.iloc[-1, 0]),
                     "incidence_high": float(band.iloc[-1, 1]),
                     "failure_share": failed,
-                    "share_of_failures": incidence / failed if failed > 0 else np.nan,
+                    "share_of_failures": incidence / failed,  # a cause has a failure: failed > 0
                 }
             )
     return pd.DataFrame(rows, columns=[cell, *labels, *COMPETING_COLUMNS])
