@@ -147,3 +147,43 @@ def test_weighted_rows_give_the_cells_table_of_their_samples(fitted):
     assert list(ours.index) == ["high", "low"]  # in the cells' order
     pd.testing.assert_frame_equal(ours, theirs, check_exact=False, rtol=1e-12)
     assert ours["samples"].sum() == weights.sum()
+
+
+def test_it_starts_from_the_plain_weibull_with_half_the_censored_share_cured(fitted):
+    """The start is the plain Weibull AFT fit on the same rows (weights and penalizer kept), in
+    lifelines' scaled coordinates, with the cured share's intercept at logit(censored / 2) and
+    its other coefficients 0: from a cured share of 0 (the Weibull itself) the share's gradient
+    can point the wrong way."""
+    data, cure = fitted
+    weighted = data.assign(w=np.where(data["x"] > 0, 2.0, 1.0))
+    fitter = WeibullCureFitter(penalizer=0.01).fit(weighted, "duration", "event", weights_col="w")
+    weibull = WeibullAFTFitter(penalizer=0.01).fit(weighted, "duration", "event", weights_col="w")
+    params, cured = fitter._warm_start
+    pd.testing.assert_series_equal(params, weibull.params_)
+    censored = weighted.loc[weighted["event"] == 0, "w"].sum() / weighted["w"].sum()
+    assert cured == pytest.approx(censored / 2)
+    Xs = fitter.regressors.transform_df(weighted[["x"]].assign(duration=1.0, event=1))  # the design lifelines builds
+    Xs = {name: Xs[name] for name in ("cured_", "lambda_", "rho_")}
+    start = fitter._create_initial_point(None, None, None, None, Xs)
+    scales = fitter._norm_std.loc["lambda_"].reindex(Xs["lambda_"].columns)
+    assert start["lambda_"] == pytest.approx((weibull.params_.loc["lambda_"].reindex(Xs["lambda_"].columns) * scales).to_numpy())
+    assert start["rho_"] == pytest.approx([weibull.params_.loc[("rho_", "Intercept")]])
+    cured_start = dict(zip(Xs["cured_"].columns, start["cured_"]))
+    assert cured_start == pytest.approx({"x": 0.0, "Intercept": np.log(cured / (1 - cured))})
+    # where nothing is censored (or no event column says so) the share starts at 0.01, not 0
+    assert WeibullCureFitter()._weibull_start(data.assign(event=1), "duration", "event", None)[1] == pytest.approx(0.01)
+    assert WeibullCureFitter()._weibull_start(data[["duration", "x"]], "duration", None, None)[1] == pytest.approx(0.01)
+    # an explicit initial point is lifelines' own, and lifelines' other options reach it
+    explicit = WeibullCureFitter(penalizer=0.001).fit(data, "duration", "event", initial_point=cure.params_.to_numpy(), timeline=[1.0, 2.0])
+    assert explicit._warm_start is None and explicit.log_likelihood_ == pytest.approx(cure.log_likelihood_, rel=1e-8)
+    assert list(explicit.timeline) == [1.0, 2.0]
+
+
+def test_a_weighted_row_fits_as_its_repeated_samples():
+    data = cured_samples(600, seed=3)
+    doubled = pd.concat([data, data[data["x"] > 0]], ignore_index=True)
+    weighted = data.assign(w=np.where(data["x"] > 0, 2.0, 1.0))
+    repeated = WeibullCureFitter(penalizer=0.001).fit(doubled, "duration", "event")
+    merged = WeibullCureFitter(penalizer=0.001).fit(weighted, "duration", "event", weights_col="w")
+    assert merged.params_.to_numpy() == pytest.approx(repeated.params_.to_numpy(), abs=2e-3)  # to the optimiser's tolerance
+    assert merged.log_likelihood_ == pytest.approx(repeated.log_likelihood_, rel=1e-4)  # ignoring the weights is ~30% off

@@ -50,7 +50,7 @@ class WeibullCureFitter(ParametricRegressionFitter):
         weibull = WeibullAFTFitter(penalizer=self.penalizer).fit(df, duration_col, event_col, weights_col=weights_col)
         weights = df[weights_col].to_numpy(float) if weights_col else np.ones(len(df))
         censored = float(weights[df[event_col].to_numpy() == 0].sum() / weights.sum()) if event_col else 0.0
-        return weibull.params_, float(np.clip(censored / 2, 0.01, 0.99))
+        return weibull.params_, max(censored / 2, 0.01)  # at most 0.5: half of all
 
     def _create_initial_point(self, Ts, E, entries, weights, Xs):
         if getattr(self, "_warm_start", None) is None:
