@@ -36,7 +36,7 @@ def attacked(samples: pd.DataFrame, budget: float) -> pd.DataFrame:
     return frame.assign(attack_hash=samples["cell"].map("cell{}".format), attack_family="pgd linf", defence="none", dataset="digits", queries=11)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture  # per test: mutmut ties a function to the tests that call it, and a shared fixture calls it in one test's setup only
 def short_budget():
     """A budget of 1.5 (the breakable samples' median latency is about 1.3): many of them stand
     at its end, and a budget ten times larger breaks nearly all of them."""
@@ -159,3 +159,23 @@ def test_the_flag_is_right_against_a_rerun_at_ten_times_the_budget(digits_cnn, s
     observed = (rerun["event"] - run["event"]).groupby(run["attack_hash"]).mean()
     table = table.set_index("attack_hash").assign(observed=observed)
     assert ((table["still_breakable"] > 0.02) == (table["observed"] > 0.02)).all()
+
+
+def test_a_standing_samples_chance_is_its_conditional_survival_between_the_budgets(short_budget):
+    """falls_within by the fit's own parameters (the default) is (S(b) - S(10 b)) / S(b) of its
+    survival function; a parameter vector passed in gives the same; where S(b) underflows to 0
+    the sample cannot stand: 1."""
+    _, data, fitter, _ = short_budget
+    rows = data[data["event"] == 0].head(5)
+    standing = rows["duration"].to_numpy()
+    survival = fitter.predict_survival_function(rows[["x"]], times=[1.5, 15.0])
+    expected = ((survival.iloc[0] - survival.iloc[1]) / survival.iloc[0]).to_numpy()
+    chances = fitter.falls_within(rows[["x"]], standing, FACTOR)
+    assert chances[:, 0] == pytest.approx(expected, rel=1e-9)
+    assert fitter.falls_within(rows[["x"]], standing, FACTOR, fitter.params_.to_numpy()[None, :]) == pytest.approx(chances)
+    assert fitter.falls_within(rows[["x"]], standing, 2.0)[:, 0] == pytest.approx(
+        (1 - fitter.predict_survival_function(rows[["x"]], times=[3.0]).iloc[0] / survival.iloc[0]).to_numpy(), rel=1e-9
+    )
+    never = fitter.params_.copy()
+    never[("cured_", "Intercept")] = -1000.0  # no sample cured, to the last bit
+    assert fitter.falls_within(rows[["x"]], standing * 1e6, FACTOR, never.to_numpy()[None, :]) == pytest.approx(1.0)

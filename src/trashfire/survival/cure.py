@@ -53,7 +53,7 @@ class WeibullCureFitter(ParametricRegressionFitter):
         return weibull.params_, max(censored / 2, 0.01)  # at most 0.5: half of all
 
     def _create_initial_point(self, Ts, E, entries, weights, Xs):
-        if getattr(self, "_warm_start", None) is None:
+        if self._warm_start is None:  # an explicit initial point: lifelines takes only the shape of this one
             return super()._create_initial_point(Ts, E, entries, weights, Xs)
         params, cured = self._warm_start
         # lifelines optimises on covariates divided by their SDs: coefficients times the SDs
@@ -111,7 +111,7 @@ class WeibullCureFitter(ParametricRegressionFitter):
     def parameter_draws(self, draws: int, seed: int) -> np.ndarray:
         """`draws` parameter vectors from the fit's asymptotic normal (lifelines' naive
         covariance), for a parametric bootstrap."""
-        covariance = self.variance_matrix_.reindex(index=self.params_.index, columns=self.params_.index).to_numpy(float)
+        covariance = self.variance_matrix_.to_numpy(float)  # lifelines orders it as params_
         return np.random.default_rng(seed).multivariate_normal(self.params_.to_numpy(float), covariance, size=draws, method="eigh")
 
     def survival_ranking(self, df: pd.DataFrame) -> np.ndarray:
