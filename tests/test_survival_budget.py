@@ -86,7 +86,7 @@ def test_a_one_step_attack_has_no_budget_to_multiply(short_budget):
     _, data, fitter, _ = short_budget
     one_step = data.assign(queries=np.where(data["event"] == 1, 2, 2))  # FGM: a first query and one step
     table = budget_sufficiency(fitter, one_step, "attack_hash", LABELS, one_step.groupby("attack_hash")["duration"].max(), FACTOR, draws=20)
-    assert table["one_step"].all() and table["still_breakable"].isna().all()
+    assert table["one_step"].all() and table[["still_breakable", "still_breakable_low", "still_breakable_high"]].isna().all().all()
 
 
 def test_the_interval_comes_from_the_fits_covariance(short_budget):
@@ -179,3 +179,31 @@ def test_a_standing_samples_chance_is_its_conditional_survival_between_the_budge
     never = fitter.params_.copy()
     never[("cured_", "Intercept")] = -1000.0  # no sample cured, to the last bit
     assert fitter.falls_within(rows[["x"]], standing * 1e6, FACTOR, never.to_numpy()[None, :]) == pytest.approx(1.0)
+
+
+def test_the_interval_is_the_percentiles_of_the_draws_and_repeats_exactly(short_budget):
+    """still_breakable is the fit's own share; low and high are the 2.5 and 97.5 percentiles of
+    the shares under `draws` parameter vectors of seed `seed`; the defaults are 10, 200 and 0."""
+    _, data, fitter, table = short_budget
+    cell = data[data["attack_hash"] == "cell1"]
+    standing = cell[cell["event"] == 0]
+    draws = fitter.parameter_draws(200, seed=0)
+    shares = fitter.falls_within(standing[["x"]], standing["duration"].to_numpy(), FACTOR, draws).sum(axis=0) / len(cell)
+    row = table.set_index("attack_hash").loc["cell1"]
+    assert (row["still_breakable_low"], row["still_breakable_high"]) == pytest.approx(tuple(np.percentile(shares, [2.5, 97.5])), rel=1e-9)
+    budgets = data.groupby("attack_hash")["duration"].max()
+    defaults = budget_sufficiency(fitter, data, "attack_hash", LABELS, budgets)
+    pd.testing.assert_frame_equal(defaults, table)  # factor 10, 200 draws, seed 0: the fixture's, bit for bit
+    assert (fitter.parameter_draws(5, seed=3) == fitter.parameter_draws(5, seed=3)).all()
+
+
+def test_a_weighted_row_counts_as_its_samples_in_the_cells_share(short_budget):
+    _, data, fitter, _ = short_budget
+    part = data.head(400)
+    weights = np.random.default_rng(2).integers(1, 4, len(part))
+    budgets = part.groupby("attack_hash")["duration"].max()
+    weighted = budget_sufficiency(fitter, part.assign(weight=weights), "attack_hash", LABELS, budgets, FACTOR, draws=20)
+    repeated = part.loc[part.index.repeat(weights)].assign(weight=1).reset_index(drop=True)
+    theirs = budget_sufficiency(fitter, repeated, "attack_hash", LABELS, budgets, FACTOR, draws=20)
+    pd.testing.assert_frame_equal(weighted, theirs, check_exact=False, rtol=1e-9)
+    assert weighted["samples"].sum() == weights.sum()

@@ -18,7 +18,7 @@ from tests.conftest import ROOT
 from trashfire.core.config import compose
 from trashfire.survival import analysis
 from trashfire.survival import fitters as F
-from trashfire.survival.cure import WeibullCureFitter, cure_table
+from trashfire.survival.cure import WeibullCureFitter, cure_table, km_plateau
 
 CURED, BUDGET = 0.3, 6.0
 
@@ -155,21 +155,24 @@ def test_it_starts_from_the_plain_weibull_with_half_the_censored_share_cured(fit
     its other coefficients 0: from a cured share of 0 (the Weibull itself) the share's gradient
     can point the wrong way."""
     data, cure = fitted
-    weighted = data.assign(w=np.where(data["x"] > 0, 2.0, 1.0))
+    noise = np.random.default_rng(5).normal(size=(len(data), 2))
+    # covariates out of alphabetical order: lifelines' Weibull sorts its coefficients, the cure model keeps the frame's order
+    weighted = data.assign(w=np.where(data["x"] > 0, 2.0, 1.0), z=noise[:, 0], a=noise[:, 1])
     fitter = WeibullCureFitter(penalizer=0.01).fit(weighted, "duration", "event", weights_col="w")
     weibull = WeibullAFTFitter(penalizer=0.01).fit(weighted, "duration", "event", weights_col="w")
     params, cured = fitter._warm_start
     pd.testing.assert_series_equal(params, weibull.params_)
     censored = weighted.loc[weighted["event"] == 0, "w"].sum() / weighted["w"].sum()
     assert cured == pytest.approx(censored / 2)
-    Xs = fitter.regressors.transform_df(weighted[["x"]].assign(duration=1.0, event=1))  # the design lifelines builds
+    Xs = fitter.regressors.transform_df(weighted[["x", "z", "a"]].assign(duration=1.0, event=1))  # the design lifelines builds
     Xs = {name: Xs[name] for name in ("cured_", "lambda_", "rho_")}
     start = fitter._create_initial_point(None, None, None, None, Xs)
     scales = fitter._norm_std.loc["lambda_"].reindex(Xs["lambda_"].columns)
     assert start["lambda_"] == pytest.approx((weibull.params_.loc["lambda_"].reindex(Xs["lambda_"].columns) * scales).to_numpy())
     assert start["rho_"] == pytest.approx([weibull.params_.loc[("rho_", "Intercept")]])
     cured_start = dict(zip(Xs["cured_"].columns, start["cured_"]))
-    assert cured_start == pytest.approx({"x": 0.0, "Intercept": np.log(cured / (1 - cured))})
+    assert cured_start == pytest.approx({"x": 0.0, "z": 0.0, "a": 0.0, "Intercept": np.log(cured / (1 - cured))})
+    assert list(Xs["lambda_"].columns) != sorted(Xs["lambda_"].columns)  # the order the start must follow
     # where nothing is censored (or no event column says so) the share starts at 0.01, not 0
     assert WeibullCureFitter()._weibull_start(data.assign(event=1), "duration", "event", None)[1] == pytest.approx(0.01)
     assert WeibullCureFitter()._weibull_start(data[["duration", "x"]], "duration", None, None)[1] == pytest.approx(0.01)
@@ -187,3 +190,27 @@ def test_a_weighted_row_fits_as_its_repeated_samples():
     merged = WeibullCureFitter(penalizer=0.001).fit(weighted, "duration", "event", weights_col="w")
     assert merged.params_.to_numpy() == pytest.approx(repeated.params_.to_numpy(), abs=2e-3)  # to the optimiser's tolerance
     assert merged.log_likelihood_ == pytest.approx(repeated.log_likelihood_, rel=1e-4)  # ignoring the weights is ~30% off
+
+
+def test_it_refuses_a_conditional_prediction_it_cannot_make(fitted):
+    """lifelines' `conditional_after` (survival given survival so far) is not in its closed
+    forms: each prediction says so instead of ignoring it."""
+    data, cure = fitted
+    rows = data.head(3)
+    for predict in (cure.predict_expectation, cure.predict_median, cure.predict_percentile):
+        with pytest.raises(NotImplementedError, match="conditional_after"):
+            predict(rows, conditional_after=[1.0, 1.0, 1.0])
+    assert cure.predict_percentile(rows).equals(cure.predict_percentile(rows, p=0.5))  # the default is the median
+
+
+def test_the_plateau_is_the_kaplan_meier_survival_after_the_last_time():
+    """Where the last sample fails (no one censored after it) the curve ends at 0, not at its step before."""
+    assert km_plateau(np.array([1.0, 2.0, 3.0]), np.array([1, 0, 1]), np.ones(3)) == pytest.approx(0.0)
+    assert km_plateau(np.array([1.0, 2.0, 3.0, 3.0]), np.array([1, 0, 0, 0]), np.ones(4)) == pytest.approx(0.75)
+
+
+def test_the_cells_table_is_in_the_cells_order_whatever_the_rows_order(fitted):
+    data, cure = fitted
+    rows = data.head(200).assign(attack_hash=lambda d: np.where(d["x"] > 0, "b", "a"), attack_family="pgd linf", defence="none", dataset="digits")
+    ordered = rows.sort_values("attack_hash", ascending=False)  # b's rows first
+    assert list(cure_table(cure, ordered, "attack_hash", ["attack_family"])["attack_hash"]) == ["a", "b"]
