@@ -239,3 +239,28 @@ def test_a_cell_broken_to_the_last_sample_sums_to_one():
     assert table["incidence"].to_dict() == pytest.approx({"apgd_ce": 0.5, "apgd_t": 0.25, "square": 0.25})
     assert table["failure_share"].iloc[0] == pytest.approx(1.0) and table["incidence"].sum() == pytest.approx(1.0)
     assert table[["incidence_low", "incidence_high"]].isna().all().all()  # nobody at risk after the last failure: lifelines gives no band there
+
+
+def test_ties_are_broken_within_the_smallest_gap_whatever_the_times_scale():
+    """Failures tied across causes are jittered by a tenth of the smallest gap between times, not
+    by a fixed amount, so that on durations of 1e-5 (GFLOPs of a small model) no failure passes
+    the sample censored between them; a cell whose every sample shares one time needs no gap."""
+    for scale in (1.0, 1e-5):
+        data = composite_cell("aa", [1.0, 1.0, 3.0], ["apgd_ce", "square", "square"], 10.0)
+        data.loc[len(data) - 1, "duration"] = 2.0  # one sample leaves the risk set at 2
+        table = competing_table(data.assign(duration=data["duration"] * scale), "attack_hash", LABELS).set_index("component")
+        # at 1: 7 at risk, one failure each; at 3: 4 at risk, S = 5/7
+        assert table["incidence"].to_dict() == pytest.approx({"apgd_ce": 1 / 7, "square": 1 / 7 + 5 / 28}), scale
+    first_only = pd.DataFrame({"duration": 1.0, "event": 1, "broken_by": ["first_query"] * 4, "weight": 1}).assign(
+        attack_hash="aa", model_hash="m", attack_family="autoattack linf", defence="none", dataset="digits"
+    )
+    assert competing_table(first_only, "attack_hash", LABELS)["incidence"].tolist() == pytest.approx([1.0])
+
+
+def test_a_plain_cell_read_back_from_csv_is_no_composite():
+    """survival_data.csv writes an empty cause, and pandas reads it back as NaN."""
+    data = hand_made()
+    data.loc[data["attack_hash"] == "pgd", "broken_by"] = np.nan
+    data.loc[(data["attack_hash"] == "aa") & (data["event"] == 0), "broken_by"] = np.nan
+    assert list(incidence_curves(data, ["attack_family", "defence"])) == [("autoattack linf", "none")]
+    assert set(competing_table(data, "attack_hash", LABELS)["attack_hash"]) == {"aa"}

@@ -48,8 +48,8 @@ def incidence_fits(part: pd.DataFrame, seed: int = 0) -> tuple[dict[str, AalenJo
 
     lifelines jitters every failure time, up or down, where failures tie: here by a tenth of the
     smallest gap between distinct times, so that no failure passes another time. A sample
-    censored at a failure's time was at risk at that failure (the usual convention); it leaves
-    half a gap later, so that no failure jittered up passes it either (a failure at the budget's
+    censored at a failure's time was at risk at that failure (the usual convention): every censored
+    sample leaves half a gap later, which passes no other time, so that no failure jittered up passes it (a failure at the budget's
     last check, beside the samples standing there, would otherwise have only itself at risk)."""
     durations = part[DURATION].to_numpy(float)
     weights = sample_weights(part).astype(float)
@@ -59,7 +59,7 @@ def incidence_fits(part: pd.DataFrame, seed: int = 0) -> tuple[dict[str, AalenJo
         codes[(part[EVENT].to_numpy() == 1) & (part[CAUSE].astype(str).to_numpy() == cause)] = code
     gaps = np.diff(np.unique(durations))
     gap = float(gaps.min()) if gaps.size else 1.0
-    at_risk_order = np.where((codes == 0) & np.isin(durations, durations[codes > 0]), durations + gap / 2, durations)
+    at_risk_order = np.where(codes == 0, durations + gap / 2, durations)  # half a gap passes no other time
     fits = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # lifelines' note that it jitters ties
