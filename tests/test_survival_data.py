@@ -929,3 +929,14 @@ def test_cells_without_pairs_pool_to_nan_without_dividing_by_zero():
     with np.errstate(all="raise"):  # whatever another library set numpy's error state to
         assert math.isnan(scoring._pooled(pd.DataFrame({"pairs": [0, 0], "concordant": [0, 0]})))
         assert scoring._pooled(pd.DataFrame({"pairs": [3, 1], "concordant": [2, 1]})) == 0.75
+
+
+def test_a_composites_causes_ride_along_and_other_cells_name_none(two_cells):
+    """The FGM cell as if a composite had broken it (`broken_by` in its arrays): each row keeps
+    its cause, never as a covariate; PGD's arrays have none, so its rows name none."""
+    experiments, outcomes = two_cells
+    causes = np.array(["", "apgd_ce", "", "square", "first_query"])
+    table = survival_table(experiments, {**outcomes, "fgm-0.1": {**outcomes["fgm-0.1"], "broken_by": causes}})
+    assert table.loc[table["attack_hash"] == "fgm-0.1", "broken_by"].tolist() == causes.tolist()
+    assert table.loc[table["attack_hash"] == "pgd-0.3", "broken_by"].tolist() == [""] * 4
+    assert "broken_by" not in F.covariates_of(table)
