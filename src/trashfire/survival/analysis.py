@@ -245,10 +245,15 @@ def sample_sd(covariates: pd.DataFrame, weights: np.ndarray) -> pd.Series:
 CURE_LABELS = ["attack_family", "defence", "dataset"]
 
 
+def cure_fits(fits: dict[str, F.Fit]) -> dict[str, F.Fit]:
+    """The fits of cure models (survival.cure), by name."""
+    return {name: fit for name, fit in fits.items() if getattr(fit.fitter, "cure_model", False)}
+
+
 def with_breakable_means(expected: pd.DataFrame, fits: dict[str, F.Fit], data: pd.DataFrame) -> pd.DataFrame:
     """expected_times.csv with E_T_breakable, the first cure model's mean time to failure of the
     breakable samples per attack cell (survival.cure), where one was fitted."""
-    cure = next((fit for fit in fits.values() if getattr(fit.fitter, "cure_model", False)), None)
+    cure = next(iter(cure_fits(fits).values()), None)
     if cure is None:
         return expected
     breakable = cure.fitter.predict_expectation_breakable(F.covariates_of(data)).to_numpy(float)
@@ -261,7 +266,7 @@ def write_cure_fractions(fits: dict[str, F.Fit], data: pd.DataFrame, path: Path,
     the breakable samples' mean time E_T_breakable (`survival.cure.cure_table`; times from the
     fitting `unit` back to the clock's), and the median |difference| per attack family in the log.
     Without a cure model among the fits, no file (an older one is removed)."""
-    tables = [cure_table(fit.fitter, data, CELL, CURE_LABELS).assign(fitter=name) for name, fit in fits.items() if getattr(fit.fitter, "cure_model", False)]
+    tables = [cure_table(fit.fitter, data, CELL, CURE_LABELS).assign(fitter=name) for name, fit in cure_fits(fits).items()]
     if not tables:
         path.unlink(missing_ok=True)
         return
@@ -285,8 +290,7 @@ def write_budget_sufficiency(fits: dict[str, F.Fit], data: pd.DataFrame, budgets
         budget_sufficiency(fit.fitter, data, CELL, CURE_LABELS, budgets, settings.factor, settings.draws, settings.seed).assign(
             fitter=name, factor=settings.factor
         )
-        for name, fit in fits.items()
-        if getattr(fit.fitter, "cure_model", False)
+        for name, fit in cure_fits(fits).items()
     ]
     if not tables:
         path.unlink(missing_ok=True)
