@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from lifelines import CoxPHFitter
+from lifelines import CoxPHFitter, KaplanMeierFitter, WeibullAFTFitter
 from lifelines.datasets import load_rossi
 from omegaconf import OmegaConf
 
@@ -137,6 +137,26 @@ def test_a_fit_this_check_cannot_judge_is_kept_as_lifelines_accepted_it_and_says
 def test_a_non_finite_gradient_or_hessian_is_no_optimum():
     assert newton_gain(np.array([1.0, np.nan]), np.eye(2)) == np.inf
     assert newton_gain(np.array([1.0, 0.0]), np.array([[np.inf, 0.0], [0.0, 1.0]])) == np.inf
+    with np.errstate(all="ignore"):  # a step that overflows in both directions: inf - inf would be NaN
+        assert newton_gain(np.array([1e200, 1e200]), np.diag([1e-200, -1e-200])) == np.inf
+
+
+def test_strata_an_l1_penalty_and_other_fitters_are_named_as_unchecked(settings, rossi):
+    stratified = CoxPHFitter().fit(rossi, "duration", "event", strata=["race"])
+    assert convergence.uncheckable(stratified) == "only Cox PH with the Breslow baseline and no strata is checked"
+    assert convergence.uncheckable(WeibullAFTFitter(penalizer=0.1, l1_ratio=0.5)) == "an L1 penalty (l1_ratio > 0) has no gradient where a coefficient is 0"
+    survival_curve = KaplanMeierFitter().fit(rossi["duration"], rossi["event"])
+    assert convergence.uncheckable(survival_curve) == "KaplanMeierFitter is neither a lifelines parametric regression fitter nor Cox PH"
+    lasso = OmegaConf.create({"fitter": {"_target_": "lifelines.CoxPHFitter", "penalizer": 0.05, "l1_ratio": 0.5}})
+    fit = fit_converged("cox", lasso, rossi)
+    assert fit.convergence.converged is None and fit.convergence.starts == 1
+    assert "convergence not checked: an L1 penalty (l1_ratio > 0) has no gradient where a coefficient is 0" in fit.warnings
+
+
+def test_a_cox_fit_without_covariates_has_nothing_left_to_gain(settings, rossi):
+    baseline = rossi[["duration", "event"]]
+    state = convergence.safe_check(F.fit_one("cox", settings.models.cox, baseline), baseline)
+    assert state == convergence.Convergence(0.0, 0.0) and state.converged
 
 
 def test_a_dummy_with_fewer_than_10_failures_in_training_is_named_and_kept(caplog):
@@ -212,6 +232,39 @@ def test_a_retried_fit_is_fitted_again_with_the_options_of_the_attempt_that_fitt
     fit = fit_converged("weibull", spec, rossi, retries)
     assert fit.attempts == 2 and fit.convergence.starts == 2 and fit.convergence.converged
     assert fit.fitter.log_likelihood_ == pytest.approx(F.fit_one("weibull", settings.models.weibull, rossi).fitter.log_likelihood_, rel=1e-8)
+
+
+def test_a_retry_with_another_optimiser_starts_again_with_that_optimiser(settings, rossi):
+    spec = OmegaConf.merge(settings.models.weibull, {"fit_options": {"maxiter": 1}})
+    retries = OmegaConf.create([{"optimiser": "BFGS", "fit_options": {"gtol": 10.0}}])
+    fit = fit_converged("weibull", spec, rossi, retries)
+    assert fit.attempts == 2 and fit.convergence.starts == 2 and fit.convergence.converged
+    assert fit.optimiser == "BFGS" and fit.fitter._scipy_fit_method == "BFGS"
+
+
+def test_the_second_start_begins_at_the_newton_point_and_keeps_its_own_fits_notes(settings, rossi, monkeypatch):
+    """A fit a little off its optimum (a Newton step gains well under a nat): lifelines starts
+    again from where the quadratic model has its minimum, and the kept fit carries the notes
+    of the fit that produced it."""
+    fit = F.fit_one("weibull", settings.models.weibull, rossi)
+    moved = fit.fitter.params_.copy()
+    [prio] = [key for key in moved.index if key[-1] == "prio"]
+    moved[prio] += 0.01 / rossi["prio"].std()
+    fit.fitter.params_ = moved
+    first = check(fit, rossi)
+    assert CONVERGED_GAIN < first.newton_gain < 0.5
+    gradient, hessian = convergence._parametric_gradient_and_hessian(fit.fitter, rossi)
+    newton_point = convergence._normalised_point(fit.fitter) - np.linalg.solve(hessian, gradient)
+    real, starts = F.fit_quietly, []
+
+    def noting_second(fitter, data, options, initial_point=None):
+        starts.append(initial_point)
+        return real(fitter, data, options, initial_point=initial_point) + ["a note of the second fit"]
+
+    monkeypatch.setattr(F, "fit_quietly", noting_second)
+    kept, state = convergence._second_start(fit, settings.models.weibull, rossi, first, {})
+    assert len(starts) == 1 and np.allclose(starts[0], newton_point, rtol=1e-12, atol=1e-12)
+    assert state.starts == 2 and state.converged and kept.warnings == ["a note of the second fit"]
 
 
 def test_a_second_start_that_fails_or_does_no_better_keeps_the_first_fit(settings, rossi, monkeypatch):

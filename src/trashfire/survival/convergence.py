@@ -96,14 +96,12 @@ def safe_check(fit: F.Fit, data: pd.DataFrame) -> Convergence:
 
 def uncheckable(fitter) -> str:
     """Why the gradient and Hessian of this fitter's objective are not computed here ("": they are)."""
-    if float(getattr(fitter, "l1_ratio", 0.0) or 0.0) > 0:
-        return "an L1 penalty (l1_ratio > 0) has no gradient where a coefficient is 0"
-    if isinstance(fitter, F.CoxPHFitter):
-        if getattr(fitter, "baseline_estimation_method", "breslow") != "breslow" or getattr(fitter, "strata", None) is not None:
-            return "only Cox PH with the Breslow baseline and no strata is checked"
-        return ""
-    if not isinstance(fitter, ParametricRegressionFitter):
+    if not isinstance(fitter, (F.CoxPHFitter, ParametricRegressionFitter)):
         return f"{type(fitter).__name__} is neither a lifelines parametric regression fitter nor Cox PH"
+    if fitter.l1_ratio > 0:
+        return "an L1 penalty (l1_ratio > 0) has no gradient where a coefficient is 0"
+    if isinstance(fitter, F.CoxPHFitter) and (fitter.baseline_estimation_method != "breslow" or fitter.strata is not None):
+        return "only Cox PH with the Breslow baseline and no strata is checked"
     return ""
 
 
