@@ -6,6 +6,7 @@ components before it."""
 
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
@@ -264,3 +265,47 @@ def test_a_plain_cell_read_back_from_csv_is_no_composite():
     data.loc[(data["attack_hash"] == "aa") & (data["event"] == 0), "broken_by"] = np.nan
     assert list(incidence_curves(data, ["attack_family", "defence"])) == [("autoattack linf", "none")]
     assert set(competing_table(data, "attack_hash", LABELS)["attack_hash"]) == {"aa"}
+
+
+def incidence(times: list[float], values: list[float]) -> pd.Series:
+    return pd.Series(values, index=pd.Index(times, dtype=float))
+
+
+def corners(collection) -> set[tuple[float, float]]:
+    return {(float(x), float(y)) for x, y in np.round(collection.get_paths()[0].vertices, 9)}
+
+
+def test_the_figure_stacks_each_cause_as_a_step_that_holds_until_its_next_failure():
+    """apgd_ce reaches 0.2 at t=1 and 0.3 at t=4; square 0.1 at t=2 and 0.25 at t=8: the stack's
+    top edge steps 0.2, 0.3, 0.4, 0.55 (each cause held between its own times, 0 before its first)."""
+    curves = {("autoattack linf", d): {"apgd_ce": incidence([1.0, 4.0], [0.2, 0.3]), "square": incidence([2.0, 8.0], [0.1, 0.25])} for d in ("none", "a", "b")}
+    curves[("autoattack linf", "c")] = {"square": incidence([2.0], [0.5])}  # apgd_ce broke nothing there
+    figure = competing_risks_figure(curves)
+    assert tuple(figure.get_size_inches()) == pytest.approx((5.2 * 3, 4.0 * 2))  # three panels to a row
+    assert [ax.get_visible() for ax in figure.axes] == [True] * 4 + [False] * 2
+    assert figure.get_suptitle() == "Which component breaks the samples (Aalen-Johansen, stacked in the composite's order; top edge: the failure share)"
+    ax = figure.axes[0]
+    assert ax.get_title() == "autoattack linf / none" and ax.title.get_fontsize() == 10
+    assert ax.get_ylim() == (0.0, 1.02) and ax.get_ylabel() == "cumulative incidence of failure"
+    assert ax.get_xlabel() == "adversary's work per sample (s)"  # the default unit
+    legend = ax.get_legend()
+    assert legend._loc == 2 and [t.get_fontsize() for t in legend.get_texts()] == [7.0, 7.0]  # upper left
+    apgd, square = ax.collections
+    assert corners(apgd) == {(1, 0), (2, 0), (4, 0), (8, 0), (1, 0.2), (2, 0.2), (4, 0.2), (4, 0.3), (8, 0.3)}
+    assert corners(square) == {(1, 0.2), (2, 0.2), (4, 0.2), (4, 0.3), (8, 0.3), (2, 0.3), (4, 0.4), (8, 0.4), (8, 0.55)}
+    assert apgd.get_alpha() == square.get_alpha() == 0.8
+    tab10 = [(*plt.get_cmap("tab10")(i)[:3], 0.8) for i in range(2)]
+    for ax in figure.axes[1:3]:
+        assert [tuple(c.get_facecolor()[0]) for c in ax.collections] == tab10
+    assert [tuple(c.get_facecolor()[0]) for c in figure.axes[3].collections] == tab10[1:]  # a cause keeps its colour in every panel
+    plt.close(figure)
+
+
+def test_one_panel_stands_alone_and_the_eleventh_cause_takes_the_first_colour_again():
+    curves = {("autoattack linf", "none"): {f"cause{i}": incidence([1.0 + i], [0.05]) for i in range(11)}}
+    figure = competing_risks_figure(curves, "queries")
+    (ax,) = figure.axes
+    assert tuple(figure.get_size_inches()) == pytest.approx((5.2, 4.0))
+    colours = [tuple(c.get_facecolor()[0][:3]) for c in ax.collections]
+    assert colours[10] == colours[0] == plt.get_cmap("tab10")(0)[:3] and colours[9] == plt.get_cmap("tab10")(9)[:3]
+    plt.close(figure)

@@ -117,6 +117,11 @@ def test_table_one_states_each_fits_convergence(settings, rossi):
     assert f"Not at its optimum (a Newton step would still gain > {CONVERGED_GAIN:g} nats): Weibull." in caption
     comparison.loc[weibull, "converged"] = True
     assert "Fitted again from a second start to reach its optimum: Weibull." in scoring.latex_table(comparison, 0.2)
+    fitted = comparison["status"] == "fitted"  # two models each: named in the table's order
+    comparison.loc[fitted, ["converged", "starts"]] = [False, 2]
+    assert "would still gain > 0.001 nats): Weibull, Cox PH." in scoring.latex_table(comparison, 0.2)
+    comparison.loc[fitted, "converged"] = True
+    assert "Fitted again from a second start to reach its optimum: Weibull, Cox PH." in scoring.latex_table(comparison, 0.2)
 
 
 @pytest.mark.parametrize(
