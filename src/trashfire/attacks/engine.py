@@ -46,11 +46,11 @@ from trashfire.attacks.autoattack import Sequence
 from trashfire.attacks.failure_log import FailureLog, batches
 from trashfire.attacks.target import Target, margins
 from trashfire.core.clocks import STEPS, LapClock, Rate, rate_of
+from trashfire.core.schema import FIRST_QUERY
 from trashfire.models.flops import SampleCost, sample_cost
 
 DEEPFOOL_TOL = 10e-8  # ART's guard against division by zero
 UNKNOWN_STEP = -1  # the `art` engine cannot see at which step a sample broke
-FIRST_QUERY = "first_query"  # broken_by of a sample misclassified before any component ran
 # pricing groups of the clock: the torch loop's steps; the image-by-image engines' batched
 # checks (first query, verification) and searches (a composite's: one group per component)
 CHECKS, SEARCH, COMPONENT = "checks", "search", "component:"

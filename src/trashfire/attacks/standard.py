@@ -40,8 +40,8 @@ from trashfire.attacks.target import Target, margins
 from trashfire.core.attack_versions import VERSIONS, component_settings
 from trashfire.core.clocks import STEPS, LapClock
 from trashfire.core.errors import ConfigError
+from trashfire.core.schema import FIRST_QUERY
 
-FIRST_QUERY = "first_query"
 ALGORITHMS = ("apgd", "fab", "square", "autoattack")  # the torch engine's loops this module runs
 ART_LOSSES = {"cross_entropy": "ce", "difference_logits_ratio": "dlr"}
 

@@ -44,6 +44,7 @@ import numpy as np
 import pandas as pd
 
 from trashfire.core import schema
+from trashfire.core.schema import FIRST_QUERY
 
 MEANINGS = {
     "non_monotone": "robust accuracy rises with eps",
@@ -163,9 +164,6 @@ def budget_too_small(sufficiency: pd.DataFrame | None, share: float) -> Check:
         f"(95% {worst['still_breakable_low']:.1%} to {worst['still_breakable_high']:.1%}) of {int(worst['samples'])} samples"
     )
     return bool(worst["still_breakable"] > share), seen
-
-
-FIRST_QUERY = "first_query"  # a composite's cause for samples wrong before any component ran
 
 
 def black_box_carries(rows: pd.DataFrame, competing: pd.DataFrame | None) -> Check:

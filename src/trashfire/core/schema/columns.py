@@ -99,6 +99,7 @@ SURVIVAL_LABELS = ["attack_hash", "train_hash", "model_hash", "attack_family", "
 SURVIVAL_COMPUTE = ["queries", "gradients", "flops"]
 # which component of a composite broke each sample (`broken_by`; empty: not a composite's, or not broken)
 SURVIVAL_CAUSE = ["broken_by"]
+FIRST_QUERY = "first_query"  # broken_by of a sample a composite found wrong before any component ran
 SURVIVAL_IDS = SURVIVAL_LABELS + ["duration", "event", "weight", *SURVIVAL_COMPUTE, *SURVIVAL_CAUSE]
 
 # aggregate's tables: a model cell (MODEL_CELL) against an attack family (FAMILY)
