@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min", type=float, default=None, help="fail when a module that ran scores below this (percent)")
     args = parser.parse_args(argv)
     equivalent = equivalents()
-    seen = set()
+    seen, caught_but_listed = set(), []
     low = []
     print(f"{'module':40} {'caught':>7} {'equiv':>6} {'escaped':>8} {'unrun':>6} {'score':>7}")
     for module in MODULES:
@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         escaped = [name for name, code in codes.items() if code is not None and code not in CAUGHT]
         equiv = [name for name in escaped if name in equivalent]
         seen.update(name for name in codes if name in equivalent)
+        caught_but_listed += [name for name in caught if name in equivalent]
         missed = [name for name in escaped if name not in equivalent]
         scored = len(codes) - len(equiv) - len(unrun)
         score = 100.0 * len(caught) / scored if scored else float("nan")
@@ -85,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     if listed_elsewhere and any(results(m) is not None for m in MODULES):
         print(f"\n{len(listed_elsewhere)} listed equivalents name no mutant of this run (renamed by a code change?):")
         for name in listed_elsewhere:
+            print(f"    {name}")
+    if caught_but_listed:
+        print(f"\n{len(caught_but_listed)} listed equivalents are caught by a test (renumbered by a code change? `mutmut show` each):")
+        for name in caught_but_listed:
             print(f"    {name}")
     if equivalent:
         print(f"\nEquivalent mutants ({EQUIVALENTS.relative_to(ROOT)}):")
