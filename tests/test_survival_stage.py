@@ -255,6 +255,19 @@ def test_within_cell_concordance_treats_tied_times_as_lifelines_does():
         assert counts["concordant"].sum() / 4 == pytest.approx(concordance_index(durations, ranking, events))
 
 
+def test_within_cell_concordance_in_blocks_of_one_failure_counts_every_pair(monkeypatch):
+    """A large cell is compared in blocks of failures (PAIR_BLOCK pairs at most): every block's
+    pairs add up to the counts of the whole cell."""
+    rng = np.random.default_rng(5)
+    n = 40
+    durations, ranking = rng.integers(1, 10, n).astype(float), rng.normal(size=n)
+    events, weights, cells = rng.integers(0, 2, n), rng.integers(1, 3, n), np.repeat(["a", "b"], n // 2)
+    whole = F.concordance_counts(durations, ranking, events, weights, cells)
+    monkeypatch.setattr(F, "PAIR_BLOCK", 1)  # one failure to a block
+    pd.testing.assert_frame_equal(F.concordance_counts(durations, ranking, events, weights, cells), whole)
+    assert (whole["pairs"] > 20).all()
+
+
 def test_within_cell_concordance_on_one_cell_is_lifelines_and_cells_pool_by_pairs():
     """On one stratum: lifelines' concordance_index over samples (weighted rows repeated), with
     tied times and rankings; over many: each cell's lifelines counts, summed."""
