@@ -382,6 +382,29 @@ def test_a_failed_fit_is_retried_with_the_next_settings(settings):
     assert (fit.attempts, fit.penalizer, fit.optimiser) == (3, 0.01, WeibullAFTFitter._scipy_fit_method)
 
 
+def test_a_retry_keeps_the_configured_optimiser_and_a_model_without_a_penalizer_fits_unpenalised():
+    spec = OmegaConf.create({"fitter": {"_target_": "lifelines.WeibullAFTFitter"}, "optimiser": "BFGS"})
+    ladder = F.attempts(spec, OmegaConf.create([{"penalizer": 0.1}]))
+    assert [(attempt["penalizer"], attempt["optimiser"]) for attempt in ladder] == [(0.0, "BFGS"), (0.1, "BFGS")]
+
+
+def test_cox_ph_retried_with_another_optimiser_takes_shorter_newton_steps(monkeypatch):
+    """Cox PH has one optimiser (Newton-Raphson): its first attempt runs with lifelines' own
+    steps, and a retry that names an optimiser runs with NEWTON_FALLBACK's shorter ones."""
+    real, options = F.fit_quietly, []
+
+    def first_attempt_diverges(fitter, data, fit_options, initial_point=None):
+        options.append(fit_options)
+        if len(options) == 1:
+            raise ConvergenceError("Newton-Raphson diverged")
+        return real(fitter, data, fit_options, initial_point)
+
+    monkeypatch.setattr(F, "fit_quietly", first_attempt_diverges)
+    spec = OmegaConf.create({"fitter": {"_target_": "lifelines.CoxPHFitter", "penalizer": 0.1}})
+    fit = F.fit_one("cox", spec, synthetic_cells().drop(columns=LABEL_COLUMNS), OmegaConf.create([{"optimiser": "BFGS"}]))
+    assert options == [{}, F.NEWTON_FALLBACK] and fit.attempts == 2 and np.isfinite(fit.fitter.log_likelihood_)
+
+
 def test_every_failed_attempt_is_reported_with_its_settings_and_lifelines_reason():
     data = pd.DataFrame({"duration": [0.0, 1, 2, 3, 4, 5], "event": [1, 1, 0, 1, 1, 0], "x": [0.0, 1, 0, 1, 0, 1]})
     spec = OmegaConf.create({"fitter": {"_target_": "lifelines.WeibullAFTFitter", "penalizer": 0.0}})

@@ -870,6 +870,39 @@ def test_calibration_falls_back_to_lifelines_on_one_row_per_sample_where_the_spl
     plt.close(fig)
 
 
+def test_calibration_tries_l_bfgs_b_where_slsqp_does_not_converge(margin_fit, monkeypatch):
+    """The weighted spline is fitted with lifelines' SLSQP, then L-BFGS-B; lifelines' own
+    function on one row per sample comes only after both."""
+    data = weighted_margin_study()
+    fit_spline, tried = CRCSplineFitter.fit_right_censoring, []
+
+    def slsqp_fails(self, *args, **kwargs):
+        tried.append(self._scipy_fit_method)
+        if self._scipy_fit_method == "SLSQP":
+            raise ConvergenceError("no convergence")
+        return fit_spline(self, *args, **kwargs)
+
+    monkeypatch.setattr(CRCSplineFitter, "fit_right_censoring", slsqp_fails)
+    monkeypatch.setattr(F, "_lifelines_calibration", lambda *args: pytest.fail("fell back to lifelines' own function"))
+    ici, e50 = F.calibration(margin_fit, data, 1.5)
+    assert tried == ["SLSQP", "L-BFGS-B"] and 0 < e50 <= ici < 0.05
+
+
+def test_samples_predicted_to_survive_or_fail_for_certain_still_calibrate_on_the_spline(margin_fit, monkeypatch):
+    """Two rows whose margins put S(t0) at exactly 1.0 and 0.0 in floats: their predictions are
+    clipped off 0 and 1 as lifelines clips them, so that their complementary log-log is finite
+    and the spline fits."""
+    data = pd.concat(
+        [weighted_margin_study(), pd.DataFrame({"attack_hash": "a", "duration": [1.0, 2.0], "event": 1, "weight": 1, "margin": [-400.0, 400.0]})],
+        ignore_index=True,
+    )
+    survival = margin_fit.fitter.predict_survival_function(data[["margin"]].tail(2), times=[1.5]).to_numpy().ravel()
+    assert sorted(survival) == [0.0, 1.0]
+    monkeypatch.setattr(F, "_lifelines_calibration", lambda *args: pytest.fail("fell back to lifelines' own function"))
+    ici, e50 = F.calibration(margin_fit, data, 1.5)
+    assert np.isfinite([ici, e50]).all() and 0 < ici < 1 and 0 < e50 < 1
+
+
 def test_the_calibration_panel_is_lifelines_plot_of_the_curve_ici_measures(margin_fit):
     data = weighted_margin_study()
     _, _, (grid, expected) = lifelines_calibration_panel(margin_fit, data, 1.5)
