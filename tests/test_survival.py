@@ -380,6 +380,35 @@ def test_a_failed_fit_is_retried_with_the_next_settings(settings):
     retries = OmegaConf.create([{"optimiser": "L-BFGS-B"}, {"penalizer": 0.01, "fit_options": {}}])
     fit = F.fit_one("weibull", spec, synthetic_cells().drop(columns=LABEL_COLUMNS), retries)
     assert (fit.attempts, fit.penalizer, fit.optimiser) == (3, 0.01, WeibullAFTFitter._scipy_fit_method)
+    assert fit.fitter.penalizer == 0.01  # the retry's penalizer is the one lifelines fitted with
+
+
+def test_a_fit_with_non_finite_coefficients_is_retried_and_named_if_none_is_left(monkeypatch):
+    real, fitted = F.fit_quietly, []
+
+    def first_fit_diverges(fitter, data, fit_options, initial_point=None):
+        caught = real(fitter, data, fit_options, initial_point)
+        fitted.append(fitter)
+        if len(fitted) == 1:
+            fitter.params_ = fitter.params_ * np.inf  # a finite log-likelihood, coefficients gone to infinity
+        return caught
+
+    monkeypatch.setattr(F, "fit_quietly", first_fit_diverges)
+    spec = OmegaConf.create({"fitter": {"_target_": "lifelines.WeibullAFTFitter", "penalizer": 0.0}})
+    data = synthetic_cells().drop(columns=LABEL_COLUMNS)
+    fit = F.fit_one("weibull", spec, data, OmegaConf.create([{"penalizer": 0.01}]))
+    assert fit.attempts == 2 and fit.fitter is fitted[1]
+    fitted.clear()
+    with pytest.raises(F.FitFailed) as failed:
+        F.fit_one("weibull", spec, data)
+    assert str(failed.value) == "attempt 1 (penalizer 0, optimiser default): non-finite log-likelihood or coefficients"
+
+
+def test_a_hessian_lifelines_could_not_invert_is_a_note_of_the_fit():
+    """lifelines says so with an ApproximationWarning, not a convergence warning."""
+    data = load_rossi().rename(columns={"week": "duration", "arrest": "event"}).assign(nothing=0.0)
+    spec = OmegaConf.create({"fitter": {"_target_": "lifelines.WeibullAFTFitter", "penalizer": 0.0}})
+    assert F.fit_one("weibull", spec, data).warnings == ["The Hessian was not invertible."]
 
 
 def test_a_retry_keeps_the_configured_optimiser_and_a_model_without_a_penalizer_fits_unpenalised():
@@ -403,6 +432,7 @@ def test_cox_ph_retried_with_another_optimiser_takes_shorter_newton_steps(monkey
     spec = OmegaConf.create({"fitter": {"_target_": "lifelines.CoxPHFitter", "penalizer": 0.1}})
     fit = F.fit_one("cox", spec, synthetic_cells().drop(columns=LABEL_COLUMNS), OmegaConf.create([{"optimiser": "BFGS"}]))
     assert options == [{}, F.NEWTON_FALLBACK] and fit.attempts == 2 and np.isfinite(fit.fitter.log_likelihood_)
+    assert F.fit_one("cox", spec, synthetic_cells().drop(columns=LABEL_COLUMNS)).optimiser == "Newton"  # lifelines' own, named
 
 
 def test_every_failed_attempt_is_reported_with_its_settings_and_lifelines_reason():
