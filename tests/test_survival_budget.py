@@ -8,12 +8,16 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from lifelines import WeibullAFTFitter
+from omegaconf import OmegaConf
 
 from tests.conftest import PixelModel
 from trashfire.attacks.engine import GradientSettings, gradient_attack, model_cost
 from trashfire.attacks.failure_log import FailureLog
 from trashfire.core.clocks import LapClock
 from trashfire.metrics import validity
+from trashfire.survival import analysis
+from trashfire.survival import fitters as F
 from trashfire.survival.cure import WeibullCureFitter, budget_sufficiency
 
 CURED, SHAPE, FACTOR = 0.3, 1.5, 10.0
@@ -207,3 +211,40 @@ def test_a_weighted_row_counts_as_its_samples_in_the_cells_share(short_budget):
     theirs = budget_sufficiency(fitter, repeated, "attack_hash", LABELS, budgets, FACTOR, draws=20)
     pd.testing.assert_frame_equal(weighted, theirs, check_exact=False, rtol=1e-9)
     assert weighted["samples"].sum() == weights.sum()
+
+
+def fits_of(cure_fitter) -> dict[str, F.Fit]:
+    """Table I's fits as the survival stage holds them: a plain model and two cure models."""
+    cure = {name: F.Fit(name, cure_fitter, 0.001, "SLSQP", 1) for name in ("weibull_cure", "weibull_cure_again")}
+    return {"weibull": F.Fit("weibull", WeibullAFTFitter(), 0.001, "SLSQP", 1), **cure}
+
+
+def test_the_stage_writes_each_cure_models_table_in_the_clocks_unit(short_budget, tmp_path):
+    _, data, fitter, _ = short_budget
+    budgets = data.groupby("attack_hash")["duration"].max()
+    settings = OmegaConf.create({"factor": FACTOR, "draws": 50, "seed": 7})
+    table = budget_sufficiency(fitter, data, "attack_hash", LABELS, budgets, FACTOR, draws=50, seed=7)
+    path = tmp_path / "budget_sufficiency.csv"
+    analysis.write_budget_sufficiency(fits_of(fitter), data, budgets, path, settings)
+    written = pd.read_csv(path)
+    assert list(written.columns) == [
+        "fitter", "attack_hash", *LABELS, "samples", "budget", "factor", "broken", "one_step", "still_breakable", "still_breakable_low", "still_breakable_high"
+    ]  # fmt: skip
+    assert list(written["fitter"]) == ["weibull_cure"] * 4 + ["weibull_cure_again"] * 4 and (written["factor"] == FACTOR).all()
+    for column in ("samples", "budget", "broken", "still_breakable", "still_breakable_low", "still_breakable_high"):
+        assert written[column].to_numpy() == pytest.approx(np.tile(table[column].to_numpy(float), 2)), column
+    assert list(written["attack_hash"]) == list(table["attack_hash"]) * 2 and list(written["one_step"]) == list(table["one_step"]) * 2
+    analysis.write_budget_sufficiency(fits_of(fitter), data, budgets, path, settings, unit=1e9)  # fitted in GFLOPs, written in FLOPs
+    assert pd.read_csv(path)["budget"].to_numpy() == pytest.approx(written["budget"].to_numpy() * 1e9)
+    analysis.write_budget_sufficiency({"weibull": fits_of(fitter)["weibull"]}, data, budgets, path, settings)
+    assert not path.exists()  # no cure model, no stale table
+
+
+def test_expected_times_get_the_first_cure_models_mean_time_of_the_breakable_samples_per_cell(short_budget):
+    _, data, fitter, _ = short_budget
+    expected = pd.DataFrame({"attack_hash": ["cell2", "cell0", "cell9"], "E_T": [1.0, 2.0, 3.0]})
+    joined = analysis.with_breakable_means(expected, fits_of(fitter), data)
+    by_hand = fitter.predict_expectation_breakable(data[["x"]]).groupby(data["attack_hash"]).mean()
+    assert joined["E_T_breakable"].iloc[:2].to_numpy() == pytest.approx(by_hand[["cell2", "cell0"]].to_numpy(), rel=1e-12)
+    assert np.isnan(joined["E_T_breakable"].iloc[2]) and list(joined["E_T"]) == [1.0, 2.0, 3.0]  # a cell the data lack
+    assert analysis.with_breakable_means(expected, {"weibull": fits_of(fitter)["weibull"]}, data) is expected
