@@ -1152,3 +1152,36 @@ def test_the_figures_draw_with_their_named_style():
         assert ax.title.get_fontsize() == figures.PANEL_TITLE["fontsize"]
         assert {line.get_alpha() for line in ax.get_xgridlines()} == {figures.GRID["alpha"]}
     plt.close(fig)
+
+
+def test_the_stage_writes_the_cure_budget_and_competing_tables_in_the_clocks_unit(tmp_path, caplog, stage_run):
+    """On the flops clock (fitted in GFLOPs) with a cure model, a composite's cells and a defence
+    dummy with few failures: the cure model's tables and E_T_breakable come back in FLOPs."""
+    data = synthetic_cells(n_cells=24, samples=5)
+    composite = data["attack_pgd_inf"] == 1
+    data = data.assign(
+        duration=data["duration"] * 1e9,
+        broken_by=np.where(composite & (data["event"] == 1), "apgd_ce", ""),
+        defence_fsq=(data["attack_hash"] == "c3").astype(float),
+    )
+    cfg = stage_cfg(tmp_path, data, "timing.clock=flops", "survival.fitters=[weibull,weibull_cure]", "survival.budget.draws=20")
+    drawn, _ = stage_run
+    caplog.set_level("INFO", logger=analysis.log.name)
+    analysis.analyse(cfg, survival.STAGE.resolved(cfg))
+    plt.close("all")
+    out = tmp_path / "reports" / "survival"
+    cure = analysis.load_models(out / "models.pkl")["weibull_cure"]
+    cells = data.drop_duplicates("attack_hash").set_index("attack_hash")
+    breakable = cure.predict_expectation_breakable(F.covariates_of(data.assign(duration=data["duration"] / 1e9)))
+    per_cell = breakable.groupby(data["attack_hash"]).mean() * 1e9  # fitted in GFLOPs, written in FLOPs
+    times = pd.read_csv(out / "expected_times.csv").set_index("attack_hash")
+    assert times["E_T_breakable"].to_numpy() == pytest.approx(per_cell[times.index].to_numpy(), rel=1e-9)
+    fractions = pd.read_csv(out / "cure_fractions.csv").set_index("attack_hash")
+    assert len(fractions) == 24 and fractions["E_T_breakable"].to_numpy() == pytest.approx(per_cell[fractions.index].to_numpy(), rel=1e-9)
+    budget = pd.read_csv(out / "budget_sufficiency.csv").set_index("attack_hash")
+    assert len(budget) == 24 and (budget["factor"] == 10).all() and budget["still_breakable"].between(0, 1).all()
+    assert budget["budget"].to_numpy() == pytest.approx(cells.loc[budget.index, "duration"].to_numpy(), rel=1e-9)  # each cell's budget, in FLOPs
+    competing = pd.read_csv(out / "competing_risks.csv")
+    assert set(competing["attack_hash"]) == set(cells.index[cells["attack_pgd_inf"] == 1]) and set(competing["component"]) == {"apgd_ce"}
+    assert (out / "competing_risks.png").exists() and {panel[1] for panel in drawn["competing_risks.png"][1]} == {"adversary's work per sample (FLOPs)"}
+    assert any(level == "WARNING" and message.startswith("survival training split: dummy defence_fsq has") for level, message in survival_log(caplog))
