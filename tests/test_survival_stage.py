@@ -563,6 +563,30 @@ def test_one_training_cluster_gives_no_robust_errors(settings):
     assert "no cluster-robust SEs: the training part holds 1 train_hash cluster" in comparison.set_index("fitter").loc["weibull", "note"]
     coefficients = analysis.coefficient_table(fits, train)
     assert coefficients["se"].notna().all() and coefficients["se_robust"].isna().all()
+    sds = coefficients.set_index(["param", "covariate"])["sd"]
+    assert sds[("lambda_", "Intercept")] == sds[("rho_", "Intercept")] == 0.0  # an intercept has no SD to scale by
+    for covariate in F.covariates_of(train):
+        assert sds[("lambda_", covariate)] == pytest.approx(analysis.sample_sd(train[[covariate]], F.sample_weights(train))[covariate], rel=1e-12)
+
+
+def test_the_training_split_drops_a_covariate_its_samples_hold_constant_and_says_where(caplog):
+    """A row of weight 0 stands for no sample: the covariate only it varies is constant."""
+    train = pd.DataFrame({"duration": [1.0, 2.0, 3.0], "event": [1, 0, 1], "weight": [2, 0, 1], "epochs": [3.0, 5.0, 3.0], "depth": [18.0, 34.0, 50.0]})
+    caplog.set_level("INFO")
+    kept_train, kept_test = analysis.usable_covariates(train, train.copy())
+    assert list(F.covariates_of(kept_train)) == list(F.covariates_of(kept_test)) == ["depth"]
+    assert "survival training split: dropping covariate epochs: it takes one value" in caplog.messages
+
+
+def test_every_dummy_is_checked_for_few_failures_whatever_the_columns_order(caplog):
+    train = pd.DataFrame(
+        {"duration": 1.0, "event": [1] * 12 + [0] * 4, "weight": 1, "epochs": [float(i % 3) for i in range(16)], "attack_x": [1.0] * 3 + [0.0] * 13}
+    )
+    caplog.set_level("INFO")
+    assert analysis.few_failures(train, ["attack"]) == ["attack_x"]
+    assert caplog.messages == [
+        "survival training split: dummy attack_x has 3 failures (< 10): its coefficient is weakly determined; read its interval in coefficients.csv"
+    ]
 
 
 # --- expected_time by hand: E[T] per cell, Kaplan-Meier check, curves, log-rank (issue 26, item 9) ---
