@@ -110,6 +110,8 @@ def test_table_one_states_each_fits_convergence(settings, rossi):
         assert bool(rows.loc[name, "converged"]) and rows.loc[name, "starts"] == 1
         assert rows.loc[name, "newton_gain"] < CONVERGED_GAIN and np.isfinite(rows.loc[name, "gradient_norm"])
     assert rows.loc[["runtime_baseline", "failure_share_baseline"], "converged"].isna().all()
+    assert rows.loc["weibull", ["aft", "penalizer", "optimiser", "attempts"]].tolist() == [True, 0.001, "SLSQP", 1]
+    assert rows.loc["cox", ["aft", "optimiser"]].tolist() == [False, "Newton"] and (comparison["split_by"] == "train_hash").all()
     assert "optimum" not in scoring.latex_table(comparison, 0.2)
     weibull = comparison["fitter"] == "weibull"
     comparison.loc[weibull, ["converged", "starts"]] = [False, 2]

@@ -97,7 +97,7 @@ def test_each_cells_cured_share_stands_beside_its_kaplan_meier_plateau(fitted):
     assert (table["difference"].abs() < 0.05).all()  # the model's share is the plateau here (the budget suffices)
 
 
-def test_it_is_a_row_of_table_one_and_writes_its_cured_shares(tmp_path):
+def test_it_is_a_row_of_table_one_and_writes_its_cured_shares(tmp_path, caplog):
     settings = compose([], conf=ROOT / "conf").survival
     assert "weibull_cure" in settings.fitters and not settings.models.weibull_cure.aft
     data = cured_samples(600).assign(
@@ -111,9 +111,13 @@ def test_it_is_a_row_of_table_one_and_writes_its_cured_shares(tmp_path):
     assert rows.loc["weibull_cure", "k"] == 5 and bool(rows.loc["weibull_cure", "converged"])
     assert np.isfinite(rows.loc["weibull_cure", ["test_concordance", "test_ICI"]].astype(float)).all()
     assert "partial likelihood" not in str(rows.loc["weibull_cure", "note"])
+    caplog.set_level("INFO", logger=analysis.log.name)
     analysis.write_cure_fractions(fits, data, tmp_path / "cure_fractions.csv")
     written = pd.read_csv(tmp_path / "cure_fractions.csv")
     assert set(written["fitter"]) == {"weibull_cure"} and len(written) == 20
+    median = written["difference"].abs().median()
+    said = [r.getMessage() for r in caplog.records if r.name == analysis.log.name and "cured share" in r.getMessage()]
+    assert said == [f"weibull_cure: cured share against the Kaplan-Meier plateau per cell, median |difference| by family: pgd linf {median:.3f}"]
     analysis.write_cure_fractions(fits, data, tmp_path / "in_flops.csv", unit=1e9)  # fitted in GFLOPs, written in FLOPs
     assert pd.read_csv(tmp_path / "in_flops.csv")["E_T_breakable"].to_numpy() == pytest.approx(written["E_T_breakable"].to_numpy() * 1e9)
     analysis.write_cure_fractions({"weibull": fits["weibull"]}, data, tmp_path / "cure_fractions.csv")
