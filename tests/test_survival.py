@@ -404,9 +404,9 @@ def test_a_fit_with_non_finite_coefficients_is_retried_and_named_if_none_is_left
     assert str(failed.value) == "attempt 1 (penalizer 0, optimiser default): non-finite log-likelihood or coefficients"
 
 
-def test_a_hessian_lifelines_could_not_invert_is_a_note_of_the_fit():
+def test_a_hessian_lifelines_could_not_invert_is_a_note_of_the_fit(rossi):
     """lifelines says so with an ApproximationWarning, not a convergence warning."""
-    data = load_rossi().rename(columns={"week": "duration", "arrest": "event"}).assign(nothing=0.0)
+    data = rossi.assign(nothing=0.0)
     spec = OmegaConf.create({"fitter": {"_target_": "lifelines.WeibullAFTFitter", "penalizer": 0.0}})
     assert F.fit_one("weibull", spec, data).warnings == ["The Hessian was not invertible."]
 
