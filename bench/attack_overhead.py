@@ -39,7 +39,15 @@ from trashfire.models import resolve_device, training
 from trashfire.stages import prepare, train
 
 ROOT = Path(__file__).resolve().parents[1]
-FGM = {"name": "fgm", "target": "art.attacks.evasion.FastGradientMethod", "norm": "inf", "param": "eps", "batch_size": 100, "kwargs": {}}
+FGM = {
+    "name": "fgm",
+    "target": "art.attacks.evasion.FastGradientMethod",
+    "norm": "inf",
+    "param": "eps",
+    "batch_size": 100,
+    "kwargs": {},
+    "rules": {"torch": {"algorithm": "fgm"}},  # the loop that runs it (conf/attack/fgm.yaml)
+}
 PGD = {
     "name": "pgd",
     "target": "art.attacks.evasion.ProjectedGradientDescent",
@@ -49,6 +57,7 @@ PGD = {
     "max_iter": 10,
     "step_scale": 2.5,
     "kwargs": {"num_random_init": 0, "verbose": False},
+    "rules": {"torch": {"algorithm": "pgd"}},
 }
 DEEPFOOL = {
     "name": "deepfool",
@@ -59,6 +68,7 @@ DEEPFOOL = {
     "batch_size": 100,
     "max_iter": 10,
     "kwargs": {"epsilon": 1e-6, "verbose": False},
+    "rules": {"torch": {"algorithm": "deepfool"}},
 }
 DEFAULT_EPS = (0.1, 0.3, 1.0)
 
