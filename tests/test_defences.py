@@ -10,6 +10,7 @@ import torch
 
 from tests.conftest import ROOT
 from trashfire.attacks import art_classifier
+from trashfire.attacks.target import Target
 from trashfire.core.config import compose, validate
 from trashfire.core.grid import defence_values, model_cells
 from trashfire.data.datasets import load_split
@@ -62,6 +63,18 @@ def test_predict_time_defences_change_predictions_not_weights(digits):
     low, high = split.clip_values
     levels = np.rint((np.clip(x, low, high) - low) / (high - low) * 3) / 3 * (high - low) + low
     assert np.allclose(squeezed.predict(x), classifier_with(cfg, split, "none").predict(levels), atol=1e-4)
+
+
+@pytest.mark.parametrize("name, value, deterministic", [("none", None, True), ("conf", 0.5, True), ("fsq", 2, True), ("gauss_out", 0.3, False)])
+def test_a_target_knows_whether_asking_a_point_again_can_change_its_answer(digits, name, value, deterministic):
+    """Square answers a repeated point from its best without a pass only on such a target."""
+    cfg, split = digits
+    target = Target(classifier_with(cfg, split, name, value), torch.device("cpu"))
+    assert target.deterministic is deterministic
+    x = torch.from_numpy(split.x_test.numpy()[:20])
+    with torch.no_grad():
+        answers = [target.decide(target.logits(x)) for _ in range(5)]
+    assert all(np.array_equal(a, answers[0]) for a in answers) or not deterministic
 
 
 def test_adversarial_training_raises_pgd_accuracy_on_digits(tmp_path):

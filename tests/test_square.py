@@ -35,6 +35,7 @@ class CountingTarget:
 
     def __init__(self, target):
         self.target, self.clip_values, self.device = target, target.clip_values, target.device
+        self.deterministic = target.deterministic
         self.rows = 0
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
@@ -51,6 +52,7 @@ class PixelTarget(CountingTarget):
 
     def __init__(self, target):
         self.target, self.clip_values, self.device = PixelModel(target), (0.0, 1.0), CPU
+        self.deterministic = target.deterministic
         self.rows = 0
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
@@ -125,6 +127,25 @@ def test_on_the_authors_scale_every_point_is_theirs_to_the_bit(digits_cnn, norm,
     np.testing.assert_array_equal(log.x_adv[hit], adv.numpy()[hit])
 
 
+def test_when_one_sample_is_left_it_searches_on_as_the_authors_one_row_passes(digits_cnn):
+    """The two samples it breaks last: once the first leaves, the reference's passes are of
+    one row (arithmetic that differs from a batch's in the last bits), and so are ours, so the
+    second breaks at the reference's point."""
+    _, target = digits_cnn
+    x, y = images(digits_cnn)
+    pixel_target = PixelTarget(target)
+    x_pixels = pixel_target.target.to_pixels(torch.from_numpy(x))
+    settings = SquareSettings(norm=np.inf, eps=0.1, n_queries=N_QUERIES)
+    log, _, standing = ours(pixel_target, x_pixels.numpy(), y, settings)
+    broken = standing[log.event[standing]]
+    chosen = broken[np.argsort(log.failure_step[broken])[-2:]]
+    log, _, _ = ours(pixel_target, x_pixels.numpy()[chosen], y[chosen], settings)
+    theirs, adv = reference(pixel_target.target, x_pixels[chosen], y[chosen], settings, 0.1)
+    assert log.event.all() and theirs.all()
+    assert log.failure_step[0] < log.failure_step[1]  # the second searched alone for a while
+    np.testing.assert_array_equal(log.x_adv, adv.numpy())
+
+
 def test_the_square_shrinks_on_the_authors_schedule():
     """AutoAttack's setting: resc_schedule off, the raw iteration, over the standard 5000 and past it."""
     authors = SquareAttack(None, n_queries=5000, eps=0.1, p_init=0.8, resc_schedule=False)
@@ -139,7 +160,7 @@ def test_the_clock_counts_every_query_and_only_those(digits_cnn, norm, eps_pixel
     settings = SquareSettings(norm=norm, eps=PixelModel(target).eps_standardised(eps_pixels), n_queries=N_QUERIES)
     log, clock, standing = first_query(counting, x, y, budget_of(settings))
     counting.rows, laps_before = 0, len(clock.laps)
-    square(counting, log, clock, standing, settings, batch_size=100, seed=0)
+    (search,) = square(counting, log, clock, standing, settings, batch_size=100, seed=0)
     queries = clock.queries[standing] - 1  # the clean check aside
     broken = log.event[standing]
     assert 0 < broken.sum() < len(standing)
@@ -148,7 +169,13 @@ def test_the_clock_counts_every_query_and_only_those(digits_cnn, norm, eps_pixel
     # a censored one: the initial point and every iteration
     np.testing.assert_array_equal(queries[~broken], budget_of(settings))
     assert budget_of(settings) == 1 + N_QUERIES
-    assert counting.rows == queries.sum()  # every row through the model is some sample's query
+    # every query is a row through the model, but those Linf answers without a pass (a
+    # proposal equal to the best point), and the look-ahead's rows past a taken proposal answer none
+    assert counting.rows == queries.sum() - search.cached + search.dropped
+    if norm == np.inf:
+        assert search.cached > 0 and search.dropped > 0
+    else:
+        assert search.cached == search.dropped == 0
     assert not clock.gradients.any()
     # a lap for the initial point, then one per run of queries serving the same samples: a
     # new one only when a sample leaves (the process clock's read costs a small forward pass)

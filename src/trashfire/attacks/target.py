@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from art.defences.postprocessor import ClassLabels, HighConfidence, Rounded
 from art.defences.preprocessor import FeatureSqueezing
 from art.defences.preprocessor.preprocessor import PreprocessorPyTorch
 from art.estimators.classification import PyTorchClassifier
 
 from trashfire.core.errors import ConfigError
+from trashfire.models.defences import Softmax
+
+DETERMINISTIC_POSTPROCESSORS = (Softmax, HighConfidence, Rounded, ClassLabels)
 
 
 class Target:
@@ -21,6 +25,14 @@ class Target:
         self.clip_values = tuple(float(v) for v in classifier.clip_values)
         self.preprocessors = [torch_preprocessor(p, self.clip_values) for p in classifier.preprocessing_defences or []]
         self.postprocessors = list(classifier.postprocessing_defences or [])
+
+    @property
+    def deterministic(self) -> bool:
+        """Whether a point's logits and decision are the same however often it is asked: only
+        feature squeezing before the model and only postprocessors that draw nothing after it
+        (Gauss-out draws; a defence not known to draw nothing counts as one that does)."""
+        before = all(isinstance(p, FeatureSqueezing) for p in self.classifier.preprocessing_defences or [])
+        return before and all(isinstance(p, DETERMINISTIC_POSTPROCESSORS) for p in self.postprocessors)
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         for preprocess in self.preprocessors:
