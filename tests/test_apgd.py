@@ -13,6 +13,7 @@ from pyautoattack.autopgd_base import APGDAttack, APGDAttack_targeted
 from torch import nn
 
 from tests.conftest import PixelModel, first_query
+from trashfire.attacks import apgd as apgd_module
 from trashfire.attacks import art_classifier
 from trashfire.attacks.apgd import APGDSettings, Run, apgd, budget_of, checkpoints
 from trashfire.attacks.failure_log import FailureLog
@@ -63,6 +64,28 @@ def test_it_breaks_the_samples_the_authors_code_breaks(digits_cnn, norm, eps_pix
     broken_by_reference, _ = reference(target, x, y, settings)
     np.testing.assert_array_equal(log.event[standing], broken_by_reference[standing])
     assert 0 < log.event[standing].sum() < len(standing), "a cell where the attack breaks some samples and not others"
+
+
+@pytest.mark.parametrize("eps_pixels", [0.05, 0.1])
+def test_apgd_t_runs_side_by_side_are_the_authors_order_to_the_sample(digits_cnn, monkeypatch, eps_pixels):
+    """APGD-T's runs at once, one row a (sample, target) pair, in waves that settle the runs up
+    to the first with a break: each sample's outcome, example, charge and its run's start are
+    those of the runs one after another."""
+    split, target = digits_cnn
+    x, y = split.x_attack.numpy()[:N_IMAGES], split.y_attack.numpy()[:N_IMAGES]
+    settings = APGDSettings(norm=np.inf, eps=eps_pixels * (target.clip_values[1] - target.clip_values[0]), n_iter=20, loss="dlr-targeted", n_targets=5)
+    waves = []
+    original = apgd_module.SideBySide.wave
+    monkeypatch.setattr(apgd_module.SideBySide, "wave", lambda self, *a: waves.append(original(self, *a)) or waves[-1])
+    side, side_clock, standing = ours(target, x, y, settings)
+    monkeypatch.setattr(apgd_module, "side_by_side", lambda *a: False)
+    order, order_clock, _ = ours(target, x, y, settings)
+    assert 0 < side.event[standing].sum() < len(standing) and len(waves) > 1, "breaks in more than one run: more than one wave"
+    for name in ("event", "failure_step", "y_pred_adv", "x_adv"):
+        np.testing.assert_array_equal(getattr(side, name), getattr(order, name), err_msg=name)
+    np.testing.assert_array_equal(side_clock.queries, order_clock.queries)
+    np.testing.assert_array_equal(side_clock.gradients, order_clock.gradients)
+    assert waves == sorted(set(waves)), f"each wave settles runs after the last one's: {waves}"
 
 
 class HandMade(nn.Module):

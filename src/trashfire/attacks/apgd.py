@@ -29,13 +29,14 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from trashfire.attacks.failure_log import FailureLog, batches
+from trashfire.attacks.failure_log import FailureLog, PairLedger, batches
 from trashfire.attacks.norms import TINY, normalised, per_sample, sample_norms
 from trashfire.attacks.target import Target
 from trashfire.core.clocks import STEPS, LapClock
 
 LOSSES = ("ce", "dlr", "dlr-targeted")
 DLR_CLASSES = {"dlr": 3, "dlr-targeted": 4}  # the logits each ratio's denominator needs
+SIDE_BY_SIDE_FLOATS = 2**24  # APGD-T's pairs side by side at most (rows x features; 64 MB a state tensor)
 
 
 @dataclass(frozen=True)
@@ -180,7 +181,6 @@ class Run:
         pass counted; the last pass's decision checks every sample. Returns (losses, gradient,
         broken)."""
         eot = self.eot
-        self.clock.count(self.rows, queries=eot, gradients=eot, group=STEPS)
         grad, draws = torch.zeros_like(self.x), []
         for _ in range(eot):
             inputs = x_adv.clone().requires_grad_(True)
@@ -192,10 +192,17 @@ class Run:
                 draws.append(logits.detach())
         if not self.eot_checked:
             self.keep_draws(draws)
-        broken = self.log.observe(self.rows, self.target.decide(logits), self.clock.queries[self.rows])
+        broken = self.record(x_adv, self.target.decide(logits), eot, unit)
+        return losses.detach(), grad / float(eot), broken
+
+    def record(self, x_adv: torch.Tensor, decisions: np.ndarray, passes: int, unit: int) -> np.ndarray:
+        """The clock and the log after a gradient of `passes` passes: each sample charged, and
+        broken where the last pass's decision is wrong (its point kept)."""
+        self.clock.count(self.rows, queries=passes, gradients=passes, group=STEPS)
+        broken = self.log.observe(self.rows, decisions, self.clock.queries[self.rows])
         self.log.x_adv[self.rows[broken]] = x_adv[torch.from_numpy(broken).to(x_adv.device)].detach().cpu().numpy()
         self.clock.lap(self.rows, STEPS, reference=self.whole and len(self.rows) == self.size, unit=unit)
-        return losses.detach(), grad / float(eot), broken
+        return broken
 
     def attack(self, generator: torch.Generator) -> None:
         """The reference's attack_single_run, leaving out each sample at its first failure."""
@@ -237,6 +244,10 @@ class Run:
                 self.halve_steps(state, i, interval)
                 interval, since = max(interval - s.interval_decrease, s.shortest_interval), 0
             self.keep(state, ~broken)
+        self.finish(state)
+
+    def finish(self, state: dict[str, torch.Tensor]) -> None:
+        """The samples the run leaves standing: their best point is the log's example."""
         self.log.x_adv[self.rows] = state["x_best"].detach().cpu().numpy()
 
     def step(self, state: dict[str, torch.Tensor], i: int) -> torch.Tensor:
@@ -272,11 +283,125 @@ class Run:
         self.targets = state.get("targets")
 
 
+class TargetLedger(PairLedger):
+    """Per (sample, target run): also its last decision and its best point at the run's end."""
+
+    def __init__(self, n: int, runs: int, shape: tuple[int, ...]):
+        super().__init__(n, runs)
+        self.last = np.zeros((n, runs), dtype=np.int64)
+        self.best = np.zeros((n, runs, *shape), dtype=np.float32)
+
+
+class SideBySide:
+    """APGD-T's target runs on one batch side by side, one row a (sample, target) pair, on the
+    path and with the outcome and charge of the authors' order (runs one after another, each on
+    the samples the ones before left standing).
+
+    Each pair's arithmetic is per row, so it only needs the order's random start. Run k draws
+    its starts for the n_k samples standing when it begins, from the batch's generator after
+    the earlier runs' draws; on the CPU those draws are one stream of uniforms, so n samples
+    over runs k..K-1 take, in order, the draws of one call for (K - k) n rows. A wave runs those
+    pairs, supposing no sample breaks; the first run j in which one does is the last the wave
+    settles (the starts of the runs after it supposed n_j+1 = n): its later runs' pairs stop,
+    and the next wave runs them again with the generator moved on by the settled runs' draws.
+    Within a wave a pair stops at its break or once an earlier run of its sample has broken it.
+
+    Each sample is then charged what the order spends on it (every earlier run's passes, its
+    breaking run's up to its break: `PairLedger.charges`); its example is its break's point or,
+    where no run broke it, the last run's best point, as the order leaves the log."""
+
+    def __init__(self, target: Target, log: FailureLog, clock: LapClock, settings: APGDSettings, rows: np.ndarray, batch_size: int):
+        self.target, self.log, self.clock, self.settings, self.rows, self.batch_size = target, log, clock, settings, rows, batch_size
+        self.shape = log.x.shape[1:]
+
+    def attack(self, generator: torch.Generator, ranked: torch.Tensor) -> None:
+        runs = min(self.settings.n_targets, ranked.shape[1] - 1)  # a target per wrong class at most
+        self.ledger = TargetLedger(len(self.rows), runs, self.shape)
+        first = 0
+        while first < runs:
+            standing = np.flatnonzero(self.ledger.first_break() >= first)
+            if not len(standing):
+                break
+            before = generator.get_state()
+            last = self.wave(standing, first, runs, generator, ranked)
+            generator.set_state(before)
+            torch.rand(((last + 1 - first) * len(standing), *self.shape), generator=generator)  # the settled runs' draws
+            self.ledger.forget(last + 1)
+            first = last + 1
+        self.settle(runs)
+
+    def wave(self, standing: np.ndarray, first: int, runs: int, generator: torch.Generator, ranked: torch.Tensor) -> int:
+        """Runs first..runs-1 of the samples `standing` side by side; returns the last run it
+        settles."""
+        pair_sample = np.tile(standing, runs - first)
+        pair_run = np.repeat(np.arange(first, runs), len(standing))
+        run = PairRun(self, pair_sample, pair_run)
+        index = torch.from_numpy(pair_sample).to(ranked.device)
+        run.targets = ranked[index, torch.from_numpy(ranked.shape[1] - 2 - pair_run).to(ranked.device)]
+        run.attack(generator)
+        return run.last_run
+
+    def settle(self, runs: int) -> None:
+        """Charge each sample what the order spends on it, then record its break or its best point."""
+        queries, gradients, first = self.ledger.charges()
+        self.clock.count(self.rows, queries=queries, gradients=gradients, group=STEPS)
+        self.clock.lap([], STEPS, reference=False)  # the charges' FLOPs; the passes' time is shared already
+        broken = np.flatnonzero(first < runs)
+        if len(broken):
+            rows = self.rows[broken]
+            self.log.observe(rows, self.ledger.decision[broken, first[broken]], self.clock.queries[rows])
+            self.log.x_adv[rows] = self.ledger.point[broken, first[broken]]
+        censored = np.flatnonzero((first == runs) & (self.ledger.queries[:, -1] > 0))
+        self.log.x_adv[self.rows[censored]] = self.ledger.best[censored, -1]
+        self.log.y_pred_adv[self.rows[censored]] = self.ledger.last[censored, -1]
+
+
+class PairRun(Run):
+    """A wave of `SideBySide`: an APGD run whose rows are (sample, target run) pairs, which
+    records in the ledger, not the log, and drops the pairs the order would not run."""
+
+    def __init__(self, owner: SideBySide, pair_sample: np.ndarray, pair_run: np.ndarray):
+        super().__init__(owner.target, owner.log, owner.clock, owner.settings, owner.rows[pair_sample], owner.batch_size)
+        self.owner, self.pair_sample, self.pair_run = owner, pair_sample, pair_run
+        self.whole = False  # pairs are not the batch whose passes price the group
+        self.last_run = int(pair_run.max())
+
+    def record(self, x_adv: torch.Tensor, decisions: np.ndarray, passes: int, unit: int) -> np.ndarray:
+        ledger = self.owner.ledger
+        ledger.spend(self.pair_sample, self.pair_run, queries=passes, gradients=passes)
+        wrong = decisions != self.log.y[self.rows]
+        if wrong.any():
+            self.last_run = min(self.last_run, int(self.pair_run[wrong].min()))
+        valid = self.pair_run <= self.last_run
+        hit = wrong & valid
+        if hit.any():
+            ledger.breaks(self.pair_sample[hit], self.pair_run[hit], x_adv[torch.from_numpy(hit).to(x_adv.device)].detach().cpu().numpy(), decisions[hit])
+        ledger.last[self.pair_sample[valid], self.pair_run[valid]] = decisions[valid]
+        self.clock.lap(self.owner.rows[np.unique(self.pair_sample)], STEPS, reference=False, unit=unit)
+        return wrong
+
+    def keep(self, state: dict[str, torch.Tensor], keep: np.ndarray) -> None:
+        keep = keep & (self.pair_run <= self.last_run) & self.owner.ledger.still_needed(self.pair_sample, self.pair_run)
+        super().keep(state, keep)
+        self.pair_sample, self.pair_run = self.pair_sample[keep], self.pair_run[keep]
+
+    def finish(self, state: dict[str, torch.Tensor]) -> None:
+        self.owner.ledger.best[self.pair_sample, self.pair_run] = state["x_best"].detach().cpu().numpy()
+
+
+def side_by_side(target: Target, settings: APGDSettings, pairs: int, features: int) -> bool:
+    """Whether APGD-T's runs may go side by side: Linf (its starts are uniforms, one stream
+    however split; L2's Gaussians are not), one pass per gradient, a target whose answers
+    draw nothing (a drawing defence's draws would fall in another order), and pairs that fit."""
+    return settings.norm == np.inf and settings.eot_iter == 1 and getattr(target, "deterministic", False) and pairs * features <= SIDE_BY_SIDE_FLOATS
+
+
 def apgd(target: Target, log: FailureLog, clock: LapClock, rows: np.ndarray, settings: APGDSettings, batch_size: int, seed: int) -> None:
     """APGD on the samples `rows` (all standing), batch by batch, each batch seeded as the
     reference's `perturb` seeds torch; APGD-T runs target after target, each on the samples
-    the previous ones left standing."""
+    the previous ones left standing (side by side where it can: `SideBySide`)."""
     check_classes(settings, int(target.classifier.nb_classes))
+    features = int(np.prod(log.x.shape[1:]))
     for positions in batches(len(rows), batch_size):
         generator = torch.Generator().manual_seed(int(seed))
         batch = rows[positions]
@@ -284,6 +409,9 @@ def apgd(target: Target, log: FailureLog, clock: LapClock, rows: np.ndarray, set
             Run(target, log, clock, settings, batch, batch_size).attack(generator)
             continue
         ranked = clean_ranking(target, log, clock, batch)
+        if side_by_side(target, settings, len(batch) * settings.n_targets, features):
+            SideBySide(target, log, clock, settings, batch, batch_size).attack(generator, ranked)
+            continue
         for k in range(2, min(settings.n_targets, ranked.shape[1] - 1) + 2):  # a target per wrong class at most
             standing = ~log.event[batch]
             if not standing.any():

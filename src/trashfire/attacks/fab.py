@@ -47,7 +47,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from trashfire.attacks.failure_log import FailureLog, batches
+from trashfire.attacks.failure_log import FailureLog, PairLedger, batches
 from trashfire.attacks.norms import TINY, per_sample, sample_norms
 from trashfire.attacks.target import Target
 from trashfire.core.clocks import STEPS, LapClock
@@ -433,7 +433,7 @@ class SideBySide(Batch):
 
     def _settle(self) -> None:
         """Charge each sample what the authors' order spends on it, then record its event."""
-        queries, gradients, first = self.pairs.charges(self.settings)
+        queries, gradients, first = self.pairs.charges()
         self._charge(self.rows, queries=queries, gradients=gradients)
         self.clock.lap([], STEPS, reference=False)  # the charges' FLOPs; the passes' time is shared already
         broken = np.flatnonzero(first < self.pairs.broken.shape[1])
@@ -443,43 +443,6 @@ class SideBySide(Batch):
             self.log.x_adv[rows] = self.pairs.point[broken, runs]
         robust = self.rows[~self.log.event[self.rows]]
         self.log.x_adv[robust] = self.log.x[robust]
-
-
-class PairLedger:
-    """Per (sample, run): the passes it took and where it broke."""
-
-    def __init__(self, n: int, runs: int):
-        self.queries = np.zeros((n, runs), dtype=np.int64)
-        self.gradients = np.zeros((n, runs), dtype=np.int64)
-        self.broken = np.zeros((n, runs), dtype=bool)
-        self.point: np.ndarray | None = None
-        self.decision = np.zeros((n, runs), dtype=np.int64)
-
-    def spend(self, samples: np.ndarray, runs: np.ndarray, queries: int = 0, gradients: int = 0) -> None:
-        self.queries[samples, runs] += queries
-        self.gradients[samples, runs] += gradients
-
-    def breaks(self, samples: np.ndarray, runs: np.ndarray, points: np.ndarray, decisions: np.ndarray) -> None:
-        if self.point is None:
-            self.point = np.zeros(self.broken.shape + points.shape[1:], dtype=np.float32)
-        self.broken[samples, runs] = True
-        self.point[samples, runs] = points
-        self.decision[samples, runs] = decisions
-
-    def first_break(self) -> np.ndarray:
-        """Each sample's first run, in target order, that broke it (runs: none)."""
-        return np.where(self.broken.any(1), self.broken.argmax(1), self.broken.shape[1])
-
-    def still_needed(self, samples: np.ndarray, runs: np.ndarray) -> np.ndarray:
-        """A pair searches on while it has not broken and no earlier run of its sample has."""
-        return runs < self.first_break()[samples]
-
-    def charges(self, settings: FABSettings) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per sample, the queries and gradients of its runs in order up to its first break
-        (all of them when none broke it), and that run."""
-        first = self.first_break()
-        in_order = np.arange(self.broken.shape[1])[None, :] <= first[:, None]
-        return (self.queries * in_order).sum(1), (self.gradients * in_order).sum(1), first
 
 
 def fab(target: Target, log: FailureLog, clock: LapClock, rows: np.ndarray, settings: FABSettings, batch_size: int) -> None:

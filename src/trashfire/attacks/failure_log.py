@@ -71,3 +71,47 @@ class FailureLog:
             "duration_process_shared": clock.process_shared,
             "duration_wall_shared": clock.wall_shared,
         }
+
+
+class PairLedger:
+    """Per (sample, run): the passes it took and where it broke."""
+
+    def __init__(self, n: int, runs: int):
+        self.queries = np.zeros((n, runs), dtype=np.int64)
+        self.gradients = np.zeros((n, runs), dtype=np.int64)
+        self.broken = np.zeros((n, runs), dtype=bool)
+        self.point: np.ndarray | None = None
+        self.decision = np.zeros((n, runs), dtype=np.int64)
+
+    def spend(self, samples: np.ndarray, runs: np.ndarray, queries: int = 0, gradients: int = 0) -> None:
+        self.queries[samples, runs] += queries
+        self.gradients[samples, runs] += gradients
+
+    def breaks(self, samples: np.ndarray, runs: np.ndarray, points: np.ndarray, decisions: np.ndarray) -> None:
+        if self.point is None:
+            self.point = np.zeros(self.broken.shape + points.shape[1:], dtype=np.float32)
+        self.broken[samples, runs] = True
+        self.point[samples, runs] = points
+        self.decision[samples, runs] = decisions
+
+    def first_break(self) -> np.ndarray:
+        """Each sample's first run, in target order, that broke it (runs: none)."""
+        return np.where(self.broken.any(1), self.broken.argmax(1), self.broken.shape[1])
+
+    def still_needed(self, samples: np.ndarray, runs: np.ndarray) -> np.ndarray:
+        """A pair searches on while it has not broken and no earlier run of its sample has."""
+        return runs < self.first_break()[samples]
+
+    def forget(self, first_run: int) -> None:
+        """Clear the runs from `first_run` on (to run them again)."""
+        for table in (self.queries, self.gradients, self.broken, self.decision):
+            table[:, first_run:] = 0
+        if self.point is not None:
+            self.point[:, first_run:] = 0
+
+    def charges(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per sample, the queries and gradients of its runs in order up to its first break
+        (all of them when none broke it), and that run."""
+        first = self.first_break()
+        in_order = np.arange(self.broken.shape[1])[None, :] <= first[:, None]
+        return (self.queries * in_order).sum(1), (self.gradients * in_order).sum(1), first
