@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from trashfire.attacks import art_classifier, build_attack
-from trashfire.attacks.engine import run_engine
+from trashfire.attacks.engine import model_cost, run_engine
 from trashfire.attacks.target import Target
 from trashfire.core.clocks import Stopwatch
 from trashfire.core.config import compose, validate
@@ -159,10 +159,13 @@ def measure(repeats: int, epochs: int, device_name: str) -> dict:
     x_t, y_t = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
     accuracy = float((classifier.predict(x).argmax(1) == y).mean())
     print(f"resnet18 trained {epochs} epochs on digits: attack-subset accuracy {accuracy:.2f}; batch {len(x)}, {torch.get_num_threads()} threads, {device}")
+    # the model's FLOPs per query and gradient are measured once per model cell, as the
+    # campaign does (`campaign._COSTS`), not per attack run
+    cost = model_cost(target, x, y)
     engine_rows, exit_rows = [], []
     for spec, passes, step in ((FGM | {"value": 0.3}, 1, 0.3), (PGD | {"value": 0.3}, 10, 0.3 * 2.5 / 10)):
         measured = paired_seconds(
-            lambda: run_engine("torch", None, spec, target, x, y, spec["value"], early_exit=False),
+            lambda: run_engine("torch", None, spec, target, x, y, spec["value"], early_exit=False, cost=cost),
             lambda: lower_bound(model, x_t, y_t, passes, spec["value"], step, target.clip_values),
             repeats,
             device,
@@ -171,14 +174,14 @@ def measure(repeats: int, epochs: int, device_name: str) -> dict:
     for eps in DEFAULT_EPS:
         spec = PGD | {"value": eps}
         attack = build_attack(classifier, spec)
-        _, out = run_engine("torch", None, spec, target, x, y, eps, early_exit=True)
+        _, out = run_engine("torch", None, spec, target, x, y, eps, early_exit=True, cost=cost)
         broken = float(out["event"].mean())  # the survivors take all 10 steps: the ratio cannot fall below their share
         measured = paired_seconds(
-            lambda: run_engine("torch", None, spec, target, x, y, eps, early_exit=True), lambda: attack.generate(x=x, y=y), repeats, device
+            lambda: run_engine("torch", None, spec, target, x, y, eps, early_exit=True, cost=cost), lambda: attack.generate(x=x, y=y), repeats, device
         )
         exit_rows.append(row(f"pgd-10 eps {eps} ({broken:.0%} broken) vs ART", measured, ("early_exit", "art")) | {"eps": eps, "event_share": broken})
     deepfool = build_attack(classifier, DEEPFOOL)
-    measured = paired_seconds(lambda: run_engine("torch", None, DEEPFOOL, target, x, y, 3), lambda: deepfool.generate(x=x, y=y), repeats, device)
+    measured = paired_seconds(lambda: run_engine("torch", None, DEEPFOOL, target, x, y, 3, cost=cost), lambda: deepfool.generate(x=x, y=y), repeats, device)
     deepfool_row = row("deepfool (nb_grads 3) ours vs ART", measured, ("ours", "art"))
     return {
         "model": "resnet18",

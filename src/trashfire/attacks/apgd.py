@@ -19,6 +19,10 @@ later gradient takes one pass, which is EOT's mean gradient exactly (`Run.keep_d
 A never-broken sample spends `budget_of(settings)` queries at most; a sample is checked at every pass
 that computes its loss (the last EOT draw decides, as the reference's `acc`), and breaks at
 the first check that finds it misclassified (`target.decide`, the defended decision).
+
+APGD-T's target runs go side by side where the order's random starts can be known in advance
+(`SideBySide`: Linf, one pass per gradient, a target that draws nothing), each sample's
+outcome, example and charge those of the runs one after another.
 """
 
 from __future__ import annotations
