@@ -139,11 +139,15 @@ def test_when_one_sample_is_left_it_searches_on_as_the_authors_one_row_passes(di
     log, _, standing = ours(pixel_target, x_pixels.numpy(), y, settings)
     broken = standing[log.event[standing]]
     chosen = broken[np.argsort(log.failure_step[broken])[-2:]]
-    log, _, _ = ours(pixel_target, x_pixels.numpy()[chosen], y[chosen], settings)
+    log, clock, standing = first_query(pixel_target, x_pixels.numpy()[chosen], y[chosen], budget_of(settings))
+    pixel_target.rows = 0
+    (search,) = square(pixel_target, log, clock, standing, settings, batch_size=100, seed=0)
     theirs, adv = reference(pixel_target.target, x_pixels[chosen], y[chosen], settings, 0.1)
     assert log.event.all() and theirs.all()
     assert log.failure_step[0] < log.failure_step[1]  # the second searched alone for a while
     np.testing.assert_array_equal(log.x_adv, adv.numpy())
+    # the look-ahead past the first's leaving, taken back, is rows that answered no query
+    assert pixel_target.rows == (clock.queries - 1).sum() - search.cached + search.dropped
 
 
 def test_the_square_shrinks_on_the_authors_schedule():

@@ -40,7 +40,8 @@ from trashfire.core.clocks import STEPS, LapClock
 
 LOSSES = ("ce", "dlr", "dlr-targeted")
 DLR_CLASSES = {"dlr": 3, "dlr-targeted": 4}  # the logits each ratio's denominator needs
-SIDE_BY_SIDE_FLOATS = 2**24  # APGD-T's pairs side by side at most (rows x features; 64 MB a state tensor)
+SIDE_BY_SIDE_FLOATS = 2**22  # APGD-T's pairs side by side at most on the CPU: rows x input features (16 MB a state tensor)
+SIDE_BY_SIDE_BATCHES = 10  # and rows, in batch sizes (the 9 targets of a whole batch)
 
 
 @dataclass(frozen=True)
@@ -189,7 +190,7 @@ class Run:
         for _ in range(eot):
             inputs = x_adv.clone().requires_grad_(True)
             with torch.enable_grad():
-                logits = self.target.logits(inputs)
+                logits = self.logits_of(inputs)
                 losses = sample_losses(self.settings, logits, self.labels, self.targets)
                 grad += torch.autograd.grad(losses.sum(), inputs)[0].detach()
             if not self.eot_checked:
@@ -198,6 +199,14 @@ class Run:
             self.keep_draws(draws)
         broken = self.record(x_adv, self.target.decide(logits), eot, unit)
         return losses.detach(), grad / float(eot), broken
+
+    def logits_of(self, inputs: torch.Tensor) -> torch.Tensor:
+        """The target's logits; where one row is left of a run that began with more, the pass
+        is of two (the row twice, the gradient through the first): the authors' run keeps every
+        row to its end, and on the CPU a pass of one row differs from a batch's in the last bits."""
+        if len(inputs) == 1 and self.size > 1:
+            return self.target.logits(torch.cat([inputs, inputs.detach()]))[:1]
+        return self.target.logits(inputs)
 
     def record(self, x_adv: torch.Tensor, decisions: np.ndarray, passes: int, unit: int) -> np.ndarray:
         """The clock and the log after a gradient of `passes` passes: each sample charged, and
@@ -295,6 +304,11 @@ class TargetLedger(PairLedger):
         self.last = np.zeros((n, runs), dtype=np.int64)
         self.best = np.zeros((n, runs, *shape), dtype=np.float32)
 
+    def forget(self, first_run: int) -> None:
+        super().forget(first_run)
+        self.last[:, first_run:] = 0
+        self.best[:, first_run:] = 0
+
 
 class SideBySide:
     """APGD-T's target runs on one batch side by side, one row a (sample, target) pair, on the
@@ -336,7 +350,9 @@ class SideBySide:
 
     def wave(self, standing: np.ndarray, first: int, runs: int, generator: torch.Generator, ranked: torch.Tensor) -> int:
         """Runs first..runs-1 of the samples `standing` side by side; returns the last run it
-        settles."""
+        settles. One sample standing takes its runs one at a time: the authors' passes are then
+        of one row, whose arithmetic a batch's does not repeat."""
+        runs = first + 1 if len(standing) == 1 else runs
         pair_sample = np.tile(standing, runs - first)
         pair_run = np.repeat(np.arange(first, runs), len(standing))
         run = PairRun(self, pair_sample, pair_run)
@@ -370,6 +386,14 @@ class PairRun(Run):
         self.whole = False  # pairs are not the batch whose passes price the group
         self.last_run = int(pair_run.max())
 
+    def logits_of(self, inputs: torch.Tensor) -> torch.Tensor:
+        """The target's logits; where one row is left of a run that began with more, the pass
+        is of two (the row twice, the gradient through the first): the authors' run keeps every
+        row to its end, and on the CPU a pass of one row differs from a batch's in the last bits."""
+        if len(inputs) == 1 and self.size > 1:
+            return self.target.logits(torch.cat([inputs, inputs.detach()]))[:1]
+        return self.target.logits(inputs)
+
     def record(self, x_adv: torch.Tensor, decisions: np.ndarray, passes: int, unit: int) -> np.ndarray:
         ledger = self.owner.ledger
         ledger.spend(self.pair_sample, self.pair_run, queries=passes, gradients=passes)
@@ -393,11 +417,16 @@ class PairRun(Run):
         self.owner.ledger.best[self.pair_sample, self.pair_run] = state["x_best"].detach().cpu().numpy()
 
 
-def side_by_side(target: Target, settings: APGDSettings, pairs: int, features: int) -> bool:
+def side_by_side(target: Target, settings: APGDSettings, pairs: int, features: int, batch_size: int) -> bool:
     """Whether APGD-T's runs may go side by side: Linf (its starts are uniforms, one stream
     however split; L2's Gaussians are not), one pass per gradient, a target whose answers
-    draw nothing (a drawing defence's draws would fall in another order), and pairs that fit."""
-    return settings.norm == np.inf and settings.eot_iter == 1 and getattr(target, "deterministic", False) and pairs * features <= SIDE_BY_SIDE_FLOATS
+    draw nothing (a drawing defence's draws would fall in another order), and pairs that fit:
+    on a GPU, in the batch size (chosen for its memory), on the CPU in SIDE_BY_SIDE_BATCHES
+    batches and SIDE_BY_SIDE_FLOATS input floats."""
+    fits = (
+        pairs <= batch_size if str(target.device).startswith("cuda") else pairs <= SIDE_BY_SIDE_BATCHES * batch_size and pairs * features <= SIDE_BY_SIDE_FLOATS
+    )
+    return settings.norm == np.inf and settings.eot_iter == 1 and getattr(target, "deterministic", False) and fits
 
 
 def apgd(target: Target, log: FailureLog, clock: LapClock, rows: np.ndarray, settings: APGDSettings, batch_size: int, seed: int) -> None:
@@ -413,7 +442,7 @@ def apgd(target: Target, log: FailureLog, clock: LapClock, rows: np.ndarray, set
             Run(target, log, clock, settings, batch, batch_size).attack(generator)
             continue
         ranked = clean_ranking(target, log, clock, batch)
-        if side_by_side(target, settings, len(batch) * settings.n_targets, features):
+        if side_by_side(target, settings, len(batch) * settings.n_targets, features, batch_size):
             SideBySide(target, log, clock, settings, batch, batch_size).attack(generator, ranked)
             continue
         for k in range(2, min(settings.n_targets, ranked.shape[1] - 1) + 2):  # a target per wrong class at most

@@ -394,8 +394,8 @@ class Window:
     improvement (the comparison is strict), its decision the best's.
 
     The reference's passes are of the samples searching at an iteration; a pass of two rows or
-    more gives a sample the same logits whatever the others (on the CPU, to the bit), a pass of
-    one row does not. So when the window's leavers leave one sample searching from iteration
+    more gives a sample the same logits whatever the others (on the CPU, to the bit; on a GPU,
+    whose kernels depend on the batch's shape, up to the last bits), a pass of one row does not. So when the window's leavers leave one sample searching from iteration
     j1 on, that sample's iterations from j1 are dropped, and it goes on alone (`run_in_step`).
     The clock and the log see the window's outcome at its end: each sample charged its
     iterations, its break at its query."""
@@ -409,6 +409,7 @@ class Window:
         self.at = torch.full((len(positions),), start, dtype=torch.long, device=search.device)
         self.left = torch.zeros(len(positions), dtype=torch.bool, device=search.device)
         self.taken: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, np.ndarray, np.ndarray]] = []
+        self.asked: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = []  # per pass: who, which iterations, moved, charged
 
     def search(self) -> None:
         while self.next_pass():
@@ -433,8 +434,7 @@ class Window:
         hit, slot = taken.any(1), taken.int().argmax(1)
         spent = torch.where(hit, slot + 1, valid.sum(1))
         charged = torch.arange(iterations.shape[1], device=s.device) < spent[:, None]
-        s.cached += int((charged & ~moved).sum())
-        s.dropped += int((moved & ~charged).sum())
+        self.asked.append((active, iterations, moved, charged))
         self.at[active] += spent
         if bool(hit.any()):
             self.take(
@@ -486,6 +486,10 @@ class Window:
     def settle(self) -> None:
         """The window's outcome to the clock, the log and the search's state."""
         s = self.owner
+        for active, iterations, moved, charged in self.asked:  # a sample's queries are its iterations before `at`
+            charged = charged & (iterations < self.at[active, None])
+            s.cached += int((charged & ~moved).sum())
+            s.dropped += int((moved & ~charged).sum())
         s.clock.count(self.rows, queries=(self.at - self.start).cpu().numpy(), group=STEPS)
         for chosen, _, points, _, decisions, wrong in self.taken:
             if wrong.any():
