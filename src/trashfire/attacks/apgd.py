@@ -386,14 +386,6 @@ class PairRun(Run):
         self.whole = False  # pairs are not the batch whose passes price the group
         self.last_run = int(pair_run.max())
 
-    def logits_of(self, inputs: torch.Tensor) -> torch.Tensor:
-        """The target's logits; where one row is left of a run that began with more, the pass
-        is of two (the row twice, the gradient through the first): the authors' run keeps every
-        row to its end, and on the CPU a pass of one row differs from a batch's in the last bits."""
-        if len(inputs) == 1 and self.size > 1:
-            return self.target.logits(torch.cat([inputs, inputs.detach()]))[:1]
-        return self.target.logits(inputs)
-
     def record(self, x_adv: torch.Tensor, decisions: np.ndarray, passes: int, unit: int) -> np.ndarray:
         ledger = self.owner.ledger
         ledger.spend(self.pair_sample, self.pair_run, queries=passes, gradients=passes)
