@@ -363,15 +363,7 @@ class SideBySide:
 
     def settle(self, runs: int) -> None:
         """Charge each sample what the order spends on it, then record its break or its best point."""
-        queries, gradients, first = self.ledger.charges()
-        self.clock.count(self.rows, queries=queries, gradients=gradients, group=STEPS)
-        self.clock.lap([], STEPS, reference=False)  # the charges' FLOPs; the passes' time is shared already
-        broken = np.flatnonzero(first < runs)
-        if len(broken):
-            rows = self.rows[broken]
-            self.log.observe(rows, self.ledger.decision[broken, first[broken]], self.clock.queries[rows])
-            self.log.x_adv[rows] = self.ledger.point[broken, first[broken]]
-        censored = np.flatnonzero((first == runs) & (self.ledger.queries[:, -1] > 0))
+        censored = np.flatnonzero(self.ledger.settle(self.log, self.clock, self.rows) == runs)
         self.log.x_adv[self.rows[censored]] = self.ledger.best[censored, -1]
         self.log.y_pred_adv[self.rows[censored]] = self.ledger.last[censored, -1]
 

@@ -433,14 +433,7 @@ class SideBySide(Batch):
 
     def _settle(self) -> None:
         """Charge each sample what the authors' order spends on it, then record its event."""
-        queries, gradients, first = self.pairs.charges()
-        self._charge(self.rows, queries=queries, gradients=gradients)
-        self.clock.lap([], STEPS, reference=False)  # the charges' FLOPs; the passes' time is shared already
-        broken = np.flatnonzero(first < self.pairs.broken.shape[1])
-        if len(broken):
-            rows, runs = self.rows[broken], first[broken]
-            self.log.observe(rows, self.pairs.decision[broken, runs], self.clock.queries[rows])
-            self.log.x_adv[rows] = self.pairs.point[broken, runs]
+        self.pairs.settle(self.log, self.clock, self.rows)
         robust = self.rows[~self.log.event[self.rows]]
         self.log.x_adv[robust] = self.log.x[robust]
 

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from trashfire.core.clocks import STEPS
+
 if TYPE_CHECKING:
     from trashfire.core.clocks import LapClock
 
@@ -115,3 +117,16 @@ class PairLedger:
         first = self.first_break()
         in_order = np.arange(self.broken.shape[1])[None, :] <= first[:, None]
         return (self.queries * in_order).sum(1), (self.gradients * in_order).sum(1), first
+
+    def settle(self, log: FailureLog, clock: LapClock, rows: np.ndarray) -> np.ndarray:
+        """Charge each sample (`rows`, the ledger's samples in order) what the runs in order
+        spend on it, then record the break of each a run broke, at its point; returns each
+        sample's first breaking run (runs: none)."""
+        queries, gradients, first = self.charges()
+        clock.count(rows, queries=queries, gradients=gradients, group=STEPS)
+        clock.lap([], STEPS, reference=False)  # the charges' FLOPs; the passes' time is shared already
+        broken = np.flatnonzero(first < self.broken.shape[1])
+        if len(broken):
+            log.observe(rows[broken], self.decision[broken, first[broken]], clock.queries[rows[broken]])
+            log.x_adv[rows[broken]] = self.point[broken, first[broken]]
+        return first

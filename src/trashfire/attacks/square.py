@@ -326,13 +326,8 @@ class Search:
     def propose_linf(self, positions: torch.Tensor, iteration: int) -> torch.Tensor:
         """The best point with one square window set to +-eps from the clean image (one sign
         per channel, the same window and signs for the whole batch), projected."""
-        eps, x_curr = self.settings.eps, self.x[positions]
-        self.draw_up_to(iteration)
-        s, top, left = int(self.sides[iteration]), int(self.tops[iteration]), int(self.lefts[iteration])
-        new_deltas = torch.zeros([self.channels, self.height, self.width], device=self.device)
-        new_deltas[:, top : top + s, left : left + s] = 2.0 * eps * self.signs[iteration].view(-1, 1, 1)
-        x_new = torch.min(torch.max(self.x_best[positions] + new_deltas, x_curr - eps), x_curr + eps)
-        return torch.clamp(x_new, self.low, self.high)
+        iterations = torch.full((len(positions), 1), iteration, dtype=torch.long, device=self.device)
+        return self.proposals_linf(self.x[positions], self.x_best[positions], iterations)[:, 0]
 
     def start_l2(self) -> torch.Tensor:
         """Tiles of the eta profile (a fifth of the height each, from an offset that centres
