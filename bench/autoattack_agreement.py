@@ -7,12 +7,18 @@ It reads the models and prepared data of a default run (`make run` or `dvc repro
 checkout: models/ and data/processed/), the undefended ones of `--depths` and `--seeds`, at
 the training epochs the default gives every depth (ResNet-8's 10).
 
-    python bench/autoattack_agreement.py [--eps 0.05 0.1 0.2 0.3] [--seeds 0 1 2] [--images 100] [--threads 1] [--repeats 1] [--csv FILE]
+    python bench/autoattack_agreement.py [--eps 0.05 0.1 0.2 0.3] [--seeds 0 1 2] [--images 100] [--threads 1] [--repeats 1] [--device cpu] [--csv FILE]
+
+On a GPU (`--device cuda`) both run there, and the compute clock is checked against the CPU:
+each sample's FLOPs to failure or censoring under PGD-10 and our AutoAttack, on the GPU and
+on the CPU, the same model and images (`pgd_flops_equal`, `aa_flops_equal`: the share of
+samples whose FLOPs are equal to the bit).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import csv
 import time
 from pathlib import Path
@@ -30,10 +36,16 @@ from trashfire.core.clocks import LapClock
 from trashfire.core.config import compose, normalise, validate
 from trashfire.core.grid import UNDEFENDED, attack_specs, training_cells
 from trashfire.data.datasets import load_split
-from trashfire.models import training
+from trashfire.models import resolve_device, training
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = torch.device("cpu")
+
+
+def synchronised_seconds(device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
 
 
 class PixelModel(torch.nn.Module):
@@ -48,15 +60,17 @@ class PixelModel(torch.nn.Module):
         return self.target.logits(self.low + x * (self.high - self.low))
 
 
-def ours(target: Target, x: np.ndarray, y: np.ndarray, eps: float, seed: int = 0) -> tuple[np.ndarray, float]:
+def ours(target: Target, x: np.ndarray, y: np.ndarray, eps: float, seed: int = 0) -> tuple[np.ndarray, float, np.ndarray]:
+    """Our standard version: robust or not per sample, the seconds, each sample's FLOPs."""
     spec = {"name": "autoattack", "norm": "inf", "version": "standard", "kwargs": {"components": standard_components()}}
     components = {n: standard.runner(n, c, np.inf, eps)[0] for n, c in standard.component_settings(spec).items()}
     cost = model_cost(target, x, y)
-    clock = LapClock(len(y), CPU, cost.forward, cost.backward).start()
+    clock = LapClock(len(y), target.device, cost.forward, cost.backward).start()
     log = FailureLog(x.astype(np.float32), y.astype(np.int64), standard.budget_of(spec))
-    start = time.perf_counter()
+    start = synchronised_seconds(target.device)
     standard.evaluate(target, log, clock, components, 100, seed)
-    return ~log.event, time.perf_counter() - start
+    seconds = synchronised_seconds(target.device) - start
+    return ~log.event, seconds, log.arrays(clock)["flops"]
 
 
 def standard_components() -> dict:
@@ -67,14 +81,14 @@ def standard_components() -> dict:
 
 def reference(target: Target, x: np.ndarray, y: np.ndarray, eps_pixels: float, seed: int = 0) -> tuple[np.ndarray, float]:
     model = PixelModel(target)
-    aa = AutoAttack(model, norm="Linf", eps=eps_pixels, version="standard", seed=seed, device="cpu")
+    aa = AutoAttack(model, norm="Linf", eps=eps_pixels, version="standard", seed=seed, device=target.device.type)
     aa.logger.disabled = True
     x_pixels = (torch.from_numpy(x) - model.low) / (model.high - model.low)
-    start = time.perf_counter()
-    x_adv, _ = aa.run_standard_evaluation(x_pixels, torch.from_numpy(y), batch_size=100)
-    seconds = time.perf_counter() - start
+    start = synchronised_seconds(target.device)
+    x_adv, _ = aa.run_standard_evaluation(x_pixels.to(target.device), torch.from_numpy(y).to(target.device), batch_size=100)
+    seconds = synchronised_seconds(target.device) - start
     with torch.no_grad():
-        return model(x_adv).argmax(1).numpy() == y, seconds
+        return model(x_adv.to(target.device)).argmax(1).cpu().numpy() == y, seconds
 
 
 def timed_in_turn(target: Target, x: np.ndarray, y: np.ndarray, eps: float, eps_pixels: float, repeats: int, no_reference: bool):
@@ -82,16 +96,33 @@ def timed_in_turn(target: Target, x: np.ndarray, y: np.ndarray, eps: float, eps_
     each one's median seconds, so that a drift of the machine's speed falls on both."""
     ours_seconds, reference_seconds = [], []
     for _ in range(repeats):
-        robust_ours, seconds = ours(target, x, y, eps)
+        robust_ours, seconds, flops = ours(target, x, y, eps)
         ours_seconds.append(seconds)
         robust_ref, seconds = (robust_ours * np.nan, np.nan) if no_reference else reference(target, x, y, eps_pixels)
         reference_seconds.append(seconds)
-    return robust_ours, float(np.median(ours_seconds)), robust_ref, float(np.median(reference_seconds))
+    return robust_ours, float(np.median(ours_seconds)), robust_ref, float(np.median(reference_seconds)), flops
 
 
-def pgd_robust(target: Target, spec: dict, x: np.ndarray, y: np.ndarray, eps: float) -> np.ndarray:
-    _, arrays, _ = attack_samples("torch", None, spec, target, x, y, eps)
-    return ~arrays["event"]
+def pgd_arrays(target: Target, spec: dict, x: np.ndarray, y: np.ndarray, eps: float) -> dict[str, np.ndarray]:
+    torch.manual_seed(0)
+    return attack_samples("torch", None, spec, target, x, y, eps)[1]
+
+
+def on_cpu(target: Target, model: torch.nn.Module, split) -> Target:
+    return Target(art_classifier(copy.deepcopy(model).to(CPU), split, dict(UNDEFENDED), CPU), CPU)
+
+
+def compute_clock_against_cpu(cpu_target: Target, pgd_spec: dict, x, y, eps: float, pgd_flops: np.ndarray, aa_flops: np.ndarray) -> dict:
+    """The share of samples whose FLOPs (the compute clock's durations) are the same on the
+    CPU as on the device, under PGD-10 and under our AutoAttack."""
+    cpu_pgd = pgd_arrays(cpu_target, pgd_spec, x, y, eps)["flops"]
+    cpu_aa = ours(cpu_target, x, y, eps)[2]
+    shares = {"pgd_flops_equal": float(np.mean(cpu_pgd == pgd_flops)), "aa_flops_equal": float(np.mean(cpu_aa == aa_flops))}
+    print(
+        f"  compute clock, device against CPU: PGD-10 FLOPs equal for {shares['pgd_flops_equal']:.0%} of samples, AutoAttack {shares['aa_flops_equal']:.0%}",
+        flush=True,
+    )
+    return shares
 
 
 def main() -> None:
@@ -102,9 +133,11 @@ def main() -> None:
     parser.add_argument("--no-reference", action="store_true", help="ours and PGD-10 only")
     parser.add_argument("--threads", type=int, default=1, help="torch threads, the same for both")
     parser.add_argument("--repeats", type=int, default=1, help="times each is timed, in turn (the median is kept)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or auto; on a GPU the compute clock is also checked against the CPU")
     parser.add_argument("--csv", type=Path)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
     cfg = normalise(validate(compose([], conf=ROOT / "conf")))
     pgd = {s["value"]: s for s in attack_specs(cfg) if s["name"] == "pgd"}
     cells = [c for c in training_cells(cfg) if c.defence.get("name") in (None, "none") and c.seed in args.seeds and c.epochs == 10]
@@ -113,14 +146,14 @@ def main() -> None:
     for cell in cells:
         split = load_split(cfg.paths.processed, cell.dataset, cell.seed, 10)
         model = training.load_weights(cfg.paths.models, cell, split)
-        target = Target(art_classifier(model, split, dict(UNDEFENDED), CPU), CPU)
+        target = Target(art_classifier(model.to(device), split, dict(UNDEFENDED), device), device)
         x, y = split.x_attack.numpy()[: args.images], split.y_attack.numpy()[: args.images]
         pixel_std = float(np.mean(split.std))
         for eps_pixels in args.eps:
             eps = eps_pixels / pixel_std
-            torch.manual_seed(0)
-            robust_pgd = pgd_robust(target, pgd[eps_pixels], x, y, eps)
-            robust_ours, seconds_ours, robust_ref, seconds_ref = timed_in_turn(target, x, y, eps, eps_pixels, args.repeats, args.no_reference)
+            pgd_run = pgd_arrays(target, pgd[eps_pixels], x, y, eps)
+            robust_pgd = ~pgd_run["event"]
+            robust_ours, seconds_ours, robust_ref, seconds_ref, flops_ours = timed_in_turn(target, x, y, eps, eps_pixels, args.repeats, args.no_reference)
             worst = robust_ours & robust_pgd
             row = {
                 "model": cell.model,
@@ -134,6 +167,8 @@ def main() -> None:
                 "seconds_authors": seconds_ref,
                 "samples_differing": int(np.sum(robust_ours != robust_ref)) if not args.no_reference else -1,
             }
+            if device.type != "cpu":
+                row.update(compute_clock_against_cpu(on_cpu(target, model, split), pgd[eps_pixels], x, y, eps, pgd_run["flops"], flops_ours))
             rows.append(row)
             print(
                 f"{row['model']:16s} {row['seed']:4d} {eps_pixels:5.2f} {row['pgd10']:7.2f} {row['ours']:6.2f} {row['authors']:7.2f} {row['worst_case']:6.2f}"
