@@ -49,7 +49,8 @@ def synchronised_seconds(device: torch.device) -> float:
 
 
 class PixelModel(torch.nn.Module):
-    """The target's logits on [0, 1] pixels, as the authors' code calls a model."""
+    """The model's logits on [0, 1] pixels, as the authors' code calls a model (PyTorch's own
+    modules: `Target.model_logits`)."""
 
     def __init__(self, target: Target):
         super().__init__()
@@ -57,7 +58,7 @@ class PixelModel(torch.nn.Module):
         self.low, self.high = target.clip_values
 
     def forward(self, x):
-        return self.target.logits(self.low + x * (self.high - self.low))
+        return self.target.model_logits(self.low + x * (self.high - self.low))
 
 
 def ours(target: Target, x: np.ndarray, y: np.ndarray, eps: float, seed: int = 0) -> tuple[np.ndarray, float, np.ndarray]:

@@ -11,6 +11,7 @@ from art.defences.preprocessor import FeatureSqueezing
 from art.defences.preprocessor.preprocessor import PreprocessorPyTorch
 from art.estimators.classification import PyTorchClassifier
 
+from trashfire.attacks.network import attack_network
 from trashfire.core.errors import ConfigError
 from trashfire.models.defences import Softmax
 
@@ -21,6 +22,7 @@ class Target:
     def __init__(self, classifier: PyTorchClassifier, device: torch.device):
         self.classifier = classifier
         self.model = classifier.model
+        self.network = attack_network(classifier.model)  # the model with its faster eval BatchNorm gradient
         self.device = device
         self.clip_values = tuple(float(v) for v in classifier.clip_values)
         self.preprocessors = [torch_preprocessor(p, self.clip_values) for p in classifier.preprocessing_defences or []]
@@ -35,9 +37,17 @@ class Target:
         return before and all(isinstance(p, DETERMINISTIC_POSTPROCESSORS) for p in self.postprocessors)
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
+        return self.network(self.preprocessed(x))
+
+    def model_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The logits of the model as given (PyTorch's own modules): what a reference
+        implementation, such as the AutoAttack authors' code, is run on."""
+        return self.model(self.preprocessed(x))
+
+    def preprocessed(self, x: torch.Tensor) -> torch.Tensor:
         for preprocess in self.preprocessors:
             x = preprocess(x)
-        return self.model(x)
+        return x
 
     def decide(self, logits: torch.Tensor) -> np.ndarray:
         """The defended prediction: ART's postprocessors (which draw from NumPy's generator,
