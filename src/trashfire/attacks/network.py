@@ -35,7 +35,7 @@ class _EvalInputGradient(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        grad_input = grad * ctx.invstd
+        grad_input = grad.contiguous() * ctx.invstd  # laid out as the kernel's, for the convolution's backward after it
         return (grad_input if ctx.weight is None else grad_input * ctx.weight), None
 
 
@@ -48,7 +48,7 @@ class EvalBatchNorm2d(nn.BatchNorm2d):
         return _EvalInputGradient.apply(x, self)
 
     def _input_gradient_alone(self, x: torch.Tensor) -> bool:
-        frozen = self.weight is None or not self.weight.requires_grad
+        frozen = all(p is None or not p.requires_grad for p in (self.weight, self.bias))
         return (
             not self.training
             and self.running_var is not None
@@ -64,7 +64,8 @@ class EvalBatchNorm2d(nn.BatchNorm2d):
 def attack_network(model: nn.Module) -> nn.Module:
     """`model` with its BatchNorm2d modules as `EvalBatchNorm2d`: a copy of the module tree
     that shares every parameter and buffer with it (no weights copied, the model untouched);
-    the model itself where it has none, or cannot be copied (a scripted module)."""
+    the model itself where it has none, or cannot be copied (a scripted module). The copy is
+    of the model as it is now: build it after the model's last move, mode change or load."""
     if not any(type(module) is nn.BatchNorm2d for module in model.modules()):
         return model
     shared = {id(tensor): tensor for tensor in itertools.chain(model.parameters(), model.buffers())}

@@ -37,6 +37,8 @@ class Target:
         return before and all(isinstance(p, DETERMINISTIC_POSTPROCESSORS) for p in self.postprocessors)
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
+        if self.network.training != self.model.training:  # the model's mode changed since: copy it again
+            self.network = attack_network(self.model)
         return self.network(self.preprocessed(x))
 
     def model_logits(self, x: torch.Tensor) -> torch.Tensor:
