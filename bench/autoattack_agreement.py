@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import copy
 import csv
-import time
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +31,7 @@ from trashfire.attacks.engine import attack_samples, model_cost
 from trashfire.attacks.failure_log import FailureLog
 from trashfire.attacks.target import Target
 from trashfire.core import attack_versions
-from trashfire.core.clocks import LapClock
+from trashfire.core.clocks import LapClock, Stopwatch
 from trashfire.core.config import compose, normalise, validate
 from trashfire.core.grid import UNDEFENDED, attack_specs, training_cells
 from trashfire.data.datasets import load_split
@@ -40,12 +39,6 @@ from trashfire.models import resolve_device, training
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = torch.device("cpu")
-
-
-def synchronised_seconds(device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()
 
 
 class PixelModel(torch.nn.Module):
@@ -68,10 +61,9 @@ def ours(target: Target, x: np.ndarray, y: np.ndarray, eps: float, seed: int = 0
     cost = model_cost(target, x, y)
     clock = LapClock(len(y), target.device, cost.forward, cost.backward).start()
     log = FailureLog(x.astype(np.float32), y.astype(np.int64), standard.budget_of(spec))
-    start = synchronised_seconds(target.device)
-    standard.evaluate(target, log, clock, components, 100, seed)
-    seconds = synchronised_seconds(target.device) - start
-    return ~log.event, seconds, log.arrays(clock)["flops"]
+    with Stopwatch(target.device) as watch:
+        standard.evaluate(target, log, clock, components, 100, seed)
+    return ~log.event, watch.elapsed.wall, log.arrays(clock)["flops"]
 
 
 def standard_components() -> dict:
@@ -85,11 +77,10 @@ def reference(target: Target, x: np.ndarray, y: np.ndarray, eps_pixels: float, s
     aa = AutoAttack(model, norm="Linf", eps=eps_pixels, version="standard", seed=seed, device=str(target.device))
     aa.logger.disabled = True
     x_pixels = (torch.from_numpy(x) - model.low) / (model.high - model.low)
-    start = synchronised_seconds(target.device)
-    x_adv, _ = aa.run_standard_evaluation(x_pixels.to(target.device), torch.from_numpy(y).to(target.device), batch_size=100)
-    seconds = synchronised_seconds(target.device) - start
+    with Stopwatch(target.device) as watch:
+        x_adv, _ = aa.run_standard_evaluation(x_pixels.to(target.device), torch.from_numpy(y).to(target.device), batch_size=100)
     with torch.no_grad():
-        return model(x_adv.to(target.device)).argmax(1).cpu().numpy() == y, seconds
+        return model(x_adv.to(target.device)).argmax(1).cpu().numpy() == y, watch.elapsed.wall
 
 
 def timed_in_turn(target: Target, x: np.ndarray, y: np.ndarray, eps: float, eps_pixels: float, repeats: int, no_reference: bool):

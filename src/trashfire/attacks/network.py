@@ -29,7 +29,7 @@ class _EvalInputGradient(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, module: nn.BatchNorm2d) -> torch.Tensor:
         shape = (1, -1) + (1,) * (x.dim() - 2)
-        ctx.invstd = (1 / torch.sqrt(module.running_var.double() + module.eps)).float().view(shape)
+        ctx.invstd = module.invstd().view(shape)
         ctx.weight = None if module.weight is None else module.weight.detach().view(shape)
         return F.batch_norm(x, module.running_mean, module.running_var, module.weight, module.bias, False, 0.0, module.eps)
 
@@ -46,6 +46,15 @@ class EvalBatchNorm2d(nn.BatchNorm2d):
         if not self._input_gradient_alone(x):
             return super().forward(x)
         return _EvalInputGradient.apply(x, self)
+
+    def invstd(self) -> torch.Tensor:
+        """1 / sqrt(var + eps) as the kernel takes it (in double, rounded to float), kept until
+        the running variance changes."""
+        key = (self.running_var._version, self.running_var.data_ptr(), self.eps)
+        if getattr(self, "_invstd_key", None) != key:
+            self._invstd = (1 / torch.sqrt(self.running_var.double() + self.eps)).float()
+            self._invstd_key = key
+        return self._invstd
 
     def _input_gradient_alone(self, x: torch.Tensor) -> bool:
         frozen = all(p is None or not p.requires_grad for p in (self.weight, self.bias))

@@ -390,8 +390,9 @@ class Window:
 
     The reference's passes are of the samples searching at an iteration; a pass of two rows or
     more gives a sample the same logits whatever the others (on the CPU, to the bit; on a GPU,
-    whose kernels depend on the batch's shape, up to the last bits), a pass of one row does not. So when the window's leavers leave one sample searching from iteration
-    j1 on, that sample's iterations from j1 are dropped, and it goes on alone (`run_in_step`).
+    whose kernels depend on the batch's shape, up to the last bits), a pass of one row does
+    not. So when the window's leavers leave one sample searching from iteration j1 on, that
+    sample's iterations from j1 are dropped, and it goes on alone (`run_in_step`).
     The clock and the log see the window's outcome at its end: each sample charged its
     iterations, its break at its query."""
 
