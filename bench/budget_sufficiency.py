@@ -75,6 +75,8 @@ def main() -> int:
     cfg = load_params(args.params)
     factor, share = int(cfg.survival.budget.factor), float(cfg.metrics.validity.budget_share)
     predicted = pd.read_csv(args.reports / "survival" / "budget_sufficiency.csv")
+    if "selected" in predicted:  # the cure model the flag reads (lowest AIC)
+        predicted = predicted[predicted["selected"].astype(bool)]
     run = records(args.reports / "attacks", args.attack)
     run = run[run["attack_hash"].isin(predicted["attack_hash"])]
     with tempfile.TemporaryDirectory(prefix="budget_rerun_") as scratch:
@@ -105,7 +107,7 @@ def main() -> int:
         table.to_csv(args.out, index=False)
     agreement = table["right"].mean()
     print(
-        f"\n{args.attack} cells: {len(table)}; budget x{factor}; flag at {share:g}: predicted {int(table['flag_predicted'].sum())}, "
+        f"\n{args.attack} cells: {len(table)} ({', '.join(sorted(set(table['fitter'])))}); budget x{factor}; flag at {share:g}: predicted {int(table['flag_predicted'].sum())}, "
         f"observed {int(table['flag_observed'].sum())}; right in {int(table['right'].sum())} of {len(table)} ({agreement:.1%}); "
         f"observed inside the 95% interval in {table['in_interval'].mean():.1%}; "
         f"median predicted {table['still_breakable'].median():.4f}, observed {table['observed'].median():.4f}; "

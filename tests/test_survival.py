@@ -591,7 +591,7 @@ REMOVED_POLICY = "was removed with the per-sample failure clock; allowed: first_
         ({"survival.fitters": []}, "survival.fitters: must be a non-empty list (an empty grid runs nothing)"),
         (
             {"survival.fitters": ["gompertz"]},
-            "survival.fitters: got 'gompertz'; allowed: weibull, lognormal, loglogistic, exponential, gengamma, weibull_cure, cox",
+            "survival.fitters: got 'gompertz'; allowed: weibull, lognormal, loglogistic, exponential, gengamma, weibull_cure, loglogistic_cure, cox",
         ),
         ({"survival.models.weibull": "lifelines.WeibullAFTFitter"}, f"survival.models.weibull.fitter._target_: {FITTER}"),  # no mapping
         ({"survival.models.weibull.fitter": "lifelines.WeibullAFTFitter"}, f"survival.models.weibull.fitter._target_: {FITTER}"),

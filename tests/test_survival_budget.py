@@ -18,7 +18,7 @@ from trashfire.core.clocks import LapClock
 from trashfire.metrics import validity
 from trashfire.survival import analysis
 from trashfire.survival import fitters as F
-from trashfire.survival.cure import WeibullCureFitter, budget_sufficiency
+from trashfire.survival.cure import LogLogisticCureFitter, WeibullCureFitter, budget_sufficiency
 
 CURED, SHAPE, FACTOR = 0.3, 1.5, 10.0
 LABELS = ["attack_family", "defence", "dataset"]
@@ -113,6 +113,18 @@ def test_budget_too_small_trips_above_the_share_and_names_the_worst_cell():
     assert validity.budget_too_small(sufficiency_rows([0.01, 0.02]), 0.02)[0] is False  # at the share: not above
     assert validity.budget_too_small(sufficiency_rows([np.nan]), 0.02)[0] is None  # one-step attacks only
     assert validity.budget_too_small(None, 0.02)[0] is None
+
+
+def test_budget_too_small_reads_the_selected_cure_models_rows_and_names_it():
+    """Where budget_sufficiency.csv marks a selected cure model, only its rows count: the other
+    model's larger share does not trip the flag."""
+    rows = pd.concat(
+        [sufficiency_rows([0.01, 0.015]).assign(fitter="loglogistic_cure", selected=True), sufficiency_rows([0.01, 0.3]).assign(fitter="weibull_cure", selected=False)],
+        ignore_index=True,
+    )
+    tripped, detail = validity.budget_too_small(rows, 0.02)
+    assert tripped is False and detail.startswith("pgd linf (loglogistic_cure): a budget 10x larger would break 1.5% more")
+    assert validity.budget_too_small(rows.assign(selected=~rows["selected"]), 0.02)[0] is True
 
 
 # PGD on the digits CNN at a budget, the cure model fitted to its per-sample failure clocks, and
@@ -228,9 +240,10 @@ def test_the_stage_writes_each_cure_models_table_in_the_clocks_unit(short_budget
     analysis.write_budget_sufficiency(fits_of(fitter), data, budgets, path, settings)
     written = pd.read_csv(path)
     assert list(written.columns) == [
-        "fitter", "attack_hash", *LABELS, "samples", "budget", "factor", "broken", "one_step", "still_breakable", "still_breakable_low", "still_breakable_high"
+        "fitter", "selected", "attack_hash", *LABELS, "samples", "budget", "factor", "broken", "one_step", "still_breakable", "still_breakable_low", "still_breakable_high"
     ]  # fmt: skip
     assert list(written["fitter"]) == ["weibull_cure"] * 4 + ["weibull_cure_again"] * 4 and (written["factor"] == FACTOR).all()
+    assert list(written["selected"]) == [True] * 4 + [False] * 4  # equal AICs: the first
     for column in ("samples", "budget", "broken", "still_breakable", "still_breakable_low", "still_breakable_high"):
         assert written[column].to_numpy() == pytest.approx(np.tile(table[column].to_numpy(float), 2)), column
     assert list(written["attack_hash"]) == list(table["attack_hash"]) * 2 and list(written["one_step"]) == list(table["one_step"]) * 2
@@ -240,11 +253,17 @@ def test_the_stage_writes_each_cure_models_table_in_the_clocks_unit(short_budget
     assert not path.exists()  # no cure model, no stale table
 
 
-def test_expected_times_get_the_first_cure_models_mean_time_of_the_breakable_samples_per_cell(short_budget):
+def test_expected_times_get_the_selected_cure_models_mean_time_of_the_breakable_samples_per_cell(short_budget):
     _, data, fitter, _ = short_budget
     expected = pd.DataFrame({"attack_hash": ["cell2", "cell0", "cell9"], "E_T": [1.0, 2.0, 3.0]})
     joined = analysis.with_breakable_means(expected, fits_of(fitter), data)
     by_hand = fitter.predict_expectation_breakable(data[["x"]]).groupby(data["attack_hash"]).mean()
     assert joined["E_T_breakable"].iloc[:2].to_numpy() == pytest.approx(by_hand[["cell2", "cell0"]].to_numpy(), rel=1e-12)
+    loglogistic = LogLogisticCureFitter(penalizer=0.001).fit(data[["duration", "event", "x"]], "duration", "event")
+    both = {**fits_of(fitter), "loglogistic_cure": F.Fit("loglogistic_cure", loglogistic, 0.001, "SLSQP", 1)}
+    better = min(("weibull_cure", "loglogistic_cure"), key=lambda name: both[name].fitter.AIC_)
+    assert analysis.selected_cure(both) == better
+    means = both[better].fitter.predict_expectation_breakable(data[["x"]]).groupby(data["attack_hash"]).mean()
+    assert analysis.with_breakable_means(expected, both, data)["E_T_breakable"].iloc[:2].to_numpy() == pytest.approx(means[["cell2", "cell0"]].to_numpy())
     assert np.isnan(joined["E_T_breakable"].iloc[2]) and list(joined["E_T"]) == [1.0, 2.0, 3.0]  # a cell the data lack
     assert analysis.with_breakable_means(expected, {"weibull": fits_of(fitter)["weibull"]}, data) is expected

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from lifelines import KaplanMeierFitter, WeibullAFTFitter
+from lifelines import KaplanMeierFitter, LogLogisticAFTFitter, WeibullAFTFitter
 from omegaconf import OmegaConf
 from scipy.integrate import quad
 from scipy.special import expit
@@ -18,7 +18,7 @@ from tests.conftest import ROOT
 from trashfire.core.config import compose
 from trashfire.survival import analysis
 from trashfire.survival import fitters as F
-from trashfire.survival.cure import WeibullCureFitter, cure_table, km_plateau
+from trashfire.survival.cure import LogLogisticCureFitter, WeibullCureFitter, cure_table, km_plateau
 
 CURED, BUDGET = 0.3, 6.0
 
@@ -178,8 +178,8 @@ def test_it_starts_from_the_plain_weibull_with_half_the_censored_share_cured(fit
     assert cured_start == pytest.approx({"x": 0.0, "z": 0.0, "a": 0.0, "Intercept": np.log(cured / (1 - cured))})
     assert list(Xs["lambda_"].columns) != sorted(Xs["lambda_"].columns)  # the order the start must follow
     # where nothing is censored (or no event column says so) the share starts at 0.01, not 0
-    assert WeibullCureFitter()._weibull_start(data.assign(event=1), "duration", "event", None)[1] == pytest.approx(0.01)
-    assert WeibullCureFitter()._weibull_start(data[["duration", "x"]], "duration", None, None)[1] == pytest.approx(0.01)
+    assert WeibullCureFitter()._plain_start(data.assign(event=1), "duration", "event", None)[1] == pytest.approx(0.01)
+    assert WeibullCureFitter()._plain_start(data[["duration", "x"]], "duration", None, None)[1] == pytest.approx(0.01)
     # an explicit initial point is lifelines' own, and lifelines' other options reach it
     explicit = WeibullCureFitter(penalizer=0.001).fit(data, "duration", "event", initial_point=cure.params_.to_numpy(), timeline=[1.0, 2.0])
     assert explicit._warm_start is None and explicit.log_likelihood_ == pytest.approx(cure.log_likelihood_, rel=1e-8)
@@ -218,3 +218,97 @@ def test_the_cells_table_is_in_the_cells_order_whatever_the_rows_order(fitted):
     rows = data.head(200).assign(attack_hash=lambda d: np.where(d["x"] > 0, "b", "a"), attack_family="pgd linf", defence="none", dataset="digits")
     ordered = rows.sort_values("attack_hash", ascending=False)  # b's rows first
     assert list(cure_table(cure, ordered, "attack_hash", ["attack_family"])["attack_hash"]) == ["a", "b"]
+
+
+# the log-logistic cure model: the same cured share, a log-logistic latency whose shape is the
+# attack family's (SHAPES: the reference family's, then attack_pgd_inf's)
+SHAPES = (4.0, 1.5)
+
+
+def cured_loglogistic_samples(n: int = 4000, seed: int = 0) -> pd.DataFrame:
+    """A share CURED never fails; the rest fail after a log-logistic time (log scale 0.5 + 0.5 x,
+    shape SHAPES[family]); every sample is watched until BUDGET."""
+    rng = np.random.default_rng(seed)
+    x, family = rng.normal(size=n), rng.integers(0, 2, n)
+    cured = rng.random(n) < CURED
+    u = rng.random(n)
+    latency = np.exp(0.5 + 0.5 * x) * (u / (1 - u)) ** (1 / np.asarray(SHAPES)[family])
+    event = ~cured & (latency < BUDGET)
+    return pd.DataFrame({"duration": np.where(event, latency, BUDGET), "event": event.astype(int), "x": x, "attack_pgd_inf": family.astype(float)})
+
+
+@pytest.fixture(scope="module")
+def loglogistic_fitted():
+    data = cured_loglogistic_samples()
+    return data, LogLogisticCureFitter(penalizer=0.001).fit(data, "duration", "event")
+
+
+def test_the_loglogistic_cure_recovers_the_share_and_each_familys_shape_and_beats_the_loglogistic(loglogistic_fitted):
+    data, cure = loglogistic_fitted
+    assert list(cure.params_.loc["beta_"].index) == ["attack_pgd_inf", "Intercept"]  # the shape per family, not per x
+    coefficient, se = cure.params_[("cured_", "Intercept")], cure.standard_errors_[("cured_", "Intercept")]
+    z = norm.ppf(0.975)
+    assert expit(coefficient - z * se) <= CURED <= expit(coefficient + z * se)
+    shapes = np.exp(cure.params_[("beta_", "Intercept")]), np.exp(cure.params_[("beta_", "Intercept")] + cure.params_[("beta_", "attack_pgd_inf")])
+    assert shapes == pytest.approx(SHAPES, rel=0.1)
+    assert cure.params_[("alpha_", "x")] == pytest.approx(0.5, abs=0.1)
+    plain = LogLogisticAFTFitter(penalizer=0.001).fit(data, "duration", "event")
+    assert cure.AIC_ < plain.AIC_ - 100
+
+
+def test_the_loglogistic_cures_closed_forms_are_its_survival_functions(loglogistic_fitted):
+    data, cure = loglogistic_fitted
+    rows = pd.concat([data[data["attack_pgd_inf"] == 0].head(2), data[data["attack_pgd_inf"] == 1].head(2)])
+    cured = cure.cured_fraction(rows).to_numpy()
+    assert cure.predict_survival_function(rows, times=[1e9]).iloc[-1].to_numpy() == pytest.approx(cured, abs=1e-4)  # it levels off at pi
+    for position in range(len(rows)):
+        one = rows.iloc[[position]]
+
+        def curve(t, one=one):
+            return float(cure.predict_survival_function(one, times=[t]).iloc[0, 0])
+
+        assert cure.restricted_mean(one, 4.0).iloc[0] == pytest.approx(quad(curve, 0, 4.0)[0], rel=1e-6)
+        scale, shape = np.exp(cure._linear(one, "alpha_"))[0], np.exp(cure._linear(one, "beta_"))[0]
+        breakable = quad(lambda t, scale=scale, shape=shape: 1 / (1 + (t / scale) ** shape), 0, np.inf, limit=200)[0]
+        assert cure.predict_expectation_breakable(one).iloc[0] == pytest.approx(breakable, rel=1e-5)
+        for p in (0.9, 0.5):
+            t = cure.predict_percentile(one, p=p).iloc[0]
+            assert curve(t) == pytest.approx(p, abs=1e-6) if cured[position] < p else t == np.inf
+        standing = np.array([2.0])
+        chance = (curve(2.0) - curve(20.0)) / curve(2.0)
+        assert cure.falls_within(one, standing, 10.0)[0, 0] == pytest.approx(chance, rel=1e-9)
+    assert np.isinf(cure.predict_expectation(rows)).all()
+
+
+@pytest.mark.parametrize("shape", [0.5, 0.8, 1.0, 1.7, 12.0])
+def test_the_loglogistic_latencys_restricted_mean_is_its_integral_whatever_the_shape(shape):
+    """The closed form (Pfaff's transformation of 2F1) against quadrature, on both sides of
+    beta = 1 (where the mean turns infinite) and at the degenerate parameters 2F1 meets there."""
+    for t in (0.01, 0.7, 3.0, 300.0):
+        integral = quad(lambda u: 1 / (1 + (u / 1.3) ** shape), 0, t, points=[1.3] if t > 1.3 else None, limit=200)[0]
+        assert LogLogisticCureFitter.latency_restricted_mean(t, 1.3, shape) == pytest.approx(integral, rel=1e-8)
+    mean = LogLogisticCureFitter.latency_mean(np.array([1.3]), np.array([shape]))[0]
+    assert np.isinf(mean) if shape <= 1 else mean == pytest.approx(quad(lambda u: 1 / (1 + (u / 1.3) ** shape), 0, np.inf, limit=200)[0], rel=1e-6)
+
+
+def test_the_loglogistic_cures_standard_errors_are_its_likelihoods_curvature_by_name(loglogistic_fitted):
+    """Each standard error belongs to its coefficient: the inverse of the log-likelihood's
+    Hessian, taken here by finite differences on the model written out by hand, matches
+    lifelines' errors by name (lifelines labels its Hessian in the regressors' order; unsorted,
+    the errors went to other coefficients)."""
+    data, cure = loglogistic_fitted
+    design = cure.regressors.transform_df(data[["x", "attack_pgd_inf"]])
+    t, event, names = data["duration"].to_numpy(), data["event"].to_numpy() == 1, cure.params_.index
+
+    def log_likelihood(theta):
+        part = {name: design[name].to_numpy(float) @ theta[names.get_level_values(0) == name] for name in ("alpha_", "beta_", "cured_")}
+        cured, scale, shape = expit(part["cured_"]), np.exp(part["alpha_"]), np.exp(part["beta_"])
+        z = (t / scale) ** shape
+        density = (1 - cured) * shape / t * z / (1 + z) ** 2
+        return np.sum(np.where(event, np.log(density), np.log(cured + (1 - cured) / (1 + z))))
+
+    theta, h = cure.params_.to_numpy(float), 1e-4
+    steps = np.eye(len(theta)) * h
+    hessian = np.array([[(log_likelihood(theta + a + b) - log_likelihood(theta + a - b) - log_likelihood(theta - a + b) + log_likelihood(theta - a - b)) / (4 * h * h) for b in steps] for a in steps])
+    errors = pd.Series(np.sqrt(np.diag(np.linalg.inv(-hessian))), index=names)
+    assert errors.to_numpy() == pytest.approx(cure.standard_errors_.reindex(names).to_numpy(), rel=0.05)

@@ -469,14 +469,14 @@ def test_stage_on_per_sample_data(tmp_path):
     ):
         assert (out / name).is_file(), name
     table = pd.read_csv(out / "aft_comparison.csv").set_index("fitter")
-    fitters = ["weibull", "lognormal", "loglogistic", "exponential", "gengamma", "weibull_cure", "cox"]
+    fitters = ["weibull", "lognormal", "loglogistic", "exponential", "gengamma", "weibull_cure", "loglogistic_cure", "cox"]
     assert list(table.index) == [*fitters, *scoring.BASELINES]
     assert (table["split_by"] == "train_hash").all()
     baselines = table[table["status"] == "baseline"]
     assert baselines[["concordance", "test_concordance"]].notna().all().all()
     assert baselines[["AIC", "BIC", "ICI", "test_ICI", "E50", "test_E50"]].isna().all().all() and not baselines["selected"].any()
     fitted = table[table["status"] == "fitted"]
-    assert list(fitted.index) == fitters  # all seven
+    assert list(fitted.index) == fitters  # all eight
     assert fitted[scoring.SCORE_COLUMNS].notna().all().all(), fitted[scoring.SCORE_COLUMNS]
     assert (fitted["concordance"] > 0.55).all()  # chance is 0.5
     aft = fitted[fitted["aft"]]
@@ -514,7 +514,7 @@ def test_stage_on_per_sample_data(tmp_path):
     assert headline["survival_beats_baselines"] == bool(table.loc[selected, "beats_baselines"])
     assert headline["survival_runtime_baseline_test_concordance"] == pytest.approx(table.loc["runtime_baseline", "test_concordance"])
     sentences = sections.baseline_sentences(pd.read_csv(out / "aft_comparison.csv"))
-    assert len(sentences) == 7 and all("both baselines on test concordance" in s for s in sentences)
+    assert len(sentences) == 8 and all("both baselines on test concordance" in s for s in sentences)
 
     # within attack cells: every row on both halves, overall and per family; the baselines 0.5
     within = ["concordance_within", "test_concordance_within", *(f"{p}concordance_within[{f}]" for p in ("", "test_") for f in FAMILIES)]

@@ -333,7 +333,7 @@ def test_each_model_cell_reads_the_budget_sufficiency_of_its_own_attack_cells_at
     assert {m: f[0] for m, f in budget_flags(OmegaConf.merge(SETTINGS, {"budget_share": 0.05})).items()} == {"m": False, "n": False}
     without_share = {k: v for k, v in SETTINGS.items() if k != "budget_share"}  # an older settings block: 0.02
     assert {m: f[0] for m, f in budget_flags(without_share).items()} == {"m": True, "n": False}
-    assert budget_flags(SETTINGS, None)["m"] == (None, "not checked: no budget_sufficiency.csv (add weibull_cure to survival.fitters)")
+    assert budget_flags(SETTINGS, None)["m"] == (None, "not checked: no budget_sufficiency.csv (add a cure model, e.g. loglogistic_cure, to survival.fitters)")
     one_step = sufficiency.assign(still_breakable=np.nan)
     assert budget_flags(SETTINGS, one_step)["n"] == (None, "not checked: no attack cell with a budget to multiply (one-step attacks only)")
 

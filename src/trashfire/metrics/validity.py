@@ -152,15 +152,19 @@ def square_beats_white_box(rows: pd.DataFrame, tol: float) -> Check:
 
 def budget_too_small(sufficiency: pd.DataFrame | None, share: float) -> Check:
     """The largest share of an attack cell's samples that the cure model says a larger budget
-    would still break (`still_breakable` of budget_sufficiency.csv's rows of this model cell)."""
+    would still break (`still_breakable` of budget_sufficiency.csv's rows of this model cell, of
+    the selected cure model where the table marks one)."""
     if sufficiency is None:
-        return None, "not checked: no budget_sufficiency.csv (add weibull_cure to survival.fitters)"
+        return None, "not checked: no budget_sufficiency.csv (add a cure model, e.g. loglogistic_cure, to survival.fitters)"
+    if "selected" in sufficiency:
+        sufficiency = sufficiency[sufficiency["selected"].astype(bool)]
     checked = sufficiency[sufficiency["still_breakable"].notna()]
     if checked.empty:
         return None, "not checked: no attack cell with a budget to multiply (one-step attacks only)"
     worst = checked.loc[checked["still_breakable"].idxmax()]
+    model = f" ({worst['fitter']})" if "fitter" in worst else ""
     seen = (
-        f"{worst['attack_family']}: a budget {worst['factor']:g}x larger would break {worst['still_breakable']:.1%} more "
+        f"{worst['attack_family']}{model}: a budget {worst['factor']:g}x larger would break {worst['still_breakable']:.1%} more "
         f"(95% {worst['still_breakable_low']:.1%} to {worst['still_breakable_high']:.1%}) of {int(worst['samples'])} samples"
     )
     return bool(worst["still_breakable"] > share), seen

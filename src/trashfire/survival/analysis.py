@@ -154,7 +154,7 @@ def calibration_time(train: pd.DataFrame, quantile: float) -> float:
     return float(np.quantile(np.repeat(train[F.DURATION].to_numpy(), F.sample_weights(train)), quantile))
 
 
-SLOW_FITTERS = ("gengamma", "weibull_cure")  # started first, so that the quicker fits fill the other workers meanwhile
+SLOW_FITTERS = ("gengamma", "loglogistic_cure", "weibull_cure")  # started first, so that the quicker fits fill the other workers meanwhile
 
 
 def compare(
@@ -250,12 +250,20 @@ def cure_fits(fits: dict[str, F.Fit]) -> dict[str, F.Fit]:
     return {name: fit for name, fit in fits.items() if getattr(fit.fitter, "cure_model", False)}
 
 
+def selected_cure(fits: dict[str, F.Fit]) -> str | None:
+    """The cure model of lowest AIC (lifelines', on the training split they share; the first
+    of equals), or None without one: it gives the budget flag and E_T_breakable."""
+    cures = cure_fits(fits)
+    return min(cures, key=lambda name: cures[name].fitter.AIC_) if cures else None
+
+
 def with_breakable_means(expected: pd.DataFrame, fits: dict[str, F.Fit], data: pd.DataFrame) -> pd.DataFrame:
-    """expected_times.csv with E_T_breakable, the first cure model's mean time to failure of the
-    breakable samples per attack cell (survival.cure), where one was fitted."""
-    cure = next(iter(cure_fits(fits).values()), None)
-    if cure is None:
+    """expected_times.csv with E_T_breakable, the selected cure model's mean time to failure of
+    the breakable samples per attack cell (survival.cure), where one was fitted."""
+    name = selected_cure(fits)
+    if name is None:
         return expected
+    cure = fits[name]
     breakable = cure.fitter.predict_expectation_breakable(F.covariates_of(data)).to_numpy(float)
     means = pd.Series(breakable).groupby(data[CELL].to_numpy()).mean()
     return expected.assign(E_T_breakable=expected[CELL].map(means))
@@ -284,11 +292,13 @@ def write_cure_fractions(fits: dict[str, F.Fit], data: pd.DataFrame, path: Path,
 
 def write_budget_sufficiency(fits: dict[str, F.Fit], data: pd.DataFrame, budgets: pd.Series, path: Path, settings: Any, unit: float = 1.0) -> None:
     """Each cure model's share per attack cell that a budget `settings.factor` times larger
-    would still break (`survival.cure.budget_sufficiency`), budgets back in the clock's unit.
+    would still break (`survival.cure.budget_sufficiency`), budgets back in the clock's unit;
+    `selected` marks the rows of the cure model of lowest AIC, which the budget flag reads.
     Without a cure model among the fits, no file (an older one is removed)."""
+    chosen = selected_cure(fits)
     tables = [
         budget_sufficiency(fit.fitter, data, CELL, CURE_LABELS, budgets, settings.factor, settings.draws, settings.seed).assign(
-            fitter=name, factor=settings.factor
+            fitter=name, factor=settings.factor, selected=name == chosen
         )
         for name, fit in cure_fits(fits).items()
     ]
@@ -298,6 +308,7 @@ def write_budget_sufficiency(fits: dict[str, F.Fit], data: pd.DataFrame, budgets
     table = pd.concat(tables, ignore_index=True)
     columns = [
         "fitter",
+        "selected",
         CELL,
         *CURE_LABELS,
         "samples",

@@ -1,20 +1,26 @@
-"""A mixture cure model: most samples of a fixed-budget attack are never broken, and an AFT model,
+"""Mixture cure models: most samples of a fixed-budget attack are never broken, and an AFT model,
 whose every sample fails at last, must bend its curve towards 0 where the Kaplan-Meier curve
 levels off.
 
-    S(t | x) = pi(x) + (1 - pi(x)) S_u(t | x),   logit pi(x) = x . c,   S_u Weibull AFT in x
+    S(t | x) = pi(x) + (1 - pi(x)) S_u(t | x),   logit pi(x) = x . c,   S_u an AFT latency in x
 
-pi is the cured (never broken) share; S_u the survival of the breakable samples, exp(-(t /
-lambda(x))^rho) with log lambda(x) = x . b, as lifelines' WeibullAFTFitter. It is lifelines'
-`ParametricRegressionFitter` with that cumulative hazard, -log S (its hazard by autograd), so
-fitting, standard errors, AIC and calibration are lifelines'. It starts from the plain Weibull
-AFT fit with a cured share of half the censored share (from pi = 0, the Weibull, the cured
-share's gradient can point the wrong way).
+pi is the cured (never broken) share; S_u the survival of the breakable samples, with scale
+exp(x . b) as lifelines' AFT fitters:
+- `WeibullCureFitter`: S_u = exp(-(t / lambda)^rho), one shape rho (WeibullAFTFitter's);
+- `LogLogisticCureFitter`: S_u = 1 / (1 + (t / alpha)^beta), its shape beta per attack family
+  (LogLogisticAFTFitter's, with the family dummies). Its hazard falls after its mode, as PGD's
+  failures by step do once the steps reach the eps ball's faces, where the Weibull's keeps rising
+  (on the default run its AIC is some 15,000 below the Weibull cure's; README, Survival analysis).
+
+Each is lifelines' `ParametricRegressionFitter` with that cumulative hazard, -log S (its hazard by
+autograd), so fitting, standard errors, AIC and calibration are lifelines'. It starts from the
+plain AFT fit with a cured share of half the censored share (from pi = 0, the plain model, the
+cured share's gradient can point the wrong way).
 
 Its mean is infinite wherever pi > 0, so it gives no E[T] for TRASH; it gives the cured share
-(`cured_fraction`), the breakable samples' mean E[T_u] = lambda Gamma(1 + 1/rho)
-(`predict_expectation_breakable`) and the restricted mean to any time in closed form, by which
-it ranks samples for concordance (its median is infinite where more than half are cured).
+(`cured_fraction`), the breakable samples' mean E[T_u] (`predict_expectation_breakable`) and the
+restricted mean to any time in closed form, by which it ranks samples for concordance (its median
+is infinite where more than half are cured).
 """
 
 from __future__ import annotations
@@ -23,72 +29,89 @@ import autograd.numpy as anp
 import numpy as np
 import pandas as pd
 from autograd.scipy.special import expit as anp_expit
-from lifelines import KaplanMeierFitter, WeibullAFTFitter
+from lifelines import KaplanMeierFitter, LogLogisticAFTFitter, WeibullAFTFitter
 from lifelines.fitters import ParametricRegressionFitter
 from lifelines.utils import _get_index
 from lifelines.utils.safe_exp import safe_exp
-from scipy.special import expit, gamma, gammainc, logit
+from scipy.special import expit, gamma, gammainc, hyp2f1, logit
 
+from trashfire.survival.data import NUMERIC_COVARIATES
 from trashfire.survival.fitters import DURATION, EVENT, _covariate_columns, _no_conditioning, covariates_of, sample_weights
 
 
-class WeibullCureFitter(ParametricRegressionFitter):
-    """Mixture cure model, logistic cured share and Weibull AFT latency, both in every covariate."""
+class MixtureCureFitter(ParametricRegressionFitter):
+    """A logistic cured share and an AFT latency (`latency_survival`), both in every covariate;
+    the latency's shape in `shape_covariates`. Subclasses name the scale and shape parameters
+    as lifelines' plain fitter (`plain_fitter`) does, for its start."""
 
-    _fitted_parameter_names = ["cured_", "lambda_", "rho_"]  # sorted: autograd flattens them so
+    scale_: str
+    shape_: str
+    plain_fitter: type
     fit_intercept = True
     cure_model = True  # fitters.survival_ranking ranks it by its restricted mean
 
+    def shape_covariates(self, covariates: list[str]) -> list[str]:
+        """The covariates the latency's shape takes beside its intercept: none."""
+        return []
+
     def fit(self, df: pd.DataFrame, duration_col: str, event_col: str | None = None, weights_col: str | None = None, **kwargs):
         covariates = _covariate_columns(df, duration_col, event_col, weights_col)
-        regressors = {"cured_": covariates, "lambda_": covariates, "rho_": []}
-        self._warm_start = self._weibull_start(df, duration_col, event_col, weights_col) if "initial_point" not in kwargs else None
+        regressors = {"cured_": covariates, self.scale_: covariates, self.shape_: self.shape_covariates(covariates)}
+        # in sorted order, as autograd flattens them: lifelines labels its Hessian (standard
+        # errors, covariance) in this dict's order and would mislabel them otherwise
+        regressors = dict(sorted(regressors.items()))
+        self._warm_start = self._plain_start(df, duration_col, event_col, weights_col) if "initial_point" not in kwargs else None
         self._longest = float(df[duration_col].max())
         return super().fit(df, duration_col, event_col, regressors=regressors, weights_col=weights_col, **kwargs)
 
-    def _weibull_start(self, df: pd.DataFrame, duration_col: str, event_col: str | None, weights_col: str | None) -> tuple[pd.Series, float]:
-        weibull = WeibullAFTFitter(penalizer=self.penalizer).fit(df, duration_col, event_col, weights_col=weights_col)
+    def _plain_start(self, df: pd.DataFrame, duration_col: str, event_col: str | None, weights_col: str | None) -> tuple[pd.Series, float]:
+        plain = self.plain_fitter(penalizer=self.penalizer).fit(df, duration_col, event_col, weights_col=weights_col)
         weights = df[weights_col].to_numpy(float) if weights_col else np.ones(len(df))
         censored = float(weights[df[event_col].to_numpy() == 0].sum() / weights.sum()) if event_col else 0.0
-        return weibull.params_, max(censored / 2, 0.01)  # at most 0.5: half of all
+        return plain.params_, max(censored / 2, 0.01)  # at most 0.5: half of all
 
     def _create_initial_point(self, Ts, E, entries, weights, Xs):
         if self._warm_start is None:  # an explicit initial point: lifelines takes only the shape of this one
             return super()._create_initial_point(Ts, E, entries, weights, Xs)
         params, cured = self._warm_start
         # lifelines optimises on covariates divided by their SDs: coefficients times the SDs
-        columns = Xs["lambda_"].columns
-        scale = params.loc["lambda_"].reindex(columns).fillna(0.0) * self._norm_std.loc["lambda_"].reindex(columns)
+        columns = Xs[self.scale_].columns
+        scale = params.loc[self.scale_].reindex(columns).fillna(0.0) * self._norm_std.loc[self.scale_].reindex(columns)
         start = np.zeros(len(Xs["cured_"].columns))
         start[list(Xs["cured_"].columns).index("Intercept")] = logit(cured)
-        return {"cured_": start, "lambda_": scale.to_numpy(float), "rho_": np.array([float(params.loc[("rho_", "Intercept")])])}
+        shape = np.zeros(len(Xs[self.shape_].columns))  # the plain fit's one shape for every row
+        shape[list(Xs[self.shape_].columns).index("Intercept")] = float(params.loc[(self.shape_, "Intercept")])
+        return {"cured_": start, self.scale_: scale.to_numpy(float), self.shape_: shape}
+
+    @staticmethod
+    def latency_survival(t, scale, shape):
+        """S_u(t) for arrays of autograd or numpy."""
+        raise NotImplementedError
 
     def _cumulative_hazard(self, params, T, Xs):
         cured = anp_expit(anp.dot(Xs["cured_"], params["cured_"]))
-        scale = safe_exp(anp.dot(Xs["lambda_"], params["lambda_"]))
-        shape = safe_exp(anp.dot(Xs["rho_"], params["rho_"]))
-        return -anp.log(cured + (1.0 - cured) * anp.exp(-((T / scale) ** shape)))
+        scale = safe_exp(anp.dot(Xs[self.scale_], params[self.scale_]))
+        shape = safe_exp(anp.dot(Xs[self.shape_], params[self.shape_]))
+        return -anp.log(cured + (1.0 - cured) * self.latency_survival(T, scale, shape))
 
     def _linear(self, df: pd.DataFrame, parameter: str) -> np.ndarray:
         return self.regressors.transform_df(df)[parameter].to_numpy(float) @ self.params_.loc[parameter].to_numpy()
 
-    def _latency(self, df: pd.DataFrame) -> tuple[np.ndarray, float]:
-        return np.exp(self._linear(df, "lambda_")), float(np.exp(self.params_.loc[("rho_", "Intercept")]))
+    def _latency(self, df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        return np.exp(self._linear(df, self.scale_)), np.exp(self._linear(df, self.shape_))
 
     def cured_fraction(self, df: pd.DataFrame) -> pd.Series:
         """pi(x): the share of such samples the attack never breaks, however long it runs."""
         return pd.Series(expit(self._linear(df, "cured_")), index=_get_index(df))
 
     def predict_expectation_breakable(self, df: pd.DataFrame) -> pd.Series:
-        """E[T_u | x] = lambda Gamma(1 + 1/rho): the mean time to failure of the breakable samples."""
-        scale, shape = self._latency(df)
-        return pd.Series(scale * gamma(1.0 + 1.0 / shape), index=_get_index(df))
+        """E[T_u | x]: the mean time to failure of the breakable samples."""
+        return pd.Series(self.latency_mean(*self._latency(df)), index=_get_index(df))
 
     def restricted_mean(self, df: pd.DataFrame, t_star: float | np.ndarray) -> pd.Series:
-        """int_0^t* S(u | x) du = pi t* + (1 - pi) lambda Gamma(1 + 1/rho) P(1/rho, (t*/lambda)^rho)."""
-        scale, shape = self._latency(df)
+        """int_0^t* S(u | x) du = pi t* + (1 - pi) int_0^t* S_u(u | x) du."""
         cured = self.cured_fraction(df).to_numpy()
-        breakable = scale * gamma(1.0 + 1.0 / shape) * gammainc(1.0 / shape, (np.asarray(t_star, float) / scale) ** shape)
+        breakable = self.latency_restricted_mean(np.asarray(t_star, float), *self._latency(df))
         return pd.Series(cured * t_star + (1.0 - cured) * breakable, index=_get_index(df))
 
     def falls_within(self, df: pd.DataFrame, standing: np.ndarray, factor: float, draws: np.ndarray | None = None) -> np.ndarray:
@@ -100,10 +123,10 @@ class WeibullCureFitter(ParametricRegressionFitter):
         thetas = self.params_.to_numpy(float)[None, :] if draws is None else np.atleast_2d(draws)
         design, names = self.regressors.transform_df(df), self.params_.index.get_level_values(0)
         cured = expit(design["cured_"].to_numpy(float) @ thetas[:, names == "cured_"].T)
-        scale = np.exp(design["lambda_"].to_numpy(float) @ thetas[:, names == "lambda_"].T)
-        shape = np.exp(thetas[:, names == "rho_"].sum(axis=1))  # rho_ has its intercept alone
+        scale = np.exp(design[self.scale_].to_numpy(float) @ thetas[:, names == self.scale_].T)
+        shape = np.exp(design[self.shape_].to_numpy(float) @ thetas[:, names == self.shape_].T)
         standing = np.asarray(standing, float)[:, None]
-        at_budget, at_larger = np.exp(-((standing / scale) ** shape)), np.exp(-((factor * standing / scale) ** shape))
+        at_budget, at_larger = self.latency_survival(standing, scale, shape), self.latency_survival(factor * standing, scale, shape)
         surviving = cured + (1.0 - cured) * at_budget
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.where(surviving > 0, (1.0 - cured) * (at_budget - at_larger) / surviving, 1.0)
@@ -130,12 +153,76 @@ class WeibullCureFitter(ParametricRegressionFitter):
     def predict_percentile(self, df, *, p: float = 0.5, conditional_after=None) -> pd.Series:
         """The time t with S(t | x) = p; infinite where pi >= p."""
         _no_conditioning(conditional_after)
-        scale, shape = self._latency(df)
         cured = self.cured_fraction(df).to_numpy()
         with np.errstate(divide="ignore", invalid="ignore"):
             latency_share = (p - cured) / (1.0 - cured)  # S_u at that time
-            times = scale * (-np.log(latency_share)) ** (1.0 / shape)
+            times = self.latency_time(latency_share, *self._latency(df))
         return pd.Series(np.where(cured >= p, np.inf, times), index=_get_index(df))
+
+
+class WeibullCureFitter(MixtureCureFitter):
+    """Weibull latency exp(-(t / lambda)^rho), log lambda = x . b, one shape rho."""
+
+    _fitted_parameter_names = ["cured_", "lambda_", "rho_"]  # sorted: autograd flattens them so
+    scale_, shape_, plain_fitter = "lambda_", "rho_", WeibullAFTFitter
+
+    @staticmethod
+    def latency_survival(t, scale, shape):
+        return anp.exp(-((t / scale) ** shape))
+
+    @staticmethod
+    def latency_mean(scale, shape):
+        """lambda Gamma(1 + 1/rho)."""
+        return scale * gamma(1.0 + 1.0 / shape)
+
+    @staticmethod
+    def latency_restricted_mean(t_star, scale, shape):
+        """lambda Gamma(1 + 1/rho) P(1/rho, (t*/lambda)^rho)."""
+        return scale * gamma(1.0 + 1.0 / shape) * gammainc(1.0 / shape, (t_star / scale) ** shape)
+
+    @staticmethod
+    def latency_time(share, scale, shape):
+        """The t with S_u(t) = share."""
+        return scale * (-np.log(share)) ** (1.0 / shape)
+
+
+class LogLogisticCureFitter(MixtureCureFitter):
+    """Log-logistic latency 1 / (1 + (t / alpha)^beta), log alpha = x . b, log beta = the
+    attack family's: its shape per family, since one attack's failures bunch within a few steps
+    and another's spread over its budget."""
+
+    _fitted_parameter_names = ["alpha_", "beta_", "cured_"]  # sorted: autograd flattens them so
+    scale_, shape_, plain_fitter = "alpha_", "beta_", LogLogisticAFTFitter
+
+    def shape_covariates(self, covariates: list[str]) -> list[str]:
+        """The attack-family dummies (survival.data's `attack_<family>`)."""
+        return [c for c in covariates if c.startswith("attack_") and c not in NUMERIC_COVARIATES]
+
+    @staticmethod
+    def latency_survival(t, scale, shape):
+        return 1.0 / (1.0 + (t / scale) ** shape)
+
+    @staticmethod
+    def latency_mean(scale, shape):
+        """alpha (pi / beta) / sin(pi / beta) where beta > 1; infinite where beta <= 1 (a tail too
+        heavy for a mean)."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.pi / shape
+            return np.where(shape > 1.0, scale * ratio / np.sin(ratio), np.inf)
+
+    @staticmethod
+    def latency_restricted_mean(t_star, scale, shape):
+        """t* 2F1(1, 1/beta; 1 + 1/beta; -z), z = (t*/alpha)^beta, by Pfaff's transformation:
+        t* (1 + z)^(-1/beta) 2F1(1/beta, 1/beta; 1 + 1/beta; z / (1 + z)), whose argument stays
+        in [0, 1)."""
+        z = (t_star / scale) ** shape
+        inverse = 1.0 / shape
+        return t_star * (1.0 + z) ** (-inverse) * hyp2f1(inverse, inverse, 1.0 + inverse, z / (1.0 + z))
+
+    @staticmethod
+    def latency_time(share, scale, shape):
+        """The t with S_u(t) = share."""
+        return scale * (1.0 / share - 1.0) ** (1.0 / shape)
 
 
 def km_plateau(durations: np.ndarray, events: np.ndarray, weights: np.ndarray) -> float:
@@ -144,7 +231,7 @@ def km_plateau(durations: np.ndarray, events: np.ndarray, weights: np.ndarray) -
     return float(KaplanMeierFitter().fit(durations, events, weights=weights).survival_function_.iloc[-1, 0])
 
 
-def cure_table(fitter: WeibullCureFitter, data: pd.DataFrame, cell: str, labels: list[str]) -> pd.DataFrame:
+def cure_table(fitter: MixtureCureFitter, data: pd.DataFrame, cell: str, labels: list[str]) -> pd.DataFrame:
     """Per attack cell (`cell` column; its `labels` kept): its samples, the Kaplan-Meier plateau
     at its budget, the model's cured share (the mean of pi over its samples), their difference,
     and E_T_breakable, the mean over its samples of E[T_u | x] (the breakable samples' mean time
@@ -174,7 +261,7 @@ ONE_SHOT_QUERIES = 2  # a one-step attack's: its first query and the check after
 
 
 def budget_sufficiency(
-    fitter: WeibullCureFitter, data: pd.DataFrame, cell: str, labels: list[str], budgets: pd.Series, factor: float = 10.0, draws: int = 200, seed: int = 0
+    fitter: MixtureCureFitter, data: pd.DataFrame, cell: str, labels: list[str], budgets: pd.Series, factor: float = 10.0, draws: int = 200, seed: int = 0
 ) -> pd.DataFrame:
     """Per attack cell (`cell` column; its `labels` kept): `still_breakable`, the model's share of
     its samples that a budget `factor` times larger would break beyond those already broken:
