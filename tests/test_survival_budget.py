@@ -119,7 +119,10 @@ def test_budget_too_small_reads_the_selected_cure_models_rows_and_names_it():
     """Where budget_sufficiency.csv marks a selected cure model, only its rows count: the other
     model's larger share does not trip the flag."""
     rows = pd.concat(
-        [sufficiency_rows([0.01, 0.015]).assign(fitter="loglogistic_cure", selected=True), sufficiency_rows([0.01, 0.3]).assign(fitter="weibull_cure", selected=False)],
+        [
+            sufficiency_rows([0.01, 0.015]).assign(fitter="loglogistic_cure", selected=True),
+            sufficiency_rows([0.01, 0.3]).assign(fitter="weibull_cure", selected=False),
+        ],
         ignore_index=True,
     )
     tripped, detail = validity.budget_too_small(rows, 0.02)

@@ -309,6 +309,14 @@ def test_the_loglogistic_cures_standard_errors_are_its_likelihoods_curvature_by_
 
     theta, h = cure.params_.to_numpy(float), 1e-4
     steps = np.eye(len(theta)) * h
-    hessian = np.array([[(log_likelihood(theta + a + b) - log_likelihood(theta + a - b) - log_likelihood(theta - a + b) + log_likelihood(theta - a - b)) / (4 * h * h) for b in steps] for a in steps])
+    hessian = np.array(
+        [
+            [
+                (log_likelihood(theta + a + b) - log_likelihood(theta + a - b) - log_likelihood(theta - a + b) + log_likelihood(theta - a - b)) / (4 * h * h)
+                for b in steps
+            ]
+            for a in steps
+        ]
+    )
     errors = pd.Series(np.sqrt(np.diag(np.linalg.inv(-hessian))), index=names)
     assert errors.to_numpy() == pytest.approx(cure.standard_errors_.reindex(names).to_numpy(), rel=0.05)
