@@ -44,6 +44,14 @@ format: $(STAMP) ## ruff: fix what can be fixed and format
 	$(VENV)/bin/ruff check --fix src tests bench
 	$(VENV)/bin/ruff format src tests bench
 
+# the attack engine's tests on another of PyTorch's CPU kernel sets than the machine's own
+# (AVX2 or AVX-512): what they assert must not hang on one CPU's floating-point bits
+ENGINE_TESTS := tests/test_engine.py tests/test_fab.py tests/test_apgd.py tests/test_square.py tests/test_network.py tests/test_standard.py tests/test_autoattack.py tests/test_attacks.py
+
+test-isa: $(STAMP) ## the attack engine's tests under ATEN_CPU_CAPABILITY=default and =avx2 (CI runs it)
+	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -m "not slow" -q -n auto --dist worksteal $(ENGINE_TESTS)
+	ATEN_CPU_CAPABILITY=avx2 $(PY) -m pytest -m "not slow" -q -n auto --dist worksteal $(ENGINE_TESTS)
+
 test-slow: $(STAMP) ## the slow tests (full pipeline runs)
 	$(PY) -m pytest -m slow -q
 
@@ -91,4 +99,4 @@ mutation: $(MUTATION_STAMP) ## mutation testing of metrics/, survival/, core/clo
 clean: ## remove pipeline outputs (not .venv, not the DVC cache)
 	rm -rf data/processed models reports logs outputs multirun .sweeps
 
-.PHONY: help install params dvc-yaml run lint format test test-slow test-kill bench figures mutation clean
+.PHONY: help install params dvc-yaml run lint format test test-isa test-slow test-kill bench figures mutation clean

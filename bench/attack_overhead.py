@@ -89,7 +89,7 @@ def trained_digits_model(folder: Path, epochs: int, device: str):
     )
     prepare.run(cfg)
     train.run(cfg)
-    split = load_split(cfg.paths.processed, "digits", 0, 10)
+    split = load_split(cfg.paths.processed, cfg, "digits", 0)
     return training.load_weights(cfg.paths.models, training_cells(cfg)[0], split), split
 
 

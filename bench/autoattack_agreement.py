@@ -131,7 +131,7 @@ def main() -> None:
     rows = []
     print(f"{'model':16s} {'seed':>4s} {'eps':>5s} {'PGD-10':>7s} {'ours':>6s} {'authors':>7s} {'worst':>6s} {'ours s':>7s} {'authors s':>9s} {'ratio':>6s}")
     for cell in cells:
-        split = load_split(cfg.paths.processed, cell.dataset, cell.seed, 10)
+        split = load_split(cfg.paths.processed, cfg, cell.dataset, cell.seed)
         model = training.load_weights(cfg.paths.models, cell, split)
         target = Target(art_classifier(model.to(device), split, dict(UNDEFENDED), device), device)
         x, y = split.x_attack.numpy()[: args.images], split.y_attack.numpy()[: args.images]

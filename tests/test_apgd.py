@@ -12,7 +12,7 @@ import torch
 from pyautoattack.autopgd_base import APGDAttack, APGDAttack_targeted
 from torch import nn
 
-from tests.conftest import PixelModel, first_query
+from tests.conftest import ROUNDING, PixelModel, first_query
 from trashfire.attacks import apgd as apgd_module
 from trashfire.attacks import art_classifier
 from trashfire.attacks.apgd import APGDSettings, Run, apgd, budget_of, checkpoints
@@ -69,8 +69,9 @@ def test_it_breaks_the_samples_the_authors_code_breaks(digits_cnn, norm, eps_pix
 @pytest.mark.parametrize("eps_pixels", [0.05, 0.1])
 def test_apgd_t_runs_side_by_side_are_the_authors_order_to_the_sample(digits_cnn, monkeypatch, eps_pixels):
     """APGD-T's runs at once, one row a (sample, target) pair, in waves that settle the runs up
-    to the first with a break: each sample's outcome, example, charge and its run's start are
-    those of the runs one after another."""
+    to the first with a break: each sample's outcome, charge and its run's start are those of
+    the runs one after another, exactly, and its example theirs to float rounding (the passes
+    have other row counts, which a CPU's kernels may sum in another order)."""
     split, target = digits_cnn
     x, y = split.x_attack.numpy()[:N_IMAGES], split.y_attack.numpy()[:N_IMAGES]
     settings = APGDSettings(norm=np.inf, eps=eps_pixels * (target.clip_values[1] - target.clip_values[0]), n_iter=20, loss="dlr-targeted", n_targets=5)
@@ -81,8 +82,9 @@ def test_apgd_t_runs_side_by_side_are_the_authors_order_to_the_sample(digits_cnn
     monkeypatch.setattr(apgd_module, "side_by_side", lambda *a: False)
     order, order_clock, _ = ours(target, x, y, settings)
     assert 0 < side.event[standing].sum() < len(standing) and len(waves) > 1, "breaks in more than one run: more than one wave"
-    for name in ("event", "failure_step", "y_pred_adv", "x_adv"):
+    for name in ("event", "failure_step", "y_pred_adv"):
         np.testing.assert_array_equal(getattr(side, name), getattr(order, name), err_msg=name)
+    np.testing.assert_allclose(side.x_adv, order.x_adv, rtol=0, atol=ROUNDING)
     np.testing.assert_array_equal(side_clock.queries, order_clock.queries)
     np.testing.assert_array_equal(side_clock.gradients, order_clock.gradients)
     assert waves == sorted(set(waves)), f"each wave settles runs after the last one's: {waves}"

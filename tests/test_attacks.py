@@ -79,7 +79,7 @@ def test_every_family_runs_and_its_outcomes_agree_with_its_accuracy(attacked):
 
 
 def test_perturbations_stay_within_each_attacks_budget(attacked):
-    split = load_split(attacked.paths.processed, "digits", 0, 10)
+    split = load_split(attacked.paths.processed, attacked, "digits", 0)
     clip_low, clip_high = split.clip_values
     for cell, _, out in outcomes_of(attacked):
         if cell.attack in ("fgm", "pgd"):
@@ -92,7 +92,7 @@ def test_perturbations_stay_within_each_attacks_budget(attacked):
 
 
 def test_pgd_accuracy_does_not_rise_with_eps(attacked):
-    split = load_split(attacked.paths.processed, "digits", 0, 10)
+    split = load_split(attacked.paths.processed, attacked, "digits", 0)
     cell = attack_cells(attacked)[0].model.train
     model = training.load_weights(attacked.paths.models, cell, split)
     classifier = art_classifier(model, split, dict(UNDEFENDED), torch.device("cpu"))

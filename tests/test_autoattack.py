@@ -70,7 +70,7 @@ def trained(tmp_path_factory):
     cfg = normalise(validate(compose(overrides(tmp), conf=ROOT / "conf")))
     prepare.run(cfg)
     train.run(cfg)
-    split = load_split(cfg.paths.processed, "digits", 0, 10)
+    split = load_split(cfg.paths.processed, cfg, "digits", 0)
     model = training.load_weights(cfg.paths.models, training_cells(cfg)[0], split)
     classifier = art_classifier(model, split, dict(UNDEFENDED), CPU)
     return cfg, split, classifier, attack_specs(cfg)

@@ -389,7 +389,8 @@ def garbage_cifar_batch(root: Path) -> list[str]:
 
 
 def processed(root: Path, name: str) -> Path:
-    return root / "data" / "processed" / "digits" / name
+    (folder,) = (root / "data" / "processed" / "digits").iterdir()  # the one config prepared there
+    return folder / name
 
 
 def untrained(root: Path, *extra: str) -> list[str]:

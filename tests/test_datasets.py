@@ -136,7 +136,7 @@ def test_one_seed_gives_identical_initial_weights_on_mnist_upscaled_and_cifar(tm
     prepare.run(cfg)
     weights = {}
     for cell in training_cells(cfg):
-        split = load_split(cfg.paths.processed, cell.dataset, cell.seed, cfg.data[cell.dataset].n_classes)
+        split = load_split(cfg.paths.processed, cfg, cell.dataset, cell.seed)
         assert split.input_shape == (3, 32, 32)
         weights[cell.dataset] = initial_model(cell, split).state_dict()
     assert all(torch.equal(weights["mnist"][k], weights["cifar10"][k]) for k in weights["mnist"])

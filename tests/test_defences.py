@@ -26,7 +26,7 @@ def digits(tmp_path_factory):
         compose(["model=[resnet18]", "split.seeds=[0]", "data.digits.subsample=400", "split.n_attack=20", f"paths.processed={folder}"], conf=ROOT / "conf")
     )
     prepare.run(cfg)
-    return cfg, load_split(folder, "digits", 0, 10)
+    return cfg, load_split(folder, cfg, "digits", 0)
 
 
 def defence(cfg, name, value):

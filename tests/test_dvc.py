@@ -238,3 +238,30 @@ def test_dvc_exp_queue_runs_a_grid_of_attack_params(ran_project):
     assert "train" not in stages_run(ran), ran
     shown = project("dvc", "exp", "show", "--csv")
     assert "[0.2]" in shown and "[0.4]" in shown, shown
+
+
+# --- data prepared for one config is never another's ----------------------------------------
+
+SMOKE_CELLS = ["experiment=smoke", "split.n_attack=10", "attack=[fgm]", "attack.fgm.values=[0.3]", "train.epochs=[1]", "train.progress=false", "split.seeds=[0]"]
+
+
+def test_a_smaller_sweep_after_the_default_run_trains_on_its_own_data_and_repro_trusts_no_stale_cell(ran_project):
+    """The default run has prepared its 400 digits; a sweep of experiment=smoke (300 digits,
+    10 attacked) on the same working copy prepares and uses the smoke data, and `dvc repro` of
+    the smoke config then finds those cells, trained and attacked on its own data."""
+    project = ran_project
+    sweep = [sys.executable, "-m", "trashfire.experiment", "--multirun", "hparams_search=training_grid", "hydra.sweeper.n_trials=2"]
+    choices = ["model=choice(fcnet)", "defence=choice(none,gauss_in)", "train.epochs=choice(1)", f"hydra.sweeper.storage=sqlite:///{project.repo / 'sweep.db'}"]
+    project(*sweep, *SMOKE_CELLS, *choices, f"hydra.sweep.dir={project.repo / 'multirun'}")
+    trained = [json.loads(path.read_text()) for path in (project.repo / "models").glob("*.json")]
+    smoke = [record for record in trained if record["n_train"] != 320]  # the default run's: 400 digits, 80% to train
+    assert sorted(record["n_train"] for record in smoke) == [240, 240], [record["n_train"] for record in trained]  # 300 digits
+    attacked = [json.loads(path.read_text()) for path in (project.repo / "reports" / "attacks").glob("*.json")]
+    assert sorted(record["n_attack"] for record in attacked if record["n_train"] == 240) == [10, 10]
+
+    project(sys.executable, "-m", "trashfire.params", *SMOKE_CELLS, "model=[fcnet]", "defence=[none,gauss_in]")
+    repro = project("dvc", "repro", "attack")
+    assert "2 training cells, 2 cached, 0 to train" in repro and "2 attack cells, 2 recorded, 0 to run" in repro, repro
+    for path in (project.repo / "models").glob("*.json"):
+        record = json.loads(path.read_text())
+        assert record["n_train"] in (240, 320) and (record["n_train"] == 240) == (record["data_hash"] in {r["data_hash"] for r in smoke}), record

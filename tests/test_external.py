@@ -133,9 +133,9 @@ def test_a_pt_checkpoint_with_t_train_from_the_config(trained, tmp_path):
     native = TrainRecord.read(next((trained / "models").glob("*.json")))
     assert record["acc_ben"] == native.acc_ben
     assert (record["t_train_process"], record["t_train_wall"], record["t_train_source"], record["n_train"]) == (0.002, 0.001, "config", None)
-    split = training.cached_split(cfg.paths.processed, "digits", 0, 10)
+    split = training.cached_split(cfg.paths.processed, cfg, "digits", 0)
     (cell,) = training_cells(cfg)
-    assert cell.is_external and training.is_cached(cfg.paths.models, cell.hash)
+    assert cell.is_external and training.is_cached(cfg.paths.models, cell)
     assert training.load_weights(cfg.paths.models, cell, split).net.state_dict().keys() == torch.load(trained / "checkpoints" / "mlp2.pt").keys()
 
 

@@ -14,7 +14,7 @@ from pyautoattack import fab_projections
 from pyautoattack.fab_pt import FABAttack_PT
 from torch import nn
 
-from tests.conftest import PixelModel, first_query
+from tests.conftest import ROUNDING, PixelModel, first_query
 from trashfire.attacks.engine import counting_passes
 from trashfire.attacks.fab import Batch, FABSettings, SideBySide, budget_of, fab, minimal_adversarial, projection_l2, projection_linf, target_classes
 from trashfire.core.clocks import LapClock
@@ -238,8 +238,11 @@ def test_a_broken_sample_is_charged_nothing_after_it_breaks(digits_cnn):
 
 @pytest.mark.parametrize("norm, eps_pixels", [(np.inf, 0.15), (2, 0.75)])
 def test_its_runs_side_by_side_are_the_authors_order_to_the_sample(digits_cnn, norm, eps_pixels):
-    """FAB-T's runs search at once, one row a (sample, target) pair; each sample's outcome,
-    example and charge are those of the runs one after another (`Batch`, the authors' order)."""
+    """FAB-T's runs search at once, one row a (sample, target) pair; each sample's outcome and
+    charge are those of the runs one after another (`Batch`, the authors' order), exactly, and
+    its example theirs to float rounding: the side-by-side passes have other row counts, and a
+    CPU's kernels may sum a convolution in another order per shape (seen on an AVX-512 Xeon:
+    99 of 3,840 elements apart by at most 6.9e-7)."""
     split, target = digits_cnn
     x, y = attack_images(split)
     settings = FABSettings(norm=norm, eps=PixelModel(target).eps_standardised(eps_pixels), n_iter=20, n_targets=4)
@@ -248,8 +251,9 @@ def test_its_runs_side_by_side_are_the_authors_order_to_the_sample(digits_cnn, n
     order, order_clock, _ = first_query(target, x, y, budget_of(settings))
     Batch(target, order, order_clock, standing, settings).attack()
     assert 0 < side.event[standing].sum() < len(standing)
-    for name in ("event", "failure_step", "y_pred_adv", "x_adv"):
+    for name in ("event", "failure_step", "y_pred_adv"):
         np.testing.assert_array_equal(getattr(side, name), getattr(order, name), err_msg=name)
+    np.testing.assert_allclose(side.x_adv, order.x_adv, rtol=0, atol=ROUNDING)
     np.testing.assert_array_equal(side_clock.queries, order_clock.queries)
     np.testing.assert_array_equal(side_clock.gradients, order_clock.gradients)
 

@@ -9,7 +9,7 @@ from tests.conftest import ROOT
 from tests.test_datasets import write_cifar, write_idx
 from trashfire.core.config import compose, validate
 from trashfire.core.errors import ConfigError
-from trashfire.data.datasets import load_split
+from trashfire.data.datasets import dataset_dir, load_split
 from trashfire.data.loaders import load_torchvision_cifar, load_torchvision_mnist
 from trashfire.data.splits import to_shape
 from trashfire.stages import prepare, train
@@ -56,7 +56,7 @@ def digit_task(tmp_path, components):
     """The prepared digit task: its split of seed 0 and the stored pairing."""
     cfg = fusion_cfg(tmp_path)
     prepare.run(cfg)
-    return load_split(cfg.paths.processed, "fusion_digit", 0, 10), np.load(tmp_path / "processed" / "fusion_digit" / "split_0.npz")
+    return load_split(cfg.paths.processed, cfg, "fusion_digit", 0), np.load(dataset_dir(cfg.paths.processed, cfg, "fusion_digit") / "split_0.npz")
 
 
 def test_fusion_images_are_half_digit_half_object(components, digit_task):
@@ -85,7 +85,7 @@ def test_training_partners_are_drawn_afresh_each_epoch_from_the_training_objects
 def test_object_task_takes_the_cifar_label_and_a_model_trains_on_it(tmp_path, components):
     cfg = fusion_cfg(tmp_path, name="fusion_object")
     prepare.run(cfg)
-    split = load_split(cfg.paths.processed, "fusion_object", 0, 10)
+    split = load_split(cfg.paths.processed, cfg, "fusion_object", 0)
     assert len(split.y_train) + len(split.y_test) == 180  # the CIFAR files' images
     [record] = train.run(cfg)
     assert record["epochs"] == 2 and 0 <= record["acc_ben"] <= 1 and record["t_train_process"] > 0

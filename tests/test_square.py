@@ -12,7 +12,7 @@ import pytest
 import torch
 from pyautoattack.square import SquareAttack
 
-from tests.conftest import PixelModel, first_query
+from tests.conftest import ROUNDING, PixelModel, first_query
 from trashfire.attacks.square import SquareSettings, budget_of, p_selection, square
 
 CPU = torch.device("cpu")
@@ -113,8 +113,10 @@ def test_it_breaks_the_samples_the_authors_code_breaks_at_its_points(digits_cnn,
 
 
 @pytest.mark.parametrize("norm, eps_pixels", [(np.inf, 0.1), (2.0, 0.5)])
-def test_on_the_authors_scale_every_point_is_theirs_to_the_bit(digits_cnn, norm, eps_pixels):
-    """A target on [0, 1] pixels: the same inputs to the model, so the same path exactly."""
+def test_on_the_authors_scale_every_point_is_theirs(digits_cnn, norm, eps_pixels):
+    """A target on [0, 1] pixels: the same inputs to the model, so the same decisions, and
+    the same points to float rounding (the look-ahead's passes have other row counts, which
+    a CPU's kernels may sum in another order)."""
     _, target = digits_cnn
     x, y = images(digits_cnn)
     pixel_target = PixelTarget(target)
@@ -124,7 +126,7 @@ def test_on_the_authors_scale_every_point_is_theirs_to_the_bit(digits_cnn, norm,
     broken, adv = reference(pixel_target.target, x_pixels, y, settings, eps_pixels)
     np.testing.assert_array_equal(log.event[standing], broken[standing])
     hit = standing[log.event[standing]]
-    np.testing.assert_array_equal(log.x_adv[hit], adv.numpy()[hit])
+    np.testing.assert_allclose(log.x_adv[hit], adv.numpy()[hit], rtol=0, atol=ROUNDING)
 
 
 def test_when_one_sample_is_left_it_searches_on_as_the_authors_one_row_passes(digits_cnn):
@@ -145,7 +147,7 @@ def test_when_one_sample_is_left_it_searches_on_as_the_authors_one_row_passes(di
     theirs, adv = reference(pixel_target.target, x_pixels[chosen], y[chosen], settings, 0.1)
     assert log.event.all() and theirs.all()
     assert log.failure_step[0] < log.failure_step[1]  # the second searched alone for a while
-    np.testing.assert_array_equal(log.x_adv, adv.numpy())
+    np.testing.assert_allclose(log.x_adv, adv.numpy(), rtol=0, atol=ROUNDING)  # to rounding: the passes before the first left had other row counts
     # the look-ahead past the first's leaving, taken back, is rows that answered no query
     assert pixel_target.rows == (clock.queries - 1).sum() - search.cached + search.dropped
 

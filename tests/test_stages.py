@@ -114,7 +114,7 @@ def test_attack_stage_reruns_only_new_cells(pipeline):
     assert attack.run(pipeline) == 0
     wider = OmegaConf.merge(pipeline, {"attack": {"pgd": {"values": [0.1, 0.3, 1.0]}}})
     assert attack.run(wider) == len(model_cells(pipeline))  # one new PGD eps per model cell
-    assert all(training.is_cached(wider.paths.models, c.hash) for c in training_cells(wider))
+    assert all(training.is_cached(wider.paths.models, c) for c in training_cells(wider))
 
 
 def test_downstream_stages_write_every_table_and_figure(pipeline, tmp_path):
@@ -188,7 +188,7 @@ def test_step_half_divides_the_learning_rate_by_ten_from_half_of_training():
 def test_a_step_decay_cell_trains_to_different_weights(tiny_cfg):
     prepare.run(tiny_cfg)
     decayed = OmegaConf.merge(tiny_cfg, {"train": {"lr_schedule": "step_half"}})
-    split = load_split(tiny_cfg.paths.processed, "digits", 0, 10)
+    split = load_split(tiny_cfg.paths.processed, tiny_cfg, "digits", 0)
     weights = {}
     for name, cfg in (("constant", tiny_cfg), ("step_half", decayed)):
         undefended = training_cells(cfg)[0]

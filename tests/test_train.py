@@ -35,7 +35,7 @@ def test_checkpoints_of_one_run_equal_cells_trained_from_scratch(tmp_path):
     cfg = small_cfg(tmp_path, "train.epochs=[1,3]")
     prepare.run(cfg)
     records = {r["epochs"]: r for r in train.run(cfg)}
-    split = load_split(cfg.paths.processed, "digits", 0, 10)
+    split = load_split(cfg.paths.processed, cfg, "digits", 0)
     for epochs in (1, 3):
         cell = cell_at(cfg, epochs)
         with threads_limited(cfg.train.threads):  # as the stage trains its cells
@@ -55,7 +55,7 @@ def test_more_epochs_train_on_from_the_last_checkpoint(tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="trashfire.models.training"):
         train.run(more)
     assert "1 cached, 1 to train" in caplog.text and "from epoch 1" in caplog.text
-    split = load_split(more.paths.processed, "digits", 0, 10)
+    split = load_split(more.paths.processed, more, "digits", 0)
     with threads_limited(more.train.threads):  # as the stage trains its cells
         scratch, _ = training.train_cell(cell_at(more, 3), split, more, CPU)
     assert same_weights(training.load_weights(more.paths.models, cell_at(more, 3), split), scratch)
@@ -96,7 +96,7 @@ def test_fine_tuning_starts_from_the_base_data_sets_final_weights(tmp_path):
     tuned = [c for c in training_cells(cfg) if c.pretrained_on == "fashion_mnist"]
     assert [c.epochs for c in tuned] == [1, 2] and {c.base.epochs for c in tuned} == {2}
     assert {r["pretrained_on"] for r in records if r["dataset"] == "mnist"} == {None, "fashion_mnist"}
-    split = load_split(cfg.paths.processed, "mnist", 0, 10)
+    split = load_split(cfg.paths.processed, cfg, "mnist", 0)
     base = training.load_weights(cfg.paths.models, tuned[0].base, split)
     start = training.start_run(tuned[0], split, cfg.train, CPU, cfg.paths.models).model
     assert same_weights(start, base)

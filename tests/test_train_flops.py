@@ -108,7 +108,7 @@ def plain(tmp_path_factory):
 
 def test_plain_training_counts_epochs_times_rows_times_a_training_step(plain):
     cfg, records = plain
-    split = load_split(cfg.paths.processed, "digits", 0, 10)
+    split = load_split(cfg.paths.processed, cfg, "digits", 0)
     n_train, step = len(split.y_train), step_flops(cfg, split)
     assert len(split.train_epoch(0)[0]) == n_train
     gauss = cfg.defence.gauss_in
@@ -124,7 +124,7 @@ def test_plain_training_counts_epochs_times_rows_times_a_training_step(plain):
 
 def test_the_flop_count_is_the_same_in_every_run_and_thread_count(plain):
     cfg, records = plain
-    split = load_split(cfg.paths.processed, "digits", 0, 10)
+    split = load_split(cfg.paths.processed, cfg, "digits", 0)
     cell = next(c for c in training_cells(cfg) if c.epochs == 6 and c.defence["name"] == "gauss_in")
     threads = torch.get_num_threads()
     try:
@@ -142,14 +142,14 @@ def test_a_resumed_run_carries_its_flop_count(tmp_path):
     train.run(first)
     more = cfg_of(tmp_path, "defence=[none]", "train.epochs=[2,4]")
     records = {r["epochs"]: r for r in train.run(more)}
-    split = load_split(more.paths.processed, "digits", 0, 10)
+    split = load_split(more.paths.processed, more, "digits", 0)
     assert records[4]["t_train_flops"] == 4 * step_flops(more, split) == 2 * records[2]["t_train_flops"]
 
 
 def test_a_state_saved_before_flops_leaves_them_unknown(tmp_path, caplog):
     cfg = cfg_of(tmp_path, "defence=[none]", "train.epochs=[1]")
     prepare.run(cfg)
-    split = load_split(cfg.paths.processed, "digits", 0, 10)
+    split = load_split(cfg.paths.processed, cfg, "digits", 0)
     (cell,) = training_cells(cfg)
     run = training.start_run(cell, split, cfg.train, CPU)
     state = run.state()
@@ -164,7 +164,7 @@ def test_adversarial_training_adds_its_counted_attack_steps(tmp_path):
     cfg = cfg_of(tmp_path, "defence=[none,adv_train]", "defence.adv_train.values=[0.1]", "train.epochs=[2]", "train.batch_size=100")
     prepare.run(cfg)
     records = {r["defence"]: r for r in train.run(cfg)}
-    split = load_split(cfg.paths.processed, "digits", 0, 10)
+    split = load_split(cfg.paths.processed, cfg, "digits", 0)
     model = fresh_model(cfg, split)
     x, y = split.x_train[:2], split.y_train[:2]
     forward, step, gradient = (flops.pass_flops(kind, model, x, y) for kind in (flops.FORWARD, flops.STEP, flops.GRADIENT))

@@ -97,7 +97,7 @@ def run_experiment(cfg: DictConfig) -> list[float]:
     # torch, ART and the tables load here, after the config is checked: a bad value is one line
     # in a second, not after seconds of imports
     cfg = normalise(validate(cfg))
-    from trashfire.data.datasets import dataset_dir
+    from trashfire.data.datasets import is_prepared
 
     names = objective_names(cfg)
     set_threads(cfg.get("threads"))
@@ -107,10 +107,9 @@ def run_experiment(cfg: DictConfig) -> list[float]:
         OmegaConf.update(cfg, "train.workers", 1, force_add=True)
         if cfg.get("threads") is not None:  # the trial's thread budget for its cells as well
             OmegaConf.update(cfg, "train.threads", cfg.threads, force_add=True)
-    unprepared = {
-        name: spec for name, spec in cfg.data.items() if not all((dataset_dir(cfg.paths.processed, name) / f"split_{s}.npz").is_file() for s in cfg.split.seeds)
-    }
-    if unprepared:
+    # data prepared for exactly this config (its folder is named by the config's hash): a
+    # trial never trains on data another config prepared
+    if not all(is_prepared(cfg.paths.processed, cfg, name) for name in cfg.data):
         prepare.run(cfg)
     train.run(cfg)
     attack.run(cfg)

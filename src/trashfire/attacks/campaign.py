@@ -86,14 +86,26 @@ def evaluate_benign(classifier, split: Split, cell: ModelCell, device) -> Benign
         t_predict_process=watch.elapsed.process / n,
         t_predict_wall=watch.elapsed.wall / n,
         n_test=n,
+        data_hash=split.attack_data_hash,
         **validity.probe(classifier, split.x_attack.numpy(), split.y_attack.numpy()),
     )
 
 
-def benign_pending(folder: str | Path, model_hash: str) -> bool:
-    """No benign record yet, or one from before the validity probes (or their last one)."""
+def benign_pending(folder: str | Path, model_hash: str, data_hash: str) -> bool:
+    """No benign record yet, one of other data (`data_hash`: the attack subset's identity,
+    trashfire.core.grid.split_hashes), or one from before the validity probes (or their last one)."""
     path = benign_path(folder, model_hash)
-    return not is_recorded(path) or BenignRecord.read(path).gradient_calls is None
+    if not is_recorded(path):
+        return True
+    record = BenignRecord.read(path)
+    return record.data_hash != data_hash or record.gradient_calls is None
+
+
+def attack_recorded(folder: str | Path, cell: AttackCell) -> bool:
+    """A whole record of the cell, attacked on the images this config prepares: one of other
+    data, or from before data hashes, is attacked again."""
+    path = attack_record_path(folder, cell.hash)
+    return is_recorded(path) and read_json(path).get("data_hash") == cell.data_hash
 
 
 @dataclass
@@ -208,10 +220,11 @@ def attack_model_cell(artefacts: Artefacts, model_cell: ModelCell, cells: list[A
     train = TrainRecord.read(record_path(models, model_cell.train.hash))
     classifier = art_classifier(load_weights(models, model_cell.train, split).to(device), split, model_cell.defence, device)
     benign_file = benign_path(folder, model_cell.hash)
-    if benign_pending(folder, model_cell.hash):
+    if benign_pending(folder, model_cell.hash, split.attack_data_hash):
         evaluate_benign(classifier, split, model_cell, device).write(benign_file)
     benign = BenignRecord.read(benign_file)
     shared = {
+        "data_hash": split.attack_data_hash,
         "train_hash": model_cell.train.hash,
         "model_hash": model_cell.hash,
         **cell_labels(train, model_cell.defence),
@@ -262,7 +275,7 @@ def attack_job(cfg: DictConfig, artefacts: Artefacts, model_cell: ModelCell, cel
     """One model cell's pending attack cells (one worker's job); returns how many."""
     device = resolve_device(cfg.train.device)
     train = model_cell.train
-    split = cached_split(artefacts.input("processed"), train.dataset, train.seed, cfg.data[train.dataset].n_classes)
+    split = cached_split(artefacts.input("processed"), cfg, train.dataset, train.seed)
     attack_model_cell(artefacts, model_cell, cells, split, device)
     return len(cells)
 
@@ -297,13 +310,13 @@ def attack_grid(cfg: DictConfig, artefacts: Artefacts) -> int:
     for cell in cells:  # before any compute: a standard version that is not AutoAttack's
         if engine_of(cell.spec) == "torch" and torch_algorithm(cell.spec) in standard.ALGORITHMS:
             standard.check_spec(cell.spec)
-    pending = [cell for cell in cells if not is_recorded(attack_record_path(folder, cell.hash))]
+    pending = [cell for cell in cells if not attack_recorded(folder, cell)]
     workers = resolve_workers(cfg.train.get("workers", "auto"), device.type)
     threads = threads_per_cell(workers, cfg.train.get("threads", 1))
     jobs = [(cfg, artefacts, model_cell, list(group)) for model_cell, group in groupby(pending, key=lambda cell: cell.model)]
     queued = {job[2].hash for job in jobs}
-    models = {cell.model.hash: cell.model for cell in cells}
-    jobs += [(cfg, artefacts, model, []) for h, model in models.items() if h not in queued and benign_pending(folder, h)]  # probes for older records
+    models = {cell.model.hash: cell for cell in cells}
+    jobs += [(cfg, artefacts, c.model, []) for h, c in models.items() if h not in queued and benign_pending(folder, h, c.data_hash)]  # probes for older records
     jobs.sort(key=lambda job: (job[2].train.depth or 1) * len(job[3]), reverse=True)  # the longest first keeps the workers busy to the end
     log.info(
         "%d attack cells, %d recorded, %d to run on %s (%s)", len(cells), len(cells) - len(pending), len(pending), device, describe(workers, threads, len(jobs))

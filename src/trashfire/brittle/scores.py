@@ -30,7 +30,7 @@ from trashfire.core.clocks import Stopwatch
 from trashfire.core.errors import ConfigError
 from trashfire.core.grid import ModelCell, model_cells
 from trashfire.core.parallel import describe, resolve_workers, run_jobs, threads_per_cell
-from trashfire.core.records import config_hash, is_recorded, remove_dead_temps
+from trashfire.core.records import config_hash, is_recorded, read_json, remove_dead_temps
 from trashfire.core.schema import BrittleRecord, TrainRecord, cell_labels
 from trashfire.core.stage import Artefacts
 from trashfire.core.store import brittle_hash, brittle_record_path, brittle_settings
@@ -212,6 +212,7 @@ def score_model_cell(model: nn.Module, train_record: TrainRecord, model_cell: Mo
         brittle_hash=brittle_hash(model_cell.hash, settings),
         model_hash=model_cell.hash,
         train_hash=model_cell.train.hash,
+        data_hash=samples.split.data_hash,
         **cell_labels(train_record, model_cell.defence),
         n_samples=len(scores),
         n_features_mean=float(samples.features.mean()),
@@ -235,7 +236,7 @@ _SAMPLES: dict[tuple, Samples] = {}  # per process: a worker's jobs share them
 def cached_samples(cfg: DictConfig, processed: Path, dataset: str, seed: int, settings: dict[str, Any]) -> Samples:
     key = (str(processed), dataset, seed, config_hash(settings))
     if key not in _SAMPLES:
-        _SAMPLES[key] = Samples(cached_split(processed, dataset, seed, cfg.data[dataset].n_classes), settings)
+        _SAMPLES[key] = Samples(cached_split(processed, cfg, dataset, seed), settings)
     return _SAMPLES[key]
 
 
@@ -253,6 +254,13 @@ def brittle_job(cfg: DictConfig, artefacts: Artefacts, settings: dict[str, Any],
     return len(group)
 
 
+def scored(folder: Path, cell: ModelCell, settings: dict[str, Any]) -> bool:
+    """A whole record of the cell whose images come from the data this config prepares: one
+    of other data, or from before data hashes, is scored again."""
+    path = brittle_record_path(folder, brittle_hash(cell.hash, settings))
+    return is_recorded(path) and read_json(path).get("data_hash") == cell.train.data_hash
+
+
 def score_grid(cfg: DictConfig, artefacts: Artefacts) -> int:
     """Score every pending model cell; returns how many were computed."""
     device = resolve_device(cfg.train.device)
@@ -261,7 +269,7 @@ def score_grid(cfg: DictConfig, artefacts: Artefacts) -> int:
     cells = model_cells(cfg)
     if folder.is_dir():
         remove_dead_temps(folder)  # a killed run's half-written records
-    pending = [cell for cell in cells if not is_recorded(brittle_record_path(folder, brittle_hash(cell.hash, settings)))]
+    pending = [cell for cell in cells if not scored(folder, cell, settings)]
     workers = resolve_workers(cfg.train.get("workers", "auto"), device.type)
     threads = threads_per_cell(workers, cfg.train.get("threads", 1))
     jobs = [(cfg, artefacts, settings, list(group)) for _, group in groupby(pending, key=lambda cell: cell.train.hash)]

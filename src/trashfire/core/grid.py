@@ -28,6 +28,7 @@ from trashfire.core.records import config_hash
 # Bump when a change to the code changes what a cell computes: old records then miss.
 TRAIN_VERSION = 1
 ATTACK_VERSION = 4  # 2: per-sample failure clock (engine, early exit, outcome arrays); 3: image searches seeded by model cell, sample and strength; 4: the compute clock (counts, priced and shared durations)
+PREPARE_VERSION = 1  # what prepare writes for a data option and split settings
 
 UNDEFENDED = {"name": "none", "stage": "none", "param": None, "value": 0}
 
@@ -56,6 +57,12 @@ class TrainCell:
     def is_external(self) -> bool:
         """Imported from a checkpoint by the train stage, not trained."""
         return external.is_external(self.spec["model"])
+
+    @property
+    def data_hash(self) -> str:
+        """The training data's identity (data set option, seed, test share): what a record
+        of this cell must have been trained on to be a cache hit."""
+        return config_hash(_data_identity(self.spec))
 
     @property
     def run_key(self) -> str:
@@ -98,6 +105,11 @@ class AttackCell:
                 "components": {n: {k: v for k, v in c.items() if k not in ATTACK_PROPERTIES} for n, c in components.items()},
             }
         return config_hash({"model": self.model.hash, "attack": hashed, "v": ATTACK_VERSION})
+
+    @property
+    def data_hash(self) -> str:
+        """The attacked images' identity: the training data's and the attack subset's size."""
+        return attack_data_hash(self.model.train.spec, self.spec["n_attack"])
 
 
 def _plain(node: Any) -> Any:
@@ -218,6 +230,31 @@ def _data_spec(cfg: DictConfig, dname: str, seed: int) -> dict[str, Any]:
         "data": data_block(dname, cfg.data[dname]),
         "split": {"seed": seed, "test_size": cfg.split.test_size},
     }
+
+
+def _data_identity(spec: dict[str, Any]) -> dict[str, Any]:
+    return {"data": spec["data"], "split": spec["split"], "v": PREPARE_VERSION}
+
+
+def attack_data_hash(train_spec: dict[str, Any], n_attack: int) -> str:
+    return config_hash({**_data_identity(train_spec), "n_attack": n_attack})
+
+
+def prepared_hash(cfg: DictConfig, dname: str) -> str:
+    """The name of the folder prepare writes a data set into: a hash of exactly the config it
+    reads (the data option, the test share, the attack subset's size), so that data prepared
+    for one config is never read for another (a sweep trial, then `dvc repro`)."""
+    spec = cfg.data[dname]
+    return config_hash(
+        {"data": data_block(dname, spec), "n_classes": spec.n_classes, "test_size": cfg.split.test_size, "n_attack": cfg.split.n_attack, "v": PREPARE_VERSION}
+    )
+
+
+def split_hashes(cfg: DictConfig, dname: str, seed: int) -> dict[str, str]:
+    """The identities prepare writes into a split and its readers check: its training data's
+    and its attack subset's."""
+    spec = _data_spec(cfg, dname, seed)
+    return {"data_hash": config_hash(_data_identity(spec)), "attack_data_hash": attack_data_hash(spec, cfg.split.n_attack)}
 
 
 def _external_cell(cfg: DictConfig, dname: str, seed: int, mname: str) -> TrainCell:

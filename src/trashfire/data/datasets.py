@@ -13,9 +13,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from omegaconf import DictConfig
 
+from trashfire.core.checks import as_list
 from trashfire.core.errors import DataError
-from trashfire.data.splits import Split, standardised_range
+from trashfire.core.grid import prepared_hash, split_hashes
+from trashfire.data.splits import Split, checked_identity, split_path, standardised_range
 
 SPLIT_ARRAYS = ("train", "test", "attack", "mean", "std", "pixel_max")  # what prepare writes per seed
 
@@ -37,33 +40,48 @@ def _arrays(path: Path) -> dict[str, np.ndarray]:
         return {key: data[key] for key in data.files}
 
 
-def dataset_dir(processed: str | Path, name: str) -> Path:
-    return Path(processed) / name
+def dataset_dir(processed: str | Path, cfg: DictConfig, name: str) -> Path:
+    """Where prepare writes a data set for this config: <processed>/<name>/<prepared hash>."""
+    return Path(processed) / name / prepared_hash(cfg, name)
+
+
+def is_prepared(processed: str | Path, cfg: DictConfig, name: str) -> bool:
+    """Every seed's split of the data set prepared for exactly this config."""
+    folder = dataset_dir(processed, cfg, name)
+    return all(split_path(folder, seed).is_file() for seed in as_list(cfg.split.seeds))
 
 
 _SPLITS: dict[tuple[str, str, int], Split] = {}  # per process: a worker's jobs share them
 
 
-def cached_split(processed: str | Path, dataset: str, seed: int, n_classes: int) -> Split:
-    """`load_split`, once per process (a stage's worker runs many cells of one split)."""
-    key = (str(processed), dataset, seed)
+def cached_split(processed: str | Path, cfg: DictConfig, dataset: str, seed: int) -> Split:
+    """`load_split` of the data prepared for this config, once per process (a stage's worker
+    runs many cells of one split)."""
+    key = (str(dataset_dir(processed, cfg, dataset)), dataset, seed)
     if key not in _SPLITS:
-        _SPLITS[key] = load_split(processed, dataset, seed, n_classes)
+        _SPLITS[key] = load_split(processed, cfg, dataset, seed)
     return _SPLITS[key]
 
 
-def load_split(processed: str | Path, name: str, seed: int, n_classes: int) -> Split:
+def load_split(processed: str | Path, cfg: DictConfig, dataset: str, seed: int) -> Split:
+    """The split of one seed of the data prepared for this config."""
+    return read_split(dataset_dir(processed, cfg, dataset), seed, cfg.data[dataset].n_classes, split_hashes(cfg, dataset, seed))
+
+
+def read_split(folder: Path, seed: int, n_classes: int, expected: dict[str, str]) -> Split:
+    """The split of one seed in a prepared folder, checked to be the one `expected` names."""
     from trashfire.data.fusion import is_fusion, load_fusion_split
 
-    folder = dataset_dir(processed, name)
     if is_fusion(folder):
-        return load_fusion_split(folder, seed, n_classes)
+        return load_fusion_split(folder, seed, n_classes, expected)
     images = _prepared(folder / "images.npy", np.load)
     labels = _prepared(folder / "labels.npy", np.load)
-    meta = _prepared(folder / f"split_{seed}.npz", _arrays)
+    path = split_path(folder, seed)
+    meta = _prepared(path, _arrays)
     missing = sorted(set(SPLIT_ARRAYS) - set(meta))
     if missing:
-        raise DataError(f"corrupt prepared data {folder / f'split_{seed}.npz'}: arrays {missing} missing; rerun the prepare stage")
+        raise DataError(f"corrupt prepared data {path}: arrays {missing} missing; rerun the prepare stage")
+    identity = checked_identity(meta, path, expected)
     mean, std = meta["mean"], meta["std"]
     pixel_max = float(meta["pixel_max"])
 
@@ -87,4 +105,5 @@ def load_split(processed: str | Path, name: str, seed: int, n_classes: int) -> S
         std.astype(np.float32),
         n_classes,
         standardised_range(standardise, len(mean)),
+        **identity,
     )

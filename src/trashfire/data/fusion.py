@@ -4,7 +4,7 @@ upscaled to 3x32x32 and C a CIFAR-10 image. The task picks the label: `digit` (M
 drawn uniformly from the same part of its split; training pairs are drawn afresh each
 epoch, test and attack pairs once per permutation seed.
 
-Stored under `<processed>/<name>/`: both components' uint8 images and labels, and per seed
+Stored under `<processed>/<name>/<prepared hash>/`: both components' uint8 images and labels, and per seed
 each component's 80/20 split plus the fixed test partners.
 """
 
@@ -21,7 +21,7 @@ from sklearn.model_selection import train_test_split
 from trashfire.core.errors import DataError
 from trashfire.core.records import atomic_path, write_npy, write_npz
 from trashfire.data.loaders import RawDataset, load_torchvision_cifar, load_torchvision_mnist
-from trashfire.data.splits import Split, balanced_subset, standardised_range, to_shape
+from trashfire.data.splits import Split, balanced_subset, checked_identity, split_path, standardised_range, to_shape
 
 PIXEL_MAX = 255.0
 
@@ -68,15 +68,15 @@ def split_permutation(components: dict[str, RawDataset], task: str, seed: int, t
     }
 
 
-def prepare_fusion(name: str, spec: DictConfig, split: DictConfig, processed: Path, seeds: list[int], subsample) -> Path:
+def prepare_fusion(spec: DictConfig, split: DictConfig, folder: Path, identities: dict[int, dict[str, str]], subsample) -> Path:
+    """Both components and a split per seed, each carrying its identity (`identities`)."""
     components = {k: subsample(v, spec.get("subsample")) for k, v in load_components(spec).items()}
-    folder = Path(processed) / name
     for component, data in components.items():
         for kind, array in (("images", data.images), ("labels", data.labels)):
             write_npy(folder / f"{component}_{kind}.npy", array)
-    for seed in seeds:
+    for seed, identity in identities.items():
         arrays = split_permutation(components, spec.task, seed, split.test_size, split.n_attack, spec.n_classes)
-        write_npz(folder / f"split_{seed}.npz", compressed=False, **arrays)
+        write_npz(split_path(folder, seed), compressed=False, **arrays, **{key: np.str_(value) for key, value in identity.items()})
     with atomic_path(folder / "fusion.json") as tmp:
         tmp.write_text(json.dumps({"task": spec.task}))
     return folder
@@ -86,16 +86,17 @@ def is_fusion(folder: Path) -> bool:
     return (folder / "fusion.json").is_file()
 
 
-def load_fusion_split(folder: Path, seed: int, n_classes: int) -> Split:
+def load_fusion_split(folder: Path, seed: int, n_classes: int, expected: dict[str, str]) -> Split:
     try:
         task = json.loads((folder / "fusion.json").read_text())["task"]
         own = [np.load(folder / f"{task}_{kind}.npy") for kind in ("images", "labels")]
         other_images = np.load(folder / f"{partner_of(task)}_images.npy")
-        meta = dict(np.load(folder / f"split_{seed}.npz"))
+        meta = dict(np.load(split_path(folder, seed)))
     except FileNotFoundError as err:
         raise DataError(f"prepared fusion data missing: {err.filename}; run the prepare stage") from None
     except (ValueError, OSError, KeyError, EOFError) as err:
         raise DataError(f"corrupt prepared fusion data in {folder}: {err}; rerun the prepare stage") from None
+    identity = checked_identity(meta, split_path(folder, seed), expected)
     images, labels = own
     mean, std = meta["mean"].astype(np.float32), meta["std"].astype(np.float32)
 
@@ -124,4 +125,5 @@ def load_fusion_split(folder: Path, seed: int, n_classes: int) -> Split:
         n_classes,
         standardised_range(standardise, len(mean)),
         redraw=train_epoch,
+        **identity,
     )

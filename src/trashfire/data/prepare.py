@@ -12,12 +12,13 @@ from sklearn.model_selection import train_test_split
 
 from trashfire.core.checks import RULES, UNHASHED, as_list
 from trashfire.core.errors import DataError
+from trashfire.core.grid import split_hashes
 from trashfire.core.records import write_npy, write_npz
 from trashfire.core.stage import Artefacts
 from trashfire.data.datasets import dataset_dir
 from trashfire.data.fusion import prepare_fusion
 from trashfire.data.loaders import LOADERS, RawDataset
-from trashfire.data.splits import balanced_subset, to_shape
+from trashfire.data.splits import balanced_subset, split_path, to_shape
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +53,13 @@ def loader_args(spec: DictConfig) -> dict:
     return {key: OmegaConf.to_container(value) if OmegaConf.is_config(value) else value for key, value in spec.items() if key not in PREPARE_KEYS}
 
 
-def prepare_dataset(name: str, spec: DictConfig, split: DictConfig, processed: Path) -> Path:
+def prepare_dataset(cfg: DictConfig, name: str, processed: Path) -> Path:
+    """One data set's images and a split per seed, in the folder named by exactly the config
+    that makes them, each split carrying its identity (`split_hashes`) for its readers."""
+    spec, split, folder = cfg.data[name], cfg.split, dataset_dir(processed, cfg, name)
+    identities = {seed: split_hashes(cfg, name, seed) for seed in as_list(split.seeds)}
     if spec.source == "fusion":
-        folder = prepare_fusion(name, spec, split, processed, as_list(split.seeds), subsample)
+        prepare_fusion(spec, split, folder, identities, subsample)
         log.info("%s: fusion (%s task), %d permutation(s) -> %s", name, spec.task, len(as_list(split.seeds)), folder)
         return folder
     data = subsample(LOADERS[spec.source](**loader_args(spec)), spec.get("subsample"))
@@ -62,14 +67,14 @@ def prepare_dataset(name: str, spec: DictConfig, split: DictConfig, processed: P
     n_labels = len(np.unique(data.labels))
     if n_labels != spec.n_classes:
         raise DataError(f"data.{name}.n_classes is {spec.n_classes} but the data hold {n_labels} classes")
-    folder = dataset_dir(processed, name)
     for array_name, array in (("images", data.images), ("labels", data.labels)):
         write_npy(folder / f"{array_name}.npy", array)
-    for seed in as_list(split.seeds):
-        write_npz(folder / f"split_{seed}.npz", compressed=False, **split_permutation(data, seed, split.test_size, split.n_attack, spec.n_classes))
+    for seed, identity in identities.items():
+        arrays = split_permutation(data, seed, split.test_size, split.n_attack, spec.n_classes)
+        write_npz(split_path(folder, seed), compressed=False, **arrays, **{key: np.str_(value) for key, value in identity.items()})
     log.info("%s: %d images, %d permutation(s) -> %s", name, len(data.labels), len(as_list(split.seeds)), folder)
     return folder
 
 
 def prepare_all(cfg: DictConfig, artefacts: Artefacts) -> list[Path]:
-    return [prepare_dataset(name, spec, cfg.split, artefacts.output("processed")) for name, spec in cfg.data.items()]
+    return [prepare_dataset(cfg, name, artefacts.output("processed")) for name in cfg.data]

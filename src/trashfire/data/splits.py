@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from trashfire.core.errors import DataError
 from trashfire.data.loaders import RawDataset
+
+IDENTITY_ARRAYS = ("data_hash", "attack_data_hash")  # the config a split was prepared for (trashfire.core.grid.split_hashes)
 
 
 def to_shape(data: RawDataset, size: int | None, channels: int | None) -> RawDataset:
@@ -54,6 +57,8 @@ class Split:
     n_classes: int
     clip: tuple[float, float]  # the standardised image of the pixel range [0, 1], over all channels
     redraw: Callable[[int], tuple[torch.Tensor, torch.Tensor]] | None = None  # per-epoch training data (fusion)
+    data_hash: str | None = None  # the config it was prepared for (trashfire.core.grid.split_hashes): the training data's
+    attack_data_hash: str | None = None  # and the attack subset's
 
     def train_epoch(self, epoch: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The training data of one epoch: fixed, or redrawn when the data set says so."""
@@ -74,3 +79,16 @@ def standardised_range(standardise: Callable[[np.ndarray], torch.Tensor], channe
     PixelAttack and ThresholdAttack reject."""
     ends = standardise(np.stack([np.zeros((channels, 1, 1), np.float32), np.ones((channels, 1, 1), np.float32)]))
     return float(ends[0].min()), float(ends[1].max())
+
+
+def split_path(folder: Path, seed: int) -> Path:
+    return folder / f"split_{seed}.npz"
+
+
+def checked_identity(meta: dict[str, np.ndarray], path: Path, expected: dict[str, str]) -> dict[str, str]:
+    """A split's identity arrays, equal to the config's, or a DataError: data prepared for
+    another config is never trained or attacked on."""
+    found = {key: str(meta[key]) if key in meta else None for key in IDENTITY_ARRAYS}
+    if found != expected:
+        raise DataError(f"prepared data {path} were made for another config ({found['data_hash']}, not {expected['data_hash']}); rerun the prepare stage")
+    return found

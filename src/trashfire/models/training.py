@@ -57,14 +57,16 @@ def resume_path(models: str | Path, cell_hash: str) -> Path:
     return cell_file(models, cell_hash, ".resume.pt")
 
 
-def is_cached(models: str | Path, cell_hash: str) -> bool:
-    """A record that parses and names weights of the recorded size: a finished cell."""
+def is_cached(models: str | Path, cell: TrainCell) -> bool:
+    """A record that parses, was trained on the data this config prepares (its data hash:
+    a record from another config's data, or from before data hashes, is trained again) and
+    names weights of the recorded size: a finished cell."""
     try:
-        record = TrainRecord.read(record_path(models, cell_hash))
+        record = TrainRecord.read(record_path(models, cell.hash))
     except DataError:
         return False
-    weights = weights_path(models, cell_hash)
-    return weights.is_file() and weights.stat().st_size == record.weights_bytes
+    weights = weights_path(models, cell.hash)
+    return record.data_hash == cell.data_hash and weights.is_file() and weights.stat().st_size == record.weights_bytes
 
 
 @torch.no_grad()
@@ -248,7 +250,7 @@ def initial_model(cell: TrainCell, split: Split) -> nn.Module:
 def pretrained_weights(models: Path | None, cell: TrainCell, split: Split) -> dict[str, torch.Tensor]:
     """The base cell's final weights; fine-tuning reuses every layer, the head included
     (004 fine-tunes between ten-class data sets of one shape)."""
-    if models is None or not is_cached(models, cell.base.hash):
+    if models is None or not is_cached(models, cell.base):
         raise DataError(f"{cell.dataset} {cell.model} is fine-tuned from {cell.pretrained_on}, whose weights are not trained yet")
     try:
         return load_weights(models, cell.base, split).state_dict()
@@ -264,6 +266,7 @@ def checkpoint_record(run: Run, cell: TrainCell, split: Split, device: torch.dev
     n_train, n_test = len(split.y_train), len(split.y_test)
     return TrainRecord(
         train_hash=cell.hash,
+        data_hash=split.data_hash,
         config=cell.spec,
         **cell_labels(cell, cell.defence),
         pretrain_hash=cell.base.hash if cell.base is not None else None,
@@ -302,7 +305,7 @@ def resume_point(models: Path, cell: TrainCell) -> TrainCell | None:
     kept its optimiser state: training goes on from there."""
     for epochs in range(cell.epochs, 0, -1):
         earlier = cell.at_epochs(epochs)
-        if is_cached(models, earlier.hash) and resume_path(models, earlier.hash).is_file():
+        if is_cached(models, earlier) and resume_path(models, earlier.hash).is_file():
             return earlier
     return None
 
@@ -363,7 +366,7 @@ def runs(cells: list[TrainCell]) -> list[list[TrainCell]]:
 def train_job(cfg: DictConfig, artefacts: Artefacts, group: list[TrainCell], epoch_bars: bool) -> int:
     """One training run's pending checkpoints (one worker's job); returns how many."""
     cell = group[0]
-    split = cached_split(artefacts.input("processed"), cell.dataset, cell.seed, cfg.data[cell.dataset].n_classes)
+    split = cached_split(artefacts.input("processed"), cfg, cell.dataset, cell.seed)
     train_group(group, split, cfg, resolve_device(cfg.train.device), artefacts.output("models"), epoch_bars)
     return len(group)
 
@@ -433,6 +436,7 @@ def import_cell(cell: TrainCell, split: Split, mspec: DictConfig, device: torch.
         log.info("%s: its training FLOPs are unknown (t_train_flops null); give %s.t_train.flops, a log's flops or %s.epochs", key, key, key)
     record = TrainRecord(
         train_hash=cell.hash,
+        data_hash=split.data_hash,
         config=cell.spec,
         **cell_labels(cell, cell.defence),
         n_train=supplied["n_train"],
@@ -459,7 +463,7 @@ def import_external(cfg: DictConfig, artefacts: Artefacts, cells: list[TrainCell
     fit stops the stage before any training."""
     device = resolve_device(cfg.train.device)
     for cell in cells:
-        split = cached_split(artefacts.input("processed"), cell.dataset, cell.seed, cfg.data[cell.dataset].n_classes)
+        split = cached_split(artefacts.input("processed"), cfg, cell.dataset, cell.seed)
         model, record = import_cell(cell, split, cfg.model[cell.model], device)
         save_cell(artefacts.output("models"), model, record)
         log.info(
@@ -482,7 +486,7 @@ def train_grid(cfg: DictConfig, artefacts: Artefacts) -> list[dict[str, Any]]:
     ordered = list({cell.hash: cell for cell in bases + cells}.values())
     if models.is_dir():
         remove_dead_temps(models)
-    pending = [cell for cell in ordered if not is_cached(models, cell.hash)]
+    pending = [cell for cell in ordered if not is_cached(models, cell)]
     import_external(cfg, artefacts, [cell for cell in pending if cell.is_external])
     pending = [cell for cell in pending if not cell.is_external]
     workers = resolve_workers(cfg.train.get("workers", "auto"), device.type)

@@ -97,6 +97,9 @@ class TrainRecord(ModelLabels, Record):
     t_predict_process: float
     t_predict_wall: float
     device: str
+    # the identity of the data it was trained on (trashfire.core.grid.split_hashes); None in
+    # records from before it, which are trained again
+    data_hash: str | None = None
     pretrain_hash: str | None = None
     # the compute clock (trashfire.models.flops), per sample like the seconds: the training
     # run's FLOPs up to this epoch over n_train (its attack steps and a fine-tuned cell's base
@@ -139,6 +142,7 @@ class BenignRecord(Record):
     acc_query_range: float | None = None
     output_probability: bool | None = None  # the model returns probabilities, not logits
     gradient_calls: int | None = None  # gradient calls within one forward pass: a dynamic defence
+    data_hash: str | None = None  # the attack subset's identity (trashfire.core.grid.split_hashes); None: from before it, evaluated again
 
 
 # what the tables downstream read from an attack record, named first when missing
@@ -177,6 +181,7 @@ class AttackRecord(ModelLabels, Record):
     attack_units: str = "standardised"
     pixel_std: float = math.nan  # converts eps between pixel and standardised units downstream
     config: dict[str, Any] = field(default_factory=dict)
+    data_hash: str | None = None  # the attacked images' identity (trashfire.core.grid.split_hashes); None: from before it, attacked again
     engine: str | None = None
     early_exit: bool | None = None
     n_events: int | None = None
@@ -334,6 +339,7 @@ class BrittleRecord(ModelLabels, Record):
     t_brittle_process: float  # the LIME runs (predictions and explanations), whole, not per sample
     t_brittle_wall: float
     device: str
+    data_hash: str | None = None  # the scored images' identity (trashfire.core.grid.split_hashes); None: from before it, scored again
 
 
 @dataclass(frozen=True)
