@@ -242,7 +242,15 @@ def test_dvc_exp_queue_runs_a_grid_of_attack_params(ran_project):
 
 # --- data prepared for one config is never another's ----------------------------------------
 
-SMOKE_CELLS = ["experiment=smoke", "split.n_attack=10", "attack=[fgm]", "attack.fgm.values=[0.3]", "train.epochs=[1]", "train.progress=false", "split.seeds=[0]"]
+SMOKE_CELLS = [
+    "experiment=smoke",
+    "split.n_attack=10",
+    "attack=[fgm]",
+    "attack.fgm.values=[0.3]",
+    "train.epochs=[1]",
+    "train.progress=false",
+    "split.seeds=[0]",
+]
 
 
 def test_a_smaller_sweep_after_the_default_run_trains_on_its_own_data_and_repro_trusts_no_stale_cell(ran_project):
