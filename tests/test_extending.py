@@ -21,6 +21,7 @@ from trashfire.core.errors import ConfigError
 from trashfire.core.grid import attack_cells, training_cells
 from trashfire.data import checks as data_checks
 from trashfire.data import loaders
+from trashfire.data.datasets import dataset_dir
 from trashfire.metrics import registry, validity
 from trashfire.metrics.aggregate import eps_curves, with_family
 from trashfire.stages import aggregate, prepare
@@ -209,7 +210,7 @@ def test_a_data_set_with_an_option_that_changes_the_images_is_two_files_and_the_
 
     prepare.run(cfg)  # the stage hands the loader the new key
     assert read == [1.0]
-    assert np.load(Path(cfg.paths.processed) / "noisy_digits" / "images.npy").shape == (400, 1, 8, 8)
+    assert np.load(dataset_dir(cfg.paths.processed, cfg, "noisy_digits") / "images.npy").shape == (400, 1, 8, 8)
 
 
 # ---------------------------------------------------------------------------------------------

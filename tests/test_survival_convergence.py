@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from autograd import grad
 from lifelines import CoxPHFitter, KaplanMeierFitter, WeibullAFTFitter
 from lifelines.datasets import load_rossi
 from omegaconf import OmegaConf
@@ -18,10 +19,34 @@ from trashfire.survival import analysis, convergence, scoring
 from trashfire.survival import fitters as F
 from trashfire.survival.convergence import CONVERGED_GAIN, check, fit_converged, newton_gain
 
+# the second start is lifelines' scipy optimisers' (the generalised gamma's, the cure models',
+# a user's lifelines class): these tests fit the plain AFT models with lifelines' own classes,
+# which the default fits by Newton-Raphson (trashfire.survival.newton; its check is below)
+LIFELINES_AFT = [
+    "survival.models.weibull.fitter._target_=lifelines.WeibullAFTFitter",
+    "survival.models.lognormal.fitter._target_=lifelines.LogNormalAFTFitter",
+    "survival.models.loglogistic.fitter._target_=lifelines.LogLogisticAFTFitter",
+    "survival.models.exponential.fitter._target_=trashfire.survival.fitters.ExponentialAFTFitter",
+]
+
 
 @pytest.fixture(scope="module")
 def settings():
-    return compose([], conf=ROOT / "conf").survival
+    return compose(LIFELINES_AFT, conf=ROOT / "conf").survival
+
+
+@pytest.mark.parametrize("name", ["weibull", "lognormal", "loglogistic", "exponential"])
+def test_a_newton_fit_is_checked_with_its_analytic_gradient_as_lifelines_objective_gives_it(rossi, name):
+    """The default plain AFT fits (Newton-Raphson): converged, their iterations in Table I, and
+    the gradient they report is autograd's of lifelines' penalised objective at the fit."""
+    spec = compose([], conf=ROOT / "conf").survival.models[name]
+    fit = fit_converged(name, spec, rossi)
+    assert fit.optimiser == "Newton" and fit.convergence.converged and fit.convergence.starts == 1
+    assert 0 < fit.convergence.iterations <= 20 and fit.convergence.gradient_norm < 1e-4
+    fitter = fit.fitter
+    arguments = convergence._parametric_arguments(fitter, rossi)
+    autograd = float(arguments[2].sum()) * np.asarray(grad(fitter._neg_likelihood_with_penalty_function)(convergence._normalised_point(fitter), *arguments))
+    np.testing.assert_allclose(fitter.newton_gradient_, autograd, atol=1e-6)
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +130,8 @@ def test_table_one_states_each_fits_convergence(settings, rossi):
     train, test = analysis.split_groups(data, "train_hash", 0.2, 0)
     comparison, _ = analysis.compare(train, test, OmegaConf.merge(settings, {"fitters": ["weibull", "cox"]}))
     rows = comparison.set_index("fitter")
-    assert list(comparison.columns[: comparison.columns.get_loc("starts") + 1][-4:]) == scoring.CONVERGENCE_COLUMNS
+    first = comparison.columns.get_loc("converged")
+    assert list(comparison.columns[first : first + len(scoring.CONVERGENCE_COLUMNS)]) == scoring.CONVERGENCE_COLUMNS
     for name in ("weibull", "cox"):
         assert bool(rows.loc[name, "converged"]) and rows.loc[name, "starts"] == 1
         assert rows.loc[name, "newton_gain"] < CONVERGED_GAIN and np.isfinite(rows.loc[name, "gradient_norm"])

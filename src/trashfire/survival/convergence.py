@@ -54,6 +54,7 @@ class Convergence:
     newton_gain: float
     starts: int = 1
     unchecked: str = ""  # why the fit could not be checked ("": it was)
+    iterations: int | None = None  # Newton-Raphson's (trashfire.survival.newton); None: another optimiser's, which lifelines does not report
 
     @property
     def converged(self) -> bool | None:
@@ -62,7 +63,13 @@ class Convergence:
 
     def columns(self) -> dict[str, float | int | bool | None]:
         """Table I's convergence columns."""
-        return {"converged": self.converged, "gradient_norm": self.gradient_norm, "newton_gain": self.newton_gain, "starts": self.starts}
+        return {
+            "converged": self.converged,
+            "gradient_norm": self.gradient_norm,
+            "newton_gain": self.newton_gain,
+            "starts": self.starts,
+            "iterations": self.iterations,
+        }
 
 
 def fit_converged(name: str, spec, data: pd.DataFrame, retries: list = ()) -> F.Fit:
@@ -131,7 +138,8 @@ def check(fit: F.Fit, data: pd.DataFrame) -> Convergence:
         gradient, hessian = _cox_gradient_and_hessian(fit.fitter, data)
     else:
         gradient, hessian = _parametric_gradient_and_hessian(fit.fitter, data)
-    return Convergence(float(np.max(np.abs(gradient), initial=0.0)), newton_gain(gradient, hessian))
+    iterations = getattr(fit.fitter, "newton_iterations", None)
+    return Convergence(float(np.max(np.abs(gradient), initial=0.0)), newton_gain(gradient, hessian), iterations=iterations)
 
 
 def newton_gain(gradient: np.ndarray, hessian: np.ndarray) -> float:
@@ -166,6 +174,8 @@ def _parametric_arguments(fitter: ParametricRegressionFitter, data: pd.DataFrame
 def _parametric_gradient_and_hessian(fitter: ParametricRegressionFitter, data: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """The penalised negative log-likelihood's gradient (nats) at the fit, and lifelines'
     Hessian of it, both in the normalised coordinates lifelines optimises in."""
+    if getattr(fitter, "newton_gradient_", None) is not None:  # trashfire.survival.newton: its analytic gradient at the fit, on these rows
+        return np.asarray(fitter.newton_gradient_, dtype=float), np.asarray(fitter._hessian_, dtype=float)
     arguments = _parametric_arguments(fitter, data)
     total = float(arguments[2].sum())  # lifelines' objective is a mean over the weights
     with np.errstate(all="ignore"):  # log(0) of a censored row's density term, multiplied by 0

@@ -32,7 +32,7 @@ SCORE_COLUMNS = [
     "E50",
     "test_E50",
 ]
-CONVERGENCE_COLUMNS = ["converged", "gradient_norm", "newton_gain", "starts"]  # survival.convergence: where each fit stopped
+CONVERGENCE_COLUMNS = ["converged", "gradient_norm", "newton_gain", "starts", "iterations"]  # survival.convergence: where each fit stopped
 WITHIN_PAIRS = ["pairs_within", "test_pairs_within"]  # comparable pairs within attack cells, per part
 KM_COLUMNS = ["km_median_abs_log_ratio", "km_share_flagged", "km_worst_cells"]  # per AFT fitter: its E[T] against Kaplan-Meier
 FAMILY = "attack_family"

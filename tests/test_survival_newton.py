@@ -1,0 +1,110 @@
+"""The Newton-Raphson AFT fits (trashfire.survival.newton) against lifelines' own fits of the
+same models on the same data: lifelines stays the reference for the optimum, the
+log-likelihood and the standard errors; the analytic derivatives against finite differences."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from lifelines import LogLogisticAFTFitter, LogNormalAFTFitter, WeibullAFTFitter
+
+from trashfire.survival import fitters as F
+from trashfire.survival.fitters import ExponentialAFTFitter
+from trashfire.survival.newton import (
+    LocationScale,
+    NewtonExponentialAFTFitter,
+    NewtonLogLogisticAFTFitter,
+    NewtonLogNormalAFTFitter,
+    NewtonWeibullAFTFitter,
+    extreme_value,
+    logistic,
+    normal,
+)
+
+PAIRS = [
+    (WeibullAFTFitter, NewtonWeibullAFTFitter),
+    (LogNormalAFTFitter, NewtonLogNormalAFTFitter),
+    (LogLogisticAFTFitter, NewtonLogLogisticAFTFitter),
+    (ExponentialAFTFitter, NewtonExponentialAFTFitter),
+]
+
+
+@pytest.fixture(scope="module")
+def censored():
+    """4,000 samples, log T = 1 + 0.5 a - 0.3 b + 0.01 c + 0.7 W (W Gumbel), a third censored,
+    and a dummy with a handful of failures (a flat direction, as a rare attack family's)."""
+    rng = np.random.default_rng(0)
+    n = 4000
+    frame = pd.DataFrame(
+        {"a": rng.normal(size=n), "b": rng.integers(0, 2, n).astype(float), "c": rng.uniform(0, 100, n), "rare": (np.arange(n) < 12).astype(float)}
+    )
+    log_t = 1 + 0.5 * frame.a - 0.3 * frame.b + 0.01 * frame.c + 0.7 * np.log(-np.log(rng.uniform(size=n)))
+    censor = rng.exponential(20, size=n)
+    return frame.assign(duration=np.minimum(np.exp(log_t), censor), event=(np.exp(log_t) <= censor).astype(int))
+
+
+@pytest.mark.parametrize("reference, newton", PAIRS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("penalizer", [0.0, 0.001])
+def test_it_reaches_lifelines_optimum_with_lifelines_errors(censored, reference, newton, penalizer):
+    theirs = reference(penalizer=penalizer).fit(censored, "duration", "event")
+    ours = newton(penalizer=penalizer).fit(censored, "duration", "event")
+    # never below lifelines' optimum (its quasi-Newton may stop a little short), and equal to it
+    assert ours.log_likelihood_ >= theirs.log_likelihood_ - 1e-7 * abs(theirs.log_likelihood_)
+    assert ours.log_likelihood_ == pytest.approx(theirs.log_likelihood_, rel=1e-7)
+    pd.testing.assert_series_equal(ours.params_, theirs.params_, atol=2e-3, rtol=0)
+    pd.testing.assert_series_equal(ours.standard_errors_, theirs.standard_errors_, rtol=2e-3)
+    assert 0 < ours.newton_iterations <= 20
+    assert np.abs(ours.newton_gradient_).max() < 1e-4  # nats, at the optimum
+
+
+@pytest.mark.parametrize("reference, newton", PAIRS, ids=lambda c: c.__name__)
+def test_its_predictions_are_lifelines_at_the_same_coefficients(censored, reference, newton):
+    ours = newton(penalizer=0.001).fit(censored, "duration", "event")
+    theirs = reference(penalizer=0.001).fit(censored, "duration", "event")
+    rows = censored.head(50)
+    np.testing.assert_allclose(ours.predict_median(rows), theirs.predict_median(rows), rtol=2e-3)
+    assert ours.AIC_ == pytest.approx(theirs.AIC_, rel=1e-7)
+
+
+def test_weighted_rows_are_their_repeated_samples(censored):
+    rows = censored.head(400).assign(weight=np.tile([1, 3], 200))
+    repeated = rows.loc[rows.index.repeat(rows["weight"])].drop(columns="weight").reset_index(drop=True)
+    weighted = NewtonLogLogisticAFTFitter().fit(rows, "duration", "event", weights_col="weight")
+    expanded = NewtonLogLogisticAFTFitter().fit(repeated, "duration", "event")
+    assert weighted.log_likelihood_ == pytest.approx(expanded.log_likelihood_, rel=1e-9)
+    pd.testing.assert_series_equal(weighted.params_, expanded.params_, atol=1e-7, rtol=0)
+
+
+def test_covariates_on_the_shape_go_to_lifelines_optimiser(censored):
+    ours = NewtonWeibullAFTFitter().fit(censored, "duration", "event", ancillary=censored[["a"]].assign(duration=censored.duration))
+    assert ours.newton_iterations is None and np.isfinite(ours.log_likelihood_)
+
+
+@pytest.mark.parametrize("density", [extreme_value, logistic, normal])
+def test_gradient_and_hessian_are_the_log_likelihoods(density):
+    rng = np.random.default_rng(1)
+    n = 60
+    design = np.c_[rng.normal(size=(n, 2)), np.ones(n)]
+    model = LocationScale(density, design, rng.normal(size=n) * 2, rng.integers(0, 2, n), rng.uniform(1, 2, n), fixed_scale=False)
+    theta, step = np.array([0.2, -0.1, 0.3, -0.2]), 1e-4
+
+    def loglik(point):
+        return model.evaluate(point[:-1], point[-1], derivatives=False)[0]
+
+    _, gradient, hessian = model.evaluate(theta[:-1], theta[-1])
+    unit = np.eye(len(theta)) * step
+    numeric_gradient = [(loglik(theta + e) - loglik(theta - e)) / (2 * step) for e in unit]
+    numeric_hessian = [
+        [(loglik(theta + e + k) - loglik(theta + e - k) - loglik(theta - e + k) + loglik(theta - e - k)) / (4 * step**2) for k in unit] for e in unit
+    ]
+    np.testing.assert_allclose(gradient, numeric_gradient, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(hessian, numeric_hessian, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("reference, newton", PAIRS, ids=lambda c: c.__name__)
+def test_its_row_scores_are_autograds_of_lifelines_likelihood(censored, reference, newton):
+    """The cluster-robust sandwich's scores: closed form against lifelines' likelihood by autograd."""
+    rows = censored.head(300).assign(weight=np.tile([1.0, 2.0], 150))
+    fitter = newton(penalizer=0.001).fit(rows, "duration", "event", weights_col="weight")
+    np.testing.assert_allclose(F.sample_scores(fitter, rows), F.autograd_scores(fitter, rows), rtol=1e-8, atol=1e-10)
