@@ -332,7 +332,9 @@ def test_kaplan_meier_restricted_mean_is_lifelines():
         durations, events, weights = rng.integers(1, 8, n).astype(float) / 4, rng.integers(0, 2, n), rng.integers(1, 4, n)
         for t_star in (durations.min() / 2, np.median(durations), durations.max(), 0.3 + durations.max() / 3):
             km = KaplanMeierFitter().fit(durations, events, weights=weights)
-            assert expected_time.km_restricted_mean(durations, events, weights, t_star) == pytest.approx(restricted_mean_survival_time(km, t=t_star), rel=1e-10)
+            cell = pd.DataFrame({"attack_hash": "a", "duration": durations, "event": events, "weight": weights})
+            ours = expected_time.km_restricted_means(cell, pd.Series({"a": t_star}))["a"]
+            assert ours == pytest.approx(restricted_mean_survival_time(km, t=t_star), rel=1e-10)
 
 
 def true_restricted_means(data: pd.DataFrame, budgets: pd.Series) -> pd.Series:

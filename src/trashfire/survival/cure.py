@@ -29,14 +29,16 @@ import autograd.numpy as anp
 import numpy as np
 import pandas as pd
 from autograd.scipy.special import expit as anp_expit
-from lifelines import KaplanMeierFitter, LogLogisticAFTFitter, WeibullAFTFitter
+from lifelines import LogLogisticAFTFitter, WeibullAFTFitter
 from lifelines.fitters import ParametricRegressionFitter
 from lifelines.utils import _get_index
 from lifelines.utils.safe_exp import safe_exp
+from scipy import sparse
 from scipy.special import expit, gamma, gammainc, hyp2f1, logit
 
 from trashfire.survival.data import NUMERIC_COVARIATES
 from trashfire.survival.fitters import DURATION, EVENT, _covariate_columns, _no_conditioning, covariates_of, sample_weights
+from trashfire.survival.km import grouped_km
 
 
 class MixtureCureFitter(ParametricRegressionFitter):
@@ -226,38 +228,31 @@ class LogLogisticCureFitter(MixtureCureFitter):
 
 
 def km_plateau(durations: np.ndarray, events: np.ndarray, weights: np.ndarray) -> float:
-    """The Kaplan-Meier survival after the last time (lifelines' KaplanMeierFitter): the share
-    never broken within the budget, where the curve levels off."""
-    return float(KaplanMeierFitter().fit(durations, events, weights=weights).survival_function_.iloc[-1, 0])
+    """The Kaplan-Meier survival after the last time: the share never broken within the budget,
+    where the curve levels off."""
+    return float(grouped_km(np.zeros(len(durations)), durations, events, weights).plateau().iloc[0])
 
 
 def cure_table(fitter: MixtureCureFitter, data: pd.DataFrame, cell: str, labels: list[str]) -> pd.DataFrame:
     """Per attack cell (`cell` column; its `labels` kept): its samples, the Kaplan-Meier plateau
     at its budget, the model's cured share (the mean of pi over its samples), their difference,
     and E_T_breakable, the mean over its samples of E[T_u | x] (the breakable samples' mean time
-    to failure, in the data's time unit)."""
+    to failure, in the data's time unit). Every cell at once (trashfire.survival.km)."""
     covariates = covariates_of(data)
+    weights = sample_weights(data).astype(float)
     cured, breakable = fitter.cured_fraction(covariates).to_numpy(), fitter.predict_expectation_breakable(covariates).to_numpy()
-    rows = []
-    for name, part in data.assign(_cured=cured, _breakable=breakable, _weight=sample_weights(data)).groupby(cell, sort=True):
-        weights = part["_weight"].to_numpy(float)
-        plateau = km_plateau(part[DURATION].to_numpy(float), part[EVENT].to_numpy(), weights)
-        model = float(np.average(part["_cured"], weights=weights))
-        rows.append(
-            {
-                cell: name,
-                **part.iloc[0][labels].to_dict(),
-                "samples": int(weights.sum()),
-                "km_plateau": plateau,
-                "cured_fraction": model,
-                "difference": model - plateau,
-                "E_T_breakable": float(np.average(part["_breakable"], weights=weights)),
-            }
-        )
-    return pd.DataFrame(rows)
+    sums = pd.DataFrame({"samples": weights, "_cured": weights * cured, "_breakable": weights * breakable}).groupby(data[cell].to_numpy(), sort=True).sum()
+    table = data.groupby(cell, sort=True)[labels].first().join(sums)
+    table["km_plateau"] = grouped_km(data[cell], data[DURATION], data[EVENT], weights).plateau()
+    table["cured_fraction"] = table.pop("_cured") / table["samples"]
+    table["difference"] = table["cured_fraction"] - table["km_plateau"]
+    table["E_T_breakable"] = table.pop("_breakable") / table["samples"]
+    table["samples"] = table["samples"].astype(int)
+    return table.rename_axis(cell).reset_index()[[cell, *labels, "samples", "km_plateau", "cured_fraction", "difference", "E_T_breakable"]]
 
 
 ONE_SHOT_QUERIES = 2  # a one-step attack's: its first query and the check after its step
+CHUNK_ROWS = 50_000  # censored samples per chunk of budget_sufficiency: ~80 MB of shares at 200 draws
 
 
 def budget_sufficiency(
@@ -269,29 +264,31 @@ def budget_sufficiency(
     censoring time, `falls_within`), 0 for its failures. Beside it a 95% parametric-bootstrap
     interval (`draws` parameter vectors from the fit's covariance) and the cell's budget
     (`budgets`: t* per cell) and broken share. A one-step attack (FGM: no sample took more than
-    ONE_SHOT_QUERIES queries) has no budget to multiply: NaN, `one_step` true."""
+    ONE_SHOT_QUERIES queries) has no budget to multiply: NaN, `one_step` true. The censored
+    samples go through in chunks of CHUNK_ROWS, each summed into its cell per parameter vector:
+    memory grows with cells x draws, not samples x draws."""
     thetas = np.vstack([fitter.params_.to_numpy(float), fitter.parameter_draws(draws, seed)])
-    censored = data[EVENT].to_numpy() == 0
-    shares = np.zeros((len(data), len(thetas)))
-    shares[censored] = fitter.falls_within(covariates_of(data[censored]), data.loc[censored, DURATION].to_numpy(float), factor, thetas)
     weights = sample_weights(data).astype(float)
-    rows = []
-    for name, index in data.groupby(cell, sort=True).indices.items():
-        part = data.iloc[index]
-        cell_shares = np.average(shares[index], axis=0, weights=weights[index])  # the fit's, then each draw's
-        one_step = "queries" in part and bool(part["queries"].max() <= ONE_SHOT_QUERIES)
-        low, high = np.percentile(cell_shares[1:], [2.5, 97.5])
-        rows.append(
-            {
-                cell: name,
-                **part.iloc[0][labels].to_dict(),
-                "samples": int(weights[index].sum()),
-                "budget": float(budgets[name]),
-                "broken": float(np.average(part[EVENT], weights=weights[index])),
-                "one_step": one_step,
-                "still_breakable": np.nan if one_step else float(cell_shares[0]),
-                "still_breakable_low": np.nan if one_step else float(low),
-                "still_breakable_high": np.nan if one_step else float(high),
-            }
-        )
-    return pd.DataFrame(rows)
+    codes, names = pd.factorize(data[cell], sort=True)
+    sums = np.zeros((len(names), len(thetas)))  # per cell and parameter vector: the weighted shares
+    censored = np.flatnonzero(data[EVENT].to_numpy() == 0)
+    for chunk in np.array_split(censored, max(1, -(-len(censored) // CHUNK_ROWS))):
+        part = data.iloc[chunk]
+        shares = fitter.falls_within(covariates_of(part), part[DURATION].to_numpy(float), factor, thetas)
+        into_cells = sparse.csr_matrix((weights[chunk], (codes[chunk], np.arange(len(chunk)))), shape=(len(names), len(chunk)))
+        sums += into_cells @ shares
+    samples = np.bincount(codes, weights=weights, minlength=len(names))
+    cell_shares = sums / samples[:, None]  # the fit's, then each draw's
+    low, high = np.percentile(cell_shares[:, 1:], [2.5, 97.5], axis=1)
+    by_cell = data.groupby(cell, sort=True)
+    one_step = by_cell["queries"].max().to_numpy() <= ONE_SHOT_QUERIES if "queries" in data else np.zeros(len(names), dtype=bool)
+    table = by_cell[labels].first().rename_axis(cell).reset_index()
+    return table.assign(
+        samples=samples.astype(int),
+        budget=budgets.reindex(names).to_numpy(float),
+        broken=np.bincount(codes, weights=weights * data[EVENT].to_numpy(), minlength=len(names)) / samples,
+        one_step=one_step,
+        still_breakable=np.where(one_step, np.nan, cell_shares[:, 0]),
+        still_breakable_low=np.where(one_step, np.nan, low),
+        still_breakable_high=np.where(one_step, np.nan, high),
+    )

@@ -15,6 +15,7 @@ from lifelines.statistics import logrank_test
 from trashfire.core import schema
 from trashfire.core.errors import DataError
 from trashfire.survival import fitters as F
+from trashfire.survival.km import grouped_km
 from trashfire.survival.scoring import CELL, FAMILY, KM_COLUMNS, cell_means, table_columns
 
 HIGHER_IS_BETTER = ("test_concordance", "concordance")  # the other select_by scores are errors
@@ -71,26 +72,10 @@ def select(comparison: pd.DataFrame, times: pd.DataFrame, chosen: str | None, se
 # --- E[T] against the Kaplan-Meier restricted mean -------------------------------------------
 
 
-def km_restricted_mean(durations, events, weights, t_star: float) -> float:
-    """The Kaplan-Meier restricted mean int_0^{t*} S_KM(u) du of one set of samples (a row
-    stands for `weights` samples): lifelines' `restricted_mean_survival_time` of its
-    `KaplanMeierFitter`, in numpy. S_KM steps down at each failure time u by the share of those
-    still at risk (duration >= u) that fail there."""
-    order = np.argsort(np.asarray(durations, float), kind="stable")
-    t, e, w = np.asarray(durations, float)[order], np.asarray(events, float)[order], np.asarray(weights, float)[order]
-    times, first = np.unique(t, return_index=True)
-    failed, leaving = np.add.reduceat(w * e, first), np.add.reduceat(w, first)
-    at_risk = w.sum() - np.r_[0.0, np.cumsum(leaving)[:-1]]
-    levels = np.r_[1.0, np.cumprod(1.0 - failed / at_risk)]  # S on [0, u1), [u1, u2), ..., [u_last, inf)
-    edges = np.minimum(np.r_[0.0, times], t_star)
-    return float((levels * np.diff(np.r_[edges, t_star])).sum())
-
-
 def km_restricted_means(data: pd.DataFrame, budgets: pd.Series) -> pd.Series:
-    """Per attack cell, the Kaplan-Meier restricted mean of its samples to its budget t*."""
-    samples = pd.DataFrame({CELL: data[CELL].to_numpy(), "t": data[F.DURATION].to_numpy(float), "e": data[F.EVENT].to_numpy(), "w": F.sample_weights(data)})
-    means = {cell: km_restricted_mean(rows["t"], rows["e"], rows["w"], float(budgets[cell])) for cell, rows in samples.groupby(CELL, sort=True)}
-    return pd.Series(means)
+    """Per attack cell, the Kaplan-Meier restricted mean of its samples to its budget t*
+    (every cell's curve at once: trashfire.survival.km)."""
+    return grouped_km(data[CELL], data[F.DURATION], data[F.EVENT], F.sample_weights(data)).restricted_mean(budgets)
 
 
 def km_check_table(data: pd.DataFrame, expected: pd.Series, budgets: pd.Series, km: pd.Series, tolerance: float) -> pd.DataFrame:

@@ -1,0 +1,75 @@
+"""Kaplan-Meier curves of every group at once (an attack cell, say): one sort of all rows,
+then sums and products that restart at each group, in numpy, whatever the number of groups.
+lifelines' `KaplanMeierFitter` is the reference (tests/test_survival_km.py): its survival
+function, plateau and restricted mean per group.
+
+S_KM of a group steps down at each of its failure times u by the share of those still at risk
+(duration >= u) that fail there; a row stands for `weights` samples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class GroupedKM:
+    """The steps of every group's curve, sorted by (group, time): `group` (its position in
+    `labels`), `time` and `survival` just after it."""
+
+    labels: pd.Index
+    group: np.ndarray
+    time: np.ndarray
+    survival: np.ndarray
+
+    def last(self) -> np.ndarray:
+        """Each group's last step (its position among the steps)."""
+        return np.r_[np.flatnonzero(np.diff(self.group)), len(self.group) - 1]
+
+    def plateau(self) -> pd.Series:
+        """Each group's survival after its last time: the share never broken within its budget."""
+        return pd.Series(self.survival[self.last()], index=self.labels)
+
+    def restricted_mean(self, t_star: pd.Series) -> pd.Series:
+        """Each group's integral of S_KM from 0 to its t* (`t_star`, by label): lifelines'
+        `restricted_mean_survival_time` of its KaplanMeierFitter."""
+        limit = t_star.reindex(self.labels).to_numpy(float)[self.group]
+        start = np.r_[True, self.group[1:] != self.group[:-1]]
+        before = np.where(start, 1.0, np.r_[1.0, self.survival[:-1]])  # S on [previous time, this time)
+        previous = np.where(start, 0.0, np.r_[0.0, self.time[:-1]])
+        inside = (np.minimum(self.time, limit) - np.minimum(previous, limit)) * before
+        tail = (limit - np.minimum(self.time, limit)) * self.survival  # after a group's last time
+        totals = np.bincount(self.group, weights=inside, minlength=len(self.labels))
+        totals += np.bincount(self.group[self.last()], weights=tail[self.last()], minlength=len(self.labels))
+        return pd.Series(totals, index=self.labels)
+
+
+def grouped_km(groups, durations, events, weights=None) -> GroupedKM:
+    """Every group's Kaplan-Meier curve (`groups`: a label per row)."""
+    codes, labels = pd.factorize(pd.Series(groups), sort=True)
+    t = np.asarray(durations, dtype=float)
+    w = np.ones(len(t)) if weights is None else np.asarray(weights, dtype=float)
+    failed = w * (np.asarray(events) == 1)
+    order = np.lexsort((t, codes))
+    codes, t, w, failed = codes[order], t[order], w[order], failed[order]
+    new_step = np.r_[True, (codes[1:] != codes[:-1]) | (t[1:] != t[:-1])]
+    first = np.flatnonzero(new_step)
+    step_group, step_time = codes[first], t[first]
+    leaving, dying = np.add.reduceat(w, first), np.add.reduceat(failed, first)
+    group_total = np.bincount(step_group, weights=leaving, minlength=len(labels))
+    left_before = _restarting_cumsum(leaving, step_group) - leaving
+    at_risk = group_total[step_group] - left_before
+    factor = 1.0 - dying / at_risk
+    zero = factor <= 0.0  # every one at risk failed: the curve stays at 0
+    logs = _restarting_cumsum(np.log(np.where(zero, 1.0, factor)), step_group)
+    survival = np.exp(logs) * (_restarting_cumsum(zero.astype(float), step_group) == 0)
+    return GroupedKM(pd.Index(labels), step_group, step_time, survival)
+
+
+def _restarting_cumsum(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """The cumulative sum of `values` within each group, restarting exactly at each (pandas'
+    grouped cumsum: no offsets subtracted from a running total, so no rounding carried over)."""
+    return pd.Series(values).groupby(groups, sort=False).cumsum().to_numpy()
