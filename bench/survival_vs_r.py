@@ -4,7 +4,7 @@ The default run's survival data (`reports/survival_data.csv`) tiled to each size
 study's would be (each tile a new set of trained models and attack cells, durations jittered
 by up to 5%), or the synthetic generator of bench/survival_scaling.py (`--synthetic`). Each
 of the Weibull, Log-Normal and Log-Logistic AFT models is fitted unpenalised by our Newton
-fitters (trashfire.survival.newton, lifelines' classes; timed: lifelines' whole `fit`) and by
+fitters (trashfire.survival.aft, lifelines' classes; timed: lifelines' whole `fit`) and by
 `survreg` in Rscript (timed inside R: `survreg` alone, the data already read). Printed per
 size and model: our seconds / R's, our log-likelihood minus R's (relative), and the largest
 coefficient difference on the unit-SD scale (coefficient x covariate SD, the scale either
@@ -31,10 +31,10 @@ import numpy as np
 import pandas as pd
 
 from trashfire.core.records import write_json
+from trashfire.survival.aft import NewtonLogLogisticAFTFitter, NewtonLogNormalAFTFitter, NewtonWeibullAFTFitter
 from trashfire.survival.analysis import FIT_UNITS
 from trashfire.survival.data import drop_degenerate
 from trashfire.survival.fitters import DURATION, EVENT, WEIGHT, covariates_of, model_frame
-from trashfire.survival.newton import NewtonLogLogisticAFTFitter, NewtonLogNormalAFTFitter, NewtonWeibullAFTFitter
 
 sys.path.insert(0, str(Path(__file__).parent))
 from survival_scaling import synthetic_survival_data  # noqa: E402

@@ -54,7 +54,7 @@ class Convergence:
     newton_gain: float
     starts: int = 1
     unchecked: str = ""  # why the fit could not be checked ("": it was)
-    iterations: int | None = None  # Newton-Raphson's (trashfire.survival.newton); None: another optimiser's, which lifelines does not report
+    iterations: int | None = None  # Newton-Raphson's (trashfire.survival.aft); None: another optimiser's, which lifelines does not report
 
     @property
     def converged(self) -> bool | None:
@@ -174,7 +174,7 @@ def _parametric_arguments(fitter: ParametricRegressionFitter, data: pd.DataFrame
 def _parametric_gradient_and_hessian(fitter: ParametricRegressionFitter, data: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """The penalised negative log-likelihood's gradient (nats) at the fit, and lifelines'
     Hessian of it, both in the normalised coordinates lifelines optimises in."""
-    if getattr(fitter, "newton_gradient_", None) is not None:  # trashfire.survival.newton: its analytic gradient at the fit, on these rows
+    if getattr(fitter, "newton_gradient_", None) is not None:  # trashfire.survival.aft: its analytic gradient at the fit, on these rows
         return np.asarray(fitter.newton_gradient_, dtype=float), np.asarray(fitter._hessian_, dtype=float)
     arguments = _parametric_arguments(fitter, data)
     total = float(arguments[2].sum())  # lifelines' objective is a mean over the weights

@@ -242,7 +242,7 @@ def fit_one(name: str, spec: Any, data: pd.DataFrame, retries: list = ()) -> Fit
             reasons.append(f"attempt {number} ({_describe(settings)}): non-finite log-likelihood or coefficients")
             continue
         optimiser = settings["optimiser"] or ("Newton" if isinstance(fitter, CoxPHFitter) else fitter._scipy_fit_method)
-        if getattr(fitter, "newton_iterations", None) is not None:  # trashfire.survival.newton's fitters, whatever optimiser was asked
+        if getattr(fitter, "newton_iterations", None) is not None:  # trashfire.survival.aft's fitters, whatever optimiser was asked
             optimiser = "Newton"
         return Fit(name, fitter, settings["penalizer"], optimiser, number, caught)
     raise FitFailed("; ".join(reasons))
@@ -349,27 +349,53 @@ def concordance_counts(durations, ranking, events, weights, strata) -> pd.DataFr
     `weights` samples. A pair is comparable as in lifelines' `concordance_index`: the sample
     that failed first (event) against one that left later, or one censored at the very time it
     failed; two failures at one time are not. Higher `ranking` = longer predicted survival.
-    Pooled over strata, C = sum(concordant) / sum(pairs). Pairwise within a stratum, in blocks
-    of at most PAIR_BLOCK pairs."""
+    Pooled over strata, C = sum(concordant) / sum(pairs). Strata of similar size are compared
+    many at once (padded to the largest, at most PAIR_BLOCK pairs a batch: an attack cell's
+    hundred samples, thousands of cells); a stratum larger than that, in blocks of its failures."""
     durations, ranking = np.asarray(durations, float), np.asarray(ranking, float)
     events, weights = np.asarray(events).astype(bool), np.asarray(weights, float)
     codes, names = pd.factorize(pd.Series(strata), sort=True)
     order = np.argsort(codes, kind="stable")
-    bounds = np.r_[0, np.cumsum(np.bincount(codes, minlength=len(names)))]
+    sizes = np.bincount(codes, minlength=len(names))
+    bounds = np.r_[0, np.cumsum(sizes)]
     concordant, pairs = np.zeros(len(names)), np.zeros(len(names))
-    for k in range(len(names)):
-        rows = order[bounds[k] : bounds[k + 1]]
-        t, s, e, w = durations[rows], ranking[rows], events[rows], weights[rows]
-        failed = np.flatnonzero(e)
-        step = max(1, PAIR_BLOCK // max(len(rows), 1))
-        for start in range(0, len(failed), step):
-            i = failed[start : start + step]
-            later = (t[None, :] > t[i, None]) | ((t[None, :] == t[i, None]) & ~e[None, :])  # (failed, all)
-            pair_weights = np.where(later, w[i, None] * w[None, :], 0.0)
-            score = (s[None, :] > s[i, None]) + 0.5 * (s[None, :] == s[i, None])
-            concordant[k] += float((pair_weights * score).sum())
-            pairs[k] += float(pair_weights.sum())
+    columns = (durations[order], ranking[order], events[order], weights[order])
+    for batch in _size_batches(sizes):
+        rows = bounds[batch][:, None] + np.arange(sizes[batch].max())[None, :]  # (strata, rows), padded
+        valid = rows < bounds[batch + 1][:, None]
+        rows = np.where(valid, rows, 0)
+        t, s, e, w = (np.where(valid, column[rows], pad) for column, pad in zip(columns, (-np.inf, 0.0, False, 0.0)))
+        concordant[batch], pairs[batch] = _pair_counts(t, s, e, w)
     return pd.DataFrame({"concordant": concordant, "pairs": pairs}, index=pd.Index(names, name="stratum"))
+
+
+def _size_batches(sizes: np.ndarray) -> list[np.ndarray]:
+    """The strata in batches by size: each batch's strata padded to its largest hold at most
+    PAIR_BLOCK pairs; a stratum too large for that alone is a batch of its own."""
+    by_size = np.argsort(sizes, kind="stable")
+    batches, start = [], 0
+    while start < len(by_size):
+        end = start + 1
+        while end < len(by_size) and (end + 1 - start) * int(sizes[by_size[end]]) ** 2 <= PAIR_BLOCK:
+            end += 1
+        batches.append(by_size[start:end])
+        start = end
+    return batches
+
+
+def _pair_counts(t: np.ndarray, s: np.ndarray, e: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per stratum (rows of the (strata, samples) arrays), its concordant and comparable pair
+    weights, the failed samples taken in blocks of at most PAIR_BLOCK pairs."""
+    concordant, pairs = np.zeros(len(t)), np.zeros(len(t))
+    step = max(1, PAIR_BLOCK // max(t.size, 1))
+    for first in range(0, t.shape[1], step):
+        i = slice(first, first + step)
+        later = (t[:, None, :] > t[:, i, None]) | ((t[:, None, :] == t[:, i, None]) & ~e[:, None, :])  # (strata, failed, all)
+        pair_weights = np.where(later & e[:, i, None], w[:, i, None] * w[:, None, :], 0.0)
+        score = (s[:, None, :] > s[:, i, None]) + 0.5 * (s[:, None, :] == s[:, i, None])
+        concordant += (pair_weights * score).sum(axis=(1, 2))
+        pairs += pair_weights.sum(axis=(1, 2))
+    return concordant, pairs
 
 
 def stratified_concordance(data: pd.DataFrame, ranking: np.ndarray, strata) -> float:

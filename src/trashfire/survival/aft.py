@@ -1,0 +1,145 @@
+"""lifelines' Weibull, Log-Normal, Log-Logistic and Exponential AFT fitters, fitted by
+Newton-Raphson (trashfire.survival.newton) instead of lifelines' scipy optimiser.
+
+The classes replace only `_fit_model`: the optimum of lifelines' own objective (its mean
+log-likelihood over the weights, plus its ridge penalty on the covariates scaled to unit SD,
+the scale parameter's intercept included where it has no other covariate), its
+log-likelihood and Hessian as lifelines returns them. So prediction, summaries, standard
+errors and pickling are lifelines', and a fit equals lifelines' own at its optimum
+(tests/test_survival_newton.py). With penalizer 0 it is survreg's maximum likelihood
+(bench/survival_vs_r.py). A model with covariates on its scale parameter, entry times or
+interval censoring goes to lifelines' optimiser.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+from lifelines import LogLogisticAFTFitter, LogNormalAFTFitter, WeibullAFTFitter
+from lifelines.exceptions import ConvergenceError
+
+from trashfire.survival.fitters import ExponentialAFTFitter
+from trashfire.survival.newton import MAX_ITERATIONS, LocationScale, NotConverged, extreme_value, logistic, newton, normal
+
+
+class NewtonAFTMixin:
+    """`_fit_model` by Newton-Raphson for a lifelines AFT fitter (see the module's docstring).
+    A subclass names its location and scale parameters, the density of W and how lifelines'
+    scale coefficient maps to u = log sigma (`SCALE_SIGN`: u = sign x coefficient)."""
+
+    LOCATION: str
+    SCALE: str | None
+    SCALE_SIGN: float = 1.0
+    DENSITY = staticmethod(extreme_value)
+    newton_iterations: int | None = None  # None: the fit went to lifelines' optimiser
+    newton_gradient_: np.ndarray | None = None  # the penalised negative log-likelihood's gradient at the fit (nats), lifelines' order
+
+    def _fit_model(self, likelihood, Ts, Xs, E, weights, entries, fit_options, show_progress=False, user_supplied_initial_point=None):
+        scale_columns = Xs[self.SCALE].shape[1] if self.SCALE else 0
+        if scale_columns > 1 or (entries is not None and np.any(entries != 0)) or Ts[0] is None or Ts[1] is not None and not np.array_equal(Ts[0], Ts[1]):
+            return super()._fit_model(likelihood, Ts, Xs, E, weights, entries, fit_options, show_progress, user_supplied_initial_point)
+        # what lifelines' own _fit_model leaves for its score() and our robust SEs' reference
+        self._initial_point_dicts = [{name: np.zeros(Xs[name].shape[1]) for name in self._fitted_parameter_names}]
+        self._neg_likelihood_with_penalty_function = partial(
+            self._create_neg_likelihood_with_penalty_function, likelihood=likelihood, penalty=self._add_penalty
+        )
+        self._neg_likelihood = partial(self._create_neg_likelihood_with_penalty_function, likelihood=likelihood)
+        X = np.asarray(Xs[self.LOCATION], dtype=float)
+        model = LocationScale(
+            self.DENSITY, X, np.log(np.asarray(Ts[0], dtype=float)), np.asarray(E, dtype=bool), np.asarray(weights, dtype=float), not self.SCALE
+        )
+        penalised = self._penalised_mask(Xs)
+        theta = self._start(model, user_supplied_initial_point, Xs)
+        sign = np.ones_like(theta)
+        if self.SCALE:
+            sign[-1] = self.SCALE_SIGN
+        ridge = self.penalizer * penalised
+        maxiter = int((fit_options or {}).get("maxiter", MAX_ITERATIONS))
+        try:
+            theta, value, gradient, hessian, self.newton_iterations = newton(model, theta * sign, ridge, self.SCALE_SIGN, maxiter)
+        except NotConverged as err:
+            raise ConvergenceError(str(err)) from None
+        params = {self.LOCATION: theta[: X.shape[1]]}
+        if self.SCALE:
+            params[self.SCALE] = theta[-1:]
+        order = self._internal_order(Xs)
+        self.newton_gradient_ = np.empty_like(gradient)
+        self.newton_gradient_[order] = model.total * gradient
+        in_lifelines_order = np.empty_like(hessian)
+        in_lifelines_order[np.ix_(order, order)] = hessian
+        return params, -model.total * value, model.total * in_lifelines_order
+
+    def _internal_order(self, Xs) -> list[int]:
+        """Where each of (b, u) sits among lifelines' flat parameters (Xs's columns)."""
+        names = list(Xs.columns.get_level_values(0))
+        return [i for i, name in enumerate(names) if name == self.LOCATION] + [i for i, name in enumerate(names) if name == self.SCALE]
+
+    def row_scores(self, durations: np.ndarray, events: np.ndarray, weights: np.ndarray, covariates) -> np.ndarray:
+        """Each row's weight x gradient of its log-likelihood at the fit, in lifelines' params_
+        (raw covariates, its order): the cluster-robust sandwich's scores, in closed form."""
+        design = self.regressors.transform_df(covariates)
+        X = design[self.LOCATION].to_numpy(float)
+        u = self.SCALE_SIGN * float(self.params_.loc[(self.SCALE, "Intercept")]) if self.SCALE else 0.0
+        sigma = np.exp(u)
+        z = (np.log(durations) - X @ self.params_.loc[self.LOCATION].to_numpy(float)) / sigma
+        _, first, _ = self.DENSITY(z, np.asarray(events, dtype=bool))
+        order = self._internal_order(design)
+        scores = np.empty((len(z), len(order)))
+        scores[:, order[: X.shape[1]]] = -(first / sigma)[:, None] * X
+        if self.SCALE:
+            scores[:, order[-1]] = self.SCALE_SIGN * (-first * z - np.asarray(events, dtype=float))
+        return scores * np.asarray(weights, dtype=float)[:, None]
+
+    def _penalised_mask(self, Xs) -> np.ndarray:
+        """lifelines' ridge applies to every coefficient but the constant columns of a
+        parameter with more than one covariate (so a lone scale intercept is penalised)."""
+        free = ~np.asarray(self._cols_to_not_penalize, dtype=bool)
+        return free[self._internal_order(Xs)]
+
+    def _start(self, model: LocationScale, initial, Xs) -> np.ndarray:
+        """Least squares of log t on X over all rows (events and censored alike), and the
+        residuals' log SD: survreg's kind of start, near enough for Newton's step halving."""
+        if isinstance(initial, np.ndarray):
+            return self._to_internal(initial.astype(float), Xs)
+        b, *_ = np.linalg.lstsq(model.X * np.sqrt(model.w)[:, None], model.y * np.sqrt(model.w), rcond=None)
+        if model.fixed_scale:
+            return b
+        residual = model.y - model.X @ b
+        spread = np.sqrt(np.average(residual**2, weights=model.w))
+        return np.append(b, np.log(max(spread, 1e-3)))
+
+    def _to_internal(self, theta: np.ndarray, Xs) -> np.ndarray:
+        """lifelines' flat parameters (its regressors' order) as (b, u)."""
+        internal = theta[self._internal_order(Xs)]
+        if self.SCALE:
+            internal[-1] *= self.SCALE_SIGN
+        return internal
+
+
+class NewtonWeibullAFTFitter(NewtonAFTMixin, WeibullAFTFitter):
+    """lifelines' Weibull AFT: lambda_ = exp(x·b) the scale, rho_ = 1/sigma (u = -rho coefficient)."""
+
+    LOCATION, SCALE, SCALE_SIGN = "lambda_", "rho_", -1.0
+    DENSITY = staticmethod(extreme_value)
+
+
+class NewtonLogNormalAFTFitter(NewtonAFTMixin, LogNormalAFTFitter):
+    """lifelines' Log-Normal AFT: mu_ = x·b, sigma_ = exp(u)."""
+
+    LOCATION, SCALE, SCALE_SIGN = "mu_", "sigma_", 1.0
+    DENSITY = staticmethod(normal)
+
+
+class NewtonLogLogisticAFTFitter(NewtonAFTMixin, LogLogisticAFTFitter):
+    """lifelines' Log-Logistic AFT: alpha_ = exp(x·b), beta_ = 1/sigma (u = -beta coefficient)."""
+
+    LOCATION, SCALE, SCALE_SIGN = "alpha_", "beta_", -1.0
+    DENSITY = staticmethod(logistic)
+
+
+class NewtonExponentialAFTFitter(NewtonAFTMixin, ExponentialAFTFitter):
+    """The Exponential AFT (`trashfire.survival.fitters`): the Weibull with sigma fixed at 1."""
+
+    LOCATION, SCALE = "lambda_", None
+    DENSITY = staticmethod(extreme_value)
