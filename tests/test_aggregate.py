@@ -285,6 +285,37 @@ def test_metrics_json_has_no_nan():
     assert without_nan(summary) == {"evp_mean_short_of_nonviability": None, "per_seed": {"0": {"rho": None, "n": 3}}, "xs": [1.0, None]}
 
 
+def test_headline_json_is_a_dozen_flat_keys_of_metrics_json():
+    """What `dvc exp show` shows per experiment: flat scalars a terminal's table holds."""
+    from trashfire.metrics.aggregate import headline_summary
+
+    summary = {
+        "acc_ben_mean": 0.9,
+        "acc_adv_mean": 0.4,
+        "evp_mean": 0.3,
+        "auc_R_mean": 0.5,
+        "trash_adv_median_by_clock": {"flops": 1.6, "process": 0.7, "wall": 0.6},
+        "survival_test_concordance": 0.91,
+        "findings": {"a": {"verdict": "holds"}, "b": {"verdict": "holds"}, "c": {"verdict": "not testable"}, "d": {"verdict": "contradicted"}},
+        "n_train_cells": 30,
+    }
+    head = headline_summary(summary)
+    assert head == {
+        "acc_ben": 0.9,
+        "acc_adv": 0.4,
+        "evp": 0.3,
+        "auc_R": 0.5,
+        "trash_flops": 1.6,
+        "trash_process": 0.7,
+        "trash_wall": 0.6,
+        "survival_c_test": 0.91,
+        "findings_holds": 2,
+        "findings_contradicted": 1,
+        "findings_inconclusive": 0,
+        "findings_not_testable": 1,
+    }
+
+
 # --- the metric registry: a metric is its definition and one entry ----------------------------
 
 

@@ -58,10 +58,16 @@ def ran_project(first_run, tmp_path):
 
 def copy_of_first_run(first_run, repo: Path):
     template, output = first_run
-    shutil.copytree(template, repo, symlinks=True, ignore=lambda folder, names: ["tmp"] if folder.endswith(".dvc") else [])
+    shutil.copytree(template, repo, symlinks=True, ignore=dvc_state)
     run = runner(repo)
     run.first_run, run.first_output = first_run, output
     return run
+
+
+def dvc_state(folder: str, names: list[str]) -> list[str]:
+    """DVC's own scratch files (locks, inode state): a copy starts without them. Our last
+    checked params file there (trashfire.core.workspace) stays, as in the user's workspace."""
+    return [name for name in names if name != "trashfire"] if folder.endswith(os.path.join(".dvc", "tmp")) else []
 
 
 def scratch_project(repo: Path):
@@ -70,7 +76,7 @@ def scratch_project(repo: Path):
         source = ROOT / item
         (shutil.copytree if source.is_dir() else shutil.copy)(source, repo / item)
     (repo / "conf" / "experiment" / "default.yaml").write_text(TINY_DEFAULT)
-    (repo / ".gitignore").write_text("/data/\n/models/\n/reports/\n__pycache__/\n")
+    shutil.copy(ROOT / ".gitignore", repo / ".gitignore")  # reports/headline.json in git, as in the project
     run = runner(repo)
     for command in (
         ["git", "init", "-q"],
@@ -83,9 +89,9 @@ def scratch_project(repo: Path):
     return run
 
 
-def runner(repo: Path):
-    """Runs a command in the scratch project `repo`, with its conf/ and this venv's tools."""
-    env = os.environ | {
+def runner_env(repo: Path) -> dict[str, str]:
+    """The environment of the scratch project `repo`: its conf/ and this venv's tools."""
+    return os.environ | {
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         "TRASHFIRE_CONFIG_DIR": str(repo / "conf"),
         "GIT_AUTHOR_NAME": "t",
@@ -93,6 +99,11 @@ def runner(repo: Path):
         "GIT_COMMITTER_NAME": "t",
         "GIT_COMMITTER_EMAIL": "t@t",
     }
+
+
+def runner(repo: Path):
+    """Runs a command in the scratch project `repo`, with its conf/ and this venv's tools."""
+    env = runner_env(repo)
 
     def run(*command: str) -> str:
         result = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=900)
@@ -171,6 +182,11 @@ def test_incremental_repro_after_narrowing_widening_and_a_metric_change_equals_a
     assert_same_outputs(project.repo / "reports", scratch.repo / "reports")
 
 
+# the README's `dvc exp show`: DVC lists each changed dependency's hash (every table the
+# figures read) beside the params and metrics, and has no setting to hide them
+DEPENDENCY_COLUMNS = "^(reports|data|models)/"
+
+
 def stages_run(output: str) -> set[str]:
     return set(re.findall(r"Running stage '(\w+)'", output))
 
@@ -192,6 +208,8 @@ def test_pipeline_caches_at_stage_and_cell_level_through_dvc_exp_run(ran_project
     assert stages_run(edited) == {"timing", "survival", "aggregate", "figures"}, edited
     survival_data.write_text(code)
 
+    project("git", "add", "-A")  # the baseline committed, as a user does: params.yaml, dvc.lock, reports/headline.json
+    project("git", "commit", "-q", "-m", "baseline")
     new_eps = project("dvc", "exp", "run", "-S", "attack.pgd.values=[0.1,0.5,1.0]")
     assert "train" not in stages_run(new_eps) and "prepare" not in stages_run(new_eps), new_eps
     assert {"attack", "timing", "survival", "aggregate", "figures"} <= stages_run(new_eps), new_eps
@@ -204,9 +222,22 @@ def test_pipeline_caches_at_stage_and_cell_level_through_dvc_exp_run(ran_project
     assert "accuracy_eps_curves.png" in plots
 
     shown = list(csv.DictReader(io.StringIO(project("dvc", "exp", "show", "--csv"))))
-    headline = [column for column in shown[0] if column.endswith(("acc_adv_mean", "evp_mean", "trash_adv_median"))]
+    headline = [column for column in shown[0] if column in ("acc_adv", "evp", "trash_flops")]
     assert len(headline) == 3, list(shown[0])
-    assert sum(row[headline[0]] not in ("", "-") for row in shown) >= 2, shown  # both experiments with their metrics
+    assert sum(row[headline[0]] not in ("", "-", "!") for row in shown) >= 2, shown  # both experiments with their metrics
+    assert "trash_adv_median_by_clock.flops" not in shown[0]  # every metric stays in metrics.json, out of the table
+
+    # the two experiments side by side fit a 200-column terminal, values shown
+    table = subprocess.run(
+        ["dvc", "exp", "show", "--only-changed", "--drop", DEPENDENCY_COLUMNS],
+        cwd=project.repo,
+        env=runner_env(project.repo) | {"COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+    )
+    lines = table.stdout.splitlines()
+    assert table.returncode == 0 and max(map(len, lines)) <= 200 and "…" not in table.stdout, table.stdout
+    assert sum(bool(re.search(r"\b0\.\d{2,}", line)) for line in lines) >= 2, table.stdout
 
 
 @pytest.mark.slow
@@ -273,3 +304,15 @@ def test_a_smaller_sweep_after_the_default_run_trains_on_its_own_data_and_repro_
     for path in (project.repo / "models").glob("*.json"):
         record = json.loads(path.read_text())
         assert record["n_train"] in (240, 320) and (record["n_train"] == 240) == (record["data_hash"] in {r["data_hash"] for r in smoke}), record
+
+
+def test_a_dvc_exp_run_that_fails_its_config_check_leaves_the_workspace_as_it_was(ran_project):
+    project = ran_project
+    before = {name: (project.repo / name).read_bytes() for name in ("params.yaml", "dvc.lock")}
+    beyond_the_grid = ["-S", "metrics.auc.units=standardised", "-S", "metrics.auc.eps1=5"]  # TINY's eps grids end at 1.0 standardised
+    failed = subprocess.run(
+        ["dvc", "exp", "run", *beyond_the_grid], cwd=project.repo, env=runner_env(project.repo), capture_output=True, text=True, timeout=600
+    )
+    assert failed.returncode != 0 and "metrics.auc.eps1" in failed.stdout + failed.stderr, failed.stdout + failed.stderr
+    for name, content in before.items():
+        assert (project.repo / name).read_bytes() == content, name

@@ -150,6 +150,7 @@ def test_downstream_stages_write_every_table_and_figure(pipeline, tmp_path):
         "curves.csv",
         "brittle.csv",
         "metrics.json",
+        "headline.json",
         "report.html",
         "survival/aft_comparison.csv",
         "survival/aft_comparison.tex",

@@ -20,6 +20,7 @@ from trashfire.core import external
 from trashfire.core.config import compose, validate
 from trashfire.core.errors import TrashfireError
 from trashfire.core.records import atomic_path
+from trashfire.core.workspace import remember_checked
 
 
 def composed_yaml(overrides: list[str]) -> str:
@@ -59,6 +60,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     with atomic_path(out) as tmp:
         tmp.write_text(text)
+    remember_checked(out)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 
 A stage reads the composed params.yaml (the snapshot DVC tracks), applies dotted overrides,
 validates everything, normalises it (`config.normalise`), then runs. A TrashfireError ends
-the process with one line on stderr and exit status 2, before any long compute.
+the process with one line on stderr and exit status 2, before any long compute; a config
+error inside `dvc exp run` puts params.yaml back as it last passed the check
+(trashfire.core.workspace).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from trashfire.core.config import load_params, normalise, validate
 from trashfire.core.errors import ConfigError, TrashfireError
+from trashfire.core.workspace import remember_checked, restore_checked
 
 _ABSENT = object()
 
@@ -81,7 +84,13 @@ def run_cli(prog: str, description: str, run: Callable[[DictConfig], Any], argv:
     configure_logging(prog)
     try:
         cfg = validate(parse_overrides(load_params(args.params), args.overrides))
+        if not args.overrides:
+            remember_checked(args.params)
         run(normalise(cfg))
+    except ConfigError as err:
+        restored = restore_checked(args.params)  # a `dvc exp run -S` that fails the check leaves params.yaml as it was
+        print(f"{prog}: {err}" + (f"; {args.params} is back as it last passed the check" if restored else ""), file=sys.stderr)
+        sys.exit(err.exit_code)
     except TrashfireError as err:
         print(f"{prog}: {err}", file=sys.stderr)
         sys.exit(err.exit_code)

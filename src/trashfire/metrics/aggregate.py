@@ -303,6 +303,23 @@ def headline(
     return registry.headline(results)
 
 
+def headline_summary(summary: dict) -> dict:
+    """headline.json, the metrics DVC shows per experiment (`dvc exp show`): a dozen keys of
+    metrics.json, flat, so that a table of experiments fits a terminal. metrics.json keeps
+    every metric."""
+    by_clock = summary.get("trash_adv_median_by_clock") or {}
+    verdicts = [finding.get("verdict") for finding in (summary.get("findings") or {}).values()]
+    return {
+        "acc_ben": summary.get("acc_ben_mean"),
+        "acc_adv": summary.get("acc_adv_mean"),
+        "evp": summary.get("evp_mean"),
+        "auc_R": summary.get("auc_R_mean"),
+        **{f"trash_{clock}": by_clock.get(clock) for clock in schema.CLOCKS},
+        "survival_c_test": summary.get("survival_test_concordance"),
+        **{f"findings_{verdict.replace(' ', '_')}": verdicts.count(verdict) for verdict in findings.VERDICTS},
+    }
+
+
 def read_eps_survival_data(path: Path) -> pd.DataFrame:
     """timing's eps_survival_data.csv (norms kept as text); missing, it names the stage to run."""
     if not path.is_file():
@@ -392,6 +409,7 @@ def aggregate_reports(cfg: DictConfig, artefacts: Artefacts) -> dict:
     write_cards(artefacts.output("cards"), experiments, trash, robustness, brittle, flags, worst)
     summary = headline(experiments, trash, robustness, brittle, comparison, checked, eps_survival, flags, m, worst)
     write_json(artefacts.output("metrics.json"), without_nan(summary))
+    write_json(artefacts.output("headline.json"), without_nan(headline_summary(summary)))
     shown = {k: v for k, v in summary.items() if not isinstance(v, dict)}
     log.info("%s", ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()))
     for finding in checked:
