@@ -230,3 +230,13 @@ def test_a_count_strength_is_never_cast(conf_dir):
     assert art_strength(fgm) == 0.5 and isinstance(art_strength(fgm), float)
     with pytest.raises(ConfigError, match="attack.hsj.values: got 50.0; must be an integer"):
         art_strength({**hsj, "value": 50.0})
+
+
+def test_a_grid_of_one_survival_split_group_is_refused_before_any_stage_runs(conf_dir):
+    """The survival stage's split by trained model needs two of them: the config says so at
+    once, not after the attack stage."""
+    one_model = ["model=[fcnet]", "defence=[none,fsq]", "split.seeds=[0]", "train.epochs=[1]"]
+    with pytest.raises(ConfigError, match=r"survival.split_by: the grid gives 1 train_hash group; .* needs at least 2"):
+        validate(compose(one_model, conf=conf_dir))
+    assert validate(compose([*one_model, "survival.split_by=model_hash"], conf=conf_dir))  # none and fsq: two model cells
+    assert validate(compose([*one_model, "defence=[none,gauss_in]"], conf=conf_dir))  # gauss_in trains a second model

@@ -402,6 +402,14 @@ def test_r_rises_with_epochs_not_testable_with_one_epoch_value():
     assert_not_testable(check("004_r_rises_with_epochs", robustness=robustness), "train.epochs=[6,10]")
 
 
+def test_r_rises_with_epochs_names_what_it_found_when_not_testable():
+    """The epochs the cells had, or the R they lacked: the real reason, not only the grid's."""
+    one_epoch = table("robustness", seed=[0, 1, 2], epochs=6, auc_R=[0.4, 0.5, 0.6])
+    assert_not_testable(check("004_r_rises_with_epochs", robustness=one_epoch), "found epochs 6 per otherwise equal cell")
+    without_r = table("robustness", seed=[0, 1, 0, 1], epochs=[1, 1, 2, 2], auc_R=np.nan)
+    assert_not_testable(check("004_r_rises_with_epochs", robustness=without_r), "epochs 1, 2 found, and no cell has an R")
+
+
 # --- 004_pretraining_effect --------------------------------------------------------------------
 
 
@@ -443,6 +451,15 @@ def test_every_finding_not_testable_on_empty_tables_and_metrics_turn_nan_into_no
     assert all(m == {"verdict": "not testable", "value": None, "lo": None, "hi": None, "p": None, "n": 0} for m in metrics.values())
     frame = F.findings_frame(results)
     assert len(frame) == len(IDS) and list(frame.columns) == ["id", "paper", "claim", "test", "n", "value", "lo", "hi", "p", "verdict", "detail", "clock"]
+
+
+def test_trash_above_one_says_the_trash_is_missing_not_the_attack():
+    """FGM cells whose TRASH is NaN (an imported model without FLOPs on the compute clock):
+    the reason is the unknown t_train, not a grid without FGM."""
+    unknown = table("trash", trash_adv=[np.nan, np.nan], t_train=np.nan)
+    assert_not_testable(check("003_trash_above_one_fgm", trash=unknown), "t_train is unknown on the configured clock")
+    no_e_t = table("trash", trash_adv=[np.nan, np.nan], t_train=[1.0, 2.0])
+    assert_not_testable(check("003_trash_above_one_fgm", trash=no_e_t), "E[T] is missing")
 
 
 def test_findings_metrics_keeps_numbers():

@@ -278,13 +278,38 @@ def depth_latency_not_queries(tables: Tables, resamples: int, seed: int) -> Find
     return finding(id, f"{test} ({len(x)} models, {what})", len(x), b_q, lo, hi, NAN, verdict, detail)
 
 
+def missing_trash(cells: pd.DataFrame, clock: str) -> str:
+    """Why cells have no TRASH: what is missing on the clock, named."""
+    t_train, clock = cells.get("t_train", pd.Series(dtype=float)), clock or "configured"
+    if t_train.isna().all():
+        return (
+            f"their t_train is unknown on the {clock} clock (an imported model without training FLOPs: "
+            "give model.<name>.t_train.flops, its log's flops or model.<name>.epochs; or timing.clock=process)"
+        )
+    return f"their E[T] is missing on the {clock} clock (survival/expected_times.csv has none for them)"
+
+
+def epochs_found(robustness: pd.DataFrame) -> str:
+    """What the cells' epochs and R were, for a finding that needs two epoch values."""
+    cells = usable(robustness, ["epochs"])
+    if cells.empty:
+        return "no cell with known epochs: imported models' training is unknown"
+    found = ", ".join(f"{e:g}" for e in sorted(cells["epochs"].unique()))
+    if cells["auc_R"].isna().all() if "auc_R" in cells else True:
+        return f"epochs {found} found, and no cell has an R: metrics.auc's interval is beyond their eps grid"
+    return f"found epochs {found} per otherwise equal cell; train.per_model sets its own epochs for the models it names"
+
+
 def trash_above_one(tables: Tables, attack: str, resamples: int, seed: int) -> Finding:
     id = f"003_trash_above_one_{attack}"
     test = f"geometric mean of TRASH over undefended {attack.upper()} cells, bootstrap of mean log TRASH"
-    rows = usable(tables.trash, ["attack", "defence", "trash_adv"])
-    rows = rows[(rows["attack"] == attack) & (rows["defence"] == "none")]
-    if rows.empty:
+    cells = usable(tables.trash, ["attack", "defence"])
+    cells = cells[(cells["attack"] == attack) & (cells["defence"] == "none")]
+    if cells.empty:
         return not_testable(id, test, f"needs undefended {attack.upper()} TRASH cells: add {attack} to attack")
+    rows = cells.dropna(subset=["trash_adv"])
+    if rows.empty:
+        return not_testable(id, test, f"needs a TRASH for the undefended {attack.upper()} cells: {missing_trash(cells, tables.clock)}")
     logs = np.log(rows["trash_adv"][rows["trash_adv"] > 0].to_numpy(dtype=float))
     if len(logs) < 2:
         return not_testable(
@@ -447,7 +472,7 @@ def r_rises_with_epochs(tables: Tables, resamples: int, seed: int) -> Finding:
     spans = per_epoch.sort_values("epochs").groupby(keys).agg(n_epochs=("epochs", "nunique"), first=("auc_R", "first"), last=("auc_R", "last"))
     spans = spans[spans["n_epochs"] >= 2]
     if spans.empty:
-        return not_testable(id, test, NEEDS_EPOCHS)
+        return not_testable(id, test, f"{NEEDS_EPOCHS} ({epochs_found(tables.robustness)})")
     pairs = pd.DataFrame({"d": spans["last"] - spans["first"]})
     return paired_finding(id, test, pairs, +1, resamples, seed, "cells at their largest and smallest epochs")
 
