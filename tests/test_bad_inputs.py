@@ -55,6 +55,7 @@ PATHS = {"raw": "data/raw", "processed": "data/processed", "models": "models", "
 FULL = ["model=[mlp2]", "attack=[fgm,pgd,deepfool,pixel,threshold,hsj]"]
 # What the file cases corrupt: one mlp2 cell on 200 digits, FGM and PGD at one eps each.
 SETUP = [
+    "survival.split_by=attack_hash",  # one model: the survival split needs two groups (trashfire.core.cli.check_pipeline)
     "model=[mlp2]",
     "defence=[none]",
     "data.digits.subsample=200",

@@ -32,6 +32,9 @@ MLP2_KWARGS = "model.external.kwargs={n_classes:10,input_shape:[1,8,8],hidden:[5
 SMALL = ["defence=[none]", "attack=[fgm]", "attack.fgm.norms=[inf]", "survival.fitters=[weibull]", "metrics.brittle.n_samples=5"]
 
 
+ONE_MODEL_SPLIT = "survival.split_by=attack_hash"  # one imported model: the pipeline's survival split needs two groups
+
+
 def overrides(root: Path, *extra: str) -> list[str]:
     return tiny_overrides(root, *SMALL, *extra)
 
@@ -197,7 +200,7 @@ def test_new_weights_at_the_same_path_make_a_new_cell(trained, tmp_path):
 def test_params_yaml_records_the_checkpoint_hash_so_dvc_sees_new_weights(trained, tmp_path, caplog):
     checkpoint = tmp_path / "net.pt"
     shutil.copy(trained / "checkpoints" / "mlp2.pt", checkpoint)
-    composed = OmegaConf.create(composed_yaml(overrides(tmp_path, "model=[external]", *external(checkpoint, T_TRAIN))))
+    composed = OmegaConf.create(composed_yaml(overrides(tmp_path, "model=[external]", ONE_MODEL_SPLIT, *external(checkpoint, T_TRAIN))))
     assert composed.model.external.checkpoint_sha256 == training.file_sha256(checkpoint)
     state = torch.load(checkpoint)
     state["net.1.bias"] += 1.0
@@ -206,7 +209,7 @@ def test_params_yaml_records_the_checkpoint_hash_so_dvc_sees_new_weights(trained
         cell = training_cells(normalise(validate(composed)))[0]
     assert cell.spec["model"]["checkpoint_sha256"] == training.file_sha256(checkpoint)  # imported as what it is now
     assert "changed since `make params`" in caplog.text
-    recomposed = OmegaConf.create(composed_yaml(overrides(tmp_path, "model=[external]", *external(checkpoint, T_TRAIN))))
+    recomposed = OmegaConf.create(composed_yaml(overrides(tmp_path, "model=[external]", ONE_MODEL_SPLIT, *external(checkpoint, T_TRAIN))))
     assert recomposed.model.external.checkpoint_sha256 != composed.model.external.checkpoint_sha256  # a params change DVC reruns train on
 
 
@@ -230,7 +233,7 @@ def project(trained, tmp_path) -> Path:
 
 
 def write_params(root: Path, *extra: str) -> Path:
-    (root / "params.yaml").write_text(composed_yaml(overrides(root, "model=[external]", *extra)))
+    (root / "params.yaml").write_text(composed_yaml(overrides(root, "model=[external]", ONE_MODEL_SPLIT, *extra)))
     return root / "params.yaml"
 
 

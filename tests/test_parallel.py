@@ -11,11 +11,12 @@ import pytest
 from omegaconf import OmegaConf
 
 from tests.conftest import ROOT, recorded, tiny_overrides
-from tests.worker_jobs import blas_threads, fail_with_config_error, process_and_threads, sleep_or_fail
+from tests.worker_jobs import blas_threads, fail_with_config_error, process_and_threads, quiet_job, sleep_or_fail, ticking_job
+from trashfire.attacks.campaign import spread
 from trashfire.core.config import compose, validate
 from trashfire.core.errors import ConfigError, DataError
-from trashfire.core.grid import UNDEFENDED, TrainCell
-from trashfire.core.parallel import describe, resolve_workers, results_as_completed, threads_per_cell
+from trashfire.core.grid import UNDEFENDED, TrainCell, attack_cells
+from trashfire.core.parallel import describe, resolve_workers, results_as_completed, run_jobs, threads_per_cell
 from trashfire.models import training
 from trashfire.models.training import waves
 from trashfire.stages import attack, brittle, prepare, train
@@ -40,6 +41,41 @@ def test_two_workers_write_the_records_of_one_process(tmp_path):
     run_stages(serial)
     run_stages(parallel)
     for folder in ("models", "reports/attacks", "reports/attacks/benign", "reports/brittle"):
+        expected, got = recorded(tmp_path / "serial" / folder), recorded(tmp_path / "parallel" / folder)
+        assert expected and got == expected, folder
+
+
+class Bar:
+    """tqdm's update, recorded."""
+
+    def __init__(self):
+        self.updates = []
+
+    def update(self, count):
+        self.updates.append(count)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_bar_moves_per_cell_where_jobs_tick_and_per_job_where_they_do_not(workers):
+    bar = Bar()
+    run_jobs(ticking_job, [(3,), (2,)], workers, bar, "test")
+    assert bar.updates == [1] * 5  # each cell as it is done, in a worker too; the jobs' ends add nothing
+    bar = Bar()
+    run_jobs(quiet_job, [(3,), (2,)], workers, bar, "test")
+    assert sorted(bar.updates) == [2, 3]
+
+
+def test_one_model_cells_attack_cells_spread_over_the_workers_and_give_its_records(tmp_path):
+    """With fewer model cells than workers, a model cell's attack cells are dealt to several
+    jobs: the same records as one process computes (their seconds aside)."""
+    one_model = ("model=[fcnet]", "defence=[none]", "survival.split_by=attack_hash")
+    serial, parallel = tiny(tmp_path / "serial", "train.workers=1", *one_model), tiny(tmp_path / "parallel", "train.workers=2", *one_model)
+    pending = attack_cells(parallel)
+    assert [len(chunk) for chunk in spread(pending, 2, pending)] == [len(pending) - len(pending) // 2, len(pending) // 2]
+    for cfg in (serial, parallel):
+        for stage in (prepare, train, attack):
+            stage.run(cfg)
+    for folder in ("reports/attacks", "reports/attacks/benign"):
         expected, got = recorded(tmp_path / "serial" / folder), recorded(tmp_path / "parallel" / folder)
         assert expected and got == expected, folder
 

@@ -38,3 +38,17 @@ def blas_threads() -> dict[str, int]:
     from threadpoolctl import threadpool_info
 
     return {pool["internal_api"]: pool["num_threads"] for pool in threadpool_info()}
+
+
+def ticking_job(cells: int) -> int:
+    """A job of `cells` cells that says as each is done, as the attack stage's does."""
+    from trashfire.core.parallel import tick
+
+    for _ in range(cells):
+        tick()
+    return cells
+
+
+def quiet_job(cells: int) -> int:
+    """A job that says only at its end how many cells it did, as the train stage's."""
+    return cells

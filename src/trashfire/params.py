@@ -17,6 +17,7 @@ from pathlib import Path
 from omegaconf import OmegaConf, open_dict
 
 from trashfire.core import external
+from trashfire.core.cli import check_pipeline
 from trashfire.core.config import compose, validate
 from trashfire.core.errors import TrashfireError
 from trashfire.core.records import atomic_path
@@ -26,7 +27,7 @@ from trashfire.core.workspace import remember_checked
 def composed_yaml(overrides: list[str]) -> str:
     cfg = compose(overrides)
     OmegaConf.resolve(cfg)
-    validate(cfg)
+    check_pipeline(validate(cfg))
     return OmegaConf.to_yaml(with_checkpoint_hashes(cfg))
 
 

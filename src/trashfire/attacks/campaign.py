@@ -45,7 +45,7 @@ from trashfire.attacks.target import Target
 from trashfire.core.clocks import SECONDS, STEPS, Elapsed, LapClock, Rate, Stopwatch, pooled_rate
 from trashfire.core.errors import ConfigError
 from trashfire.core.grid import AttackCell, ModelCell, attack_cells
-from trashfire.core.parallel import describe, resolve_workers, run_jobs, threads_per_cell
+from trashfire.core.parallel import describe, resolve_workers, run_jobs, threads_per_cell, tick
 from trashfire.core.records import is_recorded, read_json, remove_dead_temps, write_json, write_npz
 from trashfire.core.schema import AttackRecord, BenignRecord, Outcomes, TrainRecord, cell_labels
 from trashfire.core.stage import Artefacts
@@ -246,7 +246,10 @@ def attack_model_cell(artefacts: Artefacts, model_cell: ModelCell, cells: list[A
         warm_up_batch(target, split.x_attack.numpy(), split.y_attack.numpy(), batch_size)  # the first cell's step 0 measures the model, not the set-up
     # the cells run first and are priced together: the torch loop's steps of all of them
     # measure one rate; each cell is written (arrays, then its record) once priced
-    attacked = [attack_cell(classifier, split, cell, target, cost) for cell in cells]
+    attacked = []
+    for cell in cells:
+        attacked.append(attack_cell(classifier, split, cell, target, cost))
+        tick()  # the stage's bar moves per attack cell, as each is computed
     rates = steps_rates(attacked, target)
     for run in attacked:
         record, outcomes = price_cell(run, target, shared, cost, rates.get(run.pool))
@@ -299,6 +302,15 @@ def declare_attacks(cfg: DictConfig, folder: Path) -> None:
             write_json(path, declared)
 
 
+def spread(cells: list[AttackCell], workers: int, pending: list[AttackCell]) -> list[list[AttackCell]]:
+    """One model cell's pending attack cells as jobs: one, or, where the model cells are fewer
+    than the workers, as many as keep every worker busy (dealt in turn, so each job gets of
+    every attack). Each job prices its cells' steps at the rate of its own cells' laps."""
+    models = len({cell.model.hash for cell in pending})
+    parts = min(len(cells), max(1, -(-workers // models))) if models < workers else 1
+    return [cells[k::parts] for k in range(parts)]
+
+
 def attack_grid(cfg: DictConfig, artefacts: Artefacts) -> int:
     """Attack every pending cell; returns how many were computed."""
     device = resolve_device(cfg.train.device)
@@ -313,7 +325,11 @@ def attack_grid(cfg: DictConfig, artefacts: Artefacts) -> int:
     pending = [cell for cell in cells if not attack_recorded(folder, cell)]
     workers = resolve_workers(cfg.train.get("workers", "auto"), device.type)
     threads = threads_per_cell(workers, cfg.train.get("threads", 1))
-    jobs = [(cfg, artefacts, model_cell, list(group)) for model_cell, group in groupby(pending, key=lambda cell: cell.model)]
+    jobs = [
+        (cfg, artefacts, model_cell, chunk)
+        for model_cell, group in groupby(pending, key=lambda cell: cell.model)
+        for chunk in spread(list(group), workers, pending)
+    ]
     queued = {job[2].hash for job in jobs}
     models = {cell.model.hash: cell for cell in cells}
     jobs += [(cfg, artefacts, c.model, []) for h, c in models.items() if h not in queued and benign_pending(folder, h, c.data_hash)]  # probes for older records

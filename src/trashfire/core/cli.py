@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from trashfire.core.config import load_params, normalise, validate
 from trashfire.core.errors import ConfigError, TrashfireError
+from trashfire.core.grid import split_groups
 from trashfire.core.workspace import remember_checked, restore_checked
 
 _ABSENT = object()
@@ -76,6 +77,21 @@ def configure_logging(prog: str) -> None:
             logger.disabled = False
 
 
+def check_pipeline(cfg: DictConfig) -> None:
+    """What the whole pipeline needs of a config beyond each stage's own checks, refused by
+    `make params` and by every stage's command before it computes, not after the attacks: the
+    survival stage's train/test split by `survival.split_by` needs two groups. A sweep trial
+    (one cell of a grid, trashfire.experiment) and the library's own calls are not held to it."""
+    by = cfg.survival.split_by
+    groups = split_groups(cfg, by)
+    if groups < 2:
+        raise ConfigError(
+            "survival.split_by",
+            f"the grid gives {groups} {by} group; the survival stage's train/test split by {by} needs at least 2: "
+            "add a model, seed or train-time defence, or split by model_hash (adds predict-time defences) or attack_hash",
+        )
+
+
 def run_cli(prog: str, description: str, run: Callable[[DictConfig], Any], argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--params", default="params.yaml", help="composed config (default: params.yaml)")
@@ -84,6 +100,7 @@ def run_cli(prog: str, description: str, run: Callable[[DictConfig], Any], argv:
     configure_logging(prog)
     try:
         cfg = validate(parse_overrides(load_params(args.params), args.overrides))
+        check_pipeline(cfg)
         if not args.overrides:
             remember_checked(args.params)
         run(normalise(cfg))

@@ -334,3 +334,15 @@ def randomised(cfg: DictConfig, model: ModelCell) -> bool:
     """The model cell's defence declares that it draws at random on every query."""
     spec = cfg.defence.get(model.defence["name"])
     return bool(spec is not None and spec.get("randomised"))
+
+
+def split_groups(cfg: DictConfig, by: str) -> int:
+    """How many `by` groups (train_hash, model_hash, attack_hash) the grid's attacked samples
+    fall into, where under 2; 2 where more (each data set, seed and model trains or imports a
+    cell of its own, attacked: a paper grid's millions of attack cells are never built here)."""
+    if len(cfg.data) * len(as_list(cfg.split.seeds)) * len(cfg.model) >= 2:
+        return 2
+    if by == "train_hash":
+        return len(training_cells(cfg))
+    groups = len(model_cells(cfg))
+    return len(attack_cells(cfg)) if by == "attack_hash" and groups < 2 else groups

@@ -127,8 +127,10 @@ def _die_with_parent(parent: int) -> None:
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
-def _init_worker(parent: int, threads: int, level: int, prog: str, with_torch: bool) -> None:
+def _init_worker(parent: int, threads: int, level: int, prog: str, with_torch: bool, ticks=None) -> None:
     _die_with_parent(parent)
+    if ticks is not None:
+        _TICKS.append(ticks.put)
     # the job's module (SciPy, scikit-learn) loads after this, when its first job arrives: the
     # variables cap the pools it brings, threadpool_limits those the worker has already
     os.environ.update(dict.fromkeys(THREAD_VARIABLES, str(threads)))
@@ -140,10 +142,35 @@ def _init_worker(parent: int, threads: int, level: int, prog: str, with_torch: b
 
 
 def run_jobs(job: Callable[..., int], arguments: Sequence[tuple], workers: int, progress: tqdm, prog: str, threads: int | None = None) -> None:
-    """`job(*args)` for each args; each job returns how many cells it finished, for the bar.
-    See `results_as_completed`."""
-    for _, finished in results_as_completed(job, arguments, workers, prog, threads):
-        progress.update(finished)
+    """`job(*args)` for each args; each job returns how many cells it finished, for the bar,
+    which moves sooner where a job calls `tick()` as each of its cells is done (in a worker
+    too). See `results_as_completed`."""
+    ticked = 0
+
+    def on_tick(count: int) -> None:
+        nonlocal ticked
+        ticked += count
+        progress.update(count)
+
+    _TICKS.append(on_tick)
+    try:
+        finished = 0
+        for _, done in results_as_completed(job, arguments, workers, prog, threads):
+            finished += done
+            if finished > ticked:  # a job that does not tick moves the bar when it ends
+                progress.update(finished - ticked)
+                ticked = finished
+    finally:
+        _TICKS.pop()
+
+
+_TICKS: list[Callable[[int], None]] = []  # this process's bar, or a worker's queue to its stage's
+
+
+def tick(count: int = 1) -> None:
+    """A job's cell is done: the stage's progress bar moves now (from a worker, through its queue)."""
+    if _TICKS:
+        _TICKS[-1](count)
 
 
 def results_as_completed(job: Callable[..., Any], arguments: Sequence[tuple], workers: int, prog: str, threads: int | None = None) -> Iterator[tuple[int, Any]]:
@@ -167,12 +194,14 @@ def _as_completed(job: Callable[..., Any], arguments: Sequence[tuple], workers: 
             yield index, job(*args)
         return
     context = multiprocessing.get_context("spawn")
-    init = (os.getpid(), threads, logging.getLogger("trashfire").getEffectiveLevel(), prog, torch_loaded())
+    ticks = context.SimpleQueue() if _TICKS else None  # the workers' tick()s, for this process's bar
+    init = (os.getpid(), threads, logging.getLogger("trashfire").getEffectiveLevel(), prog, torch_loaded(), ticks)
     pool = ProcessPoolExecutor(min(workers, len(arguments)) or 1, mp_context=context, initializer=_init_worker, initargs=init)
     try:
         pending = {pool.submit(job, *args): index for index, args in enumerate(arguments)}
         while pending:
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            done, _ = wait(pending, timeout=TICK_SECONDS if ticks is not None else None, return_when=FIRST_COMPLETED)
+            _drain(ticks)
             for future in done:
                 index = pending.pop(future)
                 try:
@@ -184,6 +213,14 @@ def _as_completed(job: Callable[..., Any], arguments: Sequence[tuple], workers: 
         _kill_workers(pool)
         raise
     pool.shutdown()
+
+
+TICK_SECONDS = 0.5  # how often the stage's bar takes its workers' ticks
+
+
+def _drain(ticks) -> None:
+    while ticks is not None and not ticks.empty():
+        tick(ticks.get())
 
 
 def _kill_workers(pool: ProcessPoolExecutor) -> None:

@@ -18,30 +18,6 @@ OPTIMISERS = ("BFGS", "L-BFGS-B", "SLSQP", "CG", "TNC")  # scipy methods that us
 @register("survival")
 def check(cfg: DictConfig) -> None:
     _validate_survival(cfg.survival)
-    _validate_split_groups(cfg)
-
-
-def _validate_split_groups(cfg: DictConfig) -> None:
-    """The survival stage splits by `split_by` groups, train and test: a grid of one group
-    would fail there, after every attack; the grid says so now (counted from the training
-    and model cells: a paper grid's millions of attack cells are never built here)."""
-    from trashfire.core.grid import attack_cells, model_cells, training_cells
-
-    by = cfg.survival.split_by
-    if len(cfg.data) * len(as_list(cfg.split.seeds)) * len(cfg.model) >= 2:
-        return  # each (data set, seed, model) trains or imports a cell of its own, attacked
-    if by == "train_hash":
-        groups = len(training_cells(cfg))
-    else:
-        groups = len(model_cells(cfg))
-        if by == "attack_hash" and groups < 2:
-            groups = len(attack_cells(cfg))
-    if groups < 2:
-        raise ConfigError(
-            "survival.split_by",
-            f"the grid gives {groups} {by} group; the survival stage's train/test split by {by} needs at least 2: "
-            "add a model, seed or train-time defence, or split by model_hash (adds predict-time defences) or attack_hash",
-        )
 
 
 def _validate_survival(survival: DictConfig) -> None:
