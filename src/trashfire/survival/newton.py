@@ -153,8 +153,9 @@ def newton(model: LocationScale, params: np.ndarray, ridge: np.ndarray, scale_si
             break
         step = _newton_step(gradient, hessian)
         for _ in range(MAX_HALVINGS):  # the trial's derivatives too: near the optimum every full step is taken
-            trial = objective(model, params - step, ridge, scale_sign)
-            if np.isfinite(trial[0]) and trial[0] <= value + 1e-15 * abs(value):
+            with np.errstate(over="ignore", invalid="ignore"):  # a step too far overflows e^z: it is halved
+                trial = objective(model, params - step, ridge, scale_sign)
+            if np.isfinite(trial[0]) and trial[0] <= value + 1e-15 * abs(value) and np.isfinite(trial[2]).all():
                 break
             step = step / 2
         else:
