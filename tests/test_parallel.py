@@ -71,7 +71,7 @@ def test_one_model_cells_attack_cells_spread_over_the_workers_and_give_its_recor
     one_model = ("model=[fcnet]", "defence=[none]", "survival.split_by=attack_hash")
     serial, parallel = tiny(tmp_path / "serial", "train.workers=1", *one_model), tiny(tmp_path / "parallel", "train.workers=2", *one_model)
     pending = attack_cells(parallel)
-    assert [len(chunk) for chunk in spread(pending, 2, pending)] == [len(pending) - len(pending) // 2, len(pending) // 2]
+    assert [len(chunk) for chunk in spread(pending, 2, 1)] == [len(pending) - len(pending) // 2, len(pending) // 2]
     for cfg in (serial, parallel):
         for stage in (prepare, train, attack):
             stage.run(cfg)

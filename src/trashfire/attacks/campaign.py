@@ -46,7 +46,7 @@ from trashfire.core.clocks import SECONDS, STEPS, Elapsed, LapClock, Rate, Stopw
 from trashfire.core.errors import ConfigError
 from trashfire.core.grid import AttackCell, ModelCell, attack_cells
 from trashfire.core.parallel import describe, resolve_workers, run_jobs, threads_per_cell, tick
-from trashfire.core.records import is_recorded, read_json, remove_dead_temps, write_json, write_npz
+from trashfire.core.records import is_recorded, read_json, recorded, remove_dead_temps, write_json, write_npz
 from trashfire.core.schema import AttackRecord, BenignRecord, Outcomes, TrainRecord, cell_labels
 from trashfire.core.stage import Artefacts
 from trashfire.core.stats import accuracy
@@ -95,17 +95,18 @@ def benign_pending(folder: str | Path, model_hash: str, data_hash: str) -> bool:
     """No benign record yet, one of other data (`data_hash`: the attack subset's identity,
     trashfire.core.grid.split_hashes), or one from before the validity probes (or their last one)."""
     path = benign_path(folder, model_hash)
-    if not is_recorded(path):
+    record = recorded(path)
+    if record is None:
         return True
-    record = BenignRecord.read(path)
-    return record.data_hash != data_hash or record.gradient_calls is None
+    benign = BenignRecord.of(record, path)  # read once, checked as BenignRecord.read checks it
+    return benign.data_hash != data_hash or benign.gradient_calls is None
 
 
 def attack_recorded(folder: str | Path, cell: AttackCell) -> bool:
     """A whole record of the cell, attacked on the images this config prepares: one of other
     data, or from before data hashes, is attacked again."""
-    path = attack_record_path(folder, cell.hash)
-    return is_recorded(path) and read_json(path).get("data_hash") == cell.data_hash
+    record = recorded(attack_record_path(folder, cell.hash))
+    return record is not None and record.get("data_hash") == cell.data_hash
 
 
 @dataclass
@@ -302,12 +303,12 @@ def declare_attacks(cfg: DictConfig, folder: Path) -> None:
             write_json(path, declared)
 
 
-def spread(cells: list[AttackCell], workers: int, pending: list[AttackCell]) -> list[list[AttackCell]]:
-    """One model cell's pending attack cells as jobs: one, or, where the model cells are fewer
-    than the workers, as many as keep every worker busy (dealt in turn, so each job gets of
-    every attack). Each job prices its cells' steps at the rate of its own cells' laps."""
-    models = len({cell.model.hash for cell in pending})
-    parts = min(len(cells), max(1, -(-workers // models))) if models < workers else 1
+def spread(cells: list[AttackCell], workers: int, models: int) -> list[list[AttackCell]]:
+    """One model cell's pending attack cells as jobs: one, or, where the `models` with pending
+    cells are fewer than the workers, as many as keep every worker busy (dealt in turn, so
+    each job gets of every attack). Each job prices its cells' steps at the rate of its own
+    cells' laps."""
+    parts = min(len(cells), -(-workers // models)) if models < workers else 1
     return [cells[k::parts] for k in range(parts)]
 
 
@@ -328,7 +329,7 @@ def attack_grid(cfg: DictConfig, artefacts: Artefacts) -> int:
     jobs = [
         (cfg, artefacts, model_cell, chunk)
         for model_cell, group in groupby(pending, key=lambda cell: cell.model)
-        for chunk in spread(list(group), workers, pending)
+        for chunk in spread(list(group), workers, len({cell.model.hash for cell in pending}))
     ]
     queued = {job[2].hash for job in jobs}
     models = {cell.model.hash: cell for cell in cells}

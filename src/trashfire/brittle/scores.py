@@ -30,7 +30,7 @@ from trashfire.core.clocks import Stopwatch
 from trashfire.core.errors import ConfigError
 from trashfire.core.grid import ModelCell, model_cells
 from trashfire.core.parallel import describe, resolve_workers, run_jobs, threads_per_cell
-from trashfire.core.records import config_hash, is_recorded, read_json, remove_dead_temps
+from trashfire.core.records import config_hash, recorded, remove_dead_temps
 from trashfire.core.schema import BrittleRecord, TrainRecord, cell_labels
 from trashfire.core.stage import Artefacts
 from trashfire.core.store import brittle_hash, brittle_record_path, brittle_settings
@@ -257,8 +257,8 @@ def brittle_job(cfg: DictConfig, artefacts: Artefacts, settings: dict[str, Any],
 def scored(folder: Path, cell: ModelCell, settings: dict[str, Any]) -> bool:
     """A whole record of the cell whose images come from the data this config prepares: one
     of other data, or from before data hashes, is scored again."""
-    path = brittle_record_path(folder, brittle_hash(cell.hash, settings))
-    return is_recorded(path) and read_json(path).get("data_hash") == cell.train.data_hash
+    record = recorded(brittle_record_path(folder, brittle_hash(cell.hash, settings)))
+    return record is not None and record.get("data_hash") == cell.train.data_hash
 
 
 def score_grid(cfg: DictConfig, artefacts: Artefacts) -> int:

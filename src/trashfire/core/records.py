@@ -83,11 +83,15 @@ def write_json(path: str | Path, data: dict[str, Any]) -> None:
 
 def is_recorded(path: str | Path) -> bool:
     """A record a rerun can trust: it exists and parses (writes are atomic, so it is whole)."""
+    return recorded(path) is not None
+
+
+def recorded(path: str | Path) -> dict[str, Any] | None:
+    """The record a rerun can trust, read once, or None (`is_recorded`)."""
     try:
-        read_json(path)
+        return read_json(path)
     except DataError:
-        return False
-    return True
+        return None
 
 
 def read_json(path: str | Path) -> dict[str, Any]:
