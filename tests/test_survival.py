@@ -262,7 +262,9 @@ def test_the_generalised_gamma_starts_at_the_log_normal_fit_and_needs_fewer_iter
     assert fit.fitter.log_likelihood_ == pytest.approx(rossi_fits["gengamma"].fitter.log_likelihood_, rel=1e-9)
 
 
-def test_a_given_initial_point_fits_the_generalised_gamma_as_lifelines_regression_fitter():
+def test_a_given_initial_point_fits_the_generalised_gamma_to_lifelines_regression_fitters_optimum():
+    """Newton-Raphson from lifelines' start reaches the optimum lifelines' BFGS stops near: the
+    same coefficients to its tolerance, a log-likelihood no lower, the same standard errors."""
     samples = merged(generalised_gamma_samples())
     start = np.array([0.5, 0.0, 0.0, 1.0, 0.0])  # lambda_, mu_ (x, z, Intercept), sigma_
     ours = F.GeneralizedGammaAFTFitter().fit(samples, "duration", "event", weights_col="weight", initial_point=start)
@@ -274,11 +276,13 @@ def test_a_given_initial_point_fits_the_generalised_gamma_as_lifelines_regressio
         regressors={"lambda_": ["Intercept"], "mu_": ["x", "z", "Intercept"], "sigma_": ["Intercept"]},
         initial_point=start,
     )
-    assert ours.params_.to_numpy() == pytest.approx(reference.params_.to_numpy(), rel=1e-12)
-    assert ours.log_likelihood_ == pytest.approx(reference.log_likelihood_, rel=1e-12)
+    assert ours.params_.to_numpy() == pytest.approx(reference.params_.to_numpy(), abs=1e-4)
+    assert ours.standard_errors_.to_numpy() == pytest.approx(reference.standard_errors_.to_numpy(), rel=1e-3)
+    assert reference.log_likelihood_ - 1e-9 <= ours.log_likelihood_ <= reference.log_likelihood_ + 1e-6
+    assert ours.newton_iterations is not None and np.abs(ours.newton_gradient_).max() < 1e-5
     # and lifelines' null model of the same weighted samples, which our warm start skips
     ours_test, reference_test = ours.log_likelihood_ratio_test(), reference.log_likelihood_ratio_test()
-    assert ours_test.test_statistic == pytest.approx(reference_test.test_statistic, rel=1e-12)
+    assert ours_test.test_statistic == pytest.approx(reference_test.test_statistic, rel=1e-6)
 
 
 def test_a_fitted_generalised_gamma_prints_lifelines_summary(settings, rossi, capsys):

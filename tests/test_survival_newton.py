@@ -1,5 +1,5 @@
-"""The Newton-Raphson AFT fits (trashfire.survival.newton, in lifelines' classes:
-trashfire.survival.aft) against lifelines' own fits of the
+"""The Newton-Raphson fits (trashfire.survival.newton, in lifelines' classes:
+trashfire.survival.aft and newton_fit) against lifelines' own fits of the
 same models on the same data: lifelines stays the reference for the optimum, the
 log-likelihood and the standard errors; the analytic derivatives against finite differences."""
 
@@ -9,8 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 from lifelines import LogLogisticAFTFitter, LogNormalAFTFitter, WeibullAFTFitter
+from lifelines.fitters import ParametricRegressionFitter
+from scipy.special import expit
 
 from trashfire.survival import fitters as F
+from trashfire.survival.cure import LogLogisticCureFitter, WeibullCureFitter
 from trashfire.survival.aft import NewtonExponentialAFTFitter, NewtonLogLogisticAFTFitter, NewtonLogNormalAFTFitter, NewtonWeibullAFTFitter
 from trashfire.survival.fitters import ExponentialAFTFitter
 from trashfire.survival.newton import LocationScale, extreme_value, logistic, normal
@@ -101,3 +104,72 @@ def test_its_row_scores_are_autograds_of_lifelines_likelihood(censored, referenc
     rows = censored.head(300).assign(weight=np.tile([1.0, 2.0], 150))
     fitter = newton(penalizer=0.001).fit(rows, "duration", "event", weights_col="weight")
     np.testing.assert_allclose(F.sample_scores(fitter, rows), F.autograd_scores(fitter, rows), rtol=1e-8, atol=1e-10)
+
+
+# --- fitters of several linear predictors (trashfire.survival.newton_fit) ----------------------
+
+
+def lifelines_optimiser(newton_class):
+    """The same class, fitted by lifelines' own scipy optimiser on its autograd objective."""
+    return type(f"Lifelines{newton_class.__name__}", (newton_class,), {"_fit_model": ParametricRegressionFitter._fit_model})
+
+
+@pytest.fixture(scope="module")
+def cured():
+    """3,000 samples: a cured share logit^-1(-0.5 + a) never fails, the rest fail at a Weibull
+    (shape 1.5, log scale 0.5 - 0.4 a + 0.3 b) time; censored at 6, or at random before."""
+    rng = np.random.default_rng(3)
+    n = 3000
+    frame = pd.DataFrame({"a": rng.normal(size=n), "b": rng.integers(0, 2, n).astype(float)})
+    is_cured = rng.uniform(size=n) < expit(-0.5 + frame.a)
+    latency = np.exp(0.5 - 0.4 * frame.a + 0.3 * frame.b) * rng.weibull(1.5, n)
+    censor = np.minimum(6.0, rng.exponential(30, n))
+    failed = ~is_cured & (latency <= censor)
+    return frame.assign(duration=np.where(failed, latency, censor), event=failed.astype(int))
+
+
+MULTI = [F.GeneralizedGammaAFTFitter, WeibullCureFitter, LogLogisticCureFitter]
+
+
+@pytest.mark.parametrize("newton", MULTI, ids=lambda c: c.__name__)
+def test_several_predictors_reach_lifelines_optimum_with_lifelines_errors(censored, cured, newton):
+    data = censored.drop(columns="rare") if newton is F.GeneralizedGammaAFTFitter else cured
+    ours = newton(penalizer=0.001).fit(data, "duration", "event")
+    theirs = lifelines_optimiser(newton)(penalizer=0.001).fit(data, "duration", "event")
+    assert ours.log_likelihood_ >= theirs.log_likelihood_ - 1e-9 * abs(theirs.log_likelihood_)
+    assert ours.log_likelihood_ == pytest.approx(theirs.log_likelihood_, rel=1e-7)
+    pd.testing.assert_series_equal(ours.params_, theirs.params_, atol=2e-3, rtol=0)
+    pd.testing.assert_series_equal(ours.standard_errors_, theirs.standard_errors_, rtol=2e-3)
+    assert ours.AIC_ == pytest.approx(theirs.AIC_, rel=1e-7)
+    assert 0 < ours.newton_iterations <= 30 and theirs.newton_iterations is None
+
+
+@pytest.mark.parametrize("newton", MULTI, ids=lambda c: c.__name__)
+def test_several_predictors_row_scores_are_autograds_of_lifelines_likelihood(censored, cured, newton):
+    data = (censored.drop(columns="rare") if newton is F.GeneralizedGammaAFTFitter else cured).head(300).assign(weight=np.tile([1.0, 2.0], 150))
+    fitted = newton(penalizer=0.001).fit(data, "duration", "event", weights_col="weight")
+    ours = fitted.row_scores(data.duration.to_numpy(), data.event.to_numpy().astype(bool), data.weight.to_numpy(), data.drop(columns=["duration", "event", "weight"]))
+    np.testing.assert_allclose(ours, F.autograd_scores(fitted, data), rtol=1e-5, atol=1e-8)
+
+
+def test_the_weibull_cure_likelihood_is_the_models_without_lifelines_hazard_floor():
+    """lifelines floors a regression fitter's hazard at 1e-20 in its likelihood; a failure the
+    model deems near impossible (an early one, under a steep Weibull) then counts at least
+    -46 nats, and the optimum moves. Ours is the model's own likelihood, summed by hand here."""
+    rng = np.random.default_rng(4)
+    n = 2000
+    frame = pd.DataFrame({"a": rng.normal(size=n)})
+    latency = np.exp(1.0 + 0.3 * frame.a) * rng.weibull(4.0, n)
+    failed = (rng.uniform(size=n) > 0.3) & (latency < 5.0)
+    frame = frame.assign(duration=np.where(failed, latency, 5.0), event=failed.astype(int))
+    frame.loc[:4, ["duration", "event"]] = [1e-9, 1]  # failures at once: the hazard (t / lambda)^3 / lambda is some 1e-27
+    ours = WeibullCureFitter(penalizer=0.0).fit(frame, "duration", "event")
+    cured = ours.cured_fraction(frame).to_numpy()
+    scale, shape = ours._latency(frame)
+    t, event = frame.duration.to_numpy(), frame.event.to_numpy() == 1
+    latency_survival = np.exp(-((t / scale) ** shape))
+    density = (1 - cured) * shape / scale * (t / scale) ** (shape - 1) * latency_survival
+    by_hand = np.where(event, np.log(density), np.log(cured + (1 - cured) * latency_survival)).sum()
+    assert ours.log_likelihood_ == pytest.approx(by_hand, rel=1e-12)
+    theirs = lifelines_optimiser(WeibullCureFitter)(penalizer=0.0).fit(frame, "duration", "event")
+    assert theirs.log_likelihood_ > ours.log_likelihood_ + 1  # lifelines' floored likelihood: higher, and not the model's

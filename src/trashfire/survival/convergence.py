@@ -174,13 +174,24 @@ def _parametric_arguments(fitter: ParametricRegressionFitter, data: pd.DataFrame
 def _parametric_gradient_and_hessian(fitter: ParametricRegressionFitter, data: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """The penalised negative log-likelihood's gradient (nats) at the fit, and lifelines'
     Hessian of it, both in the normalised coordinates lifelines optimises in."""
-    if getattr(fitter, "newton_gradient_", None) is not None:  # trashfire.survival.aft: its analytic gradient at the fit, on these rows
-        return np.asarray(fitter.newton_gradient_, dtype=float), np.asarray(fitter._hessian_, dtype=float)
+    if getattr(fitter, "newton_iterations", None) is not None:  # the Newton fitters: their closed-form scores at the coefficients, on these rows
+        return _newton_gradient(fitter, data), np.asarray(fitter._hessian_, dtype=float)
     arguments = _parametric_arguments(fitter, data)
     total = float(arguments[2].sum())  # lifelines' objective is a mean over the weights
     with np.errstate(all="ignore"):  # log(0) of a censored row's density term, multiplied by 0
         gradient = total * grad(fitter._neg_likelihood_with_penalty_function)(_normalised_point(fitter), *arguments)
     return np.asarray(gradient, dtype=float), np.asarray(fitter._hessian_, dtype=float)
+
+
+def _newton_gradient(fitter, data: pd.DataFrame) -> np.ndarray:
+    """The penalised negative log-likelihood's gradient (nats) at the fitter's coefficients, in
+    lifelines' normalised coordinates, from the rows' closed-form scores (raw coordinates)."""
+    frame = F.model_frame(data)
+    weights = frame[F.WEIGHT].to_numpy(float) if F.WEIGHT in frame else np.ones(len(frame))
+    scores = fitter.row_scores(frame[F.DURATION].to_numpy(float), frame[F.EVENT].to_numpy().astype(bool), weights, F.covariates_of(frame))
+    std = fitter._norm_std.reindex(fitter.params_.index).to_numpy(float)
+    penalised = ~np.asarray(fitter._cols_to_not_penalize, dtype=bool)
+    return -scores.sum(axis=0) / std + weights.sum() * fitter.penalizer * penalised * _normalised_point(fitter)
 
 
 def _cox_gradient_and_hessian(fitter, data: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

@@ -29,22 +29,26 @@ import autograd.numpy as anp
 import numpy as np
 import pandas as pd
 from autograd.scipy.special import expit as anp_expit
-from lifelines import LogLogisticAFTFitter, WeibullAFTFitter
 from lifelines.fitters import ParametricRegressionFitter
 from lifelines.utils import _get_index
 from lifelines.utils.safe_exp import safe_exp
 from scipy import sparse
 from scipy.special import expit, gamma, gammainc, hyp2f1, logit
 
+from trashfire.survival.aft import NewtonLogLogisticAFTFitter, NewtonWeibullAFTFitter
 from trashfire.survival.data import NUMERIC_COVARIATES
 from trashfire.survival.fitters import DURATION, EVENT, _covariate_columns, _no_conditioning, covariates_of, sample_weights
 from trashfire.survival.km import grouped_km
+from trashfire.survival.newton import torch_row_derivatives
+from trashfire.survival.newton_fit import NewtonRegressionMixin
 
 
-class MixtureCureFitter(ParametricRegressionFitter):
+class MixtureCureFitter(NewtonRegressionMixin, ParametricRegressionFitter):
     """A logistic cured share and an AFT latency (`latency_survival`), both in every covariate;
     the latency's shape in `shape_covariates`. Subclasses name the scale and shape parameters
-    as lifelines' plain fitter (`plain_fitter`) does, for its start."""
+    as lifelines' plain fitter (`plain_fitter`) does, for its start, and give the latency's log
+    density and log survival in torch (`latency_logs`), whose derivatives in the three linear
+    predictors autograd takes for the Newton-Raphson fit (trashfire.survival.newton_fit)."""
 
     scale_: str
     shape_: str
@@ -89,6 +93,32 @@ class MixtureCureFitter(ParametricRegressionFitter):
     def latency_survival(t, scale, shape):
         """S_u(t) for arrays of autograd or numpy."""
         raise NotImplementedError
+
+    @staticmethod
+    def latency_logs(log_t, log_scale, log_shape):
+        """(log f_u(t), log S_u(t)) per row, torch tensors."""
+        raise NotImplementedError
+
+    def row_derivatives(self, log_t: np.ndarray, event: np.ndarray, etas: list[np.ndarray], wanted: bool = True):
+        """Each row's log-likelihood, log((1 - pi) f_u) for a failure and log(pi + (1 - pi) S_u)
+        for a censored sample, and its derivatives in the linear predictors (lifelines' order)."""
+        import torch
+
+        order = [name for name in ("cured_", self.scale_, self.shape_)]
+        position = {name: sorted(order).index(name) for name in order}
+        times, failed = torch.from_numpy(log_t), torch.from_numpy(event)
+
+        def rows(*linear):
+            cured, log_scale, log_shape = (linear[position[name]] for name in order)
+            log_density, log_survival = self.latency_logs(times, log_scale, log_shape)
+            log_breakable = torch.nn.functional.logsigmoid(-cured)
+            log_cured, log_breakable_standing = torch.nn.functional.logsigmoid(cured), log_breakable + log_survival
+            # log(e^a + e^b) about a constant max: torch's logaddexp's second derivative is inf / inf where b << a
+            top = torch.maximum(log_cured, log_breakable_standing).detach()
+            standing = top + torch.log(torch.exp(log_cured - top) + torch.exp(log_breakable_standing - top))
+            return torch.where(failed, log_breakable + log_density, standing)
+
+        return torch_row_derivatives(rows)(etas, wanted)
 
     def _cumulative_hazard(self, params, T, Xs):
         cured = anp_expit(anp.dot(Xs["cured_"], params["cured_"]))
@@ -166,7 +196,13 @@ class WeibullCureFitter(MixtureCureFitter):
     """Weibull latency exp(-(t / lambda)^rho), log lambda = x . b, one shape rho."""
 
     _fitted_parameter_names = ["cured_", "lambda_", "rho_"]  # sorted: autograd flattens them so
-    scale_, shape_, plain_fitter = "lambda_", "rho_", WeibullAFTFitter
+    scale_, shape_, plain_fitter = "lambda_", "rho_", NewtonWeibullAFTFitter
+
+    @staticmethod
+    def latency_logs(log_t, log_scale, log_shape):
+        u = log_shape.exp() * (log_t - log_scale)
+        power = u.clamp(max=700.0).exp()  # (t / lambda)^rho
+        return log_shape - log_t + u - power, -power
 
     @staticmethod
     def latency_survival(t, scale, shape):
@@ -194,7 +230,15 @@ class LogLogisticCureFitter(MixtureCureFitter):
     and another's spread over its budget."""
 
     _fitted_parameter_names = ["alpha_", "beta_", "cured_"]  # sorted: autograd flattens them so
-    scale_, shape_, plain_fitter = "alpha_", "beta_", LogLogisticAFTFitter
+    scale_, shape_, plain_fitter = "alpha_", "beta_", NewtonLogLogisticAFTFitter
+
+    @staticmethod
+    def latency_logs(log_t, log_scale, log_shape):
+        import torch
+
+        u = log_shape.exp() * (log_t - log_scale)
+        spread = torch.nn.functional.softplus(u)  # log(1 + (t / alpha)^beta)
+        return log_shape - log_t + u - 2 * spread, -spread
 
     def shape_covariates(self, covariates: list[str]) -> list[str]:
         """The attack-family dummies (survival.data's `attack_<family>`)."""

@@ -142,10 +142,16 @@ def objective(model: LocationScale, params: np.ndarray, ridge: np.ndarray, scale
 
 
 def newton(model: LocationScale, params: np.ndarray, ridge: np.ndarray, scale_sign: float, iterations: int = MAX_ITERATIONS):
-    """Newton-Raphson with step halving (survreg's); where the Hessian is not positive definite,
-    a Levenberg shift. Returns (params, objective, gradient, Hessian, iterations) once the
-    gradient is within GRADIENT_TOLERANCE, or raises NotConverged."""
-    value, gradient, hessian = objective(model, params, ridge, scale_sign)
+    """Newton-Raphson on lifelines' objective of a location-scale model (see `minimise`)."""
+    return minimise(lambda theta: objective(model, theta, ridge, scale_sign), params, iterations)
+
+
+def minimise(function, params: np.ndarray, iterations: int = MAX_ITERATIONS):
+    """Newton-Raphson with step halving (survreg's) on `function(params) -> (value, gradient,
+    Hessian)`; where the Hessian is not positive definite, a Levenberg shift. Returns (params,
+    value, gradient, Hessian, iterations) once the gradient is within GRADIENT_TOLERANCE, or
+    raises NotConverged."""
+    value, gradient, hessian = function(params)
     for iteration in range(iterations + 1):
         if np.all(np.isfinite(gradient)) and np.abs(gradient).max() < GRADIENT_TOLERANCE:
             return params, value, gradient, hessian, iteration
@@ -153,8 +159,8 @@ def newton(model: LocationScale, params: np.ndarray, ridge: np.ndarray, scale_si
             break
         step = _newton_step(gradient, hessian)
         for _ in range(MAX_HALVINGS):  # the trial's derivatives too: near the optimum every full step is taken
-            with np.errstate(over="ignore", invalid="ignore"):  # a step too far overflows e^z: it is halved
-                trial = objective(model, params - step, ridge, scale_sign)
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # a step too far overflows: it is halved
+                trial = function(params - step)
             if np.isfinite(trial[0]) and trial[0] <= value + 1e-15 * abs(value) and np.isfinite(trial[2]).all():
                 break
             step = step / 2
@@ -170,14 +176,91 @@ def newton(model: LocationScale, params: np.ndarray, ridge: np.ndarray, scale_si
     )
 
 
-def _newton_step(gradient: np.ndarray, hessian: np.ndarray) -> np.ndarray:
-    """H^-1 g, H shifted towards positive definite where it is not (Levenberg)."""
-    shift = 0.0
-    scale = max(1e-12, float(np.abs(np.diag(hessian)).max()))
-    for _ in range(60):
+class LinearPredictors:
+    """A regression whose rows' log-likelihood depends on K linear predictors eta_k = X_k theta_k
+    (a cure model's cured share, scale and shape; the generalised gamma's lambda, mu and sigma).
+    Given each row's log-likelihood and its first and second derivatives in its etas
+    (`row_derivatives(etas, derivatives) -> (value (n,), first (n, K), second (n, K, K))`), the
+    gradient in theta is X_k' (w g_k) and the Hessian's blocks X_k' diag(w h_kl) X_l: one pass
+    over the rows per Newton step, whatever K."""
+
+    def __init__(self, row_derivatives, designs: list[np.ndarray], weights: np.ndarray):
+        self.row_derivatives, self.designs, self.w = row_derivatives, designs, weights
+        self.total = float(weights.sum())
+        edges = np.cumsum([0] + [X.shape[1] for X in designs])
+        self.blocks = [slice(a, b) for a, b in zip(edges[:-1], edges[1:])]
+
+    def evaluate(self, theta: np.ndarray, derivatives: bool = True):
+        """The log-likelihood (a sum over weights), and its gradient and Hessian in theta."""
+        etas = [X @ theta[block] for X, block in zip(self.designs, self.blocks)]
+        value, first, second = self.row_derivatives(etas, derivatives)
+        loglik = float(self.w @ value)
+        if not derivatives:
+            return loglik, None, None
+        gradient = np.concatenate([X.T @ (self.w * first[:, k]) for k, X in enumerate(self.designs)])
+        hessian = np.empty((len(theta), len(theta)))
+        for k, (Xk, bk) in enumerate(zip(self.designs, self.blocks)):
+            for l, (Xl, bl) in enumerate(zip(self.designs, self.blocks)):
+                if l >= k:
+                    hessian[bk, bl] = (Xk.T * (self.w * second[:, k, l])) @ Xl
+                    hessian[bl, bk] = hessian[bk, bl].T
+        return loglik, gradient, hessian
+
+
+def penalised(model: LinearPredictors, ridge: np.ndarray):
+    """lifelines' objective of `model`: -loglik / sum(w) + 1/2 sum(ridge theta^2), with its
+    gradient and Hessian, as a function of theta."""
+
+    def function(theta: np.ndarray):
+        loglik, gradient, hessian = model.evaluate(theta)
+        value = -loglik / model.total + 0.5 * float((ridge * theta**2).sum())
+        return value, -gradient / model.total + ridge * theta, -hessian / model.total + np.diag(ridge)
+
+    return function
+
+
+def torch_row_derivatives(row_loglik):
+    """`LinearPredictors.row_derivatives` from a torch function of the etas that gives each
+    row's log-likelihood (float64): each row depends on its own etas only, so one backward pass
+    gives every row's first derivatives and K more its second, exactly (autograd)."""
+
+    def derivatives(etas: list[np.ndarray], wanted: bool = True):
+        import torch
+
+        leaves = [torch.from_numpy(np.ascontiguousarray(eta, dtype=np.float64)).requires_grad_(wanted) for eta in etas]
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # elementwise work: a second thread gains little, and beside other work it spins (50x slower seen)
         try:
-            factor = np.linalg.cholesky(hessian + shift * np.eye(len(gradient)))
-            return np.linalg.solve(factor.T, np.linalg.solve(factor, gradient))
-        except np.linalg.LinAlgError:
-            shift = max(2 * shift, 1e-8 * scale)
-    raise NotConverged("Newton-Raphson: the Hessian cannot be made positive definite")
+            with torch.set_grad_enabled(wanted):
+                value = row_loglik(*leaves)
+            if not wanted:
+                return value.detach().numpy(), None, None
+            firsts = torch.autograd.grad(value.sum(), leaves, create_graph=True)
+            second = np.zeros((len(value), len(leaves), len(leaves)))
+            for k, first in enumerate(firsts):
+                if first.requires_grad:
+                    for l, row in enumerate(torch.autograd.grad(first.sum(), leaves, retain_graph=True, allow_unused=True)):
+                        if row is not None:
+                            second[:, k, l] = row.detach().numpy()
+        finally:
+            torch.set_num_threads(threads)
+        return value.detach().numpy(), np.stack([first.detach().numpy() for first in firsts], axis=1), second
+
+    return derivatives
+
+
+def _newton_step(gradient: np.ndarray, hessian: np.ndarray) -> np.ndarray:
+    """H^-1 g; where H is not positive definite (a mixture model's start, off its optimum), its
+    eigenvalues by their absolute values, so that a direction of negative curvature is walked
+    down at its own scale: a Levenberg shift just past the most negative eigenvalue makes that
+    step so long that its halving leaves nothing of it."""
+    try:
+        factor = np.linalg.cholesky(hessian)
+        return np.linalg.solve(factor.T, np.linalg.solve(factor, gradient))
+    except np.linalg.LinAlgError:
+        pass
+    if not np.all(np.isfinite(hessian)):
+        raise NotConverged("Newton-Raphson: the Hessian is not finite")
+    values, vectors = np.linalg.eigh(hessian)
+    floor = max(1e-12, 1e-8 * float(np.abs(values).max()))
+    return vectors @ ((vectors.T @ gradient) / np.maximum(np.abs(values), floor))

@@ -1,0 +1,69 @@
+"""lifelines' regression fitters of several linear predictors (the generalised gamma, the
+mixture cure models) fitted by Newton-Raphson (trashfire.survival.newton.LinearPredictors)
+instead of lifelines' scipy optimiser on its autograd objective.
+
+A subclass gives `row_derivatives(log_t, event, etas, wanted)`: each row's log-likelihood, as
+lifelines defines it (`E log h(t) - H(t)`, its clips included), and its first and second
+derivatives in the row's linear predictors (one per fitted parameter, in lifelines' order of
+them). The mixin replaces only `_fit_model`, so prediction, summaries, AIC, standard errors and
+pickling stay lifelines', and the optimum is lifelines' own objective's: its mean
+log-likelihood plus its ridge on the unit-SD coefficients (tests/test_survival_newton.py).
+Entry times and interval censoring go to lifelines' optimiser.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+from lifelines.exceptions import ConvergenceError
+
+from trashfire.survival.newton import MAX_ITERATIONS, LinearPredictors, NotConverged, minimise, penalised
+
+
+class NewtonRegressionMixin:
+    """`_fit_model` by Newton-Raphson for a lifelines ParametricRegressionFitter (module docstring)."""
+
+    newton_iterations: int | None = None  # None: the fit went to lifelines' optimiser
+    newton_gradient_: np.ndarray | None = None  # the penalised negative log-likelihood's gradient at the fit (nats), lifelines' order
+
+    def row_derivatives(self, log_t: np.ndarray, event: np.ndarray, etas: list[np.ndarray], wanted: bool = True):
+        raise NotImplementedError
+
+    def _fit_model(self, likelihood, Ts, Xs, E, weights, entries, fit_options, show_progress=False, user_supplied_initial_point=None):
+        if (entries is not None and np.any(entries != 0)) or Ts[0] is None or Ts[1] is not None and not np.array_equal(Ts[0], Ts[1]):
+            return super()._fit_model(likelihood, Ts, Xs, E, weights, entries, fit_options, show_progress, user_supplied_initial_point)
+        starts, _ = self._prepare_initial_points(user_supplied_initial_point, Ts, E, entries, weights, Xs)
+        # what lifelines' own _fit_model leaves for its score() and the convergence check
+        self._neg_likelihood_with_penalty_function = partial(
+            self._create_neg_likelihood_with_penalty_function, likelihood=likelihood, penalty=self._add_penalty
+        )
+        self._neg_likelihood = partial(self._create_neg_likelihood_with_penalty_function, likelihood=likelihood)
+        names = self._parameter_order(Xs)
+        log_t = np.log(np.asarray(Ts[0], dtype=float))
+        model = LinearPredictors(
+            partial(self.row_derivatives, log_t, np.asarray(E, dtype=bool)), [Xs[name].to_numpy(float) for name in names], np.asarray(weights, dtype=float)
+        )
+        ridge = self.penalizer * ~np.asarray(self._cols_to_not_penalize, dtype=bool)
+        maxiter = int((fit_options or {}).get("maxiter", MAX_ITERATIONS))
+        try:
+            theta, value, gradient, hessian, self.newton_iterations = minimise(penalised(model, ridge), np.asarray(starts[0], dtype=float), maxiter)
+        except NotConverged as err:
+            raise ConvergenceError(str(err)) from None
+        self.newton_gradient_ = model.total * gradient
+        return {name: theta[block] for name, block in zip(names, model.blocks)}, -model.total * value, model.total * hessian
+
+    @staticmethod
+    def _parameter_order(design) -> list[str]:
+        """The fitted parameters in the design's (lifelines') column order."""
+        return list(dict.fromkeys(design.columns.get_level_values(0)))
+
+    def row_scores(self, durations: np.ndarray, events: np.ndarray, weights: np.ndarray, covariates) -> np.ndarray:
+        """Each row's weight x gradient of its log-likelihood at the fit, in lifelines' params_
+        (raw covariates, its order): the cluster-robust sandwich's scores."""
+        design = self.regressors.transform_df(covariates)
+        names = self._parameter_order(design)
+        blocks = [design[name].to_numpy(float) for name in names]
+        etas = [X @ self.params_.loc[name].to_numpy(float) for X, name in zip(blocks, names)]
+        _, first, _ = self.row_derivatives(np.log(np.asarray(durations, dtype=float)), np.asarray(events, dtype=bool), etas)
+        return np.hstack([X * first[:, [k]] for k, X in enumerate(blocks)]) * np.asarray(weights, dtype=float)[:, None]
