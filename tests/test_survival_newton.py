@@ -13,8 +13,8 @@ from lifelines.fitters import ParametricRegressionFitter
 from scipy.special import expit
 
 from trashfire.survival import fitters as F
-from trashfire.survival.cure import LogLogisticCureFitter, WeibullCureFitter
 from trashfire.survival.aft import NewtonExponentialAFTFitter, NewtonLogLogisticAFTFitter, NewtonLogNormalAFTFitter, NewtonWeibullAFTFitter
+from trashfire.survival.cure import LogLogisticCureFitter, WeibullCureFitter
 from trashfire.survival.fitters import ExponentialAFTFitter
 from trashfire.survival.newton import LocationScale, extreme_value, logistic, normal
 
@@ -148,7 +148,9 @@ def test_several_predictors_reach_lifelines_optimum_with_lifelines_errors(censor
 def test_several_predictors_row_scores_are_autograds_of_lifelines_likelihood(censored, cured, newton):
     data = (censored.drop(columns="rare") if newton is F.GeneralizedGammaAFTFitter else cured).head(300).assign(weight=np.tile([1.0, 2.0], 150))
     fitted = newton(penalizer=0.001).fit(data, "duration", "event", weights_col="weight")
-    ours = fitted.row_scores(data.duration.to_numpy(), data.event.to_numpy().astype(bool), data.weight.to_numpy(), data.drop(columns=["duration", "event", "weight"]))
+    ours = fitted.row_scores(
+        data.duration.to_numpy(), data.event.to_numpy().astype(bool), data.weight.to_numpy(), data.drop(columns=["duration", "event", "weight"])
+    )
     np.testing.assert_allclose(ours, F.autograd_scores(fitted, data), rtol=1e-5, atol=1e-8)
 
 

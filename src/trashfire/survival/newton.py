@@ -200,10 +200,10 @@ class LinearPredictors:
         gradient = np.concatenate([X.T @ (self.w * first[:, k]) for k, X in enumerate(self.designs)])
         hessian = np.empty((len(theta), len(theta)))
         for k, (Xk, bk) in enumerate(zip(self.designs, self.blocks)):
-            for l, (Xl, bl) in enumerate(zip(self.designs, self.blocks)):
-                if l >= k:
-                    hessian[bk, bl] = (Xk.T * (self.w * second[:, k, l])) @ Xl
-                    hessian[bl, bk] = hessian[bk, bl].T
+            for j, (Xj, bj) in enumerate(zip(self.designs, self.blocks)):
+                if j >= k:
+                    hessian[bk, bj] = (Xk.T * (self.w * second[:, k, j])) @ Xj
+                    hessian[bj, bk] = hessian[bk, bj].T
         return loglik, gradient, hessian
 
 
@@ -239,9 +239,9 @@ def torch_row_derivatives(row_loglik):
             second = np.zeros((len(value), len(leaves), len(leaves)))
             for k, first in enumerate(firsts):
                 if first.requires_grad:
-                    for l, row in enumerate(torch.autograd.grad(first.sum(), leaves, retain_graph=True, allow_unused=True)):
+                    for j, row in enumerate(torch.autograd.grad(first.sum(), leaves, retain_graph=True, allow_unused=True)):
                         if row is not None:
-                            second[:, k, l] = row.detach().numpy()
+                            second[:, k, j] = row.detach().numpy()
         finally:
             torch.set_num_threads(threads)
         return value.detach().numpy(), np.stack([first.detach().numpy() for first in firsts], axis=1), second
