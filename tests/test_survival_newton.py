@@ -111,7 +111,9 @@ def test_its_row_scores_are_autograds_of_lifelines_likelihood(censored, referenc
 
 def lifelines_optimiser(newton_class):
     """The same class, fitted by lifelines' own scipy optimiser on its autograd objective."""
-    return type(f"Lifelines{newton_class.__name__}", (newton_class,), {"_fit_model": ParametricRegressionFitter._fit_model})
+    lifelines_class = next(c for c in newton_class.__mro__ if c.__module__.startswith("lifelines"))
+    own = {"_fit_model": ParametricRegressionFitter._fit_model, "_scipy_fit_method": lifelines_class._scipy_fit_method}
+    return type(f"Lifelines{newton_class.__name__}", (newton_class,), own)
 
 
 @pytest.fixture(scope="module")

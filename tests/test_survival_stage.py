@@ -896,22 +896,23 @@ def test_calibration_falls_back_to_lifelines_on_one_row_per_sample_where_the_spl
     plt.close(fig)
 
 
-def test_calibration_tries_l_bfgs_b_where_slsqp_does_not_converge(margin_fit, monkeypatch):
-    """The weighted spline is fitted with lifelines' SLSQP, then L-BFGS-B; lifelines' own
-    function on one row per sample comes only after both."""
+def test_calibration_falls_back_to_lifelines_slsqp_then_l_bfgs_b(margin_fit, monkeypatch):
+    """The weighted spline is fitted by SLSQP on the exact gradient, then by lifelines' SLSQP on
+    its autograd objective, then L-BFGS-B; lifelines' own function on one row per sample comes
+    only after all three."""
     data = weighted_margin_study()
     fit_spline, tried = CRCSplineFitter.fit_right_censoring, []
 
-    def slsqp_fails(self, *args, **kwargs):
-        tried.append(self._scipy_fit_method)
-        if self._scipy_fit_method == "SLSQP":
+    def first_two_fail(self, *args, **kwargs):
+        tried.append((type(self).__name__, self._scipy_fit_method))
+        if len(tried) <= 2:
             raise ConvergenceError("no convergence")
         return fit_spline(self, *args, **kwargs)
 
-    monkeypatch.setattr(CRCSplineFitter, "fit_right_censoring", slsqp_fails)
+    monkeypatch.setattr(CRCSplineFitter, "fit_right_censoring", first_two_fail)
     monkeypatch.setattr(F, "_lifelines_calibration", lambda *args: pytest.fail("fell back to lifelines' own function"))
     ici, e50 = F.calibration(margin_fit, data, 1.5)
-    assert tried == ["SLSQP", "L-BFGS-B"] and 0 < e50 <= ici < 0.05
+    assert tried == [("FastCRCSplineFitter", "SLSQP"), ("CRCSplineFitter", "SLSQP"), ("CRCSplineFitter", "L-BFGS-B")] and 0 < e50 <= ici < 0.05
 
 
 def test_samples_predicted_to_survive_or_fail_for_certain_still_calibrate_on_the_spline(margin_fit, monkeypatch):

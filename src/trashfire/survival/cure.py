@@ -99,17 +99,17 @@ class MixtureCureFitter(NewtonRegressionMixin, ParametricRegressionFitter):
         """(log f_u(t), log S_u(t)) per row, torch tensors."""
         raise NotImplementedError
 
-    def row_derivatives(self, log_t: np.ndarray, event: np.ndarray, etas: list[np.ndarray], wanted: bool = True):
+    def row_derivatives(self, log_t: np.ndarray, event: np.ndarray, etas: list[np.ndarray], order: int = 2):
         """Each row's log-likelihood, log((1 - pi) f_u) for a failure and log(pi + (1 - pi) S_u)
         for a censored sample, and its derivatives in the linear predictors (lifelines' order)."""
         import torch
 
-        order = [name for name in ("cured_", self.scale_, self.shape_)]
-        position = {name: sorted(order).index(name) for name in order}
+        names = ("cured_", self.scale_, self.shape_)
+        position = {name: sorted(names).index(name) for name in names}
         times, failed = torch.from_numpy(log_t), torch.from_numpy(event)
 
         def rows(*linear):
-            cured, log_scale, log_shape = (linear[position[name]] for name in order)
+            cured, log_scale, log_shape = (linear[position[name]] for name in names)
             log_density, log_survival = self.latency_logs(times, log_scale, log_shape)
             log_breakable = torch.nn.functional.logsigmoid(-cured)
             log_cured, log_breakable_standing = torch.nn.functional.logsigmoid(cured), log_breakable + log_survival
@@ -118,7 +118,7 @@ class MixtureCureFitter(NewtonRegressionMixin, ParametricRegressionFitter):
             standing = top + torch.log(torch.exp(log_cured - top) + torch.exp(log_breakable_standing - top))
             return torch.where(failed, log_breakable + log_density, standing)
 
-        return torch_row_derivatives(rows)(etas, wanted)
+        return torch_row_derivatives(rows)(etas, order)
 
     def _cumulative_hazard(self, params, T, Xs):
         cured = anp_expit(anp.dot(Xs["cured_"], params["cured_"]))

@@ -180,7 +180,8 @@ class LinearPredictors:
     """A regression whose rows' log-likelihood depends on K linear predictors eta_k = X_k theta_k
     (a cure model's cured share, scale and shape; the generalised gamma's lambda, mu and sigma).
     Given each row's log-likelihood and its first and second derivatives in its etas
-    (`row_derivatives(etas, derivatives) -> (value (n,), first (n, K), second (n, K, K))`), the
+    (`row_derivatives(etas, order) -> (value (n,), first (n, K), second (n, K, K))`, those above
+    `order` 0, 1 or 2 None), the
     gradient in theta is X_k' (w g_k) and the Hessian's blocks X_k' diag(w h_kl) X_l: one pass
     over the rows per Newton step, whatever K."""
 
@@ -190,14 +191,17 @@ class LinearPredictors:
         edges = np.cumsum([0] + [X.shape[1] for X in designs])
         self.blocks = [slice(a, b) for a, b in zip(edges[:-1], edges[1:])]
 
-    def evaluate(self, theta: np.ndarray, derivatives: bool = True):
-        """The log-likelihood (a sum over weights), and its gradient and Hessian in theta."""
+    def evaluate(self, theta: np.ndarray, order: int = 2):
+        """The log-likelihood (a sum over weights), and its gradient and Hessian in theta (up to
+        `order`; None beyond it)."""
         etas = [X @ theta[block] for X, block in zip(self.designs, self.blocks)]
-        value, first, second = self.row_derivatives(etas, derivatives)
+        value, first, second = self.row_derivatives(etas, order)
         loglik = float(self.w @ value)
-        if not derivatives:
+        if order == 0:
             return loglik, None, None
         gradient = np.concatenate([X.T @ (self.w * first[:, k]) for k, X in enumerate(self.designs)])
+        if order == 1:
+            return loglik, gradient, None
         hessian = np.empty((len(theta), len(theta)))
         for k, (Xk, bk) in enumerate(zip(self.designs, self.blocks)):
             for j, (Xj, bj) in enumerate(zip(self.designs, self.blocks)):
@@ -209,11 +213,13 @@ class LinearPredictors:
 
 def penalised(model: LinearPredictors, ridge: np.ndarray):
     """lifelines' objective of `model`: -loglik / sum(w) + 1/2 sum(ridge theta^2), with its
-    gradient and Hessian, as a function of theta."""
+    gradient and (at `order` 2) Hessian, as a function of theta."""
 
-    def function(theta: np.ndarray):
-        loglik, gradient, hessian = model.evaluate(theta)
+    def function(theta: np.ndarray, order: int = 2):
+        loglik, gradient, hessian = model.evaluate(theta, order)
         value = -loglik / model.total + 0.5 * float((ridge * theta**2).sum())
+        if order == 1:
+            return value, -gradient / model.total + ridge * theta
         return value, -gradient / model.total + ridge * theta, -hessian / model.total + np.diag(ridge)
 
     return function
@@ -224,20 +230,20 @@ def torch_row_derivatives(row_loglik):
     row's log-likelihood (float64): each row depends on its own etas only, so one backward pass
     gives every row's first derivatives and K more its second, exactly (autograd)."""
 
-    def derivatives(etas: list[np.ndarray], wanted: bool = True):
+    def derivatives(etas: list[np.ndarray], order: int = 2):
         import torch
 
-        leaves = [torch.from_numpy(np.ascontiguousarray(eta, dtype=np.float64)).requires_grad_(wanted) for eta in etas]
+        leaves = [torch.from_numpy(np.ascontiguousarray(eta, dtype=np.float64)).requires_grad_(order > 0) for eta in etas]
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # elementwise work: a second thread gains little, and beside other work it spins (50x slower seen)
         try:
-            with torch.set_grad_enabled(wanted):
+            with torch.set_grad_enabled(order > 0):
                 value = row_loglik(*leaves)
-            if not wanted:
+            if order == 0:
                 return value.detach().numpy(), None, None
-            firsts = torch.autograd.grad(value.sum(), leaves, create_graph=True)
-            second = np.zeros((len(value), len(leaves), len(leaves)))
-            for k, first in enumerate(firsts):
+            firsts = torch.autograd.grad(value.sum(), leaves, create_graph=order > 1)
+            second = np.zeros((len(value), len(leaves), len(leaves))) if order > 1 else None
+            for k, first in enumerate(firsts if order > 1 else ()):
                 if first.requires_grad:
                     for j, row in enumerate(torch.autograd.grad(first.sum(), leaves, retain_graph=True, allow_unused=True)):
                         if row is not None:

@@ -2,7 +2,7 @@
 mixture cure models) fitted by Newton-Raphson (trashfire.survival.newton.LinearPredictors)
 instead of lifelines' scipy optimiser on its autograd objective.
 
-A subclass gives `row_derivatives(log_t, event, etas, wanted)`: each row's log-likelihood, as
+A subclass gives `row_derivatives(log_t, event, etas, order)`: each row's log-likelihood, as
 lifelines defines it (`E log h(t) - H(t)`, its clips included), and its first and second
 derivatives in the row's linear predictors (one per fitted parameter, in lifelines' order of
 them). The mixin replaces only `_fit_model`, so prediction, summaries, AIC, standard errors and
@@ -13,21 +13,26 @@ Entry times and interval censoring go to lifelines' optimiser.
 
 from __future__ import annotations
 
+import warnings
 from functools import partial
 
 import numpy as np
 from lifelines.exceptions import ConvergenceError
+from scipy.optimize import minimize
 
 from trashfire.survival.newton import MAX_ITERATIONS, LinearPredictors, NotConverged, minimise, penalised
+
+NEWTON = "Newton-Raphson"  # `_scipy_fit_method` that selects it; any other is scipy's, on the exact gradient
 
 
 class NewtonRegressionMixin:
     """`_fit_model` by Newton-Raphson for a lifelines ParametricRegressionFitter (module docstring)."""
 
-    newton_iterations: int | None = None  # None: the fit went to lifelines' optimiser
+    _scipy_fit_method = NEWTON
+    newton_iterations: int | None = None  # None: the fit went to a scipy optimiser
     newton_gradient_: np.ndarray | None = None  # the penalised negative log-likelihood's gradient at the fit (nats), lifelines' order
 
-    def row_derivatives(self, log_t: np.ndarray, event: np.ndarray, etas: list[np.ndarray], wanted: bool = True):
+    def row_derivatives(self, log_t: np.ndarray, event: np.ndarray, etas: list[np.ndarray], order: int = 2):
         raise NotImplementedError
 
     def _fit_model(self, likelihood, Ts, Xs, E, weights, entries, fit_options, show_progress=False, user_supplied_initial_point=None):
@@ -46,12 +51,37 @@ class NewtonRegressionMixin:
         )
         ridge = self.penalizer * ~np.asarray(self._cols_to_not_penalize, dtype=bool)
         maxiter = int((fit_options or {}).get("maxiter", MAX_ITERATIONS))
+        objective = penalised(model, ridge)
         try:
-            theta, value, gradient, hessian, self.newton_iterations = minimise(penalised(model, ridge), np.asarray(starts[0], dtype=float), maxiter)
+            if self._scipy_fit_method == NEWTON:
+                theta, value, gradient, hessian, self.newton_iterations = minimise(objective, np.asarray(starts[0], dtype=float), maxiter)
+            else:
+                theta, value, gradient, hessian = self._scipy_minimum(objective, starts, fit_options)
         except NotConverged as err:
             raise ConvergenceError(str(err)) from None
         self.newton_gradient_ = model.total * gradient
         return {name: theta[block] for name, block in zip(names, model.blocks)}, -model.total * value, model.total * hessian
+
+    def _scipy_minimum(self, objective, starts, fit_options):
+        """lifelines' own path (its optimiser, starts and options, the best of its starts) on the
+        exact objective and gradient: for a multimodal model whose optimum is where lifelines'
+        optimiser stops, the same optimum at a fraction of autograd's cost per step."""
+        best = None
+        for start in starts:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                result = minimize(
+                    lambda theta: objective(theta, 1),
+                    np.asarray(start, dtype=float),
+                    jac=True,
+                    method=self._scipy_fit_method,
+                    options={"disp": False, **self._scipy_fit_options, **(fit_options or {})},
+                )
+            if best is None or result.fun < best.fun:
+                best = result
+        if not best.success:
+            raise NotConverged(f"{self._scipy_fit_method} did not converge: {best.message}")
+        return (best.x, *objective(best.x))
 
     @staticmethod
     def _parameter_order(design) -> list[str]:
@@ -65,5 +95,5 @@ class NewtonRegressionMixin:
         names = self._parameter_order(design)
         blocks = [design[name].to_numpy(float) for name in names]
         etas = [X @ self.params_.loc[name].to_numpy(float) for X, name in zip(blocks, names)]
-        _, first, _ = self.row_derivatives(np.log(np.asarray(durations, dtype=float)), np.asarray(events, dtype=bool), etas)
+        _, first, _ = self.row_derivatives(np.log(np.asarray(durations, dtype=float)), np.asarray(events, dtype=bool), etas, 1)
         return np.hstack([X * first[:, [k]] for k, X in enumerate(blocks)]) * np.asarray(weights, dtype=float)[:, None]
