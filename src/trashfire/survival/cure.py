@@ -167,7 +167,14 @@ class MixtureCureFitter(NewtonRegressionMixin, ParametricRegressionFitter):
         """`draws` parameter vectors from the fit's asymptotic normal (lifelines' naive
         covariance), for a parametric bootstrap."""
         covariance = self.variance_matrix_.to_numpy(float)  # lifelines orders it as params_
-        return np.random.default_rng(seed).multivariate_normal(self.params_.to_numpy(float), covariance, size=draws, method="eigh")
+        # by Cholesky, the draws move as little as the covariance does (an eigen decomposition's
+        # vectors can flip sign at a change in the seventh digit, and every draw with them)
+        try:
+            np.linalg.cholesky(covariance)
+            method = "cholesky"
+        except np.linalg.LinAlgError:  # not positive definite: eigh, which tolerates it
+            method = "eigh"
+        return np.random.default_rng(seed).multivariate_normal(self.params_.to_numpy(float), covariance, size=draws, method=method)
 
     def survival_ranking(self, df: pd.DataFrame) -> np.ndarray:
         """Higher = longer survival: the restricted mean to the longest training duration."""
