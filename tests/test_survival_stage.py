@@ -229,6 +229,29 @@ def test_baseline_rows_and_verdicts():
     assert expected_time.select(table.reset_index(), times, None, "test_concordance") == "weibull"
 
 
+# --- concordance ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_harrells_c_of_weighted_rows_is_lifelines_on_the_repeated_samples(seed):
+    """Tied times (failures with failures, failures with censorings), tied rankings, weights of
+    1 to 3: the merge count equals lifelines' concordance_index on one row per sample."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 400))
+    durations = rng.integers(0, int(rng.integers(1, 25)), n) + (rng.random(n) if seed % 2 else 0.0)
+    ranking = rng.integers(0, int(rng.integers(1, 12)), n).astype(float)
+    events = rng.random(n) < rng.uniform(0.2, 0.9)
+    events[0] = True
+    weights = rng.integers(1, 4, n)
+    repeated = [np.repeat(column, weights) for column in (durations, ranking, events)]
+    assert F.harrell_c(durations, ranking, events, weights) == pytest.approx(concordance_index(*repeated), abs=1e-12)
+
+
+def test_harrells_c_without_a_comparable_pair_fails_as_lifelines():
+    with pytest.raises(ZeroDivisionError):
+        F.harrell_c([1.0, 1.0], [1.0, 2.0], [1, 1], [1, 1])
+
+
 # --- concordance within attack cells ------------------------------------------------------------
 
 
