@@ -321,3 +321,17 @@ def test_the_loglogistic_cures_standard_errors_are_its_likelihoods_curvature_by_
     )
     errors = pd.Series(np.sqrt(np.diag(np.linalg.inv(-hessian))), index=names)
     assert errors.to_numpy() == pytest.approx(cure.standard_errors_.reindex(names).to_numpy(), rel=0.05)
+
+
+def test_the_cure_model_is_selected_by_table_is_aic_not_lifelines_penalised_one():
+    """One AIC: the unpenalised one of Table I (scoring.score stores it on the fit) picks the
+    cure model that gives the budget flag, where lifelines' penalised AIC_ would pick the other."""
+    from types import SimpleNamespace
+
+    def cure(penalised_aic, table_aic):
+        fit = F.Fit("cure", SimpleNamespace(cure_model=True, AIC_=penalised_aic), 0.001, "Newton-Raphson", 1)
+        fit.criteria = {"AIC": table_aic}
+        return fit
+
+    fits = {"weibull_cure": cure(100.0, 120.0), "loglogistic_cure": cure(110.0, 90.0)}
+    assert analysis.selected_cure(fits) == "loglogistic_cure"

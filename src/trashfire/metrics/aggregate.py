@@ -324,7 +324,7 @@ def read_eps_survival_data(path: Path) -> pd.DataFrame:
     """timing's eps_survival_data.csv (norms kept as text); missing, it names the stage to run."""
     if not path.is_file():
         raise DataError(f"{path} not found; run `dvc repro timing` first")
-    return pd.read_csv(path, dtype={"norm": str})
+    return pd.read_csv(path, dtype={"norm": str}, low_memory=False)  # one pass, as survival.analysis.read_survival_data
 
 
 def trained_models(experiments: pd.DataFrame) -> pd.DataFrame:

@@ -88,7 +88,8 @@ CLUSTER_BY = "train_hash"  # the samples of one trained model are not independen
 
 def read_survival_data(path: Path) -> pd.DataFrame:
     try:
-        return pd.read_csv(path)
+        # in one pass: pandas 2.3's chunked reader segfaults on a million rows whose broken_by is empty for the first chunks
+        return pd.read_csv(path, low_memory=False)
     except FileNotFoundError:
         raise DataError(f"survival data not found: {path}; run the timing stage first") from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
@@ -251,10 +252,15 @@ def cure_fits(fits: dict[str, F.Fit]) -> dict[str, F.Fit]:
 
 
 def selected_cure(fits: dict[str, F.Fit]) -> str | None:
-    """The cure model of lowest AIC (lifelines', on the training split they share; the first
-    of equals), or None without one: it gives the budget flag and E_T_breakable."""
+    """The cure model of lowest AIC (Table I's: unpenalised, on the training split they share;
+    the first of equals), or None without one: it gives the budget flag and E_T_breakable."""
     cures = cure_fits(fits)
-    return min(cures, key=lambda name: cures[name].fitter.AIC_) if cures else None
+    return min(cures, key=lambda name: _table_aic(cures[name])) if cures else None
+
+
+def _table_aic(fit: F.Fit) -> float:
+    """Table I's AIC of a scored fit; lifelines' (penalised) only for a fit never scored."""
+    return fit.criteria.get("AIC", fit.fitter.AIC_)
 
 
 def with_breakable_means(expected: pd.DataFrame, fits: dict[str, F.Fit], data: pd.DataFrame) -> pd.DataFrame:

@@ -283,6 +283,7 @@ class Fit:
     warnings: list[str] = field(default_factory=list)
     robust_se: pd.Series | None = None  # cluster-robust standard errors, by params_'s index
     convergence: Any = None  # survival.convergence.Convergence, where that module checked the fit
+    criteria: dict[str, float] = field(default_factory=dict)  # Table I's information_criteria on the training split, once scored
 
     @property
     def is_cox(self) -> bool:

@@ -55,6 +55,7 @@ def table_columns(columns) -> list[str]:
 def score(fit: F.Fit, train: pd.DataFrame, test: pd.DataFrame, t0: float, axes: tuple) -> dict[str, Any]:
     """One row of Table I; a score that cannot be computed is NaN with its reason in `note`."""
     row: dict[str, Any] = F.information_criteria(fit, train)
+    fit.criteria = dict(row)  # the one AIC: Table I's, which also selects the cure model
     row |= {"n_events": float(F.sample_weights(train)[train[F.EVENT].to_numpy() == 1].sum()), "t0": t0}
     notes = list(fit.warnings) + ([COX_NOTE] if fit.is_cox else [])
     for prefix, part, ax in (("", train, axes[0]), ("test_", test, axes[1])):
