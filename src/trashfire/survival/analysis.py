@@ -168,13 +168,16 @@ def compare(
     generalised gamma (the slowest) first, and each is scored here as it arrives."""
     rows: dict[str, dict[str, Any]] = {}
     to_fit = []
+    # what a fit reads, and the clusters of its robust SEs: the labels (hashes, names: strings,
+    # most of the frame's memory) stay here, not pickled to each worker
+    fitted_columns = train[[*F.model_frame(train).columns, CLUSTER_BY]]
     for name in settings.fitters:
         spec = settings.models[name]
         rows[name] = {"fitter": name, "model": spec.label, "aft": bool(spec.aft)}
         if isinstance(F.build(spec, 0.0, None), F.CoxPHFitter) and F.covariates_of(train).empty:
             rows[name] |= {"status": "skipped", "note": f"not fitted: {spec.label} needs a covariate that varies, and none does"}
         else:
-            to_fit.append((name, spec, train, list(settings.retries)))
+            to_fit.append((name, spec, fitted_columns, list(settings.retries)))
     to_fit.sort(key=lambda job: job[0] not in SLOW_FITTERS)
     fits = {}
     for index, fit in results_as_completed(fit_with_robust_se, to_fit, workers, log.name, threads):

@@ -59,8 +59,15 @@ def score(fit: F.Fit, train: pd.DataFrame, test: pd.DataFrame, t0: float, axes: 
     row |= {"n_events": float(F.sample_weights(train)[train[F.EVENT].to_numpy() == 1].sum()), "t0": t0}
     notes = list(fit.warnings) + ([COX_NOTE] if fit.is_cox else [])
     for prefix, part, ax in (("", train, axes[0]), ("test_", test, axes[1])):
-        row[f"{prefix}concordance"] = _guarded(notes, f"{prefix}concordance", F.concordance, fit, part)
-        row |= within_cell_scores(notes, prefix, part, lambda p: F.survival_ranking(fit, F.covariates_of(p)))
+        ranked = {}  # the part's ranking, predicted once for both concordances (a cure model's costs a hypergeometric function per row)
+
+        def ranking_of(rows, ranked=ranked):
+            if "ranking" not in ranked:
+                ranked["ranking"] = F.survival_ranking(fit, F.covariates_of(rows))
+            return ranked["ranking"]
+
+        row[f"{prefix}concordance"] = _guarded(notes, f"{prefix}concordance", lambda rows: F.ranking_concordance(rows, ranking_of(rows)), part)
+        row |= within_cell_scores(notes, prefix, part, ranking_of)
         ici_e50 = _guarded(notes, f"{prefix}ICI/E50", F.calibration, fit, part, t0, ax)
         row[f"{prefix}ICI"], row[f"{prefix}E50"] = ici_e50 if isinstance(ici_e50, tuple) else (math.nan, math.nan)
     row["note"] = "; ".join(notes)
