@@ -141,6 +141,16 @@ def test_a_lone_job_runs_in_this_process_with_the_threads_a_worker_would_have():
     assert (pid, threads) == (os.getpid(), 3)
 
 
+def test_away_jobs_run_in_a_worker_even_alone_so_that_this_process_works_meanwhile():
+    """The survival stage scores each fit as it arrives: its fits go to one worker process even
+    where one worker is all it gives them."""
+    import os
+
+    results = list(results_as_completed(process_and_threads, [(), ()], 1, "test", threads=1, away=True))
+    assert sorted(index for index, _ in results) == [0, 1]
+    assert {pid for _, (pid, _) in results} != {os.getpid()} and len({pid for _, (pid, _) in results}) == 1
+
+
 def test_the_plan_line_says_where_the_cells_run():
     """A stage's log names worker processes only when it will start them: a lone job runs in
     the stage's process, with the threads a worker would have had."""

@@ -177,3 +177,14 @@ def test_the_weibull_cure_likelihood_is_the_models_without_lifelines_hazard_floo
     assert ours.log_likelihood_ == pytest.approx(by_hand, rel=1e-12)
     theirs = lifelines_optimiser(WeibullCureFitter)(penalizer=0.0).fit(frame, "duration", "event")
     assert theirs.log_likelihood_ > ours.log_likelihood_ + 1  # lifelines' floored likelihood: higher, and not the model's
+
+
+@pytest.mark.parametrize("reference, newton", PAIRS, ids=lambda c: c.__name__)
+def test_closed_form_restricted_means_are_the_integral_of_the_survival_curve(censored, reference, newton):
+    fitted = newton(penalizer=0.001).fit(censored, "duration", "event")
+    rows = censored.drop(columns=["duration", "event"]).head(300)
+    budgets = np.random.default_rng(2).uniform(0.5, 40.0, len(rows))
+    closed = F.restricted_mean(F.Fit("newton", fitted, 0.001, "Newton-Raphson", 1), rows, budgets)
+    fitted.newton_iterations = None  # as if lifelines' optimiser had fitted it: the numerical integral
+    integral = F.restricted_mean(F.Fit("newton", fitted, 0.001, "BFGS", 1), rows, budgets)
+    np.testing.assert_allclose(closed, integral, rtol=1e-5)

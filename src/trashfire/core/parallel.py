@@ -173,23 +173,26 @@ def tick(count: int = 1) -> None:
         _TICKS[-1](count)
 
 
-def results_as_completed(job: Callable[..., Any], arguments: Sequence[tuple], workers: int, prog: str, threads: int | None = None) -> Iterator[tuple[int, Any]]:
+def results_as_completed(
+    job: Callable[..., Any], arguments: Sequence[tuple], workers: int, prog: str, threads: int | None = None, away: bool = False
+) -> Iterator[tuple[int, Any]]:
     """(index into arguments, job(*args)) as each job finishes: in order in this process when
-    workers is 1 or there is one job, else over `workers` processes (give the longest jobs first); each with
+    workers is 1 or there is one job (`away`: in one worker process all the same, so that this
+    process works on the results meanwhile), else over `workers` processes (give the longest jobs first); each with
     `threads` threads (None: cores / workers in a worker, the process's own in this one),
     this process too while it waits and handles the results. The first failing job's error
     is raised at once: the other workers are killed (their finished cells are on disk; a
     rerun computes the rest)."""
     if not arguments:
         return
-    if workers > 1 and len(arguments) == 1:  # a pool of one costs a process start (torch: seconds) and gains nothing
+    if workers > 1 and len(arguments) == 1 and not away:  # a pool of one costs a process start (torch: seconds) and gains nothing
         threads, workers = threads_per_cell(workers) if threads is None else threads, 1  # the threads a worker would have had
     with threads_limited(threads) if threads is not None else contextlib.nullcontext():
-        yield from _as_completed(job, arguments, workers, prog, threads_per_cell(workers) if threads is None else threads)
+        yield from _as_completed(job, arguments, workers, prog, threads_per_cell(workers) if threads is None else threads, away)
 
 
-def _as_completed(job: Callable[..., Any], arguments: Sequence[tuple], workers: int, prog: str, threads: int) -> Iterator[tuple[int, Any]]:
-    if workers <= 1:
+def _as_completed(job: Callable[..., Any], arguments: Sequence[tuple], workers: int, prog: str, threads: int, away: bool = False) -> Iterator[tuple[int, Any]]:
+    if workers <= 1 and not away:
         for index, args in enumerate(arguments):
             yield index, job(*args)
         return

@@ -18,6 +18,7 @@ from functools import partial
 import numpy as np
 from lifelines import LogLogisticAFTFitter, LogNormalAFTFitter, WeibullAFTFitter
 from lifelines.exceptions import ConvergenceError
+from scipy.special import gamma, gammainc, hyp2f1, ndtr
 
 from trashfire.survival.fitters import ExponentialAFTFitter
 from trashfire.survival.newton import MAX_ITERATIONS, LocationScale, NotConverged, extreme_value, logistic, newton, normal
@@ -91,6 +92,17 @@ class NewtonAFTMixin:
             scores[:, order[-1]] = self.SCALE_SIGN * (-first * z - np.asarray(events, dtype=float))
         return scores * np.asarray(weights, dtype=float)[:, None]
 
+    def restricted_mean(self, covariates, t_star: np.ndarray) -> np.ndarray:
+        """int_0^t* S(u | x) du per row, in closed form (`restricted_mean_of`)."""
+        design = self.regressors.transform_df(covariates)
+        location = design[self.LOCATION].to_numpy(float) @ self.params_.loc[self.LOCATION].to_numpy(float)
+        u = self.SCALE_SIGN * float(self.params_.loc[(self.SCALE, "Intercept")]) if self.SCALE else 0.0
+        return self.restricted_mean_of(np.asarray(t_star, float), location, np.exp(u))
+
+    @staticmethod
+    def restricted_mean_of(t_star: np.ndarray, location: np.ndarray, sigma: float) -> np.ndarray:
+        raise NotImplementedError
+
     def _penalised_mask(self, Xs) -> np.ndarray:
         """lifelines' ridge applies to every coefficient but the constant columns of a
         parameter with more than one covariate (so a lone scale intercept is penalised)."""
@@ -123,12 +135,22 @@ class NewtonWeibullAFTFitter(NewtonAFTMixin, WeibullAFTFitter):
     LOCATION, SCALE, SCALE_SIGN = "lambda_", "rho_", -1.0
     DENSITY = staticmethod(extreme_value)
 
+    @staticmethod
+    def restricted_mean_of(t_star, location, sigma):
+        return weibull_restricted_mean(t_star, np.exp(location), 1.0 / sigma)
+
 
 class NewtonLogNormalAFTFitter(NewtonAFTMixin, LogNormalAFTFitter):
     """lifelines' Log-Normal AFT: mu_ = x·b, sigma_ = exp(u)."""
 
     LOCATION, SCALE, SCALE_SIGN = "mu_", "sigma_", 1.0
     DENSITY = staticmethod(normal)
+
+    @staticmethod
+    def restricted_mean_of(t_star, location, sigma):
+        """t* S(t*) + E[T; T < t*] = t* Phi(-z) + e^(mu + sigma^2 / 2) Phi(z - sigma), z = (log t* - mu) / sigma."""
+        z = (np.log(t_star) - location) / sigma
+        return t_star * ndtr(-z) + np.exp(location + sigma**2 / 2) * ndtr(z - sigma)
 
 
 class NewtonLogLogisticAFTFitter(NewtonAFTMixin, LogLogisticAFTFitter):
@@ -137,9 +159,32 @@ class NewtonLogLogisticAFTFitter(NewtonAFTMixin, LogLogisticAFTFitter):
     LOCATION, SCALE, SCALE_SIGN = "alpha_", "beta_", -1.0
     DENSITY = staticmethod(logistic)
 
+    @staticmethod
+    def restricted_mean_of(t_star, location, sigma):
+        return log_logistic_restricted_mean(t_star, np.exp(location), 1.0 / sigma)
+
 
 class NewtonExponentialAFTFitter(NewtonAFTMixin, ExponentialAFTFitter):
     """The Exponential AFT (`trashfire.survival.fitters`): the Weibull with sigma fixed at 1."""
 
     LOCATION, SCALE = "lambda_", None
     DENSITY = staticmethod(extreme_value)
+
+    @staticmethod
+    def restricted_mean_of(t_star, location, sigma):
+        scale = np.exp(location)
+        return -scale * np.expm1(-t_star / scale)
+
+
+def weibull_restricted_mean(t_star, scale, shape):
+    """int_0^t* exp(-(u / scale)^shape) du = scale Gamma(1 + 1/shape) P(1/shape, (t*/scale)^shape)."""
+    return scale * gamma(1.0 + 1.0 / shape) * gammainc(1.0 / shape, (t_star / scale) ** shape)
+
+
+def log_logistic_restricted_mean(t_star, scale, shape):
+    """int_0^t* du / (1 + (u / scale)^shape) = t* 2F1(1, 1/shape; 1 + 1/shape; -z), z = (t*/scale)^shape,
+    by Pfaff's transformation: t* (1 + z)^(-1/shape) 2F1(1/shape, 1/shape; 1 + 1/shape; z / (1 + z)),
+    whose argument stays in [0, 1)."""
+    z = (t_star / scale) ** shape
+    inverse = 1.0 / shape
+    return t_star * (1.0 + z) ** (-inverse) * hyp2f1(inverse, inverse, 1.0 + inverse, z / (1.0 + z))

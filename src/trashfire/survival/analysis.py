@@ -155,6 +155,7 @@ def calibration_time(train: pd.DataFrame, quantile: float) -> float:
     return float(np.quantile(np.repeat(train[F.DURATION].to_numpy(), F.sample_weights(train)), quantile))
 
 
+LARGE_SPLIT = 200_000  # training samples from which the fits leave a core to the scoring (memory, not time)
 SLOW_FITTERS = ("gengamma", "loglogistic_cure", "weibull_cure")  # started first, so that the quicker fits fill the other workers meanwhile
 
 
@@ -164,8 +165,8 @@ def compare(
     """Fit and score every configured fitter, then the baselines; returns Table I (one row per
     fitter, failed fits included with their reasons, then one per baseline) and the fitted
     models, with cluster-robust SEs by trained model (CLUSTER_BY). `axes[name]` = (train, test) axes
-    for the calibration curves. With workers > 1 the fits run in worker processes, the
-    generalised gamma (the slowest) first, and each is scored here as it arrives."""
+    for the calibration curves. With workers > 1 the fits run in workers - 1 worker processes,
+    the slowest first, and each is scored here as it arrives."""
     rows: dict[str, dict[str, Any]] = {}
     to_fit = []
     # what a fit reads, and the clusters of its robust SEs: the labels (hashes, names: strings,
@@ -180,7 +181,11 @@ def compare(
             to_fit.append((name, spec, fitted_columns, list(settings.retries)))
     to_fit.sort(key=lambda job: job[0] not in SLOW_FITTERS)
     fits = {}
-    for index, fit in results_as_completed(fit_with_robust_se, to_fit, workers, log.name, threads):
+    # this process scores each fit as it arrives, which on a large training split takes as long
+    # as the fits: there they run in workers - 1 processes beside it, so that no more than two
+    # copies of the design are alive at once (10^6 samples: 6.3 GiB with two fit workers)
+    fit_processes = workers if F.sample_weights(train).sum() < LARGE_SPLIT else max(1, workers - 1)
+    for index, fit in results_as_completed(fit_with_robust_se, to_fit, fit_processes, log.name, threads, away=workers > 1):
         name, spec = to_fit[index][:2]
         if isinstance(fit, F.FitFailed):
             log.warning("%s failed to fit: %s", name, fit)

@@ -33,9 +33,9 @@ from lifelines.fitters import ParametricRegressionFitter
 from lifelines.utils import _get_index
 from lifelines.utils.safe_exp import safe_exp
 from scipy import sparse
-from scipy.special import expit, gamma, gammainc, hyp2f1, logit
+from scipy.special import expit, gamma, logit
 
-from trashfire.survival.aft import NewtonLogLogisticAFTFitter, NewtonWeibullAFTFitter
+from trashfire.survival.aft import NewtonLogLogisticAFTFitter, NewtonWeibullAFTFitter, log_logistic_restricted_mean, weibull_restricted_mean
 from trashfire.survival.data import NUMERIC_COVARIATES
 from trashfire.survival.fitters import DURATION, EVENT, _covariate_columns, _no_conditioning, covariates_of, sample_weights
 from trashfire.survival.km import grouped_km
@@ -223,7 +223,7 @@ class WeibullCureFitter(MixtureCureFitter):
     @staticmethod
     def latency_restricted_mean(t_star, scale, shape):
         """lambda Gamma(1 + 1/rho) P(1/rho, (t*/lambda)^rho)."""
-        return scale * gamma(1.0 + 1.0 / shape) * gammainc(1.0 / shape, (t_star / scale) ** shape)
+        return weibull_restricted_mean(t_star, scale, shape)
 
     @staticmethod
     def latency_time(share, scale, shape):
@@ -265,12 +265,8 @@ class LogLogisticCureFitter(MixtureCureFitter):
 
     @staticmethod
     def latency_restricted_mean(t_star, scale, shape):
-        """t* 2F1(1, 1/beta; 1 + 1/beta; -z), z = (t*/alpha)^beta, by Pfaff's transformation:
-        t* (1 + z)^(-1/beta) 2F1(1/beta, 1/beta; 1 + 1/beta; z / (1 + z)), whose argument stays
-        in [0, 1)."""
-        z = (t_star / scale) ** shape
-        inverse = 1.0 / shape
-        return t_star * (1.0 + z) ** (-inverse) * hyp2f1(inverse, inverse, 1.0 + inverse, z / (1.0 + z))
+        """t* 2F1(1, 1/beta; 1 + 1/beta; -z), z = (t*/alpha)^beta (aft.log_logistic_restricted_mean)."""
+        return log_logistic_restricted_mean(t_star, scale, shape)
 
     @staticmethod
     def latency_time(share, scale, shape):
