@@ -188,3 +188,35 @@ def test_closed_form_restricted_means_are_the_integral_of_the_survival_curve(cen
     fitted.newton_iterations = None  # as if lifelines' optimiser had fitted it: the numerical integral
     integral = F.restricted_mean(F.Fit("newton", fitted, 0.001, "BFGS", 1), rows, budgets)
     np.testing.assert_allclose(closed, integral, rtol=1e-5)
+
+
+def test_the_calibration_splines_gradient_by_hand_is_autograds():
+    """FastCRCSplineFitter's numpy value, gradient and (differenced) Hessian against torch
+    autograd's, where the hazard is clipped and where the spline's slope turns negative."""
+    spline = F.FastCRCSplineFitter(n_baseline_knots=3)
+    spline.knots = np.array([-1.0, 0.3, 1.2])
+    rng = np.random.default_rng(0)
+    n = 3000
+    log_t, event = rng.normal(scale=2.0, size=n), rng.random(n) < 0.6
+    for gamma2 in (0.05, -2.0):  # -2: slope negative beyond the middle knot
+        etas = [rng.normal(size=n) * 0.5, np.full(n, -0.5), np.full(n, 1.5), np.full(n, gamma2)]
+        by_hand, by_autograd = spline.row_derivatives(log_t, event, etas, 2), spline.autograd_row_derivatives(log_t, event, etas, 2)
+        np.testing.assert_allclose(by_hand[0], by_autograd[0], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(by_hand[1], by_autograd[1], rtol=1e-10, atol=1e-10)
+        # the Hessian: differences of the gradient, away from the rows where a clip starts (its kink)
+        smooth = (np.abs(by_hand[2] - by_autograd[2]) <= 1e-4 * (np.abs(by_autograd[2]) + 1)).all(axis=(1, 2))
+        assert smooth.mean() > 0.99
+        np.testing.assert_allclose(by_hand[2][smooth], by_autograd[2][smooth], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("lam", [None, 0.5, -0.4])
+def test_the_generalised_gammas_closed_form_restricted_mean_is_the_integral(censored, lam):
+    """At its fitted lambda and at one of each sign (Q and P of the incomplete gamma swap)."""
+    fitted = F.GeneralizedGammaAFTFitter(penalizer=0.001).fit(censored.drop(columns="rare"), "duration", "event")
+    if lam is not None:
+        fitted.params_.loc[("lambda_", "Intercept")] = lam
+    rows = censored.drop(columns=["duration", "event", "rare"]).head(300)
+    budgets = np.random.default_rng(3).uniform(0.5, 40.0, len(rows))
+    closed = F.restricted_mean(F.Fit("gengamma", fitted, 0.001, "Newton-Raphson", 1), rows, budgets)
+    fitted.newton_iterations = None
+    np.testing.assert_allclose(closed, F.restricted_mean(F.Fit("gengamma", fitted, 0.001, "BFGS", 1), rows, budgets), rtol=1e-5)

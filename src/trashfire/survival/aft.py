@@ -92,7 +92,7 @@ class NewtonAFTMixin:
             scores[:, order[-1]] = self.SCALE_SIGN * (-first * z - np.asarray(events, dtype=float))
         return scores * np.asarray(weights, dtype=float)[:, None]
 
-    def restricted_mean(self, covariates, t_star: np.ndarray) -> np.ndarray:
+    def closed_restricted_mean(self, covariates, t_star: np.ndarray) -> np.ndarray:
         """int_0^t* S(u | x) du per row, in closed form (`restricted_mean_of`)."""
         design = self.regressors.transform_df(covariates)
         location = design[self.LOCATION].to_numpy(float) @ self.params_.loc[self.LOCATION].to_numpy(float)

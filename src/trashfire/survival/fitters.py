@@ -80,6 +80,21 @@ class FastCRCSplineFitter(NewtonRegressionMixin, CRCSplineFitter):
     _scipy_fit_method = "SLSQP"
 
     def row_derivatives(self, log_t: np.ndarray, event: np.ndarray, etas: list[np.ndarray], order: int = 2):
+        """Value and gradient by hand (SLSQP's many steps); the Hessian at the optimum, once, by
+        central differences of that gradient (no torch import in the stage's main process)."""
+        value, first, _ = self._value_and_gradient(log_t, event, etas, min(order, 1))
+        if order < 2:
+            return value, first, None
+        second = np.empty((len(value), len(etas), len(etas)))
+        for k in range(len(etas)):
+            step = 1e-5 * max(1.0, float(np.abs(etas[k]).max()))
+            shifted = [[eta + sign * step if j == k else eta for j, eta in enumerate(etas)] for sign in (1, -1)]
+            up, down = (self._value_and_gradient(log_t, event, moved, 1)[1] for moved in shifted)
+            second[:, :, k] = (up - down) / (2 * step)
+        return value, first, (second + second.transpose(0, 2, 1)) / 2
+
+    def autograd_row_derivatives(self, log_t: np.ndarray, event: np.ndarray, etas: list[np.ndarray], order: int = 2):
+        """`row_derivatives` by torch autograd: the reference of the hand-written ones."""
         import torch
 
         times, failed = torch.from_numpy(log_t), torch.from_numpy(event)
@@ -98,6 +113,34 @@ class FastCRCSplineFitter(NewtonRegressionMixin, CRCSplineFitter):
             return torch.where(failed, log_hazard.clamp(min=LOG_HAZARD_FLOOR), 0.0) - torch.exp(log_cumulative)
 
         return torch_row_derivatives(rows)(etas, order)
+
+    def _value_and_gradient(self, log_t: np.ndarray, event: np.ndarray, etas: list[np.ndarray], order: int):
+        """`row_derivatives` to order 1 in numpy: d/d(x.b) moves u = log t - x.b, d u = -1."""
+        linear, gammas = etas[0], etas[1:]
+        knots = [float(k) for k in self.knots]
+        spread = knots[-1] - knots[0]
+        u = log_t - linear
+        log_cumulative, slope, curvature = gammas[0] + gammas[1] * u, gammas[1] + 0 * u, 0 * u
+        basis, slopes = [np.ones_like(u), u], [np.zeros_like(u), np.ones_like(u)]
+        for i in range(2, self.n_baseline_knots):
+            share = (knots[-1] - knots[i - 1]) / spread
+            ramps = [np.maximum(u - knot, 0.0) for knot in (knots[i - 1], knots[0], knots[-1])]
+            parts = [ramps[0] ** power - share * ramps[1] ** power - (1 - share) * ramps[2] ** power for power in (3, 2, 1)]
+            basis.append(parts[0])
+            slopes.append(3 * parts[1])
+            log_cumulative, slope, curvature = log_cumulative + gammas[i] * parts[0], slope + gammas[i] * 3 * parts[1], curvature + gammas[i] * 6 * parts[2]
+        log_hazard = log_cumulative + np.log(np.maximum(slope, 1e-300)) - log_t
+        active = event & (log_hazard > LOG_HAZARD_FLOOR) & (slope > 1e-300)
+        cumulative = np.exp(log_cumulative)
+        value = np.where(event, np.maximum(log_hazard, LOG_HAZARD_FLOOR), 0.0) - cumulative
+        if order == 0:
+            return value, None, None
+        inverse_slope = np.where(active, 1.0 / np.maximum(slope, 1e-300), 0.0)
+        # d log H and d slope in each predictor: x.b, then each gamma
+        d_log_cumulative = [-slope, *basis]
+        d_slope = [-curvature, *slopes]
+        first = np.stack([active * d_h + inverse_slope * d_s - cumulative * d_h for d_h, d_s in zip(d_log_cumulative, d_slope)], axis=1)
+        return value, first, None
 
 
 class ExponentialAFTFitter(ParametricRegressionFitter):
@@ -242,6 +285,22 @@ class GeneralizedGammaAFTFitter(NewtonRegressionMixin, GeneralizedGammaRegressio
 
     def predict_median(self, df, *, conditional_after=None) -> pd.Series:
         return self.predict_percentile(df, p=0.5, conditional_after=conditional_after)
+
+    def closed_restricted_mean(self, covariates: pd.DataFrame, t_star: np.ndarray) -> np.ndarray | None:
+        """int_0^t* S(u | x) du = t* S(t*) + E[T; T < t*], from T = e^mu (l^2 U)^a, a = sigma / l,
+        U ~ Gamma(k = 1/l^2): E[T; T < t*] = e^mu (l^2)^a Gamma(k + a) / Gamma(k) P(k + a, x*) (l > 0;
+        Q for l < 0, where T falls as U grows), x* = e^(l z*) k, z* = (log t* - mu) / sigma. None
+        where k + a <= 0 (no incomplete gamma function of that order here): the integral."""
+        mu, sigma, lam = self._location_and_shapes(covariates)
+        k, a = 1.0 / lam**2, sigma / lam
+        if k + a <= 0:
+            return None
+        t_star = np.asarray(t_star, float)
+        x = np.exp(lam * (np.log(t_star) - mu) / sigma) * k
+        lower = gammainc if lam > 0 else gammaincc
+        standing = gammaincc(k, x) if lam > 0 else gammainc(k, x)
+        scale = np.exp(mu + a * math.log(lam**2) + gammaln(k + a) - gammaln(k))
+        return t_star * standing + scale * lower(k + a, x)
 
     def predict_expectation(self, df, conditional_after=None) -> pd.Series:
         """E[T] = e^mu (lambda^2)^(sigma/lambda) Gamma(k + sigma/lambda) / Gamma(k), k = 1/lambda^2;
@@ -629,10 +688,14 @@ def restricted_mean(fit: Fit, covariates: pd.DataFrame, t_star: np.ndarray, poin
     scales long), plus [0, t* 1e-6] by the trapezoid. Within 3e-5 of the closed form for
     Weibull shapes 0.3 to 4 and t* from 0.01 to 1000 scales (a trapezoid on the same number of
     linear points: 3e-3). Every row has its own grid, evaluated in one call per chunk of rows.
-    The Newton AFT fitters (trashfire.survival.aft) give it in closed form."""
+    The Newton AFT fitters (trashfire.survival.aft) and the generalised gamma give it in
+    closed form."""
     t_star = np.asarray(t_star, dtype=float)
-    if hasattr(fit.fitter, "restricted_mean_of") and getattr(fit.fitter, "newton_iterations", None) is not None:
-        return fit.fitter.restricted_mean(covariates, t_star)
+    closed = getattr(fit.fitter, "closed_restricted_mean", None)
+    if closed is not None and getattr(fit.fitter, "newton_iterations", None) is not None:
+        exact = closed(covariates, t_star)
+        if exact is not None:
+            return exact
     fractions = np.geomspace(1e-6, 1.0, points)
     result = np.empty(len(covariates))
     for start in range(0, len(covariates), chunk):
