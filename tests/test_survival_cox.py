@@ -34,6 +34,7 @@ def test_a_fit_is_lifelines_fit():
     pd.testing.assert_series_equal(ours.params_, theirs.params_, rtol=1e-9)
     pd.testing.assert_series_equal(ours.standard_errors_, theirs.standard_errors_, rtol=1e-9)
     assert ours.log_likelihood_ == pytest.approx(theirs.log_likelihood_, rel=1e-12)
+    assert 2 <= ours.newton_iterations <= 10  # one Efron evaluation per Newton step, for Table I
     rows = rossi.head(20)
     np.testing.assert_allclose(ours.predict_partial_hazard(rows), theirs.predict_partial_hazard(rows), rtol=1e-9)
     np.testing.assert_allclose(ours.predict_survival_function(rows, times=[10, 30]), theirs.predict_survival_function(rows, times=[10, 30]), rtol=1e-9)

@@ -25,12 +25,27 @@ from lifelines.fitters.coxph_fitter import SemiParametricPHFitter
 
 class FastSemiParametricPHFitter(SemiParametricPHFitter):
     """lifelines' Breslow-baseline Cox model whose Efron computation is `efron`; entry times go
-    to lifelines' own."""
+    to lifelines' own. `newton_iterations`: the Efron evaluations of its fit, one per Newton
+    step (Table I's iterations)."""
+
+    newton_iterations: int | None = None
+
+    def fit(self, *args, **kwargs):
+        self.newton_iterations, self._counting = 0, True
+        try:
+            return super().fit(*args, **kwargs)
+        finally:
+            self._counting = False
 
     def _choose_gradient_calculator(self, T, X, entries):
         if entries is not None:
             return super()._choose_gradient_calculator(T, X, entries)
-        return lambda X, T, E, weights, entries, beta: efron(X.to_numpy(float), T.to_numpy(float), E.to_numpy().astype(bool), weights.to_numpy(float), beta)
+        return self._efron
+
+    def _efron(self, X, T, E, weights, entries, beta):
+        if getattr(self, "_counting", False):
+            self.newton_iterations += 1
+        return efron(X.to_numpy(float), T.to_numpy(float), E.to_numpy().astype(bool), weights.to_numpy(float), beta)
 
 
 class FastCoxPHFitter(CoxPHFitter):
