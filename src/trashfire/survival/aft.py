@@ -16,12 +16,58 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
+import pandas as pd
 from lifelines import LogLogisticAFTFitter, LogNormalAFTFitter, WeibullAFTFitter
 from lifelines.exceptions import ConvergenceError
+from lifelines.fitters import ParametricRegressionFitter
+from lifelines.utils import _get_index
+from lifelines.utils.safe_exp import safe_exp
 from scipy.special import gamma, gammainc, hyp2f1, ndtr
 
-from trashfire.survival.fitters import ExponentialAFTFitter
 from trashfire.survival.newton import MAX_ITERATIONS, LocationScale, NotConverged, extreme_value, logistic, newton, normal
+
+
+def _covariate_columns(df: pd.DataFrame, *special: str | None) -> list[str]:
+    return [c for c in df.columns if c not in special]
+
+
+def _no_conditioning(conditional_after) -> None:
+    if conditional_after is not None:
+        raise NotImplementedError("conditional_after is not supported by this fitter")
+
+
+class ExponentialAFTFitter(ParametricRegressionFitter):
+    """Exponential AFT model: S(t | x) = exp(-t / exp(x·b)), the Weibull AFT with its shape
+    fixed at 1 (TRASHFIRE III-B.1). The scale exp(x·b) is the mean survival time."""
+
+    _fitted_parameter_names = ["lambda_"]
+    _FAST_MEDIAN_PREDICT = True  # lifelines then computes the training concordance from our median
+    fit_intercept = True
+
+    def fit(self, df: pd.DataFrame, duration_col: str, event_col: str | None = None, weights_col: str | None = None, **kwargs):
+        covariates = _covariate_columns(df, duration_col, event_col, weights_col)
+        regressors = {"lambda_": covariates}  # lifelines appends the intercept (fit_intercept)
+        return super().fit(df, duration_col, event_col, regressors=regressors, weights_col=weights_col, **kwargs)
+
+    def _cumulative_hazard(self, params, T, Xs):
+        return T / safe_exp(Xs["lambda_"] @ params["lambda_"])
+
+    def _log_hazard(self, params, T, Xs):
+        return -(Xs["lambda_"] @ params["lambda_"]) + 0.0 * T
+
+    def _scale(self, df: pd.DataFrame) -> np.ndarray:
+        return np.exp(self.regressors.transform_df(df)["lambda_"].to_numpy(float) @ self.params_.loc["lambda_"].to_numpy())
+
+    def predict_percentile(self, df, *, p: float = 0.5, conditional_after=None) -> pd.Series:
+        _no_conditioning(conditional_after)
+        return pd.Series(self._scale(df) * -np.log(p), index=_get_index(df))
+
+    def predict_median(self, df, *, conditional_after=None) -> pd.Series:
+        return self.predict_percentile(df, p=0.5, conditional_after=conditional_after)
+
+    def predict_expectation(self, df, conditional_after=None) -> pd.Series:
+        _no_conditioning(conditional_after)
+        return pd.Series(self._scale(df), index=_get_index(df))
 
 
 class NewtonAFTMixin:

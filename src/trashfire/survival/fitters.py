@@ -50,12 +50,12 @@ from lifelines.calibration import survival_probability_calibration
 from lifelines.exceptions import ConvergenceError
 from lifelines.fitters import ParametricRegressionFitter
 from lifelines.utils import DataframeSlicer, _get_index
-from lifelines.utils.safe_exp import safe_exp
 from scipy import stats
 from scipy.integrate import simpson
 from scipy.special import gammainc, gammaincc, gammainccinv, gammaincinv, gammaln
 
 from trashfire.core.stats import bic
+from trashfire.survival.aft import ExponentialAFTFitter, NewtonLogNormalAFTFitter, _covariate_columns, _no_conditioning  # noqa: F401 (ExponentialAFTFitter: its conf path)
 from trashfire.survival.data import NOT_COVARIATES
 from trashfire.survival.newton import torch_row_derivatives
 from trashfire.survival.newton_fit import NewtonRegressionMixin
@@ -143,40 +143,6 @@ class FastCRCSplineFitter(NewtonRegressionMixin, CRCSplineFitter):
         return value, first, None
 
 
-class ExponentialAFTFitter(ParametricRegressionFitter):
-    """Exponential AFT model: S(t | x) = exp(-t / exp(x·b)), the Weibull AFT with its shape
-    fixed at 1 (TRASHFIRE III-B.1). The scale exp(x·b) is the mean survival time."""
-
-    _fitted_parameter_names = ["lambda_"]
-    _FAST_MEDIAN_PREDICT = True  # lifelines then computes the training concordance from our median
-    fit_intercept = True
-
-    def fit(self, df: pd.DataFrame, duration_col: str, event_col: str | None = None, weights_col: str | None = None, **kwargs):
-        covariates = _covariate_columns(df, duration_col, event_col, weights_col)
-        regressors = {"lambda_": covariates}  # lifelines appends the intercept (fit_intercept)
-        return super().fit(df, duration_col, event_col, regressors=regressors, weights_col=weights_col, **kwargs)
-
-    def _cumulative_hazard(self, params, T, Xs):
-        return T / safe_exp(Xs["lambda_"] @ params["lambda_"])
-
-    def _log_hazard(self, params, T, Xs):
-        return -(Xs["lambda_"] @ params["lambda_"]) + 0.0 * T
-
-    def _scale(self, df: pd.DataFrame) -> np.ndarray:
-        return np.exp(self.regressors.transform_df(df)["lambda_"].to_numpy(float) @ self.params_.loc["lambda_"].to_numpy())
-
-    def predict_percentile(self, df, *, p: float = 0.5, conditional_after=None) -> pd.Series:
-        _no_conditioning(conditional_after)
-        return pd.Series(self._scale(df) * -np.log(p), index=_get_index(df))
-
-    def predict_median(self, df, *, conditional_after=None) -> pd.Series:
-        return self.predict_percentile(df, p=0.5, conditional_after=conditional_after)
-
-    def predict_expectation(self, df, conditional_after=None) -> pd.Series:
-        _no_conditioning(conditional_after)
-        return pd.Series(self._scale(df), index=_get_index(df))
-
-
 WARM_LAMBDA = 0.1  # lifelines divides by lambda: next to, not at, the log-normal limit
 GENGAMMA_STEP = 1e-3  # the differences' step in lambda, relative (at least 0.1 of it)
 SURVIVAL_CLIP = 1e-35  # lifelines' (autograd_gamma's) bounds on the incomplete gamma function in its log
@@ -227,8 +193,6 @@ class GeneralizedGammaAFTFitter(NewtonRegressionMixin, GeneralizedGammaRegressio
         """The log-normal AFT fit, the generalised gamma's limit lambda -> 0: starting next to it
         takes a fraction of the iterations (and of the ~70 s on 50,000 samples) that lifelines'
         two default starts take, to the same optimum (checked in the tests)."""
-        from trashfire.survival.aft import NewtonLogNormalAFTFitter  # aft imports this module
-
         log_normal = NewtonLogNormalAFTFitter(penalizer=self.penalizer)
         log_normal.fit(df, duration_col, event_col, weights_col=weights_col)
         return log_normal.params_
@@ -312,15 +276,6 @@ class GeneralizedGammaAFTFitter(NewtonRegressionMixin, GeneralizedGammaRegressio
             return pd.Series(np.inf, index=_get_index(df))
         log_mean = mu + power * math.log(lam**2) + gammaln(k + power) - gammaln(k)
         return pd.Series(np.exp(log_mean), index=_get_index(df))
-
-
-def _covariate_columns(df: pd.DataFrame, *special: str | None) -> list[str]:
-    return [c for c in df.columns if c not in special]
-
-
-def _no_conditioning(conditional_after) -> None:
-    if conditional_after is not None:
-        raise NotImplementedError("conditional_after is not supported by this fitter")
 
 
 # --- fitting with retries -------------------------------------------------------------------
