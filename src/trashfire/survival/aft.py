@@ -22,7 +22,7 @@ from lifelines.exceptions import ConvergenceError
 from lifelines.fitters import ParametricRegressionFitter
 from lifelines.utils import _get_index
 from lifelines.utils.safe_exp import safe_exp
-from scipy.special import gamma, gammainc, hyp2f1, ndtr
+from scipy.special import expit, gamma, gammainc, hyp2f1, ndtr
 
 from trashfire.survival.newton import MAX_ITERATIONS, LocationScale, NotConverged, extreme_value, logistic, newton, normal
 
@@ -231,6 +231,6 @@ def log_logistic_restricted_mean(t_star, scale, shape):
     """int_0^t* du / (1 + (u / scale)^shape) = t* 2F1(1, 1/shape; 1 + 1/shape; -z), z = (t*/scale)^shape,
     by Pfaff's transformation: t* (1 + z)^(-1/shape) 2F1(1/shape, 1/shape; 1 + 1/shape; z / (1 + z)),
     whose argument stays in [0, 1)."""
-    z = (t_star / scale) ** shape
+    log_z = shape * (np.log(t_star) - np.log(scale))  # in logs: z overflows far past the scale, and z / (1 + z) is then inf / inf
     inverse = 1.0 / shape
-    return t_star * (1.0 + z) ** (-inverse) * hyp2f1(inverse, inverse, 1.0 + inverse, z / (1.0 + z))
+    return t_star * np.exp(-inverse * np.logaddexp(0.0, log_z)) * hyp2f1(inverse, inverse, 1.0 + inverse, expit(log_z))
