@@ -151,6 +151,26 @@ def test_away_jobs_run_in_a_worker_even_alone_so_that_this_process_works_meanwhi
     assert {pid for _, (pid, _) in results} != {os.getpid()} and len({pid for _, (pid, _) in results}) == 1
 
 
+FORKED_POOL = """
+import tests.worker_jobs as jobs
+from trashfire.core.parallel import results_as_completed
+jobs.MARK = "set by the parent"
+print(sorted(result for _, result in results_as_completed(jobs.mark_and_torch, [(), ()], 2, "test", threads=1, fork=True)))
+"""
+
+
+def test_a_fork_pool_starts_with_the_parents_modules_and_torch_keeps_spawn():
+    """The survival stage's fits fork (their modules imported once, seconds saved per worker)
+    where the stage has not loaded torch; with torch loaded the pool spawns."""
+    import subprocess
+    import sys
+
+    forked = subprocess.run([sys.executable, "-c", FORKED_POOL], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert forked.stdout.strip() == "[('set by the parent', False), ('set by the parent', False)]", forked.stderr
+    with_torch = subprocess.run([sys.executable, "-c", "import torch\n" + FORKED_POOL], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert with_torch.stdout.strip() == "[('imported', True), ('imported', True)]", with_torch.stderr
+
+
 def test_the_plan_line_says_where_the_cells_run():
     """A stage's log names worker processes only when it will start them: a lone job runs in
     the stage's process, with the threads a worker would have had."""

@@ -907,7 +907,7 @@ def stage_run(monkeypatch):
         drawn[path.relative_to(path.parents[1]).as_posix() if path.parent.name == "coefficients" else path.name] = figure_text(fig)
         real_save(fig, path)
 
-    def fits_here(job, arguments, workers, prog, threads, away=False):
+    def fits_here(job, arguments, workers, prog, threads, away=False, fork=False):
         given.append((workers, threads))
         return real_fits(job, arguments, 1, prog, None)
 

@@ -52,3 +52,12 @@ def ticking_job(cells: int) -> int:
 def quiet_job(cells: int) -> int:
     """A job that says only at its end how many cells it did, as the train stage's."""
     return cells
+
+
+MARK = "imported"  # a parent sets it before its pool starts: a forked worker sees the parent's value
+
+
+def mark_and_torch() -> tuple[str, bool]:
+    import sys
+
+    return MARK, "torch" in sys.modules

@@ -174,11 +174,13 @@ def tick(count: int = 1) -> None:
 
 
 def results_as_completed(
-    job: Callable[..., Any], arguments: Sequence[tuple], workers: int, prog: str, threads: int | None = None, away: bool = False
+    job: Callable[..., Any], arguments: Sequence[tuple], workers: int, prog: str, threads: int | None = None, away: bool = False, fork: bool = False
 ) -> Iterator[tuple[int, Any]]:
     """(index into arguments, job(*args)) as each job finishes: in order in this process when
     workers is 1 or there is one job (`away`: in one worker process all the same, so that this
-    process works on the results meanwhile), else over `workers` processes (give the longest jobs first); each with
+    process works on the results meanwhile), else over `workers` processes (give the longest jobs first;
+    `fork`: forked where this process has not loaded torch, so that they start with its
+    modules instead of importing them again, seconds each); each with
     `threads` threads (None: cores / workers in a worker, the process's own in this one),
     this process too while it waits and handles the results. The first failing job's error
     is raised at once: the other workers are killed (their finished cells are on disk; a
@@ -188,15 +190,17 @@ def results_as_completed(
     if workers > 1 and len(arguments) == 1 and not away:  # a pool of one costs a process start (torch: seconds) and gains nothing
         threads, workers = threads_per_cell(workers) if threads is None else threads, 1  # the threads a worker would have had
     with threads_limited(threads) if threads is not None else contextlib.nullcontext():
-        yield from _as_completed(job, arguments, workers, prog, threads_per_cell(workers) if threads is None else threads, away)
+        yield from _as_completed(job, arguments, workers, prog, threads_per_cell(workers) if threads is None else threads, away, fork and not torch_loaded())
 
 
-def _as_completed(job: Callable[..., Any], arguments: Sequence[tuple], workers: int, prog: str, threads: int, away: bool = False) -> Iterator[tuple[int, Any]]:
+def _as_completed(
+    job: Callable[..., Any], arguments: Sequence[tuple], workers: int, prog: str, threads: int, away: bool = False, fork: bool = False
+) -> Iterator[tuple[int, Any]]:
     if workers <= 1 and not away:
         for index, args in enumerate(arguments):
             yield index, job(*args)
         return
-    context = multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("fork" if fork else "spawn")  # spawn: a forked torch can hang on its threads
     ticks = context.SimpleQueue() if _TICKS else None  # the workers' tick()s, for this process's bar
     init = (os.getpid(), threads, logging.getLogger("trashfire").getEffectiveLevel(), prog, torch_loaded(), ticks)
     pool = ProcessPoolExecutor(min(workers, len(arguments)) or 1, mp_context=context, initializer=_init_worker, initargs=init)

@@ -185,7 +185,7 @@ def compare(
     # as the fits: there they run in workers - 1 processes beside it, so that no more than two
     # copies of the design are alive at once (10^6 samples: 6.3 GiB with two fit workers)
     fit_processes = workers if F.sample_weights(train).sum() < LARGE_SPLIT else max(1, workers - 1)
-    for index, fit in results_as_completed(fit_with_robust_se, to_fit, fit_processes, log.name, threads, away=workers > 1):
+    for index, fit in results_as_completed(fit_with_robust_se, to_fit, fit_processes, log.name, threads, away=workers > 1, fork=True):
         name, spec = to_fit[index][:2]
         if isinstance(fit, F.FitFailed):
             log.warning("%s failed to fit: %s", name, fit)
