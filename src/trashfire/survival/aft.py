@@ -13,8 +13,6 @@ interval censoring goes to lifelines' optimiser.
 
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
 import pandas as pd
 from lifelines import LogLogisticAFTFitter, LogNormalAFTFitter, WeibullAFTFitter
@@ -25,6 +23,7 @@ from lifelines.utils.safe_exp import safe_exp
 from scipy.special import expit, gamma, gammainc, hyp2f1, ndtr
 
 from trashfire.survival.newton import MAX_ITERATIONS, LocationScale, NotConverged, extreme_value, logistic, newton, normal
+from trashfire.survival.newton_fit import keep_lifelines_objectives, right_censored_from_zero
 
 
 def _covariate_columns(df: pd.DataFrame, *special: str | None) -> list[str]:
@@ -84,14 +83,11 @@ class NewtonAFTMixin:
 
     def _fit_model(self, likelihood, Ts, Xs, E, weights, entries, fit_options, show_progress=False, user_supplied_initial_point=None):
         scale_columns = Xs[self.SCALE].shape[1] if self.SCALE else 0
-        if scale_columns > 1 or (entries is not None and np.any(entries != 0)) or Ts[0] is None or Ts[1] is not None and not np.array_equal(Ts[0], Ts[1]):
+        if scale_columns > 1 or not right_censored_from_zero(Ts, entries):
             return super()._fit_model(likelihood, Ts, Xs, E, weights, entries, fit_options, show_progress, user_supplied_initial_point)
         # what lifelines' own _fit_model leaves for its score() and our robust SEs' reference
         self._initial_point_dicts = [{name: np.zeros(Xs[name].shape[1]) for name in self._fitted_parameter_names}]
-        self._neg_likelihood_with_penalty_function = partial(
-            self._create_neg_likelihood_with_penalty_function, likelihood=likelihood, penalty=self._add_penalty
-        )
-        self._neg_likelihood = partial(self._create_neg_likelihood_with_penalty_function, likelihood=likelihood)
+        keep_lifelines_objectives(self, likelihood)
         X = np.asarray(Xs[self.LOCATION], dtype=float)
         model = LocationScale(
             self.DENSITY, X, np.log(np.asarray(Ts[0], dtype=float)), np.asarray(E, dtype=bool), np.asarray(weights, dtype=float), not self.SCALE

@@ -148,7 +148,8 @@ def newton(model: LocationScale, params: np.ndarray, ridge: np.ndarray, scale_si
 
 def minimise(function, params: np.ndarray, iterations: int = MAX_ITERATIONS):
     """Newton-Raphson with step halving (survreg's) on `function(params) -> (value, gradient,
-    Hessian)`; where the Hessian is not positive definite, a Levenberg shift. Returns (params,
+    Hessian)`; where the Hessian is not positive definite, its eigenvalues by their absolute
+    values (`_newton_step`). Returns (params,
     value, gradient, Hessian, iterations) once the gradient is within GRADIENT_TOLERANCE, or
     raises NotConverged."""
     value, gradient, hessian = function(params)

@@ -25,6 +25,19 @@ from trashfire.survival.newton import MAX_ITERATIONS, LinearPredictors, NotConve
 NEWTON = "Newton-Raphson"  # `_scipy_fit_method` that selects it; any other is scipy's, on the exact gradient
 
 
+def right_censored_from_zero(Ts, entries) -> bool:
+    """Whether lifelines' data are what the Newton fits take: right-censored, no entry times."""
+    return not ((entries is not None and np.any(entries != 0)) or Ts[0] is None or Ts[1] is not None and not np.array_equal(Ts[0], Ts[1]))
+
+
+def keep_lifelines_objectives(fitter, likelihood) -> None:
+    """What lifelines' own _fit_model leaves for its score() and the convergence check."""
+    fitter._neg_likelihood_with_penalty_function = partial(
+        fitter._create_neg_likelihood_with_penalty_function, likelihood=likelihood, penalty=fitter._add_penalty
+    )
+    fitter._neg_likelihood = partial(fitter._create_neg_likelihood_with_penalty_function, likelihood=likelihood)
+
+
 class NewtonRegressionMixin:
     """`_fit_model` by Newton-Raphson for a lifelines ParametricRegressionFitter (module docstring)."""
 
@@ -36,14 +49,10 @@ class NewtonRegressionMixin:
         raise NotImplementedError
 
     def _fit_model(self, likelihood, Ts, Xs, E, weights, entries, fit_options, show_progress=False, user_supplied_initial_point=None):
-        if (entries is not None and np.any(entries != 0)) or Ts[0] is None or Ts[1] is not None and not np.array_equal(Ts[0], Ts[1]):
+        if not right_censored_from_zero(Ts, entries):
             return super()._fit_model(likelihood, Ts, Xs, E, weights, entries, fit_options, show_progress, user_supplied_initial_point)
         starts, _ = self._prepare_initial_points(user_supplied_initial_point, Ts, E, entries, weights, Xs)
-        # what lifelines' own _fit_model leaves for its score() and the convergence check
-        self._neg_likelihood_with_penalty_function = partial(
-            self._create_neg_likelihood_with_penalty_function, likelihood=likelihood, penalty=self._add_penalty
-        )
-        self._neg_likelihood = partial(self._create_neg_likelihood_with_penalty_function, likelihood=likelihood)
+        keep_lifelines_objectives(self, likelihood)
         names = self._parameter_order(Xs)
         log_t = np.log(np.asarray(Ts[0], dtype=float))
         model = LinearPredictors(
