@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from trashfire.attacks import art_classifier, build_attack
+from trashfire.attacks.art_attacks import art_classifier, build_attack
 from trashfire.attacks.engine import model_cost, run_engine
 from trashfire.attacks.target import Target
 from trashfire.core.clocks import Stopwatch

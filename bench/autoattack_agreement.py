@@ -26,11 +26,12 @@ import numpy as np
 import torch
 from pyautoattack import AutoAttack
 
-from trashfire.attacks import art_classifier, standard
+from trashfire.attacks import standard
+from trashfire.attacks import versions as attack_versions
+from trashfire.attacks.art_attacks import art_classifier
 from trashfire.attacks.engine import attack_samples, model_cost
 from trashfire.attacks.failure_log import FailureLog
 from trashfire.attacks.target import Target
-from trashfire.core import attack_versions
 from trashfire.core.clocks import LapClock, Stopwatch
 from trashfire.core.config import compose, normalise, validate
 from trashfire.core.grid import UNDEFENDED, attack_specs, training_cells

@@ -41,16 +41,6 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
 PARTS = ("pipeline", "attack", "sweep", "survival")
 DEFAULT_REPRO_LIMIT_S = 300  # issue 17: the default's `dvc repro` within 5 minutes on 2 cores
-TINY_DEFAULT = """# @package _global_
-defaults:
-  - override /model: [fcnet]
-  - override /attack: [fgm, pgd]
-  - override /defence: [none, gauss_in, gauss_out, conf, fsq]
-data: {digits: {subsample: 400}}
-split: {n_attack: 20}
-train: {epochs: [1], progress: false}
-attack: {fgm: {values: [0.1, 1.0]}, pgd: {values: [0.1, 1.0]}}
-"""
 
 
 def run(command: list[str], cwd: Path, env: dict[str, str]) -> str:
@@ -65,10 +55,9 @@ def scratch_project(experiment: str) -> tuple[Path, dict[str, str]]:
     work = Path(tempfile.mkdtemp(prefix="trashfire-bench-"))
     for item in ("dvc.yaml", "conf", "src"):
         (shutil.copytree if (ROOT / item).is_dir() else shutil.copy)(ROOT / item, work / item)
-    if experiment == "tiny":
-        (work / "conf" / "experiment" / "default.yaml").write_text(TINY_DEFAULT)
     env = os.environ | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "TRASHFIRE_CONFIG_DIR": str(work / "conf")}
-    for command in (["git", "init", "-q"], ["dvc", "init", "-q"], [sys.executable, "-m", "trashfire.params"]):
+    # the tiny experiment is conf/experiment/tiny.yaml, as the tests run it
+    for command in (["git", "init", "-q"], ["dvc", "init", "-q"], [sys.executable, "-m", "trashfire.params", f"experiment={experiment}"]):
         run(command, work, env)
     return work, env
 

@@ -31,8 +31,8 @@ import numpy as np
 import pandas as pd
 
 from trashfire.core.records import write_json
+from trashfire.core.schema.units import FIT_UNITS
 from trashfire.survival.aft import NewtonLogLogisticAFTFitter, NewtonLogNormalAFTFitter, NewtonWeibullAFTFitter
-from trashfire.survival.analysis import FIT_UNITS
 from trashfire.survival.data import drop_degenerate
 from trashfire.survival.fitters import DURATION, EVENT, WEIGHT, covariates_of, model_frame
 

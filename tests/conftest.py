@@ -29,26 +29,9 @@ SHARED_MNIST = ROOT.parent / "shared" / "data" / "mnist"
 
 # Every defence family, both FGM norms and PGD, two strengths each, on 400 digits (the other
 # attack families have their own tests).
-TINY = [
-    "model=[cifar_resnet8]",  # the default's smallest ResNet: a TINY pipeline in a third of ResNet-18's time
-    "attack=[fgm,pgd]",
-    "data.digits.subsample=400",
-    "split.n_attack=20",
-    "train.epochs=[3]",  # 0.90 benign accuracy (ResNet-18 for 1 epoch: 0.41, and 0.18 with Gaussian input noise)
-    "~train.per_model.cifar_resnet8",  # the default experiment gives it its own epoch grid
-    "train.progress=false",
-    "attack.fgm.values=[0.1,1.0]",
-    "attack.pgd.values=[0.1,1.0]",
-    "attack.fgm.units=standardised",  # the default's grids are in pixel units
-    "attack.pgd.units=standardised",
-    "defence=[none,gauss_in,gauss_out,conf,fsq]",  # adversarial training has its own tests
-    "split.seeds=[0]",  # the default's three seeds, schedule and LIME sample are for the study, not the mechanics
-    "train.lr=[0.05]",
-    "train.lr_schedule=constant",
-    "metrics.brittle.n_samples=20",
-    "report.formats=[png]",  # a PDF of each figure doubles the figures stage's time; test_figures writes both
-    "train.workers=1",  # in-process, as the tests' monkeypatches expect; test_parallel and the kill test run workers
-]
+# conf/experiment/tiny.yaml, the one quick pipeline of the tests and the bench; in-process
+# training, as the tests' monkeypatches expect (test_parallel and the kill test run workers)
+TINY = ["experiment=tiny", "train.workers=1"]
 
 
 def artefacts_of(stage, **folders: Path):
@@ -155,7 +138,7 @@ def digits_cnn(tmp_path_factory):
     share it."""
     import torch
 
-    from trashfire.attacks import art_classifier
+    from trashfire.attacks.art_attacks import art_classifier
     from trashfire.attacks.target import Target
     from trashfire.core.grid import UNDEFENDED, training_cells
     from trashfire.data.datasets import load_split

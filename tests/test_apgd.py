@@ -14,8 +14,8 @@ from torch import nn
 
 from tests.conftest import ROUNDING, PixelModel, first_query
 from trashfire.attacks import apgd as apgd_module
-from trashfire.attacks import art_classifier
 from trashfire.attacks.apgd import APGDSettings, Run, apgd, budget_of, checkpoints
+from trashfire.attacks.art_attacks import art_classifier
 from trashfire.attacks.failure_log import FailureLog
 from trashfire.attacks.target import Target
 from trashfire.core.clocks import LapClock

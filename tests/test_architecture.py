@@ -5,10 +5,12 @@ import ast
 import graphlib
 import pickle
 import pkgutil
+import re
 import subprocess
 import sys
 
 import pytest
+import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigAttributeError
 
@@ -197,3 +199,125 @@ def test_a_stage_artefact_is_a_path_under_a_declared_paths_key(tmp_path):
     assert stage.dvc("outs") == [{"${paths.reports}/x.csv": {"cache": False}}]  # DVC resolves it from params.yaml
     layout = OmegaConf.create({"paths": {"reports": str(tmp_path / "elsewhere")}})
     assert stage.outputs(layout) == [tmp_path / "elsewhere" / "x.csv"] and stage.inputs(layout) == [tmp_path / "elsewhere" / "in.csv"]
+
+
+# --- domain code out of core ---------------------------------------------------------------
+
+# each stage's own package: its checks may be its code deps, another domain's never are
+STAGE_DOMAIN = {
+    "prepare": "data",
+    "train": "models",
+    "attack": "attacks",
+    "brittle": "brittle",
+    "timing": "tables",
+    "survival": "survival",
+    "aggregate": "metrics",
+    "figures": "report",
+}
+DOMAIN_WORDS = re.compile(r"attack|defen[cs]e|brittle|lime", re.IGNORECASE)
+# the grid keys the cells of every group (data, model, defence, attack) and the schema lays out
+# the records and tables of every floor: they name the groups, and define no setting of them
+CELL_KEYS_AND_LAYOUTS = ("trashfire.core.grid", "trashfire.core.schema")
+DOMAIN_KEYS = ("attack.", "defence.", "metrics.brittle")
+
+
+def top_level_names(module: str) -> set[str]:
+    tree = ast.parse(dvc_yaml.module_file(module).read_text())
+    names = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    return names | {
+        t.id
+        for node in tree.body
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        for t in getattr(node, "targets", [getattr(node, "target", None)])
+        if isinstance(t, ast.Name)
+    }
+
+
+def config_errors_about(module: str, prefixes: tuple[str, ...]) -> list[str]:
+    """The literal keys of the ConfigErrors a module raises that start with a prefix."""
+    found = []
+    for node in ast.walk(ast.parse(dvc_yaml.module_file(module).read_text())):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "ConfigError" and node.args:
+            key = node.args[0]
+            text = (
+                key.value
+                if isinstance(key, ast.Constant)
+                else key.values[0].value
+                if isinstance(key, ast.JoinedStr) and key.values and isinstance(key.values[0], ast.Constant)
+                else ""
+            )
+            if isinstance(text, str) and text.startswith(prefixes):
+                found.append(text)
+    return found
+
+
+def core_modules() -> list[str]:
+    return [m for m in all_modules() if m.startswith("trashfire.core.") and not m.startswith(CELL_KEYS_AND_LAYOUTS)]
+
+
+def test_core_defines_no_attack_defence_or_brittle_setting():
+    """Attack and defence checks, AutoAttack's versions and brittle's settings live in their
+    packages (`attacks/checks.py`, `attacks/versions.py`, `models/checks.py`, `brittle/spec.py`):
+    no core module defines a name about them or refuses a key of theirs."""
+    named = {module: sorted(n for n in top_level_names(module) if DOMAIN_WORDS.search(n)) for module in core_modules()}
+    assert not {m: n for m, n in named.items() if n}, f"core defines domain settings: { {m: n for m, n in named.items() if n} }"
+    refused = {module: config_errors_about(module, DOMAIN_KEYS) for module in [*core_modules(), "trashfire.core.grid"]}
+    assert not {m: k for m, k in refused.items() if k}, f"core checks domain keys: { {m: k for m, k in refused.items() if k} }"
+    for moved in ("trashfire.attacks.versions", "trashfire.attacks.checks", "trashfire.brittle.spec"):
+        assert dvc_yaml.module_file(moved) is not None
+
+
+def test_the_core_check_sees_a_domain_setting(tmp_path, monkeypatch):
+    """The check above fails on what it is meant to find."""
+    source = tmp_path / "probe.py"
+    source.write_text('ENGINES = ("torch",)\ndef brittle_hash(x): pass\ndef check(spec):\n    raise ConfigError(f"attack.{spec}.engine", "bad")\n')
+    monkeypatch.setattr(dvc_yaml, "module_file", lambda module: source)
+    assert [n for n in top_level_names("probe") if DOMAIN_WORDS.search(n)] == ["brittle_hash"]
+    assert config_errors_about("probe", DOMAIN_KEYS) == ["attack."]
+
+
+def domain_checks_in_deps(stage: str, deps: list[str]) -> list[str]:
+    """The checks modules of other packages among a stage's code deps."""
+    own = {"src/trashfire/core/checks.py", f"src/trashfire/{STAGE_DOMAIN[stage]}/checks.py"}
+    return [dep for dep in deps if dep.startswith("src/trashfire/") and dep.endswith("/checks.py") and dep not in own]
+
+
+def generated_stages() -> dict[str, dict]:
+    return yaml.safe_load(dvc_yaml.render())["stages"]
+
+
+def test_no_stage_depends_on_another_domains_checks():
+    """A stage validates the whole config (every package's registered checks run), but a
+    stricter attack check must not rerun prepare: checks are found at run time, not imported."""
+    assert set(STAGE_DOMAIN) == set(ORDER)
+    offenders = {stage: domain_checks_in_deps(stage, entry["deps"]) for stage, entry in generated_stages().items()}
+    assert not {s: d for s, d in offenders.items() if d}, offenders
+    assert domain_checks_in_deps("prepare", ["src/trashfire/attacks/checks.py", "src/trashfire/data/checks.py"]) == ["src/trashfire/attacks/checks.py"]
+
+
+def test_editing_attack_versions_reruns_only_attack_and_the_stages_after_it():
+    """AutoAttack's version table is the attack stage's code: DVC reruns a stage whose code
+    deps changed, so prepare and train must not list it (they did while it sat in core)."""
+    stages = generated_stages()
+    listing = [stage for stage, entry in stages.items() if "src/trashfire/attacks/versions.py" in entry["deps"]]
+    assert "attack" in listing
+    assert all(ORDER.index(stage) >= ORDER.index("attack") for stage in listing), listing
+
+
+def test_the_light_attack_modules_load_neither_torch_nor_art():
+    """The validator and the table stages read trashfire.attacks' spec, store, versions and
+    checks: the package itself must import nothing heavy."""
+    probe = (
+        "import sys\nimport trashfire.attacks, trashfire.attacks.spec, trashfire.attacks.store, trashfire.attacks.versions, trashfire.attacks.checks\n"
+        "import trashfire.brittle.spec, trashfire.models.spec\n"
+        "print(','.join(m for m in ('torch', 'art', 'captum') if m in sys.modules))"
+    )
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip() == ""
+
+
+def test_the_torch_loops_are_declared_once():
+    """spec.TORCH_LOOPS names each loop and its module; the engine and standard derive theirs."""
+    from trashfire.attacks import engine, spec, standard
+
+    assert set(engine.ALGORITHMS) == set(spec.TORCH_ALGORITHMS)
+    assert standard.ALGORITHMS == spec.loops_run_by("standard") and set(engine.OWN_LOOPS) == set(spec.loops_run_by("engine"))

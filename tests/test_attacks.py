@@ -7,7 +7,9 @@ import pytest
 import torch
 
 from tests.conftest import ROOT, tiny_overrides
-from trashfire.attacks import art_classifier, budget_subset, build_attack, campaign
+from trashfire.attacks import campaign
+from trashfire.attacks.art_attacks import art_classifier, build_attack
+from trashfire.attacks.samples import budget_subset
 from trashfire.core.config import compose, validate
 from trashfire.core.grid import UNDEFENDED, attack_cells
 from trashfire.core.records import read_json, read_npz

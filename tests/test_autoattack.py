@@ -13,9 +13,11 @@ from art.estimators.classification import PyTorchClassifier
 from torch import nn
 
 from tests.conftest import ROOT, recorded, tiny_overrides
-from trashfire.attacks import art_classifier, attack_strength, build_attack, campaign
+from trashfire.attacks import campaign
+from trashfire.attacks.art_attacks import art_classifier, build_attack
 from trashfire.attacks.autoattack import AutoPGD, wrong_classes
 from trashfire.attacks.engine import run_engine
+from trashfire.attacks.spec import attack_strength
 from trashfire.attacks.target import Target
 from trashfire.core.config import compose, normalise, validate
 from trashfire.core.errors import ConfigError

@@ -221,7 +221,7 @@ def test_rules_come_from_the_option(conf_dir, override, key, needle):
 def test_a_count_strength_is_never_cast(conf_dir):
     """hsj's max_eval is a count by its rules: 50.0 is refused, not silently made 50; a real
     strength not named eps is a real, whatever its name."""
-    from trashfire.attacks import art_strength
+    from trashfire.attacks.spec import art_strength
 
     cfg = normalise(
         validate(compose(["attack=[hsj,fgm]", "attack.fgm.param=epsilon", "attack.fgm.values=[0.5]", "attack.fgm.units=standardised"], conf=conf_dir))

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tests.conftest import ROOT
-from trashfire.attacks import art_classifier
+from trashfire.attacks.art_attacks import art_classifier
 from trashfire.attacks.target import Target
 from trashfire.core.config import compose, validate
 from trashfire.core.grid import defence_values, model_cells

@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from tests.conftest import ROOT, tiny_overrides
-from trashfire.attacks import art_classifier, attack_strength, build_attack
+from trashfire.attacks.art_attacks import art_classifier, build_attack
 from trashfire.attacks.engine import attack_samples, model_cost, price, run_engine, warm_up_batch
+from trashfire.attacks.spec import attack_strength
 from trashfire.attacks.target import Target, margins
 from trashfire.core.clocks import LapClock
 from trashfire.core.config import compose, validate

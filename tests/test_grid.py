@@ -92,7 +92,7 @@ def test_pixel_unit_budgets_are_their_own_cells_and_standardised_keeps_older_has
 
 
 def test_pixel_units_divide_by_the_mean_training_std():
-    from trashfire.attacks import attack_strength
+    from trashfire.attacks.spec import attack_strength
 
     assert attack_strength({"value": 0.3, "units": "pixel"}, pixel_std=0.3) == pytest.approx(1.0)
     assert attack_strength({"value": 0.3}, pixel_std=0.3) == 0.3

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from tests.test_models import model_spec
-from trashfire.attacks import art_classifier
+from trashfire.attacks.art_attacks import art_classifier
 from trashfire.attacks.network import EvalBatchNorm2d, attack_network
 from trashfire.attacks.target import Target
 from trashfire.core.grid import UNDEFENDED

@@ -11,8 +11,8 @@ import pytest
 from markupsafe import escape
 
 from tests.conftest import ROOT, artefacts_of, tiny_overrides
-from trashfire.attacks import attack_strength
 from trashfire.attacks.campaign import attack_record_path, outcomes_path
+from trashfire.attacks.spec import attack_strength
 from trashfire.brittle.scores import brittle_hash, brittle_record_path, brittle_settings
 from trashfire.core import schema
 from trashfire.core.config import compose, validate

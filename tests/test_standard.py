@@ -14,9 +14,9 @@ from pyautoattack.autopgd_base import APGDAttack, APGDAttack_targeted
 
 from tests.conftest import PixelModel, tiny_config
 from trashfire.attacks import standard
+from trashfire.attacks import versions as attack_versions
 from trashfire.attacks.engine import model_cost
 from trashfire.attacks.failure_log import FailureLog
-from trashfire.core import attack_versions
 from trashfire.core.clocks import LapClock
 from trashfire.core.errors import ConfigError
 from trashfire.core.grid import attack_specs

@@ -511,6 +511,17 @@ def test_selection_rule_and_chosen_model():
         expected_time.select(comparison, times, "loglogistic", "test_ICI")
 
 
+def test_every_selection_score_is_a_column_of_table_i_with_one_direction():
+    """survival.spec.SCORES is the one table of what select_by may name: the validator lists
+    its names, Table I holds its columns, and select reads its direction."""
+    from trashfire.survival import spec
+
+    assert {s.column for s in spec.SCORES} <= set(scoring.SCORE_COLUMNS)
+    assert {s.name for s in spec.SCORES if s.higher_is_better} == {"concordance", "test_concordance"}
+    with pytest.raises(ConfigError, match="survival.select_by: got 'C'; allowed: test_ICI, ICI, test_E50, E50, AIC, BIC, test_concordance, concordance"):
+        survival_checks.check(OmegaConf.merge(compose(), {"survival": {"select_by": "C"}}))
+
+
 def test_survival_cli_reports_all_censored_data_in_one_line(tmp_path):
     params = tmp_path / "params.yaml"
     params.write_text(composed_yaml(tiny_overrides(tmp_path)))

@@ -124,39 +124,13 @@ for _name, _node in SAMPLERS.items():
 
 
 class TrashfireSweeper(Sweeper):
-    def __init__(
-        self,
-        sampler: Any,
-        direction: Any,
-        storage: Any | None,
-        study_name: str | None,
-        n_trials: int,
-        n_jobs: int,
-        max_failure_rate: float,
-        params: DictConfig | None,
-        custom_search_space: str | None,
-        heartbeat_interval: int,
-        grace_period: int | None,
-        poll_interval: float,
-        trial_configs: str = "overrides",
-    ) -> None:
+    def __init__(self, **settings: Any) -> None:
+        """Hydra instantiates this with TrashfireSweeperConf's fields, by name: they are
+        handed on as they are, so the sweeper's settings are named once, in that dataclass
+        (and the engine's keyword-only signature, which refuses a name it does not know)."""
         from trashfire.sweep import ResumableOptunaSweeper
 
-        self.sweeper = ResumableOptunaSweeper(
-            sampler,
-            direction,
-            storage,
-            study_name,
-            n_trials,
-            n_jobs,
-            max_failure_rate,
-            custom_search_space,
-            params,
-            heartbeat_interval=heartbeat_interval,
-            grace_period=grace_period,
-            poll_interval=poll_interval,
-            trial_configs=trial_configs,
-        )
+        self.sweeper = ResumableOptunaSweeper(**settings)
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.sweeper.setup(hydra_context=hydra_context, task_function=task_function, config=config)

@@ -131,7 +131,7 @@ class Sequence:
     on the torch engine only (FAB-T: ART has no FAB) are left out."""
 
     def __init__(self, estimator: Any, eps: float, components: dict[str, Any], norm: int | float | str = np.inf):
-        from trashfire.attacks import build_attack
+        from trashfire.attacks.art_attacks import build_attack
 
         self.estimator = estimator
         norm_name = NORM_NAMES.get(norm, str(norm))

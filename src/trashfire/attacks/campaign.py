@@ -28,19 +28,12 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from trashfire.attacks import (
-    art_classifier,
-    attack_strength,
-    budget_subset,
-    build_attack,
-    declaration,
-    engine_of,
-    perturbation_norms,
-    standard,
-    torch_algorithm,
-    validity,
-)
+from trashfire.attacks import standard, validity
+from trashfire.attacks.art_attacks import art_classifier, build_attack, declaration
 from trashfire.attacks.engine import attack_samples, calibrate, model_cost, price, warm_up_batch
+from trashfire.attacks.samples import budget_subset, perturbation_norms
+from trashfire.attacks.spec import attack_strength, black_box_of, engine_of, torch_algorithm
+from trashfire.attacks.store import attack_record_path, benign_path, declaration_path, outcomes_path
 from trashfire.attacks.target import Target
 from trashfire.core.clocks import SECONDS, STEPS, Elapsed, LapClock, Rate, Stopwatch, pooled_rate
 from trashfire.core.errors import ConfigError
@@ -50,7 +43,6 @@ from trashfire.core.records import is_recorded, read_json, recorded, remove_dead
 from trashfire.core.schema import AttackRecord, BenignRecord, Outcomes, TrainRecord, cell_labels
 from trashfire.core.stage import Artefacts
 from trashfire.core.stats import accuracy
-from trashfire.core.store import attack_record_path, benign_path, black_box_of, declaration_path, outcomes_path
 from trashfire.data.datasets import Split, cached_split
 from trashfire.models.architectures import resolve_device
 from trashfire.models.flops import SampleCost
@@ -286,7 +278,7 @@ def attack_job(cfg: DictConfig, artefacts: Artefacts, model_cell: ModelCell, cel
 
 def declare_attacks(cfg: DictConfig, folder: Path) -> None:
     """Record what ART declares of each attack class of the grid (`declaration_path`), which
-    the tables read (black_box: trashfire.core.store.black_box_of); refuse, before any cell
+    the tables read (black_box: trashfire.attacks.spec.black_box_of); refuse, before any cell
     runs, an attack whose class declares nothing and whose option does not say."""
     declarations = declaration_path(folder, "_").parent
     if declarations.is_dir():

@@ -41,9 +41,10 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from trashfire.attacks import NORMS, pgd_step_size, standard, torch_algorithm
+from trashfire.attacks import standard
 from trashfire.attacks.autoattack import Sequence
 from trashfire.attacks.failure_log import FailureLog, batches
+from trashfire.attacks.spec import NORMS, loops_run_by, pgd_step_size, torch_algorithm
 from trashfire.attacks.target import Target, margins
 from trashfire.core.clocks import STEPS, LapClock, Rate, rate_of
 from trashfire.core.schema import FIRST_QUERY
@@ -356,14 +357,17 @@ def _deepfool(target: Target, log: FailureLog, clock: LapClock, spec: dict, stre
     deepfool(target, log, clock, nb_grads=int(strength), max_iter=spec["max_iter"], overshoot=overshoot, batch_size=batch_size)
 
 
-# the torch engine's loops by the name an attack's `rules.torch.algorithm` gives
-# (trashfire.core.config.TORCH_ALGORITHMS names the same, for the validator)
-ALGORITHMS = {
+# the torch engine's loops by the name an attack's `rules.torch.algorithm` gives (declared
+# once, in trashfire.attacks.spec.TORCH_LOOPS, with the module that runs each)
+OWN_LOOPS = {
     "fgm": Algorithm(steps=lambda spec: 1, run=_gradient(fgm_settings)),
     "pgd": Algorithm(steps=lambda spec: int(spec["max_iter"]), run=_gradient(pgd_settings)),
     "deepfool": Algorithm(steps=lambda spec: int(spec["max_iter"]), run=_deepfool),
+}
+ALGORITHMS = {
+    **{name: OWN_LOOPS[name] for name in loops_run_by("engine")},
     # AutoAttack's components, alone or in its composite (steps: a censored sample's queries)
-    **dict.fromkeys(("apgd", "fab", "square", "autoattack"), Algorithm(steps=standard.budget_of, run=standard.run)),
+    **dict.fromkeys(standard.ALGORITHMS, Algorithm(steps=standard.budget_of, run=standard.run)),
 }
 
 

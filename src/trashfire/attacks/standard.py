@@ -5,7 +5,7 @@ failure clock (docs/design.md, "Per-sample failure clock").
 - `version: standard`: APGD-CE (100 iterations), APGD-T (9 targets x 100), FAB-T (9 targets
   x 100), Square (5000 queries): the authors' `_set_version('standard')`. The option's
   `kwargs.components` must be these at these budgets (the validator refuses others:
-  `trashfire.core.attack_versions`): a change is a custom evaluation and says so
+  `trashfire.attacks.versions`): a change is a custom evaluation and says so
   (`version: custom`).
 - `version: rand`: the authors' version for randomised defences: APGD-CE and APGD-DLR, each
   with EOT over 20 draws (`attack_versions.RAND`; `kwargs.components` is not read).
@@ -28,21 +28,21 @@ from typing import Any
 import numpy as np
 import torch
 
-from trashfire.attacks import NORMS
 from trashfire.attacks.apgd import APGDSettings, apgd
 from trashfire.attacks.apgd import budget_of as apgd_budget
 from trashfire.attacks.fab import FABSettings, fab
 from trashfire.attacks.fab import budget_of as fab_budget
 from trashfire.attacks.failure_log import FailureLog, batches
+from trashfire.attacks.spec import NORMS, loops_run_by
 from trashfire.attacks.square import SquareSettings, square
 from trashfire.attacks.square import budget_of as square_budget
 from trashfire.attacks.target import Target, margins
-from trashfire.core.attack_versions import VERSIONS, component_settings
+from trashfire.attacks.versions import VERSIONS, component_settings
 from trashfire.core.clocks import STEPS, LapClock
 from trashfire.core.errors import ConfigError
 from trashfire.core.schema import FIRST_QUERY
 
-ALGORITHMS = ("apgd", "fab", "square", "autoattack")  # the torch engine's loops this module runs
+ALGORITHMS = loops_run_by("standard")  # the torch engine's loops this module runs (spec.TORCH_LOOPS)
 ART_LOSSES = {"cross_entropy": "ce", "difference_logits_ratio": "dlr"}
 
 

@@ -25,7 +25,8 @@ from skimage.segmentation import slic
 from torch import nn
 from tqdm import tqdm
 
-from trashfire.attacks import art_classifier
+from trashfire.attacks.art_attacks import art_classifier
+from trashfire.brittle.spec import brittle_hash, brittle_record_path, brittle_settings
 from trashfire.core.clocks import Stopwatch
 from trashfire.core.errors import ConfigError
 from trashfire.core.grid import ModelCell, model_cells
@@ -33,7 +34,6 @@ from trashfire.core.parallel import describe, resolve_workers, run_jobs, threads
 from trashfire.core.records import config_hash, recorded, remove_dead_temps
 from trashfire.core.schema import BrittleRecord, TrainRecord, cell_labels
 from trashfire.core.stage import Artefacts
-from trashfire.core.store import brittle_hash, brittle_record_path, brittle_settings
 from trashfire.data.datasets import Split, cached_split
 from trashfire.models.architectures import resolve_device
 from trashfire.models.defences import Softmax

@@ -35,10 +35,6 @@ KINDS = ("count", "real", "path", "flag", "text")
 CHECK_FIELDS = ("kind", "one_of", "low", "high", "open_low", "open_high", "optional", "why")
 STRENGTH_KINDS = ("count", "real")  # what an attack's or a defence's `values` may be
 GRID_AXES = ("values", "norms")  # option keys that are grids: a scalar is a one-value grid
-# optional keys that say what an attack is, not what it computes: read by the tables, never
-# part of a cell hash (trashfire.core.grid). black_box: true, false, or absent (ART's
-# declaration of the class decides, trashfire.core.store.black_box_of); minimal: true or false
-ATTACK_PROPERTIES = ("black_box", "minimal")
 # a data option's keys that never change the images (where the files are, whether to fetch
 # or verify them), left out of the cell hash: `unhashed: [root, download]`
 UNHASHED = "unhashed"
@@ -79,8 +75,14 @@ def registered() -> list[tuple[str, Check]]:
     return list(_REGISTRY)
 
 
+# the grid's options are checked first, in the grid's order, so that an attack's checks may
+# rely on the data sets' class counts and the defences being well-formed
+FIRST = ("data", "model", "defence", "attack")
+
+
 def run_registered(cfg: DictConfig) -> None:
-    for section, check in registered():
+    order = {section: rank for rank, section in enumerate(FIRST)}
+    for section, check in sorted(registered(), key=lambda item: order.get(item[0], len(FIRST))):
         if section in cfg:
             check(cfg)
 

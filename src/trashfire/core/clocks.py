@@ -16,9 +16,8 @@ from typing import Any
 
 import numpy as np
 
-SECONDS = ("process", "wall")  # the clocks that measure seconds
-COMPUTE = "flops"  # the compute clock: the model's work, counted exactly
-CLOCKS = (COMPUTE, *SECONDS)  # what `timing.clock` may choose
+from trashfire.core.schema.units import CLOCKS, COMPUTE, SECONDS  # noqa: F401 -- the clocks' names, owned by the schema
+
 # the torch loop's pricing group; its reference units all do the same work (a forward and a
 # backward of a whole batch), so its rate is their median; the others' (image searches,
 # checks) is pooled

@@ -33,14 +33,14 @@ from typing import Any
 
 from trashfire.core.errors import ConfigError
 from trashfire.core.records import file_sha256
+from trashfire.core.schema.units import COMPUTE as FLOPS  # optional beside the clocks: t_train.flops per training sample, a log's whole run
+from trashfire.core.schema.units import SECONDS as CLOCKS  # the clocks a supplied t_train must give
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT = "checkpoint"  # the key that makes a model option external
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".safetensors")
 TRAIN_LOG_KEYS = ("n_train", "process_seconds", "wall_seconds")
-CLOCKS = ("process", "wall")
-FLOPS = "flops"  # optional beside the clocks: t_train.flops per training sample, a log's whole run
 ESTIMATED = "; flops estimated"  # t_train_source's suffix when the FLOPs are epochs x a training step
 # keys of an external option that are not the module's: the import's and the validator's
 OWN_KEYS = ("_target_", "kwargs", CHECKPOINT, "checkpoint_sha256", "t_train", "train_log", "epochs", "depth", "rules")

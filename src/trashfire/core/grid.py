@@ -19,10 +19,11 @@ import itertools
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from trashfire.core import external
-from trashfire.core.checks import ATTACK_PROPERTIES, RULES, UNHASHED, as_list
+from trashfire.core.checks import RULES, UNHASHED, as_list
+from trashfire.core.errors import ConfigError
 from trashfire.core.records import config_hash
 
 # Bump when a change to the code changes what a cell computes: old records then miss.
@@ -30,7 +31,62 @@ TRAIN_VERSION = 1
 ATTACK_VERSION = 4  # 2: per-sample failure clock (engine, early exit, outcome arrays); 3: image searches seeded by model cell, sample and strength; 4: the compute clock (counts, priced and shared durations)
 PREPARE_VERSION = 1  # what prepare writes for a data option and split settings
 
+# keys of an option that say what it is, not what it computes (an attack's black_box and
+# minimal, read by the tables): never part of a cell hash (trashfire.attacks.spec checks them)
+DESCRIPTIVE_KEYS = ("black_box", "minimal")
+
 UNDEFENDED = {"name": "none", "stage": "none", "param": None, "value": 0}
+
+
+GRID_GROUPS = ("data", "model", "defence", "attack")
+OPTION_KEYS = ("_target_", "source", "stage")  # every option of a grid group has one
+
+
+def is_leftover(spec: Any) -> bool:
+    """A grid member that only a preset's values created: `experiment=trashfire_paper
+    attack=[fgm]` leaves `attack.pgd: {values: ...}` behind, which is no option at all."""
+    return OmegaConf.is_dict(spec) and not any(key in spec for key in OPTION_KEYS)
+
+
+def options(cfg: DictConfig, group: str) -> dict[str, Any]:
+    """The selected options of a grid group, by name, leftovers left out."""
+    members = cfg.get(group)
+    if not OmegaConf.is_dict(members):
+        return {}
+    return {name: spec for name, spec in members.items() if not is_leftover(spec)}
+
+
+def drop_leftovers(cfg: DictConfig) -> DictConfig:
+    """Remove the leftovers of every grid group from cfg itself (a composition of our own)."""
+    for group in GRID_GROUPS:
+        members = cfg.get(group)
+        if OmegaConf.is_dict(members):
+            with open_dict(members):
+                for name in [n for n, spec in members.items() if is_leftover(spec)]:
+                    del members[name]
+    return cfg
+
+
+def defence_cell(cfg: DictConfig) -> tuple[str, Any] | None:
+    """`defence_cell` as (defence, value); None when it is null."""
+    cell = cfg.get("defence_cell")
+    if cell is None:
+        return None
+    defences = options(cfg, "defence")
+    name, sep, text = str(cell).partition("@")
+    allowed = f"<defence>@<value> with a selected defence ({', '.join(defences)}), e.g. fsq@4 or none@0"
+    if not sep or name not in defences or not text:
+        raise ConfigError("defence_cell", f"got {cell!r}; allowed: {allowed}")
+    return name, _parse_scalar(text)
+
+
+def _parse_scalar(text: str) -> int | float | str:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text
 
 
 @dataclass(frozen=True)
@@ -97,12 +153,12 @@ class AttackCell:
 
     @property
     def hash(self) -> str:
-        hashed = {key: value for key, value in without_rules(self.spec).items() if key not in ATTACK_PROPERTIES}
+        hashed = {key: value for key, value in without_rules(self.spec).items() if key not in DESCRIPTIVE_KEYS}
         components = (hashed.get("kwargs") or {}).get("components")
         if components:  # a component's properties describe it too, and no cell hash reads them
             hashed["kwargs"] = {
                 **hashed["kwargs"],
-                "components": {n: {k: v for k, v in c.items() if k not in ATTACK_PROPERTIES} for n, c in components.items()},
+                "components": {n: {k: v for k, v in c.items() if k not in DESCRIPTIVE_KEYS} for n, c in components.items()},
             }
         return config_hash({"model": self.model.hash, "attack": hashed, "v": ATTACK_VERSION})
 
@@ -296,7 +352,7 @@ def attack_specs(cfg: DictConfig) -> list[dict[str, Any]]:
     """One dict per (attack, norm, strength) of the attack grid."""
     specs = []
     for name, spec in cfg.attack.items():
-        extra = {k: _plain(spec[k]) for k in ("max_iter", "step_scale", "batch_size", "engine", "early_exit", "version", *ATTACK_PROPERTIES) if k in spec}
+        extra = {k: _plain(spec[k]) for k in ("max_iter", "step_scale", "batch_size", "engine", "early_exit", "version", *DESCRIPTIVE_KEYS) if k in spec}
         if spec.get("samples") is not None:  # absent when all: older hashes hold
             extra["samples"] = spec.samples
         if spec.get("units", "standardised") != "standardised":  # absent when standardised: older hashes hold

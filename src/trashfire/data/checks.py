@@ -5,8 +5,8 @@ from __future__ import annotations
 from omegaconf import DictConfig, OmegaConf
 
 from trashfire.core.checks import RULES, UNHASHED, check_keys, choice, integer, nonempty_list, nonempty_mapping, number, option_rules, register
-from trashfire.core.config import options
 from trashfire.core.errors import ConfigError
+from trashfire.core.grid import options
 from trashfire.data.loaders import LOADERS
 
 DATA_SOURCES = (*LOADERS, "fusion")  # the loaders of trashfire.data.datasets; fusion mixes two of them

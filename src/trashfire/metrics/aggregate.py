@@ -22,12 +22,12 @@ import pandas as pd
 from omegaconf import DictConfig
 
 from trashfire import metrics
+from trashfire.brittle.spec import brittle_hash, brittle_record_path, brittle_settings
 from trashfire.core import schema
 from trashfire.core.errors import DataError
 from trashfire.core.records import atomic_path, write_json
 from trashfire.core.schema import CELL, OVER_SEEDS, UNDEFENDED_PEER, BrittleRecord
 from trashfire.core.stage import Artefacts
-from trashfire.core.store import brittle_hash, brittle_record_path, brittle_settings
 from trashfire.metrics import findings, registry, validity
 from trashfire.metrics.cards import write_cards
 from trashfire.metrics.registry import degenerate_cells, sound, spearman_by_dataset, survival_headline  # noqa: F401  (also this module's API)

@@ -7,9 +7,10 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from trashfire.attacks.spec import ATTACK_UNITS
 from trashfire.core.checks import as_list, choice, integer, nonempty_list, number, register
-from trashfire.core.config import ATTACK_UNITS, options
 from trashfire.core.errors import ConfigError
+from trashfire.core.grid import options
 
 AUC_UNITS = ATTACK_UNITS
 

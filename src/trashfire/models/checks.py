@@ -1,4 +1,5 @@
-"""The train section's checks, and an imported model's (registered with trashfire.core.checks).
+"""The model, defence and train sections' checks, and an imported model's (registered with
+trashfire.core.checks): each model and defence option by its own rules.
 
 Torch-free: an external model's module is built (to check its `_target_` and kwargs) only
 when the config has one.
@@ -6,14 +7,39 @@ when the config has one.
 
 from __future__ import annotations
 
+from typing import Any
+
 from omegaconf import DictConfig
 
 from trashfire.core import external
-from trashfire.core.checks import as_list, choice, integer, nonempty_list, number, register
-from trashfire.core.config import options
+from trashfire.core.checks import (
+    RULES,
+    as_list,
+    check_keys,
+    check_value,
+    choice,
+    integer,
+    nonempty_list,
+    nonempty_mapping,
+    number,
+    option_rules,
+    register,
+    strength_check,
+)
 from trashfire.core.errors import ConfigError
+from trashfire.core.grid import defence_cell, options
+from trashfire.models.spec import DEFENCE_STAGES, LR_SCHEDULES
 
-LR_SCHEDULES = ("constant", "step_half", "one_cycle")
+
+@register("model")
+def check_models(cfg: DictConfig) -> None:
+    _validate_models(options(cfg, "model"))
+
+
+@register("defence")
+def check_defences(cfg: DictConfig) -> None:
+    _validate_defences(options(cfg, "defence"))
+    _validate_defence_cell(cfg)
 
 
 @register("train")
@@ -85,3 +111,58 @@ def _validate_external(key: str, spec: DictConfig) -> None:
     from trashfire.models.external import counted_depth  # loads torch: only for an imported model
 
     counted_depth(key, spec)  # builds the module: a bad _target_ or kwargs fails here
+
+
+def _validate_models(models: dict[str, Any]) -> None:
+    nonempty_mapping("model", models)
+    for name, spec in models.items():
+        rules = option_rules("model", name, spec)
+        if external.is_external(spec):  # its module and checkpoint: trashfire.models.checks
+            check_keys(f"model.{name}", spec, rules)
+            continue
+        if not isinstance(spec.get("_target_"), str):
+            raise ConfigError(f"model.{name}._target_", "missing; name the builder, e.g. trashfire.models.resnet")
+        integer(f"model.{name}.depth", spec.get("depth"), low=1)
+        check_keys(f"model.{name}", spec, rules)
+
+
+def _validate_defences(defences: dict[str, Any]) -> None:
+    nonempty_mapping("defence", defences)
+    for name, spec in defences.items():
+        key = f"defence.{name}"
+        rules = option_rules("defence", name, spec, required=("stage",))
+        stage = choice(f"{key}.stage", spec.get("stage"), DEFENCE_STAGES)
+        values = nonempty_list(f"{key}.values", spec.get("values"))
+        check_keys(key, spec, rules, reserved=("values",))
+        if stage == "none":
+            continue
+        if not spec.get("_target_"):
+            raise ConfigError(f"{key}._target_", "missing; name the ART defence class to build")
+        if "values" not in rules:
+            raise ConfigError(f"{key}.{RULES}.values", f"missing; a {stage}-time defence declares its value's kind (count or real) and range")
+        check = strength_check(key, rules)
+        _validate_defence_models(key, spec)
+        for value in values:
+            check_value(f"{key}.values", value, check)
+
+
+def _validate_defence_models(key: str, spec: DictConfig) -> None:
+    only = spec.get("models")
+    if only is None:
+        return
+    if spec.stage != "train":
+        raise ConfigError(f"{key}.models", "limits a train-time defence to some models; a predict-time defence reuses every model's weights: remove it")
+    nonempty_list(f"{key}.models", only)
+
+
+def _validate_defence_cell(cfg: DictConfig) -> None:
+    """The value `normalise` gives the defence must pass that defence's rules."""
+    cell = defence_cell(cfg)
+    if cell is None:
+        return
+    name, value = cell
+    spec = cfg.defence[name]
+    if spec.stage != "none":
+        check = strength_check(f"defence.{name}", spec[RULES])
+        why = f"the value of {name}: defence.{name}.{RULES}.values" + (f", {check['why']}" if check.get("why") else "")
+        check_value("defence_cell", value, {**check, "why": why})

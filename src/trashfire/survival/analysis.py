@@ -48,6 +48,7 @@ from omegaconf import DictConfig
 from trashfire.core.errors import ConfigError, DataError
 from trashfire.core.parallel import resolve_workers, results_as_completed, threads_per_cell
 from trashfire.core.records import atomic_path, write_json
+from trashfire.core.schema.units import CLOCK_UNIT_NAMES, FIT_UNIT_NAMES, FIT_UNITS
 from trashfire.core.stage import Artefacts
 from trashfire.survival import fitters as F
 from trashfire.survival.competing import competing_table, incidence_curves
@@ -394,16 +395,6 @@ def load_models(path: str | Path) -> dict[str, Any]:
 def write_csv(table: pd.DataFrame, path: Path) -> None:
     with atomic_path(path) as tmp:
         table.to_csv(tmp, index=False)
-
-
-# The unit the fits see per clock: lifelines' optimisers (and its calibration spline) start
-# near durations of order 1 and fail to converge on FLOPs of order 1e8, so the compute clock
-# is fitted in GFLOPs; every time the stage writes (E[T], t*) is back in the clock's unit.
-FIT_UNITS = {"flops": 1e9}
-
-
-FIT_UNIT_NAMES = {"flops": "GFLOPs", "process": "s", "wall": "s"}
-CLOCK_UNIT_NAMES = {"flops": "FLOPs", "process": "s", "wall": "s"}  # the tables' unit, each clock's own
 
 
 def fit_unit(clock: str) -> float:

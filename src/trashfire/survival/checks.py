@@ -9,10 +9,7 @@ from omegaconf import DictConfig
 from trashfire.core.checks import as_list, choice, integer, nonempty_list, nonempty_mapping, number, register
 from trashfire.core.errors import ConfigError
 from trashfire.survival.data import BEFORE_ATTACK_POLICIES, DUMMY_SOURCES, NONPOSITIVE_POLICIES, NUMERIC_COVARIATES
-
-SURVIVAL_SCORES = ("test_ICI", "ICI", "test_E50", "E50", "AIC", "BIC", "test_concordance", "concordance")
-SURVIVAL_SPLIT_GROUPS = ("train_hash", "model_hash", "attack_hash")  # survival data label columns a split keeps together
-OPTIMISERS = ("BFGS", "L-BFGS-B", "SLSQP", "CG", "TNC")  # scipy methods that use lifelines' gradient
+from trashfire.survival.spec import OPTIMISERS, SCORE_NAMES, SPLIT_GROUPS
 
 
 @register("survival")
@@ -46,8 +43,8 @@ def _validate_survival(survival: DictConfig) -> None:
     aft = tuple(f for f in fitters if models[f].get("aft"))
     if survival.get("chosen") is not None:
         choice("survival.chosen", survival.chosen, aft)
-    choice("survival.select_by", survival.get("select_by"), SURVIVAL_SCORES)
-    choice("survival.split_by", survival.get("split_by"), SURVIVAL_SPLIT_GROUPS)
+    choice("survival.select_by", survival.get("select_by"), SCORE_NAMES)
+    choice("survival.split_by", survival.get("split_by"), SPLIT_GROUPS)
     number("survival.test_size", survival.get("test_size"), low=0, high=1, open_low=True, open_high=True)
     integer("survival.seed", survival.get("seed"), low=0)
     number("survival.t0_quantile", survival.get("t0_quantile"), low=0, high=1, open_low=True, open_high=True)

@@ -17,8 +17,8 @@ from trashfire.core.errors import DataError
 from trashfire.survival import fitters as F
 from trashfire.survival.km import grouped_km
 from trashfire.survival.scoring import CELL, FAMILY, KM_COLUMNS, cell_means, table_columns
+from trashfire.survival.spec import score
 
-HIGHER_IS_BETTER = ("test_concordance", "concordance")  # the other select_by scores are errors
 KM_WORST = 5  # cells listed as the worst of the Kaplan-Meier check
 REFERENCE_DEFENCE = "none"
 CURVE_POINTS = 120  # time points of the predicted survival curves drawn over Kaplan-Meier
@@ -62,10 +62,11 @@ def select(comparison: pd.DataFrame, times: pd.DataFrame, chosen: str | None, se
         if not finite[chosen]:
             raise DataError(f"survival.chosen = {chosen}: its E[T] is infinite or undefined for some cells; choose another or set chosen: null")
         return chosen
-    candidates = comparison[comparison["fitter"].map(lambda name: finite.get(name, False))].dropna(subset=[select_by])
+    by = score(select_by)
+    candidates = comparison[comparison["fitter"].map(lambda name: finite.get(name, False))].dropna(subset=[by.column])
     if candidates.empty:
         raise DataError(f"no fitted AFT model has a finite E[T] everywhere and a {select_by} score; see aft_comparison.csv, or name one in survival.chosen")
-    best = candidates[select_by].idxmax() if select_by in HIGHER_IS_BETTER else candidates[select_by].idxmin()
+    best = candidates[by.column].idxmax() if by.higher_is_better else candidates[by.column].idxmin()
     return str(candidates.loc[best, "fitter"])
 
 

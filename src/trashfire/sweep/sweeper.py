@@ -43,6 +43,7 @@ TRIAL_CONFIGS = ("overrides", "full")
 class ResumableOptunaSweeper(Sweeper):
     def __init__(
         self,
+        *,
         sampler: Any,
         direction: Any,
         storage: Any | None,
@@ -52,7 +53,6 @@ class ResumableOptunaSweeper(Sweeper):
         max_failure_rate: float,
         custom_search_space: str | None,
         params: DictConfig | None,
-        *,
         heartbeat_interval: int,
         grace_period: int | None,
         poll_interval: float,

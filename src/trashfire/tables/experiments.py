@@ -20,6 +20,8 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig
 
+from trashfire.attacks.spec import black_box_of
+from trashfire.attacks.store import attack_record_path, benign_path, declaration_path, outcomes_path
 from trashfire.core import schema
 from trashfire.core.errors import DataError
 from trashfire.core.grid import attack_cells
@@ -27,7 +29,6 @@ from trashfire.core.records import atomic_path, read_json, read_npz
 from trashfire.core.schema import AttackRecord, BenignRecord, Outcomes
 from trashfire.core.stage import Artefacts
 from trashfire.core.stats import degeneracy_threshold
-from trashfire.core.store import attack_record_path, benign_path, black_box_of, declaration_path, outcomes_path
 from trashfire.tables.worst_case import worst_case_rows
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ def tabulate(cfg: DictConfig, attacks: Path, cells: list[tuple[AttackRecord, Out
 
 def attack_properties(attacks: DictConfig, folder: str | Path) -> dict[str, dict]:
     """Per attack option: `black_box` (its option's key, else what ART declares of its
-    class, as the attack stage recorded it: trashfire.core.store.black_box_of; None where
+    class, as the attack stage recorded it: trashfire.attacks.spec.black_box_of; None where
     neither says) and `minimal` (its option's key; absent: false). Read from the option and
     the declarations, not from a list of attack names."""
     properties = {}
