@@ -64,6 +64,22 @@ bench: $(STAMP) ## time the default pipeline, no-op repro, attack and sweep over
 figures: $(STAMP) ## redraw figures and the report from recorded results
 	dvc repro figures
 
+# the documentation site: docs/benchmarks.md generated from bench/results/, then MkDocs
+# (mkdocs-material, mkdocstrings; requirements-docs.lock) builds it into site/, strict: a
+# broken link, heading reference or docstring reference fails the build. The docs stack goes
+# into .venv behind its own stamp; it needs no torch, so .venv may be bare when docs runs first.
+DOCS_STAMP := $(VENV)/.docs-installed
+
+$(DOCS_STAMP): requirements-docs.lock
+	@test -x $(PY) || python3.11 -m venv $(VENV)
+	@$(PY) -m pip install -q --disable-pip-version-check -r requirements-docs.lock 2>&1 | grep -v "^WARNING: Location" || true
+	@$(VENV)/bin/mkdocs --version || { echo "mkdocs install failed: see pip's messages above"; exit 1; }
+	@touch $@
+
+docs: $(DOCS_STAMP) ## generate docs/benchmarks.md from bench/results/, then mkdocs build --strict into site/ (CI runs it)
+	$(PY) bench/benchmark_page.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -d site
+
 # mutation testing, outside CI: mutmut (requirements-mutation.lock) changes one operator or
 # constant at a time in these modules and runs the tests that call the changed function
 # (pyproject.toml's [tool.mutmut]); tests/mutation_score.py prints the score per module, with
@@ -97,6 +113,6 @@ mutation: $(MUTATION_STAMP) ## mutation testing of metrics/, survival/, core/clo
 	@$(PY) tests/mutation_score.py --min 90
 
 clean: ## remove pipeline outputs (not .venv, not the DVC cache)
-	rm -rf data/processed models reports logs outputs multirun .sweeps
+	rm -rf data/processed models reports logs outputs multirun .sweeps site
 
-.PHONY: help install params dvc-yaml run lint format test test-isa test-slow test-kill bench figures mutation clean
+.PHONY: help install params dvc-yaml run lint format test test-isa test-slow test-kill bench figures docs mutation clean
