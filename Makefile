@@ -37,16 +37,16 @@ test: $(STAMP) ## install, then run the fast test suite (pytest-xdist: one worke
 	$(PY) -m pytest -m "not slow" -q -n auto --dist worksteal
 
 lint: $(STAMP) ## ruff: lint and format check (CI runs it); `make format` rewrites
-	$(VENV)/bin/ruff check src tests bench
-	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/ruff check src tests bench tools
+	$(VENV)/bin/ruff format --check src tests bench tools
 
 format: $(STAMP) ## ruff: fix what can be fixed and format
-	$(VENV)/bin/ruff check --fix src tests bench
-	$(VENV)/bin/ruff format src tests bench
+	$(VENV)/bin/ruff check --fix src tests bench tools
+	$(VENV)/bin/ruff format src tests bench tools
 
 # the attack engine's tests on another of PyTorch's CPU kernel sets than the machine's own
 # (AVX2 or AVX-512): what they assert must not hang on one CPU's floating-point bits
-ENGINE_TESTS := tests/test_engine.py tests/test_fab.py tests/test_apgd.py tests/test_square.py tests/test_network.py tests/test_standard.py tests/test_autoattack.py tests/test_attacks.py
+ENGINE_TESTS := tests/attacks/test_engine.py tests/attacks/test_fab.py tests/attacks/test_apgd.py tests/attacks/test_square.py tests/attacks/test_network.py tests/attacks/test_standard.py tests/attacks/test_autoattack.py tests/attacks/test_attacks.py
 
 test-isa: $(STAMP) ## the attack engine's tests under ATEN_CPU_CAPABILITY=default and =avx2 (CI runs it)
 	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -m "not slow" -q -n auto --dist worksteal $(ENGINE_TESTS)
@@ -56,7 +56,7 @@ test-slow: $(STAMP) ## the slow tests (full pipeline runs)
 	$(PY) -m pytest -m slow -q
 
 test-kill: $(STAMP) ## SIGKILL train and attack at random moments; reruns must match an uninterrupted run (CI runs it)
-	$(PY) -m pytest -q -s tests/test_crash_safety.py
+	$(PY) -m pytest -q -s tests/pipeline/test_crash_safety.py
 
 bench: $(STAMP) ## time the default pipeline, no-op repro, attack and sweep overheads, survival scaling -> reports/bench.json
 	$(PY) bench/suite.py
@@ -82,11 +82,11 @@ docs: $(DOCS_STAMP) ## generate docs/benchmarks.md from bench/results/, then mkd
 
 # mutation testing, outside CI: mutmut (requirements-mutation.lock) changes one operator or
 # constant at a time in these modules and runs the tests that call the changed function
-# (pyproject.toml's [tool.mutmut]); tests/mutation_score.py prints the score per module, with
-# the equivalent mutants of tests/mutation_equivalents.md named. MODULES= runs a subset;
+# (pyproject.toml's [tool.mutmut]); tools/mutation/mutation_score.py prints the score per module, with
+# the equivalent mutants of tools/mutation/mutation_equivalents.md named. MODULES= runs a subset;
 # MUTATION_LIMIT=<seconds> stops each module's run after that long (the rest count as not run).
 # A whole run takes hours: caught and listed-equivalent results are kept in the tracked
-# tests/mutation_record.json after each module and restored into a fresh mutants/, where mutmut
+# tools/mutation/mutation_record.json after each module and restored into a fresh mutants/, where mutmut
 # reruns any function whose source changed (MUTATION_FRESH=1 ignores the record).
 MUTATION_STAMP := $(VENV)/.mutation-installed
 MUTATION_LIMIT ?= 0
@@ -100,7 +100,7 @@ $(MUTATION_STAMP): requirements-mutation.lock
 
 mutation: $(MUTATION_STAMP) ## mutation testing of metrics/, survival/, core/clocks.py (slow; not CI): score per module
 	@mkdir -p mutants
-	@if [ -z "$(MUTATION_FRESH)" ]; then $(PY) tests/mutation_record.py restore; fi
+	@if [ -z "$(MUTATION_FRESH)" ]; then $(PY) tools/mutation/mutation_record.py restore; fi
 	@for module in $(MODULES); do \
 		start=$$(date +%s); \
 		timeout --signal=INT $(MUTATION_LIMIT) env -u PYTHONPATH $(VENV)/bin/mutmut run "$$module.x*" > mutants/$$module.log 2>&1; \
@@ -108,9 +108,9 @@ mutation: $(MUTATION_STAMP) ## mutation testing of metrics/, survival/, core/clo
 		if [ $$status -eq 124 ]; then echo "$$module: stopped after $(MUTATION_LIMIT) s"; \
 		elif [ $$status -ne 0 ]; then tail -c 3000 mutants/$$module.log; echo "mutmut failed on $$module (log: mutants/$$module.log)"; exit 1; \
 		else echo "$$module: $$(( $$(date +%s) - start )) s"; fi; \
-		$(PY) tests/mutation_record.py save > /dev/null; \
+		$(PY) tools/mutation/mutation_record.py save > /dev/null; \
 	done
-	@$(PY) tests/mutation_score.py --min 90
+	@$(PY) tools/mutation/mutation_score.py --min 90
 
 clean: ## remove pipeline outputs (not .venv, not the DVC cache)
 	rm -rf data/processed models reports logs outputs multirun .sweeps site

@@ -6,7 +6,7 @@ the machine named in its file name, `<date>-<machine>-...`), when (a `date` fiel
 that begins its file name) and at which commit (a `commit` field; "not recorded" where it has
 none: nothing is guessed), then one table of its figures. A short `.txt` artefact is shown as
 recorded; a `.log` is listed as a raw artefact and not rendered. The page is generated, never
-edited by hand: `make docs` runs this before `mkdocs build`, and tests/test_docs.py checks that
+edited by hand: `make docs` runs this before `mkdocs build`, and tests/pipeline/test_docs.py checks that
 the checked-in page is what this script writes.
 
     python bench/benchmark_page.py            # write docs/benchmarks.md

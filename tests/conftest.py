@@ -18,14 +18,14 @@ import numpy as np  # noqa: E402 -- after the thread setting
 import pytest  # noqa: E402
 from omegaconf import OmegaConf, open_dict  # noqa: E402
 
+from tests.helpers.paths import MNIST_ROOT as SHARED_MNIST  # noqa: E402, F401 -- the tests' name for it
+from tests.helpers.paths import ROOT  # noqa: E402
 from trashfire.core.config import compose, normalise, validate  # noqa: E402
 from trashfire.core.errors import ConfigError  # noqa: E402
 
 # float32 examples that differ only by the order in which a CPU's kernels sum (another batch
 # shape, another ISA: AVX2 against AVX-512), in standardised units; seen up to 6.9e-7
 ROUNDING = 1e-5
-ROOT = Path(__file__).resolve().parents[1]
-SHARED_MNIST = ROOT.parent / "shared" / "data" / "mnist"
 
 # Every defence family, both FGM norms and PGD, two strengths each, on 400 digits (the other
 # attack families have their own tests).

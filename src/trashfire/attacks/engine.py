@@ -490,7 +490,7 @@ def sequence(attack: Sequence, target: Target, log: FailureLog, clock: LapClock,
     # a sample keeps its seed through the components: the one a per_image cell of the
     # component alone gives it (the campaign's image seeds do not depend on the attack), so
     # that each component repeats its standalone search exactly and the worst case is never
-    # above a component's own cell (tests/test_autoattack.py)
+    # above a component's own cell (tests/attacks/test_autoattack.py)
     seeds = _seeds_of(standing, image_seeds)
     queries = np.zeros(len(log.y), dtype=np.int64)
     for name, component in attack.components.items():

@@ -28,7 +28,7 @@ curve's largest eps as a column of robustness.csv:
     CurveMetric("acc_at_eps_max", lambda curve, tau: metrics.worst_accuracy(curve["acc"].iloc[-1:]),
                 "the accuracy at the largest eps of the curve"),
 
-tests/test_aggregate.py registers both and follows them to metrics.json, robustness.csv, the
+tests/metrics/test_aggregate.py registers both and follows them to metrics.json, robustness.csv, the
 cards and report.html.
 """
 

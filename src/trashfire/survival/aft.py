@@ -6,7 +6,7 @@ log-likelihood over the weights, plus its ridge penalty on the covariates scaled
 the scale parameter's intercept included where it has no other covariate), its
 log-likelihood and Hessian as lifelines returns them. So prediction, summaries, standard
 errors and pickling are lifelines', and a fit equals lifelines' own at its optimum
-(tests/test_survival_newton.py). With penalizer 0 it is survreg's maximum likelihood
+(tests/survival/test_survival_newton.py). With penalizer 0 it is survreg's maximum likelihood
 (bench/survival_vs_r.py). A model with covariates on its scale parameter, entry times or
 interval censoring goes to lifelines' optimiser.
 """

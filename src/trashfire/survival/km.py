@@ -1,6 +1,6 @@
 """Kaplan-Meier curves of every group at once (an attack cell, say): one sort of all rows,
 then sums and products that restart at each group, in numpy, whatever the number of groups.
-lifelines' `KaplanMeierFitter` is the reference (tests/test_survival_km.py): its survival
+lifelines' `KaplanMeierFitter` is the reference (tests/survival/test_survival_km.py): its survival
 function, plateau and restricted mean per group.
 
 S_KM of a group steps down at each of its failure times u by the share of those still at risk

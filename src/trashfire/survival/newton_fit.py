@@ -7,7 +7,7 @@ lifelines defines it (`E log h(t) - H(t)`, its clips included), and its first an
 derivatives in the row's linear predictors (one per fitted parameter, in lifelines' order of
 them). The mixin replaces only `_fit_model`, so prediction, summaries, AIC, standard errors and
 pickling stay lifelines', and the optimum is lifelines' own objective's: its mean
-log-likelihood plus its ridge on the unit-SD coefficients (tests/test_survival_newton.py).
+log-likelihood plus its ridge on the unit-SD coefficients (tests/survival/test_survival_newton.py).
 Entry times and interval censoring go to lifelines' optimiser.
 """
 

@@ -1,0 +1,1 @@
+"""Helpers shared by the tests: job functions worker processes import by name."""

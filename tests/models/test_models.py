@@ -1,0 +1,50 @@
+"""Every model builder of conf/model builds and trains one step on every data set's shape."""
+
+import pytest
+import torch
+from torch import nn
+
+from tests.conftest import ROOT
+from trashfire.core.config import compose, validate
+from trashfire.models import build_model, count_weight_layers
+
+# the builders; an external model is the user's module and checkpoint (tests/core/test_external.py)
+MODELS = sorted(p.stem for p in (ROOT / "conf" / "model").glob("*.yaml") if "\n  checkpoint:" not in p.read_text())
+SHAPES = {"digits": (1, 8, 8), "mnist": (1, 28, 28), "cifar": (3, 32, 32)}
+
+
+def model_spec(name: str) -> dict:
+    cfg = validate(compose([f"model=[{name}]"], conf=ROOT / "conf"))
+    return dict(cfg.model[name])
+
+
+@pytest.mark.parametrize("shape", SHAPES.values(), ids=SHAPES.keys())
+@pytest.mark.parametrize("name", MODELS)
+def test_model_builds_and_trains_one_step(name, shape):
+    torch.manual_seed(0)
+    model = build_model(model_spec(name), n_classes=10, input_shape=shape)
+    x, y = torch.randn(4, *shape, dtype=torch.float64), torch.tensor([0, 1, 2, 3])  # ART may pass float64
+    before = [p.detach().clone() for p in model.parameters()]
+    optimiser = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loss = nn.CrossEntropyLoss()(model(x), y)
+    loss.backward()
+    optimiser.step()
+    assert model(x).shape == (4, 10) and torch.isfinite(loss)
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+@pytest.mark.parametrize("name", [m for m in MODELS if "resnet" not in m])
+def test_depth_is_the_number_of_weight_layers(name):
+    spec = model_spec(name)
+    assert count_weight_layers(build_model(spec, 10, (1, 28, 28))) == spec["depth"]
+
+
+@pytest.mark.parametrize("name", [m for m in MODELS if m.startswith("cifar_resnet")])
+def test_cifar_resnet_depth_is_6n_plus_2_layers_on_the_main_path(name):
+    """He et al. count the stem, two convolutions per block and the classifier; the two 1x1
+    projection shortcuts (into stages 2 and 3) are not counted."""
+    spec = model_spec(name)
+    model = build_model(spec, 10, (1, 8, 8))
+    shortcuts = sum(isinstance(m, torch.nn.Conv2d) and m.kernel_size == (1, 1) for m in model.modules())
+    assert shortcuts == 2 and count_weight_layers(model) - shortcuts == spec["depth"] == 6 * spec["blocks"] + 2
+    assert model(torch.zeros(2, 1, 8, 8)).shape == (2, 10)
