@@ -118,6 +118,26 @@ def test_an_attack_record_stores_its_eps_once_and_reads_older_records():
     assert "pretrained_on" in row and np.isnan(row["pixel_std"])
 
 
+def test_a_record_file_carries_the_schema_version_and_an_older_one_is_migrated_on_read(tmp_path):
+    """Every record is written at schema.SCHEMA_VERSION; a file without the key is version 1,
+    brought up to date one migration at a time (an attack record's pixel_std from its two eps
+    values); a file from a newer trashfire is refused with one line."""
+    path = tmp_path / "a.json"
+    AttackRecord.from_json(attack_record(attack_units="pixel", pixel_std=0.4)).write(path)
+    written = json.loads(path.read_text())
+    assert written[schema.VERSION_KEY] == schema.SCHEMA_VERSION == 2 and list(written) == sorted(written)
+    assert AttackRecord.read(path) == AttackRecord.from_json(attack_record(attack_units="pixel", pixel_std=0.4))
+    version_1 = attack_record(attack_units="pixel", attack_value_standardised=0.75)
+    assert schema.VERSION_KEY not in version_1 and AttackRecord.from_json(version_1).pixel_std == pytest.approx(0.4)
+    assert np.isnan(AttackRecord.from_json(attack_record()).pixel_std)  # a standardised strength has no ratio to keep
+    assert AttackRecord.migrated(version_1)[schema.VERSION_KEY] == 2 and "pixel_std" not in version_1  # the input is left as it was
+    for newer in (3, "2", 0):
+        with pytest.raises(
+            DataError, match=rf"record a.json: schema_version {newer!r}; this trashfire reads 1 to 2: update trashfire, or delete it and rerun the attack stage"
+        ):
+            AttackRecord.from_json(attack_record(schema_version=newer), "a.json")
+
+
 def test_the_label_block_is_declared_once_in_the_records_base():
     assert schema.MODEL_LABELS == ["dataset", "pretrained_on", "seed", "model", "depth", "epochs", "lr", "defence", "defence_param", "defence_value"]
     assert schema.TRAINED_LABELS == schema.MODEL_LABELS[:7] and schema.DEFENCE_LABELS == schema.MODEL_LABELS[7:]  # the tables' order

@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import ROOT, artefacts_of
 from tests.report.test_figures import findings_table, write_reports
+from trashfire.core.errors import DataError
 from trashfire.report import sections
 from trashfire.report.figures import survival_images
 from trashfire.report.page import render, report_html
@@ -68,10 +69,18 @@ def test_finding_text_is_escaped(reports):
     assert "<script" not in page and "&lt;script&gt;alert(1)&lt;/script&gt; &amp; more" in page
 
 
-def test_a_missing_findings_table_says_not_computed_and_the_report_is_still_written(reports):
+def test_a_missing_table_the_figures_stage_depends_on_is_one_line_naming_the_stage_to_run(reports):
+    """findings.csv is one of the figures stage's deps: DVC makes it first, and a run without
+    it (a stage run by hand) is refused before anything is drawn."""
     (reports / "findings.csv").unlink()
+    with pytest.raises(DataError, match=r"findings.csv not found; run `dvc repro aggregate` first"):
+        page_of(reports)
+
+
+def test_an_empty_findings_table_says_not_computed_and_the_report_is_still_written(reports):
+    findings_table().iloc[:0].to_csv(reports / "findings.csv", index=False)
     page = page_of(reports)
-    assert "not computed: findings.csv not found" in page
+    assert "not computed: findings.csv has no findings" in page
     assert "seed 0: ρ = -0.5" in page  # the per-seed tests still show
     assert '<h2 id="headline">' in page and 'id="table-trash"' in page
 

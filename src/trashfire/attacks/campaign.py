@@ -85,7 +85,7 @@ def evaluate_benign(classifier, split: Split, cell: ModelCell, device) -> Benign
 
 def benign_pending(folder: str | Path, model_hash: str, data_hash: str) -> bool:
     """No benign record yet, one of other data (`data_hash`: the attack subset's identity,
-    trashfire.core.grid.split_hashes), or one from before the validity probes (or their last one)."""
+    trashfire.core.grid.split_hashes), or one without the validity probes (a schema-1 record, or one before their last probe)."""
     path = benign_path(folder, model_hash)
     record = recorded(path)
     if record is None:
@@ -96,7 +96,7 @@ def benign_pending(folder: str | Path, model_hash: str, data_hash: str) -> bool:
 
 def attack_recorded(folder: str | Path, cell: AttackCell) -> bool:
     """A whole record of the cell, attacked on the images this config prepares: one of other
-    data, or from before data hashes, is attacked again."""
+    data, or a schema-1 record without a data hash, is attacked again."""
     record = recorded(attack_record_path(folder, cell.hash))
     return record is not None and record.get("data_hash") == cell.data_hash
 

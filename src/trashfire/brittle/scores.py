@@ -256,7 +256,7 @@ def brittle_job(cfg: DictConfig, artefacts: Artefacts, settings: dict[str, Any],
 
 def scored(folder: Path, cell: ModelCell, settings: dict[str, Any]) -> bool:
     """A whole record of the cell whose images come from the data this config prepares: one
-    of other data, or from before data hashes, is scored again."""
+    of other data, or a schema-1 record without a data hash, is scored again."""
     record = recorded(brittle_record_path(folder, brittle_hash(cell.hash, settings)))
     return record is not None and record.get("data_hash") == cell.train.data_hash
 

@@ -57,7 +57,9 @@ def trash_table(experiments: pd.DataFrame, expected: pd.DataFrame, eps_max: floa
     cells = experiments.merge(expected[["attack_hash", "E_T"]].assign(E_T_source=source), on="attack_hash", how="left")
     if eps_max is not None:
         cells = cells[cells["attack_value"] <= eps_max]
-    missing = {f"t_train_{clock}": np.nan for clock in schema.CLOCKS if f"t_train_{clock}" not in cells}  # a table from before a clock
+    missing = {
+        f"t_train_{clock}": np.nan for clock in schema.CLOCKS if f"t_train_{clock}" not in cells
+    }  # records that all lack a clock's t_train (imported models without FLOPs) leave no column
     cells = expected_on_clocks(cells.assign(f_adv=metrics.failure_rate(cells["acc_adv"], cells["t_attack"]), **missing))
     per_clock = {f"{q}_{clock}": (f"{q}_{clock}", "first" if q == "t_train" else "mean") for clock in schema.CLOCKS for q in ("t_train", "E_T")}
     table = (

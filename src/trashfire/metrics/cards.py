@@ -76,7 +76,7 @@ def _model_cell(
         "t_predict": _number(first["t_predict"]),
         "brittle_score": _number(mine["brittle_score"].iloc[0]) if len(mine) else None,
         "brittle_ri_percent": _number(mine["brittle_ri"].iloc[0]) if len(mine) else None,
-        "attacks": [_plain(r) for _, r in rows.reindex(columns=schema.CARD_ATTACK).iterrows()],  # tables from before `evaluation` lack it
+        "attacks": [_plain(r) for _, r in rows.reindex(columns=schema.CARD_ATTACK).iterrows()],
         "worst_case": _worst_case(worst_case, model_hash),
         "survival_and_trash": [_plain(r) for _, r in trash.loc[trash["model_hash"] == model_hash].reindex(columns=schema.CARD_FAMILY).iterrows()],
         "evp_and_auc": [_plain(r) for _, r in robustness.loc[robustness["model_hash"] == model_hash, schema.card_robustness(curve_metric_names())].iterrows()],
@@ -100,7 +100,7 @@ def _validity(flags: pd.DataFrame | None, model_hash: str) -> dict[str, Any] | N
     if mine is None or mine.empty:
         return None
     row = mine.iloc[0]
-    # a validity.csv from before a flag lacks its columns: null, as a flag this run cannot check
+    # a flag the run could not check (no cell it applies to) has no column: null
     return {"tripped": row["flags"] or "none"} | {
         name: {"tripped": _number(row.get(name)), "seen": row.get(f"{name}_detail")} for name in schema.VALIDITY_FLAGS
     }

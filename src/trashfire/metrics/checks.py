@@ -59,7 +59,7 @@ def _validate_validity(validity) -> None:
 
 
 def _removed_list(key: str, value: Any, where: str) -> None:
-    """A list of attack names a params.yaml from before attack properties may still hold."""
+    """A key that moved into the attack options (a list of attack names): refused, naming where it went."""
     if value is not None:
         raise ConfigError(key, f"removed: an attack's option says it ({where}); compose params.yaml again with `make params`")
 

@@ -63,8 +63,8 @@ def distinct_counts(table: pd.DataFrame, columns: list[str]) -> dict[str, int | 
 
 def trash_by_clock(trash: pd.DataFrame) -> pd.DataFrame | None:
     """TRASH on every clock side by side: the median over seeds and strengths per data set,
-    model, defence and attack family, sound cells only; None where trash.csv has no TRASH per
-    clock (a run from before the compute clock)."""
+    model, defence and attack family, sound cells only; None where the table has no rows or
+    no TRASH column."""
     columns = [f"trash_adv_{c}" for c in schema.CLOCKS if f"trash_adv_{c}" in trash]
     if trash.empty or not columns:
         return None

@@ -59,7 +59,7 @@ def resume_path(models: str | Path, cell_hash: str) -> Path:
 
 def is_cached(models: str | Path, cell: TrainCell) -> bool:
     """A record that parses, was trained on the data this config prepares (its data hash:
-    a record from another config's data, or from before data hashes, is trained again) and
+    a record from another config's data, or a schema-1 record without one, is trained again) and
     names weights of the recorded size: a finished cell."""
     try:
         record = TrainRecord.read(record_path(models, cell.hash))

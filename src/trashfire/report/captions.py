@@ -155,7 +155,7 @@ TABLE_CAPTIONS = {
     ),
     "cards": (
         "one JSON card per trained model under reports/cards/, holding its model cells (predict-time defences) with their accuracy, attacks, TRASH, EVP and "
-        "R; `degenerate` counts its cells at chance (no column: cards from before the flag)."
+        "R; `degenerate` counts its cells at chance."
     ),
 }
 

@@ -50,8 +50,8 @@ def read_metrics(artefacts: Artefacts) -> dict:
 
 
 def read_tables(artefacts: Artefacts) -> dict[str, pd.DataFrame | None]:
-    """Every table the figures and the report need; brittle.csv and findings.csv are optional
-    (the brittle stage may not have run; an older aggregate wrote no findings)."""
+    """Every table the figures and the report need (the figures stage's deps in dvc.yaml, so
+    DVC makes each before it runs); brittle.csv is optional (the brittle stage may not have run)."""
     path = artefacts.input("experiments.csv")
     if not path.is_file():
         raise DataError(f"{path} not found; run `dvc repro timing` first")
@@ -59,22 +59,18 @@ def read_tables(artefacts: Artefacts) -> dict[str, pd.DataFrame | None]:
     tables = {"experiments": experiments}
     tables |= {name: read_table(artefacts, f"{name}.csv") for name in AGGREGATE_TABLES}
     tables["brittle"] = read_table(artefacts, "brittle.csv", required=False)
-    tables["eps_survival"] = read_table(artefacts, "eps_survival.csv", required=False)  # runs from before survival in eps have none
-    tables["eps_survival_curves"] = read_table(artefacts, "eps_survival_curves.csv", required=False)
-    tables["findings"] = read_table(artefacts, "findings.csv", required=False)  # runs from before findings have none
-    tables["validity"] = read_table(artefacts, "validity.csv", required=False)  # nor from before the validity flags
-    tables["depth_decomposition"] = read_table(artefacts, "depth_decomposition.csv", required=False)  # nor from before the compute clock
+    for name in ("eps_survival", "eps_survival_curves", "findings", "validity", "depth_decomposition"):
+        tables[name] = read_table(artefacts, f"{name}.csv")
     tables["survival"] = read_table(artefacts, "survival/aft_comparison.csv", stage="survival")
-    tables["logrank"] = read_table(artefacts, "survival/logrank.csv", stage="survival", required=False)
-    # survival runs from before the within-cell concordance and the Kaplan-Meier check have neither
-    tables["concordance_within"] = read_table(artefacts, "survival/concordance_within.csv", stage="survival", required=False)
-    tables["km_check"] = read_table(artefacts, "survival/km_check.csv", stage="survival", required=False)
+    # Table I's companions: the report shows those the survival stage wrote beside Table I
+    for name in ("logrank", "concordance_within", "km_check"):
+        tables[name] = read_table(artefacts, f"survival/{name}.csv", stage="survival", required=False)
     return tables
 
 
 def card_row(path: Path, base: Path) -> dict:
     """A card's training configuration, the defences of the model cells built on it and how
-    many of them are degenerate (None for cards written before the flag)."""
+    many of them are degenerate."""
     try:
         card = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError):
@@ -83,8 +79,8 @@ def card_row(path: Path, base: Path) -> dict:
     training = card.get("training") if isinstance(card.get("training"), dict) else card
     cells = [c for c in card.get("model_cells", []) if isinstance(c, dict)] if isinstance(card.get("model_cells"), list) else []
     defences = {str(c["defence"].get("defence")) if isinstance(c.get("defence"), dict) else str(c.get("defence")) for c in cells}
-    flagged = sum(c.get("degenerate") is True for c in cells) if any("degenerate" in c for c in cells) else None
-    provenance = card.get("provenance") if isinstance(card.get("provenance"), dict) else {}  # cards before imports lack it
+    flagged = sum(c.get("degenerate") is True for c in cells)
+    provenance = card.get("provenance") if isinstance(card.get("provenance"), dict) else {}
     return (
         {"card": str(path.relative_to(base))}
         | {k: training.get(k) for k in schema.REPORT_CARD}

@@ -29,7 +29,7 @@ VERDICTS = {
     "inconclusive": ("v-inconclusive", "inconclusive"),
     "not testable": ("v-not-testable", "not testable"),
 }
-FINDING_COLUMNS = set(schema.FINDINGS) - {"clock"}  # findings.csv from before the compute clock has no clock
+FINDING_COLUMNS = set(schema.FINDINGS)
 BRITTLE_FINDING = "002_brittle_negative"  # metrics.json's per-seed correlations belong beside it
 LEFT_OUT = "left out of R, EVP, the brittle correlations and the headline means"
 
@@ -145,12 +145,10 @@ def finding_row(row: pd.Series, beside: str = "") -> dict:
     }
 
 
-def findings_section(findings: pd.DataFrame | None, metrics: dict, degenerate: pd.DataFrame) -> dict:
+def findings_section(findings: pd.DataFrame, metrics: dict, degenerate: pd.DataFrame) -> dict:
     """One row per claim of the four papers tested on this run, after a count of the verdicts;
     metrics.json's per-seed brittle tests beside their finding, or after the table."""
     per_seed = per_seed_text(metrics.get("brittle_spearman_per_seed"))
-    if findings is None:
-        return {"missing": "findings.csv not found (a run from before findings; rerun `dvc repro aggregate`)", "per_seed": per_seed}
     if findings.empty or not FINDING_COLUMNS <= set(findings):
         return {"missing": "findings.csv has no findings in its expected columns; rerun `dvc repro aggregate`", "per_seed": per_seed}
     return {
@@ -164,11 +162,9 @@ def findings_section(findings: pd.DataFrame | None, metrics: dict, degenerate: p
 # --- Validity, headline and run
 
 
-def validity_section(flags: pd.DataFrame | None, metrics: dict) -> dict:
+def validity_section(flags: pd.DataFrame, metrics: dict) -> dict:
     """Per flag, how many sound model cells tripped it of those checked, then the cells that
     tripped any, with what was seen."""
-    if flags is None:
-        return {"missing": "validity.csv not found (a run from before the validity flags; rerun `dvc repro aggregate`)"}
     counts = metrics.get("validity_flags") or {}
     rows = [(name, f"{c.get('tripped', 0)} of {c.get('checked', 0)}", validity.MEANINGS[name]) for name, c in counts.items() if name in validity.MEANINGS]
     tripped = flags[flags["flags"].fillna("").astype(str).str.len() > 0]
@@ -192,7 +188,7 @@ def metric_value(value) -> str:
 
 def metric_rows(name: str, value, meaning: str) -> list[tuple[str, str, str]]:
     """A metric as (name, value, meaning) rows; a dict of tests (one per data set) gives one row each,
-    an empty one a row with nothing to show (e.g. a survival run from before the metric)."""
+    an empty one a row with nothing to show (a test with no data set to run on)."""
     if isinstance(value, dict) and not value:
         return [(name, "—", meaning)]
     if isinstance(value, dict) and "rho" not in value:
@@ -242,13 +238,13 @@ def trash_clocks_table(trash: pd.DataFrame) -> Table | str:
     """TRASH on every clock side by side (trashfire.metrics.summaries.trash_by_clock)."""
     table = summaries.trash_by_clock(trash)
     if table is None:
-        return "trash.csv has no TRASH per clock (a run from before the compute clock; rerun `dvc repro aggregate`)"
+        return "trash.csv has no rows"
     return table_of(drop_empty(table))
 
 
-def depth_table(decomposition: pd.DataFrame | None) -> Table | str:
-    if decomposition is None or decomposition.empty:
-        return "depth_decomposition.csv has no rows (needs undefended models; a run from before the compute clock: rerun `dvc repro aggregate`)"
+def depth_table(decomposition: pd.DataFrame) -> Table | str:
+    if decomposition.empty:
+        return "depth_decomposition.csv has no rows (it needs undefended models)"
     return table_of(drop_empty(decomposition))
 
 

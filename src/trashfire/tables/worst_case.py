@@ -22,7 +22,7 @@ from trashfire.core.schema import MODEL_LABELS, WORST_CASE, Outcomes
 
 # the model cell's columns a worst-case row copies from its attacks' rows
 COPIED = [*MODEL_LABELS, "norm", "attack_param", "attack_value", "n_train", "n_classes", "acc_ben", "attack_units"]
-# records from before them lack these
+# optional record fields: a column only where some record has one (AttackRecord.row)
 COPIED_IF_PRESENT = ["acc_ben_attack_subset", "attack_value_standardised", "pixel_std", "device", "train_hash", "model_hash", "degenerate"]
 GROUP = ["model_hash", "norm", "attack_units", "attack_value"]
 

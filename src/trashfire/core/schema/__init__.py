@@ -107,6 +107,8 @@ from trashfire.core.schema.labels import (
 )
 from trashfire.core.schema.records import (
     ATTACK_RECORD_LEAD,
+    SCHEMA_VERSION,
+    VERSION_KEY,
     AttackRecord,
     BenignRecord,
     BrittleRecord,
@@ -114,7 +116,7 @@ from trashfire.core.schema.records import (
     Outcomes,
     Record,
     TrainRecord,
-    legacy_pixel_std,
+    with_pixel_std,
 )
 from trashfire.core.schema.units import (
     CLOCKS,
@@ -158,7 +160,9 @@ __all__ = [
     "Outcomes",
     "Record",
     "TrainRecord",
-    "legacy_pixel_std",
+    "SCHEMA_VERSION",
+    "VERSION_KEY",
+    "with_pixel_std",
     "ACCURACIES",
     "ATTACK_PROPERTIES",
     "AUC",

@@ -19,7 +19,7 @@ def without(columns: Iterable[str], *dropped: str) -> list[str]:
 @dataclass(frozen=True, kw_only=True)
 class TrainedLabels:
     """A trained cell's labels: the data set, what it was fine-tuned from (None: from scratch;
-    records from before fine-tuning lack it), the permutation seed, the architecture and its
+    a schema-1 record without it too), the permutation seed, the architecture and its
     depth, the training length and learning rate."""
 
     dataset: str

@@ -3,12 +3,19 @@
 `Outcomes` (its per-sample arrays, the .npz beside it), `BrittleRecord`
 (reports/brittle/<hash>.json) and `Finding` (a row of findings.csv). Writers build them,
 readers read through them; on disk a record is JSON with its keys sorted, so where a field is
-declared (the label block comes from `labels.ModelLabels`) changes no file."""
+declared (the label block comes from `labels.ModelLabels`) changes no file.
+
+Every record file carries `schema_version` (SCHEMA_VERSION). A reader brings an older record
+up to date through its type's MIGRATIONS, one version at a time (a file without the key is
+version 1), so no reader has a branch for older records; a record newer than this code is
+refused with one line. A migration fills what can be worked out from the old record; what
+cannot (an old record's missing data hash) stays None, which no cache key matches, so that
+cell is computed again."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -22,6 +29,10 @@ from trashfire.core.schema.units import COMPUTE, to_standardised
 
 R = TypeVar("R", bound="Record")
 
+SCHEMA_VERSION = 2  # bump with a migration from the version before in each record type's MIGRATIONS
+VERSION_KEY = "schema_version"
+Migration = Callable[[dict[str, Any]], dict[str, Any]]
+
 
 class Record:
     """A JSON record as a dataclass. A field without a default is required: a record that
@@ -30,6 +41,22 @@ class Record:
 
     STAGE: ClassVar[str] = ""  # the stage that writes it, for the rerun hint
     LEAD: ClassVar[tuple[str, ...]] = ()  # required keys named first when missing
+    # version -> the record at the next version; a version not listed changed nothing here
+    MIGRATIONS: ClassVar[dict[int, Migration]] = {}
+
+    @classmethod
+    def migrated(cls, data: Mapping[str, Any], source: Any = "record") -> dict[str, Any]:
+        """The record as this code's SCHEMA_VERSION lays it out."""
+        version = data.get(VERSION_KEY, 1)
+        if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= SCHEMA_VERSION:
+            raise DataError(
+                f"record {source}: {VERSION_KEY} {version!r}; this trashfire reads 1 to {SCHEMA_VERSION}: "
+                f"update trashfire, or delete it and rerun the {cls.STAGE} stage"
+            )
+        data = dict(data)
+        for step in range(version, SCHEMA_VERSION):
+            data = cls.MIGRATIONS.get(step, dict)(data)
+        return data | {VERSION_KEY: SCHEMA_VERSION}
 
     @classmethod
     def required(cls) -> list[str]:
@@ -39,6 +66,7 @@ class Record:
 
     @classmethod
     def from_json(cls: type[R], data: Mapping[str, Any], source: Any = "record") -> R:
+        data = cls.migrated(data, source)
         missing = [key for key in cls.required() if key not in data]
         if missing:
             raise DataError(f"corrupt record {source}: no {', '.join(missing)}; delete it and rerun the {cls.STAGE} stage to recompute it")
@@ -65,7 +93,7 @@ class Record:
         return dict(sorted(data.items()))
 
     def write(self, path: str | Path) -> None:
-        write_json(path, self.to_json())
+        write_json(path, dict(sorted((self.to_json() | {VERSION_KEY: SCHEMA_VERSION}).items())))
 
     def __getitem__(self, key: str) -> Any:
         """Mapping-style access to a field or derived key, as callers of the old dicts read them."""
@@ -98,13 +126,13 @@ class TrainRecord(ModelLabels, Record):
     t_predict_wall: float
     device: str
     # the identity of the data it was trained on (trashfire.core.grid.split_hashes); None in
-    # records from before it, which are trained again
+    # a schema-1 record that lacks it: no cache key matches None, so the cell is trained again
     data_hash: str | None = None
     pretrain_hash: str | None = None
     # the compute clock (trashfire.models.flops), per sample like the seconds: the training
     # run's FLOPs up to this epoch over n_train (its attack steps and a fine-tuned cell's base
-    # run included), and one forward pass; None: unknown (records from before FLOPs, an
-    # external model without them)
+    # run included), and one forward pass; None: unknown (an external model without
+    # them, a schema-1 record that lacks them)
     t_train_flops: float | None = None
     t_predict_flops: float | None = None
     threads: int | None = None  # the clocks' CPU seconds and the last bits of the weights depend on it
@@ -130,8 +158,8 @@ class BenignRecord(Record):
     t_predict_process: float
     t_predict_wall: float
     n_test: int
-    # validity probes on the attack subset (trashfire.attacks.validity); records from before
-    # them lack these, and the attack stage probes such a cell again
+    # validity probes on the attack subset (trashfire.attacks.validity); a schema-1 record may
+    # lack them, and the attack stage probes such a cell again
     probe_samples: int | None = None
     grad_zero_share: float | None = None
     grad_nonfinite_share: float | None = None
@@ -142,11 +170,20 @@ class BenignRecord(Record):
     acc_query_range: float | None = None
     output_probability: bool | None = None  # the model returns probabilities, not logits
     gradient_calls: int | None = None  # gradient calls within one forward pass: a dynamic defence
-    data_hash: str | None = None  # the attack subset's identity (trashfire.core.grid.split_hashes); None: from before it, evaluated again
+    data_hash: str | None = None  # the attack subset's identity (trashfire.core.grid.split_hashes); None: a schema-1 record without it, evaluated again
 
 
 # what the tables downstream read from an attack record, named first when missing
 ATTACK_RECORD_LEAD = ("dataset", "attack", "acc_ben", "acc_adv", *(f"t_{q}_{clock}" for q in ("train", "predict", "attack") for clock in ("process", "wall")))
+
+
+def with_pixel_std(record: dict[str, Any]) -> dict[str, Any]:
+    """Schema 1 to 2: an attack record of version 1 may lack pixel_std; a pixel-unit strength
+    still holds it as the ratio of its two eps values (a standardised one needs none)."""
+    if "pixel_std" in record or "attack_value" not in record:
+        return record
+    ratio = record.get("attack_units") == "pixel" and record.get("attack_value_standardised")
+    return record | {"pixel_std": record["attack_value"] / record["attack_value_standardised"] if ratio else math.nan}
 
 
 @dataclass(frozen=True)
@@ -158,6 +195,7 @@ class AttackRecord(ModelLabels, Record):
 
     STAGE: ClassVar[str] = "attack"
     LEAD: ClassVar[tuple[str, ...]] = ATTACK_RECORD_LEAD
+    MIGRATIONS: ClassVar[dict[int, Migration]] = {1: with_pixel_std}
 
     attack_hash: str
     train_hash: str
@@ -181,7 +219,7 @@ class AttackRecord(ModelLabels, Record):
     attack_units: str = "standardised"
     pixel_std: float = math.nan  # converts eps between pixel and standardised units downstream
     config: dict[str, Any] = field(default_factory=dict)
-    data_hash: str | None = None  # the attacked images' identity (trashfire.core.grid.split_hashes); None: from before it, attacked again
+    data_hash: str | None = None  # the attacked images' identity (trashfire.core.grid.split_hashes); None: a schema-1 record without it, attacked again
     engine: str | None = None
     early_exit: bool | None = None
     n_events: int | None = None
@@ -202,12 +240,6 @@ class AttackRecord(ModelLabels, Record):
     seconds_per_flop_process: float | None = None
     seconds_per_flop_wall: float | None = None
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any], source: Any = "record") -> AttackRecord:
-        if "pixel_std" not in data and "attack_value" in data:  # a record from before pixel_std was kept
-            data = dict(data) | {"pixel_std": legacy_pixel_std(data)}
-        return super().from_json(data, source)
-
     @property
     def attack_value_standardised(self) -> float:
         return to_standardised(self.attack_value, self.attack_units, self.pixel_std)
@@ -221,13 +253,6 @@ class AttackRecord(ModelLabels, Record):
         table has no column for them."""
         kept = set(self.required()) | set(MODEL_LABELS)
         return {k: v for k, v in self.to_json().items() if k not in ("config", "rates") and (v is not None or k in kept)}
-
-
-def legacy_pixel_std(record: Mapping[str, Any]) -> float:
-    """Records from before pixel_std was kept: a pixel-unit strength still holds the ratio."""
-    if record.get("attack_units") == "pixel" and record.get("attack_value_standardised"):
-        return record["attack_value"] / record["attack_value_standardised"]
-    return math.nan
 
 
 @dataclass(frozen=True)
@@ -339,7 +364,7 @@ class BrittleRecord(ModelLabels, Record):
     t_brittle_process: float  # the LIME runs (predictions and explanations), whole, not per sample
     t_brittle_wall: float
     device: str
-    data_hash: str | None = None  # the scored images' identity (trashfire.core.grid.split_hashes); None: from before it, scored again
+    data_hash: str | None = None  # the scored images' identity (trashfire.core.grid.split_hashes); None: a schema-1 record without it, scored again
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # before any figure module imports pyplot
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from trashfire.core.stage import Artefacts
 from trashfire.report import page
@@ -70,7 +70,7 @@ def survival_images(artefacts: Artefacts) -> list[Path]:
 
 def draw_report(cfg: DictConfig, artefacts: Artefacts) -> list[Path]:
     """The stage's work: every figure, then report.html with them and the survival stage's."""
-    formats = tuple(OmegaConf.select(cfg, "report.formats", default=FigureFolder.formats))  # a params.yaml from before the setting: both
+    formats = tuple(cfg.report.formats)
     folder = FigureFolder(artefacts.output("figures"), formats)
     folder.path.mkdir(parents=True, exist_ok=True)
     tables = read_tables(artefacts)  # every missing input is reported before anything is drawn

@@ -27,11 +27,9 @@ from trashfire.survival import epsilon
 NORM_NAMES = {"inf": "ℓ∞", "2": "ℓ2", "1": "ℓ1", "0": "ℓ0"}
 
 
-def eps_survival_figure(curves: pd.DataFrame | None, table: pd.DataFrame | None, folder: FigureFolder) -> list[Path]:
+def eps_survival_figure(curves: pd.DataFrame, table: pd.DataFrame, folder: FigureFolder) -> list[Path]:
     """The Kaplan-Meier curves of survival in eps: a panel per data set and attack family, a
     line per model cell (capped as the other per-cell figures), the area in the legend."""
-    if curves is None or table is None:
-        raise Skipped("eps_survival.csv not found (run `dvc repro aggregate`)")
     if curves.empty:
         raise Skipped("eps_survival_curves.csv has no rows (no eps-grid or minimal-perturbation attack)")
     panels = line_panels(curves)
@@ -62,10 +60,8 @@ def eps_survival_figure(curves: pd.DataFrame | None, table: pd.DataFrame | None,
     return save_figure(fig, folder, "eps_survival_curves")
 
 
-def eps_survival_scatter(table: pd.DataFrame | None, robustness: pd.DataFrame, folder: FigureFolder) -> list[Path]:
+def eps_survival_scatter(table: pd.DataFrame, robustness: pd.DataFrame, folder: FigureFolder) -> list[Path]:
     """The area against EVP and R per eps family, over the sound model cells."""
-    if table is None:
-        raise Skipped("eps_survival.csv not found (run `dvc repro aggregate`)")
     both = epsilon.against(table, robustness) if not table.empty and not robustness.empty else pd.DataFrame()
     if both.empty:
         raise Skipped("no model cell has both an eps-survival area and EVP or R (no eps-grid attack)")
