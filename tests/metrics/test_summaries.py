@@ -119,7 +119,7 @@ def robustness(units: str = "pixel") -> pd.DataFrame:
     )
 
 
-PANEL = pd.DataFrame({"eps_standardised": [0.0, 0.5, 1.0], "eps_pixel": [0.0, 0.15, 0.3]})  # pixel std 0.3
+PANEL = pd.DataFrame({"pixel_std": [0.3, 0.3, 0.3], "eps_standardised": [0.0, 0.5, 1.0], "eps_pixel": [0.0, 0.15, 0.3]})  # curves.csv carries the pixel std
 
 
 def test_r_interval_is_the_median_interval_in_the_asked_units():
@@ -131,9 +131,7 @@ def test_r_interval_is_the_median_interval_in_the_asked_units():
 
 def test_r_interval_is_none_without_an_interval_or_a_pixel_std():
     assert summaries.r_interval(robustness(), PANEL, "digits", "fgm linf", "pixel") is None
-    no_attack = PANEL.iloc[:1]  # only the benign point: no ratio of the axes
-    assert summaries.r_interval(robustness(), no_attack, "digits", "pgd linf", "standardised") is None
-    no_std = PANEL.assign(eps_pixel=np.nan)
+    no_std = PANEL.assign(pixel_std=np.nan)  # a standardised-unit table of a data set without one
     assert summaries.r_interval(robustness(), no_std, "digits", "pgd linf", "standardised") is None
     open_end = robustness().assign(eps1=np.inf)
     assert summaries.r_interval(open_end, PANEL, "digits", "pgd linf", "pixel") is None

@@ -32,7 +32,7 @@ from trashfire.attacks import standard, validity
 from trashfire.attacks.art_attacks import art_classifier, build_attack, declaration
 from trashfire.attacks.engine import attack_samples, calibrate, model_cost, price, warm_up_batch
 from trashfire.attacks.samples import budget_subset, perturbation_norms
-from trashfire.attacks.spec import attack_strength, black_box_of, engine_of, torch_algorithm
+from trashfire.attacks.spec import AttackSpec, attack_strength, black_box_of, engine_of, torch_algorithm
 from trashfire.attacks.store import attack_record_path, benign_path, declaration_path, outcomes_path
 from trashfire.attacks.target import Target
 from trashfire.core.clocks import SECONDS, STEPS, Elapsed, LapClock, Rate, Stopwatch, pooled_rate
@@ -170,7 +170,7 @@ def price_cell(run: Attacked, target: Target, shared: dict[str, Any], cost: Samp
         norm=cell.norm,
         attack_param=cell.param,
         attack_value=cell.value,  # in attack_units; the record derives the standardised strength the engine got
-        attack_units=cell.spec.get("units", "standardised"),
+        attack_units=AttackSpec.of(cell.spec).units,
         pixel_std=run.pixel_std,  # converts eps between pixel and standardised units downstream
         config=cell.spec,
         engine=run.engine,

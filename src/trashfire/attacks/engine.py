@@ -44,7 +44,7 @@ from torch.nn import functional as F
 from trashfire.attacks import standard
 from trashfire.attacks.autoattack import Sequence
 from trashfire.attacks.failure_log import FailureLog, batches
-from trashfire.attacks.spec import NORMS, loops_run_by, pgd_step_size, torch_algorithm
+from trashfire.attacks.spec import NORMS, AttackSpec, loops_run_by, pgd_step_size, torch_algorithm
 from trashfire.attacks.target import Target, margins
 from trashfire.core.clocks import STEPS, LapClock, Rate, rate_of
 from trashfire.core.schema import FIRST_QUERY
@@ -171,7 +171,7 @@ def budget_of(spec: dict, engine: str = "torch") -> int:
     engines count queries per image, and the budget is max_iter (or 1) there."""
     if engine == "torch":
         return ALGORITHMS[torch_algorithm(spec)].steps(spec)
-    return int(spec.get("max_iter") or 1)
+    return int(AttackSpec.of(spec).budget or 1)
 
 
 def _norm(spec: dict) -> float:
@@ -361,8 +361,8 @@ def _deepfool(target: Target, log: FailureLog, clock: LapClock, spec: dict, stre
 # once, in trashfire.attacks.spec.TORCH_LOOPS, with the module that runs each)
 OWN_LOOPS = {
     "fgm": Algorithm(steps=lambda spec: 1, run=_gradient(fgm_settings)),
-    "pgd": Algorithm(steps=lambda spec: int(spec["max_iter"]), run=_gradient(pgd_settings)),
-    "deepfool": Algorithm(steps=lambda spec: int(spec["max_iter"]), run=_deepfool),
+    "pgd": Algorithm(steps=lambda spec: int(AttackSpec.of(spec).budget), run=_gradient(pgd_settings)),
+    "deepfool": Algorithm(steps=lambda spec: int(AttackSpec.of(spec).budget), run=_deepfool),
 }
 ALGORITHMS = {
     **{name: OWN_LOOPS[name] for name in loops_run_by("engine")},

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from trashfire.attacks.spec import AttackSpec
 from trashfire.core.errors import ConfigError
 
 VERSIONS = ("standard", "rand", "custom")
@@ -43,10 +44,10 @@ def component_settings(spec: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 def _torch_view(component: Mapping[str, Any]) -> dict[str, Any]:
     """A component option as the torch loop reads it: its loop (`rules.torch.algorithm`), its
     budget and the kwargs the loop takes."""
-    algorithm = ((component.get("rules") or {}).get("torch") or {}).get("algorithm")
+    spec = AttackSpec.of(component)
     kwargs = dict(component.get("kwargs") or {})
-    kept = {"apgd": ("loss_type", "n_targets", "eot_iter"), "fab": ("n_targets",), "square": ("p_init",)}.get(algorithm, ())
-    return {"algorithm": algorithm, "max_iter": int(component.get("max_iter") or 1), "kwargs": {k: kwargs[k] for k in kept if k in kwargs}}
+    kept = {"apgd": ("loss_type", "n_targets", "eot_iter"), "fab": ("n_targets",), "square": ("p_init",)}.get(spec.loop, ())
+    return {"algorithm": spec.loop, "max_iter": int(spec.budget or 1), "kwargs": {k: kwargs[k] for k in kept if k in kwargs}}
 
 
 def check_version(name: str, found: Mapping[str, Any]) -> None:

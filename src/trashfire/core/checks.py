@@ -60,7 +60,8 @@ def register(section: str) -> Callable[[Check], Check]:
 def _discover() -> None:
     """Import each `trashfire.<package>.checks` once per process: importing registers it.
     The file is looked for first, since asking importlib about a package's submodule imports
-    the package: `trashfire.attacks` would load ART (2.5 s) into every table stage."""
+    the package, and a package whose __init__ loaded torch or ART would load it into every
+    table stage (tests/pipeline/test_architecture.py keeps each __init__ light)."""
     import trashfire
 
     for package in pkgutil.iter_modules(trashfire.__path__):

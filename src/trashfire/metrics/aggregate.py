@@ -147,9 +147,9 @@ def eps_curves(experiments: pd.DataFrame) -> pd.DataFrame:
     curves = pd.concat([benign, attacked]).sort_values(CELL + ["attack_value"], kind="stable")
     curves = curves.rename(columns={"attack_value": "eps", "acc_adv": "acc"})
     units = curves["attack_units"] if "attack_units" in curves else pd.Series("standardised", index=curves.index)
-    pixel_std = curves["pixel_std"] if "pixel_std" in curves else np.nan
-    curves["eps_standardised"] = schema.to_standardised(curves["eps"].astype(float), units, pixel_std)
-    curves["eps_pixel"] = schema.to_pixel(curves["eps"].astype(float), units, pixel_std)
+    curves["pixel_std"] = curves["pixel_std"] if "pixel_std" in curves else np.nan
+    curves["eps_standardised"] = schema.to_standardised(curves["eps"].astype(float), units, curves["pixel_std"])
+    curves["eps_pixel"] = schema.to_pixel(curves["eps"].astype(float), units, curves["pixel_std"])
     start = curves.groupby(CELL, dropna=False)["acc"].transform("first")
     curves["acc_norm"] = curves["acc"] / start.where(start > 0)
     return curves[schema.CURVES].reset_index(drop=True)

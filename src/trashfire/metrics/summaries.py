@@ -114,7 +114,7 @@ def seed_mean_survival(rows: pd.DataFrame, grid: bool) -> tuple[np.ndarray, np.n
 def r_interval(robustness: pd.DataFrame, panel: pd.DataFrame, dataset: str, family: str, units: str) -> tuple[float, float] | None:
     """The [eps0, eps1] that R integrates over for a data set and attack family (the median
     over its cells), in eps `units`; None where R has no interval or it cannot be converted
-    to those units (`panel`, the family's curves, gives the data set's pixel std)."""
+    to those units (`panel`, the family's curves, carries the data set's pixel std)."""
     rows = robustness[(robustness["dataset"] == dataset) & (robustness["attack_family"] == family)]
     rows = rows.dropna(subset=["eps0", "eps1"])
     if rows.empty:
@@ -122,12 +122,10 @@ def r_interval(robustness: pd.DataFrame, panel: pd.DataFrame, dataset: str, fami
     eps0, eps1 = rows["eps0"].median(), rows["eps1"].median()
     given = str(rows["auc_units"].iloc[0])
     if given != units:
-        # the data set's pixel std: the ratio of the curves' two axes
-        attacked = panel[panel["eps_standardised"] > 0]
-        ratios = (attacked["eps_pixel"] / attacked["eps_standardised"]).dropna()
-        if ratios.empty:
+        pixel_std = panel["pixel_std"].dropna()
+        if pixel_std.empty:
             return None
-        eps0, eps1 = (schema.convert_eps(eps, given, units, ratios.median()) for eps in (eps0, eps1))
+        eps0, eps1 = (schema.convert_eps(eps, given, units, pixel_std.median()) for eps in (eps0, eps1))
     return (float(eps0), float(eps1)) if np.isfinite([eps0, eps1]).all() else None
 
 

@@ -128,7 +128,7 @@ DEPTH_DECOMPOSITION = (
     + [f"t_train_{c}" for c in CLOCKS]
 )
 TRASH_SUMMARY = OVER_SEEDS + ["n_seeds", *(f"{m}_{s}" for m in ("trash_adv", "trash_ben") for s in ("mean", "lo", "hi")), "f_ben_mean", "f_adv_mean"]
-CURVES = CELL + ["n_classes", "eps", "eps_standardised", "eps_pixel", "acc", "acc_norm"]
+CURVES = CELL + ["n_classes", "pixel_std", "eps", "eps_standardised", "eps_pixel", "acc", "acc_norm"]
 EVP_TAU = CELL + ["tau", "evp"]
 EVP_CONVERGENCE = CELL + ["n_intervals", "evp", "tau"]
 AUC_TABLE = without(OVER_SEEDS, "attack", "norm") + ["n_seeds", "R_mean", "R_sd", "S_mean", "S_sd"]
