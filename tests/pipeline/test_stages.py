@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 from tests.conftest import tiny_config
 from tests.report.test_figures import STEMS as FIGURE_STEMS
 from trashfire.attacks import campaign
+from trashfire.core import schema
 from trashfire.core.grid import attack_cells, model_cells, training_cells
 from trashfire.core.records import read_npz
 from trashfire.core.schema import AttackRecord, BrittleRecord, Outcomes, TrainRecord
@@ -100,7 +101,7 @@ def test_attack_outcomes_agree_with_accuracy_and_budgets(pipeline):
     for cell in attack_cells(pipeline):
         record = json.loads((campaign.attack_record_path(pipeline.paths.attacks, cell.hash)).read_text())
         outcomes = read_npz(campaign.outcomes_path(pipeline.paths.attacks, cell.hash))
-        assert set(record) == {f.name for f in fields(AttackRecord)} | {"attack_value_standardised"}  # the schema's keys, every one set
+        assert set(record) == {f.name for f in fields(AttackRecord)} | {"attack_value_standardised", schema.VERSION_KEY}  # the schema's keys, every one set
         assert None not in (record["engine"], record["n_events"], record["threads"]) and list(outcomes) == [
             name for name in Outcomes.ORDER if name != "broken_by"
         ]  # only a composite's cells name who broke a sample
@@ -174,7 +175,7 @@ def test_downstream_stages_write_every_table_and_figure(pipeline, tmp_path):
     assert robustness.loc[sound, "auc_R"].notna().all() and robustness["eps1"].eq(0.3).all(), robustness["note"].tolist()
     assert robustness.loc[~sound, "auc_R"].isna().all() and robustness.loc[~sound, "note"].str.contains("degenerate").all()
     for path in (reports / "brittle").glob("*.json"):
-        assert set(json.loads(path.read_text())) == {f.name for f in fields(BrittleRecord)}  # the schema's keys
+        assert set(json.loads(path.read_text())) == {f.name for f in fields(BrittleRecord)} | {schema.VERSION_KEY}  # the schema's keys
     cards = sorted((reports / "cards").glob("*.json"))
     assert len(cards) == len(training_cells(pipeline))
     card = json.loads(cards[0].read_text())
