@@ -58,8 +58,8 @@ test-slow: $(STAMP) ## the slow tests (full pipeline runs)
 test-kill: $(STAMP) ## SIGKILL train and attack at random moments; reruns must match an uninterrupted run (CI runs it)
 	$(PY) -m pytest -q -s tests/pipeline/test_crash_safety.py
 
-bench: $(STAMP) ## time the default pipeline, no-op repro, attack and sweep overheads, survival scaling -> reports/bench.json
-	$(PY) bench/suite.py
+bench: $(STAMP) ## time the default pipeline, no-op repro, attack and sweep overheads, survival scaling -> reports/bench.json (ARGS=--keep: into bench/results/ and the benchmark page)
+	$(PY) bench/suite.py $(ARGS)
 
 figures: $(STAMP) ## redraw figures and the report from recorded results
 	dvc repro figures

@@ -13,7 +13,10 @@ and written to reports/bench.json.
 
 Each part runs as its own process, so none inherits another's threads or caches.
 
-    python bench/suite.py [--only pipeline attack sweep survival] [--experiment default|tiny] [--out reports/bench.json]
+    python bench/suite.py [--only pipeline attack sweep survival] [--experiment default|tiny] [--out reports/bench.json] [--keep]
+
+--keep also writes the run to bench/results/<date>-<cpus>cpu-suite.json, with the date, machine
+and commit it was measured at, and regenerates docs/benchmarks.md from bench/results/.
 """
 
 from __future__ import annotations
@@ -163,7 +166,16 @@ def machine() -> dict:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "platform": platform.platform(),
+        "commit": commit(),
     }
+
+
+def commit() -> str:
+    """The checkout's commit, `+dirty` where the working tree differs from it: what the
+    benchmark page says each figure was measured at."""
+    head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip() or "unknown"
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    return head + ("+dirty" if dirty else "")
 
 
 def main() -> None:
@@ -171,6 +183,7 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS))
     parser.add_argument("--experiment", choices=("default", "tiny"), default="default", help="the pipeline to time (tiny: a quick check of the bench itself)")
     parser.add_argument("--out", type=Path, default=ROOT / "reports" / "bench.json")
+    parser.add_argument("--keep", action="store_true", help="also keep the run in bench/results/ and regenerate docs/benchmarks.md from them")
     args = parser.parse_args()
     figures: dict = {"machine": machine()}
     if "pipeline" in args.only:  # first: its peak memory is the largest child process so far
@@ -189,6 +202,11 @@ def main() -> None:
         figures["survival_scaling"] = measure_script("survival_scaling.py")
     figures["targets"] = targets(figures)
     write_json(args.out, figures)
+    if args.keep:
+        kept = BENCH / "results" / f"{figures['machine']['date'][:10]}-{figures['machine']['cpus']}cpu-suite.json"
+        write_json(kept, figures)
+        subprocess.run([sys.executable, str(BENCH / "benchmark_page.py")], check=True)
+        print(f"kept as {kept.relative_to(ROOT)}; docs/benchmarks.md regenerated")
     print(f"targets ({args.out}):")
     for name, met in figures["targets"].items():
         print(f"  {'met   ' if met else 'MISSED'} {name}")
