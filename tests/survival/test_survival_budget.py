@@ -162,7 +162,7 @@ def pgd_table(digits_cnn, steps: int, step_share: float) -> pd.DataFrame:
 
 CUT_SHORT = pytest.mark.xfail(
     strict=True,
-    reason="known limitation (README, Budget sufficiency): where failures still arrive at the budget's last step, the cure model's "
+    reason="known limitation (docs/survival.md, Budget sufficiency): where failures still arrive at the budget's last step, the cure model's "
     "split of the standing samples into cured and breakable is weakly identified, and its fit takes them as cured: 3 steps of eps/10 "
     "predict at most 1.1% more where 30 steps break 7% to 60% more",
 )
