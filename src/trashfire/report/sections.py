@@ -238,7 +238,7 @@ def trash_clocks_table(trash: pd.DataFrame) -> Table | str:
     """TRASH on every clock side by side (trashfire.metrics.summaries.trash_by_clock)."""
     table = summaries.trash_by_clock(trash)
     if table is None:
-        return "trash.csv has no rows"
+        return "trash.csv has no rows or no TRASH column"
     return table_of(drop_empty(table))
 
 
