@@ -239,6 +239,17 @@ def test_trash_not_testable_without_the_attack():
     assert_not_testable(check("003_trash_above_one_pgd", trash=table("trash", trash_adv=[2.0, 8.0])), "add pgd to attack")
 
 
+def test_trash_not_testable_without_a_trash_names_what_is_missing_on_the_clock():
+    """Cells of the attack without a TRASH: an unknown t_train (what to give) or a missing E[T]."""
+    no_t_train = table("trash", attack="pgd", t_train=[np.nan, np.nan], trash_adv=np.nan)
+    given = F.Tables(trained=pd.DataFrame(), robustness=pd.DataFrame(), trash=no_t_train, brittle=pd.DataFrame(), clock="flops")
+    [result] = [f for f in F.check_findings(given, resamples=100, seed=0) if f.id == "003_trash_above_one_pgd"]
+    assert_not_testable(result, "needs a TRASH for the undefended PGD cells: their t_train is unknown on the flops clock")
+    assert "give model.<name>.t_train.flops" in result.detail and result.test == check("003_trash_above_one_pgd", trash=no_t_train.assign(trash_adv=2.0)).test
+    no_e_t = table("trash", attack="pgd", E_T=[np.nan, np.nan], trash_adv=np.nan)
+    assert_not_testable(check("003_trash_above_one_pgd", trash=no_e_t), "their E[T] is missing on the configured clock")
+
+
 def test_degenerate_trash_rows_are_excluded():
     # With the two degenerate cells the geometric mean would be (2 * 8 * 1e-6 * 1e-6) ** 0.25 < 1.
     trash = table("trash", trash_adv=[2.0, 8.0, 1e-6, 1e-6], degenerate=[False, False, True, True])
@@ -408,6 +419,10 @@ def test_r_rises_with_epochs_names_what_it_found_when_not_testable():
     assert_not_testable(check("004_r_rises_with_epochs", robustness=one_epoch), "found epochs 6 per otherwise equal cell")
     without_r = table("robustness", seed=[0, 1, 0, 1], epochs=[1, 1, 2, 2], auc_R=np.nan)
     assert_not_testable(check("004_r_rises_with_epochs", robustness=without_r), "epochs 1, 2 found, and no cell has an R")
+    no_r_column = without_r.drop(columns="auc_R")
+    assert_not_testable(check("004_r_rises_with_epochs", robustness=no_r_column), "epochs 1, 2 found, and no cell has an R")
+    unknown_epochs = table("robustness", seed=[0, 1], epochs=np.nan, auc_R=[0.4, 0.5])
+    assert_not_testable(check("004_r_rises_with_epochs", robustness=unknown_epochs), "no cell with known epochs: imported models' training is unknown")
 
 
 # --- 004_pretraining_effect --------------------------------------------------------------------

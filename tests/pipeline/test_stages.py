@@ -166,6 +166,9 @@ def test_downstream_stages_write_every_table_and_figure(pipeline, tmp_path):
     for stem in FIGURE_STEMS:  # every figure, the survival-in-eps ones included
         assert (reports / "figures" / f"{stem}.png").is_file() and not (reports / "figures" / f"{stem}.pdf").exists(), stem  # report.formats=[png]
     assert (reports / "report.html") in written
+    headline = json.loads((reports / "headline.json").read_text())  # what `dvc exp show` shows: metrics.json's headline
+    assert headline["acc_ben"] == pytest.approx(summary["acc_ben_mean"])
+    assert sum(count for key, count in headline.items() if key.startswith("findings_")) == len(summary["findings"])
     trash = pd.read_csv(reports / "trash.csv")
     assert np.allclose(trash["trash_adv"], trash["t_train"] / trash["E_T"])
     robustness = pd.read_csv(reports / "robustness.csv")

@@ -1,6 +1,8 @@
 """Survival analysis: the fitters against lifelines' own numbers on its rossi data, and the
 stage's diagnostics, retries and outputs (the survival data set: tests/survival/test_survival_data.py)."""
 
+import contextlib
+import io
 import json
 import math
 import subprocess
@@ -351,6 +353,19 @@ def test_weighted_calibration_is_lifelines_calibration_on_one_row_per_sample(set
         _, ici, e50 = survival_probability_calibration(fit.fitter, F.per_sample(data), t0=t0, ax=ax)
     plt.close("all")
     assert ours == pytest.approx((ici, e50), abs=2e-4)
+
+
+def test_calibration_is_lifelines_with_its_penalised_spline_on_rossi(rossi):
+    """One row per sample: lifelines' own curve (its CRC spline with penalizer 1e-6), to 1e-6
+    (the two agree to 1e-12 on one machine; a spline without the penalty moves ICI by 3%)."""
+    fit = F.Fit("weibull", WeibullAFTFitter().fit(rossi, "duration", "event"), 0.0, "BFGS", 1)
+    ours = F.calibration(fit, rossi, 30.0)
+    _, ax = plt.subplots()
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        _, ici, e50 = survival_probability_calibration(fit.fitter, rossi, t0=30.0, ax=ax)
+    plt.close("all")
+    assert ours == pytest.approx((ici, e50), rel=1e-6)
 
 
 def only(settings, *fitters, **changes):

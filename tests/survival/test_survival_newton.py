@@ -104,6 +104,11 @@ def test_its_row_scores_are_autograds_of_lifelines_likelihood(censored, referenc
     rows = censored.head(300).assign(weight=np.tile([1.0, 2.0], 150))
     fitter = newton(penalizer=0.001).fit(rows, "duration", "event", weights_col="weight")
     np.testing.assert_allclose(F.sample_scores(fitter, rows), F.autograd_scores(fitter, rows), rtol=1e-8, atol=1e-10)
+    # and sample_scores takes the closed form (linear in rows), not autograd's Jacobian (a Hessian's cost)
+    closed = fitter.row_scores(
+        rows.duration.to_numpy(), rows.event.to_numpy().astype(bool), rows.weight.to_numpy(), rows.drop(columns=["duration", "event", "weight"])
+    )
+    np.testing.assert_array_equal(F.sample_scores(fitter, rows), closed)
 
 
 # --- fitters of several linear predictors (trashfire.survival.newton_fit) ----------------------
@@ -185,9 +190,24 @@ def test_closed_form_restricted_means_are_the_integral_of_the_survival_curve(cen
     rows = censored.drop(columns=["duration", "event"]).head(300)
     budgets = np.random.default_rng(2).uniform(0.5, 40.0, len(rows))
     closed = F.restricted_mean(F.Fit("newton", fitted, 0.001, "Newton-Raphson", 1), rows, budgets)
+    np.testing.assert_array_equal(closed, fitted.closed_restricted_mean(rows, budgets))  # the closed form itself, not the integral
     fitted.newton_iterations = None  # as if lifelines' optimiser had fitted it: the numerical integral
     integral = F.restricted_mean(F.Fit("newton", fitted, 0.001, "BFGS", 1), rows, budgets)
     np.testing.assert_allclose(closed, integral, rtol=1e-5)
+
+
+def test_a_fit_lifelines_optimiser_made_takes_the_integral_not_the_closed_form(censored):
+    """Covariates on the shape send the fit to lifelines' optimiser (see above), where the
+    closed form, written for a shape without covariates, does not hold: the restricted mean is
+    then the integral of lifelines' own survival curve."""
+    ancillary = censored[["a"]].assign(duration=censored.duration)
+    fitted = NewtonWeibullAFTFitter().fit(censored, "duration", "event", ancillary=ancillary)
+    rows = censored.drop(columns=["duration", "event"]).head(20)
+    ours = F.restricted_mean(F.Fit("newton", fitted, 0.0, "BFGS", 1), rows, np.full(len(rows), 10.0))
+    grid = np.linspace(0.0, 10.0, 20001)
+    by_trapezoid = np.trapezoid(fitted.predict_survival_function(rows, times=grid).to_numpy(), grid, axis=0)
+    np.testing.assert_allclose(ours, by_trapezoid, rtol=1e-6)
+    assert np.abs(fitted.closed_restricted_mean(rows, np.full(len(rows), 10.0)) / by_trapezoid - 1).max() > 1e-3
 
 
 def test_the_calibration_splines_gradient_by_hand_is_autograds():

@@ -247,9 +247,13 @@ def test_harrells_c_of_weighted_rows_is_lifelines_on_the_repeated_samples(seed):
     assert F.harrell_c(durations, ranking, events, weights) == pytest.approx(concordance_index(*repeated), abs=1e-12)
 
 
-def test_harrells_c_without_a_comparable_pair_fails_as_lifelines():
+@pytest.mark.parametrize("rows", [([1.0, 1.0], [1.0, 2.0], [1, 1], [1, 1]), ([], [], [], [])], ids=["tied-failures", "no-rows"])
+def test_harrells_c_without_a_comparable_pair_fails_as_lifelines(rows):
+    """lifelines' ZeroDivisionError, for an empty test split too (callers read it as 'no pair')."""
     with pytest.raises(ZeroDivisionError):
-        F.harrell_c([1.0, 1.0], [1.0, 2.0], [1, 1], [1, 1])
+        concordance_index(*rows[:3])
+    with pytest.raises(ZeroDivisionError):
+        F.harrell_c(*rows)
 
 
 # --- concordance within attack cells ------------------------------------------------------------
@@ -289,6 +293,19 @@ def test_within_cell_concordance_in_blocks_of_one_failure_counts_every_pair(monk
     monkeypatch.setattr(F, "PAIR_BLOCK", 1)  # one failure to a block
     pd.testing.assert_frame_equal(F.concordance_counts(durations, ranking, events, weights, cells), whole)
     assert (whole["pairs"] > 20).all()
+
+
+def test_strata_are_batched_as_many_as_fit_in_pair_block_padded_to_the_largest(monkeypatch):
+    """The memory bound of within-cell concordance at scale: a batch of strata padded to its
+    largest holds at most PAIR_BLOCK pairs, smallest first and as many as fit; a stratum too
+    large alone is a batch of its own (then compared in blocks of failures)."""
+    monkeypatch.setattr(F, "PAIR_BLOCK", 100)
+    sizes = np.array([5, 3, 11, 5, 7, 5, 3, 7, 5, 11])
+    batches = F._size_batches(sizes)
+    assert [sorted(sizes[batch].tolist()) for batch in batches] == [[3, 3, 5, 5], [5, 5], [7, 7], [11], [11]]
+    assert sorted(np.concatenate(batches).tolist()) == list(range(len(sizes)))
+    for batch in batches:
+        assert len(batch) == 1 or len(batch) * sizes[batch].max() ** 2 <= F.PAIR_BLOCK
 
 
 def test_within_cell_concordance_on_one_cell_is_lifelines_and_cells_pool_by_pairs():
