@@ -86,6 +86,34 @@ def test_the_share_is_each_censored_samples_chance_to_fall_within_the_larger_bud
     assert row["samples"] == len(cell) and row["budget"] == pytest.approx(1.5)
 
 
+def test_the_censored_samples_go_through_in_chunks_and_add_up_to_the_whole(short_budget, monkeypatch):
+    """Memory grows with cells x draws, not samples x draws: the censored rows go through
+    falls_within CHUNK_ROWS at a time (cells sorted, so that a chunk lacks some), and the table
+    is the one-chunk table; the counts are integers and each cell keeps its own budget, however
+    the budgets are ordered."""
+    from trashfire.survival import cure
+
+    _, data, fitter, _ = short_budget
+    data = data.sort_values("attack_hash", kind="stable").reset_index(drop=True)
+    budgets = data.groupby("attack_hash")["duration"].max()
+    whole = budget_sufficiency(fitter, data, "attack_hash", LABELS, budgets, FACTOR, draws=50, seed=0)
+    sizes = []
+    falls_within = type(fitter).falls_within
+
+    def recorded(self, df, standing, factor, draws=None):
+        sizes.append(len(df))
+        return falls_within(self, df, standing, factor, draws)
+
+    monkeypatch.setattr(type(fitter), "falls_within", recorded)
+    monkeypatch.setattr(cure, "CHUNK_ROWS", 700)
+    reported = budgets * np.arange(1.0, len(budgets) + 1)  # one per cell, handed over in reverse
+    chunked = budget_sufficiency(fitter, data, "attack_hash", LABELS, reported.iloc[::-1], FACTOR, draws=50, seed=0)
+    censored = int((data["event"] == 0).sum())
+    assert censored > 1400 and len(sizes) == -(-censored // 700) and max(sizes) <= 700 and sum(sizes) == censored
+    pd.testing.assert_frame_equal(chunked.drop(columns="budget"), whole.drop(columns="budget"), rtol=1e-12)
+    assert whole["samples"].dtype.kind == "i" and chunked.set_index("attack_hash")["budget"].equals(reported)
+
+
 def test_a_one_step_attack_has_no_budget_to_multiply(short_budget):
     _, data, fitter, _ = short_budget
     one_step = data.assign(queries=np.where(data["event"] == 1, 2, 2))  # FGM: a first query and one step

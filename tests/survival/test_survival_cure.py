@@ -5,6 +5,8 @@ beside each cell's Kaplan-Meier plateau."""
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -212,6 +214,30 @@ def test_the_plateau_is_the_kaplan_meier_survival_after_the_last_time():
     """Where the last sample fails (no one censored after it) the curve ends at 0, not at its step before."""
     assert km_plateau(np.array([1.0, 2.0, 3.0]), np.array([1, 0, 1]), np.ones(3)) == pytest.approx(0.0)
     assert km_plateau(np.array([1.0, 2.0, 3.0, 3.0]), np.array([1, 0, 0, 0]), np.ones(4)) == pytest.approx(0.75)
+    # a row stands for its weight's samples: two failures at 1 of four samples
+    assert km_plateau(np.array([1.0, 2.0, 3.0]), np.array([1, 0, 0]), np.array([2.0, 1.0, 1.0])) == pytest.approx(0.5)
+
+
+def test_parameter_draws_factor_the_covariance_by_cholesky_and_a_singular_one_by_eigh(fitted):
+    """Cholesky where the covariance is positive definite (its draws move as little as the
+    covariance does); eigh, which tolerates it, where it is singular."""
+    _, cure = fitted
+    mean, covariance = cure.params_.to_numpy(float), cure.variance_matrix_.to_numpy(float)
+    expected = np.random.default_rng(3).multivariate_normal(mean, covariance, size=40, method="cholesky")
+    np.testing.assert_array_equal(cure.parameter_draws(40, 3), expected)
+    factor = np.linalg.cholesky(covariance)[:, :-1]  # one direction fewer: positive semi-definite, singular
+    singular = copy.copy(cure)
+    singular.variance_matrix_ = pd.DataFrame(factor @ factor.T, index=cure.variance_matrix_.index, columns=cure.variance_matrix_.columns)
+    draws = singular.parameter_draws(40, 3)
+    np.testing.assert_array_equal(draws, np.random.default_rng(3).multivariate_normal(mean, factor @ factor.T, size=40, method="eigh"))
+    assert np.isfinite(draws).all()
+
+
+def test_the_cure_table_counts_samples_as_integers(fitted):
+    data, cure = fitted
+    table = cure_table(cure, data.assign(attack_hash=np.where(data["x"] > 0, "a", "b"), attack_family="pgd linf"), "attack_hash", ["attack_family"])
+    assert table["samples"].dtype.kind == "i" and table["samples"].sum() == len(data)
+    assert list(table.columns) == ["attack_hash", "attack_family", "samples", "km_plateau", "cured_fraction", "difference", "E_T_breakable"]
 
 
 def test_the_cells_table_is_in_the_cells_order_whatever_the_rows_order(fitted):
