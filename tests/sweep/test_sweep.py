@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -205,24 +207,29 @@ def test_sqlite_study_lock_excludes_a_second_holder(tmp_path):
 
 
 @pytest.fixture
-def postgres(tmp_path):
-    """A PostgreSQL server of pgserver's; its start can time out on a loaded machine, so a
-    second try, in a fresh folder, comes before concluding that none can start here."""
-    errors = []
-    for attempt in range(2):
-        try:
-            import pgserver
+def postgres():
+    """A PostgreSQL server of pgserver's, in a folder of its own outside pytest's tmp_path: a
+    second pytest session of this user (a mutation run beside the suite) prunes old tmp_path
+    roots, and pulled the server's folder from under it once. Its start is tried twice before
+    concluding that none can start here."""
+    errors, folder = [], Path(tempfile.mkdtemp(prefix="trashfire-pg-"))
+    try:
+        for attempt in range(2):
+            try:
+                import pgserver
 
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR is not set
-                server = pgserver.get_server(tmp_path / f"pg{attempt}", cleanup_mode="delete")
-            break
-        except Exception as err:  # noqa: BLE001 - any failure to start means: try again, then no server here
-            errors.append(str(err))
-    else:
-        pytest.skip(f"cannot start a PostgreSQL server here with pgserver: {'; '.join(errors)}")
-    yield server.get_uri()
-    server.cleanup()
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR is not set
+                    server = pgserver.get_server(folder / f"pg{attempt}", cleanup_mode="delete")
+                break
+            except Exception as err:  # noqa: BLE001 - any failure to start means: try again, then no server here
+                errors.append(str(err))
+        else:
+            pytest.skip(f"cannot start a PostgreSQL server here with pgserver: {'; '.join(errors)}")
+        yield server.get_uri()
+        server.cleanup()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_two_sweepers_share_one_postgresql_study(tmp_path, postgres):
