@@ -2,6 +2,7 @@
 errors, the two baselines, the restricted mean E[T], Kaplan-Meier and log-rank, and the stage's
 files end to end."""
 
+import json
 import math
 import warnings
 
@@ -594,8 +595,12 @@ def test_stage_splits_by_the_configured_group(tmp_path):
     comparison = survival.run(cfg)
     plt.close("all")
     assert (comparison["split_by"] == "attack_hash").all()
-    with pytest.raises(DataError, match="needs at least 2"):
-        survival.run(stage_cfg(tmp_path, per_sample_data(n_models=1), "survival.fitters=[weibull]"))
+    # one group: no split, so no model; the stage says why and exits cleanly (the other metrics go on)
+    comparison = survival.run(stage_cfg(tmp_path, per_sample_data(n_models=1), "survival.fitters=[weibull]"))
+    plt.close("all")
+    assert comparison["status"].tolist() == ["skipped"] and "needs at least 2" in comparison["note"].iloc[0]
+    status = json.loads((tmp_path / "reports" / "survival" / "status.json").read_text())
+    assert status["selected"] is None and "needs at least 2" in status["reason"]
 
 
 def test_one_training_cluster_gives_no_robust_errors(settings):
