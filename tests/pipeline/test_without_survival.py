@@ -52,6 +52,7 @@ def test_an_fgsm_study_no_survival_model_fits_still_gets_r_evp_and_accuracies(fg
     assert len(expected) == 2 and expected["E_T"].isna().all() and (expected["t_star"] > 0).all()  # both FGM strengths, each its budget
     robustness = pd.read_csv(reports / "robustness.csv")
     assert robustness["auc_R"].notna().all() and robustness["evp"].notna().all()
+    assert pd.read_csv(reports / "brittle.csv")["brittle_score"].notna().all()
     assert summary["auc_R_mean"] > 0 and 0 < summary["acc_ben_mean"] <= 1 and summary["acc_adv_mean"] is not None
     assert summary["survival_model"] is None and summary["survival_missing_reason"] == status["reason"]
     assert math.isnan(summary["survival_test_concordance"])

@@ -206,14 +206,21 @@ def test_sqlite_study_lock_excludes_a_second_holder(tmp_path):
 
 @pytest.fixture
 def postgres(tmp_path):
-    try:
-        import pgserver
+    """A PostgreSQL server of pgserver's; its start can time out on a loaded machine, so a
+    second try, in a fresh folder, comes before concluding that none can start here."""
+    errors = []
+    for attempt in range(2):
+        try:
+            import pgserver
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR is not set
-            server = pgserver.get_server(tmp_path / "pg", cleanup_mode="delete")
-    except Exception as err:  # noqa: BLE001 - any failure to start means: no server here
-        pytest.skip(f"cannot start a PostgreSQL server here with pgserver: {err}")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR is not set
+                server = pgserver.get_server(tmp_path / f"pg{attempt}", cleanup_mode="delete")
+            break
+        except Exception as err:  # noqa: BLE001 - any failure to start means: try again, then no server here
+            errors.append(str(err))
+    else:
+        pytest.skip(f"cannot start a PostgreSQL server here with pgserver: {'; '.join(errors)}")
     yield server.get_uri()
     server.cleanup()
 
