@@ -195,8 +195,8 @@ COMPARISON = pd.DataFrame(
 
 def test_the_survival_headline_reads_the_selected_model_and_the_baselines():
     headline = registry.survival_headline(COMPARISON)
-    assert all(name.startswith("survival_") for name in headline) and len(headline) == 12
-    assert headline["survival_model"] == "weibull"
+    assert all(name.startswith("survival_") for name in headline) and len(headline) == 13
+    assert headline["survival_model"] == "weibull" and headline["survival_missing_reason"] is None
     assert (headline["survival_test_concordance"], headline["survival_test_ici"]) == (0.8, 0.05)
     assert headline["survival_beats_baselines"] is True
     assert headline["survival_runtime_baseline_test_concordance"] == 0.6
@@ -206,6 +206,18 @@ def test_the_survival_headline_reads_the_selected_model_and_the_baselines():
     assert (headline["survival_km_median_abs_log_ratio"], headline["survival_km_share_flagged"]) == (0.1, 0.25)
     assert headline["survival_km_worst_cells"] == {"fgm linf, none, digits": 2.5, "pgd l2, conf, digits": 0.5}
     assert headline["survival_split_by"] == "train_hash"
+
+
+def test_without_a_selected_model_the_survival_headline_is_empty_not_an_error():
+    """No model gives E[T] (survival/status.json says why): every survival headline is null or
+    empty, and the scores NaN, so that the rest of metrics.json is written."""
+    headline = registry.survival_headline(COMPARISON.assign(selected=False))
+    assert headline["survival_model"] is None and headline["survival_beats_baselines"] is False
+    assert math.isnan(headline["survival_test_concordance"]) and math.isnan(headline["survival_km_share_flagged"])
+    assert headline["survival_test_concordance_within_by_family"] == {} and headline["survival_km_worst_cells"] == {}
+    assert headline["survival_runtime_baseline_test_concordance"] == 0.6  # the baselines do not depend on a model
+    nothing_fitted = pd.DataFrame(columns=["fitter", "model", "aft", "status", "note", "split_by", "selected"])
+    assert math.isnan(registry.survival_headline(nothing_fitted)["survival_runtime_baseline_test_concordance"])
 
 
 def test_a_table_i_from_before_a_score_reads_nan_and_a_missing_baseline_too():

@@ -55,7 +55,7 @@ PATHS = {"raw": "data/raw", "processed": "data/processed", "models": "models", "
 FULL = ["model=[mlp2]", "attack=[fgm,pgd,deepfool,pixel,threshold,hsj]"]
 # What the file cases corrupt: one mlp2 cell on 200 digits, FGM and PGD at one eps each.
 SETUP = [
-    "survival.split_by=attack_hash",  # one model: the survival split needs two groups (trashfire.core.cli.check_pipeline)
+    "survival.split_by=attack_hash",  # one model: the survival split needs two groups (else no TRASH: trashfire.core.cli.check_pipeline)
     "model=[mlp2]",
     "defence=[none]",
     "data.digits.subsample=200",
@@ -278,7 +278,6 @@ CONFIG_CASES = [
     ),
     pytest.param("survival", ["survival.data.dummies=[model]"], ("survival.data.dummies", "'model'", "allowed: attack, defence, data"), id="dummy-unknown"),
     pytest.param("survival", ["survival.fitters=[weibull,gompertz]"], ("survival.fitters", "'gompertz'", "allowed: weibull, lognormal"), id="fitter-unknown"),
-    pytest.param("survival", ["survival.fitters=[]"], ("survival.fitters", "non-empty list"), id="fitters-empty"),
     pytest.param("survival", ["survival.chosen=cox"], ("survival.chosen", "'cox'", "allowed: weibull"), id="chosen-not-aft"),
     pytest.param("survival", ["survival.models.weibull.aft=maybe"], ("survival.models.weibull.aft", "'maybe'", "allowed: true"), id="aft-flag-string"),
     # malformed and misspelt stage overrides

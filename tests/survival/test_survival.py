@@ -620,7 +620,6 @@ REMOVED_POLICY = "was removed with the per-sample failure clock; allowed: first_
         ({"survival.data.misclassified_before_attack": "zero"}, "survival.data.misclassified_before_attack: got 'zero'; allowed: first_query, drop"),
         ({"survival.data.nonpositive_durations": "clip"}, "survival.data.nonpositive_durations: got 'clip'; allowed: half_min, drop"),
         ({"survival.models": {}}, "survival.models: select at least one option (an empty grid runs nothing)"),
-        ({"survival.fitters": []}, "survival.fitters: must be a non-empty list (an empty grid runs nothing)"),
         (
             {"survival.fitters": ["gompertz"]},
             "survival.fitters: got 'gompertz'; allowed: weibull, lognormal, loglogistic, exponential, gengamma, weibull_cure, loglogistic_cure, cox",

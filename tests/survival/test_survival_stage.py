@@ -2,6 +2,7 @@
 errors, the two baselines, the restricted mean E[T], Kaplan-Meier and log-rank, and the stage's
 files end to end."""
 
+import json
 import math
 import warnings
 
@@ -588,14 +589,35 @@ def test_stage_on_per_sample_data(tmp_path):
     assert 'id="table-concordance-within"' in markup and 'id="table-km-check"' in markup and "E[T] is within 25% of the Kaplan-Meier" in markup
 
 
+def test_a_stage_whose_models_give_no_e_t_writes_them_and_says_why(tmp_path):
+    """Fitted models, none an AFT model with a finite E[T] (Cox PH alone here; FGSM's one-step
+    durations on real MNIST in issue 47): Table I, the coefficients and the Kaplan-Meier curves
+    are written, E[T] is missing per cell, and status.json names why; the stage exits cleanly."""
+    cfg = stage_cfg(tmp_path, per_sample_data(n_models=4, cells_per_model=6, samples=10), "survival.fitters=[cox]")
+    comparison = survival.run(cfg)
+    plt.close("all")
+    out = tmp_path / "reports" / "survival"
+    assert comparison.set_index("fitter").loc["cox", "status"] == "fitted" and not comparison["selected"].any()
+    status = json.loads((out / "status.json").read_text())
+    assert status["selected"] is None and status["reason"].startswith("no fitted AFT model has a finite E[T] everywhere")
+    expected = pd.read_csv(out / "expected_times.csv")
+    assert len(expected) == 24 and expected["E_T"].isna().all() and (expected["t_star"] > 0).all() and (expected["note"] == status["reason"]).all()
+    assert (out / "coefficients" / "cox.png").is_file() and (out / "kaplan_meier.png").is_file()
+    assert not (out / "coefficients.png").exists() and not (out / "km_check.csv").exists()  # both are the selected model's
+
+
 def test_stage_splits_by_the_configured_group(tmp_path):
     data = per_sample_data(n_models=4, cells_per_model=6, samples=10)
     cfg = stage_cfg(tmp_path, data, "survival.split_by=attack_hash", "survival.fitters=[weibull]")
     comparison = survival.run(cfg)
     plt.close("all")
     assert (comparison["split_by"] == "attack_hash").all()
-    with pytest.raises(DataError, match="needs at least 2"):
-        survival.run(stage_cfg(tmp_path, per_sample_data(n_models=1), "survival.fitters=[weibull]"))
+    # one group: no split, so no model; the stage says why and exits cleanly (the other metrics go on)
+    comparison = survival.run(stage_cfg(tmp_path, per_sample_data(n_models=1), "survival.fitters=[weibull]"))
+    plt.close("all")
+    assert comparison["status"].tolist() == ["skipped"] and "needs at least 2" in comparison["note"].iloc[0]
+    status = json.loads((tmp_path / "reports" / "survival" / "status.json").read_text())
+    assert status["selected"] is None and "needs at least 2" in status["reason"]
 
 
 def test_one_training_cluster_gives_no_robust_errors(settings):

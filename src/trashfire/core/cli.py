@@ -77,19 +77,26 @@ def configure_logging(prog: str) -> None:
             logger.disabled = False
 
 
-def check_pipeline(cfg: DictConfig) -> None:
-    """What the whole pipeline needs of a config beyond each stage's own checks, refused by
-    `make params` and by every stage's command before it computes, not after the attacks: the
-    survival stage's train/test split by `survival.split_by` needs two groups. A sweep trial
-    (one cell of a grid, trashfire.experiment) and the library's own calls are not held to it."""
+def check_pipeline(cfg: DictConfig) -> str | None:
+    """What the whole pipeline needs of a config beyond each stage's own checks, said by `make
+    params` and by every stage's command before it computes, not after the attacks: the
+    survival stage's train/test split by `survival.split_by` needs two groups. Without them the
+    pipeline still runs (the survival stage fits no model and says why; every metric but TRASH
+    stands), so this is a warning, returned. A sweep trial (one cell of a grid,
+    trashfire.experiment) and the library's own calls are not held to it."""
+    if not cfg.survival.get("fitters"):
+        return None  # survival left out on purpose
     by = cfg.survival.split_by
     groups = split_groups(cfg, by)
-    if groups < 2:
-        raise ConfigError(
-            "survival.split_by",
-            f"the grid gives {groups} {by} group; the survival stage's train/test split by {by} needs at least 2: "
-            "add a model, seed or train-time defence, or split by model_hash (adds predict-time defences) or attack_hash",
-        )
+    if groups >= 2:
+        return None
+    warning = (
+        f"survival.split_by: the grid gives {groups} {by} group; the survival stage's train/test split by {by} needs at least 2, "
+        "so it will fit no model and TRASH will be missing (every other metric stands): add a model, seed or train-time defence, "
+        "split by model_hash (adds predict-time defences) or attack_hash, or set survival.fitters=[] to leave survival out"
+    )
+    logging.getLogger("trashfire").warning("%s", warning)
+    return warning
 
 
 def run_cli(prog: str, description: str, run: Callable[[DictConfig], Any], argv: list[str] | None = None) -> None:

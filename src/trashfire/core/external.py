@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 CHECKPOINT = "checkpoint"  # the key that makes a model option external
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".safetensors")
 TRAIN_LOG_KEYS = ("n_train", "process_seconds", "wall_seconds")
+UNKNOWN = "unknown"  # t_train: unknown, a model whose training cost nobody recorded
 ESTIMATED = "; flops estimated"  # t_train_source's suffix when the FLOPs are epochs x a training step
 # keys of an external option that are not the module's: the import's and the validator's
 OWN_KEYS = ("_target_", "kwargs", CHECKPOINT, "checkpoint_sha256", "t_train", "train_log", "epochs", "depth", "rules")
@@ -104,7 +105,12 @@ def t_train(key: str, spec: Any) -> dict[str, Any]:
     ESTIMATED). Neither key is there when not given, so cells of configs without them keep
     their hash."""
     given, log_file = spec.get("t_train"), spec.get("train_log")
-    allowed = "t_train: {process: <s>, wall: <s>} (training seconds per training sample on both clocks), or train_log: <a JSON file with n_train, process_seconds, wall_seconds>"
+    allowed = (
+        "t_train: {process: <s>, wall: <s>} (training seconds per training sample on both clocks), or train_log: <a JSON file with n_train, "
+        f"process_seconds, wall_seconds>, or t_train: {UNKNOWN} (then no TRASH)"
+    )
+    if given == UNKNOWN and log_file is None:  # a checkpoint of someone else's training (RobustBench's): TRASH is missing, the rest stands
+        return _with_epochs(key, {"process": None, "wall": None, "source": UNKNOWN, "n_train": None}, spec.get("epochs"))
     if given is not None and log_file is not None:
         raise ConfigError(f"{key}.t_train", f"given twice, as t_train and as train_log {log_file}; allowed: one of {allowed}")
     if given is None and log_file is None:

@@ -25,7 +25,7 @@ from trashfire import metrics
 from trashfire.brittle.spec import brittle_hash, brittle_record_path, brittle_settings
 from trashfire.core import schema
 from trashfire.core.errors import DataError
-from trashfire.core.records import atomic_path, write_json
+from trashfire.core.records import atomic_path, read_json, write_json
 from trashfire.core.schema import CELL, OVER_SEEDS, UNDEFENDED_PEER, BrittleRecord
 from trashfire.core.stage import Artefacts
 from trashfire.metrics import findings, registry, validity
@@ -295,12 +295,23 @@ def headline(
     flags: pd.DataFrame | None = None,
     settings: DictConfig | None = None,
     worst_case: pd.DataFrame | None = None,
+    survival_reason: str | None = None,
 ) -> dict:
     """metrics.json, the metrics DVC tracks: every metric of the registry (trashfire.metrics.registry.HEADLINE).
     Means and medians leave degenerate model cells out; EVP is averaged over the curves that
     reach non-viability, the others apart."""
     results = registry.Results(
-        experiments, trash, robustness, brittle, comparison, tuple(checked), eps_survival=eps_survival, validity=flags, settings=settings, worst_case=worst_case
+        experiments,
+        trash,
+        robustness,
+        brittle,
+        comparison,
+        tuple(checked),
+        eps_survival=eps_survival,
+        validity=flags,
+        settings=settings,
+        worst_case=worst_case,
+        survival_reason=survival_reason,
     )
     return registry.headline(results)
 
@@ -336,10 +347,12 @@ def trained_models(experiments: pd.DataFrame) -> pd.DataFrame:
     return cells.assign(_own=cells["defence"] != "none").sort_values("_own", kind="stable").drop_duplicates("train_hash").drop(columns="_own")
 
 
-def check_findings(experiments, trash, robustness, brittle, settings: DictConfig) -> list[schema.Finding]:
+def check_findings(experiments, trash, robustness, brittle, settings: DictConfig, survival_reason: str | None = None) -> list[schema.Finding]:
     """The papers' claims; those about time on the configured clock and on every other."""
     clock = str(experiments["clock"].iloc[0]) if "clock" in experiments and len(experiments) else schema.COMPUTE
-    tables = findings.Tables(trained=trained_models(experiments), robustness=robustness, trash=trash, brittle=brittle, clock=clock)
+    tables = findings.Tables(
+        trained=trained_models(experiments), robustness=robustness, trash=trash, brittle=brittle, clock=clock, survival_reason=survival_reason or ""
+    )
     others = tuple(c for c in schema.CLOCKS if c != clock)
     return findings.check_findings(tables, alpha=settings.alpha, resamples=settings.bootstrap, seed=settings.seed, other_clocks=others)
 
@@ -361,6 +374,11 @@ def without_nan(value: Any) -> Any:
     return value
 
 
+def survival_reason(path: Path) -> str | None:
+    """Why no survival model gives E[T] (survival/status.json's reason), or None where one does."""
+    return (read_json(path).get("reason") or None) if Path(path).is_file() else None
+
+
 def read_optional(path) -> pd.DataFrame | None:
     """A table the survival stage writes only for some configurations (a cure model's)."""
     return pd.read_csv(path) if Path(path).is_file() else None
@@ -371,6 +389,7 @@ def aggregate_reports(cfg: DictConfig, artefacts: Artefacts) -> dict:
     experiments, worst = measured(every_row), every_row[every_row["attack"] == schema.WORST_CASE]
     expected = pd.read_csv(artefacts.input("survival/expected_times.csv"))
     comparison = pd.read_csv(artefacts.input("survival/aft_comparison.csv"))
+    no_expected_time = survival_reason(artefacts.input("survival/status.json"))
     m = cfg.metrics
     degenerate = degenerate_cells(experiments)
     trash = trash_table(experiments, expected, m.trash.eps_max).assign(degenerate=lambda t: t["model_hash"].map(degenerate))
@@ -384,7 +403,7 @@ def aggregate_reports(cfg: DictConfig, artefacts: Artefacts) -> dict:
     brittle = brittle_table(records, experiments, m.brittle.robust_acc).assign(
         degenerate=lambda t: t["model_hash"].map(degenerate), defence_stage=lambda t: t["defence"].map(stages)
     )[schema.BRITTLE]
-    checked = check_findings(experiments, trash, robustness, brittle, m.findings)
+    checked = check_findings(experiments, trash, robustness, brittle, m.findings, no_expected_time)
     survival_tables = {name: read_optional(artefacts.input(f"survival/{name}.csv")) for name in ("budget_sufficiency", "competing_risks")}
     flags = validity.validity_table(experiments, curves, m.validity, survival_tables["budget_sufficiency"], survival_tables["competing_risks"])
     eps_survival, eps_curves_table = epsilon.survival_tables(read_eps_survival_data(artefacts.input("eps_survival_data.csv")), experiments, degenerate)
@@ -409,7 +428,7 @@ def aggregate_reports(cfg: DictConfig, artefacts: Artefacts) -> dict:
         },
     )
     write_cards(artefacts.output("cards"), experiments, trash, robustness, brittle, flags, worst)
-    summary = headline(experiments, trash, robustness, brittle, comparison, checked, eps_survival, flags, m, worst)
+    summary = headline(experiments, trash, robustness, brittle, comparison, checked, eps_survival, flags, m, worst, no_expected_time)
     write_json(artefacts.output("metrics.json"), without_nan(summary))
     write_json(artefacts.output("headline.json"), without_nan(headline_summary(summary)))
     shown = {k: v for k, v in summary.items() if not isinstance(v, dict)}

@@ -43,6 +43,7 @@ class Tables:
     trash: pd.DataFrame
     brittle: pd.DataFrame
     clock: str = ""  # the clock of t_train, E_T and trash_adv (schema.CLOCKS)
+    survival_reason: str = ""  # why no survival model gives E[T] (then none has a TRASH), "" where one does
 
 
 def on_clock(tables: Tables, clock: str) -> Tables:
@@ -218,6 +219,8 @@ def depth_not_proportional(tables: Tables, resamples: int, seed: int) -> Finding
     models, what = depth_series(tables.trained)
     if models.empty:
         return not_testable(id, test, what)
+    if tables.survival_reason:
+        return not_testable(id, test, f"needs E[T], and no survival model gives it ({tables.survival_reason})")
     keys = without(TRAINED_LABELS, "depth")
     cells = usable(tables.trash, ["model_hash", "attack", "E_T", "t_train", "defence"] + keys[2:] + ["dataset"])
     cells = cells[(cells["defence"] == "none") & cells["attack"].isin(["fgm", "pgd"])]
@@ -278,9 +281,11 @@ def depth_latency_not_queries(tables: Tables, resamples: int, seed: int) -> Find
     return finding(id, f"{test} ({len(x)} models, {what})", len(x), b_q, lo, hi, NAN, verdict, detail)
 
 
-def missing_trash(cells: pd.DataFrame, clock: str) -> str:
+def missing_trash(cells: pd.DataFrame, clock: str, survival_reason: str = "") -> str:
     """Why cells have no TRASH: what is missing on the clock, named."""
     t_train, clock = cells.get("t_train", pd.Series(dtype=float)), clock or "configured"
+    if survival_reason:
+        return f"no survival model gives E[T] ({survival_reason})"
     if t_train.isna().all():
         return (
             f"their t_train is unknown on the {clock} clock (an imported model without training FLOPs: "
@@ -309,7 +314,7 @@ def trash_above_one(tables: Tables, attack: str, resamples: int, seed: int) -> F
         return not_testable(id, test, f"needs undefended {attack.upper()} TRASH cells: add {attack} to attack")
     rows = cells.dropna(subset=["trash_adv"])
     if rows.empty:
-        return not_testable(id, test, f"needs a TRASH for the undefended {attack.upper()} cells: {missing_trash(cells, tables.clock)}")
+        return not_testable(id, test, f"needs a TRASH for the undefended {attack.upper()} cells: {missing_trash(cells, tables.clock, tables.survival_reason)}")
     logs = np.log(rows["trash_adv"][rows["trash_adv"] > 0].to_numpy(dtype=float))
     if len(logs) < 2:
         return not_testable(

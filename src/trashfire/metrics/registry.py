@@ -66,6 +66,7 @@ class Results:
     eps_survival: pd.DataFrame | None = None
     settings: Any = None  # the config's `metrics` section: a metric's own settings (conf/metrics/default.yaml)
     worst_case: pd.DataFrame | None = None  # experiments.csv's worst-case rows (trashfire.tables.worst_case)
+    survival_reason: str | None = None  # why no survival model gives E[T] (survival/status.json), None where one does
 
 
 @dataclass(frozen=True)
@@ -150,7 +151,7 @@ def eps_survival_means(eps_survival: pd.DataFrame | None) -> dict[str, dict[str,
 def trash_by_clock(trash: pd.DataFrame) -> dict[str, float]:
     """The median TRASH over the sound cells on each clock of trash.csv."""
     rows = sound(trash) if trash is not None else pd.DataFrame()
-    return {clock: float(rows[f"trash_adv_{clock}"].median()) for clock in CLOCKS if f"trash_adv_{clock}" in rows}
+    return {clock: float(rows[f"trash_adv_{clock}"].dropna().median()) for clock in CLOCKS if f"trash_adv_{clock}" in rows}
 
 
 def decomposition_by_depth(trash: pd.DataFrame) -> dict:
@@ -168,26 +169,33 @@ def decomposition_by_depth(trash: pd.DataFrame) -> dict:
 
 
 def selected_survival(comparison: pd.DataFrame) -> pd.Series:
-    """The survival model whose E[T] feeds TRASH: aft_comparison.csv's selected row."""
-    return comparison[comparison["selected"].astype(str).str.lower() == "true"].iloc[0]
+    """The survival model whose E[T] feeds TRASH: aft_comparison.csv's selected row; empty
+    where none was selected (survival/status.json says why)."""
+    selected = comparison[comparison["selected"].astype(str).str.lower() == "true"]
+    return selected.iloc[0] if len(selected) else pd.Series(dtype=object)
 
 
 def baseline_concordance(comparison: pd.DataFrame, baseline: str) -> float:
-    return float(comparison.set_index("fitter")["test_concordance"].get(baseline, np.nan))
+    scores = comparison.set_index("fitter").get("test_concordance", pd.Series(dtype=float))  # none where nothing was fitted
+    return float(scores.get(baseline, np.nan))
 
 
 def selected_score(comparison: pd.DataFrame, column: str) -> float:
-    """A score of the selected survival model; NaN where Table I has no such column (a run from
-    before it)."""
+    """A score of the selected survival model; NaN where Table I has no such column or no
+    model was selected."""
     value = selected_survival(comparison).get(column)
     return float(value) if value is not None else float("nan")
+
+
+def none_if_missing(value: Any) -> Any:
+    return None if value is None or (isinstance(value, float) and np.isnan(value)) else str(value)
 
 
 def within_by_family(comparison: pd.DataFrame) -> dict[str, float]:
     """The selected model's test concordance within attack cells, per attack family."""
     row = selected_survival(comparison)
     prefix = "test_concordance_within["
-    return {str(c)[len(prefix) : -1]: float(row[c]) for c in comparison if str(c).startswith(prefix)}
+    return {str(c)[len(prefix) : -1]: float(row[c]) for c in comparison if str(c).startswith(prefix) and c in row}
 
 
 def km_worst_cells(comparison: pd.DataFrame) -> dict[str, float]:
@@ -212,7 +220,7 @@ HEADLINE: list[Metric] = [
     # the headline, in reading order; means and medians leave degenerate model cells out
     Metric(
         "trash_adv_median",
-        lambda r: float(sound(r.trash)["trash_adv"].median()),
+        lambda r: float(sound(r.trash)["trash_adv"].dropna().median()),
         "median over attack cells of training time / expected time to adversarial failure; above 1 a model is cheaper to break than to train",
     ),
     Metric(
@@ -233,7 +241,7 @@ HEADLINE: list[Metric] = [
     ),
     Metric(
         "trash_ben_median",
-        lambda r: float(sound(r.trash)["trash_ben"].median()),
+        lambda r: float(sound(r.trash)["trash_ben"].dropna().median()),
         "the same ratio for benign failures: training time over the expected time until an unattacked input is misclassified",
     ),
     Metric(
@@ -293,17 +301,22 @@ HEADLINE: list[Metric] = [
     ),
     Metric(
         "survival_model",
-        lambda r: str(selected_survival(r.comparison)["fitter"]),
-        "the survival (AFT) model whose expected time to failure E[T] feeds TRASH, chosen by survival.select_by",
+        lambda r: none_if_missing(selected_survival(r.comparison).get("fitter")),
+        "the survival (AFT) model whose expected time to failure E[T] feeds TRASH, chosen by survival.select_by; null where none could be",
+    ),
+    Metric(
+        "survival_missing_reason",
+        lambda r: r.survival_reason,
+        "why no survival model gives E[T] (then TRASH and the findings on it are not testable; every other metric stands); null where one does",
     ),
     Metric(
         "survival_test_concordance",
-        lambda r: float(selected_survival(r.comparison)["test_concordance"]),
+        lambda r: selected_score(r.comparison, "test_concordance"),
         "how well that model ranks held-out samples by time to failure: 0.5 is a coin toss, 1 is perfect",
     ),
     Metric(
         "survival_test_ici",
-        lambda r: float(selected_survival(r.comparison)["test_ICI"]),
+        lambda r: selected_score(r.comparison, "test_ICI"),
         "its calibration error on held-out samples: mean gap between predicted and observed failure probability (0 is perfect)",
     ),
     Metric(

@@ -395,6 +395,16 @@ def waves(groups: list[list[TrainCell]]) -> list[list[list[TrainCell]]]:
     return [[g for g, w in zip(groups, wave_of_group) if w == wave] for wave in range(max(wave_of_group, default=-1) + 1)]
 
 
+def load_checkpoint(key: str, model: nn.Module, mspec: DictConfig) -> None:
+    """The checkpoint's state_dict into the user's module, every key accounted for."""
+    state = imported.load_state_dict(f"{key}.{external.CHECKPOINT}", mspec[external.CHECKPOINT])
+    try:
+        missing, unexpected = model.net.load_state_dict(state, strict=False)
+    except RuntimeError as err:  # a key of the right name with the wrong shape
+        raise ConfigError(f"{key}.{external.CHECKPOINT}", imported.size_mismatch(mspec[external.CHECKPOINT], mspec._target_, str(err))) from None
+    imported.check_keys(f"{key}.{external.CHECKPOINT}", mspec[external.CHECKPOINT], mspec._target_, list(missing), list(unexpected))
+
+
 def import_cell(cell: TrainCell, split: Split, mspec: DictConfig, device: torch.device) -> tuple[nn.Module, TrainRecord]:
     """An external model (trashfire.core.external) in place of training: the checkpoint
     loaded into its module, its keys checked, one prepared sample through it, then the
@@ -404,12 +414,10 @@ def import_cell(cell: TrainCell, split: Split, mspec: DictConfig, device: torch.
     model = build_model(cell.spec["model"], split.n_classes, split.input_shape)
     if cell.depth is None:
         cell = replace(cell, depth=imported.counted_depth(key, mspec))
-    state = imported.load_state_dict(f"{key}.{external.CHECKPOINT}", mspec[external.CHECKPOINT])
-    try:
-        missing, unexpected = model.net.load_state_dict(state, strict=False)
-    except RuntimeError as err:  # a key of the right name with the wrong shape
-        raise ConfigError(f"{key}.{external.CHECKPOINT}", imported.size_mismatch(mspec[external.CHECKPOINT], target, str(err))) from None
-    imported.check_keys(f"{key}.{external.CHECKPOINT}", mspec[external.CHECKPOINT], target, list(missing), list(unexpected))
+    if hasattr(model.net, "import_weights"):  # a module that reads its own checkpoint (trashfire.models.robustbench)
+        model.net.import_weights(split.mean, split.std)
+    else:
+        load_checkpoint(key, model, mspec)
     model = model.to(device).eval()
     shape = tuple(split.input_shape)
     try:

@@ -104,7 +104,7 @@ def report_html(artefacts: Artefacts, images: list[Path], skipped: dict[str, str
         headline=sections.headline_rows(metrics),
         run=sections.run_section(metrics, attacks, degenerate),
         figures=figures_section(images, path.parent, skipped),  # figure names relative to the page
-        tables=sections.tables_section(tables, artefacts),
+        tables=sections.tables_section(tables, artefacts, metrics.get("survival_missing_reason")),
     )
     with atomic_path(path) as tmp:
         tmp.write_text(page, encoding="utf-8")

@@ -311,13 +311,21 @@ def cards_table(artefacts: Artefacts) -> Table | str:
     return table_of(drop_empty(pd.DataFrame([card_row(p, artefacts.input("cards").parent) for p in paths])))
 
 
-def baseline_sentences(comparison: pd.DataFrame) -> list[str]:
+def baseline_sentences(comparison: pd.DataFrame, missing_reason: str | None = None) -> list[str]:
+    """Whether each fitted model beats both baselines; first, where no model gives E[T], why."""
+    missing = (
+        [f"No survival model gives E[T], so TRASH and the findings on it are not testable; every other metric stands: {missing_reason}."]
+        if missing_reason
+        else []
+    )
+    if "status" in comparison and not comparison["status"].isin(["fitted", "baseline"]).any():
+        return missing or ["The survival table holds no fitted model."]
     needed = {"status", "model", "test_concordance", "beats_baselines"}
     if not needed <= set(comparison):
         return ["The survival table has no baselines; rerun `dvc repro survival`."]
     baselines = comparison[comparison["status"] == "baseline"]
     bar = " and ".join(f"{row['model'].lower()} {format_value(row['test_concordance'])}" for _, row in baselines.iterrows())
-    lines = []
+    lines = missing
     for _, row in comparison[comparison["status"] == "fitted"].iterrows():
         verdict = "beats both baselines" if str(row["beats_baselines"]).lower() == "true" else "does not beat both baselines"
         lines.append(f"{row['model']} {verdict} on test concordance: {format_value(row['test_concordance'])} against {bar}.")
@@ -325,7 +333,11 @@ def baseline_sentences(comparison: pd.DataFrame) -> list[str]:
 
 
 def survival_tables(
-    comparison: pd.DataFrame, logrank: pd.DataFrame | None, within: pd.DataFrame | None = None, km_check: pd.DataFrame | None = None
+    comparison: pd.DataFrame,
+    logrank: pd.DataFrame | None,
+    within: pd.DataFrame | None = None,
+    km_check: pd.DataFrame | None = None,
+    missing_reason: str | None = None,
 ) -> list[Folded | Listing]:
     """Table I folded, after one plain sentence per fitted model on whether it beats both
     baselines on test concordance (visible: it says whether E[T] is worth anything); the
@@ -333,7 +345,7 @@ def survival_tables(
     the log-rank tests of each defence against none."""
     per_family = [c for c in comparison if "[" in str(c)] + [c for c in ("km_worst_cells",) if c in comparison]  # in the tables below
     blocks: list[Folded | Listing] = [
-        Listing("Survival models against the two baselines", baseline_sentences(comparison)),
+        Listing("Survival models against the two baselines", baseline_sentences(comparison, missing_reason)),
         Folded(
             "table-survival",
             "Survival model comparison (TRASHFIRE Table I)",
@@ -376,7 +388,7 @@ def survival_tables(
     return blocks
 
 
-def tables_section(tables: dict, artefacts: Artefacts) -> list[Folded | Listing]:
+def tables_section(tables: dict, artefacts: Artefacts, survival_missing: str | None = None) -> list[Folded | Listing]:
     """Every long table, folded, in the order the page lists them."""
     t = tables
     worst = int((t["experiments"]["attack"] == schema.WORST_CASE).sum())  # none with a single attack per norm and eps: no table
@@ -419,6 +431,6 @@ def tables_section(tables: dict, artefacts: Artefacts) -> list[Folded | Listing]
             TABLE_CAPTIONS["eps_survival"],
             listed(t["eps_survival"], "eps_survival.csv", "aggregate", schema.REPORT_EPS_SURVIVAL, " (no eps-grid or minimal-perturbation attack)"),
         ),
-        *survival_tables(t["survival"], t["logrank"], t.get("concordance_within"), t.get("km_check")),
+        *survival_tables(t["survival"], t["logrank"], t.get("concordance_within"), t.get("km_check"), survival_missing),
         folded("table-cards", "Model cards", len(card_paths(artefacts)), TABLE_CAPTIONS["cards"], cards_table(artefacts)),
     ]

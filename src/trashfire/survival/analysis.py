@@ -26,8 +26,10 @@ Writes `reports/survival/`: aft_comparison.csv and .tex (Table I with the baseli
 calibration.png (Fig. 2), coefficients.png (Fig. 3, selected model) and coefficients/<fitter>.png,
 coefficients.csv (naive and cluster-robust intervals), expected_times.csv (E[T] per attack cell:
 the selected model's restricted and unrestricted mean, every AFT model's restricted mean),
-kaplan_meier.png and logrank.csv (per attack family, each defence against none), and
-models.pkl (every fitted model; reload with `trashfire.survival.analysis.load_models`).
+kaplan_meier.png and logrank.csv (per attack family, each defence against none),
+models.pkl (every fitted model; reload with `trashfire.survival.analysis.load_models`) and
+status.json (the selected model, or null and the reason none gives E[T]: then E_T is missing
+in expected_times.csv, and aggregate computes every metric but TRASH).
 
 This module runs the stage (split, fit, write, reload); `scoring` scores Table I and its
 baselines, `expected_time` gives E[T], the selected model and the Kaplan-Meier check.
@@ -407,6 +409,11 @@ def in_clock_units(table: pd.DataFrame, unit: float, columns) -> pd.DataFrame:
 
 
 def analyse(cfg: DictConfig, artefacts: Artefacts) -> pd.DataFrame:
+    """The stage: fit and compare the models, write E[T] per attack cell from the selected one.
+    Where no model can be fitted or selected (one trained model to split, durations no model
+    fits, `survival.fitters: []`), it writes what needs no model (Kaplan-Meier, log-rank,
+    competing risks), E[T] as missing, and status.json with the reason, and exits 0: the
+    metrics that need no E[T] go on downstream."""
     settings = cfg.survival
     check_fitters(settings)
     source, out = artefacts.input("survival_data.csv"), artefacts.output("survival")
@@ -417,7 +424,56 @@ def analyse(cfg: DictConfig, artefacts: Artefacts) -> pd.DataFrame:
     data = data.assign(**{F.DURATION: data[F.DURATION] / unit})
     if unit != 1.0:
         log.info("durations on the %s clock fitted in %s (x %g); E[T] and t* are written back in %s", clock, FIT_UNIT_NAMES[clock], unit, clock)
-    train, test = usable_covariates(*split_groups(data, settings.split_by, settings.test_size, settings.seed), settings.data.dummies)
+    out.mkdir(parents=True, exist_ok=True)
+    budgets = cell_budgets(data)
+    write_csv(logrank_table(data), out / "logrank.csv")
+    write_competing_risks(data, out, unit, CLOCK_UNIT_NAMES[clock])
+    write_json(out / "fit_unit.json", {"clock": clock, "unit": FIT_UNIT_NAMES[clock], "scale": unit})  # what models.pkl's durations are in
+    if not settings.fitters:
+        return without_models(data, budgets, out, cfg, "survival.fitters is empty: no survival model was asked for")
+    try:
+        train, test = usable_covariates(*split_groups(data, settings.split_by, settings.test_size, settings.seed), settings.data.dummies)
+    except DataError as err:
+        return without_models(data, budgets, out, cfg, f"no survival model could be fitted: {err}")
+    comparison, fits = fit_and_compare(cfg, train, test, out)
+    aft = [name for name in settings.fitters if settings.models[name].aft]
+    times = expected_times(fits, data, aft, budgets)
+    try:
+        selected, reason = select(comparison, times, settings.chosen, settings.select_by), None
+    except DataError as err:
+        selected, reason = None, str(err)
+        log.warning("no survival model gives E[T], so TRASH is missing downstream: %s", reason)
+    comparison["selected"] = comparison["fitter"] == selected
+    write_fits(comparison, fits, train, out, settings, selected)
+    if selected is None:
+        expected = missing_expected_times(budgets, reason).join(times, on=CELL)
+        (out / "km_check.csv").unlink(missing_ok=True)  # it checks the selected model's E[T]
+    else:
+        expected = with_breakable_means(expected_time_table(times, budgets, fits[selected], data), fits, data)
+        km = km_restricted_means(data, budgets)
+        check = km_check_table(data, expected.set_index(CELL)["E_T"], budgets, km, settings.km_check_tolerance)
+        write_csv(in_clock_units(check, unit, ["t_star", "E_T", "E_T_km"]), out / "km_check.csv")
+        comparison = with_km_check(comparison, times, data, budgets, km, settings.km_check_tolerance)
+    write_csv(comparison, out / "aft_comparison.csv")
+    write_csv(concordance_within_table(comparison), out / "concordance_within.csv")
+    write_csv(in_clock_units(expected, unit, ["E_T", "E_T_unrestricted", "t_star", "E_T_breakable", *times.columns]), out / "expected_times.csv")
+    write_cure_fractions(fits, data, out / "cure_fractions.csv", unit)
+    write_budget_sufficiency(fits, data, budgets, out / "budget_sufficiency.csv", settings.budget, unit)
+    predicted = predicted_curves(fits[selected], data) if selected else {}
+    label = settings.models[selected].label if selected else None
+    save(kaplan_meier_figure(kaplan_meier_fits(data), predicted, label, FIT_UNIT_NAMES[clock]), out / "kaplan_meier.png")
+    save_models(fits, out / "models.pkl")
+    write_status(out, selected, reason)
+    log_comparison(comparison, fits, settings, selected)
+    if selected is not None:
+        for line in km_sentences(check, settings.models[selected].label):
+            log.log(logging.WARNING if check["flagged"].any() else logging.INFO, "%s", line)
+    return comparison
+
+
+def fit_and_compare(cfg: DictConfig, train: pd.DataFrame, test: pd.DataFrame, out: Path) -> tuple[pd.DataFrame, dict[str, F.Fit]]:
+    """Table I and the fitted models, with the calibration figure's panels drawn (saved later)."""
+    settings = cfg.survival
     log.info(
         "train/test split by %s: %d / %d groups, %d / %d samples",
         settings.split_by,
@@ -433,14 +489,14 @@ def analyse(cfg: DictConfig, artefacts: Artefacts) -> pd.DataFrame:
     fig, axes = calibration_grid(list(settings.fitters))
     workers = resolve_workers(cfg.train.get("workers", "auto"), "cpu")
     comparison, fits = compare(train, test, settings, axes, workers, threads_per_cell(workers, cfg.train.get("threads", 1)))
-    comparison = in_clock_units(comparison, unit, ["t0"])  # Table I's calibration time, in the clock's unit
-    aft = [name for name in settings.fitters if settings.models[name].aft]
-    budgets = cell_budgets(data)
-    times = expected_times(fits, data, aft, budgets)
-    selected = select(comparison, times, settings.chosen, settings.select_by)
-    comparison["selected"] = comparison["fitter"] == selected
-    out.mkdir(parents=True, exist_ok=True)
-    save(finish_calibration(fig, axes, comparison, CLOCK_UNIT_NAMES[clock]), out / "calibration.png")  # Table I's t0 is back in the clock's unit
+    clock = str(cfg.timing.clock)
+    comparison = in_clock_units(comparison, fit_unit(clock), ["t0"])  # Table I's calibration time, in the clock's unit
+    save(finish_calibration(fig, axes, comparison, CLOCK_UNIT_NAMES[clock]), out / "calibration.png")
+    return comparison, fits
+
+
+def write_fits(comparison: pd.DataFrame, fits: dict[str, F.Fit], train: pd.DataFrame, out: Path, settings: Any, selected: str | None) -> None:
+    """Table I in LaTeX, the coefficients (table, a figure per fit, the selected one's as coefficients.png)."""
     with atomic_path(out / "aft_comparison.tex") as tmp:
         tmp.write_text(latex_table(comparison, settings.test_size))
     coefficients = coefficient_table(fits, train)
@@ -448,36 +504,67 @@ def analyse(cfg: DictConfig, artefacts: Artefacts) -> pd.DataFrame:
     for name, fit in fits.items():
         figure = coefficient_figure(coefficients[coefficients["fitter"] == name], settings.models[name].label, fit.is_cox)
         save(figure, out / "coefficients" / f"{name}.png")
+    if selected is None:
+        (out / "coefficients.png").unlink(missing_ok=True)
+        return
     with atomic_path(out / "coefficients.png") as tmp:
         shutil.copyfile(out / "coefficients" / f"{selected}.png", tmp)
-    expected = with_breakable_means(expected_time_table(times, budgets, fits[selected], data), fits, data)
-    km = km_restricted_means(data, budgets)
-    check = km_check_table(data, expected.set_index(CELL)["E_T"], budgets, km, settings.km_check_tolerance)
-    comparison = with_km_check(comparison, times, data, budgets, km, settings.km_check_tolerance)
+
+
+def without_models(data: pd.DataFrame, budgets: pd.Series, out: Path, cfg: DictConfig, reason: str) -> pd.DataFrame:
+    """The survival stage where no model can be fitted: Table I with each configured fitter
+    not fitted (and why), E[T] missing per attack cell, the Kaplan-Meier curves without a model's."""
+    log.warning("survival models left out, so TRASH is missing downstream: %s", reason)
+    settings = cfg.survival
+    rows = [
+        {"fitter": name, "model": settings.models[name].label, "aft": bool(settings.models[name].aft), "status": "skipped", "note": reason}
+        for name in settings.fitters
+    ]
+    comparison = pd.DataFrame(rows, columns=["fitter", "model", "aft", "status", "note"]).assign(split_by=settings.split_by, selected=False)
     write_csv(comparison, out / "aft_comparison.csv")
-    write_csv(concordance_within_table(comparison), out / "concordance_within.csv")
-    write_csv(in_clock_units(expected, unit, ["E_T", "E_T_unrestricted", "t_star", "E_T_breakable", *times.columns]), out / "expected_times.csv")
-    write_csv(in_clock_units(check, unit, ["t_star", "E_T", "E_T_km"]), out / "km_check.csv")
-    write_csv(logrank_table(data), out / "logrank.csv")
-    write_cure_fractions(fits, data, out / "cure_fractions.csv", unit)
-    write_budget_sufficiency(fits, data, budgets, out / "budget_sufficiency.csv", settings.budget, unit)
-    write_competing_risks(data, out, unit, CLOCK_UNIT_NAMES[clock])
-    figure = kaplan_meier_figure(kaplan_meier_fits(data), predicted_curves(fits[selected], data), settings.models[selected].label, FIT_UNIT_NAMES[clock])
-    save(figure, out / "kaplan_meier.png")
-    save_models(fits, out / "models.pkl")
-    write_json(out / "fit_unit.json", {"clock": clock, "unit": FIT_UNIT_NAMES[clock], "scale": unit})  # what models.pkl's durations are in
-    shown = comparison.drop(columns=["note", "aft", "model", "split_by", "km_worst_cells"] + [c for c in comparison if "[" in c])
+    write_csv(missing_expected_times(budgets, reason), out / "expected_times.csv")
+    save(kaplan_meier_figure(kaplan_meier_fits(data), {}, None, FIT_UNIT_NAMES[str(cfg.timing.clock)]), out / "kaplan_meier.png")
+    for stale in (
+        "km_check.csv",
+        "concordance_within.csv",
+        "coefficients.csv",
+        "coefficients.png",
+        "calibration.png",
+        "aft_comparison.tex",
+        "models.pkl",
+        "cure_fractions.csv",
+        "budget_sufficiency.csv",
+    ):
+        (out / stale).unlink(missing_ok=True)
+    shutil.rmtree(out / "coefficients", ignore_errors=True)
+    write_status(out, None, reason)
+    return comparison
+
+
+def missing_expected_times(budgets: pd.Series, reason: str) -> pd.DataFrame:
+    """expected_times.csv without a model: every attack cell, its budget t*, E[T] missing."""
+    return pd.DataFrame({CELL: budgets.index, "E_T": np.nan, "E_T_unrestricted": np.nan, "t_star": budgets.to_numpy(float), "fitter": "", "note": reason})
+
+
+STATUS = "status.json"
+
+
+def write_status(out: Path, selected: str | None, reason: str | None) -> None:
+    """status.json: the model whose E[T] feeds TRASH, or null and why none does (aggregate and
+    the report name it where TRASH is missing)."""
+    write_json(out / STATUS, {"selected": selected, "reason": reason})
+
+
+def log_comparison(comparison: pd.DataFrame, fits: dict[str, F.Fit], settings: Any, selected: str | None) -> None:
+    shown = comparison.drop(columns=["note", "aft", "model", "split_by", "km_worst_cells"] + [c for c in comparison if "[" in c], errors="ignore")
+    chosen_by = settings.chosen and "survival.chosen" or f"best {settings.select_by}"
     log.info(
-        "fitted %s of %s; selected %s (%s)\n%s",
-        ", ".join(fits),
+        "fitted %s of %s; selected %s\n%s",
+        ", ".join(fits) or "none",
         ", ".join(settings.fitters),
-        selected,
-        settings.chosen and "survival.chosen" or f"best {settings.select_by}",
+        f"{selected} ({chosen_by})" if selected else "none",
         shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"),
     )
     for line in baseline_verdicts(comparison):
         log.info("%s", line)
     log.info("within attack cells (pairs of one cell only; the baselines are 0.5 there): test concordance %s", within_summary(comparison))
-    for line in km_sentences(check, settings.models[selected].label):
-        log.log(logging.WARNING if check["flagged"].any() else logging.INFO, "%s", line)
-    return comparison

@@ -6,7 +6,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from trashfire.core.checks import as_list, choice, integer, nonempty_list, nonempty_mapping, number, register
+from trashfire.core.checks import as_list, choice, integer, nonempty_mapping, number, register
 from trashfire.core.errors import ConfigError
 from trashfire.survival.data import BEFORE_ATTACK_POLICIES, DUMMY_SOURCES, NONPOSITIVE_POLICIES, NUMERIC_COVARIATES
 from trashfire.survival.spec import OPTIMISERS, SCORE_NAMES, SPLIT_GROUPS
@@ -34,7 +34,7 @@ def _validate_survival(survival: DictConfig) -> None:
     choice("survival.data.nonpositive_durations", data.get("nonpositive_durations"), NONPOSITIVE_POLICIES)
     models = survival.get("models")
     nonempty_mapping("survival.models", models)
-    fitters = nonempty_list("survival.fitters", survival.get("fitters"))
+    fitters = as_list(survival.get("fitters") or [])  # empty: survival left out, E[T] and TRASH missing downstream
     for fitter in fitters:
         choice("survival.fitters", fitter, tuple(models))
         _validate_survival_model(f"survival.models.{fitter}", models[fitter])

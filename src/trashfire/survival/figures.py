@@ -105,7 +105,7 @@ def coefficient_figure(coefficients: pd.DataFrame, label: str, is_cox: bool):
     return fig
 
 
-def kaplan_meier_figure(km_fits: dict, predicted: dict, label: str, unit: str = "s"):
+def kaplan_meier_figure(km_fits: dict, predicted: dict, label: str | None, unit: str = "s"):
     """One panel per attack family: the Kaplan-Meier estimate per defence (`km_fits[(family,
     defence)]`, lifelines fitters) and the model's predicted survival of the same samples
     (`predicted[(family, defence)]` = (times, curve)) dashed in the defence's colour; time on a
@@ -133,7 +133,8 @@ def kaplan_meier_figure(km_fits: dict, predicted: dict, label: str, unit: str = 
         ax.legend(**LEGEND)
     for ax in grid.flat[len(families) :]:
         ax.set_visible(False)
-    fig.suptitle(f"Kaplan-Meier survival per defence (solid) and the {label} model's prediction for the same samples (dashed)")
+    model = f"the {label} model's prediction for the same samples (dashed)" if label else "no model's prediction (no survival model was selected)"
+    fig.suptitle(f"Kaplan-Meier survival per defence (solid) and {model}")
     fig.tight_layout()
     return fig
 

@@ -66,6 +66,8 @@ def trash_figure(trash: pd.DataFrame, folder: FigureFolder) -> list[Path]:
     adversarial TRASH by attack family; log axis, a dashed line at 1."""
     if trash.empty:
         raise Skipped("trash.csv has no rows")
+    if not np.isfinite(pd.to_numeric(trash["trash_adv"], errors="coerce")).any():
+        raise Skipped("no attack cell has a TRASH: no survival model gave E[T] (why: Survival models, below, and survival/status.json)")
     benign = trash.drop_duplicates("model_hash")  # trash_ben does not depend on the attack
     colours = defence_colours(trash["defence"])
     fig, axes = plt.subplots(1, 3, figsize=(16, 5.2), sharey=True)
