@@ -19,6 +19,9 @@ from trashfire.models import robustbench as rb
 from trashfire.stages import aggregate, attack, brittle, prepare, survival, timing, train
 
 NAME = "Wong2020Fast"  # the zoo's PreAct ResNet-18: among its cheapest on a CPU
+# slow (`make test-slow`): a ResNet-18 through seven stages takes 20 s of the 8 minutes the
+# fast suite is held to; the loading and the wrapper are tested fast in tests/models/test_robustbench.py
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
