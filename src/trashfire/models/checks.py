@@ -28,7 +28,7 @@ from trashfire.core.checks import (
 )
 from trashfire.core.errors import ConfigError
 from trashfire.core.grid import defence_cell, options
-from trashfire.models.spec import DEFENCE_STAGES, LR_SCHEDULES
+from trashfire.models.spec import DEFENCE_STAGES, LR_SCHEDULES, OPTIMISERS
 
 
 @register("model")
@@ -61,6 +61,7 @@ def _validate_train(train: DictConfig) -> None:
     number("train.weight_decay", train.get("weight_decay"), low=0)
     integer("train.batch_size", train.get("batch_size"), low=1)
     choice("train.lr_schedule", train.get("lr_schedule", "constant"), LR_SCHEDULES)
+    choice("train.optimiser", train.get("optimiser", "sgd"), OPTIMISERS)
     device = train.get("device")
     if not isinstance(device, str) or not (device in ("auto", "cpu") or device.startswith("cuda")):
         raise ConfigError("train.device", f"got {device!r}; allowed: auto, cpu, cuda, cuda:N")
