@@ -170,11 +170,12 @@ def run_preset(preset: str, mnist_root: str | None, overrides: list[str]) -> dic
     args = list(overrides)
     if mnist_root:
         args.append(f"data.mnist.root={Path(mnist_root).resolve()}")
+    measured_on = machine()  # before the run: the commit whose code the scratch copy holds
     work, env = scratch_project(preset, args)
     print(f"{preset}: `dvc repro` in {work}", flush=True)
     wall, stages, peak = timed_repro(work, env)
     pipeline = {"experiment": preset, "overrides": overrides, "wall_s": round(wall, 1), "stages_s": stages, "peak_memory_gib": round(peak / 2**30, 3)}
-    kept = {"preset": preset, "machine": machine(), "pipeline": pipeline, **summarise(work / "reports")}
+    kept = {"preset": preset, "machine": measured_on, "pipeline": pipeline, **summarise(work / "reports")}
     write_json(KEPT / f"{preset}.json", kept)
     timing = {"machine": kept["machine"], "pipeline": pipeline}
     write_json(ROOT / "bench" / "results" / f"{kept['machine']['date'][:10]}-{kept['machine']['cpus']}cpu-{preset}.json", timing)
