@@ -107,6 +107,7 @@ def _validate_external(key: str, spec: DictConfig) -> None:
     the prepared data) is the train stage's import, before it trains anything."""
     external.checkpoint_path(f"{key}.{external.CHECKPOINT}", spec.get(external.CHECKPOINT))
     external.t_train(key, spec)
+    external.reported(key, spec)
     if spec.get("depth") is not None:
         integer(f"{key}.depth", spec.depth, low=1)
     from trashfire.models.external import counted_depth  # loads torch: only for an imported model
