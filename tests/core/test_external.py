@@ -19,9 +19,9 @@ from safetensors.torch import save_file
 
 from tests.conftest import ROOT, tiny_overrides
 from tests.pipeline.test_bad_inputs import own_logging, refusal
-from trashfire.core.external import reported as publisher_figures
 from trashfire.core.config import compose, load_params, normalise, validate
 from trashfire.core.errors import ConfigError
+from trashfire.core.external import reported as publisher_figures
 from trashfire.core.grid import training_cells
 from trashfire.core.schema import TrainRecord
 from trashfire.models import mlp, training
@@ -389,7 +389,9 @@ def test_robustbench_model_info_gives_its_accuracies_as_fractions_at_its_eps_in_
 
 
 def test_figures_given_by_hand_are_checked_and_neither_is_none(tmp_path):
-    by_hand = publisher_figures("model.rb", robustbench_option(reported={"clean_acc": 0.9, "robust_acc": 0.5, "attack": "apgd-ce", "norm": "inf", "eps": "4/255"}))
+    by_hand = publisher_figures(
+        "model.rb", robustbench_option(reported={"clean_acc": 0.9, "robust_acc": 0.5, "attack": "apgd-ce", "norm": "inf", "eps": "4/255"})
+    )
     assert by_hand["eps"] == pytest.approx(4 / 255) and by_hand["source"] == "config"
     assert publisher_figures("model.rb", robustbench_option()) is None
 

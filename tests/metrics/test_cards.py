@@ -262,10 +262,7 @@ def test_card_json_has_null_not_nan_for_a_missing_float32_value(tmp_path):
 def attack_rows(cells: list[tuple[str, str, str, float, float]]) -> pd.DataFrame:
     """The undefended model's attack cells: (defence, attack, norm, eps in pixels, acc_adv)."""
     return pd.DataFrame(
-        [
-            {"defence": d, "attack": a, "norm": n, "attack_units": "pixel", "attack_value": eps, "acc_ben": 0.95, "acc_adv": acc}
-            for d, a, n, eps, acc in cells
-        ]
+        [{"defence": d, "attack": a, "norm": n, "attack_units": "pixel", "attack_value": eps, "acc_ben": 0.95, "acc_adv": acc} for d, a, n, eps, acc in cells]
     )
 
 

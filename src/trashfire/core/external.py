@@ -240,7 +240,9 @@ def _model_info(key: str, folder: Any, kwargs: dict[str, Any]) -> dict[str, Any]
         clean, robust = float(info["clean_acc"]) / 100, info.get("autoattack_acc")
         figures = {"clean_acc": clean, "robust_acc": None if robust is None else float(robust) / 100}
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as err:
-        raise ConfigError(key, f"{path} is not RobustBench model info ({type(err).__name__}: {err}); it needs clean_acc and autoattack_acc in percent") from None
+        raise ConfigError(
+            key, f"{path} is not RobustBench model info ({type(err).__name__}: {err}); it needs clean_acc and autoattack_acc in percent"
+        ) from None
     for name in ("clean_acc", "robust_acc"):
         if figures[name] is not None:
             _fraction(f"{key} ({path}: {name})", figures[name])
