@@ -96,3 +96,42 @@ def test_the_claims_table_marks_a_verdict_that_differs_between_digits_and_mnist(
 def test_the_checked_in_page_is_what_the_kept_runs_give(reproduce):
     page = ROOT / "docs" / "reproduction.md"
     assert page.read_text() == reproduce.render(reproduce.load_kept()), "docs/reproduction.md is stale: run python bench/reproduce.py page"
+
+
+@pytest.fixture(scope="module")
+def mnist_root(tmp_path_factory):
+    from tests.data.test_datasets import write_idx
+
+    folder = tmp_path_factory.mktemp("mnist")
+    write_idx(folder, n=100, seed=0)
+    return folder
+
+
+def preset(name: str, root: Path):
+    from trashfire.core.config import compose, validate
+
+    return validate(compose([f"experiment={name}", f"data.mnist.root={root}"], conf=ROOT / "conf"))
+
+
+def test_the_004_preset_is_004s_setup_at_five_seeds_and_three_checkpoints(mnist_root):
+    cfg = preset("repro_004_mnist", mnist_root)
+    assert list(cfg.model) == ["lenet"] and list(cfg.data) == ["mnist"] and (cfg.data.mnist.size, cfg.data.mnist.channels) == (32, 3)
+    assert len(cfg.split.seeds) >= 5 and {1, 10, 25} <= set(cfg.train.per_model.lenet.epochs)
+    assert (cfg.train.batch_size, cfg.train.momentum, cfg.train.weight_decay, cfg.train.per_model.lenet.lr) == (125, 0.9, 0.0005, [0.01])
+    assert list(cfg.attack) == ["fgm"] and list(cfg.attack.fgm["values"]) == [0.0125, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3]
+    assert (cfg.metrics.auc.eps0, cfg.metrics.auc.eps1, cfg.attack.fgm.units) == (0.0, 0.3, "pixel")
+
+
+def test_the_002_preset_trains_each_architecture_normally_and_with_pgd_at_8_255(mnist_root):
+    cfg = preset("repro_002_mnist", mnist_root)
+    assert set(cfg.model) == {"mlp2", "cnn3", "cnn5"} and set(cfg.defence) == {"none", "adv_train"}
+    assert list(cfg.defence.adv_train["values"]) == [pytest.approx(8 / 255, abs=1e-6)] and cfg.defence.adv_train.kwargs.attack.norm == "inf"
+    assert (cfg.train.optimiser, cfg.train.lr, cfg.train.batch_size) == ("adam", [0.001], 32)
+    assert cfg.metrics.brittle.n_samples >= 200 and cfg.metrics.brittle.robust_acc.eps == pytest.approx(8 / 255, abs=1e-6)
+
+
+def test_the_003_preset_has_three_depths_three_seeds_every_defence_and_attack_family(mnist_root):
+    cfg = preset("repro_003_mnist", mnist_root)
+    assert set(cfg.model) == {"cifar_resnet8", "cifar_resnet14", "cifar_resnet20"} and len(cfg.split.seeds) == 3
+    assert set(cfg.defence) == {"none", "gauss_in", "gauss_out", "conf", "fsq", "adv_train"}
+    assert set(cfg.attack) == {"fgm", "pgd", "deepfool", "pixel", "threshold", "hsj"} and cfg.timing.clock == "flops"
