@@ -315,6 +315,28 @@ def setup_lines(preset: str, run: dict | None) -> list[str]:
     return lines
 
 
+def full_size(preset: str) -> list[str]:
+    """The overrides of a preset's full size, as its header comment gives them (one source)."""
+    lines, taking = [], False
+    for line in (ROOT / "conf" / "experiment" / f"{preset}.yaml").read_text().splitlines():
+        if line.startswith("# Full size"):
+            taking = True
+            lines.append(line.removeprefix("# ").rstrip(":") + ":")
+        elif taking and line.startswith("#   "):
+            lines.append("    " + line.removeprefix("#   "))
+        elif taking:
+            break
+    return lines
+
+
+def full_size_section() -> list[str]:
+    out = []
+    for preset in PRESETS:
+        heading, *overrides = full_size(preset)
+        out += [f"- `{preset}`, {heading[0].lower()}{heading[1:]}", "", "    ```text", *[f"    {o.strip()}" for o in overrides], "    ```", ""]
+    return out
+
+
 def render(kept: dict[str, dict]) -> str:
     run004, run002 = kept.get("repro_004_mnist"), kept.get("repro_002_mnist")
     parts = [
@@ -376,6 +398,13 @@ def render(kept: dict[str, dict]) -> str:
         "",
         *timing_table(kept),
         "",
+        "## At full size",
+        "",
+        "The presets above are sized for two CPU cores. Their full size, for a GPU, adds these "
+        "overrides to `make params ARGS=\"experiment=<preset> data.mnist.root=<folder> ...\"` "
+        "(or after `python bench/reproduce.py run <preset> --mnist-root <folder>`):",
+        "",
+        *full_size_section(),
     ]
     return "\n".join(parts)
 
