@@ -73,9 +73,17 @@ def test_table_1_rows_compare_every_epoch_run_and_say_which_were_not(reproduce):
     run = {"r": r_rows({1: [0.43, 0.44, 0.45, 0.44, 0.44], 10: [0.60, 0.61, 0.60, 0.62, 0.61]})}
     lines = reproduce.table_004(run)
     by_epoch = {line.split("|")[1].strip(): line for line in lines[2:]}
-    assert by_epoch["1"].endswith("| agrees |") and "0.440 [" in by_epoch["1"]
+    assert "| agrees |" in by_epoch["1"] and "0.440 [" in by_epoch["1"]
     assert "differs: ours higher by 0.109" in by_epoch["10"]
     assert all("not run" in by_epoch[e] for e in ("25", "50", "150", "300"))
+    assert by_epoch["1"].endswith("| not measured |")
+
+
+def test_table_1_sets_the_unclipped_fgsm_r_beside_ours_with_its_own_verdict(reproduce):
+    unclipped = [{"seed": s, "epochs": 1, "auc_R_clipped": 0.55, "auc_R_unclipped": r} for s, r in enumerate([0.43, 0.44, 0.45, 0.44, 0.44])]
+    run = {"r": r_rows({1: [0.55, 0.56, 0.55, 0.54, 0.55]}), "fgsm_unclipped": unclipped}
+    [row] = [line for line in reproduce.table_004(run)[2:] if line.startswith("| 1 |")]
+    assert "differs: ours higher by 0.112" in row and row.endswith("| 0.440 [0.431, 0.449], agrees |")
 
 
 def test_the_claims_table_marks_a_verdict_that_differs_between_digits_and_mnist(reproduce):

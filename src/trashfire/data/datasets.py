@@ -7,9 +7,8 @@ eps = 1 is one standard deviation of pixel intensity (TRASHFIRE V-A).
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import zipfile
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
