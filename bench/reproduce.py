@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -225,7 +226,7 @@ def add_unclipped(work: Path) -> int:
     return write_page()
 
 
-def run_preset(preset: str, mnist_root: str | None, overrides: list[str]) -> dict:
+def run_preset(preset: str, mnist_root: str | None, overrides: list[str], keep_work: bool = False) -> dict:
     args = list(overrides)
     if mnist_root:
         args.append(f"data.mnist.root={Path(mnist_root).resolve()}")
@@ -241,6 +242,10 @@ def run_preset(preset: str, mnist_root: str | None, overrides: list[str]) -> dic
     timing = {"machine": kept["machine"], "pipeline": pipeline}
     write_json(ROOT / "bench" / "results" / f"{kept['machine']['date'][:10]}-{kept['machine']['cpus']}cpu-{preset}.json", timing)
     print(f"{preset}: {pipeline['wall_s']} s, peak {pipeline['peak_memory_gib']} GiB, lowest benign accuracy {kept['benign_accuracy']['min']:.3f}", flush=True)
+    if keep_work:
+        print(f"{preset}: its reports, models and data stay in {work}", flush=True)
+    else:
+        shutil.rmtree(work)  # gigabytes of prepared data and weights; --keep-work keeps them
     return kept
 
 
@@ -528,6 +533,7 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="run a preset afresh and keep what it found")
     run.add_argument("preset", choices=(*PRESETS, DIGITS))
     run.add_argument("--mnist-root", help="the folder with MNIST's IDX files (data.mnist.root)")
+    run.add_argument("--keep-work", action="store_true", help="keep the run's scratch folder (reports, models, data) instead of removing it")
     run.add_argument("overrides", nargs="*", help="Hydra overrides after the preset's")
     loose = sub.add_parser("unclipped", help="add FGSM without clipping to a kept repro_004_mnist run, from its run folder")
     loose.add_argument("work", type=Path, help="the run's scratch folder (printed by `run`)")
@@ -540,7 +546,7 @@ def main(argv: list[str] | None = None) -> int:
         return add_unclipped(args.work)
     if args.preset != DIGITS and not args.mnist_root:
         parser.error("--mnist-root is required for the MNIST presets (the folder with the four IDX files)")
-    run_preset(args.preset, args.mnist_root, args.overrides)
+    run_preset(args.preset, args.mnist_root, args.overrides, args.keep_work)
     write_page()
     subprocess.run([sys.executable, str(ROOT / "bench" / "benchmark_page.py")], check=True)
     return 0
