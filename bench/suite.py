@@ -53,14 +53,21 @@ def run(command: list[str], cwd: Path, env: dict[str, str]) -> str:
     return result.stdout + result.stderr
 
 
-def scratch_project(experiment: str) -> tuple[Path, dict[str, str]]:
-    """dvc.yaml, conf/ and src/ in a fresh git + DVC folder, so every cell is computed."""
+def scratch_project(experiment: str, overrides: list[str] = ()) -> tuple[Path, dict[str, str]]:
+    """dvc.yaml, conf/ and src/ in a fresh git + DVC folder, so every cell is computed;
+    params.yaml composed from the experiment and the overrides after it."""
     work = Path(tempfile.mkdtemp(prefix="trashfire-bench-"))
     for item in ("dvc.yaml", "conf", "src"):
         (shutil.copytree if (ROOT / item).is_dir() else shutil.copy)(ROOT / item, work / item)
-    env = os.environ | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "TRASHFIRE_CONFIG_DIR": str(work / "conf")}
+    # the copy's src/ first on the path: the code measured is this checkout's, whichever
+    # checkout the environment's editable install points at
+    env = os.environ | {
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": str(work / "src"),
+        "TRASHFIRE_CONFIG_DIR": str(work / "conf"),
+    }
     # the tiny experiment is conf/experiment/tiny.yaml, as the tests run it
-    for command in (["git", "init", "-q"], ["dvc", "init", "-q"], [sys.executable, "-m", "trashfire.params", f"experiment={experiment}"]):
+    for command in (["git", "init", "-q"], ["dvc", "init", "-q"], [sys.executable, "-m", "trashfire.params", f"experiment={experiment}", *overrides]):
         run(command, work, env)
     return work, env
 

@@ -20,6 +20,8 @@ from safetensors.torch import save_file
 from tests.conftest import ROOT, tiny_overrides
 from tests.pipeline.test_bad_inputs import own_logging, refusal
 from trashfire.core.config import compose, load_params, normalise, validate
+from trashfire.core.errors import ConfigError
+from trashfire.core.external import reported as publisher_figures
 from trashfire.core.grid import training_cells
 from trashfire.core.schema import TrainRecord
 from trashfire.models import mlp, training
@@ -354,3 +356,64 @@ def test_a_checkpoint_deleted_after_params_stops_the_stage(project, capsys, monk
         code, line = refusal("train", ["--params", str(project / "params.yaml")], capsys)
     assert code == 2 and "model.external.checkpoint: gone.pt not found" in line
     assert load_params(project / "params.yaml").model.external.checkpoint == "gone.pt"
+
+
+# ---------------------------------------------------------------------------------------------
+# what the publisher reports: RobustBench's model info, or `reported` by hand
+
+
+def robustbench_info(folder: Path, name: str = "Engstrom2019Robustness", **fields) -> Path:
+    """A model info file as RobustBench's repository writes it: percentages and eps as text."""
+    info = {"clean_acc": "87.03", "autoattack_acc": "49.25", "eps": "8/255", "architecture": "ResNet-50"} | fields
+    path = folder / "cifar10" / "Linf" / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(info))
+    return path
+
+
+def robustbench_option(**keys):
+    return OmegaConf.create({"_target_": "x.Net", "kwargs": {"name": "Engstrom2019Robustness", "dataset": "cifar10", "threat_model": "Linf"}, **keys})
+
+
+def test_robustbench_model_info_gives_its_accuracies_as_fractions_at_its_eps_in_pixels(tmp_path):
+    path = robustbench_info(tmp_path)
+    figures = publisher_figures("model.rb", robustbench_option(model_info=str(tmp_path)))
+    assert figures == {
+        "clean_acc": pytest.approx(0.8703),
+        "robust_acc": pytest.approx(0.4925),
+        "attack": "autoattack",
+        "norm": "inf",
+        "eps": pytest.approx(8 / 255),
+        "source": f"RobustBench model info {path}",
+    }
+
+
+def test_figures_given_by_hand_are_checked_and_neither_is_none(tmp_path):
+    by_hand = publisher_figures(
+        "model.rb", robustbench_option(reported={"clean_acc": 0.9, "robust_acc": 0.5, "attack": "apgd-ce", "norm": "inf", "eps": "4/255"})
+    )
+    assert by_hand["eps"] == pytest.approx(4 / 255) and by_hand["source"] == "config"
+    assert publisher_figures("model.rb", robustbench_option()) is None
+
+
+@pytest.mark.parametrize(
+    "keys, says",
+    [
+        ({"reported": {"clean_acc": 87.0}}, "model.rb.reported.clean_acc: got 87.0; must be an accuracy in [0, 1]"),
+        ({"reported": {"robust_acc": 0.5}}, "clean_acc required"),
+        ({"reported": {"clean_acc": 0.9, "eps": "8/0"}}, "model.rb.reported.eps: got '8/0'"),
+        ({"reported": {"clean_acc": 0.9}, "model_info": "info"}, "given twice"),
+        ({"model_info": "nowhere"}, "nowhere/cifar10/Linf/Engstrom2019Robustness.json not found"),
+    ],
+    ids=["percent-as-fraction", "no-clean", "eps-zero-division", "both", "missing-file"],
+)
+def test_bad_publisher_figures_are_one_line_naming_what_is_allowed(keys, says):
+    with pytest.raises(ConfigError) as err:
+        publisher_figures("model.rb", robustbench_option(**keys))
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_model_info_file_without_its_accuracies_is_refused_naming_the_file(tmp_path):
+    path = robustbench_info(tmp_path, clean_acc="n/a")
+    with pytest.raises(ConfigError, match=f"{path} is not RobustBench model info"):
+        publisher_figures("model.rb", robustbench_option(model_info=str(tmp_path)))

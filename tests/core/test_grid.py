@@ -57,6 +57,15 @@ def test_schedules_are_their_own_cells_and_constant_keeps_older_hashes(conf_dir)
     assert hashes(constant).isdisjoint(decayed) and hashes(constant).isdisjoint(one_cycle)
 
 
+def test_adam_cells_are_their_own_and_sgd_keeps_older_hashes(conf_dir):
+    sgd = training_cells(compose(["train.optimiser=sgd"], conf=conf_dir))
+    assert all("optimiser" not in cell.spec["train"] for cell in sgd)
+    assert hashes(sgd) == hashes(training_cells(compose([], conf=conf_dir)))
+    adam = training_cells(compose(["train.optimiser=adam"], conf=conf_dir))
+    assert {cell.spec["train"]["optimiser"] for cell in adam} == {"adam"}
+    assert hashes(sgd).isdisjoint(hashes(adam))
+
+
 def test_a_train_time_defence_limited_to_some_models_trains_only_those(conf_dir):
     cfg = compose([], conf=conf_dir)  # the default limits gauss_in and adv_train to its ResNet-8
     limited = {(c.model, c.defence["name"]) for c in training_cells(cfg) if c.defence["name"] != "none"}

@@ -140,3 +140,18 @@ def test_one_seed_gives_identical_initial_weights_on_mnist_upscaled_and_cifar(tm
         assert split.input_shape == (3, 32, 32)
         weights[cell.dataset] = initial_model(cell, split).state_dict()
     assert all(torch.equal(weights["mnist"][k], weights["cifar10"][k]) for k in weights["mnist"])
+
+
+def test_a_worker_keeps_only_the_splits_it_used_last(tmp_path, monkeypatch):
+    """A split of upscaled MNIST is 0.9 GB: a worker that kept every seed's took 14 GB."""
+    from tests.conftest import tiny_config
+    from trashfire.data import datasets
+
+    cfg = tiny_config(tmp_path, "split.seeds=[0,1,2]")
+    monkeypatch.setattr(datasets, "_SPLITS", datasets.OrderedDict())
+    loads = []
+    monkeypatch.setattr(datasets, "load_split", lambda processed, cfg, dataset, seed: loads.append(seed) or seed)
+    for seed in (0, 1, 0, 2, 0, 1):
+        assert datasets.cached_split(cfg.paths.processed, cfg, "digits", seed) == seed
+    assert loads == [0, 1, 2, 1]  # 0 stays while it is used; 1, used least recently, goes for 2
+    assert len(datasets._SPLITS) == datasets.SPLITS_KEPT

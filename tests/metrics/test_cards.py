@@ -257,3 +257,28 @@ def test_card_json_has_null_not_nan_for_a_missing_float32_value(tmp_path):
     assert "NaN" not in text
     cell = json.loads(text)["model_cells"][0]
     assert (cell["brittle_score"], cell["brittle_ri_percent"]) == (None, 12.5)  # 12.5 is exact in float32
+
+
+def attack_rows(cells: list[tuple[str, str, str, float, float]]) -> pd.DataFrame:
+    """The undefended model's attack cells: (defence, attack, norm, eps in pixels, acc_adv)."""
+    return pd.DataFrame(
+        [{"defence": d, "attack": a, "norm": n, "attack_units": "pixel", "attack_value": eps, "acc_ben": 0.95, "acc_adv": acc} for d, a, n, eps, acc in cells]
+    )
+
+
+def test_the_publishers_robust_accuracy_stands_beside_our_lowest_at_its_norm_and_eps():
+    theirs = {"clean_acc": 0.87, "robust_acc": 0.49, "attack": "autoattack", "norm": "inf", "eps": 8 / 255, "source": "x"}
+    rows = attack_rows(
+        [
+            ("none", "pgd", "inf", 0.0313725, 0.55),
+            ("none", "autoattack", "inf", 0.0313725, 0.51),
+            ("none", "pgd", "2", 0.0313725, 0.20),  # another norm
+            ("none", "pgd", "inf", 0.1, 0.05),  # another eps
+            ("fsq", "pgd", "inf", 0.0313725, 0.01),  # a defended model cell, not the publisher's model
+        ]
+    )
+    beside = cards.beside_reported(rows, theirs)
+    assert beside["theirs"] == theirs
+    assert beside["ours"] == {"clean_acc": 0.95, "robust_acc": 0.51, "robust_attack": "autoattack inf"}
+    elsewhere = cards.beside_reported(rows, theirs | {"eps": 0.5})
+    assert elsewhere["ours"]["robust_acc"] is None and elsewhere["ours"]["clean_acc"] == 0.95

@@ -84,3 +84,18 @@ def test_a_missing_checkpoint_offline_is_one_line_naming_where_it_was_looked_for
 def test_a_name_data_set_or_threat_model_robustbench_lacks_is_one_line(name, dataset, threat_model, message):
     with pytest.raises(ConfigError, match=message.replace(".", r"\.").replace("(", r"\(").replace(")", r"\)")):
         rb.RobustBenchNet(name, dataset, threat_model)
+
+
+def test_the_002_preset_holds_its_tables_six_checkpoints_each_with_robustbenchs_figures(conf_dir):
+    from trashfire.core.config import compose
+    from trashfire.core.external import reported
+
+    cfg = compose(["experiment=repro_002_robustbench"], conf=conf_dir)
+    names = {key: spec.kwargs.name for key, spec in cfg.model.items()}
+    assert sorted(names.values()) == sorted(
+        ["Standard", "Ding2020MMA", "Engstrom2019Robustness", "Wu2020Adversarial", "Sehwag2021Proxy", "Rebuffi2021Fixing_70_16_cutmix_extra"]
+    )
+    figures = {names[key]: reported(f"model.{key}", spec) for key, spec in cfg.model.items()}
+    assert figures["Engstrom2019Robustness"]["robust_acc"] == 0.4925 and figures["Standard"]["robust_acc"] == 0.0
+    assert all(f["eps"] == pytest.approx(8 / 255) and f["norm"] == "inf" for f in figures.values())
+    assert all(spec.checkpoint.endswith(f"cifar10/Linf/{spec.kwargs.name}.pt") and spec.rules.checkpoint for spec in cfg.model.values())

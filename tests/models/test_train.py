@@ -68,6 +68,20 @@ def test_step_decay_comes_at_half_of_the_longest_run(tmp_path):
     assert len({c.run_key for c in training_cells(cfg)}) == 1
 
 
+def test_an_adam_cell_trains_with_adam_at_its_lr_and_sgd_with_momentum(tmp_path):
+    for name, kind in (("adam", torch.optim.Adam), ("sgd", torch.optim.SGD)):
+        cfg = small_cfg(tmp_path / name, f"train.optimiser={name}", "train.epochs=[1]")
+        cell = training_cells(cfg)[0]
+        prepare.run(cfg)
+        split = load_split(cfg.paths.processed, cfg, "digits", 0)
+        run = training.start_run(cell, split, cfg.train, CPU)
+        assert type(run.optimiser) is kind
+        assert run.optimiser.param_groups[0]["lr"] == cell.lr
+        assert run.optimiser.param_groups[0]["weight_decay"] == cfg.train.weight_decay
+        if name == "sgd":
+            assert run.optimiser.param_groups[0]["momentum"] == cfg.train.momentum
+
+
 def two_mnist_shaped_sets(tmp_path, *extra):
     from tests.data.test_datasets import write_idx
 

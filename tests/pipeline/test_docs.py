@@ -14,8 +14,8 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 README_MAX_LINES = 300
-# pages that may carry dates: the generated benchmark page (CHANGELOG.md is outside docs/)
-DATED_PAGES = {"benchmarks.md"}
+# pages that may carry dates: the generated benchmark and reproduction pages (CHANGELOG.md is outside docs/)
+DATED_PAGES = {"benchmarks.md", "reproduction.md"}  # both generated, each figure with its run's date
 
 MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec"
 DATE = re.compile(

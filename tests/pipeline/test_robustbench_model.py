@@ -16,7 +16,7 @@ from tests.conftest import tiny_config
 from tests.data.test_datasets import write_cifar
 from tests.pipeline.test_stages import run_as_declared
 from trashfire.models import robustbench as rb
-from trashfire.stages import aggregate, attack, brittle, prepare, survival, timing, train
+from trashfire.stages import aggregate, attack, brittle, figures, prepare, survival, timing, train
 
 NAME = "Wong2020Fast"  # the zoo's PreAct ResNet-18: among its cheapest on a CPU
 # slow (`make test-slow`): a ResNet-18 through seven stages takes 20 s of the 8 minutes the
@@ -33,6 +33,9 @@ def robustbench_run(tmp_path_factory):
     checkpoint = rb.checkpoint_path(folder / "zoo", NAME, "cifar10", "Linf")
     checkpoint.parent.mkdir(parents=True)
     torch.save({"state_dict": net.state_dict()}, checkpoint)
+    info = folder / "model_info" / "cifar10" / "Linf" / f"{NAME}.json"  # RobustBench's own figures of the model
+    info.parent.mkdir(parents=True)
+    info.write_text(json.dumps({"clean_acc": "83.34", "autoattack_acc": "43.21", "eps": "8/255"}))
     cfg = tiny_config(
         folder,
         "data=[cifar10]",
@@ -41,9 +44,12 @@ def robustbench_run(tmp_path_factory):
         "model=[robustbench]",
         f"model.robustbench.kwargs.name={NAME}",
         f"model.robustbench.kwargs.model_dir={folder / 'zoo'}",
+        f"model.robustbench.model_info={folder / 'model_info'}",
         "defence=[none]",
         "attack=[pgd]",
-        "attack.pgd.values=[1.0]",
+        "attack.pgd.units=pixel",
+        "attack.pgd.values=[0.0313725]",  # 8/255, where RobustBench measured it
+        "metrics.auc.eps1=null",
         "attack.pgd.batch_size=8",
         "split.n_attack=6",
         "metrics.brittle.n_samples=5",
@@ -53,6 +59,7 @@ def robustbench_run(tmp_path_factory):
     for stage in (prepare, train, attack, brittle, timing, survival):
         run_as_declared(stage, cfg)
     summary = run_as_declared(aggregate, cfg)
+    run_as_declared(figures, cfg)
     return folder / "reports", folder / "models", summary
 
 
@@ -81,3 +88,14 @@ def test_aggregate_runs_on_it_and_says_why_there_is_no_trash(robustbench_run):
     trash = pd.read_csv(reports / "trash.csv")
     assert trash["t_train"].isna().all() and trash["trash_adv"].isna().all()
     assert summary["survival_missing_reason"].startswith("no survival model could be fitted")  # one model: nothing to split
+
+
+def test_its_card_and_the_report_set_robustbenchs_accuracies_beside_ours(robustbench_run):
+    reports, _, _ = robustbench_run
+    [card] = [json.loads(path.read_text()) for path in (reports / "cards").glob("*.json")]
+    beside = card["provenance"]["reported"]
+    assert beside["theirs"]["clean_acc"] == pytest.approx(0.8334) and beside["theirs"]["robust_acc"] == pytest.approx(0.4321)
+    experiments = pd.read_csv(reports / "experiments.csv")
+    assert beside["ours"] == {"clean_acc": experiments["acc_ben"].iloc[0], "robust_acc": experiments["acc_adv"].iloc[0], "robust_attack": "pgd inf"}
+    report = " ".join((reports / "report.html").read_text().split())
+    assert "publisher / ours" in report and f"0.833 / {experiments['acc_ben'].iloc[0]:.3f}" in report

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import tiny_config
+from tests.pipeline.test_reproduction import reproduce_module
 from tests.pipeline.test_stages import run_as_declared
 from trashfire.stages import aggregate, attack, brittle, figures, prepare, survival, timing, train
 
@@ -91,3 +92,15 @@ def test_survival_left_out_by_config_is_said_so(fgsm_one_model, tmp_path):
     assert summary["survival_missing_reason"] == "survival.fitters is empty: no survival model was asked for"
     assert pd.read_csv(tmp_path / "reports" / "survival" / "aft_comparison.csv").empty
     assert "survival.fitters is empty" in report_text(tmp_path / "reports")
+
+
+def test_a_runs_summary_keeps_r_per_seed_the_findings_and_accuracies_as_strict_json(fgsm_one_model):
+    """What bench/reproduce.py keeps of a study without survival models (004's kind)."""
+    _, _, reports = fgsm_one_model
+    kept = reproduce_module().summarise(reports)
+    text = json.dumps(kept, allow_nan=False)  # NaN would not be JSON
+    assert kept["r"] and all(row["auc_R"] is not None for row in kept["r"])
+    assert {f["id"] for f in kept["findings"]} >= {"004_r_rises_with_epochs", "003_trash_above_one_fgm"}
+    assert 0 < kept["benign_accuracy"]["min"] <= 1
+    assert all(len(row["image_scores"]) == len(row["positions"]) for row in kept["brittle"])
+    assert json.loads(text) == kept

@@ -20,6 +20,12 @@ training steps per sample (forward and backward to the weights, measured on the 
 `t_train_source` ends in "; flops estimated"; otherwise they are unknown (None).
 
 Epochs and learning rate are unknown: records and tables hold null (NaN) for them.
+
+What its publisher reports of it, to set beside what trashfire measures: `reported:
+{clean_acc, robust_acc, attack, eps}` (accuracies as fractions, eps in pixel units), or
+`model_info: <folder>`, RobustBench's model info in its repository's layout
+(<folder>/<dataset>/<threat_model>/<name>.json, accuracies in percent, eps as "8/255"). Neither
+enters the cell's identity: the cards and the report read them when they are written.
 """
 
 from __future__ import annotations
@@ -44,7 +50,10 @@ TRAIN_LOG_KEYS = ("n_train", "process_seconds", "wall_seconds")
 UNKNOWN = "unknown"  # t_train: unknown, a model whose training cost nobody recorded
 ESTIMATED = "; flops estimated"  # t_train_source's suffix when the FLOPs are epochs x a training step
 # keys of an external option that are not the module's: the import's and the validator's
-OWN_KEYS = ("_target_", "kwargs", CHECKPOINT, "checkpoint_sha256", "t_train", "train_log", "epochs", "depth", "rules")
+REPORTED, MODEL_INFO = "reported", "model_info"
+REPORTED_KEYS = ("clean_acc", "robust_acc", "attack", "norm", "eps")
+THREAT_NORMS = {"Linf": "inf", "L2": "2"}  # RobustBench's threat models as trashfire's norms
+OWN_KEYS = ("_target_", "kwargs", CHECKPOINT, "checkpoint_sha256", "t_train", "train_log", "epochs", "depth", REPORTED, MODEL_INFO, "rules")
 
 
 def is_external(spec: Any) -> bool:
@@ -188,3 +197,78 @@ def module_spec(spec: Any) -> dict[str, Any]:
     """The module's own config: its `_target_` and its `kwargs`."""
     spec = _plain(spec)
     return {"_target_": spec.get("_target_"), "kwargs": spec.get("kwargs") or {}}
+
+
+def reported(key: str, spec: Any) -> dict[str, Any] | None:
+    """The publisher's figures of an imported model ({clean_acc, robust_acc, attack, eps,
+    source}), from `reported` or from RobustBench's model info; None where neither is given.
+    Each problem is one ConfigError line naming what is allowed."""
+    given, folder = spec.get(REPORTED), spec.get(MODEL_INFO)
+    if given is not None and folder is not None:
+        raise ConfigError(f"{key}.{REPORTED}", f"given twice, as {REPORTED} and as {MODEL_INFO} {folder}; allowed: one of them")
+    if folder is not None:
+        return _model_info(f"{key}.{MODEL_INFO}", folder, module_spec(spec)["kwargs"])
+    if given is None:
+        return None
+    given = _plain(given)
+    allowed = "{clean_acc: <fraction>, robust_acc: <fraction>, attack: <name>, norm: inf|1|2, eps: <pixel units>}"
+    if not isinstance(given, dict) or set(given) - set(REPORTED_KEYS) or "clean_acc" not in given:
+        raise ConfigError(f"{key}.{REPORTED}", f"got {given!r}; allowed: {allowed} (clean_acc required)")
+    figures = {k: given.get(k) for k in REPORTED_KEYS}
+    for name in ("clean_acc", "robust_acc"):
+        if figures[name] is not None:
+            figures[name] = _fraction(f"{key}.{REPORTED}.{name}", figures[name])
+    if figures["eps"] is not None:
+        figures["eps"] = _eps(f"{key}.{REPORTED}.eps", figures["eps"])
+    if figures["norm"] is not None:
+        figures["norm"] = str(figures["norm"])
+    return {**figures, "source": "config"}
+
+
+def _model_info(key: str, folder: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    allowed = "a folder in RobustBench's model_info layout: <folder>/<dataset>/<threat_model>/<name>.json"
+    if not isinstance(folder, str) or not folder:
+        raise ConfigError(key, f"got {folder!r}; allowed: {allowed}")
+    names = [kwargs.get(k) for k in ("dataset", "threat_model", "name")]
+    if not all(isinstance(n, str) and n for n in names):
+        raise ConfigError(key, "needs the model's kwargs dataset, threat_model and name (model=robustbench) to find its file")
+    path = Path(folder, *names[:2], f"{names[2]}.json")
+    if not path.is_file():
+        raise ConfigError(key, f"{path} not found (from {Path.cwd()}); allowed: {allowed}")
+    try:
+        info = json.loads(path.read_text())
+        clean, robust = float(info["clean_acc"]) / 100, info.get("autoattack_acc")
+        figures = {"clean_acc": clean, "robust_acc": None if robust is None else float(robust) / 100}
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as err:
+        raise ConfigError(
+            key, f"{path} is not RobustBench model info ({type(err).__name__}: {err}); it needs clean_acc and autoattack_acc in percent"
+        ) from None
+    for name in ("clean_acc", "robust_acc"):
+        if figures[name] is not None:
+            _fraction(f"{key} ({path}: {name})", figures[name])
+    eps = _eps(f"{key} ({path}: eps)", info["eps"]) if info.get("eps") is not None else None
+    attack = "autoattack" if figures["robust_acc"] is not None else None
+    return {**figures, "attack": attack, "norm": THREAT_NORMS.get(names[1]), "eps": eps, "source": f"RobustBench model info {path}"}
+
+
+def _fraction(key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ConfigError(key, f"got {value!r}; must be an accuracy in [0, 1]")
+    return float(value)
+
+
+def _eps(key: str, value: Any) -> float:
+    """eps in pixel units: a number, or a fraction written as RobustBench does ("8/255")."""
+    try:
+        if isinstance(value, str) and "/" in value:
+            numerator, denominator = value.split("/")
+            eps = float(numerator) / float(denominator)
+        elif isinstance(value, bool):
+            raise ValueError
+        else:
+            eps = float(value)
+    except (ValueError, ZeroDivisionError):
+        raise ConfigError(key, f"got {value!r}; allowed: a number or a fraction such as 8/255 (pixel units)") from None
+    if not math.isfinite(eps) or eps <= 0:
+        raise ConfigError(key, f"got {value!r}; must be > 0 (pixel units)")
+    return eps

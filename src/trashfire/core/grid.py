@@ -254,6 +254,8 @@ def _train_cell(cfg: DictConfig, dname: str, seed: int, mname: str, epochs: int,
         # the other epochs are that run's checkpoints (004)
         hyper["lr_schedule"] = cfg.train.lr_schedule
         hyper["horizon"] = max(model_grids(cfg, mname)[0])
+    if cfg.train.get("optimiser", "sgd") != "sgd":  # absent for SGD, so that its hashes hold
+        hyper["optimiser"] = cfg.train.optimiser
     spec = {
         **_data_spec(cfg, dname, seed),
         "model": without_rules(_plain(mspec)),

@@ -8,6 +8,7 @@ eps = 1 is one standard deviation of pixel intensity (TRASHFIRE V-A).
 from __future__ import annotations
 
 import zipfile
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
@@ -51,15 +52,22 @@ def is_prepared(processed: str | Path, cfg: DictConfig, name: str) -> bool:
     return all(split_path(folder, seed).is_file() for seed in as_list(cfg.split.seeds))
 
 
-_SPLITS: dict[tuple[str, str, int], Split] = {}  # per process: a worker's jobs share them
+# per process, the splits used last: a worker's jobs share them. Bounded, because a split of
+# MNIST upscaled to 3x32x32 is 0.9 GB: five seeds kept in each of two workers took 14 GB.
+_SPLITS: OrderedDict[tuple[str, str, int], Split] = OrderedDict()
+SPLITS_KEPT = 2
 
 
 def cached_split(processed: str | Path, cfg: DictConfig, dataset: str, seed: int) -> Split:
-    """`load_split` of the data prepared for this config, once per process (a stage's worker
-    runs many cells of one split)."""
+    """`load_split` of the data prepared for this config, once per process while it is among
+    the SPLITS_KEPT used last (a stage's worker runs many cells of one split in a row)."""
     key = (str(dataset_dir(processed, cfg, dataset)), dataset, seed)
-    if key not in _SPLITS:
+    if key in _SPLITS:
+        _SPLITS.move_to_end(key)
+    else:
         _SPLITS[key] = load_split(processed, cfg, dataset, seed)
+        while len(_SPLITS) > SPLITS_KEPT:
+            _SPLITS.popitem(last=False)
     return _SPLITS[key]
 
 

@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 
 from trashfire import metrics
 from trashfire.brittle.spec import brittle_hash, brittle_record_path, brittle_settings
-from trashfire.core import schema
+from trashfire.core import external, schema
 from trashfire.core.errors import DataError
 from trashfire.core.records import atomic_path, read_json, write_json
 from trashfire.core.schema import CELL, OVER_SEEDS, UNDEFENDED_PEER, BrittleRecord
@@ -384,6 +384,13 @@ def read_optional(path) -> pd.DataFrame | None:
     return pd.read_csv(path) if Path(path).is_file() else None
 
 
+def publishers_figures(cfg: DictConfig) -> dict[str, dict[str, Any]]:
+    """What the publishers of the imported models report of them (RobustBench's model info),
+    per model option, for the cards to set beside ours."""
+    figures = {name: external.reported(f"model.{name}", spec) for name, spec in cfg.model.items() if external.is_external(spec)}
+    return {name: f for name, f in figures.items() if f}
+
+
 def aggregate_reports(cfg: DictConfig, artefacts: Artefacts) -> dict:
     every_row = with_family(read_experiments(artefacts.input("experiments.csv")))
     experiments, worst = measured(every_row), every_row[every_row["attack"] == schema.WORST_CASE]
@@ -427,7 +434,7 @@ def aggregate_reports(cfg: DictConfig, artefacts: Artefacts) -> dict:
             "eps_survival_curves.csv": eps_curves_table,
         },
     )
-    write_cards(artefacts.output("cards"), experiments, trash, robustness, brittle, flags, worst)
+    write_cards(artefacts.output("cards"), experiments, trash, robustness, brittle, flags, worst, reported=publishers_figures(cfg))
     summary = headline(experiments, trash, robustness, brittle, comparison, checked, eps_survival, flags, m, worst, no_expected_time)
     write_json(artefacts.output("metrics.json"), without_nan(summary))
     write_json(artefacts.output("headline.json"), without_nan(headline_summary(summary)))

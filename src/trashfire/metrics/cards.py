@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from trashfire.core import schema
@@ -30,14 +31,17 @@ def card(
     brittle: pd.DataFrame,
     flags: pd.DataFrame | None = None,
     worst_case: pd.DataFrame | None = None,
+    reported: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
+    """`reported`: per model option, what its publisher reports of it (trashfire.core.external.reported)."""
     rows = experiments[experiments["train_hash"] == train_hash]
     first = rows.iloc[0]
+    figures = (reported or {}).get(first["model"])
     return {
         "train_hash": train_hash,
         "training": _plain(first[schema.CARD_TRAINING]),
         "times_per_sample": _plain(first.reindex(schema.CARD_TIMES)),  # FLOPs on the compute clock, seconds on the others
-        "provenance": provenance(first),
+        "provenance": provenance(first) | ({"reported": beside_reported(rows, figures)} if figures else {}),
         "model_cells": [_model_cell(group, trash, robustness, brittle, flags, worst_case) for _, group in rows.groupby("model_hash", sort=False)],
     }
 
@@ -55,6 +59,23 @@ def provenance(row: pd.Series) -> dict[str, Any]:
         "t_train_source": source,
         "t_train": f"supplied, not measured: from {_source_text(source)}",
     }
+
+
+def beside_reported(rows: pd.DataFrame, figures: dict[str, Any]) -> dict[str, Any]:
+    """The publisher's clean and robust accuracy beside ours: the undefended model's benign
+    accuracy on our test split, and its lowest robust accuracy over the attacks run at the
+    publisher's norm and eps (pixel units), with the attack that gave it; null where we ran
+    none there."""
+    undefended = rows[rows["defence"] == "none"]
+    ours: dict[str, Any] = {"clean_acc": _number(undefended["acc_ben"].iloc[0]) if len(undefended) else None, "robust_acc": None, "robust_attack": None}
+    if figures.get("eps") is not None and len(undefended) and "attack_units" in undefended:
+        same = (undefended["attack_units"] == "pixel") & np.isclose(undefended["attack_value"].astype(float), figures["eps"], rtol=1e-4, atol=0)
+        if figures.get("norm") is not None:
+            same &= undefended["norm"].astype(str) == str(figures["norm"])
+        if same.any():
+            worst = undefended[same].loc[undefended.loc[same, "acc_adv"].idxmin()]
+            ours |= {"robust_acc": _number(worst["acc_adv"]), "robust_attack": f"{worst['attack']} {worst['norm']}"}
+    return {"theirs": dict(figures), "ours": ours}
 
 
 def _source_text(source: str) -> str:
@@ -106,7 +127,7 @@ def _validity(flags: pd.DataFrame | None, model_hash: str) -> dict[str, Any] | N
     }
 
 
-def write_cards(folder: Path, experiments: pd.DataFrame, *tables: pd.DataFrame | None, **named: pd.DataFrame | None) -> list[Path]:
+def write_cards(folder: Path, experiments: pd.DataFrame, *tables: pd.DataFrame | None, **named: Any) -> list[Path]:
     """A card per trained cell of `experiments`, from the tables `card` takes after it."""
     folder.mkdir(parents=True, exist_ok=True)
     written = []

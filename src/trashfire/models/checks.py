@@ -28,7 +28,7 @@ from trashfire.core.checks import (
 )
 from trashfire.core.errors import ConfigError
 from trashfire.core.grid import defence_cell, options
-from trashfire.models.spec import DEFENCE_STAGES, LR_SCHEDULES
+from trashfire.models.spec import DEFENCE_STAGES, LR_SCHEDULES, OPTIMISERS
 
 
 @register("model")
@@ -61,6 +61,7 @@ def _validate_train(train: DictConfig) -> None:
     number("train.weight_decay", train.get("weight_decay"), low=0)
     integer("train.batch_size", train.get("batch_size"), low=1)
     choice("train.lr_schedule", train.get("lr_schedule", "constant"), LR_SCHEDULES)
+    choice("train.optimiser", train.get("optimiser", "sgd"), OPTIMISERS)
     device = train.get("device")
     if not isinstance(device, str) or not (device in ("auto", "cpu") or device.startswith("cuda")):
         raise ConfigError("train.device", f"got {device!r}; allowed: auto, cpu, cuda, cuda:N")
@@ -106,6 +107,7 @@ def _validate_external(key: str, spec: DictConfig) -> None:
     the prepared data) is the train stage's import, before it trains anything."""
     external.checkpoint_path(f"{key}.{external.CHECKPOINT}", spec.get(external.CHECKPOINT))
     external.t_train(key, spec)
+    external.reported(key, spec)
     if spec.get("depth") is not None:
         integer(f"{key}.depth", spec.depth, low=1)
     from trashfire.models.external import counted_depth  # loads torch: only for an imported model

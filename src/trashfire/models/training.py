@@ -133,7 +133,7 @@ def start_run(cell: TrainCell, split: Split, hyper: DictConfig, device: torch.de
     if cell.base is not None:
         model.load_state_dict(pretrained_weights(models, cell, split))
     model = model.to(device)
-    optimiser = torch.optim.SGD(model.parameters(), lr=cell.lr, momentum=hyper.momentum, weight_decay=hyper.weight_decay)
+    optimiser = make_optimiser(cell.spec["train"].get("optimiser", "sgd"), model, cell.lr, hyper)
     np.random.seed(cell.seed)  # ART shuffles and draws its random starts with NumPy
     trainer = adversarial_trainer(cell.defence, model, optimiser, split, device) if is_trainer(cell.defence) else None
     return Run(
@@ -145,6 +145,14 @@ def start_run(cell: TrainCell, split: Split, hyper: DictConfig, device: torch.de
         base_time=base_run_time(models, cell),
         pass_cost=pass_costs(cell, split),
     )
+
+
+def make_optimiser(name: str, model: nn.Module, lr: float, hyper: DictConfig) -> torch.optim.Optimizer:
+    """SGD with momentum (TRASHFIRE, 004) or Adam with torch's betas (002's lr 1e-3 is Adam's
+    default; Adam ignores momentum). Both take the weight decay."""
+    if name == "adam":
+        return torch.optim.Adam(model.parameters(), lr=lr, weight_decay=hyper.weight_decay)
+    return torch.optim.SGD(model.parameters(), lr=lr, momentum=hyper.momentum, weight_decay=hyper.weight_decay)
 
 
 _PASS_COSTS: dict[str, dict[str, int]] = {}

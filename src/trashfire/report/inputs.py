@@ -86,7 +86,23 @@ def card_row(path: Path, base: Path) -> dict:
         | {k: training.get(k) for k in schema.REPORT_CARD}
         | {"t_train": provenance.get("t_train_source", "measured")}
         | {"model cells": len(cells), "defences": ", ".join(defence_order(defences)), "degenerate": flagged}
+        | beside_publisher(provenance.get("reported"))
     )
+
+
+def beside_publisher(reported) -> dict:
+    """An imported model's published clean and robust accuracy beside ours ("publisher / ours"):
+    no columns for a model trashfire trained."""
+    if not isinstance(reported, dict) or not isinstance(reported.get("theirs"), dict) or not isinstance(reported.get("ours"), dict):
+        return {}
+    theirs, ours = reported["theirs"], reported["ours"]
+
+    def pair(key: str) -> str:
+        return " / ".join("n/a" if side.get(key) is None else f"{side[key]:.3f}" for side in (theirs, ours))
+
+    theirs_at = f"{theirs.get('attack') or 'their attack'} at eps {theirs['eps']:.4g}" if theirs.get("eps") is not None else "eps not given"
+    ours_at = ours.get("robust_attack") or "none of ours at that eps"
+    return {"clean acc, publisher / ours": pair("clean_acc"), "robust acc, publisher / ours": f"{pair('robust_acc')} ({theirs_at}; ours: {ours_at})"}
 
 
 def card_paths(artefacts: Artefacts) -> list[Path]:

@@ -9,7 +9,7 @@ from trashfire.core.stage import Stage
 
 STAGE = Stage(
     "aggregate",
-    params=("metrics", "defence", "paths.reports"),
+    params=("metrics", "defence", "model", "paths.reports"),  # model: the imported ones' published figures, for the cards
     deps=("{reports}/experiments.csv", "{reports}/eps_survival_data.csv", "{reports}/survival", "{reports}/brittle"),
     outs=(
         "{reports}/trash.csv",
