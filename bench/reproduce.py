@@ -233,7 +233,12 @@ def run_preset(preset: str, mnist_root: str | None, overrides: list[str], keep_w
     measured_on = machine()  # before the run: the commit whose code the scratch copy holds
     work, env = scratch_project(preset, args)
     print(f"{preset}: `dvc repro` in {work}", flush=True)
-    wall, stages, peak = timed_repro(work, env)
+    try:
+        wall, stages, peak = timed_repro(work, env)
+    except SystemExit:  # a failed stage: its message is printed; nothing is kept
+        if not keep_work:
+            shutil.rmtree(work)
+        raise
     pipeline = {"experiment": preset, "overrides": overrides, "wall_s": round(wall, 1), "stages_s": stages, "peak_memory_gib": round(peak / 2**30, 3)}
     kept = {"preset": preset, "machine": measured_on, "pipeline": pipeline, **summarise(work / "reports")}
     if preset == "repro_004_mnist":  # after the timing: a check of the gap to 004, not part of the run
@@ -544,8 +549,10 @@ def main(argv: list[str] | None = None) -> int:
         return write_page(args.check)
     if args.command == "unclipped":
         return add_unclipped(args.work)
-    if args.preset != DIGITS and not args.mnist_root:
-        parser.error("--mnist-root is required for the MNIST presets (the folder with the four IDX files)")
+    if args.preset != DIGITS and not (args.mnist_root and Path(args.mnist_root).is_dir()):
+        parser.error(
+            f"--mnist-root: got {args.mnist_root!r}; the MNIST presets need the folder with MNIST's four IDX files (or torchvision's MNIST/raw/ under it)"
+        )
     run_preset(args.preset, args.mnist_root, args.overrides, args.keep_work)
     write_page()
     subprocess.run([sys.executable, str(ROOT / "bench" / "benchmark_page.py")], check=True)
