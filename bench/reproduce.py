@@ -170,9 +170,9 @@ def _plain(value):
 def fgsm_unclipped(work: Path) -> list[dict]:
     """R of each LeNet checkpoint of a repro_004_mnist run under FGSM with and without clipping
     to the [0, 1] pixel range: 004 does not say whether its adversarial images were clipped,
-    and clipping weakens FGSM on MNIST, whose pixels sit at 0 and 1. The clipped R is
-    recomputed here as the pipeline computes it (the area under accuracy / benign accuracy
-    on the attack subset), so the two columns differ only in the clipping."""
+    and clipping weakens FGSM on MNIST, whose pixels sit at 0 and 1. Both are the pipeline's
+    R (trashfire.metrics.robustness_auc over the run's metrics.auc interval) on the attack
+    subset, so the two columns differ only in the clipping."""
     import os
 
     import torch
@@ -180,6 +180,7 @@ def fgsm_unclipped(work: Path) -> list[dict]:
     from trashfire.core.config import load_params
     from trashfire.core.grid import training_cells
     from trashfire.data.datasets import load_split
+    from trashfire.metrics import robustness_auc
     from trashfire.models import training
 
     here, rows = Path.cwd(), []
@@ -204,7 +205,7 @@ def fgsm_unclipped(work: Path) -> list[dict]:
                         adversarial = x + eps * step
                         adversarial = torch.clamp(adversarial, low, high) if clipped else adversarial
                         accuracy.append(float((model(adversarial).argmax(1) == y).float().mean()))
-                    r[clipped] = float(np.trapezoid(np.asarray(accuracy) / accuracy[0], grid) / (grid[-1] - grid[0]))
+                    r[clipped] = robustness_auc(grid, accuracy, cfg.metrics.auc.eps0, cfg.metrics.auc.eps1)
             rows.append({"seed": cell.seed, "epochs": cell.epochs, "auc_R_clipped": r[True], "auc_R_unclipped": r[False]})
     finally:
         os.chdir(here)
@@ -272,14 +273,19 @@ def interval_text(i: Interval, digits: int = 3) -> str:
     return f"{fmt(i.mean, digits)} [{fmt(i.lo, digits)}, {fmt(i.hi, digits)}]"
 
 
+def lenet_fgsm(run: dict | None) -> pd.DataFrame:
+    """004's Table 1 cells of a run: undefended LeNet under FGSM, one row per seed and epoch."""
+    r = pd.DataFrame(run["r"]) if run else pd.DataFrame(columns=["model", "defence", "attack_family", "epochs", "seed", "auc_R", "acc_ben"])
+    return r[(r["model"] == "lenet") & (r["defence"] == "none") & (r["attack_family"] == "fgm linf")]
+
+
 def table_004(run: dict | None) -> list[str]:
     lines = [
         "| epoch | 004 (mean, SD; 20 seeds) | ours: mean [95% CI] | seeds | lowest benign acc | ours - 004 [95% CI] | verdict | ours, FGSM not clipped to [0, 1]: mean [95% CI], verdict |",
         "|---|---|---|---|---|---|---|---|",
     ]
     unclipped = pd.DataFrame((run or {}).get("fgsm_unclipped") or [], columns=["seed", "epochs", "auc_R_clipped", "auc_R_unclipped"])
-    r = pd.DataFrame(run["r"]) if run else pd.DataFrame(columns=["model", "defence", "attack_family", "epochs", "auc_R", "acc_ben"])
-    lenet = r[(r["model"] == "lenet") & (r["defence"] == "none") & (r["attack_family"] == "fgm linf")]
+    lenet = lenet_fgsm(run)
     for epoch, (mean, sd) in PAPER_004_TABLE_1.items():
         cells = lenet[lenet["epochs"] == epoch]
         values = cells["auc_R"].dropna()
@@ -305,10 +311,7 @@ def notes_004(run: dict | None) -> list[str]:
     epochs beside 004's, each measured on the kept run."""
     if not run:
         return []
-    r = pd.DataFrame(run["r"])
-    lenet = r[(r["model"] == "lenet") & (r["defence"] == "none") & (r["attack_family"] == "fgm linf")].pivot_table(
-        index="seed", columns="epochs", values="auc_R"
-    )
+    lenet = lenet_fgsm(run).pivot_table(index="seed", columns="epochs", values="auc_R")
     lines = []
     unclipped = pd.DataFrame(run.get("fgsm_unclipped") or [])
     if len(unclipped):
