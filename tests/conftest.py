@@ -117,6 +117,14 @@ def is_timing_key(key: str) -> bool:
     return key.startswith(TIMING_KEYS) and not key.endswith("_flops")
 
 
+def comparable(array: np.ndarray) -> list:
+    """An array as a list that compares equal to its copy: NaN (a broken sample's margin at the
+    budget) as None."""
+    if array.dtype.kind == "f":
+        return [None if np.isnan(v) else v for v in array.tolist()]
+    return array.tolist()
+
+
 def recorded(folder: Path) -> dict[str, dict]:
     """A results folder's record files (timings and device left out) and outcome arrays (as
     lists, the per-sample durations left out), by file name: what two runs of one config
@@ -127,7 +135,7 @@ def recorded(folder: Path) -> dict[str, dict]:
             found[path.name] = {k: v for k, v in json.loads(path.read_text()).items() if not is_timing_key(k)}
         elif path.suffix == ".npz":
             with np.load(path) as arrays:
-                found[path.name] = {k: arrays[k].tolist() for k in arrays.files if not k.startswith(TIMING_ARRAYS)}
+                found[path.name] = {k: comparable(arrays[k]) for k in arrays.files if not k.startswith(TIMING_ARRAYS)}
     return found
 
 

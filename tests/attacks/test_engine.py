@@ -267,3 +267,44 @@ def test_a_samples_compute_and_seconds_do_not_depend_on_its_batch(trained):
     alone, in_batch = np.median(seconds["alone"]), np.median(seconds["batch"])
     assert alone == pytest.approx(in_batch, rel=max(0.5, np.median(spreads["alone"]), np.median(spreads["batch"]))), (seconds, spreads)
     assert in_batch < 0.5 * np.median(shared["batch"])
+
+
+def margins_from_logits(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """True-class logit minus the best other, by hand."""
+    true = logits[np.arange(len(labels)), labels]
+    others = np.where(np.eye(logits.shape[1], dtype=bool)[labels], -np.inf, logits).max(1)
+    return true - others
+
+
+PIXEL = {
+    "name": "pixel",
+    "target": "art.attacks.evasion.PixelAttack",
+    "norm": "0",
+    "param": "th",
+    "value": 4,
+    "max_iter": 2,
+    "units": "standardised",
+    "kwargs": {"es": 1, "targeted": False, "verbose": False},
+}
+
+
+@pytest.mark.parametrize(
+    "engine,spec",
+    [("torch", spec_of("fgm", "inf", 0.3)), ("torch", spec_of("pgd", "inf", 0.3)), ("per_image", PIXEL)],
+    ids=["fgm", "pgd", "pixel"],
+)
+def test_margin_at_budget_is_the_models_margin_at_the_returned_example(trained, engine, spec):
+    """A standing sample's `margin_at_budget` is what the model's own logits (ART's predict)
+    say at the example the attack returned; a broken sample has none."""
+    model, split = trained
+    classifier = art_classifier(model, split, dict(UNDEFENDED), CPU)
+    x, y = split.x_attack.numpy()[:12], split.y_attack.numpy()[:12]
+    attack = build_attack(classifier, spec) if engine == "per_image" else None
+    seeds = np.arange(1, len(y) + 1) if engine == "per_image" else None
+    x_adv, arrays = run_engine(engine, attack, spec, Target(classifier, CPU), x, y, attack_strength(spec, 1.0), True, seeds)
+    standing = ~arrays["event"]
+    assert 0 < standing.sum() < len(y) or engine == "per_image" and standing.any()  # both kinds of sample
+    assert np.isnan(arrays["margin_at_budget"][~standing]).all()
+    expected = margins_from_logits(classifier.predict(x_adv[standing]), y[standing])
+    np.testing.assert_allclose(arrays["margin_at_budget"][standing], expected, rtol=1e-5, atol=1e-5)
+    assert (arrays["margin_at_budget"][standing] > 0).all()  # standing on an undefended model: still right

@@ -742,9 +742,10 @@ def test_the_headline_robust_accuracy_is_the_worst_cases_mean_per_norm_and_eps_o
         assert registry.worst_case_means(nothing) == {} and registry.carriers(nothing) == {}
 
 
-def test_the_stage_reads_the_survival_stages_budget_and_competing_risks_tables_into_the_validity_flags(tmp_path):
-    """budget_sufficiency.csv and competing_risks.csv are the survival stage's, written only for
-    some configurations: where present they reach validity.csv, where absent the flags say why."""
+def test_the_stage_reads_the_budget_check_and_competing_risks_tables_into_the_validity_flags(tmp_path):
+    """budget/sufficiency.csv (the budget stage's) and competing_risks.csv (the survival
+    stage's, written only for some configurations): where present they reach validity.csv,
+    where absent the flags say why."""
     from trashfire.stages import aggregate
 
     cfg, reports, _ = recorded_run(tmp_path)
@@ -753,9 +754,17 @@ def test_the_stage_reads_the_survival_stages_budget_and_competing_risks_tables_i
     short, composite = measured["model_hash"].iloc[0], measured["attack_hash"].iloc[-1]
     shares = np.where(experiments["model_hash"] == short, 0.05, 0.0)
     sufficiency = experiments[["attack_hash"]].assign(
-        attack_family="pgd linf", samples=100, factor=10.0, still_breakable=shares, still_breakable_low=0.0, still_breakable_high=0.1
+        attack_family="pgd linf",
+        attack_value=0.1,
+        samples=100,
+        factor=10.0,
+        observed=np.nan,
+        still_breakable=shares,
+        still_breakable_low=shares,
+        still_breakable_high=0.1,
     )
-    sufficiency.to_csv(reports / "survival" / "budget_sufficiency.csv", index=False)
+    (reports / "budget").mkdir()
+    sufficiency.to_csv(reports / "budget" / "sufficiency.csv", index=False)
     experiments.assign(black_box_components=np.where(experiments["attack_hash"] == composite, "square", "")).to_csv(reports / "experiments.csv", index=False)
     competing = pd.DataFrame({"attack_hash": composite, "component": ["apgd_ce", "square"], "order": [1, 2], "broken": [1, 4], "samples": 100})
     competing.to_csv(reports / "survival" / "competing_risks.csv", index=False)
@@ -766,8 +775,8 @@ def test_the_stage_reads_the_survival_stages_budget_and_competing_risks_tables_i
     assert flags.loc[carried, "black_box_carries"] == True, flags.loc[carried, "black_box_carries_detail"]  # noqa: E712 (read back from CSV)
     assert flags.loc[carried, "black_box_carries_detail"].startswith("square broke 4 of 100")
 
-    for name in ("budget_sufficiency.csv", "competing_risks.csv"):
-        (reports / "survival" / name).unlink()
+    for name in ("budget/sufficiency.csv", "survival/competing_risks.csv"):
+        (reports / name).unlink()
     aggregate.run(cfg)
     flags = pd.read_csv(reports / "validity.csv").set_index("model_hash")
     assert (

@@ -114,7 +114,7 @@ def test_a_clean_model_trips_no_flag(digits):
     unchecked = ("square_beats_white_box", "budget_too_small", "black_box_carries")  # no AutoAttack cell, no survival stage here
     assert checked == [name for name in schema.VALIDITY_FLAGS if name not in unchecked]  # every other flag was checked, not skipped
     assert row["square_beats_white_box_detail"].startswith("not checked: no AutoAttack cell")  # PGD and ART's Square alone
-    assert row["budget_too_small_detail"].startswith("not checked: no budget_sufficiency.csv")
+    assert row["budget_too_small_detail"].startswith("not checked: no budget/sufficiency.csv")
     assert row["black_box_carries_detail"].startswith("not checked: no composite cell")
 
 
@@ -311,13 +311,25 @@ def two_model_cells(attack: str, **columns) -> pd.DataFrame:
     return cells.assign(attack_hash=[f"{model}{i}" for i, model in enumerate(cells["model_hash"])], **columns)
 
 
-def test_each_model_cell_reads_the_budget_sufficiency_of_its_own_attack_cells_at_the_configured_share():
+def test_each_model_cell_reads_the_budget_check_of_its_own_attack_cells_at_the_configured_share():
+    """A rerun cell trips on its observed share, another on its estimate's lower bound, not
+    its point: an estimate of 3% whose interval reaches down to 0.5% does not trip at 2%."""
     cells = two_model_cells("pgd")
-    shares = {"m0": 0.01, "m1": 0.03, "m2": 0.0, "n3": 0.0, "n4": 0.01, "n5": 0.015}
+    point = {"m0": 0.01, "m1": 0.03, "m2": 0.0, "n3": 0.0, "n4": 0.01, "n5": 0.015}
+    low = {"m0": 0.0, "m1": 0.025, "m2": 0.0, "n3": 0.0, "n4": 0.0, "n5": 0.005}
     sufficiency = pd.DataFrame(
-        {"attack_hash": list(shares), "attack_family": "pgd linf", "samples": 100, "factor": 10.0, "still_breakable": list(shares.values())}
+        {
+            "attack_hash": list(point),
+            "attack_family": "pgd linf",
+            "attack_value": [0.1, 0.2, 0.3] * 2,
+            "samples": 100,
+            "factor": 10.0,
+            "observed": np.nan,
+            "still_breakable": list(point.values()),
+            "still_breakable_low": list(low.values()),
+            "still_breakable_high": 0.05,
+        }
     )
-    sufficiency = sufficiency.assign(still_breakable_low=0.0, still_breakable_high=0.05)
 
     def budget_flags(settings, table=sufficiency):
         rows = validity.validity_table(cells, eps_curves(cells), settings, table).set_index("model_hash")
@@ -327,15 +339,17 @@ def test_each_model_cell_reads_the_budget_sufficiency_of_its_own_attack_cells_at
         }
 
     flags = budget_flags(SETTINGS)
-    assert flags["m"] == (True, "pgd linf: a budget 10x larger would break 3.0% more (95% 0.0% to 5.0%) of 100 samples")
+    assert flags["m"] == (True, "pgd linf eps 0.2: a budget 10x larger would break 3.0% more (95% 2.5% to 5.0%) of 100 samples")
     assert flags["n"][0] is False and "1.5% more" in flags["n"][1]  # n's own worst cell, not m's
-    assert {m: f[0] for m, f in budget_flags(OmegaConf.merge(SETTINGS, {"budget_share": 0.01})).items()} == {"m": True, "n": True}
-    assert {m: f[0] for m, f in budget_flags(OmegaConf.merge(SETTINGS, {"budget_share": 0.05})).items()} == {"m": False, "n": False}
+    assert {m: f[0] for m, f in budget_flags(OmegaConf.merge(SETTINGS, {"budget_share": 0.004})).items()} == {"m": True, "n": True}
+    assert {m: f[0] for m, f in budget_flags(OmegaConf.merge(SETTINGS, {"budget_share": 0.025})).items()} == {"m": False, "n": False}
+    rerun = sufficiency.assign(observed=np.where(sufficiency["attack_hash"] == "n5", 0.04, np.nan))
+    assert budget_flags(SETTINGS, rerun)["n"] == (True, "pgd linf eps 0.3: its rerun at a budget 10x larger broke 4.0% more of 100 samples")
     without_share = {k: v for k, v in SETTINGS.items() if k != "budget_share"}  # an older settings block: 0.02
     assert {m: f[0] for m, f in budget_flags(without_share).items()} == {"m": True, "n": False}
-    assert budget_flags(SETTINGS, None)["m"] == (None, "not checked: no budget_sufficiency.csv (add a cure model, e.g. loglogistic_cure, to survival.fitters)")
-    one_step = sufficiency.assign(still_breakable=np.nan)
-    assert budget_flags(SETTINGS, one_step)["n"] == (None, "not checked: no attack cell with a budget to multiply (one-step attacks only)")
+    assert budget_flags(SETTINGS, None)["m"] == (None, "not checked: no budget/sufficiency.csv (run the budget stage)")
+    uncalibrated = sufficiency.assign(still_breakable=np.nan, still_breakable_low=np.nan)
+    assert budget_flags(SETTINGS, uncalibrated)["n"][0] is None and "no calibrated attack cell" in budget_flags(SETTINGS, uncalibrated)["n"][1]
 
 
 def test_each_model_cell_reads_the_competing_risks_of_its_own_composite_cells():

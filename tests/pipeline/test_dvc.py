@@ -197,7 +197,7 @@ def stages_run(output: str) -> set[str]:
 
 def test_pipeline_caches_at_stage_and_cell_level_through_dvc_exp_run(ran_project):
     project, first = ran_project, ran_project.first_output
-    assert stages_run(first) == {"prepare", "train", "attack", "brittle", "timing", "survival", "aggregate", "figures"}, first
+    assert stages_run(first) == {"prepare", "train", "attack", "budget", "brittle", "timing", "survival", "aggregate", "figures"}, first
     assert "fcnet" in (project.repo / "params.yaml").read_text()  # composed from conf/ by DVC
 
     again = project("dvc", "repro")

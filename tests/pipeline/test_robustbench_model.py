@@ -16,7 +16,7 @@ from tests.conftest import tiny_config
 from tests.data.test_datasets import write_cifar
 from tests.pipeline.test_stages import run_as_declared
 from trashfire.models import robustbench as rb
-from trashfire.stages import aggregate, attack, brittle, figures, prepare, survival, timing, train
+from trashfire.stages import aggregate, attack, brittle, budget, figures, prepare, survival, timing, train
 
 NAME = "Wong2020Fast"  # the zoo's PreAct ResNet-18: among its cheapest on a CPU
 # slow (`make test-slow`): a ResNet-18 through seven stages takes 20 s of the 8 minutes the
@@ -56,7 +56,7 @@ def robustbench_run(tmp_path_factory):
         "metrics.brittle.lime_samples=20",
         "metrics.brittle.perturbations_per_eval=20",
     )
-    for stage in (prepare, train, attack, brittle, timing, survival):
+    for stage in (prepare, train, attack, budget, brittle, timing, survival):
         run_as_declared(stage, cfg)
     summary = run_as_declared(aggregate, cfg)
     run_as_declared(figures, cfg)

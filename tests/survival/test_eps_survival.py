@@ -203,7 +203,7 @@ def tiny_run(tmp_path_factory):
     """The real stages on a tiny grid: two seeds of ResNet-8, FGM over two eps and DeepFool on ten samples."""
     from tests.conftest import ROOT, tiny_overrides
     from trashfire.core.config import compose, normalise, validate
-    from trashfire.stages import aggregate, attack, brittle, figures, prepare, survival, timing, train
+    from trashfire.stages import aggregate, attack, brittle, budget, figures, prepare, survival, timing, train
 
     tmp = tmp_path_factory.mktemp("eps")
     extra = (
@@ -217,7 +217,7 @@ def tiny_run(tmp_path_factory):
     )
     overrides = tiny_overrides(tmp, *extra)  # two trained models: the survival stage splits by them
     cfg = normalise(validate(compose(overrides, conf=ROOT / "conf")))
-    for stage in (prepare, train, attack, timing, survival, brittle):
+    for stage in (prepare, train, attack, budget, timing, survival, brittle):
         stage.run(cfg)
     summary = aggregate.run(cfg)
     written = figures.run(cfg)

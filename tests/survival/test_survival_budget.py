@@ -135,27 +135,12 @@ def sufficiency_rows(shares, families=("pgd linf",)) -> pd.DataFrame:
     )
 
 
-def test_budget_too_small_trips_above_the_share_and_names_the_worst_cell():
+def test_budget_too_small_trips_where_the_lower_bound_is_above_the_share_and_names_the_worst_cell():
     tripped, detail = validity.budget_too_small(sufficiency_rows([0.01, 0.05, np.nan]), 0.02)
     assert tripped is True and detail.startswith("pgd linf: a budget 10x larger would break 5.0% more (95% 2.5% to 10.0%) of 100 samples")
     assert validity.budget_too_small(sufficiency_rows([0.01, 0.02]), 0.02)[0] is False  # at the share: not above
     assert validity.budget_too_small(sufficiency_rows([np.nan]), 0.02)[0] is None  # one-step attacks only
     assert validity.budget_too_small(None, 0.02)[0] is None
-
-
-def test_budget_too_small_reads_the_selected_cure_models_rows_and_names_it():
-    """Where budget_sufficiency.csv marks a selected cure model, only its rows count: the other
-    model's larger share does not trip the flag."""
-    rows = pd.concat(
-        [
-            sufficiency_rows([0.01, 0.015]).assign(fitter="loglogistic_cure", selected=True),
-            sufficiency_rows([0.01, 0.3]).assign(fitter="weibull_cure", selected=False),
-        ],
-        ignore_index=True,
-    )
-    tripped, detail = validity.budget_too_small(rows, 0.02)
-    assert tripped is False and detail.startswith("pgd linf (loglogistic_cure): a budget 10x larger would break 1.5% more")
-    assert validity.budget_too_small(rows.assign(selected=~rows["selected"]), 0.02)[0] is True
 
 
 # PGD on the digits CNN at a budget, the cure model fitted to its per-sample failure clocks, and

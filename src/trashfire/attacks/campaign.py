@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 from trashfire.attacks import standard, validity
 from trashfire.attacks.art_attacks import art_classifier, build_attack, declaration
-from trashfire.attacks.engine import attack_samples, calibrate, model_cost, price, warm_up_batch
+from trashfire.attacks.engine import attack_samples, calibrate, margin_at_budget, model_cost, price, warm_up_batch
 from trashfire.attacks.samples import budget_subset, perturbation_norms
 from trashfire.attacks.spec import AttackSpec, attack_strength, black_box_of, engine_of, torch_algorithm
 from trashfire.attacks.store import attack_record_path, benign_path, declaration_path, outcomes_path
@@ -136,6 +136,7 @@ def attack_cell(classifier, split: Split, cell: AttackCell, target: Target, cost
         x_adv, clocked, clock = attack_samples(
             engine, attack, cell.spec, target, x, y, strength, early_exit, image_seeds(cell.model.hash, keep, strength), cost
         )
+    clocked["margin_at_budget"] = margin_at_budget(target, x_adv, y, clocked["event"], cell.spec.get("batch_size", 100))  # outside the attack's time
     return Attacked(cell, keep, x, y, x_adv, clocked, clock, watch.elapsed, engine, early_exit, pixel_std)
 
 
@@ -304,11 +305,12 @@ def spread(cells: list[AttackCell], workers: int, models: int) -> list[list[Atta
     return [cells[k::parts] for k in range(parts)]
 
 
-def attack_grid(cfg: DictConfig, artefacts: Artefacts) -> int:
-    """Attack every pending cell; returns how many were computed."""
+def attack_grid(cfg: DictConfig, artefacts: Artefacts, cells: list[AttackCell] | None = None, desc: str = "attack cells") -> int:
+    """Attack every pending cell of the grid (or of `cells`, a part of it); returns how many
+    were computed."""
     device = resolve_device(cfg.train.device)
     folder = artefacts.output("attacks")
-    cells = attack_cells(cfg)
+    cells = attack_cells(cfg) if cells is None else cells
     if folder.is_dir():
         remove_dead_temps(folder)
     declare_attacks(cfg, folder)
@@ -330,6 +332,6 @@ def attack_grid(cfg: DictConfig, artefacts: Artefacts) -> int:
     log.info(
         "%d attack cells, %d recorded, %d to run on %s (%s)", len(cells), len(cells) - len(pending), len(pending), device, describe(workers, threads, len(jobs))
     )
-    with tqdm(total=len(pending), desc="attack cells", disable=not cfg.train.get("progress", True)) as progress:
+    with tqdm(total=len(pending), desc=desc, disable=not cfg.train.get("progress", True)) as progress:
         run_jobs(attack_job, jobs, workers, progress, log.name, threads)
     return len(pending)

@@ -72,7 +72,23 @@ def run_engine(
     the per-sample arrays (`attack_samples` takes the same arguments)."""
     x_adv, arrays, clock = attack_samples(engine, attack, spec, target, x, y, *rest, **options)
     priced, _ = price(clock, target, x, y, spec.get("batch_size", 100))
-    return x_adv, arrays | priced
+    standing = margin_at_budget(target, x_adv, y, arrays["event"], spec.get("batch_size", 100))
+    return x_adv, arrays | priced | {"margin_at_budget": standing}
+
+
+def margin_at_budget(target: Target, x_adv: np.ndarray, y: np.ndarray, event: np.ndarray, batch_size: int) -> np.ndarray:
+    """Each standing sample's margin at the example the attack returned (its last query): the
+    true-class logit minus the best other, how near the budget left it to failing; NaN where
+    it broke. A forward pass of the standing samples after the attack, off its clock: it is
+    no part of the adversary's work."""
+    margin = np.full(len(y), np.nan)
+    standing = np.flatnonzero(~np.asarray(event, dtype=bool))
+    with torch.no_grad():
+        for part in batches(len(standing), batch_size):
+            rows = standing[part]
+            inputs = torch.from_numpy(np.ascontiguousarray(x_adv[rows], dtype=np.float32)).to(target.device)
+            margin[rows] = margins(target.logits(inputs), torch.from_numpy(y[rows].astype(np.int64)).to(target.device))
+    return margin
 
 
 def attack_samples(

@@ -411,8 +411,8 @@ def aggregate_reports(cfg: DictConfig, artefacts: Artefacts) -> dict:
         degenerate=lambda t: t["model_hash"].map(degenerate), defence_stage=lambda t: t["defence"].map(stages)
     )[schema.BRITTLE]
     checked = check_findings(experiments, trash, robustness, brittle, m.findings, no_expected_time)
-    survival_tables = {name: read_optional(artefacts.input(f"survival/{name}.csv")) for name in ("budget_sufficiency", "competing_risks")}
-    flags = validity.validity_table(experiments, curves, m.validity, survival_tables["budget_sufficiency"], survival_tables["competing_risks"])
+    sufficiency, competing = read_optional(artefacts.input("budget/sufficiency.csv")), read_optional(artefacts.input("survival/competing_risks.csv"))
+    flags = validity.validity_table(experiments, curves, m.validity, sufficiency, competing)
     eps_survival, eps_curves_table = epsilon.survival_tables(read_eps_survival_data(artefacts.input("eps_survival_data.csv")), experiments, degenerate)
     classes = experiments.groupby("dataset")["n_classes"].first().astype(int).to_dict()
     write_tables(

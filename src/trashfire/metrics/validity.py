@@ -26,10 +26,14 @@ check it (the detail says why), and comes with a sentence of what was seen:
 - `square_beats_white_box`: in an AutoAttack cell, Square (black-box, run last) broke more
   than `square_tol` of the samples that APGD and FAB left standing (AutoAttack's
   check_square_sr): the gradients mislead the white-box components.
-- `budget_too_small`: in some attack cell, the survival stage's cure model says that a budget
-  `survival.budget.factor` (10) times larger would break more than `budget_share` of its samples
-  beyond those broken (reports/survival/budget_sufficiency.csv): the robust accuracy is an
-  upper bound that more iterations or queries would lower. One-step attacks are not checked.
+- `budget_too_small`: in some attack cell, a budget `survival.budget.factor` (10) times larger
+  breaks more than `budget_share` of its samples beyond those broken (reports/budget/
+  sufficiency.csv, the `budget` stage's): its calibration rerun's observed share where the
+  stage reran it, else where the lower bound of the 95% interval of its estimate exceeds the
+  share: the robust accuracy is an upper bound that more iterations or queries would lower.
+  One-step attacks, and attacks the stage did not calibrate, are not checked per model cell;
+  an uncalibrated black-box search of too few iterations is flagged once for its family
+  (reports/budget/families.csv).
 - `black_box_carries`: in a composite's cell (AutoAttack), a black-box component (Square; the
   experiments table's `black_box_components`) broke more samples than the white-box components
   that ran before it together (reports/survival/competing_risks.csv): the black-box search
@@ -151,23 +155,28 @@ def square_beats_white_box(rows: pd.DataFrame, tol: float) -> Check:
 
 
 def budget_too_small(sufficiency: pd.DataFrame | None, share: float) -> Check:
-    """The largest share of an attack cell's samples that the cure model says a larger budget
-    would still break (`still_breakable` of budget_sufficiency.csv's rows of this model cell, of
-    the selected cure model where the table marks one)."""
+    """The attack cell of this model cell (budget/sufficiency.csv's rows) where a larger budget
+    breaks the most: tripped where its rerun observed more than `share`, or, not rerun, where
+    its estimate's lower bound exceeds `share`."""
     if sufficiency is None:
-        return None, "not checked: no budget_sufficiency.csv (add a cure model, e.g. loglogistic_cure, to survival.fitters)"
-    if "selected" in sufficiency:
-        sufficiency = sufficiency[sufficiency["selected"].astype(bool)]
-    checked = sufficiency[sufficiency["still_breakable"].notna()]
+        return None, "not checked: no budget/sufficiency.csv (run the budget stage)"
+    observed = sufficiency["observed"] if "observed" in sufficiency else pd.Series(np.nan, index=sufficiency.index)
+    known = observed.notna() | sufficiency["still_breakable"].notna()
+    checked = sufficiency[known].assign(_share=observed[known].fillna(sufficiency["still_breakable"][known]))
     if checked.empty:
-        return None, "not checked: no attack cell with a budget to multiply (one-step attacks only)"
-    worst = checked.loc[checked["still_breakable"].idxmax()]
-    model = f" ({worst['fitter']})" if "fitter" in worst else ""
-    seen = (
-        f"{worst['attack_family']}{model}: a budget {worst['factor']:g}x larger would break {worst['still_breakable']:.1%} more "
-        f"(95% {worst['still_breakable_low']:.1%} to {worst['still_breakable_high']:.1%}) of {int(worst['samples'])} samples"
-    )
-    return bool(worst["still_breakable"] > share), seen
+        return None, "not checked: no calibrated attack cell (survival.budget.calibrate; one-step attacks have no budget to multiply)"
+    tripped = (checked["_share"].where(observed[known].notna(), checked["still_breakable_low"]) > share).to_numpy()
+    worst = checked.loc[checked["_share"].idxmax()]
+    value = worst.get("attack_value", np.nan)
+    where = f"{worst['attack_family']}" + ("" if pd.isna(value) else f" eps {value:g}")
+    if pd.notna(worst.get("observed", np.nan)):
+        seen = f"{where}: its rerun at a budget {worst['factor']:g}x larger broke {worst['_share']:.1%} more of {int(worst['samples'])} samples"
+    else:
+        seen = (
+            f"{where}: a budget {worst['factor']:g}x larger would break {worst['still_breakable']:.1%} more "
+            f"(95% {worst['still_breakable_low']:.1%} to {worst['still_breakable_high']:.1%}) of {int(worst['samples'])} samples"
+        )
+    return bool(tripped.any()), seen
 
 
 def black_box_carries(rows: pd.DataFrame, competing: pd.DataFrame | None) -> Check:

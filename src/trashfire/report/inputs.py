@@ -65,6 +65,7 @@ def read_tables(artefacts: Artefacts) -> dict[str, pd.DataFrame | None]:
     # Table I's companions: the report shows those the survival stage wrote beside Table I
     for name in ("logrank", "concordance_within", "km_check"):
         tables[name] = read_table(artefacts, f"survival/{name}.csv", stage="survival", required=False)
+    tables["budget_families"] = read_table(artefacts, "budget/families.csv", stage="budget", required=False)
     return tables
 
 

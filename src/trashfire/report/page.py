@@ -100,7 +100,7 @@ def report_html(artefacts: Artefacts, images: list[Path], skipped: dict[str, str
         sections=SECTIONS,
         left_out=sections.LEFT_OUT,
         findings=sections.findings_section(tables["findings"], metrics, degenerate),
-        validity=sections.validity_section(tables["validity"], metrics),
+        validity=sections.validity_section(tables["validity"], metrics, tables["budget_families"]),
         headline=sections.headline_rows(metrics),
         run=sections.run_section(metrics, attacks, degenerate),
         figures=figures_section(images, path.parent, skipped),  # figure names relative to the page

@@ -162,18 +162,43 @@ def findings_section(findings: pd.DataFrame, metrics: dict, degenerate: pd.DataF
 # --- Validity, headline and run
 
 
-def validity_section(flags: pd.DataFrame, metrics: dict) -> dict:
-    """Per flag, how many sound model cells tripped it of those checked, then the cells that
-    tripped any, with what was seen."""
+def validity_section(flags: pd.DataFrame, metrics: dict, budget_families: pd.DataFrame | None = None) -> dict:
+    """Per flag, how many sound model cells tripped it of those checked, the budget check per
+    attack family (its estimated and observed shares, its verdict once with the reason),
+    then the cells that tripped any flag, with what was seen."""
     counts = metrics.get("validity_flags") or {}
     rows = [(name, f"{c.get('tripped', 0)} of {c.get('checked', 0)}", validity.MEANINGS[name]) for name, c in counts.items() if name in validity.MEANINGS]
+    budget = budget_table(budget_families)
     tripped = flags[flags["flags"].fillna("").astype(str).str.len() > 0]
     if tripped.empty:
-        return {"rows": rows, "cells": None}
+        return {"rows": rows, "budget": budget, "cells": None}
     seen = tripped.apply(lambda r: "; ".join(f"{name}: {r[f'{name}_detail']}" for name in str(r["flags"]).split(", ")), axis=1)
     listing = drop_empty(tripped[[c for c in schema.REPORT_CELL if c in tripped]].assign(flags=tripped["flags"], seen=seen)).reset_index(drop=True)
     caption = f"{len(tripped)} model cell(s) tripped at least one flag"
-    return {"rows": rows, "cells": Folded("validity-cells", caption, len(listing), "what each flag saw, per model cell", table_of(listing))}
+    return {"rows": rows, "budget": budget, "cells": Folded("validity-cells", caption, len(listing), "what each flag saw, per model cell", table_of(listing))}
+
+
+def budget_table(families: pd.DataFrame | None) -> Table | None:
+    """budget/families.csv as the report shows it: per attack family, its budget, its
+    calibration, the mean share of a cell's samples a budget `factor` x larger would break
+    (estimated; observed on the calibration reruns) and the verdict with its reason."""
+    if families is None or families.empty:
+        return None
+    shown = pd.DataFrame(
+        {
+            "attack family": families["attack_family"],
+            "max_iter": families["max_iter"],
+            "calibration": [
+                f"{int(c)} of {int(n)} cells, {int(b)} of {int(s)} standing broke" if c else "none"
+                for c, n, b, s in zip(families["calibration_cells"], families["cells"], families["calibration_breaks"], families["calibration_samples"])
+            ],
+            "estimated share": families["estimated"].map(lambda v: "" if pd.isna(v) else f"{v:.2%}"),
+            "observed share": families["observed"].map(lambda v: "" if pd.isna(v) else f"{v:.2%}"),
+            "budget too small": families["budget_too_small"].map(lambda v: "not checked" if pd.isna(v) else ("yes" if str(v).lower() == "true" else "no")),
+            "why": families["reason"],
+        }
+    )
+    return table_of(shown)
 
 
 def metric_value(value) -> str:

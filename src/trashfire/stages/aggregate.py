@@ -10,7 +10,7 @@ from trashfire.core.stage import Stage
 STAGE = Stage(
     "aggregate",
     params=("metrics", "defence", "model", "paths.reports"),  # model: the imported ones' published figures, for the cards
-    deps=("{reports}/experiments.csv", "{reports}/eps_survival_data.csv", "{reports}/survival", "{reports}/brittle"),
+    deps=("{reports}/experiments.csv", "{reports}/eps_survival_data.csv", "{reports}/survival", "{reports}/budget", "{reports}/brittle"),
     outs=(
         "{reports}/trash.csv",
         "{reports}/trash_summary.csv",

@@ -29,6 +29,7 @@ STAGE = Stage(
         "{reports}/metrics.json",
         "{reports}/findings.csv",
         "{reports}/survival",
+        "{reports}/budget",
         "src/trashfire/report/templates",  # the page's templates and CSS: package data, not imports
     ),
     outs=("{reports}/figures", {"{reports}/report.html": {"cache": False}}),

@@ -16,6 +16,9 @@ One row per attacked sample, weight 1, from the per-sample outcome arrays of its
 - broken_by: in a composite's cells (AutoAttack), the component that broke the sample
   ("first_query": wrong before any ran; empty: none did), empty in every other cell; the
   survival stage's competing-risks table reads it (never a covariate);
+- margin_at_budget: a standing sample's margin at the example its attack returned (NaN
+  where it broke, or in a record that predates it); the budget check reads it (never a
+  covariate);
 - the covariates below.
 
 Policies (`survival.data`):
@@ -54,7 +57,9 @@ log = logging.getLogger("trashfire.survival.data")
 LABEL_COLUMNS = schema.SURVIVAL_LABELS  # the survival fitters and tests read them here too
 COMPUTE_COLUMNS = schema.SURVIVAL_COMPUTE
 CAUSE_COLUMNS = schema.SURVIVAL_CAUSE
-NOT_COVARIATES = LABEL_COLUMNS + COMPUTE_COLUMNS + CAUSE_COLUMNS  # columns beside duration, event and weight that no fit reads
+AT_BUDGET_COLUMNS = schema.SURVIVAL_AT_BUDGET
+READ_ONLY = COMPUTE_COLUMNS + CAUSE_COLUMNS + AT_BUDGET_COLUMNS  # for reading, not fitting
+NOT_COVARIATES = LABEL_COLUMNS + READ_ONLY  # columns beside duration, event and weight that no fit reads
 ID_COLUMNS = schema.SURVIVAL_IDS
 # covariates of a sample rather than of its cell: covariate name -> outcome array
 SAMPLE_COVARIATES = {"margin": "margin_ben"}
@@ -89,9 +94,7 @@ def survival_table(
     samples = fix_nonpositive(samples, nonpositive_durations)
     design = sample_design(cells, samples, covariates, dummies)
     labels = cells[LABEL_COLUMNS].iloc[samples["cell"].to_numpy(dtype=int)].reset_index(drop=True)
-    rows = pd.concat(
-        [labels, samples[["duration", "event", "weight", *COMPUTE_COLUMNS, *CAUSE_COLUMNS]].reset_index(drop=True), drop_degenerate(design)], axis=1
-    )
+    rows = pd.concat([labels, samples[["duration", "event", "weight", *READ_ONLY]].reset_index(drop=True), drop_degenerate(design)], axis=1)
     return rows.sort_values("attack_hash", kind="stable").reset_index(drop=True)
 
 
@@ -120,13 +123,14 @@ def sample_rows(attack_hashes: pd.Series, outcomes_by_hash: Mapping[str, Mapping
                     "weight": 1,
                     **{name: np.asarray(arrays[name], dtype=np.int64) for name in COMPUTE_COLUMNS},
                     "broken_by": np.asarray(arrays.broken_by) if arrays.broken_by is not None else "",
+                    "margin_at_budget": np.asarray(arrays.margin_at_budget, dtype=float) if arrays.margin_at_budget is not None else np.nan,
                     "wrong_before": np.asarray(arrays.y_pred_ben) != np.asarray(arrays.y_true),
                     **{name: np.asarray(arrays[source], dtype=float) for name, source in SAMPLE_COVARIATES.items()},
                 }
             )
         )
     if not parts:
-        return pd.DataFrame(columns=["cell", "duration", "event", "weight", *COMPUTE_COLUMNS, *CAUSE_COLUMNS, "wrong_before", *SAMPLE_COVARIATES])
+        return pd.DataFrame(columns=["cell", "duration", "event", "weight", *READ_ONLY, "wrong_before", *SAMPLE_COVARIATES])
     return pd.concat(parts, ignore_index=True)
 
 
@@ -235,9 +239,7 @@ def drop_degenerate(covariates: pd.DataFrame, weights: np.ndarray | None = None,
 
 def diagnose(data: pd.DataFrame, source: str = "survival data") -> None:
     """Raise DataError naming what makes `data` unfit to fit a survival model."""
-    missing = [
-        c for c in ID_COLUMNS if c not in data and c not in COMPUTE_COLUMNS + CAUSE_COLUMNS
-    ]  # the compute counts and causes are for reading, not fitting
+    missing = [c for c in ID_COLUMNS if c not in data and c not in READ_ONLY]
     if missing:
         raise DataError(f"{source}: columns {missing} missing; rerun the timing stage")
     samples = int(data["weight"].sum())

@@ -100,7 +100,9 @@ SURVIVAL_COMPUTE = ["queries", "gradients", "flops"]
 # which component of a composite broke each sample (`broken_by`; empty: not a composite's, or not broken)
 SURVIVAL_CAUSE = ["broken_by"]
 FIRST_QUERY = "first_query"  # broken_by of a sample a composite found wrong before any component ran
-SURVIVAL_IDS = SURVIVAL_LABELS + ["duration", "event", "weight", *SURVIVAL_COMPUTE, *SURVIVAL_CAUSE]
+# a standing sample's margin at the end of its budget (NaN where it broke): the budget check's input, never a covariate
+SURVIVAL_AT_BUDGET = ["margin_at_budget"]
+SURVIVAL_IDS = SURVIVAL_LABELS + ["duration", "event", "weight", *SURVIVAL_COMPUTE, *SURVIVAL_CAUSE, *SURVIVAL_AT_BUDGET]
 
 # aggregate's tables: a model cell (MODEL_CELL) against an attack family (FAMILY)
 MODEL_CELL = ["model_hash", *MODEL_LABELS]

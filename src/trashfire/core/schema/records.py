@@ -264,8 +264,10 @@ class Outcomes:
     it failed or its budget ran out (forward `queries`, input `gradients`, and `flops`), its
     seconds on both clocks priced from that compute (`duration_<clock>`: FLOPs x the cell's
     seconds per FLOP at full batch) and shared (`duration_<clock>_shared`: equal shares of
-    each lap, which sum to the cell's time), the event (misclassified within the budget) and
-    the l0/l1/l2/linf norms of the returned example.
+    each lap, which sum to the cell's time), the event (misclassified within the budget), the
+    l0/l1/l2/linf norms of the returned example and, for a sample still standing at the end
+    of its budget, `margin_at_budget`: the true-class logit minus the best other at the
+    returned example (NaN where it broke; None in a record written before it was kept).
     A composite's cells (engine sequence) add `broken_by`: the component that broke each
     sample ("first_query": misclassified before any ran; "": none broke it)."""
 
@@ -288,6 +290,7 @@ class Outcomes:
     norm_l2: np.ndarray | None = None
     norm_linf: np.ndarray | None = None
     broken_by: np.ndarray | None = None
+    margin_at_budget: np.ndarray | None = None
 
     # the order of the arrays in the file
     ORDER: ClassVar[tuple[str, ...]] = (
@@ -310,6 +313,7 @@ class Outcomes:
         "norm_l2",
         "norm_linf",
         "broken_by",
+        "margin_at_budget",
     )
 
     @classmethod
