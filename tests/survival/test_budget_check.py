@@ -44,11 +44,12 @@ def test_a_one_step_or_absent_attack_cannot_be_calibrated(tmp_path):
         reruns.larger_budget_config(cfg, 10, ["fgm"])
     with pytest.raises(ConfigError, match="no attack 'hsj' in the grid"):
         reruns.larger_budget_config(cfg, 10, ["hsj"])
-    with pytest.raises(ConfigError, match="survival.budget.calibrate.fgm"):
-        tiny_config(tmp_path, "+survival.budget.calibrate.fgm=0.5")
+    with pytest.raises(ConfigError, match=r"survival.budget.calibrate.fgm: fgm has no max_iter"):
+        tiny_config(tmp_path, "survival.budget.calibrate={fgm:0.5}")
     for bad in ("0", "1.5"):
-        with pytest.raises(ConfigError, match="survival.budget.calibrate.pgd"):
-            tiny_config(tmp_path, f"survival.budget.calibrate.pgd={bad}")
+        with pytest.raises(ConfigError, match=rf"survival.budget.calibrate.pgd: got {bad}; must be a finite number in \(0, 1\]"):
+            tiny_config(tmp_path, f"survival.budget.calibrate={{pgd:{bad}}}")
+    assert tiny_config(tmp_path, "survival.budget.calibrate={hsj:0.5}").survival.budget.calibrate.hsj == 0.5  # not in this grid: skipped by the stage
 
 
 def test_the_logistic_fit_is_sklearns_unpenalised_fit():
@@ -106,7 +107,7 @@ def checked(tmp_path_factory):
     """The tiny grid attacked, then the budget stage with PGD calibrated on every model cell
     and a black-box search's option in the config that the grid leaves out."""
     tmp = tmp_path_factory.mktemp("budget")
-    cfg = tiny_config(tmp, "defence=[none,fsq]", "survival.budget.calibrate.pgd=1.0", "survival.budget.draws=20")
+    cfg = tiny_config(tmp, "defence=[none,fsq]", "survival.budget.calibrate={pgd:1.0}", "survival.budget.draws=20")
     prepare.run(cfg)
     train.run(cfg)
     attack.run(cfg)
