@@ -21,6 +21,7 @@ that reason alone, said once for the family.
 from __future__ import annotations
 
 import logging
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +31,7 @@ from omegaconf import DictConfig
 from trashfire.attacks import budget as reruns
 from trashfire.attacks.campaign import attack_grid
 from trashfire.attacks.spec import engine_of
-from trashfire.attacks.store import attack_record_path, outcomes_path
+from trashfire.attacks.store import attack_record_path, benign_path, outcomes_path
 from trashfire.core import schema
 from trashfire.core.errors import DataError
 from trashfire.core.grid import AttackCell, attack_cells
@@ -83,6 +84,7 @@ def check(cfg: DictConfig, artefacts: Artefacts) -> pd.DataFrame:
     rerun_folder = artefacts.output("budget_reruns")
     rerun_folder.mkdir(parents=True, exist_ok=True)  # DVC's output, also where nothing is calibrated
     if pairs:
+        share_benign_records(pairs, artefacts.input("attacks"), rerun_folder)
         rerun_artefacts = Artefacts(
             "budget", reads={"processed": artefacts.input("processed"), "models": artefacts.input("models")}, writes={"attacks": rerun_folder}
         )
@@ -111,6 +113,17 @@ def check(cfg: DictConfig, artefacts: Artefacts) -> pd.DataFrame:
     write_csv(table[CELL_COLUMNS], out / "sufficiency.csv")
     write_csv(family_table(cfg, table, models, shares), out / "families.csv")
     return table
+
+
+def share_benign_records(pairs: list[reruns.Pair], run_folder: Path, rerun_folder: Path) -> None:
+    """The run's benign record of each calibration model cell, copied where the reruns look
+    for it: the same model on the same images, so the reruns do not evaluate and probe it again."""
+    for model_hash in sorted({pair.run.model.hash for pair in pairs}):
+        source, target = benign_path(run_folder, model_hash), benign_path(rerun_folder, model_hash)
+        if source.is_file() and not target.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with atomic_path(target) as tmp:
+                shutil.copyfile(source, tmp)
 
 
 def write_csv(table: pd.DataFrame, path: Path) -> None:
