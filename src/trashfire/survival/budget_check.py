@@ -29,7 +29,6 @@ import pandas as pd
 from omegaconf import DictConfig
 
 from trashfire.attacks import budget as reruns
-from trashfire.attacks.campaign import attack_grid
 from trashfire.attacks.spec import engine_of
 from trashfire.attacks.store import attack_record_path, benign_path, outcomes_path
 from trashfire.core import schema
@@ -84,6 +83,8 @@ def check(cfg: DictConfig, artefacts: Artefacts) -> pd.DataFrame:
     rerun_folder = artefacts.output("budget_reruns")
     rerun_folder.mkdir(parents=True, exist_ok=True)  # DVC's output, also where nothing is calibrated
     if pairs:
+        from trashfire.attacks.campaign import attack_grid  # torch and ART load only when there is something to rerun
+
         share_benign_records(pairs, artefacts.input("attacks"), rerun_folder)
         rerun_artefacts = Artefacts(
             "budget", reads={"processed": artefacts.input("processed"), "models": artefacts.input("models")}, writes={"attacks": rerun_folder}
