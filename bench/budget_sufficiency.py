@@ -38,7 +38,6 @@ from trashfire.attacks.campaign import attack_grid
 from trashfire.attacks.store import outcomes_path
 from trashfire.core.cli import parse_overrides
 from trashfire.core.config import load_params, normalise, validate
-from trashfire.core.grid import attack_cells
 from trashfire.core.records import read_npz
 from trashfire.core.stage import Artefacts
 from trashfire.stages.budget import STAGE
@@ -65,22 +64,16 @@ def observed(params: Path, family: str, factor: float, folder: Path) -> pd.DataF
     """Every cell of `family` rerun at `factor` x its budget: per run cell, the share of its
     samples the rerun broke and the run did not."""
     cfg = normalise(validate(load_params(params)))
-    larger_cfg = reruns.larger_budget_config(cfg, factor, [family])
-    larger = {reruns.key(cell): cell for cell in attack_cells(larger_cfg)}
-    cells = [cell for cell in attack_cells(cfg) if cell.attack == family]
+    pairs = reruns.calibration_pairs(cfg, {family: 1.0}, factor, seed=0)  # every model cell
     artefacts = STAGE.resolved(cfg)
-    attack_grid(
-        larger_cfg,
-        Artefacts("bench", reads={"processed": artefacts.input("processed"), "models": artefacts.input("models")}, writes={"attacks": folder}),
-        cells=[larger[reruns.key(c)] for c in cells],
-        desc=f"{family} x{factor:g}",
-    )
+    rerun = Artefacts("bench", reads={"processed": artefacts.input("processed"), "models": artefacts.input("models")}, writes={"attacks": folder})
+    attack_grid(reruns.larger_budget_config(cfg, factor, [family]), rerun, cells=[pair.larger for pair in pairs], desc=f"{family} x{factor:g}")
     rows = []
-    for cell in cells:
-        run, big = read_npz(outcomes_path(artefacts.input("attacks"), cell.hash)), read_npz(outcomes_path(folder, larger[reruns.key(cell)].hash))
+    for pair in pairs:
+        run, big = read_npz(outcomes_path(artefacts.input("attacks"), pair.run.hash)), read_npz(outcomes_path(folder, pair.larger.hash))
         assert np.array_equal(run["position"], big["position"])
         later = big["event"].astype(bool) & ~run["event"].astype(bool)
-        rows.append({"attack_hash": cell.hash, "truth": later.mean()})
+        rows.append({"attack_hash": pair.run.hash, "truth": later.mean()})
     return pd.DataFrame(rows)
 
 

@@ -106,6 +106,12 @@ def read_json(path: str | Path) -> dict[str, Any]:
     return record
 
 
+def write_csv(table: Any, path: str | Path) -> None:
+    """A table (pandas' DataFrame) as CSV, without its index, written whole or not at all."""
+    with atomic_path(path) as tmp:
+        table.to_csv(tmp, index=False)
+
+
 def write_npz(path: str | Path, compressed: bool = True, **arrays: np.ndarray) -> None:
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as handle:

@@ -49,7 +49,7 @@ from omegaconf import DictConfig
 
 from trashfire.core.errors import ConfigError, DataError
 from trashfire.core.parallel import resolve_workers, results_as_completed, threads_per_cell
-from trashfire.core.records import atomic_path, write_json
+from trashfire.core.records import atomic_path, write_csv, write_json
 from trashfire.core.schema.units import CLOCK_UNIT_NAMES, FIT_UNIT_NAMES, FIT_UNITS
 from trashfire.core.stage import Artefacts
 from trashfire.survival import fitters as F
@@ -392,11 +392,6 @@ def load_models(path: str | Path) -> dict[str, Any]:
         raise DataError(f"fitted survival models not found: {path}; run the survival stage") from None
     except (pickle.UnpicklingError, EOFError, AttributeError, ImportError, ValueError) as err:
         raise DataError(f"corrupt survival models file {path}: {err}; rerun the survival stage") from None
-
-
-def write_csv(table: pd.DataFrame, path: Path) -> None:
-    with atomic_path(path) as tmp:
-        table.to_csv(tmp, index=False)
 
 
 def fit_unit(clock: str) -> float:

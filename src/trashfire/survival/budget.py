@@ -19,7 +19,6 @@ probability, which carries the cell's own binomial uncertainty; the interval is 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -167,7 +166,3 @@ def estimate(model: FamilyModel, standing: pd.DataFrame, cells: pd.Series, seed:
         {"still_breakable": expected / samples, "still_breakable_low": low / samples, "still_breakable_high": high / samples},
         index=pd.Index(names, name="attack_hash"),
     )
-
-
-def calibration_columns() -> Sequence[str]:
-    return ("attack_hash", "model_hash", "defence", "strength", "margin_at_budget", "breaks_later")

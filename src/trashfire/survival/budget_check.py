@@ -34,7 +34,7 @@ from trashfire.attacks.store import attack_record_path, benign_path, outcomes_pa
 from trashfire.core import schema
 from trashfire.core.errors import DataError
 from trashfire.core.grid import AttackCell, attack_cells
-from trashfire.core.records import atomic_path, read_json, read_npz
+from trashfire.core.records import atomic_path, read_json, read_npz, write_csv
 from trashfire.core.stage import Artefacts
 from trashfire.survival.budget import FamilyModel, estimate, fit_family
 
@@ -92,7 +92,7 @@ def check(cfg: DictConfig, artefacts: Artefacts) -> pd.DataFrame:
         attack_grid(reruns.larger_budget_config(cfg, factor, shares), rerun_artefacts, cells=[p.larger for p in pairs], desc="budget reruns")
     cells = [cell for cell in attack_cells(cfg) if cell.spec.get("max_iter") is not None]
     samples = standing_samples(cells, artefacts.input("attacks"))
-    calibration = calibration_samples(pairs, artefacts.input("attacks"), rerun_folder)
+    calibration = calibration_samples(pairs, samples, rerun_folder)
     table = cell_table(cells, samples, calibration, {pair.run.hash for pair in pairs}, factor)
     models = {}
     for name in shares:
@@ -125,11 +125,6 @@ def share_benign_records(pairs: list[reruns.Pair], run_folder: Path, rerun_folde
             target.parent.mkdir(parents=True, exist_ok=True)
             with atomic_path(target) as tmp:
                 shutil.copyfile(source, tmp)
-
-
-def write_csv(table: pd.DataFrame, path: Path) -> None:
-    with atomic_path(path) as tmp:
-        table.to_csv(tmp, index=False)
 
 
 def read_cell(folder: Path, cell: AttackCell) -> tuple[dict, dict[str, np.ndarray]]:
@@ -166,27 +161,20 @@ def standing_samples(cells: list[AttackCell], folder: Path) -> pd.DataFrame:
     return frame.assign(strength=frame["attack_value"]) if len(frame) else frame.assign(strength=[])
 
 
-def calibration_samples(pairs: list[reruns.Pair], run_folder: Path, rerun_folder: Path) -> pd.DataFrame:
-    """The standing samples of the calibration cells, each with `breaks_later`: its rerun
-    broke it."""
+def calibration_samples(pairs: list[reruns.Pair], samples: pd.DataFrame, rerun_folder: Path) -> pd.DataFrame:
+    """The standing samples of the calibration cells (from `samples`, the run's), each with
+    `breaks_later`: its rerun broke it."""
+    by_cell = dict(tuple(samples.groupby("attack_hash", sort=False))) if len(samples) else {}
     parts = []
     for pair in pairs:
-        record, run = read_cell(run_folder, pair.run)
+        run = by_cell[pair.run.hash]
         _, larger = read_cell(rerun_folder, pair.larger)
-        if not np.array_equal(run["position"], larger["position"]):
+        if not np.array_equal(run["position"].to_numpy(), larger["position"]):
             raise DataError(f"{outcomes_path(rerun_folder, pair.larger.hash)}: its samples are not the run's; delete budget_reruns and rerun")
-        standing = ~run["event"].astype(bool)
+        standing = ~run["event"].to_numpy(dtype=bool)
         parts.append(
-            pd.DataFrame(
-                {
-                    "attack_hash": pair.run.hash,
-                    "model_hash": pair.run.model.hash,
-                    "attack": pair.run.attack,
-                    "defence": record["defence"],
-                    "strength": pair.run.value,
-                    "margin_at_budget": run["margin_at_budget"][standing],
-                    "breaks_later": larger["event"].astype(bool)[standing].astype(int),
-                }
+            run.loc[standing, ["attack_hash", "model_hash", "attack", "defence", "strength", "margin_at_budget"]].assign(
+                breaks_later=larger["event"].astype(bool)[standing].astype(int)
             )
         )
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["attack_hash", "attack", "breaks_later"])
