@@ -84,10 +84,12 @@ docs: $(DOCS_STAMP) ## generate docs/benchmarks.md from bench/results/, then mkd
 # constant at a time in these modules and runs the tests that call the changed function
 # (pyproject.toml's [tool.mutmut]); tools/mutation/mutation_score.py prints the score per module, with
 # the equivalent mutants of tools/mutation/mutation_equivalents.md named. MODULES= runs a subset;
-# MUTATION_LIMIT=<seconds> stops each module's run after that long (the rest count as not run).
+# MUTATION_LIMIT=<seconds> stops the run after that long (the rest count as not run).
 # A whole run takes hours: caught and listed-equivalent results are kept in the tracked
-# tools/mutation/mutation_record.json after each module and restored into a fresh mutants/, where mutmut
-# reruns any function whose source changed (MUTATION_FRESH=1 ignores the record).
+# tools/mutation/mutation_record.json and restored into a fresh mutants/; tools/mutation/unrun.py names
+# the mutants with no result (changed functions, new mutants) and the escaped ones not listed as
+# equivalent, and only those run, against a map of tests to functions traced afresh each run
+# (MUTATION_FRESH=1 ignores the record and runs every mutant of MODULES).
 MUTATION_STAMP := $(VENV)/.mutation-installed
 MUTATION_LIMIT ?= 0
 MODULES ?= trashfire.core.clocks trashfire.core.stats trashfire.metrics trashfire.metrics.findings trashfire.metrics.validity trashfire.metrics.registry trashfire.metrics.aggregate trashfire.metrics.cards trashfire.metrics.checks trashfire.metrics.summaries trashfire.survival.data trashfire.survival.epsilon trashfire.survival.figures trashfire.survival.fitters trashfire.survival.analysis trashfire.survival.scoring trashfire.survival.expected_time trashfire.survival.datasets trashfire.survival.checks trashfire.survival.convergence trashfire.survival.cure trashfire.survival.competing
@@ -101,15 +103,19 @@ $(MUTATION_STAMP): requirements-mutation.lock
 mutation: $(MUTATION_STAMP) ## mutation testing of metrics/, survival/, core/clocks.py (slow; not CI): score per module
 	@mkdir -p mutants
 	@if [ -z "$(MUTATION_FRESH)" ]; then $(PY) tools/mutation/mutation_record.py restore; fi
-	@for module in $(MODULES); do \
+	@rm -f mutants/mutmut-stats.json  # mutmut maps tests to functions afresh: it adds new tests to an old map, never a refactor's new functions
+	@env -u PYTHONPATH $(PY) tools/mutation/unrun.py -o mutants/to_run.txt $(if $(MUTATION_FRESH),--all) $(MODULES) > mutants/generate.log 2>&1 \
+		|| { tail -c 3000 mutants/generate.log; echo "mutmut could not generate the mutants (log: mutants/generate.log)"; exit 1; }
+	@echo "$$(wc -l < mutants/to_run.txt) mutants to run in $(words $(MODULES)) modules"
+	@if [ -s mutants/to_run.txt ]; then \
 		start=$$(date +%s); \
-		timeout --signal=INT $(MUTATION_LIMIT) env -u PYTHONPATH $(VENV)/bin/mutmut run "$$module.x*" > mutants/$$module.log 2>&1; \
+		timeout --signal=INT $(MUTATION_LIMIT) env -u PYTHONPATH $(VENV)/bin/mutmut run $$(cat mutants/to_run.txt) > mutants/run.log 2>&1; \
 		status=$$?; \
-		if [ $$status -eq 124 ]; then echo "$$module: stopped after $(MUTATION_LIMIT) s"; \
-		elif [ $$status -ne 0 ]; then tail -c 3000 mutants/$$module.log; echo "mutmut failed on $$module (log: mutants/$$module.log)"; exit 1; \
-		else echo "$$module: $$(( $$(date +%s) - start )) s"; fi; \
-		$(PY) tools/mutation/mutation_record.py save > /dev/null; \
-	done
+		$(PY) tools/mutation/mutation_record.py save; \
+		if [ $$status -eq 124 ]; then echo "stopped after $(MUTATION_LIMIT) s (the rest count as not run)"; \
+		elif [ $$status -ne 0 ]; then tail -c 3000 mutants/run.log; echo "mutmut failed (log: mutants/run.log)"; exit 1; \
+		else echo "ran in $$(( $$(date +%s) - start )) s"; fi; \
+	fi
 	@$(PY) tools/mutation/mutation_score.py --min 90
 
 clean: ## remove pipeline outputs (not .venv, not the DVC cache)
