@@ -976,6 +976,8 @@ def test_the_stage_on_the_flops_clock_fits_gflops_and_writes_times_back_in_flops
     assert rows.loc[["weibull", "exponential", "cox"], "t0"].to_numpy() == pytest.approx([t0] * 3, rel=1e-9)
     assert r"training (80\%) and test (20\%) groups" in (out / "aft_comparison.tex").read_text()
 
+    assert json.loads((out / "status.json").read_text()) == {"selected": selected, "reason": None}
+
     # the models were fitted in GFLOPs, which fit_unit.json says
     assert json.loads((out / "fit_unit.json").read_text()) == {"clock": "flops", "unit": "GFLOPs", "scale": 1e9}
     models = analysis.load_models(out / "models.pkl")
@@ -1040,7 +1042,8 @@ def test_the_stage_on_the_flops_clock_fits_gflops_and_writes_times_back_in_flops
     assert len(summary) == 1
     head, header, *lines = summary[0].split("\n")
     assert head == f"fitted weibull, exponential, cox of weibull, exponential, cox; selected {selected} (best test_ICI)"
-    assert header.split()[:3] == ["fitter", "status", "log_likelihood"] and "note" not in header and "[" not in header and "model" not in header.split()
+    assert header.split()[:3] == ["fitter", "status", "log_likelihood"] and "note" not in header and "[" not in header
+    assert not {"model", "split_by", "km_worst_cells"} & set(header.split())  # in the tables, not the log's
     assert [line.split()[0] for line in lines] == rows.index.tolist()
     assert lines[0].split()[header.split().index("AIC")] == f"{rows.loc['weibull', 'AIC']:.4g}"
     verdicts = [message for _, message in log if "both baselines on test concordance" in message]

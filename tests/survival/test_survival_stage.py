@@ -589,21 +589,93 @@ def test_stage_on_per_sample_data(tmp_path):
     assert 'id="table-concordance-within"' in markup and 'id="table-km-check"' in markup and "E[T] is within 25% of the Kaplan-Meier" in markup
 
 
-def test_a_stage_whose_models_give_no_e_t_writes_them_and_says_why(tmp_path):
+def test_a_stage_whose_models_give_no_e_t_writes_them_and_says_why(tmp_path, caplog):
     """Fitted models, none an AFT model with a finite E[T] (Cox PH alone here; FGSM's one-step
     durations on real MNIST in issue 47): Table I, the coefficients and the Kaplan-Meier curves
-    are written, E[T] is missing per cell, and status.json names why; the stage exits cleanly."""
+    are written, E[T] is missing per cell, and status.json and the log name why; the stage exits
+    cleanly, and removes a previous run's files of the model it selected then."""
     cfg = stage_cfg(tmp_path, per_sample_data(n_models=4, cells_per_model=6, samples=10), "survival.fitters=[cox]")
+    out = tmp_path / "reports" / "survival"
+    out.mkdir()
+    for stale in ("km_check.csv", "coefficients.png"):
+        (out / stale).write_text("a previous run's, of the model it selected\n")
+    caplog.set_level("INFO", logger=analysis.log.name)
     comparison = survival.run(cfg)
     plt.close("all")
-    out = tmp_path / "reports" / "survival"
     assert comparison.set_index("fitter").loc["cox", "status"] == "fitted" and not comparison["selected"].any()
     status = json.loads((out / "status.json").read_text())
     assert status["selected"] is None and status["reason"].startswith("no fitted AFT model has a finite E[T] everywhere")
     expected = pd.read_csv(out / "expected_times.csv")
-    assert len(expected) == 24 and expected["E_T"].isna().all() and (expected["t_star"] > 0).all() and (expected["note"] == status["reason"]).all()
+    assert list(expected.columns) == ["attack_hash", "E_T", "E_T_unrestricted", "t_star", "fitter", "note"]
+    assert len(expected) == 24 and expected[["E_T", "E_T_unrestricted", "fitter"]].isna().all().all() and (expected["t_star"] > 0).all()
+    assert (expected["note"] == status["reason"]).all()
     assert (out / "coefficients" / "cox.png").is_file() and (out / "kaplan_meier.png").is_file()
     assert not (out / "coefficients.png").exists() and not (out / "km_check.csv").exists()  # both are the selected model's
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == analysis.log.name]
+    assert ("WARNING", f"no survival model gives E[T], so TRASH is missing downstream: {status['reason']}") in said
+    assert [message.split("\n")[0] for _, message in said if message.startswith("fitted ")] == ["fitted cox of cox; selected none"]
+
+
+A_PREVIOUS_RUNS_MODEL_FILES = (
+    "km_check.csv",
+    "concordance_within.csv",
+    "coefficients.csv",
+    "coefficients.png",
+    "calibration.png",
+    "aft_comparison.tex",
+    "models.pkl",
+    "cure_fractions.csv",
+    "budget_sufficiency.csv",
+)
+
+
+@pytest.mark.parametrize(
+    ("fitters", "n_models", "reason"),
+    [
+        ([], 4, "survival.fitters is empty: no survival model was asked for"),
+        (["weibull", "cox"], 1, "no survival model could be fitted: "),  # one trained model: no split into training and test groups
+    ],
+)
+def test_a_stage_with_no_model_to_fit_writes_what_needs_none_and_says_why(tmp_path, caplog, fitters, n_models, reason):
+    """No fitter asked for, or none that can be fitted: Table I lists each configured fitter as
+    skipped with the reason, E[T] is missing in every attack cell beside its budget t*, the
+    Kaplan-Meier curves are drawn, status.json and the log say why, and a previous run's model
+    files are removed; the metrics that need no E[T] go on downstream."""
+    data = per_sample_data(n_models=n_models, cells_per_model=6, samples=10)
+    cfg = stage_cfg(tmp_path, data, f"survival.fitters=[{','.join(fitters)}]")
+    out = tmp_path / "reports" / "survival"
+    (out / "coefficients").mkdir(parents=True)
+    for stale in [*A_PREVIOUS_RUNS_MODEL_FILES, "coefficients/weibull.png"]:
+        (out / stale).write_text("a previous run's\n")
+    caplog.set_level("INFO", logger=analysis.log.name)
+    comparison = survival.run(cfg)
+    plt.close("all")
+    status = json.loads((out / "status.json").read_text())
+    assert status["selected"] is None and status["reason"].startswith(reason)
+    models = cfg.survival.models
+    table = pd.DataFrame(
+        {
+            "fitter": fitters,
+            "model": [models[name].label for name in fitters],
+            "aft": [bool(models[name].aft) for name in fitters],
+            "status": "skipped",
+            "note": status["reason"],
+            "split_by": "train_hash",
+            "selected": False,
+        },
+        columns=["fitter", "model", "aft", "status", "note", "split_by", "selected"],
+    )
+    pd.testing.assert_frame_equal(comparison, table, check_dtype=bool(fitters))
+    pd.testing.assert_frame_equal(pd.read_csv(out / "aft_comparison.csv"), table, check_dtype=bool(fitters))
+    expected = pd.read_csv(out / "expected_times.csv")
+    budgets = expected_time.cell_budgets(data)
+    assert list(expected.columns) == ["attack_hash", "E_T", "E_T_unrestricted", "t_star", "fitter", "note"]
+    assert expected["attack_hash"].tolist() == budgets.index.tolist() and expected["t_star"].to_numpy() == pytest.approx(budgets.to_numpy())
+    assert expected[["E_T", "E_T_unrestricted", "fitter"]].isna().all().all() and (expected["note"] == status["reason"]).all()
+    assert (out / "kaplan_meier.png").is_file() and (out / "logrank.csv").is_file()
+    assert not [name for name in A_PREVIOUS_RUNS_MODEL_FILES if (out / name).exists()] and not (out / "coefficients").exists()
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == analysis.log.name]
+    assert ("WARNING", f"survival models left out, so TRASH is missing downstream: {status['reason']}") in said
 
 
 def test_stage_splits_by_the_configured_group(tmp_path):
@@ -618,6 +690,21 @@ def test_stage_splits_by_the_configured_group(tmp_path):
     assert comparison["status"].tolist() == ["skipped"] and "needs at least 2" in comparison["note"].iloc[0]
     status = json.loads((tmp_path / "reports" / "survival" / "status.json").read_text())
     assert status["selected"] is None and "needs at least 2" in status["reason"]
+
+
+def test_a_models_own_t0_quantile_sets_its_calibration_time_and_the_baselines_score_both_halves(settings):
+    """Table I's t0 is a quantile of the training durations: the model's own `t0_quantile` where
+    it sets one, else `survival.t0_quantile`. The baselines' concordance is scored on the
+    training and on the test groups, as the models' is."""
+    train, test = analysis.usable_covariates(*analysis.split_groups(per_sample_data(n_models=6), "train_hash", 0.5, 0))
+    chosen = OmegaConf.merge(settings, {"fitters": ["weibull", "exponential"], "t0_quantile": 0.5, "models": {"weibull": {"t0_quantile": 0.9}}})
+    comparison = analysis.compare(train, test, chosen)[0].set_index("fitter")
+    assert comparison.loc["weibull", "t0"] == pytest.approx(analysis.calibration_time(train, 0.9))
+    assert comparison.loc["exponential", "t0"] == pytest.approx(analysis.calibration_time(train, 0.5))
+    assert comparison.loc["exponential", "t0"] < comparison.loc["weibull", "t0"]
+    baselines = comparison[comparison["status"] == "baseline"]
+    assert len(baselines) == 2 and baselines[["concordance", "test_concordance"]].notna().all().all()
+    assert (baselines["concordance"] != baselines["test_concordance"]).all()  # two halves, two scores
 
 
 def test_one_training_cluster_gives_no_robust_errors(settings):
