@@ -630,13 +630,13 @@ A_PREVIOUS_RUNS_MODEL_FILES = (
 
 
 @pytest.mark.parametrize(
-    ("fitters", "n_models", "reason"),
+    ("fitters", "n_models", "reason", "previous_run"),
     [
-        ([], 4, "survival.fitters is empty: no survival model was asked for"),
-        (["weibull", "cox"], 1, "no survival model could be fitted: "),  # one trained model: no split into training and test groups
+        ([], 4, "survival.fitters is empty: no survival model was asked for", True),
+        (["weibull", "cox"], 1, "no survival model could be fitted: ", False),  # one trained model: no split into training and test groups
     ],
 )
-def test_a_stage_with_no_model_to_fit_writes_what_needs_none_and_says_why(tmp_path, caplog, fitters, n_models, reason):
+def test_a_stage_with_no_model_to_fit_writes_what_needs_none_and_says_why(tmp_path, caplog, fitters, n_models, reason, previous_run):
     """No fitter asked for, or none that can be fitted: Table I lists each configured fitter as
     skipped with the reason, E[T] is missing in every attack cell beside its budget t*, the
     Kaplan-Meier curves are drawn, status.json and the log say why, and a previous run's model
@@ -644,9 +644,10 @@ def test_a_stage_with_no_model_to_fit_writes_what_needs_none_and_says_why(tmp_pa
     data = per_sample_data(n_models=n_models, cells_per_model=6, samples=10)
     cfg = stage_cfg(tmp_path, data, f"survival.fitters=[{','.join(fitters)}]")
     out = tmp_path / "reports" / "survival"
-    (out / "coefficients").mkdir(parents=True)
-    for stale in [*A_PREVIOUS_RUNS_MODEL_FILES, "coefficients/weibull.png"]:
-        (out / stale).write_text("a previous run's\n")
+    if previous_run:  # its model files are removed; without them, there is nothing to remove, and no error
+        (out / "coefficients").mkdir(parents=True)
+        for stale in [*A_PREVIOUS_RUNS_MODEL_FILES, "coefficients/weibull.png"]:
+            (out / stale).write_text("a previous run's\n")
     caplog.set_level("INFO", logger=analysis.log.name)
     comparison = survival.run(cfg)
     plt.close("all")
