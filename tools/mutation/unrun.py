@@ -21,9 +21,10 @@ import os
 import sys
 from pathlib import Path
 
-# mutmut 3.8.1's own steps (requirements-mutation.lock pins it): run's preamble, without the run
 from mutation_record import kept
 from mutation_score import equivalents
+
+# mutmut 3.8.1's own steps (requirements-mutation.lock pins it): run's preamble, without the run
 from mutmut.__main__ import (
     CatchOutput,
     collect_or_load_stats,
@@ -37,6 +38,8 @@ from mutmut.__main__ import (
     store_lines_covered_by_tests,
 )
 
+WORKERS = os.cpu_count() or 2
+
 
 def generate() -> None:
     """Generate the mutants and bring mutmut's test stats up to date, as `mutmut run` first does."""
@@ -47,8 +50,8 @@ def generate() -> None:
         copy_also_copy_files()
         setup_source_paths()
         store_lines_covered_by_tests()
-        create_mutants(os.cpu_count() or 2)
-    collect_or_load_stats(get_mutant_runner(os.cpu_count() or 2), mutants_caught_by_type_checker={}, apply_config_invalidation=True)
+        create_mutants(WORKERS)
+    collect_or_load_stats(get_mutant_runner(WORKERS), mutants_caught_by_type_checker={}, apply_config_invalidation=True)
 
 
 def to_run(modules: list[str], everything: bool) -> list[str]:
