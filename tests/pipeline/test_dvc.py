@@ -27,8 +27,11 @@ from trashfire.core import schema
 from trashfire.stages import ORDER
 
 # the tiny preset on the FC net: the same 5 model cells (one per defence), a fraction of the
-# compute; three survival fitters and small LIME runs, since these tests are about what DVC re-runs
-SMALLER = {"survival": {"fitters": ["weibull", "lognormal", "cox"]}, "metrics": {"brittle": {"n_samples": 4, "lime_samples": 20}}}
+# compute; three survival fitters and small LIME runs, since these tests are about what DVC re-runs.
+# One process per stage, as conftest.TINY: each worker process a stage spawns imports torch and
+# ART afresh, which costs more than these cells' compute (the first run takes 47 s instead of
+# 66 s); that cells give the same records in workers is tests/core/test_parallel.py's to prove
+SMALLER = {"train": {"workers": 1}, "survival": {"fitters": ["weibull", "lognormal", "cox"]}, "metrics": {"brittle": {"n_samples": 4, "lime_samples": 20}}}
 
 
 def tiny_default() -> str:
