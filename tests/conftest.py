@@ -197,37 +197,3 @@ def first_query(target, x: np.ndarray, y: np.ndarray, budget: int):
     clock = LapClock(len(y), target.device, cost.forward, cost.backward).start()
     log = FailureLog(x.astype(np.float32), y.astype(np.int64), budget)
     return log, clock, check_every_sample(target, log, clock, batch_size=len(y))
-
-
-# The modules of whole-pipeline runs, whose tests take tens of seconds to two minutes each, and
-# their seconds of work in a 2-worker `make test` (`pytest --durations=0`, summed per module)
-LONG_MODULES = {"tests/pipeline/test_dvc.py": 230, "tests/sweep/test_sweep.py": 112, "tests/core/test_parallel.py": 77}
-
-
-@pytest.hookimpl(trylast=True)  # after `-m "not slow"` has deselected: the shares are of what runs
-def pytest_collection_modifyitems(config, items):
-    """pytest-xdist's worksteal deals worker k the k-th contiguous share of the collection and
-    steals from the end of a queue. So the long modules go to the starts of the shares, the
-    longest first onto the least loaded: each worker starts its long tests at once, and the
-    workers end together on short ones instead of one waiting out the other's last long test.
-    Whole modules move, so module fixtures are set up once; the order within a module stays."""
-    missing = [name for name in LONG_MODULES if not (ROOT / name).is_file()]
-    if missing:  # a renamed module would silently lose its place
-        raise pytest.UsageError(f"tests/conftest.py: LONG_MODULES names no test module: {missing}")
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    long_items = {ROOT / name: [] for name in LONG_MODULES}
-    short = []
-    for item in items:
-        long_items.get(item.path, short).append(item)
-    loads, heads = [0] * workers, [[] for _ in range(workers)]
-    for name, seconds in sorted(LONG_MODULES.items(), key=lambda pair: -pair[1]):
-        share = loads.index(min(loads))
-        loads[share] += seconds
-        heads[share] += long_items[ROOT / name]
-    ordered = []
-    for share, head in enumerate(heads):
-        size = (len(items) - len(ordered)) // (workers - share)  # worksteal's share for this worker
-        fill = max(0, size - len(head))
-        ordered += head + short[:fill]
-        short = short[fill:]
-    items[:] = ordered + short
