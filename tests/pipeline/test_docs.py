@@ -5,6 +5,7 @@ do the docs pages other than the benchmark page (dated figures live there and in
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 from pathlib import Path
 
@@ -49,13 +50,29 @@ def test_the_benchmark_page_takes_provenance_from_the_files_and_invents_none(tmp
     page = module.render(tmp_path)
     assert "- date: 2030-01-02 (from the file name)" in page
     assert "- machine: `4cpu` (from the file name)" in page
-    assert "| `pipeline.wall_s` | 12.5 |" in page and "| `pipeline.stages` | 1, 2 |" in page
+    assert "| `pipeline.wall_s` | 12.5 | not measured |" in page and "| `pipeline.stages` | 1, 2 |  |" in page
     assert "Left out (long text, read them in the file): `note`." in page
     assert "- date: 2030-02-03T04:05:06 (recorded in the file)" in page
     assert "- machine: cpus 8 (recorded in the file)" in page
     assert "- commit: `abc1234`" in page
     assert page.count("- commit: not recorded") == 2, page
     assert "3 passed in 1.0s" in page and "not rendered here" in page
+
+
+def test_the_benchmark_page_sets_each_time_beside_its_ratio_to_the_runs_reference(tmp_path):
+    """A run that timed the reference workload (bench/reference.py) shows it, and every figure in
+    seconds beside its multiple of it; a run from before says its seconds are one machine's."""
+    module = benchmark_page()
+    timed = {"reference": {"before": {"seconds": 7.0}, "after": {"seconds": 9.0}, "seconds": 8.0}}
+    timed |= {"pipeline": {"wall_s": 300.0, "stages_s": {"train": 20.0}, "peak_memory_gib": 2.0}, "sizes": {"10": {"seconds": 4.0}}}
+    (tmp_path / "2030-01-02-2cpu-suite.json").write_text(json.dumps(timed))
+    (tmp_path / "2030-01-01-2cpu-old.json").write_text('{"pipeline": {"wall_s": 269.2}}')
+    page = module.render(tmp_path)
+    assert "- reference workload: 8 s, timed in the same run" in page
+    assert "| `pipeline.wall_s` | 300.0 | 37.50x |" in page and "| `pipeline.stages_s.train` | 20.0 | 2.50x |" in page
+    assert "| `sizes.10.seconds` | 4.0 | 0.50x |" in page and "| `pipeline.peak_memory_gib` | 2.0 |  |" in page
+    assert "| `reference.seconds` | 8.0 |  |" in page  # the reference itself is no figure to divide
+    assert "- reference workload: not measured" in page and "| `pipeline.wall_s` | 269.2 | not measured |" in page
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,9 @@ from scipy.special import expit
 from scipy.stats import norm
 
 from tests.conftest import ROOT
+from tests.helpers.rounding import TRIALS, perturbed_symmetric
 from trashfire.core.config import compose
+from trashfire.core.stats import covariance_root
 from trashfire.survival import analysis
 from trashfire.survival import fitters as F
 from trashfire.survival.aft import NewtonWeibullAFTFitter
@@ -218,19 +220,46 @@ def test_the_plateau_is_the_kaplan_meier_survival_after_the_last_time():
     assert km_plateau(np.array([1.0, 2.0, 3.0]), np.array([1, 0, 0]), np.array([2.0, 1.0, 1.0])) == pytest.approx(0.5)
 
 
-def test_parameter_draws_factor_the_covariance_by_cholesky_and_a_singular_one_by_eigh(fitted):
-    """Cholesky where the covariance is positive definite (its draws move as little as the
-    covariance does); eigh, which tolerates it, where it is singular."""
+def singular_copy(cure, covariance: np.ndarray):
+    singular = copy.copy(cure)
+    singular.variance_matrix_ = pd.DataFrame(covariance, index=cure.variance_matrix_.index, columns=cure.variance_matrix_.columns)
+    return singular
+
+
+def test_parameter_draws_are_the_mean_plus_normals_through_the_covariances_symmetric_root(fitted):
+    """draws = params + z @ root, z numpy's normals of the seed, root the symmetric square root
+    of lifelines' covariance (root @ root = covariance), for a singular covariance too."""
     _, cure = fitted
     mean, covariance = cure.params_.to_numpy(float), cure.variance_matrix_.to_numpy(float)
-    expected = np.random.default_rng(3).multivariate_normal(mean, covariance, size=40, method="cholesky")
-    np.testing.assert_array_equal(cure.parameter_draws(40, 3), expected)
+    normal = np.random.default_rng(3).standard_normal((40, len(mean)))
+    root = covariance_root(covariance)
+    np.testing.assert_allclose(root, root.T, rtol=0, atol=1e-15 * np.abs(covariance).max())
+    np.testing.assert_allclose(root @ root, covariance, rtol=0, atol=1e-12 * np.abs(covariance).max())
+    np.testing.assert_allclose(cure.parameter_draws(40, 3), mean + normal @ root, rtol=0, atol=1e-12)
     factor = np.linalg.cholesky(covariance)[:, :-1]  # one direction fewer: positive semi-definite, singular
-    singular = copy.copy(cure)
-    singular.variance_matrix_ = pd.DataFrame(factor @ factor.T, index=cure.variance_matrix_.index, columns=cure.variance_matrix_.columns)
-    draws = singular.parameter_draws(40, 3)
-    np.testing.assert_array_equal(draws, np.random.default_rng(3).multivariate_normal(mean, factor @ factor.T, size=40, method="eigh"))
+    draws = singular_copy(cure, factor @ factor.T).parameter_draws(40, 3)
     assert np.isfinite(draws).all()
+    np.testing.assert_allclose(
+        np.cov(singular_copy(cure, factor @ factor.T).parameter_draws(20_000, 0).T), factor @ factor.T, atol=0.05 * np.abs(covariance).max()
+    )
+
+
+@pytest.mark.parametrize("singular", [True, False], ids=["singular", "positive-definite"])
+def test_parameter_draws_do_not_hang_on_rounding(fitted, singular):
+    """Another CPU, simulated: the covariance perturbed by 1e-15 relative noise (a few ulps), 20
+    times, gives the same draws to 1e-9 every time. A rank-deficient covariance is the case
+    where Cholesky succeeds or fails as rounding decides (issue 58: on an AMD EPYC it
+    succeeded, and every draw moved by up to 0.195)."""
+    _, cure = fitted
+    covariance = cure.variance_matrix_.to_numpy(float)
+    if singular:
+        factor = np.linalg.cholesky(covariance)[:, :-1]
+        covariance = factor @ factor.T
+    rng = np.random.default_rng(0)
+    draws = singular_copy(cure, covariance).parameter_draws(40, 3)
+    for _ in range(TRIALS):
+        moved = singular_copy(cure, perturbed_symmetric(covariance, rng)).parameter_draws(40, 3)
+        np.testing.assert_allclose(moved, draws, rtol=0, atol=1e-9)
 
 
 def test_the_cure_table_counts_samples_as_integers(fitted):

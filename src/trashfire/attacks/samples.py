@@ -22,6 +22,8 @@ def budget_subset(labels: np.ndarray, n: int | None) -> np.ndarray:
 def perturbation_norms(x: np.ndarray, x_adv: np.ndarray) -> dict[str, np.ndarray]:
     delta = (x_adv - x).reshape(len(x), -1)
     return {
+        # a pixel moved by less than 1e-6 (about float32's rounding of a standardised pixel) counts
+        # as unmoved: rounding decides only pixels whose move is itself rounding, and l0 is reported, never tested
         "norm_l0": (np.abs(delta) > 1e-6).sum(axis=1).astype(np.int64),
         "norm_l1": np.abs(delta).sum(axis=1),
         "norm_l2": np.linalg.norm(delta, axis=1),

@@ -36,7 +36,9 @@ def gradient_shares(classifier, x: np.ndarray, y: np.ndarray) -> tuple[float, fl
     one_hot = np.eye(classifier.nb_classes, dtype=np.float32)[y.astype(np.int64)]  # ART's loss_gradient takes one-hot labels
     gradients = np.asarray(classifier.loss_gradient(x.astype(np.float32), one_hot)).reshape(len(x), -1)
     nonfinite = ~np.isfinite(gradients).all(axis=1)
-    zero = ~nonfinite & (np.abs(np.nan_to_num(gradients)).max(axis=1) == 0)
+    # zero or subnormal: a float32 gradient underflows to 0 or to a subnormal as the device
+    # flushes subnormals or not, and either is a vanished gradient (issue 58)
+    zero = ~nonfinite & (np.abs(np.nan_to_num(gradients)).max(axis=1) < np.finfo(np.float32).tiny)
     return float(zero.mean()), float(nonfinite.mean())
 
 

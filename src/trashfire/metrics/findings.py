@@ -20,9 +20,11 @@ from scipy import stats
 
 from trashfire.core import schema
 from trashfire.core.schema import CONFIGURATION, MODEL_LABELS, TRAINED_LABELS, Finding, without
-from trashfire.core.stats import spearman
+from trashfire.core.stats import significant, spearman
 from trashfire.metrics import bootstrap_mean
 
+# metrics here (accuracies, EVP, R, brittle-scores) are O(0.01-1): a difference this small is rounding
+ROUNDING = 1e-12
 VERDICTS = ("holds", "contradicted", "inconclusive", "not testable")
 HOLDS, CONTRADICTED, INCONCLUSIVE, NOT_TESTABLE = VERDICTS
 NAN = float("nan")
@@ -154,7 +156,9 @@ def paired_finding(id: str, test: str, pairs: pd.DataFrame, sign: int, resamples
     """Paired bootstrap of d = pairs["d"]: value = mean d, interval of the mean over pairs."""
     if len(pairs) < 2:
         return not_testable(id, test, f"needs >= 2 pairs of {what}; found {len(pairs)}")
-    value, lo, hi = bootstrap_mean(pairs["d"].to_numpy(), resamples, seed)
+    differences = pairs["d"].to_numpy(float)
+    # two flat curves' R differ by +-1e-16 as rounding falls: a difference at rounding level is none
+    value, lo, hi = bootstrap_mean(np.where(np.abs(differences) <= ROUNDING, 0.0, differences), resamples, seed)
     detail = f"mean difference {value:+.3g} over {len(pairs)} pairs of {what}, 95% CI [{lo:+.3g}, {hi:+.3g}]" + extra
     return finding(id, test, len(pairs), value, lo, hi, NAN, interval_verdict(lo, hi, sign), detail)
 
@@ -205,10 +209,11 @@ def deeper_trains_longer(tables: Tables, alpha: float) -> Finding:
 
 def slope(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Least-squares slopes of y on x along the last axis (np.polyfit deg 1's, vectorised);
-    NaN where x is constant."""
+    NaN where x is constant, 0 where y is (to 9 significant digits: the mean of equal values
+    is not always that value, and the slope of a constant was +-1e-31 as rounding fell)."""
     xc = x - x.mean(axis=-1, keepdims=True)
     var = (xc**2).sum(axis=-1)
-    cov = (xc * (y - y.mean(axis=-1, keepdims=True))).sum(axis=-1)
+    cov = np.where(np.ptp(significant(y), axis=-1) == 0, 0.0, (xc * (y - y.mean(axis=-1, keepdims=True))).sum(axis=-1))
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(var > 1e-12 * np.maximum(1.0, (x**2).sum(axis=-1)), cov / var, np.nan)
 
@@ -365,15 +370,16 @@ def discordance(group: pd.DataFrame) -> tuple[int, int, int]:
     a, e = group["acc_ben"].to_numpy(), group["evp"].to_numpy()
     sa, se = group["acc_ben_se"].to_numpy(), group["evp_se"].to_numpy()
     da, de = a[i] - a[j], e[i] - e[j]
-    opposite = da * de < 0
+    opposite = (da * de < 0) & (np.abs(da) > ROUNDING) & (np.abs(de) > ROUNDING)  # seed means equal but for rounding are not ordered
     beyond = (np.abs(da) > sa[i] + sa[j]) & (np.abs(de) > se[i] + se[j])
     return len(i), int(opposite.sum()), int((opposite & beyond).sum())
 
 
 def kendall(group: pd.DataFrame) -> float:
-    if group["acc_ben"].nunique() < 2 or group["evp"].nunique() < 2:
+    accuracy, evp = significant(group["acc_ben"]), significant(group["evp"])  # ties that rounding would break are ties
+    if len(np.unique(accuracy)) < 2 or len(np.unique(evp)) < 2:
         return NAN
-    return float(stats.kendalltau(group["acc_ben"], group["evp"]).statistic)
+    return float(stats.kendalltau(accuracy, evp).statistic)
 
 
 def evp_ranks_differently(tables: Tables) -> Finding:

@@ -67,6 +67,12 @@ SQUARE_TOL = 0.002  # AutoAttack's alpha in check_square_sr
 BUDGET_SHARE = 0.02
 
 
+# accuracies and shares are counts over samples (1 - k/n): a difference of exactly "2 of 100"
+# computes as 0.020000000000000018 or 0.019999999999999997 as the two accuracies' values fall,
+# so a tolerance of 0.02 ("more than 2 of 100") is compared with this much slack (issue 58)
+SHARE_ROUNDING = 1e-9
+
+
 def non_monotone(curves: pd.DataFrame, rise_tol: float) -> Check:
     """The largest rise of accuracy over its running minimum along eps, over the cell's curves."""
     if curves.empty:
@@ -80,7 +86,7 @@ def non_monotone(curves: pd.DataFrame, rise_tol: float) -> Check:
         if worst is None or rise[j] > worst[0]:
             i = int(np.flatnonzero(acc[: j + 1] == floor[j])[0])
             worst = (rise[j], f"{family}: {acc[i]:.2f} at eps {eps[i]:g} -> {acc[j]:.2f} at eps {eps[j]:g}")
-    if worst[0] > rise_tol:
+    if worst[0] > rise_tol + SHARE_ROUNDING:
         return True, worst[1]
     return False, f"no rise above {rise_tol:g} over {curves['attack_family'].nunique()} curve(s)"
 
@@ -101,7 +107,7 @@ def black_box_stronger(rows: pd.DataFrame, black_box: list[str], tol: float) -> 
     gap = (white[shared] - black[shared]).sort_values(ascending=False)
     (norm, budget, n), worst = gap.index[0], gap.iloc[0]
     seen = f"at norm {norm}, eps {budget:g} (standardised), {n} samples: black-box {black[(norm, budget, n)]:.2f}, white-box {white[(norm, budget, n)]:.2f}"
-    return bool(worst > tol), seen
+    return bool(worst > tol + SHARE_ROUNDING), seen
 
 
 def gradients_masked(first: pd.Series, share: float) -> Check:
@@ -109,7 +115,7 @@ def gradients_masked(first: pd.Series, share: float) -> Check:
     if np.isnan(zero) or np.isnan(nonfinite):
         return None, "not checked: the benign record has no gradient probe (rerun the attack stage)"
     seen = f"{zero:.0%} of samples with zero and {nonfinite:.0%} with non-finite input gradients"
-    return bool(zero + nonfinite > share), seen
+    return bool(zero + nonfinite > share + SHARE_ROUNDING), seen
 
 
 def randomised(first: pd.Series, output_tol: float = 1e-5) -> Check:

@@ -125,7 +125,9 @@ def _second_start(fit: F.Fit, spec, data: pd.DataFrame, first: Convergence, fit_
     except Exception as err:  # the second start failing leaves the first optimum
         fit.warnings.append(f"second start: {type(err).__name__}: {F.first_line(err)}")
         return fit, Convergence(first.gradient_norm, first.newton_gain, starts=2)
-    if not fitter.log_likelihood_ > fit.fitter.log_likelihood_:
+    # the second start is kept only where it climbs beyond rounding (1e-9 relative): where both
+    # starts reach one optimum, rounding would otherwise choose between them (issue 58)
+    if not fitter.log_likelihood_ > fit.fitter.log_likelihood_ + 1e-9 * max(1.0, abs(fit.fitter.log_likelihood_)):
         return fit, Convergence(first.gradient_norm, first.newton_gain, starts=2)
     second = F.Fit(fit.name, fitter, fit.penalizer, fit.optimiser, fit.attempts, caught)
     state = safe_check(second, data)

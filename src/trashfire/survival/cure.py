@@ -35,6 +35,7 @@ from lifelines.utils.safe_exp import safe_exp
 from scipy import sparse
 from scipy.special import expit, gamma, logit
 
+from trashfire.core.stats import covariance_root
 from trashfire.survival.aft import NewtonLogLogisticAFTFitter, NewtonWeibullAFTFitter, log_logistic_restricted_mean, weibull_restricted_mean
 from trashfire.survival.data import NUMERIC_COVARIATES
 from trashfire.survival.fitters import DURATION, EVENT, _covariate_columns, _no_conditioning, covariates_of, sample_weights
@@ -167,14 +168,10 @@ class MixtureCureFitter(NewtonRegressionMixin, ParametricRegressionFitter):
         """`draws` parameter vectors from the fit's asymptotic normal (lifelines' naive
         covariance), for a parametric bootstrap."""
         covariance = self.variance_matrix_.to_numpy(float)  # lifelines orders it as params_
-        # by Cholesky, the draws move as little as the covariance does (an eigen decomposition's
-        # vectors can flip sign at a change in the seventh digit, and every draw with them)
-        try:
-            np.linalg.cholesky(covariance)
-            method = "cholesky"
-        except np.linalg.LinAlgError:  # not positive definite: eigh, which tolerates it
-            method = "eigh"
-        return np.random.default_rng(seed).multivariate_normal(self.params_.to_numpy(float), covariance, size=draws, method=method)
+        # the covariance's symmetric root, not Cholesky-or-eigh: whether Cholesky succeeds on a
+        # (near-)singular matrix is decided by rounding, and so were the draws (issue 58)
+        normal = np.random.default_rng(seed).standard_normal((draws, len(covariance)))
+        return self.params_.to_numpy(float) + normal @ covariance_root(covariance)
 
     def survival_ranking(self, df: pd.DataFrame) -> np.ndarray:
         """Higher = longer survival: the restricted mean to the longest training duration."""

@@ -200,7 +200,12 @@ def survival_summary(fitter, eps_max: float, grid: Sequence[float] | None = None
     values, widths = step_values(fitter, knots), np.diff(knots)
     hi = float(np.sum(values[:-1] * widths)) / eps_max
     lo = float(np.sum(values[1:] * widths)) / eps_max if grid is not None else hi
-    median = float(fitter.median_survival_time_)
+    # lifelines' median is the first step with S <= 1/2; S is exp(cumsum(log)), whose last bits
+    # are the CPU's exp and log: where exactly half the samples have broken, rounding chose
+    # that step or the next (issue 58), so 1/2 is reached to 1e-12
+    survival = fitter.survival_function_.iloc[:, 0]
+    reached = survival.index[survival.to_numpy(float) <= 0.5 + 1e-12]
+    median = float(reached[0]) if len(reached) else np.inf
     return {
         "n": int(table["at_risk"].iloc[0]),
         "events": int(table["observed"].sum()),

@@ -53,7 +53,7 @@ from lifelines.utils import DataframeSlicer
 from scipy import stats
 from scipy.integrate import simpson
 
-from trashfire.core.stats import bic
+from trashfire.core.stats import bic, significant
 from trashfire.survival.aft import ExponentialAFTFitter, NewtonLogNormalAFTFitter, _covariate_columns, _no_conditioning  # noqa: F401 (ExponentialAFTFitter: its conf path)
 from trashfire.survival.calibration_spline import FastCRCSplineFitter
 from trashfire.survival.data import NOT_COVARIATES
@@ -211,6 +211,10 @@ def survival_ranking(fit: Fit, covariates: pd.DataFrame) -> np.ndarray:
     """Higher = longer predicted survival: the predicted median for AFT models, minus the
     partial hazard for Cox PH (what lifelines' concordance_index_ uses for each), a cure
     model's restricted mean (survival.cure)."""
+    return significant(_survival_ranking(fit, covariates))  # rows of equal covariates tie, whatever BLAS gives X @ b's last bits
+
+
+def _survival_ranking(fit: Fit, covariates: pd.DataFrame) -> np.ndarray:
     if fit.is_cox:
         return -fit.fitter.predict_partial_hazard(covariates).to_numpy(float).ravel()
     if getattr(fit.fitter, "cure_model", False):  # its median is infinite where most are cured
@@ -358,7 +362,7 @@ def calibration(fit: Fit, data: pd.DataFrame, t0: float, ax=None) -> tuple[float
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 spline.fit_right_censoring(frame, DURATION, EVENT, regressors=CALIBRATION_SPLINE, weights_col=WEIGHT)
-        except ConvergenceError:
+        except ConvergenceError:  # SLSQP's success near its tolerance may be rounding's: the next way fits the same spline
             continue
         observed = 1 - spline.predict_survival_function(frame[["ccl"]], times=[t0]).to_numpy().ravel()
         deltas = np.repeat(np.abs(observed - predicted), weights)

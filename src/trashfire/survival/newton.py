@@ -19,6 +19,10 @@ from scipy.special import expit, log_ndtr
 MAX_ITERATIONS = 100
 MAX_HALVINGS = 30
 GRADIENT_TOLERANCE = 1e-9  # of the mean objective, per coefficient (in the unit-SD coordinates)
+POSITIVE_DEFINITE = (
+    1e-14  # smallest / largest eigenvalue above which a Hessian is positive definite beyond rounding (100x it; the default run's cure fits reach 2e-12)
+)
+ROUNDING_SLACK = 1e-12  # relative: a trial step this much worse is as good (the objective's sum rounds ~1e-16 x log n)
 _SQRT_2PI = np.sqrt(2 * np.pi)
 
 
@@ -162,7 +166,10 @@ def minimise(function, params: np.ndarray, iterations: int = MAX_ITERATIONS):
         for _ in range(MAX_HALVINGS):  # the trial's derivatives too: near the optimum every full step is taken
             with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # a step too far overflows: it is halved
                 trial = function(params - step)
-            if np.isfinite(trial[0]) and trial[0] <= value + 1e-15 * abs(value) and np.isfinite(trial[2]).all():
+            # a slack above the mean objective's summation noise: at 1e-15 the test near the
+            # optimum compared rounding with rounding, and a CPU whose noise fell the other way
+            # halved every step into NotConverged and the retry ladder (issue 58)
+            if np.isfinite(trial[0]) and trial[0] <= value + ROUNDING_SLACK * max(1.0, abs(value)) and np.isfinite(trial[2]).all():
                 break
             step = step / 2
         else:
@@ -170,7 +177,9 @@ def minimise(function, params: np.ndarray, iterations: int = MAX_ITERATIONS):
         gained = value - trial[0]
         params = params - step
         value, gradient, hessian = trial
-        if gained < 1e-16 * max(1.0, abs(value)) and np.abs(gradient).max() < 1e-6:  # as far as float arithmetic goes
+        # as far as float arithmetic goes; rounding decides whether this returns now or after one
+        # more step of size ~|gradient|/curvature, and both are the optimum to GRADIENT_TOLERANCE
+        if gained < 1e-16 * max(1.0, abs(value)) and np.abs(gradient).max() < 1e-6:
             return params, value, gradient, hessian, iteration + 1
     raise NotConverged(
         f"Newton-Raphson did not converge in {iterations} iterations (largest |gradient| {np.abs(gradient).max():.3g} of the mean log-likelihood)"
@@ -257,17 +266,19 @@ def torch_row_derivatives(row_loglik):
 
 
 def _newton_step(gradient: np.ndarray, hessian: np.ndarray) -> np.ndarray:
-    """H^-1 g; where H is not positive definite (a mixture model's start, off its optimum), its
-    eigenvalues by their absolute values, so that a direction of negative curvature is walked
-    down at its own scale: a Levenberg shift just past the most negative eigenvalue makes that
-    step so long that its halving leaves nothing of it."""
-    try:
-        factor = np.linalg.cholesky(hessian)
-        return np.linalg.solve(factor.T, np.linalg.solve(factor, gradient))
-    except np.linalg.LinAlgError:
-        pass
+    """H^-1 g where H is positive definite beyond rounding (its smallest eigenvalue above
+    POSITIVE_DEFINITE times its largest: what Cholesky's step gives); elsewhere (a mixture
+    model's start, off its optimum) each eigenvalue by its absolute value, floored at 1e-8 of
+    the largest, so that a direction of negative curvature is walked down at its own scale (a
+    Levenberg shift just past the most negative eigenvalue makes that step so long that its
+    halving leaves nothing of it). The choice was "Cholesky succeeds or not", which rounding
+    decided for a singular H (issue 58); now a stated tolerance decides, 100 times rounding's
+    size, and V diag V' is the same whatever signs eigh gives the vectors."""
     if not np.all(np.isfinite(hessian)):
         raise NotConverged("Newton-Raphson: the Hessian is not finite")
     values, vectors = np.linalg.eigh(hessian)
-    floor = max(1e-12, 1e-8 * float(np.abs(values).max()))
+    largest = float(np.abs(values).max())
+    if values.min() > POSITIVE_DEFINITE * largest:
+        return vectors @ ((vectors.T @ gradient) / values)
+    floor = max(1e-12, 1e-8 * largest)
     return vectors @ ((vectors.T @ gradient) / np.maximum(np.abs(values), floor))

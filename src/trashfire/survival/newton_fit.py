@@ -86,7 +86,9 @@ class NewtonRegressionMixin:
                     method=self._scipy_fit_method,
                     options={"disp": False, **self._scipy_fit_options, **(fit_options or {})},
                 )
-            if best is None or result.fun < best.fun:
+            # a later start replaces the best only where it is better beyond rounding: starts that
+            # reach one optimum tie, and rounding would pick the kept one (and its `success`)
+            if best is None or result.fun < best.fun - 1e-10 * (1.0 + abs(best.fun)):
                 best = result
         if not best.success:
             raise NotConverged(f"{self._scipy_fit_method} did not converge: {best.message}")
