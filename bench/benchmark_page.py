@@ -135,8 +135,41 @@ def figures(data, path: str = "") -> tuple[list[tuple[str, str]], list[str]]:
     return rows, skipped
 
 
-def table(rows: list[tuple[str, str]]) -> list[str]:
-    return ["| figure | value |", "| --- | --- |", *(f"| `{figure}` | {value} |" for figure, value in rows)]
+def reference_seconds(data) -> float | None:
+    """The reference workload's seconds that the run timed beside its figures (bench/reference.py),
+    or None for a run from before it was timed."""
+    timed = data.get("reference") if isinstance(data, dict) else None
+    return float(timed["seconds"]) if isinstance(timed, dict) and isinstance(timed.get("seconds"), int | float) else None
+
+
+def is_time(figure: str, value: str) -> bool:
+    """A figure in seconds: a part of its path ends in `_s` (`wall_s`, `stages_s.train`) or is `seconds`."""
+    parts = re.split(r"[.\[]", figure)
+    if parts[0] == "reference" or not any(part.endswith("_s") or part == "seconds" for part in parts):
+        return False
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
+
+
+def table(rows: list[tuple[str, str]], reference: float | None = None) -> list[str]:
+    """One row per figure; a figure in seconds gets its ratio to the run's reference beside it."""
+    lines = ["| figure | value | / reference |", "| --- | --- | --- |"]
+    for figure, value in rows:
+        ratio = ""
+        if is_time(figure, value):
+            ratio = f"{float(value) / reference:.2f}x" if reference else "not measured"
+        lines.append(f"| `{figure}` | {value} | {ratio} |")
+    return lines
+
+
+def reference_line(data) -> str:
+    seconds = reference_seconds(data)
+    if seconds is None:
+        return "- reference workload: not measured (this run is from before bench/reference.py, issue 58): its seconds are one machine's"
+    return f"- reference workload: {seconds:g} s, timed in the same run (bench/reference.py); each figure in seconds is shown beside as a multiple of it"
 
 
 def json_section(path: Path) -> tuple[list[str], dict[str, str], int]:
@@ -146,8 +179,8 @@ def json_section(path: Path) -> tuple[list[str], dict[str, str], int]:
     if isinstance(data, dict) and isinstance(data.get("machine"), dict):
         body = {key: value for key, value in data.items() if key != "machine"}
     rows, skipped = figures(body)
-    lines = [f"## {path.name}", "", *provenance_lines(where), ""]
-    lines += table(rows)
+    lines = [f"## {path.name}", "", *provenance_lines(where), reference_line(data), ""]
+    lines += table(rows, reference_seconds(data))
     if skipped:
         lines += ["", f"Left out (long text, read them in the file): {', '.join(f'`{name}`' for name in skipped)}."]
     return lines + [""], where, len(rows)

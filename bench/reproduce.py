@@ -34,6 +34,7 @@ import pandas as pd
 from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import reference  # noqa: E402
 from suite import machine, scratch_project, timed_repro  # noqa: E402  (bench/ is scripts, not a package)
 from trashfire.core.records import write_json  # noqa: E402
 
@@ -232,6 +233,7 @@ def run_preset(preset: str, mnist_root: str | None, overrides: list[str], keep_w
     if mnist_root:
         args.append(f"data.mnist.root={Path(mnist_root).resolve()}")
     measured_on = machine()  # before the run: the commit whose code the scratch copy holds
+    before = reference.measure()
     work, env = scratch_project(preset, args)
     print(f"{preset}: `dvc repro` in {work}", flush=True)
     try:
@@ -241,13 +243,17 @@ def run_preset(preset: str, mnist_root: str | None, overrides: list[str], keep_w
             shutil.rmtree(work)
         raise
     pipeline = {"experiment": preset, "overrides": overrides, "wall_s": round(wall, 1), "stages_s": stages, "peak_memory_gib": round(peak / 2**30, 3)}
-    kept = {"preset": preset, "machine": measured_on, "pipeline": pipeline, **summarise(work / "reports")}
+    timed_against = reference.summary(before, reference.measure())
+    pipeline["ratio_to_reference"] = reference.ratio(wall, timed_against)
+    kept = {"preset": preset, "machine": measured_on, "reference": timed_against, "pipeline": pipeline, **summarise(work / "reports")}
     if preset == "repro_004_mnist":  # after the timing: a check of the gap to 004, not part of the run
         kept["fgsm_unclipped"] = fgsm_unclipped(work)
     write_json(KEPT / f"{preset}.json", kept)
-    timing = {"machine": kept["machine"], "pipeline": pipeline}
+    timing = {"machine": kept["machine"], "reference": timed_against, "pipeline": pipeline}
     write_json(ROOT / "bench" / "results" / f"{kept['machine']['date'][:10]}-{kept['machine']['cpus']}cpu-{preset}.json", timing)
+    line, met = reference.verdict("reproduce", wall, timed_against)
     print(f"{preset}: {pipeline['wall_s']} s, peak {pipeline['peak_memory_gib']} GiB, lowest benign accuracy {kept['benign_accuracy']['min']:.3f}", flush=True)
+    print(f"{preset}: {'met' if met else 'MISSED'} {line}", flush=True)
     if keep_work:
         print(f"{preset}: its reports, models and data stay in {work}", flush=True)
     else:
@@ -404,16 +410,21 @@ def claims_table(kept: dict[str, dict]) -> list[str]:
 
 
 def timing_table(kept: dict[str, dict]) -> list[str]:
-    lines = ["| run | wall | stages (s) | peak memory | lowest benign acc | machine | date | commit |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| run | wall | reference | wall / reference | stages (s) | peak memory | lowest benign acc | machine | date | commit |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for name in (*PRESETS, DIGITS):
         run = kept.get(name)
         if not run:
-            lines.append(f"| `{name}` | not run | | | | | | |")
+            lines.append(f"| `{name}` | not run | | | | | | | | |")
             continue
         p, m = run["pipeline"], run["machine"]
         stages = ", ".join(f"{k} {v:g}" for k, v in p["stages_s"].items())
+        timed = run.get("reference")
+        against = f"{timed['seconds']:.2f} s | {p['wall_s'] / timed['seconds']:.0f}x" if timed else "not measured (before issue 58) | -"
         lines.append(
-            f"| `{name}` | {p['wall_s'] / 60:.1f} min | {stages} | {p['peak_memory_gib']:.2f} GiB | {fmt(run['benign_accuracy']['min'])} | {m['cpus']} CPUs | {m['date'][:10]} | {m.get('commit', 'not recorded')} |"
+            f"| `{name}` | {p['wall_s'] / 60:.1f} min | {against} | {stages} | {p['peak_memory_gib']:.2f} GiB | {fmt(run['benign_accuracy']['min'])} | {m['cpus']} CPUs | {m['date'][:10]} | {m.get('commit', 'not recorded')} |"
         )
     return lines
 
