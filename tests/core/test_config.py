@@ -67,7 +67,7 @@ def test_one_option_and_a_list_compose_to_the_same_shape(conf_dir):
         ("metrics.evp.tau_grid=1", "metrics.evp.tau_grid"),
         ("metrics.evp.table_classes=[1]", "metrics.evp.table_classes"),
         ("metrics.evp.tau=1.5", "metrics.evp.tau"),
-        ("metrics.trash.bootstrap=0", "metrics.trash.bootstrap"),
+        ("metrics.findings.smallest.004_r_rises_with_epochs=0", "metrics.findings.smallest.004_r_rises_with_epochs"),
         ("model.resnet18.depth=34", "model.resnet18.depth"),
         ("train.lr_schedule=cosine", "train.lr_schedule"),
         ("attack.fgm.units=percent", "attack.fgm.units"),

@@ -13,9 +13,12 @@ import pandas as pd
 import pytest
 
 from tests.helpers.rounding import TRIALS, nudged, perturbed
+from tests.metrics.test_findings import SETTINGS
+from trashfire.core import inference
 from trashfire.core.stats import significant, spearman
 from trashfire.metrics import findings
 from trashfire.metrics.validity import non_monotone
+from trashfire.metrics.verdicts import INCONCLUSIVE, adjust
 from trashfire.survival import budget, newton
 from trashfire.survival.epsilon import kaplan_meier, survival_summary
 from trashfire.survival.fitters import harrell_c
@@ -102,26 +105,23 @@ def test_spearman_of_a_column_constant_but_for_rounding_is_undefined_and_ties_st
 
 def test_the_slope_of_a_constant_is_zero_however_it_rounds():
     """003's queries-on-depth slope where every model withstands the same queries: its log was
-    +-1e-31 as rounding fell, and its bootstrap's signs decided holds or contradicted."""
+    +-1e-31 as rounding fell, and the sign decided holds or contradicted."""
     rng = np.random.default_rng(5)
     x = np.log(np.repeat([8.0, 14.0, 20.0], 3))
-    constant = np.full(9, np.log(7.0))
     for _ in range(TRIALS):
-        y = nudged(constant, 2, rng)
-        assert findings.slope(x, y) == 0.0
-        resampled = rng.integers(0, 9, (200, 9))
-        assert (findings.slope(x[resampled], y[resampled])[np.isfinite(findings.slope(x[resampled], y[resampled]))] == 0).all()
-    assert findings.slope(x, 2 * x) == pytest.approx(2.0)
+        flat = inference.slope_over_units(x, nudged(np.full(9, np.log(7.0)), 2, rng))
+        assert (flat.value, flat.se, flat.p) == (0.0, 0.0, 1.0)
+    assert inference.slope_over_units(x, 2 * x).value == pytest.approx(2.0)
 
 
-def test_a_paired_difference_at_rounding_level_is_no_difference():
-    """Two flat curves' R differ by +-1e-16 as rounding falls: the pairs' interval is 0, never
-    wholly on one side."""
+def test_a_difference_at_rounding_level_is_no_effect():
+    """Two flat curves' R differ by +-1e-16 as rounding falls: no claim holds or is contradicted on it."""
     rng = np.random.default_rng(6)
     for _ in range(TRIALS):
-        pairs = pd.DataFrame({"d": nudged(np.zeros(6), 1, rng) + rng.choice([-1, 1], 6) * 1e-16})
-        found = findings.paired_finding("004_r_rises_with_epochs", "test", pairs, +1, 200, 0, "pairs")
-        assert (found.value, found.lo, found.hi, found.verdict) == (0.0, 0.0, 0.0, findings.INCONCLUSIVE)
+        differences = pd.Series(nudged(np.zeros(6), 1, rng) + rng.choice([-1, 1], 6) * 1e-16)
+        found = findings.mean_claim("004_r_rises_with_epochs", "test", differences, +1, "004_r_rises_with_epochs", SETTINGS, "units", "rise")
+        [decided] = adjust([found], SETTINGS.alpha)
+        assert decided.verdict == INCONCLUSIVE and abs(decided.value) < 1e-15
 
 
 def test_the_median_eps_where_exactly_half_break_is_that_eps_for_every_sample_size():

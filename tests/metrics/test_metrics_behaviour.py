@@ -7,6 +7,7 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from tests.conftest import DROP, config_refusal
 from trashfire import metrics
@@ -125,52 +126,23 @@ def test_viability_threshold_names_the_key_it_refuses():
     assert refused.value.key == "n_classes"
 
 
-# the bootstrap interval
+# the interval of a mean over seeds
 
 
-def test_bootstrap_interval_is_at_95_percent_by_default():
-    # 0..9: the mean of 10 values resampled has sd sqrt(8.25 / 10) = .908, so the 95% percentile
-    # interval is about 4.5 -+ 1.96 (.908) = [2.72, 6.28], the 50% one 4.5 -+ .674 (.908) = [3.89, 5.11]
+def test_the_mean_interval_is_students_t_at_95_percent_by_default():
     values = np.arange(10.0)
-    mean, lo, hi = metrics.bootstrap_mean(values)
-    assert mean == 4.5
-    assert (lo, hi) == (pytest.approx(2.72, abs=0.15), pytest.approx(6.28, abs=0.15))
-    _, lo50, hi50 = metrics.bootstrap_mean(values, level=0.5)
-    assert (lo50, hi50) == (pytest.approx(3.89, abs=0.15), pytest.approx(5.11, abs=0.15))
+    mean, lo, hi = metrics.mean_interval(values)
+    half = stats.t.ppf(0.975, 9) * values.std(ddof=1) / math.sqrt(10)
+    assert (mean, lo, hi) == pytest.approx((4.5, 4.5 - half, 4.5 + half))
+    _, lo50, hi50 = metrics.mean_interval(values, level=0.5)
+    assert hi50 - lo50 == pytest.approx(2 * stats.t.ppf(0.75, 9) * values.std(ddof=1) / math.sqrt(10))
 
 
-def test_bootstrap_interval_at_a_level_of_a_two_value_sample():
-    # [0, 1] resampled twice: means 0, .5, 1 with chances 1/4, 1/2, 1/4. At level .4 the 30th
-    # and 70th percentiles both fall on .5; at .95 the 2.5th and 97.5th on 0 and 1
-    assert metrics.bootstrap_mean([0.0, 1.0], level=0.4) == (0.5, 0.5, 0.5)
-    assert metrics.bootstrap_mean([0.0, 1.0]) == (0.5, 0.0, 1.0)
-
-
-def test_bootstrap_interval_at_level_zero_is_the_median_resample_mean():
-    # the ends are the (1 - level) / 2 and (1 + level) / 2 quantiles: at level 0 both the median
-    values = [0.31, 1.72, 2.23, 4.15, 5.07, 3.3, 2.9]
-    _, lo, hi = metrics.bootstrap_mean(values, level=0.0)
-    assert lo == hi
-
-
-def test_bootstrap_defaults_are_2000_resamples_from_seed_0():
-    # the reported intervals are reproducible: the defaults are the documented ones
-    values = [0.31, 1.72, 2.23, 4.15, 5.07, 3.3, 2.9]
-    assert metrics.bootstrap_mean(values) == metrics.bootstrap_mean(values, resamples=2000, seed=0, level=0.95)
-    assert metrics.bootstrap_mean(values, seed=1) != metrics.bootstrap_mean(values)
-
-
-def test_bootstrap_leaves_nans_out():
-    mean, lo, hi = metrics.bootstrap_mean([1.0, math.nan, 3.0])
-    assert (mean, lo, hi) == (2.0, 1.0, 3.0)  # [1, 3]: means 1, 2, 3; the 2.5th and 97.5th are 1 and 3
-    assert all(math.isnan(x) for x in metrics.bootstrap_mean([math.nan, math.nan]))
-
-
-def test_bootstrap_of_one_value_gives_it_back_without_an_interval():
-    mean, lo, hi = metrics.bootstrap_mean([math.nan, 5.0])
-    assert mean == 5.0 and math.isnan(lo) and math.isnan(hi)
-    mean, lo, hi = metrics.bootstrap_mean([2.0, 4.0])  # two values have an interval: [2, 4]
-    assert (mean, lo, hi) == (3.0, 2.0, 4.0)
+def test_the_mean_interval_leaves_nans_out_and_gives_none_from_one_value():
+    mean, lo, hi = metrics.mean_interval([1.0, math.nan, 3.0])
+    assert mean == 2.0 and (lo, hi) == pytest.approx((2.0 - stats.t.ppf(0.975, 1), 2.0 + stats.t.ppf(0.975, 1)))
+    one = metrics.mean_interval([5.0])
+    assert one[0] == 5.0 and math.isnan(one[1]) and math.isnan(one[2])
 
 
 # what the registry's headline entries read
@@ -450,9 +422,28 @@ REMOVED = "removed: an attack's option says it ({}); compose params.yaml again w
         ({"metrics.findings": DROP}, f"metrics.findings: {MAKE_PARAMS}"),
         ({"metrics.findings.alpha": 0}, "metrics.findings.alpha: got 0; must be a finite number in (0, 1)"),
         ({"metrics.findings.alpha": 1}, "metrics.findings.alpha: got 1; must be a finite number in (0, 1)"),
-        ({"metrics.findings.bootstrap": 99}, "metrics.findings.bootstrap: got 99; must be an integer >= 100"),
-        ({"metrics.trash.bootstrap": 99}, "metrics.trash.bootstrap: got 99; must be an integer >= 100"),
-        ({"metrics.trash.seed": -1}, "metrics.trash.seed: got -1; must be an integer >= 0"),
+        ({"metrics.findings.seed": -1}, "metrics.findings.seed: got -1; must be an integer >= 0"),
+        (
+            {"metrics.findings.smallest": DROP},
+            "metrics.findings.smallest: missing; give each of " + ", ".join(metrics_checks.SMALLEST_EFFECTS) + " a positive number",
+        ),
+        ({"metrics.findings.smallest.004_r_rises_with_epochs": 0}, "metrics.findings.smallest.004_r_rises_with_epochs: got 0; must be a finite number > 0"),
+        (
+            {"metrics.findings.smallest.004_r_rises_with_epochs": DROP},
+            "metrics.findings.smallest.004_r_rises_with_epochs: got None; must be a finite number > 0",
+        ),
+        (
+            {"metrics.findings.margin.003_depth_speed": 0.1},
+            "metrics.findings.margin.003_depth_speed: is no claim's; allowed: 003_depth_queries, 004_pretraining_effect",
+        ),
+        (
+            {"metrics.findings.bootstrap": 2000},
+            "metrics.findings.bootstrap: was removed: intervals over seeds are Student's t intervals over independent units (issue 59); drop the key",
+        ),
+        (
+            {"metrics.trash.bootstrap": 2000},
+            "metrics.trash.bootstrap: was removed: intervals over seeds are Student's t intervals over independent units (issue 59); drop the key",
+        ),
         ({"metrics.eps_survival": DROP}, f"metrics.eps_survival: {MAKE_PARAMS}"),
         ({"metrics.eps_survival.minimal": ["deepfool"]}, "metrics.eps_survival.minimal: " + REMOVED.format("minimal: true in the attack's option")),
         ({"metrics.eps_survival.minimal_units": "percent"}, "metrics.eps_survival.minimal_units: got 'percent'; allowed: standardised, pixel"),
@@ -491,7 +482,7 @@ def test_a_bad_metrics_setting_is_refused_in_one_line_naming_its_key(changes, li
         {},  # the defaults: tau, margin, eps_max and minimal_eps_max unset, eps1 0.3 the end of fgm's and pgd's pixel grids
         # each value on its closed bound
         {"metrics.evp.tau": 1, "metrics.evp.tau_grid": 2, "metrics.evp.table_classes": [2], "metrics.auc.eps0": 0, "metrics.degenerate.margin": 0}
-        | {"metrics.findings.bootstrap": 100, "metrics.trash.bootstrap": 100, "metrics.trash.seed": 0}
+        | {"metrics.findings.seed": 0}
         | {f"metrics.validity.{key}": 0 for key in ("rise_tol", "black_box_tol", "gradient_share", "near_zero")},
         {"metrics.degenerate.margin": 1, "metrics.trash.eps_max": 0.01, "metrics.eps_survival.minimal_eps_max": 0.01}
         | {f"metrics.validity.{key}": 1 for key in ("rise_tol", "black_box_tol", "gradient_share", "near_zero")},

@@ -3,7 +3,7 @@
 Per model cell and attack family (an attack with one norm: fgm linf, fgm l2, pgd linf ...):
 TRASH and its benign analogue with failure rates (003), EVP (001) and the normalised AUC R
 (004), plus their curves over tau, over grid refinement and over eps. Per model cell, the
-brittle-score (002) with its relative improvement. Over seeds (permutations), bootstrap
+brittle-score (002) with its relative improvement. Over seeds (permutations), Student's t
 intervals of TRASH and 004's mean/SD tables of R. One JSON card per trained cell, and the
 headline metrics DVC tracks. P(0) for EVP and R is the benign accuracy on the attacked subset.
 Survival in eps (trashfire.survival.epsilon): per model cell and family, the Kaplan-Meier curve
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from trashfire import metrics
 from trashfire.brittle.spec import brittle_hash, brittle_record_path, brittle_settings
@@ -123,13 +123,14 @@ def depth_decomposition(trash: pd.DataFrame) -> pd.DataFrame:
     return table.sort_values(["dataset", "attack_family", "model", "epochs", "depth"], kind="stable")[schema.DEPTH_DECOMPOSITION]
 
 
-def trash_summary(trash: pd.DataFrame, resamples: int, seed: int) -> pd.DataFrame:
-    """Mean TRASH over seeds (permutations) with 95% percentile-bootstrap intervals."""
+def trash_summary(trash: pd.DataFrame) -> pd.DataFrame:
+    """Mean TRASH over seeds (each seed's model cell is its own trained model: the unit) with
+    95% Student's t intervals (trashfire.core.inference; none from one seed)."""
     rows = []
     for key, group in trash.groupby(OVER_SEEDS, dropna=False):
         row = dict(zip(OVER_SEEDS, key)) | {"n_seeds": len(group)}
         for column in ("trash_adv", "trash_ben"):
-            mean, lo, hi = metrics.bootstrap_mean(group[column], resamples, seed)
+            mean, lo, hi = metrics.mean_interval(group[column])
             row |= {f"{column}_mean": mean, f"{column}_lo": lo, f"{column}_hi": hi}
         rows.append(row | {"f_ben_mean": group["f_ben"].mean(), "f_adv_mean": group["f_adv"].mean()})
     return pd.DataFrame(rows, columns=schema.TRASH_SUMMARY)
@@ -347,14 +348,28 @@ def trained_models(experiments: pd.DataFrame) -> pd.DataFrame:
     return cells.assign(_own=cells["defence"] != "none").sort_values("_own", kind="stable").drop_duplicates("train_hash").drop(columns="_own")
 
 
-def check_findings(experiments, trash, robustness, brittle, settings: DictConfig, survival_reason: str | None = None) -> list[schema.Finding]:
+def check_findings(
+    experiments, trash, robustness, brittle, settings: DictConfig, survival_reason: str | None = None, defence_stages: dict | None = None
+) -> list[schema.Finding]:
     """The papers' claims; those about time on the configured clock and on every other."""
     clock = str(experiments["clock"].iloc[0]) if "clock" in experiments and len(experiments) else schema.COMPUTE
     tables = findings.Tables(
-        trained=trained_models(experiments), robustness=robustness, trash=trash, brittle=brittle, clock=clock, survival_reason=survival_reason or ""
+        trained=trained_models(experiments),
+        robustness=robustness,
+        trash=trash,
+        brittle=brittle,
+        clock=clock,
+        survival_reason=survival_reason or "",
+        defence_stages=defence_stages or {},
     )
     others = tuple(c for c in schema.CLOCKS if c != clock)
-    return findings.check_findings(tables, alpha=settings.alpha, resamples=settings.bootstrap, seed=settings.seed, other_clocks=others)
+    return findings.check_findings(tables, finding_settings(settings), other_clocks=others)
+
+
+def finding_settings(settings: DictConfig) -> findings.Settings:
+    """metrics.findings as the findings' Settings."""
+    plain = OmegaConf.to_container(settings, resolve=True)
+    return findings.Settings(alpha=plain["alpha"], seed=plain["seed"], smallest=plain["smallest"], margin=plain["margin"])
 
 
 def write_tables(artefacts: Artefacts, tables: dict[str, pd.DataFrame]) -> None:
@@ -410,7 +425,7 @@ def aggregate_reports(cfg: DictConfig, artefacts: Artefacts) -> dict:
     brittle = brittle_table(records, experiments, m.brittle.robust_acc).assign(
         degenerate=lambda t: t["model_hash"].map(degenerate), defence_stage=lambda t: t["defence"].map(stages)
     )[schema.BRITTLE]
-    checked = check_findings(experiments, trash, robustness, brittle, m.findings, no_expected_time)
+    checked = check_findings(experiments, trash, robustness, brittle, m.findings, no_expected_time, stages)
     sufficiency, competing = read_optional(artefacts.input("budget/sufficiency.csv")), read_optional(artefacts.input("survival/competing_risks.csv"))
     flags = validity.validity_table(experiments, curves, m.validity, sufficiency, competing)
     eps_survival, eps_curves_table = epsilon.survival_tables(read_eps_survival_data(artefacts.input("eps_survival_data.csv")), experiments, degenerate)
@@ -420,7 +435,7 @@ def aggregate_reports(cfg: DictConfig, artefacts: Artefacts) -> dict:
         {
             "trash.csv": trash,
             "depth_decomposition.csv": depth_decomposition(trash),
-            "trash_summary.csv": trash_summary(trash, m.trash.bootstrap, m.trash.seed),
+            "trash_summary.csv": trash_summary(trash),
             "robustness.csv": every_robustness,
             "auc_table.csv": auc_table(robustness),
             "curves.csv": every_curve,

@@ -43,11 +43,42 @@ def _validate_metrics(metrics: DictConfig) -> None:
     if not isinstance(findings, DictConfig):
         raise ConfigError("metrics.findings", "missing; compose params.yaml with `make params`")
     number("metrics.findings.alpha", findings.get("alpha"), low=0, high=1, open_low=True, open_high=True)
-    integer("metrics.findings.bootstrap", findings.get("bootstrap"), low=100)
-    integer("metrics.trash.bootstrap", metrics.trash.get("bootstrap"), low=100)
-    integer("metrics.trash.seed", metrics.trash.get("seed"), low=0)
+    integer("metrics.findings.seed", findings.get("seed"), low=0)
+    _validate_effects(findings)
+    for removed, why in (("findings", "bootstrap"), ("trash", "bootstrap"), ("trash", "seed")):
+        if metrics.get(removed, {}).get(why) is not None:
+            raise ConfigError(
+                f"metrics.{removed}.{why}", "was removed: intervals over seeds are Student's t intervals over independent units (issue 59); drop the key"
+            )
     _validate_eps_survival(metrics.get("eps_survival"))
     _validate_validity(metrics.get("validity"))
+
+
+# each claim's smallest effect of interest and each claim of no effect's margin (trashfire.metrics.findings)
+SMALLEST_EFFECTS = (
+    "003_deeper_trains_longer",
+    "003_depth_not_proportional",
+    "003_trash_above_one",
+    "003_depth_latency",
+    "001_adv_train_raises_evp",
+    "001_evp_ranks_differently",
+    "002_brittle_negative",
+    "002_adv_train_lowers_brittle",
+    "004_r_rises_with_epochs",
+)
+MARGINS = ("003_depth_queries", "004_pretraining_effect")
+
+
+def _validate_effects(findings: DictConfig) -> None:
+    for section, keys in (("smallest", SMALLEST_EFFECTS), ("margin", MARGINS)):
+        given = findings.get(section)
+        if not isinstance(given, DictConfig):
+            raise ConfigError(f"metrics.findings.{section}", f"missing; give each of {', '.join(keys)} a positive number")
+        unknown = sorted(set(given) - set(keys))
+        if unknown:
+            raise ConfigError(f"metrics.findings.{section}.{unknown[0]}", f"is no claim's; allowed: {', '.join(keys)}")
+        for key in keys:
+            number(f"metrics.findings.{section}.{key}", given.get(key), low=0, open_low=True)
 
 
 def _validate_validity(validity) -> None:

@@ -1,31 +1,33 @@
 """The four papers' qualitative claims, each checked with a statistical test on the pipeline's tables.
 
 Pure functions over pandas DataFrames: `check_findings` returns one `Finding` per claim with its
-statistic, 95% interval or p-value and a verdict; the caller writes them out (`findings_frame`,
-`findings_metrics`). Every test first drops degenerate (chance-level) rows and rows with NaN in
-the columns it uses, and says "not testable" -- with the Hydra override that would fix it --
-when the grid lacks what it needs.
+statistic, 95% interval, raw and Holm-adjusted p-values, smallest effect of interest, the effect
+the run detects at 80% power and a verdict (trashfire.metrics.verdicts); the caller writes them
+out (`findings_frame`, `findings_metrics`). Every test first drops degenerate (chance-level)
+rows and rows with NaN in the columns it uses, averages the cells of one independent unit (a
+trained model, or a (configuration, seed) unit: its attack families, eps values and
+predict-time defences) into one value, and tests over units (trashfire.core.inference); it says
+"not testable" -- with the Hydra override that would fix it -- when the grid lacks what it needs.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import re
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
-from trashfire.core import schema
+from trashfire.core import inference, schema
 from trashfire.core.schema import CONFIGURATION, MODEL_LABELS, TRAINED_LABELS, Finding, without
 from trashfire.core.stats import significant, spearman
-from trashfire.metrics import bootstrap_mean
+from trashfire.metrics.verdicts import BELOW, DIRECTIONAL, EQUIVALENCE, OTHER_CLOCK, VERDICTS, Tested, adjust, not_testable, tested
 
 # metrics here (accuracies, EVP, R, brittle-scores) are O(0.01-1): a difference this small is rounding
 ROUNDING = 1e-12
-VERDICTS = ("holds", "contradicted", "inconclusive", "not testable")
 HOLDS, CONTRADICTED, INCONCLUSIVE, NOT_TESTABLE = VERDICTS
 NAN = float("nan")
 
@@ -46,6 +48,25 @@ class Tables:
     brittle: pd.DataFrame
     clock: str = ""  # the clock of t_train, E_T and trash_adv (schema.CLOCKS)
     survival_reason: str = ""  # why no survival model gives E[T] (then none has a TRASH), "" where one does
+    defence_stages: Mapping[str, str] = field(default_factory=dict)  # defence -> "train" or "predict" (conf's `stage`)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """metrics.findings: the family-wise level, the permutation tests' seed, and per claim its
+    smallest effect of interest (`smallest`) or its equivalence margin (`margin`), in the
+    claim's own units (conf/metrics/default.yaml gives each its reason)."""
+
+    alpha: float = 0.05
+    seed: int = 0
+    smallest: Mapping[str, float] = field(default_factory=dict)
+    margin: Mapping[str, float] = field(default_factory=dict)
+
+    def of(self, key: str) -> float:
+        value = self.smallest.get(key, self.margin.get(key))
+        if value is None:
+            raise KeyError(f"metrics.findings has no smallest effect or margin for {key}")
+        return float(value)
 
 
 def on_clock(tables: Tables, clock: str) -> Tables:
@@ -95,13 +116,13 @@ NEEDS_PRETRAINED = "needs pretrained cells: +train.pretrained_on.<data>=[null,<o
 # Building blocks
 
 
-def finding(id: str, test: str, n: int, value: float, lo: float, hi: float, p: float, verdict: str, detail: str) -> Finding:
+def finding(id: str, test: str, n: int, value: float, lo: float, hi: float, p: float, verdict: str, detail: str, units: str = "") -> Finding:
     paper, claim = CLAIMS[id]
-    return Finding(id, paper, claim, test, int(n), float(value), float(lo), float(hi), float(p), verdict, detail)
+    return Finding(id, paper, claim, test, int(n), float(value), float(lo), float(hi), float(p), verdict, detail, units=units)
 
 
-def not_testable(id: str, test: str, detail: str) -> Finding:
-    return finding(id, test, 0, NAN, NAN, NAN, NAN, NOT_TESTABLE, detail)
+def untestable(id: str, test: str, detail: str) -> Finding:
+    return not_testable(finding(id, test, 0, NAN, NAN, NAN, NAN, NOT_TESTABLE, detail))
 
 
 def usable(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
@@ -131,46 +152,33 @@ def seed_label(seed) -> str:
     return str(int(seed)) if isinstance(seed, (int, float, np.number)) and float(seed).is_integer() else str(seed)
 
 
-def interval_verdict(lo: float, hi: float, sign: int) -> str:
-    """holds when the whole interval lies on the claimed side of 0, contradicted when on the other."""
-    if sign * lo > 0 and sign * hi > 0:
-        return HOLDS
-    if sign * lo < 0 and sign * hi < 0:
-        return CONTRADICTED
-    return INCONCLUSIVE
+def trained_model(df: pd.DataFrame, stages: Mapping[str, str]) -> pd.DataFrame:
+    """`df` with `trained_defence` and `trained_value`: its trained model's train-time defence
+    (a predict-time defence wraps the undefended model: "none"), so that the cells of one
+    trained model share TRAINED_LABELS + these two."""
+    predict = df["defence"].map(lambda d: stages.get(d) == "predict")
+    return df.assign(
+        trained_defence=df["defence"].where(~predict, "none"),
+        trained_value=df.get("defence_value", pd.Series("", index=df.index)).astype(str).where(~predict, ""),
+    )
 
 
-def spearman_verdict(rho: float, p: float, sign: int, alpha: float) -> str:
-    if not (p < alpha) or not np.isfinite(rho) or rho == 0:
-        return INCONCLUSIVE
-    return HOLDS if np.sign(rho) == sign else CONTRADICTED
+def unit_means(df: pd.DataFrame, units: list[str], column: str) -> pd.Series:
+    """One value per unit: the mean of its cells (attack families, eps values, predict-time defences).
+    A label column a table lacks (a hand-made table) tells no units apart."""
+    return df.groupby([u for u in units if u in df.columns] or (lambda _: 0), dropna=False)[column].mean()
 
 
-def mean_per_key(df: pd.DataFrame, keys: list[str], column: str) -> pd.DataFrame:
-    """One row per key: cells that share every key (e.g. a defence at several strengths, which
-    the tables do not label) are averaged rather than paired with each other crosswise."""
-    return df.groupby(keys, dropna=False)[column].mean().reset_index()
-
-
-def paired_finding(id: str, test: str, pairs: pd.DataFrame, sign: int, resamples: int, seed: int, what: str, extra: str = "") -> Finding:
-    """Paired bootstrap of d = pairs["d"]: value = mean d, interval of the mean over pairs."""
-    if len(pairs) < 2:
-        return not_testable(id, test, f"needs >= 2 pairs of {what}; found {len(pairs)}")
-    differences = pairs["d"].to_numpy(float)
-    # two flat curves' R differ by +-1e-16 as rounding falls: a difference at rounding level is none
-    value, lo, hi = bootstrap_mean(np.where(np.abs(differences) <= ROUNDING, 0.0, differences), resamples, seed)
-    detail = f"mean difference {value:+.3g} over {len(pairs)} pairs of {what}, 95% CI [{lo:+.3g}, {hi:+.3g}]" + extra
-    return finding(id, test, len(pairs), value, lo, hi, NAN, interval_verdict(lo, hi, sign), detail)
-
-
-def pair_defences(df: pd.DataFrame, keys: list[str], column: str, treated: str) -> pd.DataFrame:
-    """d = column of the `treated` defence minus column of the undefended cell with the same keys."""
-    df = with_keys(df)
-    a = mean_per_key(df[df["defence"] == treated], keys, column)
-    b = mean_per_key(df[df["defence"] == "none"], keys, column)
-    pairs = a.merge(b, on=keys, suffixes=("_treated", "_none"))
-    pairs["d"] = pairs[f"{column}_treated"] - pairs[f"{column}_none"]
-    return pairs
+def mean_claim(id: str, test: str, values: pd.Series, sign: int, key: str, settings: Settings, units: str, what: str, scale=None) -> Tested | Finding:
+    """A directional claim about the mean over units of `values` (one per unit)."""
+    if len(values) < 2:
+        return untestable(id, test, f"needs >= 2 {units}; found {len(values)}")
+    estimate = inference.mean_over_units(values.to_numpy(float))
+    shown = (lambda x: x) if scale is None else scale
+    value, lo, hi = shown(estimate.value), shown(estimate.lo), shown(estimate.hi)
+    detail = f"{what} {value:+.3g} over {estimate.n} {units}, 95% t interval [{lo:+.3g}, {hi:+.3g}]"
+    f = finding(id, test, estimate.n, value, lo, hi, estimate.p, INCONCLUSIVE, detail, units)
+    return tested(f, estimate, DIRECTIONAL, sign, settings.of(key), alpha=settings.alpha)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -195,95 +203,90 @@ def depth_series(trained: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     return rows, f"{best} at epochs={epochs:g}"
 
 
-def deeper_trains_longer(tables: Tables, alpha: float) -> Finding:
+def deeper_trains_longer(tables: Tables, settings: Settings) -> Tested | Finding:
     id = "003_deeper_trains_longer"
     rows, what = depth_series(tables.trained)
-    test = "Spearman rho of depth and t_train over undefended trained models of one architecture family"
+    test = "Spearman rho of depth and t_train over undefended trained models of one architecture family, permutation test"
     if rows.empty:
-        return not_testable(id, test, what)
-    test = f"Spearman rho of depth and t_train over {len(rows)} undefended trained models ({what})"
-    rho, p = spearman(rows["depth"], rows["t_train"])
-    detail = f"rho = {rho:.3g} (p = {p:.3g}) over {rows['depth'].nunique()} depths of {what}"
-    return finding(id, test, len(rows), rho, NAN, NAN, p, spearman_verdict(rho, p, +1, alpha), detail)
+        return untestable(id, test, what)
+    estimate = inference.rank_correlation(rows["depth"], rows["t_train"], seed=settings.seed)
+    if not np.isfinite(estimate.p):
+        return untestable(id, test, f"needs >= 4 trained models with varying depth and t_train ({what}; found {len(rows)})")
+    detail = f"rho = {estimate.value:.3g}, 95% interval [{estimate.lo:.3g}, {estimate.hi:.3g}], over {len(rows)} trained models of {rows['depth'].nunique()} depths ({what})"
+    f = finding(
+        id, f"{test} ({len(rows)} models, {what})", len(rows), estimate.value, estimate.lo, estimate.hi, estimate.p, INCONCLUSIVE, detail, "trained models"
+    )
+    return tested(f, estimate, DIRECTIONAL, +1, settings.of(id), alpha=settings.alpha)
 
 
-def slope(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Least-squares slopes of y on x along the last axis (np.polyfit deg 1's, vectorised);
-    NaN where x is constant, 0 where y is (to 9 significant digits: the mean of equal values
-    is not always that value, and the slope of a constant was +-1e-31 as rounding fell)."""
-    xc = x - x.mean(axis=-1, keepdims=True)
-    var = (xc**2).sum(axis=-1)
-    cov = np.where(np.ptp(significant(y), axis=-1) == 0, 0.0, (xc * (y - y.mean(axis=-1, keepdims=True))).sum(axis=-1))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(var > 1e-12 * np.maximum(1.0, (x**2).sum(axis=-1)), cov / var, np.nan)
-
-
-def depth_not_proportional(tables: Tables, resamples: int, seed: int) -> Finding:
-    id = "003_depth_not_proportional"
-    test = "slope of log E[T] on log t_train over undefended models of one family (FGM, PGD), bootstrap over models"
-    models, what = depth_series(tables.trained)
-    if models.empty:
-        return not_testable(id, test, what)
-    if tables.survival_reason:
-        return not_testable(id, test, f"needs E[T], and no survival model gives it ({tables.survival_reason})")
+def series_cells(tables: Tables, models: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """The undefended FGM and PGD TRASH cells of the depth series' models, one row per model
+    (its cells averaged: a model is the unit)."""
     keys = without(TRAINED_LABELS, "depth")
-    cells = usable(tables.trash, ["model_hash", "attack", "E_T", "t_train", "defence"] + keys[2:] + ["dataset"])
+    cells = usable(tables.trash, ["model_hash", "attack", "defence", "depth"] + columns + keys[2:] + ["dataset"])
     cells = cells[(cells["defence"] == "none") & cells["attack"].isin(["fgm", "pgd"])]
     cells = with_keys(cells).merge(with_keys(models)[keys].drop_duplicates(), on=keys)
-    per_model = cells.groupby("model_hash")[["E_T", "t_train"]].mean()
-    per_model = per_model[(per_model["E_T"] > 0) & (per_model["t_train"] > 0)]
+    per_model = cells.groupby("model_hash")[columns + ["depth"]].mean()
+    return per_model[(per_model[columns] > 0).all(axis=1)]
+
+
+def depth_not_proportional(tables: Tables, settings: Settings) -> Tested | Finding:
+    id = "003_depth_not_proportional"
+    test = "slope b of log E[T] on log t_train over undefended trained models of one family (FGM, PGD cells averaged per model), t test of b = 1"
+    models, what = depth_series(tables.trained)
+    if models.empty:
+        return untestable(id, test, what)
+    if tables.survival_reason:
+        return untestable(id, test, f"needs E[T], and no survival model gives it ({tables.survival_reason})")
+    per_model = series_cells(tables, models, ["E_T", "t_train"])
     if per_model["t_train"].nunique() < 3:
-        return not_testable(
+        return untestable(
             id, test, f"needs FGM or PGD TRASH cells of >= 3 models with distinct t_train ({what}; found {per_model['t_train'].nunique()}): attack=[fgm,pgd]"
         )
-    x, y = np.log(per_model["t_train"].to_numpy()), np.log(per_model["E_T"].to_numpy())
-    b = float(np.polyfit(x, y, 1)[0])
-    idx = np.random.default_rng(seed).integers(0, len(x), size=(resamples, len(x)))
-    lo, hi = np.nanpercentile(slope(x[idx], y[idx]), [2.5, 97.5])
-    # The claim is about the slope against 1 (proportional growth), not against 0.
-    verdict = HOLDS if hi < 1 else CONTRADICTED if lo > 1 else INCONCLUSIVE
-    detail = f"E[T] ~ t_train^{b:.3g} over {len(x)} models ({what}), 95% CI [{lo:.3g}, {hi:.3g}]; a slope below 1 means E[T] grows less than training time"
-    return finding(id, f"{test} ({len(x)} models, {what})", len(x), b, lo, hi, NAN, verdict, detail)
+    estimate = inference.slope_over_units(np.log(per_model["t_train"]), np.log(per_model["E_T"]), null=1.0)
+    detail = (
+        f"E[T] ~ t_train^{estimate.value:.3g} over {estimate.n} trained models ({what}), 95% t interval [{estimate.lo:.3g}, {estimate.hi:.3g}]; "
+        "a slope below 1 means E[T] grows less than training time"
+    )
+    f = finding(
+        id, f"{test} ({estimate.n} models, {what})", estimate.n, estimate.value, estimate.lo, estimate.hi, estimate.p, INCONCLUSIVE, detail, "trained models"
+    )
+    return tested(f, estimate, DIRECTIONAL, -1, settings.of(id), alpha=settings.alpha)
 
 
-def depth_latency_not_queries(tables: Tables, resamples: int, seed: int) -> Finding:
+def depth_latency_not_queries(tables: Tables, settings: Settings) -> Tested | Finding:
     """003's sentence as a decomposition of E[T] into the queries a sample withstands (E_Q, to
     failure, restricted to the budget: robustness) and the cost of one query (the model's
     FLOPs per forward on the compute clock, their seconds on the others: latency); over the
-    undefended FGM and PGD cells of one depth series, the slopes of both on log depth,
-    bootstrapped over models.
-    Holds when the latency's slope is above 0, the queries' is not, and the first exceeds the
-    second; contradicted when the queries' slope is above 0 (depth buys robustness) or below
-    the latency's."""
+    undefended trained models of one depth series (their FGM and PGD cells averaged), the
+    slopes of both on log depth. An intersection-union test: holds when the latency's slope
+    exceeds its smallest effect (a t test) and the queries' slope is within its margin of 0
+    (TOST); its p is the larger of the two."""
     id = "003_depth_latency_not_queries"
     latency = "flops_per_query" if tables.clock in ("", "flops") else f"seconds_per_query_{tables.clock}"
-    test = "slopes of log E[queries to failure] and of log latency per query on log depth, undefended FGM/PGD cells of one family, bootstrap over models"
+    test = "slopes of log E[queries to failure] (TOST within the margin) and of log latency per query (t test) on log depth over undefended trained models"
     models, what = depth_series(tables.trained)
     if models.empty:
-        return not_testable(id, test, what)
-    keys = without(TRAINED_LABELS, "depth")
-    cells = usable(tables.trash, ["model_hash", "attack", "E_Q", latency, "defence", "depth"] + keys[2:] + ["dataset"])
-    cells = cells[(cells["defence"] == "none") & cells["attack"].isin(["fgm", "pgd"])]
-    cells = with_keys(cells).merge(with_keys(models)[keys].drop_duplicates(), on=keys)
-    per_model = cells.groupby("model_hash")[["E_Q", latency, "depth"]].mean()
-    per_model = per_model[(per_model["E_Q"] > 0) & (per_model[latency] > 0)]
+        return untestable(id, test, what)
+    per_model = series_cells(tables, models, ["E_Q", latency])
     if per_model["depth"].nunique() < 3:
-        return not_testable(id, test, f"needs FGM or PGD cells of >= 3 depths ({what}; found {per_model['depth'].nunique()}): attack=[fgm,pgd]")
+        return untestable(id, test, f"needs FGM or PGD cells of >= 3 depths ({what}; found {per_model['depth'].nunique()}): attack=[fgm,pgd]")
     x = np.log(per_model["depth"].to_numpy(float))
-    queries, seconds = np.log(per_model["E_Q"].to_numpy()), np.log(per_model[latency].to_numpy())
-    idx = np.random.default_rng(seed).integers(0, len(x), size=(resamples, len(x)))
-    b_q, b_l = float(slope(x, queries)), float(slope(x, seconds))
-    boot_q, boot_l = slope(x[idx], queries[idx]), slope(x[idx], seconds[idx])
-    lo, hi = np.nanpercentile(boot_q, [2.5, 97.5])
-    l_lo, l_hi = np.nanpercentile(boot_l, [2.5, 97.5])
-    d_lo, d_hi = np.nanpercentile(boot_l - boot_q, [2.5, 97.5])
-    verdict = HOLDS if l_lo > 0 and lo <= 0 and d_lo > 0 else CONTRADICTED if lo > 0 or d_hi < 0 else INCONCLUSIVE
+    queries = inference.slope_over_units(x, np.log(per_model["E_Q"].to_numpy()))
+    seconds = inference.slope_over_units(x, np.log(per_model[latency].to_numpy()))
     unit = "FLOPs" if latency == "flops_per_query" else f"{tables.clock} seconds"
     detail = (
-        f"over {len(x)} models ({what}): E[queries] ~ depth^{b_q:.3g} (95% CI [{lo:.3g}, {hi:.3g}]), "
-        f"{unit} per query ~ depth^{b_l:.3g} ([{l_lo:.3g}, {l_hi:.3g}]); latency minus queries [{d_lo:.3g}, {d_hi:.3g}]"
+        f"over {queries.n} trained models ({what}): E[queries] ~ depth^{queries.value:.3g} (95% t interval [{queries.lo:.3g}, {queries.hi:.3g}]), "
+        f"{unit} per query ~ depth^{seconds.value:.3g} ([{seconds.lo:.3g}, {seconds.hi:.3g}])"
     )
-    return finding(id, f"{test} ({len(x)} models, {what})", len(x), b_q, lo, hi, NAN, verdict, detail)
+    f = finding(id, f"{test} ({queries.n} models, {what})", queries.n, queries.value, queries.lo, queries.hi, NAN, INCONCLUSIVE, detail, "trained models")
+    latency_part = tested(f, seconds, DIRECTIONAL, +1, settings.of("003_depth_latency"), alpha=settings.alpha)
+    queries_part = tested(f, queries, EQUIVALENCE, 0, settings.of("003_depth_queries"), alpha=settings.alpha)
+    rises = latency_part.sign * latency_part.effect >= latency_part.smallest
+    p = max(latency_part.p_claim, queries_part.p_claim) if rises else 1.0  # no rise of interest: the latency part cannot hold
+    return replace(
+        queries_part, p_claim=p, finding=replace(queries_part.finding, detail=detail + ("" if rises else "; the latency's slope is below its smallest effect"))
+    )
 
 
 def missing_trash(cells: pd.DataFrame, clock: str, survival_reason: str = "") -> str:
@@ -310,69 +313,65 @@ def epochs_found(robustness: pd.DataFrame) -> str:
     return f"found epochs {found} per otherwise equal cell; train.per_model sets its own epochs for the models it names"
 
 
-def trash_above_one(tables: Tables, attack: str, resamples: int, seed: int) -> Finding:
+def trash_above_one(tables: Tables, attack: str, settings: Settings) -> Tested | Finding:
     id = f"003_trash_above_one_{attack}"
-    test = f"geometric mean of TRASH over undefended {attack.upper()} cells, bootstrap of mean log TRASH"
+    test = f"geometric mean of TRASH over undefended trained models ({attack.upper()} cells averaged on the log scale per model), t test of mean log TRASH = 0"
     cells = usable(tables.trash, ["attack", "defence"])
     cells = cells[(cells["attack"] == attack) & (cells["defence"] == "none")]
     if cells.empty:
-        return not_testable(id, test, f"needs undefended {attack.upper()} TRASH cells: add {attack} to attack")
+        return untestable(id, test, f"needs undefended {attack.upper()} TRASH cells: add {attack} to attack")
     rows = cells.dropna(subset=["trash_adv"])
     if rows.empty:
-        return not_testable(id, test, f"needs a TRASH for the undefended {attack.upper()} cells: {missing_trash(cells, tables.clock, tables.survival_reason)}")
-    logs = np.log(rows["trash_adv"][rows["trash_adv"] > 0].to_numpy(dtype=float))
-    if len(logs) < 2:
-        return not_testable(
-            id, test, f"needs >= 2 undefended {attack.upper()} cells with positive TRASH; found {len(logs)}: more models or split.seeds=[0,1,2]"
-        )
-    mean_log, log_lo, log_hi = bootstrap_mean(logs, resamples, seed)
-    # TRASH > 1 <=> log TRASH > 0: the ordinary interval rule on the log scale.
-    verdict = interval_verdict(log_lo, log_hi, +1)
-    value, lo, hi = math.exp(mean_log), math.exp(log_lo), math.exp(log_hi)
-    detail = f"geometric mean TRASH {value:.3g} over {len(logs)} cells, 95% CI [{lo:.3g}, {hi:.3g}]"
-    return finding(id, test, len(logs), value, lo, hi, NAN, verdict, detail)
+        return untestable(id, test, f"needs a TRASH for the undefended {attack.upper()} cells: {missing_trash(cells, tables.clock, tables.survival_reason)}")
+    rows = with_keys(rows[rows["trash_adv"] > 0].assign(log_trash=lambda d: np.log(d["trash_adv"].astype(float))))
+    per_model = unit_means(rows, TRAINED_LABELS, "log_trash")
+    if len(per_model) < 2:
+        return untestable(id, test, f"needs >= 2 undefended trained models with a positive {attack.upper()} TRASH; found {len(per_model)}: split.seeds=[0,1,2]")
+    return mean_claim(id, test, per_model, +1, "003_trash_above_one", settings, "undefended trained models", "geometric mean TRASH", scale=math.exp)
 
 
 # ---------------------------------------------------------------------------------------------
 # 001: EVP
 
 
-def adv_train_raises_evp(tables: Tables, resamples: int, seed: int) -> Finding:
+def paired_units(rows: pd.DataFrame, units: list[str], column: str, treated: str, relative: bool = False) -> pd.Series:
+    """Per (configuration, seed) unit: `column` of the `treated` defence's cells minus the
+    undefended cells', each side first averaged over the unit's cells (attack families,
+    strengths); `relative` divides by the undefended side."""
+    treated_side = unit_means(rows[rows["defence"] == treated], units, column)
+    baseline = unit_means(rows[rows["defence"] == "none"], units, column)
+    shared = treated_side.index.intersection(baseline.index)
+    difference = treated_side[shared] - baseline[shared]
+    return difference / baseline[shared] if relative else difference
+
+
+def adv_train_raises_evp(tables: Tables, settings: Settings) -> Tested | Finding:
     id = "001_adv_train_raises_evp"
-    test = "paired bootstrap of EVP(adv_train) - EVP(none) over matching cells"
-    keys = TRAINING + ["seed", "attack_family"]
+    test = "EVP(adv_train) - EVP(none) per (configuration, seed) unit (attack families and strengths averaged), t test over units"
     rows = with_keys(usable(tables.robustness, ["defence", "evp", "attack_family", "seed", "model", "epochs", "lr", "dataset"]))
     if not (rows["defence"] == "adv_train").any():
-        return not_testable(id, test, NEEDS_ADV_TRAIN)
-    pairs = pair_defences(rows, keys, "evp", "adv_train")
-    adv = rows[rows["defence"] == "adv_train"].merge(pairs[keys], on=keys)
+        return untestable(id, test, NEEDS_ADV_TRAIN)
+    differences = paired_units(rows, TRAINING + ["seed"], "evp", "adv_train")
+    adv = rows[rows["defence"] == "adv_train"]
     unreached = int(adv["reaches_nonviability"].eq(False).sum()) if "reaches_nonviability" in adv else 0
-    extra = f"; {unreached} of {len(adv)} adv_train curves do not reach non-viability, so their EVP is a lower bound set by the attack's strength grid"
-    return paired_finding(id, test, pairs, +1, resamples, seed, "adv_train/none cells", extra)
+    result = mean_claim(id, test, differences, +1, id, settings, "(configuration, seed) units", "mean EVP difference")
+    if isinstance(result, Tested):
+        note = f"; {unreached} of {len(adv)} adv_train curves do not reach non-viability, so their EVP is a lower bound set by the attack's strength grid"
+        result = replace(result, finding=replace(result.finding, detail=result.finding.detail + note))
+    return result
 
 
-def config_stats(rows: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """Per configuration: mean and standard error over seeds of acc_ben and evp."""
-    # Cells a configuration holds more than once per seed (unlabelled defence strengths) count once.
-    per_seed = rows.groupby(keys + ["seed"])[["acc_ben", "evp"]].mean().reset_index()
-    g = per_seed.groupby(keys)
-    out = g[["acc_ben", "evp"]].mean()
-    n = g["seed"].nunique()
-    for col in ("acc_ben", "evp"):
-        out[f"{col}_se"] = g[col].std(ddof=1) / np.sqrt(n)
-    out["n_seeds"] = n
-    return out.reset_index()
-
-
-def discordance(group: pd.DataFrame) -> tuple[int, int, int]:
-    """(pairs, pairs ordered oppositely, of them beyond both quantities' summed seed standard errors)."""
-    i, j = map(np.array, zip(*itertools.combinations(range(len(group)), 2)))
-    a, e = group["acc_ben"].to_numpy(), group["evp"].to_numpy()
-    sa, se = group["acc_ben_se"].to_numpy(), group["evp_se"].to_numpy()
-    da, de = a[i] - a[j], e[i] - e[j]
-    opposite = (da * de < 0) & (np.abs(da) > ROUNDING) & (np.abs(de) > ROUNDING)  # seed means equal but for rounding are not ordered
-    beyond = (np.abs(da) > sa[i] + sa[j]) & (np.abs(de) > se[i] + se[j])
-    return len(i), int(opposite.sum()), int((opposite & beyond).sum())
+def seed_tau(rows: pd.DataFrame) -> pd.Series:
+    """Per seed: Kendall's tau-b of acc_ben and EVP over the configurations of each data set and
+    attack family (>= 3 of them), size-weighted over the groups."""
+    taus = {}
+    for seed, of_seed in rows.groupby("seed"):
+        groups = [g for _, g in of_seed.groupby(["dataset", "attack_family"]) if len(g) >= 3]
+        values = [(kendall(g), len(g)) for g in groups]
+        values = [(t, n) for t, n in values if np.isfinite(t)]
+        if values:
+            taus[seed] = float(np.average([t for t, _ in values], weights=[n for _, n in values]))
+    return pd.Series(taus, dtype=float)
 
 
 def kendall(group: pd.DataFrame) -> float:
@@ -382,30 +381,24 @@ def kendall(group: pd.DataFrame) -> float:
     return float(stats.kendalltau(accuracy, evp).statistic)
 
 
-def evp_ranks_differently(tables: Tables) -> Finding:
+def evp_ranks_differently(tables: Tables, settings: Settings) -> Tested | Finding:
+    """Each seed trains every configuration anew, so a seed is the unit: per seed, Kendall's tau
+    of acc_ben and EVP over the configurations; the claim is that 1 - tau (0: the same ranking)
+    exceeds its smallest effect over seeds. One seed's noise alone lowers tau below 1, which
+    the smallest effect of interest (conf) must exceed."""
     id = "001_evp_ranks_differently"
-    test = (
-        "pairs of configurations within each data set and attack family ordered oppositely by acc_ben and "
-        "EVP beyond their seed standard errors; value = size-weighted mean Kendall tau-b"
-    )
-    config = TRAINING + ["defence", "attack_family"]
+    test = "1 - Kendall tau-b of acc_ben and EVP over configurations within each data set and attack family, per seed (the unit), t test over seeds"
+    config = TRAINING + ["defence", "attack_family", "seed"]
     rows = with_keys(usable(tables.robustness, ["acc_ben", "evp", "seed", "model", "epochs", "lr", "defence", "attack_family", "dataset"]))
-    configs = config_stats(rows, config)
-    groups = [g for _, g in configs.groupby(["dataset", "attack_family"]) if len(g) >= 3]
-    if not groups:
-        return not_testable(
-            id, test, "needs >= 3 configurations of one data set and attack family, e.g. model=[resnet18,resnet34] with defence=[none,gauss_in]"
-        )
-    if configs["n_seeds"].max() < 2:
-        return not_testable(id, test, NEEDS_SEEDS + " (no seed standard error with one seed)")
-    n, opposite, beyond = map(sum, zip(*(discordance(g) for g in groups)))
-    taus = np.array([kendall(g) for g in groups])
-    sizes = np.array([len(g) for g in groups], dtype=float)
-    ok = np.isfinite(taus)
-    tau = float(np.average(taus[ok], weights=sizes[ok])) if ok.any() else NAN
-    verdict = HOLDS if beyond else CONTRADICTED if not opposite else INCONCLUSIVE
-    detail = f"{beyond} of {n} pairs ordered oppositely beyond their seed standard errors ({opposite} ordered oppositely at all); Kendall tau-b {tau:.3g}"
-    return finding(id, test, n, tau, NAN, NAN, NAN, verdict, detail)
+    per_config = rows.groupby(config, dropna=False)[["acc_ben", "evp"]].mean().reset_index()
+    taus = seed_tau(per_config)
+    if taus.empty and (per_config.groupby(["seed", "dataset", "attack_family"]).size() >= 3).any():
+        return untestable(id, test, "needs configurations whose acc_ben and EVP differ within a seed: every one ties on one of them")
+    if taus.empty:
+        return untestable(id, test, "needs >= 3 configurations of one data set and attack family, e.g. model=[resnet18,resnet34] with defence=[none,gauss_in]")
+    if len(taus) < 2:
+        return untestable(id, test, NEEDS_SEEDS + " (the seed is the unit: one gives no interval)")
+    return mean_claim(id, test, 1.0 - taus, +1, id, settings, "seeds", "mean 1 - tau")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -433,21 +426,25 @@ def brittle_spearman_per_seed(brittle: pd.DataFrame) -> dict[str, dict]:
     return out
 
 
-def brittle_negative(tables: Tables, alpha: float) -> Finding:
+def brittle_negative(tables: Tables, settings: Settings) -> Tested | Finding:
     id = "002_brittle_negative"
     rows = usable(trained_models_only(tables.brittle), ["brittle_score", "robust_acc"])
-    test = f"Spearman rho of brittle_score and robust_acc over {len(rows)} model cells without a predict-time defence (002's trained models), pooled over seeds"
-    rho, p = spearman(rows["brittle_score"], rows["robust_acc"])
-    if not np.isfinite(rho):
-        return not_testable(
-            id, test, f"needs >= 3 model cells with varying brittle_score and robust_acc (found {len(rows)}): more models or defence=[none,adv_train]"
+    test = f"Spearman rho of brittle_score and robust_acc over {len(rows)} trained models (no predict-time defence: 002's), pooled over seeds, permutation test"
+    estimate = inference.rank_correlation(rows["brittle_score"], rows["robust_acc"], seed=settings.seed)
+    if not np.isfinite(estimate.p):
+        return untestable(
+            id, test, f"needs >= 4 trained models with varying brittle_score and robust_acc (found {len(rows)}): more models or defence=[none,adv_train]"
         )
     per_seed = {s: v["rho"] for s, v in brittle_spearman_per_seed(tables.brittle).items() if v["rho"] is not None}
     signs = {np.sign(r) for r in per_seed.values()}
     agreement = "no seed has >= 3 cells" if not per_seed else "the sign agrees across seeds" if len(signs) == 1 else "the sign differs across seeds"
     listing = ", ".join(f"{s}: {r:.2f}" for s, r in per_seed.items())
-    detail = f"pooled rho {rho:.3g} (p = {p:.3g}); per seed: {listing or 'none'}; {agreement}{predict_time_note(tables.brittle)}"
-    return finding(id, test, len(rows), rho, NAN, NAN, p, spearman_verdict(rho, p, -1, alpha), detail)
+    detail = (
+        f"pooled rho {estimate.value:.3g}, 95% interval [{estimate.lo:.3g}, {estimate.hi:.3g}]; per seed: {listing or 'none'}; {agreement}"
+        f"{predict_time_note(tables.brittle)}"
+    )
+    f = finding(id, test, estimate.n, estimate.value, estimate.lo, estimate.hi, estimate.p, INCONCLUSIVE, detail, "trained models")
+    return tested(f, estimate, DIRECTIONAL, -1, settings.of(id), alpha=settings.alpha)
 
 
 def predict_time_note(brittle: pd.DataFrame) -> str:
@@ -460,85 +457,106 @@ def predict_time_note(brittle: pd.DataFrame) -> str:
     return f"; with the {wrapped} predict-time defended cells too: rho {rho:.3g} (p = {p:.3g})"
 
 
-def adv_train_lowers_brittle(tables: Tables, resamples: int, seed: int) -> Finding:
+def adv_train_lowers_brittle(tables: Tables, settings: Settings) -> Tested | Finding:
     id = "002_adv_train_lowers_brittle"
-    test = "paired bootstrap of brittle_score(adv_train) - brittle_score(none) over matching model cells"
-    rows = usable(tables.brittle, ["defence", "brittle_score", "seed", "model", "epochs", "lr", "dataset"])
+    test = "relative change (brittle(adv_train) - brittle(none)) / brittle(none) per (configuration, seed) unit (strengths averaged), t test over units"
+    rows = with_keys(usable(tables.brittle, ["defence", "brittle_score", "seed", "model", "epochs", "lr", "dataset"]))
     if not (rows["defence"] == "adv_train").any():
-        return not_testable(id, test, NEEDS_ADV_TRAIN)
-    pairs = pair_defences(rows, TRAINING + ["seed"], "brittle_score", "adv_train")
-    return paired_finding(id, test, pairs, -1, resamples, seed, "adv_train/none model cells")
+        return untestable(id, test, NEEDS_ADV_TRAIN)
+    changes = paired_units(rows, TRAINING + ["seed"], "brittle_score", "adv_train", relative=True)
+    return mean_claim(id, test, changes, -1, id, settings, "(configuration, seed) units", "mean relative change of the brittle-score")
 
 
 # ---------------------------------------------------------------------------------------------
 # 004: normalised robustness R
 
 
-def r_rises_with_epochs(tables: Tables, resamples: int, seed: int) -> Finding:
+def r_rises_with_epochs(tables: Tables, settings: Settings) -> Tested | Finding:
+    """The unit is one trained model's configuration and seed: its cells at the largest and the
+    smallest epochs (attack families and predict-time defences averaged within each)."""
     id = "004_r_rises_with_epochs"
-    test = "paired bootstrap of R(largest epochs) - R(smallest epochs) within otherwise equal cells"
-    keys = without(UNSTRENGTHENED, "epochs") + ["attack_family"]
-    rows = with_keys(usable(tables.robustness, ["auc_R", "epochs"] + [k for k in keys if k != "pretrained_on"]))
-    per_epoch = mean_per_key(rows, keys + ["epochs"], "auc_R")
-    spans = per_epoch.sort_values("epochs").groupby(keys).agg(n_epochs=("epochs", "nunique"), first=("auc_R", "first"), last=("auc_R", "last"))
+    test = "R(largest epochs) - R(smallest epochs) per trained model's configuration and seed (families and predict-time defences averaged), t test over units"
+    rows = with_keys(usable(tables.robustness, ["auc_R", "epochs", "defence", "seed", "model", "lr", "dataset"]))
+    if rows.empty:
+        return untestable(id, test, f"{NEEDS_EPOCHS} ({epochs_found(tables.robustness)})")
+    rows = trained_model(rows, tables.defence_stages)
+    units = without(TRAINED_LABELS, "epochs") + ["trained_defence", "trained_value"]
+    per_epoch = rows.groupby(units + ["epochs"], dropna=False)["auc_R"].mean().reset_index().sort_values("epochs")
+    spans = per_epoch.groupby(units, dropna=False).agg(n_epochs=("epochs", "nunique"), first=("auc_R", "first"), last=("auc_R", "last"))
     spans = spans[spans["n_epochs"] >= 2]
     if spans.empty:
-        return not_testable(id, test, f"{NEEDS_EPOCHS} ({epochs_found(tables.robustness)})")
-    pairs = pd.DataFrame({"d": spans["last"] - spans["first"]})
-    return paired_finding(id, test, pairs, +1, resamples, seed, "cells at their largest and smallest epochs")
+        return untestable(id, test, f"{NEEDS_EPOCHS} ({epochs_found(tables.robustness)})")
+    return mean_claim(id, test, spans["last"] - spans["first"], +1, id, settings, "trained-model (configuration, seed) units", "mean rise of R")
 
 
-def pretraining_effect(tables: Tables, resamples: int, seed: int) -> Finding:
+def pretraining_effect(tables: Tables, settings: Settings) -> Tested | Finding:
+    """A claim of no gain: holds when R(pretrained) - R(from scratch) over units is below the
+    margin by a one-sided t test; contradicted when the gain is significant and beyond it."""
     id = "004_pretraining_effect"
-    test = "paired bootstrap of R(pretrained) - R(from scratch) over matching cells"
+    test = "R(pretrained) - R(from scratch) per (configuration, seed, source) unit, one-sided t test of a gain below the margin"
     keys = without(UNSTRENGTHENED, "pretrained_on") + ["attack_family"]
     rows = with_keys(usable(tables.robustness, ["auc_R"] + keys))
     pretrained = rows[rows["pretrained_on"] != ""]
     if pretrained.empty:
-        return not_testable(id, test, NEEDS_PRETRAINED)
-    # Each source data set pairs with the same from-scratch cell on its own.
-    pre = mean_per_key(pretrained, keys + ["pretrained_on"], "auc_R")
-    scratch = mean_per_key(rows[rows["pretrained_on"] == ""], keys, "auc_R")
-    pairs = pre.merge(scratch, on=keys, suffixes=("_pre", "_scratch"))
-    pairs["d"] = pairs["auc_R_pre"] - pairs["auc_R_scratch"]
-    result = paired_finding(id, test, pairs, +1, resamples, seed, "pretrained/from-scratch cells")
-    if result.verdict == NOT_TESTABLE:
-        return result
-    # A null claim (no gain): only an interval wholly above 0 contradicts it.
-    verdict = CONTRADICTED if result.lo > 0 else HOLDS
-    return finding(id, test, result.n, result.value, result.lo, result.hi, NAN, verdict, result.detail)
+        return untestable(id, test, NEEDS_PRETRAINED)
+    units = without(TRAINED_LABELS, "depth", "pretrained_on")
+    scratch = rows[rows["pretrained_on"] == ""].groupby(units, dropna=False)["auc_R"].mean()
+    gains = pretrained.groupby(units + ["pretrained_on"], dropna=False)["auc_R"].mean()
+    gains = gains.reset_index().set_index(units)
+    gains = (gains["auc_R"] - scratch.reindex(gains.index)).dropna()
+    if len(gains) < 2:
+        return untestable(id, test, f"needs >= 2 (configuration, seed) units with pretrained and from-scratch cells; found {len(gains)}")
+    estimate = inference.mean_over_units(gains.to_numpy(float))
+    detail = f"mean R gain {estimate.value:+.3g} over {estimate.n} (configuration, seed, source) units, 95% t interval [{estimate.lo:+.3g}, {estimate.hi:+.3g}]"
+    f = finding(id, test, estimate.n, estimate.value, estimate.lo, estimate.hi, estimate.p, INCONCLUSIVE, detail, "(configuration, seed, source) units")
+    return tested(f, estimate, BELOW, +1, settings.of(id), alpha=settings.alpha)
 
 
 # ---------------------------------------------------------------------------------------------
 # Entry point and output
 
 
-def time_findings(tables: Tables, alpha: float, resamples: int, seed: int) -> list[Finding]:
+def time_findings(tables: Tables, settings: Settings) -> list[Tested | Finding]:
     """003's claims about time, on the clock of `tables`, each labelled with it."""
     checked = [
-        deeper_trains_longer(tables, alpha),
-        depth_not_proportional(tables, resamples, seed),
-        depth_latency_not_queries(tables, resamples, seed),
-        trash_above_one(tables, "fgm", resamples, seed),
-        trash_above_one(tables, "pgd", resamples, seed),
+        deeper_trains_longer(tables, settings),
+        depth_not_proportional(tables, settings),
+        depth_latency_not_queries(tables, settings),
+        trash_above_one(tables, "fgm", settings),
+        trash_above_one(tables, "pgd", settings),
     ]
-    return [replace(f, clock=tables.clock) for f in checked]
+    return [on_clock_label(c, tables.clock) for c in checked]
 
 
-def check_findings(tables: Tables, alpha: float = 0.05, *, resamples: int, seed: int, other_clocks: tuple[str, ...] = ()) -> list[Finding]:
+def on_clock_label(claim: Tested | Finding, clock: str, id: str | None = None) -> Tested | Finding:
+    if isinstance(claim, Tested):
+        return replace(claim, finding=replace(claim.finding, clock=clock, id=id or claim.finding.id))
+    return replace(claim, clock=clock, id=id or claim.id)
+
+
+def check_findings(tables: Tables, settings: Settings, *, other_clocks: tuple[str, ...] = ()) -> list[Finding]:
     """Every claim's finding, in the order 003, 001, 002, 004; 003's claims about time on the
     configured clock (`tables.clock`) and then again on each of `other_clocks`, their ids
-    suffixed `@<clock>`."""
-    return [
-        *time_findings(tables, alpha, resamples, seed),
-        *(replace(f, id=f"{f.id}@{clock}") for clock in other_clocks for f in time_findings(on_clock(tables, clock), alpha, resamples, seed)),
-        adv_train_raises_evp(tables, resamples, seed),
-        evp_ranks_differently(tables),
-        brittle_negative(tables, alpha),
-        adv_train_lowers_brittle(tables, resamples, seed),
-        r_rises_with_epochs(tables, resamples, seed),
-        pretraining_effect(tables, resamples, seed),
+    suffixed `@<clock>` (sensitivity rows, not counted as claims); verdicts after Holm's
+    adjustment over the claims (trashfire.metrics.verdicts)."""
+    others = [
+        on_clock_label(c, clock, f"{identify(c)}{OTHER_CLOCK}{clock}") for clock in other_clocks for c in time_findings(on_clock(tables, clock), settings)
     ]
+    claims = [
+        *time_findings(tables, settings),
+        *others,
+        adv_train_raises_evp(tables, settings),
+        evp_ranks_differently(tables, settings),
+        brittle_negative(tables, settings),
+        adv_train_lowers_brittle(tables, settings),
+        r_rises_with_epochs(tables, settings),
+        pretraining_effect(tables, settings),
+    ]
+    return adjust(claims, settings.alpha)
+
+
+def identify(claim: Tested | Finding) -> str:
+    return claim.finding.id if isinstance(claim, Tested) else claim.id
 
 
 def findings_frame(findings: list[Finding]) -> pd.DataFrame:
@@ -550,9 +568,9 @@ def none_if_nan(x):
 
 
 def findings_metrics(findings: list[Finding]) -> dict:
-    """{id: {verdict, value, lo, hi, p, n}} with NaN as None, for metrics.json."""
+    """{id: {verdict, value, lo, hi, p, p_adjusted, n, units, smallest_effect, detectable}} with NaN as None, for metrics.json."""
+    keys = ("value", "lo", "hi", "p", "p_adjusted", "smallest_effect", "detectable", "units_to_settle")
     return {
-        f.id: {"verdict": f.verdict, "value": none_if_nan(f.value), "lo": none_if_nan(f.lo), "hi": none_if_nan(f.hi), "p": none_if_nan(f.p), "n": f.n}
-        | ({"clock": f.clock} if f.clock else {})
+        f.id: {"verdict": f.verdict, **{k: none_if_nan(getattr(f, k)) for k in keys}, "n": f.n, "units": f.units} | ({"clock": f.clock} if f.clock else {})
         for f in findings
     }

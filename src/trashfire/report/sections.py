@@ -29,7 +29,7 @@ VERDICTS = {
     "inconclusive": ("v-inconclusive", "inconclusive"),
     "not testable": ("v-not-testable", "not testable"),
 }
-FINDING_COLUMNS = set(schema.FINDINGS)
+FINDING_COLUMNS = set(schema.FINDINGS[: schema.FINDINGS.index("detail") + 1])  # a findings.csv from before issue 59 lacks the rest
 BRITTLE_FINDING = "002_brittle_negative"  # metrics.json's per-seed correlations belong beside it
 LEFT_OUT = "left out of R, EVP, the brittle correlations and the headline means"
 
@@ -104,12 +104,20 @@ def verdict_count(verdicts: pd.Series) -> str:
 
 
 def measured_text(row: pd.Series) -> str:
-    """'12.6 [10.9, 14.3], n = 12' or '0.949, p < 0.0001, n = 9'; '—' where nothing was measured."""
+    """'12.6 [10.9, 14.3], p = 0.004 (Holm 0.02), n = 12 trained models, smallest effect 0.05,
+    detects 0.08'; '—' where nothing was measured."""
     value, lo, hi, p, n = (number(row.get(k)) for k in ("value", "lo", "hi", "p", "n"))
+    adjusted, smallest, detects = (number(row.get(k)) for k in ("p_adjusted", "smallest_effect", "detectable"))
     measured = f"{value:.3g}" if np.isfinite(value) else "—"
     if np.isfinite(lo) and np.isfinite(hi):
         measured += f" [{lo:.3g}, {hi:.3g}]"
-    parts = [measured] + ([p_text(p)] if np.isfinite(p) else []) + ([f"n = {int(n)}"] if np.isfinite(n) else [])
+    units = row.get("units") if isinstance(row.get("units"), str) and row.get("units") else "units"
+    parts = [measured]
+    if np.isfinite(p):
+        parts.append(p_text(p) + (f" (Holm {adjusted:.2g})" if np.isfinite(adjusted) else ""))
+    parts += [f"n = {int(n)} {units}"] if np.isfinite(n) else []
+    parts += [f"smallest effect {smallest:.3g}"] if np.isfinite(smallest) else []
+    parts += [f"detects {detects:.3g} at 80% power"] if np.isfinite(detects) else []
     return ", ".join(parts)
 
 
@@ -151,8 +159,10 @@ def findings_section(findings: pd.DataFrame, metrics: dict, degenerate: pd.DataF
     per_seed = per_seed_text(metrics.get("brittle_spearman_per_seed"))
     if findings.empty or not FINDING_COLUMNS <= set(findings):
         return {"missing": "findings.csv has no findings in its expected columns; rerun `dvc repro aggregate`", "per_seed": per_seed}
+    claims = findings[~findings["id"].astype(str).str.contains("@") & findings["p_adjusted"].notna()] if "p_adjusted" in findings else findings.iloc[:0]
     return {
         "verdicts": verdict_count(findings["verdict"]),
+        "claims": len(claims),
         "left_out": f" {len(degenerate)} degenerate model cell(s) {LEFT_OUT} (see Run)." if len(degenerate) else "",
         "rows": [finding_row(row, per_seed if row["id"] == BRITTLE_FINDING else "") for _, row in findings.iterrows()],
         "per_seed": "" if BRITTLE_FINDING in set(findings["id"]) else per_seed,

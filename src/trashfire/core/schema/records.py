@@ -373,7 +373,9 @@ class BrittleRecord(ModelLabels, Record):
 
 @dataclass(frozen=True)
 class Finding:
-    """A claim of the four papers tested on a run: a row of findings.csv."""
+    """A claim of the four papers tested on a run: a row of findings.csv. `n` counts independent
+    units (trained models, or (configuration, seed) units; `units` names them), never cells of
+    one model; `p` is the claim's raw p and `p_adjusted` Holm's over the run's claims (issue 59)."""
 
     id: str
     paper: str
@@ -387,3 +389,8 @@ class Finding:
     verdict: str
     detail: str
     clock: str = ""  # the clock a finding about time was tested on; empty: it involves no time
+    units: str = ""  # what n counts
+    p_adjusted: float = math.nan  # Holm-adjusted over the run's claims (a sensitivity row: in its claim's place)
+    smallest_effect: float = math.nan  # the smallest effect of interest, or the equivalence margin (conf/metrics)
+    detectable: float = math.nan  # the smallest |effect| this run detects at 80% power
+    units_to_settle: float = math.nan  # about how many units would settle the claim at the effect seen

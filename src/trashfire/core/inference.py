@@ -1,0 +1,240 @@
+"""How a verdict is reached (DESIGN.md, "Inference"; issue 59): one owner for the intervals,
+tests, multiplicity correction, equivalence and power that the findings, the TRASH/EVP/R
+summaries and the reproduction page use.
+
+Every function takes one value per independent unit (a trained model, or a (configuration,
+seed) unit) whose cells were averaged within it first: cells of one trained model are not
+independent, and counting them as such made intervals about sqrt(cells) too narrow.
+- A mean over units: Student's t interval and test (scipy), which covers at any n for normal
+  values and close to it for skewed ones (bench/inference_calibration.py measures it). A
+  percentile bootstrap over 3 values covers at most 75% (1 - 2 x 0.5^3) and is not used.
+- A slope over units: ordinary least squares with its t interval (n - 2 degrees of freedom).
+- A rank correlation over units: Spearman's rho, its p by an exact permutation test where the
+  permutations are few and by 9,999 random ones otherwise, its interval by Fisher's z with
+  Fieller's standard error 1.06 / sqrt(n - 3).
+- Equivalence (a claim of no effect, a reproduction that agrees): two one-sided tests (TOST)
+  against +-margin; its p is the larger of the two.
+- Many claims: Holm's step-down adjustment (statsmodels).
+- Power: the smallest effect the run detects at 80% power (two-sided, at the level given), and
+  the units a study would need to detect an effect of a given size (statsmodels).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from trashfire.core.stats import significant
+
+LEVEL = 0.95
+POWER = 0.8
+SPEARMAN_SE = 1.06  # Fieller, Hartley and Pearson (1957): var(atanh rho_s) ~ 1.06 / (n - 3)
+MOST_UNITS = 100_000  # units_needed looks no further
+EXACT_PERMUTATIONS = 40_320  # 8!: up to 8 units every pairing is enumerated
+NAN = math.nan
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One statistic over `n` independent units: its value, two-sided `level` interval, standard
+    error and degrees of freedom (on Fisher's z scale for a correlation), and the two-sided p of
+    `value == null`. NaN where n is too small for it."""
+
+    value: float
+    lo: float
+    hi: float
+    se: float
+    df: float
+    n: int
+    p: float
+    null: float
+    method: str  # "t", "ols" or "spearman"
+
+    def one_sided_p(self, sign: int) -> float:
+        """p of the test that the statistic lies on the `sign` side of its null (+1: above)."""
+        if not np.isfinite(self.p):
+            return NAN
+        above = (self.value - self.null) * sign > 0
+        return self.p / 2 if above else 1 - self.p / 2
+
+
+def _scipy_stats():
+    from scipy import stats  # a third of a second: paid by the callers that test
+
+    return stats
+
+
+def finite(values) -> np.ndarray:
+    values = np.asarray(values, dtype=float)
+    return values[np.isfinite(values)]
+
+
+def constant(values: np.ndarray) -> bool:
+    """Equal to 9 significant digits: units equal but for rounding have no spread (issue 58)."""
+    return bool(np.ptp(significant(values)) == 0)
+
+
+def mean_over_units(values, null: float = 0.0, level: float = LEVEL) -> Estimate:
+    """The mean of one value per unit, Student's t interval and the two-sided t test of `null`."""
+    values = finite(values)
+    n = len(values)
+    mean = float(values.mean()) if n else NAN
+    if n < 2:
+        return Estimate(mean, NAN, NAN, NAN, NAN, n, NAN, null, "t")
+    stats = _scipy_stats()
+    if constant(values):  # every unit equal: no spread to test against
+        differs = bool(significant([mean])[0] != significant([null])[0])
+        return Estimate(mean, mean, mean, 0.0, n - 1, n, 0.0 if differs else 1.0, null, "t")
+    se = float(values.std(ddof=1) / math.sqrt(n))
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * se
+    p = float(2 * stats.t.sf(abs(mean - null) / se, n - 1))
+    return Estimate(mean, mean - half, mean + half, se, n - 1, n, p, null, "t")
+
+
+def slope_over_units(x, y, null: float = 0.0, level: float = LEVEL) -> Estimate:
+    """The least-squares slope of y on x over units, its t interval and the test of `null`."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    keep = np.isfinite(x) & np.isfinite(y)
+    x, y = x[keep], y[keep]
+    n = len(x)
+    if n < 3 or constant(x):
+        return Estimate(NAN, NAN, NAN, NAN, NAN, n, NAN, null, "ols")
+    if constant(y):  # a constant: its slope is 0 exactly (least squares gives +-1e-17 as the mean rounds)
+        return Estimate(0.0, 0.0, 0.0, 0.0, n - 2, n, 1.0 if null == 0 else 0.0, null, "ols")
+    stats = _scipy_stats()
+    fit = stats.linregress(x, y)
+    slope, se = float(fit.slope), float(fit.stderr)
+    if not se > 1e-12 * abs(slope):  # an exact line: no residual to test against
+        differs = bool(significant([slope])[0] != significant([null])[0])
+        return Estimate(slope, slope, slope, 0.0, n - 2, n, 0.0 if differs else 1.0, null, "ols")
+    half = float(stats.t.ppf(0.5 + level / 2, n - 2)) * se
+    p = float(2 * stats.t.sf(abs(slope - null) / se, n - 2))
+    return Estimate(slope, slope - half, slope + half, se, n - 2, n, p, null, "ols")
+
+
+def rank_correlation(x, y, level: float = LEVEL, seed: int = 0) -> Estimate:
+    """Spearman's rho over units; p of rho == 0 by permutation (exact up to 8 units), the
+    interval by Fisher's z with Fieller's standard error (on the z scale in `se`)."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    keep = np.isfinite(x) & np.isfinite(y)
+    x, y = significant(x[keep]), significant(y[keep])
+    n = len(x)
+    if n < 4 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return Estimate(NAN, NAN, NAN, NAN, NAN, n, NAN, 0.0, "spearman")
+    stats = _scipy_stats()
+    rx, ry = (stats.rankdata(v) for v in (x, y))
+    rx, ry = (rx - rx.mean()) / np.linalg.norm(rx - rx.mean()), (ry - ry.mean()) / np.linalg.norm(ry - ry.mean())
+    rho = float(rx @ ry)  # Pearson's r of the ranks (ties averaged): Spearman's rho, as scipy's
+    permuted = spearman_permutations(rx, ry, seed)
+    p = (
+        float(np.mean(np.abs(permuted) >= abs(rho) - 1e-12))
+        if len(permuted) < 9_999
+        else float((1 + np.sum(np.abs(permuted) >= abs(rho) - 1e-12)) / (1 + len(permuted)))
+    )
+    se = SPEARMAN_SE / math.sqrt(n - 3)
+    z, half = math.atanh(max(min(rho, 1 - 1e-12), -1 + 1e-12)), float(stats.norm.ppf(0.5 + level / 2)) * se
+    return Estimate(rho, math.tanh(z - half), math.tanh(z + half), se, NAN, n, p, 0.0, "spearman")
+
+
+def spearman_permutations(rx: np.ndarray, ry: np.ndarray, seed: int, resamples: int = 9_999) -> np.ndarray:
+    """rho under every pairing of the (centred, normed) ranks where they are at most
+    EXACT_PERMUTATIONS (the exact null distribution: p counts the observed pairing too), else
+    under `resamples` random pairings (p = (1 + beyond) / (1 + resamples))."""
+    n = len(rx)
+    if math.factorial(n) <= EXACT_PERMUTATIONS:
+        orders = np.array(list(itertools.permutations(range(n))))
+    else:
+        orders = np.random.default_rng(seed).permuted(np.tile(np.arange(n), (resamples, 1)), axis=1)
+    return ry[orders] @ rx
+
+
+def equivalence_p(estimate: Estimate, margin: float) -> float:
+    """TOST: p of |statistic - null| < margin, the larger of the two one-sided tests' p
+    (Schuirmann 1987); for a correlation on Fisher's z scale."""
+    if not (np.isfinite(estimate.se) and margin > 0):
+        return NAN
+    stats = _scipy_stats()
+    if estimate.method == "spearman":
+        z, low, high = math.atanh(estimate.value), math.atanh(-margin), math.atanh(margin)
+        return float(max(stats.norm.sf((z - low) / estimate.se), stats.norm.cdf((z - high) / estimate.se)))
+    if estimate.se == 0:
+        return 0.0 if abs(estimate.value - estimate.null) < margin else 1.0
+    shifted = estimate.value - estimate.null
+    lower = stats.t.sf((shifted + margin) / estimate.se, estimate.df)
+    upper = stats.t.cdf((shifted - margin) / estimate.se, estimate.df)
+    return float(max(lower, upper))
+
+
+def holm(pvalues) -> np.ndarray:
+    """Holm's step-down adjusted p-values (statsmodels' multipletests); NaN stays NaN and is no claim."""
+    from statsmodels.stats.multitest import multipletests
+
+    pvalues = np.asarray(pvalues, dtype=float)
+    adjusted = np.full(len(pvalues), NAN)
+    tested = np.isfinite(pvalues)
+    if tested.any():
+        adjusted[tested] = multipletests(pvalues[tested], method="holm")[1]
+    return adjusted
+
+
+def detectable(estimate: Estimate, alpha: float = 0.05, power: float = POWER) -> float:
+    """The smallest |effect| the run detects with probability `power` by a two-sided test at
+    `alpha`, given its standard error: the noncentrality at which the noncentral t rejects with
+    that probability, times se (exact for a t test at any df; the normal approximation
+    (t_{1-alpha/2} + t_power) x se gives 77% power at 3 units); for a correlation, on Fisher's z
+    scale and back."""
+    if not np.isfinite(estimate.se):
+        return NAN
+    stats = _scipy_stats()
+    if estimate.method == "spearman":
+        return math.tanh((stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)) * estimate.se)
+    if estimate.se == 0:
+        return 0.0
+    from scipy.optimize import brentq
+
+    df, critical = estimate.df, stats.t.ppf(1 - alpha / 2, estimate.df)
+
+    def short_of(shift: float) -> float:
+        rejects = stats.nct.sf(critical, df, shift) + stats.nct.cdf(-critical, df, shift)
+        return (rejects if np.isfinite(rejects) else 1.0) - power  # scipy's nct gives NaN far out, where it rejects always
+
+    return float(brentq(short_of, 0.0, 1e3) * estimate.se)
+
+
+def units_needed(effect: float, spread: float, alpha: float = 0.05, power: float = POWER, method: str = "t") -> float:
+    """About how many units a two-sided test at `alpha` needs to detect `effect` with
+    probability `power`: for a mean, `spread` the SD between units, the n at which the one-sample
+    t test's power reaches `power` (Guenther's approximation of the noncentral t's answer, which
+    statsmodels' TTestPower solves for slowly); for a correlation (`method` "spearman"), Fisher's
+    z with Fieller's variance. NaN where `effect` is 0 or unknown; past MOST_UNITS, MOST_UNITS."""
+    effect, spread = abs(float(effect)), float(spread)
+    if not (np.isfinite(effect) and effect > 0):
+        return NAN
+    if method == "spearman":
+        stats = _scipy_stats()
+        z = math.atanh(min(effect, 1 - 1e-9))
+        return 3 + SPEARMAN_SE * ((stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)) / z) ** 2
+    if not (np.isfinite(spread) and spread > 0):
+        return 2.0
+    from scipy.special import ndtri  # the normal quantile, without scipy.stats' per-call overhead
+
+    # Guenther's (1981) approximation of the noncentral-t solution: the normal one plus z^2 / 2,
+    # within a fraction of a unit of statsmodels' TTestPower from 3 units up, at no solver's cost
+    z = ndtri(1 - alpha / 2)
+    return float(min(max(((z + ndtri(power)) * spread / effect) ** 2 + z**2 / 2, 2.0), MOST_UNITS))
+
+
+def units_from_se(distance: float, se: float, n: int, alpha: float = 0.05, power: float = POWER) -> float:
+    """About how many units a two-sided test at `alpha` needs to tell `distance` with
+    probability `power`, from a run of `n` units whose statistic has standard error `se` (it
+    shrinks as 1 / sqrt(units)): n ((z_{1-alpha/2} + z_power) se / distance)^2 + z^2 / 2
+    (Guenther's correction towards the t test's answer)."""
+    from scipy.special import ndtri
+
+    if not (np.isfinite(distance) and distance > 0 and np.isfinite(se) and se > 0):
+        return NAN
+    z = ndtri(1 - alpha / 2)
+    return float(min(max(n * ((z + ndtri(power)) * se / distance) ** 2 + z**2 / 2, 2.0), MOST_UNITS))

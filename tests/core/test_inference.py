@@ -1,0 +1,103 @@
+"""trashfire.core.inference against the references it stands for: scipy's t test and interval,
+its linear regression, an enumeration of Spearman's permutation distribution, statsmodels' TOST
+and Holm, and the power its detectable effect and units claim, computed by the noncentral t."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+from statsmodels.stats.multitest import multipletests
+from statsmodels.stats.power import TTestPower
+from statsmodels.stats.weightstats import DescrStatsW
+
+from trashfire.core import inference
+
+VALUES = np.array([0.31, 0.12, 0.45, 0.27, 0.38, 0.05])
+
+
+def test_a_mean_over_units_is_scipys_t_test_and_interval():
+    estimate = inference.mean_over_units(VALUES, null=0.1)
+    reference = stats.ttest_1samp(VALUES, 0.1)
+    interval = stats.ttest_1samp(VALUES, 0.0).confidence_interval(0.95)
+    assert (estimate.value, estimate.p, estimate.n, estimate.df) == pytest.approx((VALUES.mean(), reference.pvalue, 6, 5), rel=1e-9)
+    assert (estimate.lo, estimate.hi) == pytest.approx((interval.low, interval.high), rel=1e-9)
+    assert estimate.one_sided_p(+1) == pytest.approx(stats.ttest_1samp(VALUES, 0.1, alternative="greater").pvalue, rel=1e-9)
+    assert estimate.one_sided_p(-1) == pytest.approx(stats.ttest_1samp(VALUES, 0.1, alternative="less").pvalue, rel=1e-9)
+
+
+def test_one_unit_gives_no_interval_and_no_test():
+    one = inference.mean_over_units([0.4, np.nan])
+    assert one.value == 0.4 and one.n == 1 and all(math.isnan(x) for x in (one.lo, one.hi, one.p, one.se))
+
+
+def test_a_slope_over_units_is_the_least_squares_slope_with_its_t_interval():
+    rng = np.random.default_rng(0)
+    x = np.log(np.repeat([8.0, 14.0, 20.0], 3))
+    y = 0.4 * x + rng.normal(0, 0.1, 9)
+    estimate = inference.slope_over_units(x, y, null=1.0)
+    fit = stats.linregress(x, y)
+    half = stats.t.ppf(0.975, 7) * fit.stderr
+    assert (estimate.value, estimate.lo, estimate.hi, estimate.df) == pytest.approx((fit.slope, fit.slope - half, fit.slope + half, 7), rel=1e-9)
+    assert estimate.p == pytest.approx(2 * stats.t.sf(abs(fit.slope - 1.0) / fit.stderr, 7), rel=1e-9)
+    flat = inference.slope_over_units(x, np.full(9, np.log(7.0)))
+    assert (flat.value, flat.se, flat.p) == (0.0, 0.0, 1.0)
+
+
+def test_spearmans_p_is_its_exact_permutation_distribution_up_to_eight_units():
+    x, y = np.array([1.0, 2, 3, 4, 5, 6, 7]), np.array([2.0, 1, 4, 3, 7, 5, 6])
+    estimate = inference.rank_correlation(x, y)
+    rho = stats.spearmanr(x, y).statistic
+    every = [stats.spearmanr(x, y[list(order)]).statistic for order in itertools.permutations(range(7))]
+    assert estimate.value == pytest.approx(rho, rel=1e-12)
+    assert estimate.p == pytest.approx(np.mean(np.abs(every) >= abs(rho) - 1e-12), rel=1e-12)
+    z, se = math.atanh(rho), 1.06 / math.sqrt(4)
+    assert (estimate.lo, estimate.hi) == pytest.approx((math.tanh(z - 1.959964 * se), math.tanh(z + 1.959964 * se)), rel=1e-6)
+
+
+def test_spearmans_p_from_random_pairings_past_eight_units_is_close_to_the_exact_one():
+    rng = np.random.default_rng(1)
+    x = np.repeat([8.0, 14.0, 20.0], 4)
+    y = x / 10 + rng.normal(0, 0.6, 12)
+    estimate = inference.rank_correlation(x, y, seed=3)
+    reference = stats.permutation_test((x,), lambda a: stats.spearmanr(a, y).statistic, permutation_type="pairings", n_resamples=20_000, rng=5)
+    assert estimate.p == pytest.approx(reference.pvalue, abs=0.02)
+
+
+def test_equivalence_is_statsmodels_tost():
+    estimate = inference.mean_over_units(VALUES - 0.25)
+    reference = DescrStatsW(VALUES - 0.25).ttost_mean(-0.2, 0.2)
+    assert inference.equivalence_p(estimate, 0.2) == pytest.approx(reference[0], rel=1e-9)
+    assert inference.equivalence_p(estimate, 0.01) > 0.5  # a margin far inside the spread: no equivalence
+
+
+def test_holm_is_statsmodels_and_leaves_untested_claims_out():
+    pvalues = [0.01, np.nan, 0.04, 0.03, 0.2]
+    adjusted = inference.holm(pvalues)
+    expected = multipletests([0.01, 0.04, 0.03, 0.2], method="holm")[1]
+    assert math.isnan(adjusted[1]) and adjusted[[0, 2, 3, 4]] == pytest.approx(expected)
+    assert adjusted[0] == pytest.approx(0.04)  # 4 tested claims: 4 x 0.01
+
+
+def test_the_detectable_effect_is_detected_with_80_percent_power():
+    """At the detectable effect, the two-sided t test at 5% rejects 80% of the time (noncentral t)."""
+    for n in (3, 5, 10):
+        estimate = inference.mean_over_units(np.linspace(-1, 1, n))
+        effect = inference.detectable(estimate)
+        critical, shift = stats.t.ppf(0.975, n - 1), effect / estimate.se
+        power = stats.nct.sf(critical, n - 1, shift) + stats.nct.cdf(-critical, n - 1, shift)
+        assert power == pytest.approx(0.8, abs=0.02), n
+
+
+def test_the_units_needed_detect_the_effect_with_80_percent_power():
+    n = inference.units_needed(0.5, 1.0)
+    critical = stats.t.ppf(0.975, n - 1)
+    power = stats.nct.sf(critical, n - 1, 0.5 * math.sqrt(n)) + stats.nct.cdf(-critical, n - 1, 0.5 * math.sqrt(n))
+    assert 30 < n < 40 and power == pytest.approx(0.8, abs=0.005)
+    assert n == pytest.approx(TTestPower().solve_power(effect_size=0.5, alpha=0.05, power=0.8), abs=0.5)  # statsmodels' solver
+    assert math.isnan(inference.units_needed(0.0, 1.0))
+    spearman = inference.units_needed(0.5, math.nan, method="spearman")
+    assert spearman == pytest.approx(3 + 1.06 * ((1.959964 + 0.841621) / math.atanh(0.5)) ** 2, rel=1e-5)
