@@ -138,11 +138,11 @@ def test_trash_summary_bootstraps_over_seeds():
         ]
     )
     row = aggregation.trash_summary(trash).iloc[0]
-    assert row["n_seeds"] == 2 and row["trash_adv_mean"] == 3.0
-    # two seeds: mean 3 +- t(0.975, 1) x 1 (sd sqrt 2 / sqrt 2), far wider than the two values
-    half = stats.t.ppf(0.975, 1)
-    assert (row["trash_adv_lo"], row["trash_adv_hi"]) == pytest.approx((3.0 - half, 3.0 + half))
-    assert (row["trash_ben_lo"], row["trash_ben_hi"]) == (1.0, 1.0)
+    assert row["n_seeds"] == 2 and row["trash_adv_mean"] == pytest.approx(math.sqrt(8.0))  # the geometric mean of 2 and 4
+    # two seeds: mean log (log 2 + log 4) / 2 +- t(0.975, 1) x (log 2 / 2), far wider than the two values
+    half = stats.t.ppf(0.975, 1) * math.log(2) / 2
+    assert (row["trash_adv_lo"], row["trash_adv_hi"]) == pytest.approx((math.sqrt(8) * math.exp(-half), math.sqrt(8) * math.exp(half)))
+    assert np.isnan(row["trash_ben_lo"]) and np.isnan(row["trash_ben_hi"])  # both seeds' 1.0: no spread, no interval
     one = metrics.mean_interval([5.0])  # one seed: no interval
     assert one[0] == 5.0 and np.isnan(one[1]) and np.isnan(one[2])
 
@@ -452,8 +452,8 @@ def test_the_stage_writes_what_it_declares_from_the_configured_settings_and_logs
     # the seeds' TRASH differ (E[T] grows with the seed): the interval is the t interval over seeds
     row = pd.read_csv(reports / "trash_summary.csv").query("defence == 'none' and attack == 'fgm'").iloc[0]
     seeds = trash.query("defence == 'none' and attack == 'fgm'")["trash_adv"]
-    interval = stats.ttest_1samp(seeds, 0.0).confidence_interval()
-    assert (row["trash_adv_lo"], row["trash_adv_hi"]) == pytest.approx((interval.low, interval.high), rel=1e-6) and row["trash_adv_lo"] < row["trash_adv_hi"]
+    interval = stats.ttest_1samp(np.log(seeds), 0.0).confidence_interval()
+    assert (row["trash_adv_lo"], row["trash_adv_hi"]) == pytest.approx((math.exp(interval.low), math.exp(interval.high)), rel=1e-6)
     findings = pd.read_csv(reports / "findings.csv", keep_default_na=False).set_index("id")
     assert findings.loc["002_brittle_negative", "verdict"] != "not testable"
     # the hand-made records give every model cell acc_ben 0.9: no ranking by accuracy to compare with
@@ -542,8 +542,8 @@ def test_trash_summary_is_the_t_interval_over_seeds_and_keeps_the_failure_rates(
         ]
     ).assign(trash_ben=1.0, f_ben=[1.0, 2.0, 3.0], f_adv=[4.0, 5.0, 9.0])
     row = aggregation.trash_summary(trash).iloc[0]
-    interval = stats.ttest_1samp([1.0, 2.0, 7.0], 0.0).confidence_interval()
-    assert (row["trash_adv_lo"], row["trash_adv_hi"]) == pytest.approx((interval.low, interval.high))
+    interval = stats.ttest_1samp(np.log([1.0, 2.0, 7.0]), 0.0).confidence_interval()
+    assert (row["trash_adv_lo"], row["trash_adv_hi"]) == pytest.approx((math.exp(interval.low), math.exp(interval.high)))
     assert (row["f_ben_mean"], row["f_adv_mean"]) == (2.0, 6.0)
     assert list(aggregation.trash_summary(trash.iloc[:0]).columns) == schema.TRASH_SUMMARY  # the header, even without cells
 

@@ -366,14 +366,20 @@ def ranking_table(acc, evp, seeds=(0, 1), noise=0.01):
 
 
 def test_evp_ranks_differently_holds_when_every_seed_reverses_the_order():
-    result = check("001_evp_ranks_differently", robustness=ranking_table([0.9, 0.8, 0.7], [1.0, 2.0, 3.0]))
-    # each seed's tau is -1: 1 - tau = 2 in both, the seeds being the units
-    assert result.verdict == "holds" and result.n == 2 and result.value == pytest.approx(2.0) and result.units == "seeds"
+    reversed_twice = ranking_table([0.9, 0.8, 0.7], [1.0, 2.0, 3.0])
+    partly = ranking_table([0.9, 0.8, 0.7], [1.0, 3.0, 2.0], seeds=(2,))  # one pair of three in accuracy's order: tau -1/3
+    result = check("001_evp_ranks_differently", robustness=pd.concat([reversed_twice, partly], ignore_index=True))
+    # 1 - tau per seed (the unit): 2, 2 and 4/3
+    assert result.verdict == "holds" and result.n == 3 and result.value == pytest.approx(16 / 9) and result.units == "seeds"
+    assert result.p == pytest.approx(stats.ttest_1samp([2.0, 2.0, 4 / 3], 0.0).pvalue)
 
 
-def test_evp_ranks_differently_is_too_small_when_orders_agree():
+def test_evp_ranks_differently_has_no_test_when_every_seed_agrees_alike():
+    """Both seeds rank alike (1 - tau = 0 in each): no spread between units, so no interval (not
+    one of zero width) and no test."""
     result = check("001_evp_ranks_differently", robustness=ranking_table([0.9, 0.8, 0.7], [3.0, 2.0, 1.0]))
-    assert result.verdict == "inconclusive" and result.value == pytest.approx(0.0) and "too small" in result.detail
+    assert result.verdict == "inconclusive" and result.value == pytest.approx(0.0) and math.isnan(result.lo)
+    assert "no test: its 2 units are all equal" in result.detail
 
 
 def test_evp_ranks_differently_inconclusive_when_seeds_disagree():
@@ -458,8 +464,9 @@ def test_adv_train_lowers_brittle_contradicted():
 
 def test_a_brittle_fall_of_a_few_thousandths_does_not_hold():
     """Issue 59: a brittle-score difference of -0.0044 "held"; it is a 1% fall, below 10%."""
-    result = check("002_adv_train_lowers_brittle", brittle=brittle_pairs([0.44, 0.45, 0.43, 0.44], [0.4356, 0.4455, 0.4257, 0.4356]))
-    assert result.value == pytest.approx(-0.01, abs=1e-4) and result.verdict == "inconclusive" and "too small" in result.detail
+    result = check("002_adv_train_lowers_brittle", brittle=brittle_pairs([0.44, 0.45, 0.43, 0.44], [0.4356, 0.4460, 0.4255, 0.4352]))
+    assert result.value == pytest.approx(-0.01, abs=1e-3) and result.p_adjusted < 0.05
+    assert result.verdict == "inconclusive" and "too small" in result.detail
 
 
 def test_adv_train_lowers_brittle_not_testable():

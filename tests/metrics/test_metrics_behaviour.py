@@ -143,6 +143,14 @@ def test_the_mean_interval_leaves_nans_out_and_gives_none_from_one_value():
     assert mean == 2.0 and (lo, hi) == pytest.approx((2.0 - stats.t.ppf(0.975, 1), 2.0 + stats.t.ppf(0.975, 1)))
     one = metrics.mean_interval([5.0])
     assert one[0] == 5.0 and math.isnan(one[1]) and math.isnan(one[2])
+    same = metrics.mean_interval([0.3, 0.3, 0.3])  # no spread: no interval, not one of zero width
+    assert same[0] == pytest.approx(0.3) and math.isnan(same[1]) and math.isnan(same[2])
+
+
+def test_the_log_mean_interval_is_the_geometric_mean_with_the_logs_t_interval():
+    mean, lo, hi = metrics.mean_interval([1.0, 2.0, 8.0], log=True)
+    interval = stats.ttest_1samp(np.log([1.0, 2.0, 8.0]), 0.0).confidence_interval()
+    assert (mean, lo, hi) == pytest.approx((2.0 * 16 ** (1 / 3) / 2, math.exp(interval.low), math.exp(interval.high)))
 
 
 # what the registry's headline entries read

@@ -124,13 +124,14 @@ def depth_decomposition(trash: pd.DataFrame) -> pd.DataFrame:
 
 
 def trash_summary(trash: pd.DataFrame) -> pd.DataFrame:
-    """Mean TRASH over seeds (each seed's model cell is its own trained model: the unit) with
-    95% Student's t intervals (trashfire.core.inference; none from one seed)."""
+    """TRASH over seeds (each seed's model cell is its own trained model: the unit): the
+    geometric mean (TRASH is a ratio; its logs are near normal) with the 95% t interval of the
+    mean log taken back (none from one seed); the failure rates' plain means."""
     rows = []
     for key, group in trash.groupby(OVER_SEEDS, dropna=False):
         row = dict(zip(OVER_SEEDS, key)) | {"n_seeds": len(group)}
         for column in ("trash_adv", "trash_ben"):
-            mean, lo, hi = metrics.mean_interval(group[column])
+            mean, lo, hi = metrics.mean_interval(group[column], log=True)
             row |= {f"{column}_mean": mean, f"{column}_lo": lo, f"{column}_hi": hi}
         rows.append(row | {"f_ben_mean": group["f_ben"].mean(), "f_adv_mean": group["f_adv"].mean()})
     return pd.DataFrame(rows, columns=schema.TRASH_SUMMARY)

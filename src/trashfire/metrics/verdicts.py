@@ -8,7 +8,7 @@ issue 59), the same rule for every claim of a run:
 - a claim of no effect (pretraining's "no gain", depth's "not more queries") *holds* when its
   equivalence test (TOST, or a one-sided test below the margin) within the claim's margin
   (metrics.findings.margin) rejects after Holm's adjustment; it is *contradicted* when the
-  difference test rejects and the estimate lies beyond the margin;
+  one-sided test that the effect lies past the margin rejects (Bonferroni over the claims);
 - otherwise it is *inconclusive*, and says why: *underpowered* (the smallest effect the run
   detects at 80% power exceeds the effect of interest, with about how many units would settle
   it at the effect seen) or *too small* (the effect is real or not, but below what counts).
@@ -49,6 +49,7 @@ class Tested:
     p_difference: float  # two-sided p of no effect
     p_claim: float  # the p that enters Holm: the difference test's, or the equivalence test's
     detectable: float  # the smallest |effect| the run detects at 80% power
+    p_beyond: float = NAN  # a claim of no effect: p of the one-sided test that the effect lies past its margin
 
 
 def tested(finding: Finding, estimate: inference.Estimate, kind: str, sign: int, smallest: float, *, alpha: float) -> Tested:
@@ -62,7 +63,19 @@ def tested(finding: Finding, estimate: inference.Estimate, kind: str, sign: int,
         p_claim = _below_p(estimate, sign, smallest)
     detectable = inference.detectable(estimate, alpha)
     finding = replace(finding, smallest_effect=float(smallest), detectable=float(detectable))
-    return Tested(finding, kind, sign, effect, smallest, estimate.se, estimate.method, estimate.p, p_claim, detectable)
+    beyond = _beyond_p(estimate, sign if kind == BELOW else int(np.sign(effect)) or 1, smallest) if kind != DIRECTIONAL else NAN
+    return Tested(finding, kind, sign, effect, smallest, estimate.se, estimate.method, estimate.p, p_claim, detectable, beyond)
+
+
+def _beyond_p(estimate: inference.Estimate, sign: int, margin: float) -> float:
+    """p of sign x effect > margin: the one-sided test that contradicts a claim of no effect."""
+    if not np.isfinite(estimate.se):
+        return NAN
+    if estimate.se == 0:
+        return float(not sign * (estimate.value - estimate.null) > margin)
+    from scipy import stats
+
+    return float(stats.t.sf((sign * (estimate.value - estimate.null) - margin) / estimate.se, estimate.df))
 
 
 def _below_p(estimate: inference.Estimate, sign: int, margin: float) -> float:
@@ -78,7 +91,8 @@ def decide(claim: Tested, p_adjusted: float, alpha: float, claims: int) -> Findi
     """The verdict of one claim at its Holm-adjusted p, with the reason written into its detail."""
     f = replace(claim.finding, p=claim.p_claim, p_adjusted=p_adjusted)
     if not np.isfinite(p_adjusted):
-        return replace(f, verdict=INCONCLUSIVE, detail=f"{f.detail}; no test: {f.n} units are too few")
+        why = f"its {f.n} units are all equal, so no spread to test against" if f.n >= 2 else f"{f.n} unit is too few"
+        return replace(f, verdict=INCONCLUSIVE, detail=f"{f.detail}; no test: {why}")
     settle = _units_to_settle(claim, alpha / max(claims, 1))
     f = replace(f, units_to_settle=settle)
     significant = p_adjusted < alpha
@@ -92,9 +106,8 @@ def decide(claim: Tested, p_adjusted: float, alpha: float, claims: int) -> Findi
         return replace(f, verdict=INCONCLUSIVE, detail=f"{f.detail}; {p_text}; {_why_inconclusive(claim, significant, settle)}")
     if significant:
         return replace(f, verdict=HOLDS, detail=f"{f.detail}; {p_text}; within the margin {claim.smallest:.3g}")
-    beyond = abs(claim.effect) >= claim.smallest if claim.kind == EQUIVALENCE else claim.sign * claim.effect >= claim.smallest
-    if beyond and claim.p_difference * claims < alpha:  # the difference test, Bonferroni over the claims (Holm's first step)
-        return replace(f, verdict=CONTRADICTED, detail=f"{f.detail}; {p_text}; an effect beyond the margin {claim.smallest:.3g}")
+    if claim.p_beyond * claims < alpha:  # a one-sided test that the effect lies past the margin, Bonferroni over the claims
+        return replace(f, verdict=CONTRADICTED, detail=f"{f.detail}; {p_text}; an effect beyond the margin {claim.smallest:.3g} (p {claim.p_beyond:.3g})")
     return replace(f, verdict=INCONCLUSIVE, detail=f"{f.detail}; {p_text}; {_why_inconclusive(claim, False, settle)}")
 
 

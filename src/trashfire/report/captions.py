@@ -106,7 +106,7 @@ TABLE_CAPTIONS = {
         "τ(K) is the accuracy a K-class model must keep to count as viable (Cohen's w against chance 1/K); EVP counts accuracy only while it is at least τ."
     ),
     "trash": (
-        "one row per model cell and attack family; TRASH = t_train / E[T] as mean [95% t interval over seeds, the trained models]; above 1 the attack costs less than "
+        "one row per model cell and attack family; TRASH = t_train / E[T] as the geometric mean [95% t interval of its log over seeds, the trained models]; above 1 the attack costs less than "
         "training; f is failures per unit of the clock (per second, or per FLOP on the compute clock)."
     ),
     "trash_clocks": (

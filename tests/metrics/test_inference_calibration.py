@@ -1,0 +1,82 @@
+"""bench/inference_calibration.py on one setting with few simulations: it returns every test's
+rates, and it tells the project's t interval from a broken one (a percentile bootstrap over
+3 seeds' cells, which counts correlated cells of one trained model as independent)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SETTING_ARGS = (3, 0.9, "normal")  # 3 seeds, cells of a trained model correlated 0.9: where counting cells misleads most
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("inference_calibration", ROOT / "bench" / "inference_calibration.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["inference_calibration"] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def pooled_cells_bootstrap(cells: np.ndarray, resamples: int = 999) -> tuple[float, float, float]:
+    """The broken reference: a percentile bootstrap of the mean over every cell of every seed."""
+    values = cells.ravel()
+    rng = np.random.default_rng(0)
+    means = rng.choice(values, size=(resamples, len(values))).mean(axis=1)
+    return float(values.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+
+
+def test_one_setting_gives_each_tests_rates(bench):
+    setting = bench.Setting(*SETTING_ARGS)
+    chosen = ("003_trash_above_one_fgm", "001_adv_train_raises_evp", "004_pretraining_effect")
+    figures = bench.run_setting(setting, 60, seed=0, tests=chosen, family=False)
+    assert set(figures["tests"]) == set(chosen)
+    for id in chosen:
+        for scenario in bench.TESTS[id].scenarios:
+            found = figures["tests"][id][scenario.name]
+            assert found["simulations"] == 60 and found["units"] == (9 if id.startswith("003") else 3)  # 003's unit: a model of 3 depths
+            assert sum(found["verdicts"].values()) == 60 and "not testable" not in found["verdicts"]
+            expected = {"false_rejection": bool(scenario.errors), "power": scenario.power, "coverage": scenario.covered}
+            for key, present in expected.items():
+                assert (key in found) == present
+                assert not present or 0.0 <= found[key] <= 1.0
+    # the project's t interval over 3 units covers its true mean (0.95 expected; 60 draws)
+    assert figures["tests"]["001_adv_train_raises_evp"]["null"]["coverage"] >= 0.85
+    assert 0.0 <= figures["summary"]["coverage"] <= 1.0
+
+
+def test_the_family_null_gives_check_findings_verdicts_and_each_tests_own(bench):
+    setting = bench.Setting(*SETTING_ARGS)
+    # compare_every=1: each draw's composed verdicts are checked against check_findings itself
+    result = bench.simulate_family(setting, 3, seed=0, compare_every=1)
+    assert result["simulations"] == 3 and 0 <= result["any_error"] <= 3
+    assert set(result["verdicts"]) == set(result["tests"]) == set(bench.TESTS)
+    for scenarios in result["tests"].values():
+        [found] = scenarios.values()
+        assert sum(found["verdicts"].values()) == 3 and "not testable" not in found["verdicts"]
+
+
+def test_the_bench_tells_the_t_interval_from_a_bootstrap_over_cells(bench):
+    setting = bench.Setting(*SETTING_ARGS)
+    broken = bench.simulate_summary(setting, 300, seed=0, interval=pooled_cells_bootstrap)
+    project = bench.simulate_summary(setting, 300, seed=0)
+    assert broken["covered"] / 300 < 0.8
+    assert project["covered"] / 300 >= 0.9
+
+
+def test_a_rate_beyond_its_target_fails_the_bench(bench):
+    setting = bench.Setting(*SETTING_ARGS)
+    entry = {
+        "tests": {"001_adv_train_raises_evp": {"null": {"false_rejection": 0.2, "coverage": 0.5, "truth": 0.0}}},
+        "family": {"rate": 0.3},
+        "summary": {"coverage": 0.95},
+    }
+    missed = bench.failures({setting.label: entry}, 1000)
+    assert len(missed) == 3
+    assert any("false rejections 0.200" in m for m in missed) and any("coverage 0.500" in m for m in missed) and any("family-wise" in m for m in missed)
