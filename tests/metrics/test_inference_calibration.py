@@ -4,24 +4,17 @@ rates, and it tells the project's t interval from a broken one (a percentile boo
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers.paths import bench_script
+
 SETTING_ARGS = (3, 0.9, "normal")  # 3 seeds, cells of a trained model correlated 0.9: where counting cells misleads most
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("inference_calibration", ROOT / "bench" / "inference_calibration.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["inference_calibration"] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return bench_script("inference_calibration")
 
 
 def pooled_cells_bootstrap(cells: np.ndarray, resamples: int = 999) -> tuple[float, float, float]:

@@ -4,22 +4,18 @@ runs give."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.paths import bench_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def reproduce_module():
-    spec = importlib.util.spec_from_file_location("reproduce", ROOT / "bench" / "reproduce.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["reproduce"] = module  # its dataclass looks its module up there
-    spec.loader.exec_module(module)
-    return module
+    return bench_script("reproduce")
 
 
 @pytest.fixture(scope="module")
