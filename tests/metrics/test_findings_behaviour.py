@@ -16,7 +16,7 @@ from trashfire.metrics import verdicts as V
 
 def claim(kind=V.DIRECTIONAL, sign=+1, effect=0.3, smallest=0.1, p=0.01, detectable=0.2, se=0.2) -> V.Tested:
     found = F.finding("001_adv_train_raises_evp", "test", 6, effect, effect - 0.1, effect + 0.1, p, V.INCONCLUSIVE, "detail", "units")
-    return V.Tested(found, kind, sign, effect, smallest, se, "t", p, p, detectable)
+    return V.Tested(found, kind, sign, effect, smallest, se, "t", p, detectable)
 
 
 @pytest.mark.parametrize(
@@ -65,7 +65,7 @@ def test_an_effect_below_what_counts_says_more_units_would_show_it_too_small():
     ],
 )
 def test_a_claim_of_no_effect_holds_on_its_equivalence_test_and_is_contradicted_past_its_margin(kind, adjusted, p_beyond, verdict):
-    tested = V.Tested(claim().finding, kind, +1, 0.3, 0.1, 0.2, "t", 0.001, 0.5, 0.2, p_beyond)
+    tested = V.Tested(claim().finding, kind, +1, 0.3, 0.1, 0.2, "t", 0.5, 0.2, p_beyond)
     assert V.decide(tested, adjusted, 0.05, 4).verdict == verdict
 
 
@@ -80,7 +80,7 @@ def test_past_the_margin_is_a_one_sided_test_against_the_margin_not_against_zero
 
 def test_adjust_leaves_not_testable_findings_and_gives_untested_claims_no_adjusted_p():
     untestable = F.untestable("004_pretraining_effect", "test", "needs pretrained cells")
-    no_test = V.Tested(claim().finding, V.DIRECTIONAL, +1, 0.3, 0.1, math.nan, "t", math.nan, math.nan, math.nan)
+    no_test = V.Tested(claim().finding, V.DIRECTIONAL, +1, 0.3, 0.1, math.nan, "t", math.nan, math.nan)
     first, second = V.adjust([untestable, no_test], 0.05)
     assert first.verdict == V.NOT_TESTABLE and second.verdict == V.INCONCLUSIVE and "no test: its 6 units are all equal" in second.detail
 

@@ -229,20 +229,16 @@ def units_needed(effect: float, spread: float, alpha: float = 0.05, power: float
         return 3 + SPEARMAN_SE * ((stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)) / z) ** 2
     if not (np.isfinite(spread) and spread > 0):
         return 2.0
-    from scipy.special import ndtri  # the normal quantile, without scipy.stats' per-call overhead
-
-    # Guenther's (1981) approximation of the noncentral-t solution: the normal one plus z^2 / 2,
-    # within a fraction of a unit of statsmodels' TTestPower from 3 units up, at no solver's cost
-    z = ndtri(1 - alpha / 2)
-    return float(min(max(((z + ndtri(power)) * spread / effect) ** 2 + z**2 / 2, 2.0), MOST_UNITS))
+    return units_from_se(effect, spread, 1, alpha, power)  # one unit's standard error is the spread between units
 
 
 def units_from_se(distance: float, se: float, n: int, alpha: float = 0.05, power: float = POWER) -> float:
     """About how many units a two-sided test at `alpha` needs to tell `distance` with
     probability `power`, from a run of `n` units whose statistic has standard error `se` (it
     shrinks as 1 / sqrt(units)): n ((z_{1-alpha/2} + z_power) se / distance)^2 + z^2 / 2
-    (Guenther's correction towards the t test's answer)."""
-    from scipy.special import ndtri
+    (Guenther's (1981) correction towards the noncentral t's answer, within a fraction of a unit
+    of statsmodels' TTestPower from 3 units up, at no solver's cost)."""
+    from scipy.special import ndtri  # the normal quantile, without scipy.stats' per-call overhead
 
     if not (np.isfinite(distance) and distance > 0 and np.isfinite(se) and se > 0):
         return NAN

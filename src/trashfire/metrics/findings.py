@@ -26,8 +26,6 @@ from trashfire.core.schema import CONFIGURATION, MODEL_LABELS, TRAINED_LABELS, F
 from trashfire.core.stats import significant, spearman
 from trashfire.metrics.verdicts import BELOW, DIRECTIONAL, EQUIVALENCE, OTHER_CLOCK, VERDICTS, Tested, adjust, not_testable, tested
 
-# metrics here (accuracies, EVP, R, brittle-scores) are O(0.01-1): a difference this small is rounding
-ROUNDING = 1e-12
 HOLDS, CONTRADICTED, INCONCLUSIVE, NOT_TESTABLE = VERDICTS
 NAN = float("nan")
 
@@ -36,7 +34,7 @@ NAN = float("nan")
 # for from-scratch cells and must still match itself (with_keys).
 TRAINING = CONFIGURATION
 # A model cell's labels without its defence's strength: cells at several strengths of one
-# defence are averaged (mean_per_key), not paired crosswise.
+# defence are averaged within their unit, not paired crosswise.
 UNSTRENGTHENED = without(MODEL_LABELS, "depth", "defence_param", "defence_value")
 
 

@@ -46,7 +46,6 @@ class Tested:
     smallest: float  # the smallest effect of interest, or the equivalence margin
     se: float  # the statistic's standard error (a correlation's on Fisher's z scale)
     method: str  # inference's: "t", "ols", "spearman"
-    p_difference: float  # two-sided p of no effect
     p_claim: float  # the p that enters Holm: the difference test's, or the equivalence test's
     detectable: float  # the smallest |effect| the run detects at 80% power
     p_beyond: float = NAN  # a claim of no effect: p of the one-sided test that the effect lies past its margin
@@ -64,7 +63,7 @@ def tested(finding: Finding, estimate: inference.Estimate, kind: str, sign: int,
     detectable = inference.detectable(estimate, alpha)
     finding = replace(finding, smallest_effect=float(smallest), detectable=float(detectable))
     beyond = _beyond_p(estimate, sign if kind == BELOW else int(np.sign(effect)) or 1, smallest) if kind != DIRECTIONAL else NAN
-    return Tested(finding, kind, sign, effect, smallest, estimate.se, estimate.method, estimate.p, p_claim, detectable, beyond)
+    return Tested(finding, kind, sign, effect, smallest, estimate.se, estimate.method, p_claim, detectable, beyond)
 
 
 def _beyond_p(estimate: inference.Estimate, sign: int, margin: float) -> float:
