@@ -14,6 +14,7 @@ import pytest
 from omegaconf import OmegaConf
 from scipy import stats
 
+from trashfire.core import inference
 from trashfire.metrics import findings as F
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -371,6 +372,8 @@ def test_evp_ranks_differently_holds_when_every_seed_reverses_the_order():
     result = check("001_evp_ranks_differently", robustness=pd.concat([reversed_twice, partly], ignore_index=True))
     # 1 - tau per seed (the unit): 2, 2 and 4/3
     assert result.verdict == "holds" and result.n == 3 and result.value == pytest.approx(16 / 9) and result.units == "seeds"
+    reference = inference.bounded_mean([2.0, 2.0, 4 / 3], 0.0, 2.0)  # a value in [0, 2]: the score interval
+    assert (result.p, result.lo, result.hi) == pytest.approx((reference.p, reference.lo, reference.hi))
     assert result.p == pytest.approx(stats.ttest_1samp([2.0, 2.0, 4 / 3], 0.0).pvalue)
 
 

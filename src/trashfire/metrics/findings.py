@@ -167,14 +167,17 @@ def unit_means(df: pd.DataFrame, units: list[str], column: str) -> pd.Series:
     return df.groupby([u for u in units if u in df.columns] or (lambda _: 0), dropna=False)[column].mean()
 
 
-def mean_claim(id: str, test: str, values: pd.Series, sign: int, key: str, settings: Settings, units: str, what: str, scale=None) -> Tested | Finding:
-    """A directional claim about the mean over units of `values` (one per unit)."""
+def mean_claim(id: str, test: str, values: pd.Series, sign: int, key: str, settings: Settings, units: str, what: str, scale=None, bounds=None) -> Tested | Finding:
+    """A directional claim about the mean over units of `values` (one per unit); `bounds`
+    (low, high): the values' range, for a score interval where a t interval undercovers."""
     if len(values) < 2:
         return untestable(id, test, f"needs >= 2 {units}; found {len(values)}")
-    estimate = inference.mean_over_units(values.to_numpy(float))
+    x = values.to_numpy(float)
+    estimate = inference.mean_over_units(x) if bounds is None else inference.bounded_mean(x, *bounds)
     shown = (lambda x: x) if scale is None else scale
     value, lo, hi = shown(estimate.value), shown(estimate.lo), shown(estimate.hi)
-    detail = f"{what} {value:+.3g} over {estimate.n} {units}, 95% t interval [{lo:+.3g}, {hi:+.3g}]"
+    interval = "t interval" if bounds is None else "score interval"
+    detail = f"{what} {value:+.3g} over {estimate.n} {units}, 95% {interval} [{lo:+.3g}, {hi:+.3g}]"
     f = finding(id, test, estimate.n, value, lo, hi, estimate.p, INCONCLUSIVE, detail, units)
     return tested(f, estimate, DIRECTIONAL, sign, settings.of(key), alpha=settings.alpha)
 
@@ -385,7 +388,7 @@ def evp_ranks_differently(tables: Tables, settings: Settings) -> Tested | Findin
     exceeds its smallest effect over seeds. One seed's noise alone lowers tau below 1, which
     the smallest effect of interest (conf) must exceed."""
     id = "001_evp_ranks_differently"
-    test = "1 - Kendall tau-b of acc_ben and EVP over configurations within each data set and attack family, per seed (the unit), t test over seeds"
+    test = "1 - Kendall tau-b of acc_ben and EVP over configurations within each data set and attack family, per seed (the unit), its mean over seeds with a score interval for a value in [0, 2]"
     config = TRAINING + ["defence", "attack_family", "seed"]
     rows = with_keys(usable(tables.robustness, ["acc_ben", "evp", "seed", "model", "epochs", "lr", "defence", "attack_family", "dataset"]))
     per_config = rows.groupby(config, dropna=False)[["acc_ben", "evp"]].mean().reset_index()
@@ -396,7 +399,7 @@ def evp_ranks_differently(tables: Tables, settings: Settings) -> Tested | Findin
         return untestable(id, test, "needs >= 3 configurations of one data set and attack family, e.g. model=[resnet18,resnet34] with defence=[none,gauss_in]")
     if len(taus) < 2:
         return untestable(id, test, NEEDS_SEEDS + " (the seed is the unit: one gives no interval)")
-    return mean_claim(id, test, 1.0 - taus, +1, id, settings, "seeds", "mean 1 - tau")
+    return mean_claim(id, test, 1.0 - taus, +1, id, settings, "seeds", "mean 1 - tau", bounds=(0.0, 2.0))
 
 
 # ---------------------------------------------------------------------------------------------
