@@ -40,6 +40,7 @@ from trashfire.core.records import write_json  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 KEPT = ROOT / "bench" / "results" / "reproductions"
+ABLATION_004 = KEPT / "ablation_004"  # 004's arms with another LeNet: ablation_004/<model>.json
 PAGE = ROOT / "docs" / "reproduction.md"
 PRESETS = ("repro_004_mnist", "repro_002_mnist", "repro_003_mnist")
 DIGITS = "default"
@@ -55,6 +56,7 @@ PAPER_004_TABLE_1 = {
     300: (0.520547, 0.010607),
 }
 PAPER_004_SEEDS = 20
+LENETS = ("lenet5", "lenet5_padded")
 ARCHITECTURES_002 = ("mlp2", "cnn3", "cnn5")
 
 # what each preset sets up differently from its paper (the presets' own comments say why)
@@ -228,6 +230,15 @@ def add_unclipped(work: Path) -> int:
     return write_page()
 
 
+def kept_path(preset: str, overrides: list[str]) -> Path:
+    """Where a run is kept: the preset's own file, or for 004 with another model (an arm of
+    its ablation, e.g. model=[lenet5_padded]) ablation_004/<model>.json."""
+    models = [o.split("=", 1)[1].strip("[]") for o in overrides if o.startswith("model=")]
+    if preset == "repro_004_mnist" and models and models[0] != "lenet5":
+        return ABLATION_004 / f"{models[0]}.json"
+    return KEPT / f"{preset}.json"
+
+
 def run_preset(preset: str, mnist_root: str | None, overrides: list[str], keep_work: bool = False) -> dict:
     args = list(overrides)
     if mnist_root:
@@ -248,7 +259,7 @@ def run_preset(preset: str, mnist_root: str | None, overrides: list[str], keep_w
     kept = {"preset": preset, "machine": measured_on, "reference": timed_against, "pipeline": pipeline, **summarise(work / "reports")}
     if preset == "repro_004_mnist":  # after the timing: a check of the gap to 004, not part of the run
         kept["fgsm_unclipped"] = fgsm_unclipped(work)
-    write_json(KEPT / f"{preset}.json", kept)
+    write_json(kept_path(preset, overrides), kept)
     timing = {"machine": kept["machine"], "reference": timed_against, "pipeline": pipeline}
     write_json(ROOT / "bench" / "results" / f"{kept['machine']['date'][:10]}-{kept['machine']['cpus']}cpu-{preset}.json", timing)
     line, met = reference.verdict("reproduce", wall, timed_against)
@@ -282,7 +293,7 @@ def interval_text(i: Interval, digits: int = 3) -> str:
 def lenet_fgsm(run: dict | None) -> pd.DataFrame:
     """004's Table 1 cells of a run: undefended LeNet under FGSM, one row per seed and epoch."""
     r = pd.DataFrame(run["r"]) if run else pd.DataFrame(columns=["model", "defence", "attack_family", "epochs", "seed", "auc_R", "acc_ben"])
-    return r[(r["model"] == "lenet") & (r["defence"] == "none") & (r["attack_family"] == "fgm linf")]
+    return r[r["model"].isin(LENETS) & (r["defence"] == "none") & (r["attack_family"] == "fgm linf")]
 
 
 def table_004(run: dict | None) -> list[str]:

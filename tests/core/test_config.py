@@ -122,8 +122,8 @@ def test_experiment_presets_override_the_root_config(conf_dir):
     paper = validate(compose(["experiment=trashfire_paper"], conf=conf_dir))
     assert paper.split.seeds == list(range(10)) and set(paper.data) == {"mnist", "cifar10", "cifar100"}
     assert list(paper.defence.fsq["values"]) == [2, 4, 8, 16, 32, 64]
-    reduced = validate(compose(["experiment=auc_paper", "data=[mnist]", "train.pretrained_on.mnist=[null]", "model=[lenet]"], conf=conf_dir))
-    assert list(reduced.model) == ["lenet"] and list(reduced.train.per_model.lenet.epochs)[-1] == 300
+    reduced = validate(compose(["experiment=auc_paper", "data=[mnist]", "train.pretrained_on.mnist=[null]", "model=[lenet5]"], conf=conf_dir))
+    assert list(reduced.model) == ["lenet5"] and list(reduced.train.per_model.lenet5.epochs)[-1] == 300
 
 
 def test_narrowing_a_preset_drops_the_members_it_only_gave_values(conf_dir):

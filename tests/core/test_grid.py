@@ -83,7 +83,7 @@ def test_paper_presets_state_their_grids(conf_dir, preset, n_train, n_attack):
     cells = training_cells(cfg)
     assert len(cells) == n_train and len(attack_cells(cfg)) == n_attack
     if preset == "auc_paper":
-        assert {(c.model, c.lr, c.spec["train"]["horizon"]) for c in cells} == {("lenet", 0.01, 300), ("fcnet", 0.01, 300), ("resnet50", 0.1, 125)}
+        assert {(c.model, c.lr, c.spec["train"]["horizon"]) for c in cells} == {("lenet5", 0.01, 300), ("fcnet", 0.01, 300), ("resnet50", 0.1, 125)}
         assert {(c.dataset, c.pretrained_on) for c in cells} >= {("mnist", "cifar10"), ("cifar10", "mnist"), ("mnist", None)}
         assert len({c.run_key for c in cells}) == n_train // 6  # every epoch is a checkpoint of one run
 

@@ -121,7 +121,7 @@ def test_one_seed_gives_identical_initial_weights_on_mnist_upscaled_and_cifar(tm
     write_cifar(tmp_path / "cifar", n_per_batch=30)
     overrides = [
         "data=[mnist,cifar10]",
-        "model=[lenet]",
+        "model=[lenet5]",
         "defence=[none]",
         "split.n_attack=10",
         "train.epochs=[1]",

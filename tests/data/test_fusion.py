@@ -20,7 +20,7 @@ def fusion_cfg(tmp_path, *extra, name="fusion_digit"):
         compose(
             [
                 f"data=[{name}]",
-                "model=[lenet]",
+                "model=[lenet5]",
                 "defence=[none]",
                 "split.n_attack=10",
                 "split.seeds=[0]",

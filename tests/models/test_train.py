@@ -91,10 +91,10 @@ def two_mnist_shaped_sets(tmp_path, *extra):
 
 
 def mnist_shaped_overrides(tmp_path, *extra):
-    """The tiny overrides with lenet on two 200-image IDX data sets instead of digits."""
+    """The tiny overrides with lenet5 on two 200-image IDX data sets instead of digits."""
     tiny = [o for o in tiny_overrides(tmp_path) if not o.startswith("data.digits")]
     return tiny + [
-        "model=[lenet]",
+        "model=[lenet5]",
         "defence=[none]",
         "split.n_attack=10",
         f"data.mnist.root={tmp_path / 'mnist'}",
@@ -159,7 +159,7 @@ def test_pretraining_on_a_data_set_of_another_shape_names_both(tmp_path):
         )
     )
     prepare.run(cfg)
-    with pytest.raises(DataError, match=r"cannot fine-tune lenet on mnist from cifar10.*data.mnist.size=32"):
+    with pytest.raises(DataError, match=r"cannot fine-tune lenet5 on mnist from cifar10.*data.mnist.size=32"):
         train.run(cfg)
 
 

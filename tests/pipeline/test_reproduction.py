@@ -59,7 +59,7 @@ def test_the_brittle_gap_pairs_the_same_held_out_samples_whatever_their_order(re
 
 def r_rows(epoch_values: dict[int, list[float]]) -> list[dict]:
     return [
-        {"model": "lenet", "defence": "none", "attack_family": "fgm linf", "epochs": epoch, "seed": seed, "auc_R": r, "acc_ben": 0.98}
+        {"model": "lenet5", "defence": "none", "attack_family": "fgm linf", "epochs": epoch, "seed": seed, "auc_R": r, "acc_ben": 0.98}
         for epoch, values in epoch_values.items()
         for seed, r in enumerate(values)
     ]
@@ -119,9 +119,9 @@ def preset(name: str, root: Path):
 
 def test_the_004_preset_is_004s_setup_at_five_seeds_and_three_checkpoints(mnist_root):
     cfg = preset("repro_004_mnist", mnist_root)
-    assert list(cfg.model) == ["lenet"] and list(cfg.data) == ["mnist"] and (cfg.data.mnist.size, cfg.data.mnist.channels) == (32, 3)
-    assert len(cfg.split.seeds) >= 5 and {1, 10, 25} <= set(cfg.train.per_model.lenet.epochs)
-    assert (cfg.train.batch_size, cfg.train.momentum, cfg.train.weight_decay, cfg.train.per_model.lenet.lr) == (125, 0.9, 0.0005, [0.01])
+    assert list(cfg.model) == ["lenet5"] and list(cfg.data) == ["mnist"] and (cfg.data.mnist.size, cfg.data.mnist.channels) == (32, 3)
+    assert len(cfg.split.seeds) >= 5 and {1, 10, 25} <= set(cfg.train.per_model.lenet5.epochs)
+    assert (cfg.train.batch_size, cfg.train.momentum, cfg.train.weight_decay, cfg.train.per_model.lenet5.lr) == (125, 0.9, 0.0005, [0.01])
     assert list(cfg.attack) == ["fgm"] and list(cfg.attack.fgm["values"]) == [0.0125, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3]
     assert (cfg.metrics.auc.eps0, cfg.metrics.auc.eps1, cfg.attack.fgm.units) == (0.0, 0.3, "pixel")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_ARCHITECTURES = ("Float32Input", "resnet", "cifar_resnet", "lenet", "mlp", "cnn", "count_weight_layers", "resolve_device")
+_ARCHITECTURES = ("Float32Input", "resnet", "cifar_resnet", "lenet5", "lenet5_padded", "mlp", "cnn", "count_weight_layers", "resolve_device")
 
 
 def __getattr__(name: str) -> Any:

@@ -53,20 +53,35 @@ def cifar_resnet(n_classes: int, input_shape: Sequence[int], blocks: int, widths
     return Float32Input(nn.Sequential(*layers))
 
 
-def lenet(n_classes: int, input_shape: Sequence[int]) -> nn.Module:
-    """LeNet-5 (LeCun et al.): two 5x5 convolutions with max-pooling, then 120-84-K. Padded
-    convolutions keep it valid from 8x8 inputs up."""
+LENET5_SMALLEST = 16  # valid 5x5 convolutions and two 2x2 pools: 16 -> 12 -> 6 -> 2 -> 1
+
+
+def lenet5(n_classes: int, input_shape: Sequence[int]) -> nn.Module:
+    """LeNet-5 (LeCun et al. 1998) as 004 uses it: two valid 5x5 convolutions with 2x2
+    max-pooling, then 120-84-K; at 32x32 the features are 16 x 5 x 5 = 400."""
     channels, height, width = input_shape
+    if min(height, width) < LENET5_SMALLEST:
+        raise ConfigError("model.lenet5", f"needs inputs of at least {LENET5_SMALLEST}x{LENET5_SMALLEST} (valid 5x5 convolutions); got {height}x{width}: use lenet5_padded for small inputs")
+    return _lenet(channels, ((height - 4) // 2 - 4) // 2, ((width - 4) // 2 - 4) // 2, n_classes, padding=0)
+
+
+def lenet5_padded(n_classes: int, input_shape: Sequence[int]) -> nn.Module:
+    """LeNet-5 with padded 5x5 convolutions (padding 2), so that it runs from 8x8 inputs up:
+    at 32x32 its features are 16 x 8 x 8 = 1,024, not LeNet-5's 400."""
+    channels, height, width = input_shape
+    return _lenet(channels, height // 4, width // 4, n_classes, padding=2)
+
+
+def _lenet(channels: int, height: int, width: int, n_classes: int, padding: int) -> nn.Module:
     features = nn.Sequential(
-        nn.Conv2d(channels, 6, 5, padding=2),
+        nn.Conv2d(channels, 6, 5, padding=padding),
         nn.ReLU(),
         nn.MaxPool2d(2),
-        nn.Conv2d(6, 16, 5, padding=2),
+        nn.Conv2d(6, 16, 5, padding=padding),
         nn.ReLU(),
         nn.MaxPool2d(2),
     )
-    flat = 16 * (height // 4) * (width // 4)
-    head = nn.Sequential(nn.Flatten(), nn.Linear(flat, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, n_classes))
+    head = nn.Sequential(nn.Flatten(), nn.Linear(16 * height * width, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, n_classes))
     return Float32Input(nn.Sequential(features, head))
 
 

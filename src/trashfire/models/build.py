@@ -6,9 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from torch import nn
 
+from trashfire.core.errors import ConfigError
 from trashfire.core.external import is_external
 from trashfire.models import external
 
@@ -20,4 +22,9 @@ def build_model(spec: dict[str, Any], n_classes: int, input_shape: Sequence[int]
     if is_external(spec):
         return external.build("model", spec)
     builder = {key: value for key, value in spec.items() if key not in ("depth", "rules")}
-    return instantiate(builder, n_classes=n_classes, input_shape=list(input_shape))
+    try:
+        return instantiate(builder, n_classes=n_classes, input_shape=list(input_shape))
+    except InstantiationException as error:  # Hydra wraps a builder's own one-line error: unwrap it
+        if isinstance(error.__cause__, ConfigError):
+            raise error.__cause__ from None
+        raise
