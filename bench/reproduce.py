@@ -148,7 +148,8 @@ def summarise(reports: Path) -> dict:
                 row[key] = json.loads(row[key]) if isinstance(row.get(key), str) else row.get(key)
         kept["brittle"] = rows
     findings = pd.read_csv(reports / "findings.csv")
-    kept["findings"] = records(findings[["id", "paper", "claim", "verdict", "value", "lo", "hi", "detail", "clock"]])
+    columns = ["id", "paper", "claim", "verdict", "value", "lo", "hi", "detail", "clock", "n", "units", "p", "p_adjusted", "smallest_effect", "detectable", "units_to_settle"]
+    kept["findings"] = records(findings[[c for c in columns if c in findings]])
     experiments = pd.read_csv(reports / "experiments.csv")
     accuracy = experiments.drop_duplicates("model_hash")
     kept["benign_accuracy"] = {
