@@ -129,3 +129,15 @@ def test_a_bounded_mean_reaches_further_from_its_bound_than_the_t_interval():
 def test_a_bounded_mean_of_equal_units_has_no_interval():
     estimate = inference.bounded_mean([0.0, 0.0, 0.0], 0.0, 2.0)
     assert estimate.value == 0.0 and all(math.isnan(x) for x in (estimate.lo, estimate.hi, estimate.p))
+
+
+def test_a_difference_from_a_published_mean_is_welchs_t():
+    """Ours over 3 seeds against a paper's mean 0.438 (SD 0.02 over 20 seeds): SE^2 = 0.04^2/3 +
+    0.02^2/20, Welch's df 2.15249, as scipy's ttest_ind_from_stats gives it."""
+    ours = np.array([0.40, 0.44, 0.48])
+    estimate = inference.welch_difference(ours, 0.438, 0.02, 20)
+    reference = stats.ttest_ind_from_stats(ours.mean(), ours.std(ddof=1), 3, 0.438, 0.02, 20, equal_var=False)
+    assert estimate.value == pytest.approx(0.002) and estimate.df == pytest.approx(2.15249, rel=1e-5)
+    assert estimate.p == pytest.approx(reference.pvalue, rel=1e-9)
+    assert estimate.hi - estimate.value == pytest.approx(stats.t.ppf(0.975, estimate.df) * math.sqrt(0.04**2 / 3 + 0.02**2 / 20), rel=1e-9)
+    assert math.isnan(inference.welch_difference([0.5], 0.438, 0.02, 20).lo)

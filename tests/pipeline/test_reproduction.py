@@ -4,9 +4,9 @@ runs give."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.helpers.paths import bench_script
@@ -23,83 +23,130 @@ def reproduce():
     return reproduce_module()
 
 
-def test_the_mean_interval_is_students_t_over_seeds(reproduce):
-    interval = reproduce.mean_interval([0.40, 0.44, 0.48])
-    # mean 0.44, SD 0.04, t(0.975, 2) = 4.302653: half-width 4.302653 * 0.04 / sqrt(3)
-    assert interval.mean == pytest.approx(0.44)
-    assert interval.hi - interval.mean == pytest.approx(0.0993655, abs=1e-6)
-    assert interval.n == 3
-    assert math.isnan(reproduce.mean_interval([0.5]).lo)
+@pytest.fixture(scope="module")
+def page():
+    return bench_script("reproduction_page")
 
 
-def test_the_difference_to_a_paper_is_welchs_with_the_papers_seeds(reproduce):
-    diff = reproduce.welch_difference([0.40, 0.44, 0.48], 0.438, 0.02, 20)
-    # SE^2 = 0.04^2/3 + 0.02^2/20 = 5.53333e-4; Welch df = 2.15249; t(0.975, 2.15249) = 4.02335
-    assert diff.mean == pytest.approx(0.002)
-    assert diff.hi - diff.mean == pytest.approx(4.02335 * math.sqrt(5.53333e-4), rel=1e-5)
-    assert reproduce.difference_verdict(diff) == "agrees"
-    far = reproduce.welch_difference([0.50, 0.51, 0.52, 0.50, 0.51], 0.438, 0.02, 20)
-    assert reproduce.difference_verdict(far) == "differs: ours higher by 0.070"
-
-
-def test_a_direction_only_claim_agrees_only_when_the_interval_excludes_zero_on_its_side(reproduce):
-    Interval = reproduce.Interval
-    assert reproduce.sign_verdict(Interval(-0.01, -0.02, -0.001, 200), -1) == "agrees"
-    assert reproduce.sign_verdict(Interval(0.01, 0.001, 0.02, 200), -1) == "differs: the opposite direction"
-    assert reproduce.sign_verdict(Interval(-0.01, -0.02, 0.001, 200), -1).startswith("inconclusive")
-
-
-def test_the_brittle_gap_pairs_the_same_held_out_samples_whatever_their_order(reproduce):
-    normal = {"positions": [3, 1, 2], "image_scores": [0.30, 0.10, 0.20]}
-    robust = {"positions": [1, 2, 3, 9], "image_scores": [0.08, 0.15, 0.29, 5.0]}
-    gap = reproduce.paired_gap(normal, robust)
-    assert gap.n == 3  # sample 9 was not scored on the normal model
-    assert gap.mean == pytest.approx(((0.08 - 0.10) + (0.15 - 0.20) + (0.29 - 0.30)) / 3)
-
-
-def r_rows(epoch_values: dict[int, list[float]]) -> list[dict]:
+def r_rows(epoch_values: dict[int, list[float]], model: str = "lenet5") -> list[dict]:
     return [
-        {"model": "lenet5", "defence": "none", "attack_family": "fgm linf", "epochs": epoch, "seed": seed, "auc_R": r, "acc_ben": 0.98}
+        {"model": model, "defence": "none", "attack_family": "fgm linf", "epochs": epoch, "seed": seed, "auc_R": r, "acc_ben": 0.98}
         for epoch, values in epoch_values.items()
         for seed, r in enumerate(values)
     ]
 
 
-def test_table_1_rows_compare_every_epoch_run_and_say_which_were_not(reproduce):
+def rows_by_first_cell(lines: list[str]) -> dict[str, str]:
+    return {line.split("|")[1].strip(): line for line in lines[2:]}
+
+
+def test_agreement_needs_tost_within_the_margin_and_difference_needs_welchs_test():
+    """A paper's mean 0.438 (SD 0.02 over 20 seeds), margin 0.04: five seeds near it agree
+    (TOST rejects), five seeds 0.07 above differ (Welch rejects), three spread seeds are
+    underpowered, with the smallest difference they detect at 80% power (noncentral t)."""
+    from statsmodels.stats.weightstats import ttost_ind
+
+    from trashfire.core import inference
+    from trashfire.metrics import verdicts
+
+    near, far, spread = [0.44, 0.45, 0.43, 0.44, 0.46], [0.50, 0.51, 0.52, 0.50, 0.51], [0.40, 0.48, 0.44]
+    estimates = [inference.welch_difference(x, 0.438, 0.02, 20) for x in (near, far, spread)]
+    found = verdicts.agreements(estimates, [0.04] * 3)
+    assert [a.verdict for a in found] == ["agrees", "differs", "underpowered"]
+    assert found[1].text == "differs: ours higher by 0.07" and "detects" in found[2].text
+    # the raw TOST p of the first row is statsmodels' (20 paper seeds with its mean and SD);
+    # Holm over the 3 rows multiplies the smallest p by 3
+    z = np.arange(20) - 9.5
+    paper = 0.438 + 0.02 * z / z.std(ddof=1)
+    raw = inference.equivalence_p(estimates[0], 0.04)
+    assert raw == pytest.approx(ttost_ind(np.array(near), paper, -0.04, 0.04, usevar="unequal")[0], rel=1e-9)
+    assert found[0].p_agree == pytest.approx(3 * raw)
+
+
+def test_table_1_gives_every_epoch_run_a_margin_power_and_verdict_and_says_which_were_not(page):
     run = {"r": r_rows({1: [0.43, 0.44, 0.45, 0.44, 0.44], 10: [0.60, 0.61, 0.60, 0.62, 0.61]})}
-    lines = reproduce.table_004(run)
-    by_epoch = {line.split("|")[1].strip(): line for line in lines[2:]}
-    assert "| agrees |" in by_epoch["1"] and "0.440 [" in by_epoch["1"]
+    by_epoch = rows_by_first_cell(page.table_004(run))
+    assert by_epoch["1"].endswith("| agrees |") and "0.440 [" in by_epoch["1"] and "| 0.041 |" in by_epoch["1"]
     assert "differs: ours higher by 0.109" in by_epoch["10"]
-    assert all("not run" in by_epoch[e] for e in ("25", "50", "150", "300"))
-    assert by_epoch["1"].endswith("| not measured |")
+    assert all("not run" in by_epoch[e] and "beyond the 2-core preset" in by_epoch[e] for e in ("25", "50", "150", "300"))
+    assert all("no run kept" in line for line in page.table_004(None)[2:])
 
 
-def test_table_1_sets_the_unclipped_fgsm_r_beside_ours_with_its_own_verdict(reproduce):
-    unclipped = [{"seed": s, "epochs": 1, "auc_R_clipped": 0.55, "auc_R_unclipped": r} for s, r in enumerate([0.43, 0.44, 0.45, 0.44, 0.44])]
-    run = {"r": r_rows({1: [0.55, 0.56, 0.55, 0.54, 0.55]}), "fgsm_unclipped": unclipped}
-    [row] = [line for line in reproduce.table_004(run)[2:] if line.startswith("| 1 |")]
-    assert "differs: ours higher by 0.112" in row and row.endswith("| 0.440 [0.431, 0.449], agrees |")
+def test_the_rise_from_epoch_1_is_paired_over_seeds_against_004s_rise(page):
+    """004's rise 1 -> 10 is 0.0609; ours, paired over seeds, is 0.06 exactly in every seed
+    but one: it agrees within half 004's rise."""
+    run = {"r": r_rows({1: [0.43, 0.44, 0.45, 0.44, 0.44], 10: [0.49, 0.50, 0.51, 0.50, 0.505]})}
+    [row] = [line for line in page.rises_004(run)[2:] if "1 -> 10" in line]
+    assert "+0.061" in row and "0.061 [" in row and row.endswith("| agrees |") and "| 0.030 |" in row
 
 
-def test_the_claims_table_marks_a_verdict_that_differs_between_digits_and_mnist(reproduce):
-    def finding(id, verdict):
-        return {"id": id, "claim": f"claim {id}", "verdict": verdict, "value": 0.5, "clock": None}
+def test_the_ablation_compares_each_lenet_variant_clipped_and_not_and_names_what_explains_the_gap(page):
+    unclipped = [
+        {"seed": s, "epochs": e, "auc_R_clipped": 0.6, "auc_R_unclipped": r}
+        for e, values in {1: [0.43, 0.44, 0.45, 0.44, 0.44], 10: [0.49, 0.50, 0.51, 0.50, 0.505]}.items()
+        for s, r in enumerate(values)
+    ]
+    timing = {"pipeline": {"wall_s": 600.0}}
+    lenet5 = {"r": r_rows({1: [0.55, 0.56, 0.55, 0.54, 0.55], 10: [0.60, 0.61, 0.60, 0.62, 0.61]}), "fgsm_unclipped": unclipped} | timing
+    padded = {"r": r_rows({1: [0.55, 0.56, 0.55, 0.54, 0.55], 10: [0.60, 0.61, 0.60, 0.62, 0.61]}, "lenet5_padded")} | timing
+    lines, explained = page.ablation_004({"repro_004_mnist": lenet5}, {"lenet5_padded": padded})
+    arms = {(line.split("|")[1].strip(), line.split("|")[2].strip(), line.split("|")[3].strip()) for line in lines[2:]}
+    assert arms == {
+        ("`lenet5`", "yes", "1"),
+        ("`lenet5`", "yes", "10"),
+        ("`lenet5`", "no", "1"),
+        ("`lenet5`", "no", "10"),
+        ("`lenet5_padded`", "yes", "1"),
+        ("`lenet5_padded`", "yes", "10"),
+    }
+    assert explained[0] == "- The gap is explained by the setup: `lenet5` with FGSM not clipped agrees with 004 at every epoch and rise run."
+    assert page.gap_explained({("lenet5", True): ["differs", "agrees"]})[0].startswith("- The gap stays unexplained")
+
+
+def test_the_brittle_gap_pairs_the_same_held_out_samples_relative_to_the_normal_model(page):
+    normal = {"positions": [3, 1, 2], "image_scores": [0.30, 0.10, 0.20]}
+    robust = {"positions": [1, 2, 3, 9], "image_scores": [0.08, 0.15, 0.29, 5.0]}
+    gap = page.paired_gap(normal, robust)
+    assert gap.n == 3  # sample 9 was not scored on the normal model
+    assert gap.value == pytest.approx(((0.08 - 0.10) + (0.15 - 0.20) + (0.29 - 0.30)) / 3 / 0.2)
+
+
+def test_a_direction_only_claim_agrees_when_the_fall_reaches_its_margin_and_differs_when_it_falls_short():
+    from trashfire.core import inference
+    from trashfire.metrics import verdicts
+
+    big, small, wide = (inference.mean_over_units(x) for x in ([-0.2, -0.21, -0.19, -0.2], [-0.02, -0.021, -0.019, -0.02], [-0.3, 0.1, -0.2]))
+    found = verdicts.direction_agreements([big, small, wide], -1, 0.1)
+    assert [a.verdict for a in found] == ["agrees", "differs", "underpowered"]
+
+
+def test_the_claims_table_compares_mnist_with_digits_on_the_claims_scale_within_its_margin(page):
+    def finding(id, verdict, value, lo, hi, n=9, smallest=0.0953):
+        return {"id": id, "claim": f"claim {id}", "verdict": verdict, "value": value, "lo": lo, "hi": hi, "n": n, "smallest_effect": smallest, "clock": None}
 
     kept = {
-        "default": {"findings": [finding("a", "holds"), finding("b", "holds"), finding("c@wall", "fails")]},
-        "repro_004_mnist": {"findings": [finding("a", "fails"), finding("b", "not testable")]},
-        "repro_002_mnist": {"findings": [finding("b", "holds")]},
+        "default": {
+            "findings": [finding("003_trash_above_one_fgm", "holds", 3.0, 2.9, 3.1), finding("b", "holds", 0.5, 0.4, 0.6), finding("c@wall", "fails", 1, 0, 2)]
+        },
+        "repro_003_mnist": {"findings": [finding("003_trash_above_one_fgm", "holds", 3.01, 2.95, 3.07), finding("b", "inconclusive", 0.9, 0.8, 1.0)]},
     }
-    rows = {line.split("`")[1]: line for line in reproduce.claims_table(kept)[2:]}
-    assert set(rows) == {"a", "b"}  # another clock's copy of a finding is not a claim of its own
-    assert rows["a"].endswith("| **yes** |") and "fails (0.5) (repro_004_mnist)" in rows["a"]
-    assert rows["b"].endswith("|  |") and "holds (0.5) (repro_002_mnist)" in rows["b"]
+    rows = {line.split("`")[1]: line for line in page.claims_table(kept)[2:]}
+    assert set(rows) == {"003_trash_above_one_fgm", "b"}  # another clock's copy of a finding is not a claim of its own
+    assert "| agrees (repro_003_mnist) |" in rows["003_trash_above_one_fgm"] and rows["003_trash_above_one_fgm"].endswith("|  |")
+    assert "differs: MNIST higher by 0.4 (repro_003_mnist)" in rows["b"] and rows["b"].endswith("| **yes** |")
+    # TRASH compared on the log scale: the digits' interval [2.9, 3.1] is log 3.1 - log 2.9 wide
+    value, se, df = page.claim_estimate(finding("003_trash_above_one_fgm", "holds", 3.0, 2.9, 3.1))
+    assert value == pytest.approx(np.log(3.0)) and df == 8 and se == pytest.approx((np.log(3.1) - np.log(2.9)) / (2 * 2.306004), rel=1e-6)
 
 
-def test_the_checked_in_page_is_what_the_kept_runs_give(reproduce):
-    page = ROOT / "docs" / "reproduction.md"
-    assert page.read_text() == reproduce.render(reproduce.load_kept()), "docs/reproduction.md is stale: run python bench/reproduce.py page"
+def test_the_checked_in_page_is_what_the_kept_runs_give(page):
+    assert (ROOT / "docs" / "reproduction.md").read_text() == page.render(page.load_kept()), "docs/reproduction.md is stale: run python bench/reproduce.py page"
+
+
+def test_a_004_run_with_another_lenet_is_kept_as_an_arm_of_the_ablation(reproduce, page):
+    assert reproduce.kept_path("repro_004_mnist", ["model=[lenet5_padded]"]) == page.ABLATION_004 / "lenet5_padded.json"
+    assert reproduce.kept_path("repro_004_mnist", []) == page.KEPT / "repro_004_mnist.json"
+    assert reproduce.kept_path("repro_002_mnist", ["model=[cnn3]"]) == page.KEPT / "repro_002_mnist.json"
 
 
 @pytest.fixture(scope="module")

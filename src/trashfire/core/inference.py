@@ -14,6 +14,8 @@ independent, and counting them as such made intervals about sqrt(cells) too narr
 - A rank correlation over units: Spearman's rho, its p by an exact permutation test where the
   permutations are few and by 9,999 random ones otherwise, its interval by Fisher's z with
   Fieller's standard error 1.06 / sqrt(n - 3).
+- A difference from a published mean (the reproduction page): Welch's t, the paper's mean an
+  estimate over its own seeds; of two independent estimates: Welch-Satterthwaite.
 - Equivalence (a claim of no effect, a reproduction that agrees): two one-sided tests (TOST)
   against +-margin; its p is the larger of the two.
 - Many claims: Holm's step-down adjustment (equal to statsmodels', tested).
@@ -118,6 +120,33 @@ def bounded_mean(values, low: float, high: float, null: float = 0.0, level: floa
     centre, half = (2 * m + q) / (2 * (1 + q)), math.sqrt(max((2 * m + q) ** 2 - 4 * (1 + q) * m * m, 0.0)) / (2 * (1 + q))
     t = mean_over_units(values, null, level)  # the test: Student's t (Wald), see the docstring
     return Estimate(mean, low + width * (centre - half), low + width * (centre + half), t.se, t.df, n, t.p, null, "t")
+
+
+def welch_difference(values, published_mean: float, published_sd: float, published_n: int, level: float = LEVEL) -> Estimate:
+    """Our mean over units minus a published mean over the paper's own units (its SD over
+    `published_n` of them): Welch's t, as the published mean is an estimate too. The test is of
+    a difference of 0."""
+    values = finite(values)
+    n = len(values)
+    if n < 2 or not (published_sd >= 0 and published_n >= 2):
+        return Estimate(float(values.mean()) - published_mean if n else NAN, NAN, NAN, NAN, NAN, n, NAN, 0.0, "t")
+    ours, theirs = float(values.var(ddof=1)) / n, published_sd**2 / published_n
+    return difference_of(float(values.mean()), math.sqrt(ours), n - 1, published_mean, math.sqrt(theirs), published_n - 1, level, n)
+
+
+def difference_of(a: float, a_se: float, a_df: float, b: float, b_se: float, b_df: float, level: float = LEVEL, n: int = 0) -> Estimate:
+    """a - b of two independent estimates with their standard errors: Welch-Satterthwaite's
+    degrees of freedom (inf: a normal estimate), the t interval and the test of 0."""
+    va, vb = a_se**2, b_se**2
+    se = math.sqrt(va + vb)
+    if not (np.isfinite(se) and se > 0):
+        return Estimate(a - b, NAN, NAN, NAN, NAN, n, NAN, 0.0, "t")
+    share = sum(v**2 / df for v, df in ((va, a_df), (vb, b_df)) if v > 0 and np.isfinite(df))
+    df = (va + vb) ** 2 / share if share > 0 else math.inf
+    stats = _scipy_stats()
+    half = float(stats.t.ppf(0.5 + level / 2, df)) * se
+    p = float(2 * stats.t.sf(abs(a - b) / se, df))
+    return Estimate(a - b, a - b - half, a - b + half, se, df, n, p, 0.0, "t")
 
 
 def slope_over_units(x, y, null: float = 0.0, level: float = LEVEL) -> Estimate:

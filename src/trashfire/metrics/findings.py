@@ -167,7 +167,9 @@ def unit_means(df: pd.DataFrame, units: list[str], column: str) -> pd.Series:
     return df.groupby([u for u in units if u in df.columns] or (lambda _: 0), dropna=False)[column].mean()
 
 
-def mean_claim(id: str, test: str, values: pd.Series, sign: int, key: str, settings: Settings, units: str, what: str, scale=None, bounds=None) -> Tested | Finding:
+def mean_claim(
+    id: str, test: str, values: pd.Series, sign: int, key: str, settings: Settings, units: str, what: str, scale=None, bounds=None
+) -> Tested | Finding:
     """A directional claim about the mean over units of `values` (one per unit); `bounds`
     (low, high): the values' range, for a score interval where a t interval undercovers."""
     if len(values) < 2:

@@ -164,3 +164,84 @@ def adjust(claims: list[Tested | Finding], alpha: float) -> list[Finding]:
         else:
             out.append(decide(claim, adjusted.get(claim.finding.id, NAN), alpha, len(ids)))
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# A reproduction against a paper (the reproduction page): agrees, differs or underpowered
+
+AGREEMENT = ("agrees", "differs", "underpowered")
+AGREES, DIFFERS, UNDERPOWERED = AGREEMENT
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """One comparison's verdict: `p_agree` (the equivalence test within `margin`, or for a
+    direction-only claim the test of its direction) and `p_differ` (the difference test, or the
+    test that the effect falls short of `margin`), both Holm-adjusted over the table's rows;
+    `detectable`: the smallest difference the run detects at 80% power."""
+
+    verdict: str
+    margin: float
+    detectable: float
+    p_agree: float
+    p_differ: float
+    reason: str
+
+    @property
+    def text(self) -> str:
+        return self.verdict if not self.reason else f"{self.verdict}: {self.reason}"
+
+
+def agreements(estimates: list[inference.Estimate], margins: list[float], alpha: float = 0.05, ours: str = "ours") -> list[Agreement]:
+    """Ours minus the paper's per row: *agrees* when TOST within the row's margin rejects,
+    *differs* when the test of no difference rejects, else *underpowered* (Holm over the rows
+    for each test). A difference that is real but within the margin agrees."""
+    agree = inference.holm([inference.equivalence_p(e, m) for e, m in zip(estimates, margins)])
+    differ = inference.holm([e.p for e in estimates])
+    out = []
+    for e, margin, p_agree, p_differ in zip(estimates, margins, agree, differ):
+        power = inference.detectable(e, alpha)
+        if p_agree < alpha:
+            out.append(Agreement(AGREES, margin, power, p_agree, p_differ, ""))
+        elif p_differ < alpha:
+            out.append(Agreement(DIFFERS, margin, power, p_agree, p_differ, f"{ours} {'higher' if e.value > 0 else 'lower'} by {abs(e.value):.3g}"))
+        else:
+            out.append(Agreement(UNDERPOWERED, margin, power, p_agree, p_differ, _short_of(power, margin)))
+    return out
+
+
+def direction_agreements(estimates: list[inference.Estimate], sign: int, smallest: float, alpha: float = 0.05) -> list[Agreement]:
+    """A paper that states a direction only: *agrees* when the test rejects on its side and the
+    effect reaches `smallest` there (the findings' rule); *differs* when the one-sided test that
+    the effect falls short of `smallest` on that side rejects; else *underpowered*."""
+    toward = inference.holm([e.one_sided_p(sign) for e in estimates])
+    short = inference.holm([_short_p(e, sign, smallest) for e in estimates])
+    out = []
+    for e, p_agree, p_differ in zip(estimates, toward, short):
+        power = inference.detectable(e, alpha)
+        if p_agree < alpha and sign * e.value >= smallest:
+            out.append(Agreement(AGREES, smallest, power, p_agree, p_differ, ""))
+        elif p_differ < alpha:
+            out.append(Agreement(DIFFERS, smallest, power, p_agree, p_differ, f"short of {smallest:.3g} on the paper's side"))
+        else:
+            out.append(Agreement(UNDERPOWERED, smallest, power, p_agree, p_differ, _short_of(power, smallest, sign * e.value)))
+    return out
+
+
+def _short_p(estimate: inference.Estimate, sign: int, smallest: float) -> float:
+    """p of sign x effect < smallest."""
+    if not (np.isfinite(estimate.se) and estimate.se > 0):
+        return NAN
+    from scipy import stats
+
+    return float(stats.t.cdf((sign * estimate.value - smallest) / estimate.se, estimate.df))
+
+
+def _short_of(detectable: float, margin: float, toward: float = NAN) -> str:
+    """Why neither test rejected: no interval, too few units to detect the margin, or (a
+    direction-only claim) an effect whose interval reaches both sides of the margin."""
+    if not np.isfinite(detectable):
+        return "no interval"
+    if np.isfinite(toward) and detectable <= margin:
+        return f"the effect {toward:.3g} on the paper's side lies too near the margin {margin:.3g} to tell (the run detects {detectable:.3g} at 80% power)"
+    return f"detects {detectable:.3g} at 80% power, margin {margin:.3g}"

@@ -61,7 +61,10 @@ def lenet5(n_classes: int, input_shape: Sequence[int]) -> nn.Module:
     max-pooling, then 120-84-K; at 32x32 the features are 16 x 5 x 5 = 400."""
     channels, height, width = input_shape
     if min(height, width) < LENET5_SMALLEST:
-        raise ConfigError("model.lenet5", f"needs inputs of at least {LENET5_SMALLEST}x{LENET5_SMALLEST} (valid 5x5 convolutions); got {height}x{width}: use lenet5_padded for small inputs")
+        raise ConfigError(
+            "model.lenet5",
+            f"needs inputs of at least {LENET5_SMALLEST}x{LENET5_SMALLEST} (valid 5x5 convolutions); got {height}x{width}: use lenet5_padded for small inputs",
+        )
     return _lenet(channels, ((height - 4) // 2 - 4) // 2, ((width - 4) // 2 - 4) // 2, n_classes, padding=0)
 
 
