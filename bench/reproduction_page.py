@@ -338,11 +338,30 @@ def verdict_cell(finding: dict | None) -> str:
     return f"{finding['verdict']}{shown}"
 
 
+def current_findings(run: dict | None) -> bool:
+    """Whether a kept run's findings are the current inference's (issue 59: over independent
+    units, Holm-adjusted): runs kept before it recorded no adjusted p, and their verdicts rest
+    on the tests it replaced."""
+    return bool(run) and any("p_adjusted" in f for f in run.get("findings", []))
+
+
+def stale_claims(kept: dict[str, dict]) -> list[str]:
+    stale = [p for p in (*PRESETS, DIGITS) if kept.get(p) and not current_findings(kept[p])]
+    if not stale:
+        return []
+    return [
+        f"- Not shown: the findings of {', '.join(f'`{p}`' for p in stale)}, kept before issue 59's inference (their verdicts rest on the "
+        "percentile bootstrap and cells counted as units it replaced); rerun to add them."
+    ]
+
+
 def claims_on(kept: dict[str, dict]) -> tuple[dict[str, dict], dict[str, list[tuple[str, dict]]], dict[str, str]]:
-    digits = {f["id"]: f for f in kept.get(DIGITS, {}).get("findings", []) if OTHER_CLOCK not in f["id"]}
+    digits = {f["id"]: f for f in kept.get(DIGITS, {}).get("findings", []) if OTHER_CLOCK not in f["id"] and current_findings(kept.get(DIGITS))}
     mnist: dict[str, list[tuple[str, dict]]] = {}
     claims: dict[str, str] = {}
     for preset in PRESETS:
+        if not current_findings(kept.get(preset)):
+            continue
         for f in kept.get(preset, {}).get("findings", []):
             if OTHER_CLOCK in f["id"]:
                 continue
@@ -521,6 +540,8 @@ def render(kept: dict[str, dict], ablation: dict[str, dict] | None = None) -> st
         "rank correlation).",
         "",
         *claims_table(kept),
+        "",
+        *stale_claims(kept),
         "",
         "What differs from 003:",
         "",

@@ -122,7 +122,18 @@ def test_a_direction_only_claim_agrees_when_the_fall_reaches_its_margin_and_diff
 
 def test_the_claims_table_compares_mnist_with_digits_on_the_claims_scale_within_its_margin(page):
     def finding(id, verdict, value, lo, hi, n=9, smallest=0.0953):
-        return {"id": id, "claim": f"claim {id}", "verdict": verdict, "value": value, "lo": lo, "hi": hi, "n": n, "smallest_effect": smallest, "clock": None}
+        return {
+            "id": id,
+            "claim": f"claim {id}",
+            "verdict": verdict,
+            "value": value,
+            "lo": lo,
+            "hi": hi,
+            "n": n,
+            "smallest_effect": smallest,
+            "clock": None,
+            "p_adjusted": 0.01,
+        }
 
     kept = {
         "default": {
@@ -134,6 +145,10 @@ def test_the_claims_table_compares_mnist_with_digits_on_the_claims_scale_within_
     assert set(rows) == {"003_trash_above_one_fgm", "b"}  # another clock's copy of a finding is not a claim of its own
     assert "| agrees (repro_003_mnist) |" in rows["003_trash_above_one_fgm"] and rows["003_trash_above_one_fgm"].endswith("|  |")
     assert "differs: MNIST higher by 0.4 (repro_003_mnist)" in rows["b"] and rows["b"].endswith("| **yes** |")
+    # a run kept before issue 59 (no adjusted p) is left out, and the page says so
+    old = {"findings": [{k: v for k, v in f.items() if k != "p_adjusted"} for f in kept["repro_003_mnist"]["findings"]]}
+    assert all("repro_003_mnist" not in line for line in page.claims_table(kept | {"repro_003_mnist": old})[2:])
+    assert "`repro_003_mnist`" in page.stale_claims(kept | {"repro_003_mnist": old})[0]
     # TRASH compared on the log scale: the digits' interval [2.9, 3.1] is log 3.1 - log 2.9 wide
     value, se, df = page.claim_estimate(finding("003_trash_above_one_fgm", "holds", 3.0, 2.9, 3.1))
     assert value == pytest.approx(np.log(3.0)) and df == 8 and se == pytest.approx((np.log(3.1) - np.log(2.9)) / (2 * 2.306004), rel=1e-6)
