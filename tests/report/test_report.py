@@ -182,3 +182,21 @@ def test_every_figure_the_survival_stage_writes_has_a_caption_of_its_own():
     assert {"kaplan_meier", "calibration", "coefficients", "competing_risks"} <= saved
     plain = caption_for(Path("unknown.png"))[1:]  # what it shows and how to read it; the title is the name's
     assert [stem for stem in sorted(saved) if caption_for(Path(f"reports/survival/{stem}.png"))[1:] == plain] == []
+
+
+def test_the_findings_say_how_many_seeds_would_settle_each_inconclusive_claim():
+    """units_to_settle in seeds: 12 (configuration, seed) units from 3 seeds are 4 per seed, so
+    about 30 units are 8 seeds; a claim that holds, or has no figure, says nothing."""
+    findings = pd.DataFrame(
+        [
+            {"id": "a", "verdict": "inconclusive", "n": 12, "units": "(configuration, seed) units", "units_to_settle": 30.2},
+            {"id": "b", "verdict": "holds", "n": 12, "units": "trained models", "units_to_settle": 5.0},
+            {"id": "c", "verdict": "inconclusive", "n": 3, "units": "seeds", "units_to_settle": float("nan")},
+        ]
+    )
+    sentence = sections.settle_sentence(findings, seeds=3)
+    assert sentence == (
+        "At the effects seen, the inconclusive claims would be settled (at 80% power, Holm's level) by "
+        "a: about 8 seeds (this run: 3 seeds, 12 (configuration, seed) units; about 31 (configuration, seed) units needed)."
+    )
+    assert sections.settle_sentence(findings.iloc[1:], seeds=3) == ""

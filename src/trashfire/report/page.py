@@ -99,7 +99,7 @@ def report_html(artefacts: Artefacts, images: list[Path], skipped: dict[str, str
         "report.html.j2",
         sections=SECTIONS,
         left_out=sections.LEFT_OUT,
-        findings=sections.findings_section(tables["findings"], metrics, degenerate),
+        findings=sections.findings_section(tables["findings"], metrics, degenerate, seeds=attacks["seed"].nunique() if "seed" in attacks else 0),
         validity=sections.validity_section(tables["validity"], metrics, tables["budget_families"]),
         headline=sections.headline_rows(metrics),
         run=sections.run_section(metrics, attacks, degenerate),

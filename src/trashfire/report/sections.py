@@ -7,6 +7,7 @@ trashfire.metrics.summaries."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -153,9 +154,30 @@ def finding_row(row: pd.Series, beside: str = "") -> dict:
     }
 
 
-def findings_section(findings: pd.DataFrame, metrics: dict, degenerate: pd.DataFrame) -> dict:
+def settle_text(row: pd.Series, seeds: int) -> str:
+    """About how many seeds would settle an inconclusive claim at the effect seen: its
+    units_to_settle, in seeds where the claim's units grow with them (n units from `seeds`)."""
+    needed, n = number(row.get("units_to_settle")), number(row.get("n"))
+    if row.get("verdict") != "inconclusive" or not (np.isfinite(needed) and np.isfinite(n) and n > 0):
+        return ""
+    units = row.get("units") if isinstance(row.get("units"), str) and row.get("units") else "units"
+    per_seed = n / seeds if seeds else math.nan
+    in_seeds = f"about {math.ceil(needed / per_seed)} seeds" if np.isfinite(per_seed) and per_seed > 0 else f"about {math.ceil(needed)} {units}"
+    return f"{row['id']}: {in_seeds} (this run: {seeds} seeds, {int(n)} {units}; about {math.ceil(needed)} {units} needed)"
+
+
+def settle_sentence(findings: pd.DataFrame, seeds: int) -> str:
+    """The Findings' closing sentence: what would settle each inconclusive claim."""
+    parts = [text for _, row in findings.iterrows() if (text := settle_text(row, seeds))]
+    if not parts:
+        return ""
+    return "At the effects seen, the inconclusive claims would be settled (at 80% power, Holm's level) by " + "; ".join(parts) + "."
+
+
+def findings_section(findings: pd.DataFrame, metrics: dict, degenerate: pd.DataFrame, seeds: int = 0) -> dict:
     """One row per claim of the four papers tested on this run, after a count of the verdicts;
-    metrics.json's per-seed brittle tests beside their finding, or after the table."""
+    metrics.json's per-seed brittle tests beside their finding, or after the table; then how
+    many seeds would settle each inconclusive claim."""
     per_seed = per_seed_text(metrics.get("brittle_spearman_per_seed"))
     if findings.empty or not FINDING_COLUMNS <= set(findings):
         return {"missing": "findings.csv has no findings in its expected columns; rerun `dvc repro aggregate`", "per_seed": per_seed}
@@ -166,6 +188,7 @@ def findings_section(findings: pd.DataFrame, metrics: dict, degenerate: pd.DataF
         "left_out": f" {len(degenerate)} degenerate model cell(s) {LEFT_OUT} (see Run)." if len(degenerate) else "",
         "rows": [finding_row(row, per_seed if row["id"] == BRITTLE_FINDING else "") for _, row in findings.iterrows()],
         "per_seed": "" if BRITTLE_FINDING in set(findings["id"]) else per_seed,
+        "settle": settle_sentence(findings[~findings["id"].astype(str).str.contains("@")], seeds),
     }
 
 
