@@ -502,6 +502,18 @@ def test_trash_by_hand_on_every_clock_over_the_family_cells_up_to_eps_max():
     assert (up_to["eps_max"], up_to["E_T"], up_to["trash_adv"]) == (0.5, 2e-3, pytest.approx(5.0))
 
 
+def test_each_expected_time_stands_beside_the_share_of_its_samples_censored_at_the_budget():
+    """The family's cells pooled: 10 of 50 and 30 of 50 samples unbroken at the budget are 40%
+    censored; the summary over seeds gives its mean beside E[T]'s."""
+    cells = timed_cells(n_events=[40, 20], n_censored=[10, 30])
+    expected = pd.DataFrame({"attack_hash": ["m0-0.5", "m0-1.0"], "E_T": [2e-3, 4e-3]})
+    row = aggregation.trash_table(cells, expected, None).iloc[0]
+    assert row["censored_share"] == pytest.approx(0.4)
+    assert aggregation.trash_table(cells, expected, 0.5).iloc[0]["censored_share"] == pytest.approx(0.2)
+    summary = aggregation.trash_summary(aggregation.trash_table(cells, expected, None)).iloc[0]
+    assert (summary["E_T_mean"], summary["censored_share_mean"]) == (pytest.approx(3e-3), pytest.approx(0.4))
+
+
 def test_an_attack_cell_without_an_expected_time_still_counts_in_the_accuracy_and_the_grid():
     row = aggregation.trash_table(timed_cells(), pd.DataFrame({"attack_hash": ["m0-0.5"], "E_T": [2e-3]}), None).iloc[0]
     assert (row["acc_adv"], row["eps_max"], row["E_T"]) == (pytest.approx(0.4), 1.0, 2e-3)

@@ -119,6 +119,7 @@ def trash_table(cells: list[dict]) -> pd.DataFrame:
                     "acc_ben": 0.9,
                     "acc_adv": 0.4,
                     "E_T": 0.02 * (1 + cell["depth"] / 18),
+                    "censored_share": 0.25,
                     "f_ben": 30.0,
                     "f_adv": 60.0,
                     "trash_adv": 0.5 * cell["depth"] / 18 * (1 + 0.5 * cell["seed"]) * (3 if attack == "deepfool" else 1),
@@ -147,6 +148,8 @@ def trash_summary(trash: pd.DataFrame) -> pd.DataFrame:
             n_seeds=("seed", "count"),
             trash_adv_mean=("trash_adv", "mean"),
             trash_ben_mean=("trash_ben", "mean"),
+            E_T_mean=("E_T", "mean"),
+            censored_share_mean=("censored_share", "mean"),
             f_ben_mean=("f_ben", "mean"),
             f_adv_mean=("f_adv", "mean"),
         )

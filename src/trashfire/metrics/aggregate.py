@@ -52,7 +52,8 @@ def trash_table(experiments: pd.DataFrame, expected: pd.DataFrame, eps_max: floa
     decomposition into queries to failure and latency per query (003's depth claim).
     `E_T_source` names that E[T]: the fitter's restricted mean over all samples, the
     never-broken ones included (a cure model's E_T_breakable, over the breakable ones only, is
-    in expected_times.csv beside it)."""
+    in expected_times.csv beside it). `censored_share` beside it: the share of the family's
+    attacked samples still unbroken at the budget, where E[T] is mostly the budget itself."""
     source = expected["fitter"].astype(str) + " restricted mean to t*, all samples" if "fitter" in expected else pd.Series("", index=expected.index)
     cells = experiments.merge(expected[["attack_hash", "E_T"]].assign(E_T_source=source), on="attack_hash", how="left")
     if eps_max is not None:
@@ -60,7 +61,9 @@ def trash_table(experiments: pd.DataFrame, expected: pd.DataFrame, eps_max: floa
     missing = {
         f"t_train_{clock}": np.nan for clock in schema.CLOCKS if f"t_train_{clock}" not in cells
     }  # records that all lack a clock's t_train (imported models without FLOPs) leave no column
-    cells = expected_on_clocks(cells.assign(f_adv=metrics.failure_rate(cells["acc_adv"], cells["t_attack"]), **missing))
+    counted = {"n_censored": cells.get("n_censored", pd.Series(np.nan, index=cells.index)).astype(float)}
+    counted["n_attacked"] = counted["n_censored"] + cells.get("n_events", pd.Series(np.nan, index=cells.index)).astype(float)
+    cells = expected_on_clocks(cells.assign(f_adv=metrics.failure_rate(cells["acc_adv"], cells["t_attack"]), **missing, **counted))
     per_clock = {f"{q}_{clock}": (f"{q}_{clock}", "first" if q == "t_train" else "mean") for clock in schema.CLOCKS for q in ("t_train", "E_T")}
     table = (
         cells.groupby(CELL, dropna=False)
@@ -71,6 +74,8 @@ def trash_table(experiments: pd.DataFrame, expected: pd.DataFrame, eps_max: floa
             acc_adv=("acc_adv", "mean"),
             t_attack=("t_attack", "mean"),
             E_T=("E_T", "mean"),
+            n_censored=("n_censored", "sum"),
+            n_attacked=("n_attacked", "sum"),
             E_T_source=("E_T_source", "first"),
             f_adv=("f_adv", "mean"),
             eps_max=("attack_value", "max"),
@@ -81,6 +86,7 @@ def trash_table(experiments: pd.DataFrame, expected: pd.DataFrame, eps_max: floa
         )
         .reset_index()
     )
+    table["censored_share"] = table["n_censored"] / table["n_attacked"].where(table["n_attacked"] > 0)
     table["f_ben"] = metrics.failure_rate(table["acc_ben"], table["t_predict"])
     table["trash_adv"] = metrics.trash(table["t_train"], table["E_T"])
     table["trash_ben"] = metrics.trash_benign(table["t_train"], table["acc_ben"], table["t_predict"])
@@ -133,7 +139,8 @@ def trash_summary(trash: pd.DataFrame) -> pd.DataFrame:
         for column in ("trash_adv", "trash_ben"):
             mean, lo, hi = metrics.mean_interval(group[column], log=True)
             row |= {f"{column}_mean": mean, f"{column}_lo": lo, f"{column}_hi": hi}
-        rows.append(row | {"f_ben_mean": group["f_ben"].mean(), "f_adv_mean": group["f_adv"].mean()})
+        means = {f"{c}_mean": group[c].mean() if c in group else np.nan for c in ("E_T", "censored_share")}
+        rows.append(row | means | {"f_ben_mean": group["f_ben"].mean(), "f_adv_mean": group["f_adv"].mean()})
     return pd.DataFrame(rows, columns=schema.TRASH_SUMMARY)
 
 

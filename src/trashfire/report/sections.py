@@ -313,8 +313,8 @@ def trash_summary_table(summary: pd.DataFrame) -> Table | str:
         trash_adv=[interval_text(*v) for v in summary[["trash_adv_mean", "trash_adv_lo", "trash_adv_hi", "n_seeds"]].to_numpy(float)],
         trash_ben=[interval_text(*v) for v in summary[["trash_ben_mean", "trash_ben_lo", "trash_ben_hi", "n_seeds"]].to_numpy(float)],
     )
-    columns = schema.REPORT_SUMMARY + ["attack_family", "n_seeds", "trash_adv", "trash_ben", "f_ben_mean", "f_adv_mean"]
-    return table_of(drop_empty(shown[columns]))
+    columns = schema.REPORT_SUMMARY + ["attack_family", "n_seeds", "trash_adv", "trash_ben", "E_T_mean", "censored_share_mean", "f_ben_mean", "f_adv_mean"]
+    return table_of(drop_empty(shown[[c for c in columns if c in shown]]))  # a summary written before E_T_mean lacks it
 
 
 def auc_table(auc: pd.DataFrame) -> Table | str:

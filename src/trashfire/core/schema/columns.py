@@ -120,7 +120,7 @@ ON_CLOCKS = [f"{q}_{clock}" for clock in CLOCKS for q in ("t_train", "E_T", "tra
 LATENCY = ["flops_per_query", *(f"seconds_per_query_{clock}" for clock in SECONDS)]
 TRASH = (
     CELL
-    + ["t_train", "t_predict", "acc_ben", "acc_adv", "t_attack", "E_T", "E_T_source", "f_adv", "eps_max", "f_ben", "trash_adv", "trash_ben"]
+    + ["t_train", "t_predict", "acc_ben", "acc_adv", "t_attack", "E_T", "censored_share", "E_T_source", "f_adv", "eps_max", "f_ben", "trash_adv", "trash_ben"]
     + ON_CLOCKS
     + ["E_Q", "E_G", *LATENCY, "degenerate"]
 )
@@ -129,7 +129,14 @@ DEPTH_DECOMPOSITION = (
     + [f"E_T_{c}" for c in CLOCKS]
     + [f"t_train_{c}" for c in CLOCKS]
 )
-TRASH_SUMMARY = OVER_SEEDS + ["n_seeds", *(f"{m}_{s}" for m in ("trash_adv", "trash_ben") for s in ("mean", "lo", "hi")), "f_ben_mean", "f_adv_mean"]
+TRASH_SUMMARY = OVER_SEEDS + [
+    "n_seeds",
+    *(f"{m}_{s}" for m in ("trash_adv", "trash_ben") for s in ("mean", "lo", "hi")),
+    "E_T_mean",
+    "censored_share_mean",
+    "f_ben_mean",
+    "f_adv_mean",
+]
 CURVES = CELL + ["n_classes", "pixel_std", "eps", "eps_standardised", "eps_pixel", "acc", "acc_norm"]
 EVP_TAU = CELL + ["tau", "evp"]
 EVP_CONVERGENCE = CELL + ["n_intervals", "evp", "tau"]
