@@ -29,7 +29,8 @@ margin (conf/metrics/default.yaml), so the effects below are about one cell SD. 
 - 001_evp_ranks_differently: per seed 4 configurations spaced 0.1 apart in benign accuracy
   (noise 0.025) and EVP (noise 0.05, 2 families): null, the same ranking in the population (the
   noise alone gives E[1 - tau] of 0.06-0.08, its true value), power: EVP's ranking mixed
-  toward the reverse until E[1 - tau] = 0.2;
+  toward the reverse until E[1 - tau] = 0.2 (its interval: inference.bounded_mean's score
+  interval, where a t interval covered 0.87-0.92 at 5 and 10 skewed seeds);
 - 002_brittle_negative: 6 trained models per seed, brittle-score and robust accuracy with a
   normal copula (skewed: both margins log-normal): null rho 0, power Spearman -0.3;
 - 002_adv_train_lowers_brittle: per seed an undefended and two adversarially trained models'
