@@ -100,7 +100,12 @@ def test_the_ablation_compares_each_lenet_variant_clipped_and_not_and_names_what
         ("`lenet5_padded`", "yes", "10"),
     }
     assert explained[0] == "- The gap is explained by the setup: `lenet5` with FGSM not clipped agrees with 004 at every epoch and rise run."
-    assert page.gap_explained({("lenet5", True): ["differs", "agrees"]})[0].startswith("- The gap stays unexplained")
+    unexplained = page.gap_explained(
+        {("lenet5", True): {"R at epoch 1": "differs", "rise 1 -> 10": "differs"}, ("lenet5", False): {"R at epoch 1": "agrees", "rise 1 -> 10": "differs"}}
+    )
+    assert unexplained[0].startswith("- No arm agrees with 004 at every epoch and rise run")
+    assert "- R at epoch 1: differs only with FGSM clipped; without clipping no arm differs, so clipping explains it." in unexplained
+    assert "- rise 1 -> 10: differs in every arm, so neither the LeNet variant nor clipping explains it." in unexplained
 
 
 def test_the_brittle_gap_pairs_the_same_held_out_samples_relative_to_the_normal_model(page):
