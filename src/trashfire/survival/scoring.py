@@ -47,6 +47,8 @@ SCORE_COLUMNS = [
     "tau",
 ]
 INTERVAL_SCORES = ("test_concordance", "test_uno_C", "test_IBS")  # each with _low and _high: 95% over the held-out trained models
+TEST_COLUMNS = [c for c in SCORE_COLUMNS if c.startswith("test_") or c in ("ibs_from", "tau")]  # the selected model's only
+TRAIN_COLUMNS = [c for c in SCORE_COLUMNS if c not in TEST_COLUMNS]  # every fitted model's
 CONVERGENCE_COLUMNS = ["converged", "gradient_norm", "newton_gain", "starts", "iterations"]  # survival.convergence: where each fit stopped
 WITHIN_PAIRS = ["pairs_within", "test_pairs_within"]  # comparable pairs within attack cells, per part
 KM_COLUMNS = ["km_median_abs_log_ratio", "km_share_flagged", "km_worst_cells"]  # per AFT fitter: its E[T] against Kaplan-Meier
@@ -294,7 +296,7 @@ def latex_table(comparison: pd.DataFrame, test_size: float, chosen_by: str = "su
     columns = {
         "AIC": "AIC",
         "BIC": "BIC",
-        **{c: f"CV {c.removeprefix('cv_').replace('_', ' ')}" for c in cross_validated},
+        **{c: f"CV {MEASURE_LABELS.get(c.removeprefix('cv_'), c.removeprefix('cv_'))}" for c in cross_validated},
         "concordance": "Concordance",
         "test_concordance": "Test Concordance",
         "test_uno_C": "Test Uno's C",
@@ -310,7 +312,7 @@ def latex_table(comparison: pd.DataFrame, test_size: float, chosen_by: str = "su
     table = shown.set_index("model").reindex(columns=list(columns)).rename(columns=columns)
     table.index.name = None
     # concordance to 3 decimals: a model and a baseline often differ in the third
-    formats = {c: "{:.3g}" if c in ("AIC", "BIC") else "{:.3f}" if "Concordance" in c else "{:.2f}" for c in table if table[c].dtype != object}
+    formats = {c: "{:.3g}" if c in ("AIC", "BIC") else "{:.3f}" if any(w in c for w in ("Concordance", "Uno", "IBS")) else "{:.2f}" for c in table if table[c].dtype != object}
     notes = [*row_notes(comparison), *selection_notes(comparison, chosen_by)]
     if "concordance_within" in comparison:
         notes.append("Within-cell concordance compares only samples of one attack cell (the baselines rank a cell's samples alike: 0.5)")
@@ -331,7 +333,11 @@ def latex_table(comparison: pd.DataFrame, test_size: float, chosen_by: str = "su
     split = f"training ({100 * (1 - test_size):.0f}%) and test ({100 * test_size:.0f}%) groups of samples by {by}"
     caption = f"Survival models compared on the {_latex_escape(split)}. " + " ".join(_latex_escape(n.rstrip(".")) + "." for n in notes)
     styler = table.style.format(formats, na_rep="--").format_index(escape="latex")
-    return styler.to_latex(hrules=True, position_float="centering", caption=caption, label="tab:survival-models") + "% needs \\usepackage{booktabs}\n"
+    layout = "l" + "r" * len(table.columns)  # the scores with their intervals are text: right-aligned as the numbers
+    return styler.to_latex(hrules=True, position_float="centering", caption=caption, label="tab:survival-models", column_format=layout) + "% needs \\usepackage{booktabs}\n"
+
+
+MEASURE_LABELS = {"concordance": "Concordance", "uno_C": "Uno's C"}  # a cross-validated score's label in the LaTeX table (else its own name)
 
 
 def with_interval_text(comparison: pd.DataFrame, key: str, digits: int = 3) -> pd.Series:
