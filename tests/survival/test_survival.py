@@ -1064,13 +1064,18 @@ def test_the_stage_on_the_flops_clock_fits_gflops_and_writes_times_back_in_flops
     summary = [message for _, message in log if message.startswith("fitted ")]
     assert len(summary) == 1
     head, header, *lines = summary[0].split("\n")
-    assert head == f"fitted weibull, exponential, cox of weibull, exponential, cox; selected {selected} (best cv_ICI: grouped 3-fold cross-validation inside the training split)"
+    assert (
+        head
+        == f"fitted weibull, exponential, cox of weibull, exponential, cox; selected {selected} (best cv_ICI: grouped 3-fold cross-validation inside the training split)"
+    )
     assert header.split()[:3] == ["fitter", "status", "log_likelihood"] and "note" not in header and "[" not in header
     assert not {"model", "split_by", "km_worst_cells"} & set(header.split())  # in the tables, not the log's
     assert [line.split()[0] for line in lines] == rows.index.tolist()
     assert lines[0].split()[header.split().index("AIC")] == f"{rows.loc['weibull', 'AIC']:.4g}"
     verdicts = [message for _, message in log if "both baselines on test concordance" in message]
-    assert [v.split(" b")[0] for v in verdicts] == [f"{label} does not"]  # the selected model alone is scored on test; the runtime baseline is hard to beat here
+    assert [v.split(" b")[0] for v in verdicts] == [
+        f"{label} does not"
+    ]  # the selected model alone is scored on test; the runtime baseline is hard to beat here
     runtime, share = rows.loc[list(scoring.BASELINES), "test_concordance"]
     assert verdicts[0].endswith(f"({rows.loc[selected, 'test_concordance']:.4f}; Runtime baseline {runtime:.4f}, Failure-share baseline {share:.4f})")
     assert ("INFO", "within attack cells (pairs of one cell only; the baselines are 0.5 there): test concordance " + scoring.within_summary(comparison)) in log

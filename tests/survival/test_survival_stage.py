@@ -577,7 +577,9 @@ def test_stage_on_per_sample_data(tmp_path):
     test_within = ["test_concordance_within", *(f"test_concordance_within[{f}]" for f in FAMILIES)]
     assert table[within].notna().all().all() and table.loc[[selected, *scoring.BASELINES], test_within].notna().all().all()
     assert (table.loc[list(scoring.BASELINES), within + test_within] == 0.5).all().all()
-    assert (table.loc[fitted.index, "concordance_within"] > 0.6).all() and table.loc[selected, "test_concordance_within"] > 0.6  # the margin orders a cell's samples
+    assert (table.loc[fitted.index, "concordance_within"] > 0.6).all() and table.loc[
+        selected, "test_concordance_within"
+    ] > 0.6  # the margin orders a cell's samples
     long = pd.read_csv(out / "concordance_within.csv")
     assert list(long.columns) == schema.CONCORDANCE_WITHIN and len(long) == len(table) * (1 + len(FAMILIES))
     chosen = long[long["fitter"] == selected].set_index("attack_family")

@@ -205,7 +205,9 @@ def compare(
             rows[name] |= {"status": "failed", "note": f"fit failed: {fit}"}
             continue
         fits[name] = fit
-        rows[name] |= {"status": "fitted", "penalizer": fit.penalizer, "optimiser": fit.optimiser, "attempts": fit.attempts} | fit.convergence.columns() | fit.cv
+        rows[name] |= (
+            {"status": "fitted", "penalizer": fit.penalizer, "optimiser": fit.optimiser, "attempts": fit.attempts} | fit.convergence.columns() | fit.cv
+        )
         rows[name] |= train_scores(fit, train, calibration_time(train, t0_quantile(spec, settings)), (axes or {}).get(name, (None, None))[0])
     ordered = [rows[name] for name in settings.fitters] + baseline_rows(train, test)
     comparison = pd.DataFrame(ordered).assign(split_by=settings.split_by)

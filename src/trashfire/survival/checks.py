@@ -82,7 +82,11 @@ def _validate_survival(survival: DictConfig) -> None:
 def _validate_select_by(select_by: Any) -> None:
     """A cross-validated score or an information criterion; a name from before issue 59 says what replaced it."""
     if select_by in REPLACED:
-        why = "it selected on the test split the model is then judged on" if str(select_by).startswith("test_") else "it scored a model on the rows it was fitted to"
+        why = (
+            "it selected on the test split the model is then judged on"
+            if str(select_by).startswith("test_")
+            else "it scored a model on the rows it was fitted to"
+        )
         raise ConfigError(
             "survival.select_by",
             f"{select_by} was replaced by {REPLACED[select_by]} ({why}; {REPLACED[select_by]} is the same score by grouped cross-validation inside the training split); allowed: {', '.join(SCORE_NAMES)}",
@@ -95,7 +99,9 @@ def _validate_score_range(value: Any) -> None:
     pair = as_list(value) if value is not None else []
     numbers = [v for v in pair if isinstance(v, (int, float)) and not isinstance(v, bool)]
     if len(pair) != 2 or len(numbers) != 2 or not 0 < numbers[0] < numbers[1] < 1:
-        raise ConfigError("survival.score_range", f"got {value!r}; allowed: two quantiles of the training durations [low, high] with 0 < low < high < 1, e.g. [0.1, 0.9]")
+        raise ConfigError(
+            "survival.score_range", f"got {value!r}; allowed: two quantiles of the training durations [low, high] with 0 < low < high < 1, e.g. [0.1, 0.9]"
+        )
 
 
 def _validate_survival_model(key: str, spec: Any) -> None:

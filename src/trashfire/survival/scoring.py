@@ -312,7 +312,11 @@ def latex_table(comparison: pd.DataFrame, test_size: float, chosen_by: str = "su
     table = shown.set_index("model").reindex(columns=list(columns)).rename(columns=columns)
     table.index.name = None
     # concordance to 3 decimals: a model and a baseline often differ in the third
-    formats = {c: "{:.3g}" if c in ("AIC", "BIC") else "{:.3f}" if any(w in c for w in ("Concordance", "Uno", "IBS")) else "{:.2f}" for c in table if table[c].dtype != object}
+    formats = {
+        c: "{:.3g}" if c in ("AIC", "BIC") else "{:.3f}" if any(w in c for w in ("Concordance", "Uno", "IBS")) else "{:.2f}"
+        for c in table
+        if table[c].dtype != object
+    }
     notes = [*row_notes(comparison), *selection_notes(comparison, chosen_by)]
     if "concordance_within" in comparison:
         notes.append("Within-cell concordance compares only samples of one attack cell (the baselines rank a cell's samples alike: 0.5)")
@@ -334,7 +338,10 @@ def latex_table(comparison: pd.DataFrame, test_size: float, chosen_by: str = "su
     caption = f"Survival models compared on the {_latex_escape(split)}. " + " ".join(_latex_escape(n.rstrip(".")) + "." for n in notes)
     styler = table.style.format(formats, na_rep="--").format_index(escape="latex")
     layout = "l" + "r" * len(table.columns)  # the scores with their intervals are text: right-aligned as the numbers
-    return styler.to_latex(hrules=True, position_float="centering", caption=caption, label="tab:survival-models", column_format=layout) + "% needs \\usepackage{booktabs}\n"
+    return (
+        styler.to_latex(hrules=True, position_float="centering", caption=caption, label="tab:survival-models", column_format=layout)
+        + "% needs \\usepackage{booktabs}\n"
+    )
 
 
 MEASURE_LABELS = {"concordance": "Concordance", "uno_C": "Uno's C"}  # a cross-validated score's label in the LaTeX table (else its own name)
