@@ -46,14 +46,21 @@ def test_the_plan_follows_select_by_chosen_and_the_groups(settings, parts):
     assert one.why_not == "cross-validation needs 2 training groups by train_hash, the training split holds 1"
 
 
-def test_a_fold_fit_starts_from_the_full_fit_and_reaches_the_optimum_a_fresh_fit_does(settings, parts):
+@pytest.mark.parametrize("name", ["weibull", "gengamma"])
+def test_a_fold_fit_starts_from_the_full_fit_and_reaches_the_optimum_a_fresh_fit_does(settings, parts, name):
+    """From the full fit's coefficients (the generalised gamma without lifelines' univariate
+    start, 20 s of Nelder-Mead at 40,000 samples, which it computes even for a given start)."""
     train = parts[0]
-    spec = settings.models.weibull
-    full = F.fit_one("weibull", spec, train)
+    spec = settings.models[name]
+    full = F.fit_one(name, spec, train)
     fold = train[validation.grouped_folds(train["train_hash"], 3, 0) != 0]
-    warm, cold = validation.refit(full, spec, fold, settings.retries), F.fit_one("weibull", spec, fold)
-    assert warm.fitter.params_.to_numpy() == pytest.approx(cold.fitter.params_.to_numpy(), abs=1e-6)
-    assert warm.fitter.newton_iterations < cold.fitter.newton_iterations  # a step or two from a near start
+    warm, cold = validation.refit(full, spec, fold, settings.retries), F.fit_one(name, spec, fold)
+    assert warm.fitter.log_likelihood_ == pytest.approx(cold.fitter.log_likelihood_, abs=1e-6)
+    assert warm.fitter.params_.to_numpy() == pytest.approx(cold.fitter.params_.to_numpy(), abs=1e-4)
+    # a step or two from a near start; the generalised gamma's own start is near already (the log-normal fit, which the fold skips)
+    assert warm.fitter.newton_iterations < cold.fitter.newton_iterations or (
+        name == "gengamma" and warm.fitter.newton_iterations <= cold.fitter.newton_iterations
+    )
 
 
 def test_the_cross_validated_score_is_the_mean_of_the_folds_scored_by_hand(settings, parts):

@@ -58,7 +58,8 @@ class GeneralizedGammaAFTFitter(NewtonRegressionMixin, GeneralizedGammaRegressio
         # each gets lifelines' intercept; in sorted order, as autograd flattens the parameters in
         # score() (another order scores with the coefficients shuffled)
         regressors = {"lambda_": [], "mu_": covariates, "sigma_": []}
-        self._warm_start = self._log_normal_start(df, duration_col, event_col, weights_col) if "initial_point" not in kwargs else None
+        self._given_start = "initial_point" in kwargs  # a second start, a cross-validation fold's: the start is given
+        self._warm_start = self._log_normal_start(df, duration_col, event_col, weights_col) if not self._given_start else None
         return super().fit(df, duration_col, event_col, regressors=regressors, weights_col=weights_col, **kwargs)
 
     def _log_normal_start(self, df: pd.DataFrame, duration_col: str, event_col: str | None, weights_col: str | None) -> pd.DataFrame:
@@ -70,11 +71,14 @@ class GeneralizedGammaAFTFitter(NewtonRegressionMixin, GeneralizedGammaRegressio
         return log_normal.params_
 
     def _create_initial_point(self, Ts, E, entries, weights, Xs):
+        columns = Xs["mu_"].columns
+        if getattr(self, "_given_start", False):  # lifelines asks for its own start all the same, only for the parameters' shapes:
+            self._ll_null_ = np.nan  # not its univariate fit (20 s of Nelder-Mead on 40,000 samples)
+            return {"lambda_": np.array([WARM_LAMBDA]), "mu_": np.zeros(len(columns)), "sigma_": np.zeros(1)}
         if getattr(self, "_warm_start", None) is None:
             return super()._create_initial_point(Ts, E, entries, weights, Xs)
         self._ll_null_ = np.nan  # lifelines' univariate fit, skipped, feeds only log_likelihood_ratio_test
         # lifelines optimises on covariates divided by their SDs: coefficients times the SDs
-        columns = Xs["mu_"].columns
         mu = self._warm_start.loc["mu_"].reindex(columns).fillna(0.0) * self._norm_std.loc["mu_"].reindex(columns)
         sigma = float(self._warm_start.loc[("sigma_", "Intercept")])
         return {"lambda_": np.array([WARM_LAMBDA]), "mu_": mu.to_numpy(float), "sigma_": np.array([sigma])}
