@@ -42,8 +42,14 @@ def test_the_plan_follows_select_by_chosen_and_the_groups(settings, parts):
     assert validation.plan(OmegaConf.merge(settings, {"select_by": "BIC"}), train) is None  # in-sample: nothing to cross-validate
     assert validation.plan(OmegaConf.merge(settings, {"chosen": "weibull"}), train) is None  # named: nothing to select
     assert validation.plan(OmegaConf.merge(settings, {"folds": 50}), train).k == train["train_hash"].nunique()  # one trained model a fold at most
-    one = validation.plan(settings, train[train["train_hash"] == train["train_hash"].iloc[0]])
-    assert one.why_not == "cross-validation needs 2 training groups by train_hash, the training split holds 1"
+    # a grid of two trained models leaves one to train on: the folds keep the next finer label whole
+    # (model_hash is one per trained model here, so attack cells), and say so; never the test split
+    one_model = train[train["train_hash"] == train["train_hash"].iloc[0]]
+    finer = validation.plan(settings, one_model)
+    assert (finer.why_not, finer.note) == ("", "folds of attack_hash groups: the training split holds 1 train_hash group") and finer.k == 3
+    assert (pd.Series(finer.folds).groupby(one_model["attack_hash"].to_numpy()).nunique() == 1).all()
+    one_cell = one_model[one_model["attack_hash"] == one_model["attack_hash"].iloc[0]]
+    assert validation.plan(settings, one_cell).why_not == "cross-validation needs 2 training groups by train_hash, the training split holds 1"
 
 
 @pytest.mark.parametrize("name", ["weibull", "gengamma"])

@@ -2,7 +2,8 @@
 inside the training split.
 
 The training split's groups (`survival.split_by`: trained models by default, the units of the
-split) are dealt into `survival.folds` folds, shuffled by `survival.seed`; each fold is held out
+split; where it holds fewer than 2, the next finer label's, with a note) are dealt into
+`survival.folds` folds, shuffled by `survival.seed`; each fold is held out
 once while the fitter is fitted again on the others, and scored on it by the `select_by` score
 (`spec.Score.measure`); the fitter's `cv_<measure>` is the mean over the folds. Only that score
 is computed, and only for the fitters that can be selected (AFT models, `aft: true`): each fold
@@ -14,6 +15,7 @@ and so unselectable by it."""
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +27,10 @@ from lifelines.fitters import ParametricRegressionFitter
 from trashfire.survival import fitters as F
 from trashfire.survival import held_out, ipcw
 from trashfire.survival.convergence import warm_start
+from trashfire.survival.spec import SPLIT_GROUPS
 from trashfire.survival.spec import score as score_named
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,7 @@ class Plan:
     score_range: tuple[float, float]  # survival.score_range: IBS's times, Uno's tau
     retries: tuple = ()
     why_not: str = ""  # why these folds cannot be scored ("": they can)
+    note: str = ""  # how the folds differ from survival.split_by's groups ("": they do not)
 
     @property
     def column(self) -> str:
@@ -60,11 +66,29 @@ def plan(settings: Any, train: pd.DataFrame) -> Plan | None:
     measure = score_named(settings.select_by).measure
     if settings.get("chosen") is not None or not measure:
         return None
-    groups = train[settings.split_by].astype(str)
+    by, note = fold_label(train, settings.split_by)
+    groups = train[by].astype(str)
     k = min(int(settings.folds), groups.nunique())
-    why_not = "" if k >= 2 else f"cross-validation needs 2 training groups by {settings.split_by}, the training split holds {groups.nunique()}"
+    why_not = "" if k >= 2 else f"cross-validation needs 2 training groups by {by}, the training split holds {groups.nunique()}"
     folds = grouped_folds(groups, max(k, 1), int(settings.seed))
-    return Plan(measure, folds, k, float(settings.t0_quantile), tuple(settings.score_range), tuple(settings.retries), why_not)
+    if note:
+        log.warning("cross-validation for survival.select_by: %s", note)
+    return Plan(measure, folds, k, float(settings.t0_quantile), tuple(settings.score_range), tuple(settings.retries), why_not, note)
+
+
+def fold_label(train: pd.DataFrame, split_by: str) -> tuple[str, str]:
+    """The label whose groups the folds keep whole: survival.split_by's, or, where the training
+    split holds fewer than 2 of them (a grid of two trained models leaves one to train on), the
+    next finer label that holds 2 (a trained model with one predict-time defence, then an attack
+    cell), and a note that says so. The test split is never used either way."""
+    finer = SPLIT_GROUPS[SPLIT_GROUPS.index(split_by) :] if split_by in SPLIT_GROUPS else (split_by,)
+    for label in finer:
+        if label in train and train[label].nunique() >= 2:
+            if label == split_by:
+                return label, ""
+            held = train[split_by].nunique() if split_by in train else 0
+            return label, f"folds of {label} groups: the training split holds {held} {split_by} group"
+    return split_by, ""
 
 
 def grouped_folds(groups: pd.Series, k: int, seed: int) -> np.ndarray:
@@ -83,6 +107,8 @@ def cross_validate(fit: F.Fit, spec: Any, data: pd.DataFrame, how: Plan) -> dict
     if how.why_not:
         fit.warnings.append(f"{how.column}: {how.why_not}")
         return row
+    if how.note:
+        fit.warnings.append(f"{how.column}: {how.note}")
     quantile = spec.get("t0_quantile") or how.t0_quantile
     values = []
     for fold in range(how.k):
