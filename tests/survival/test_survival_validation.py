@@ -107,3 +107,23 @@ def test_a_fold_that_cannot_be_scored_leaves_the_fitter_without_a_score_and_says
     row = validation.cross_validate(fit, settings.models.weibull, censored, how)
     assert np.isnan(row["cv_concordance"]) and row["cv_folds"] == 3
     assert fit.warnings[-1] == "cv_concordance: fold 2 of 3: ZeroDivisionError: No admissable pairs in the dataset."
+
+
+def test_a_grid_of_two_trained_models_still_selects_a_model_and_scores_it_on_the_other(tmp_path, caplog):
+    """experiment=tiny's two trained models: one to train on, one to test on. The folds keep its
+    attack cells whole (here one predict-time defence per trained model), a model is selected,
+    and it alone is scored on the held-out model, without an interval (one model: a note says so)."""
+    from tests.conftest import stage_cfg
+    from trashfire.stages import survival
+
+    data = per_sample_data(n_models=2, cells_per_model=6, samples=30)
+    cfg = stage_cfg(tmp_path, data, "survival.fitters=[weibull,lognormal,cox]")
+    caplog.set_level("WARNING", logger=validation.log.name)
+    table = survival.run(cfg).set_index("fitter")
+    selected = table.index[table["selected"]][0]
+    assert selected in ("weibull", "lognormal") and table.loc[["weibull", "lognormal"], "cv_ICI"].notna().all()
+    assert "cv_ICI: folds of attack_hash groups: the training split holds 1 train_hash group" in table.loc[selected, "note"]
+    assert table.loc[selected, "test_concordance"] > 0.5 and np.isnan(table.loc[selected, "test_concordance_low"])
+    assert "test intervals: 1 held-out trained model" in table.loc[selected, "note"]
+    said = [r.getMessage() for r in caplog.records if r.name == validation.log.name]
+    assert said == ["cross-validation for survival.select_by: folds of attack_hash groups: the training split holds 1 train_hash group"]
