@@ -128,6 +128,8 @@ def refit(fit: F.Fit, spec: Any, data: pd.DataFrame, retries) -> F.Fit:
     settings = F.attempts(spec, list(retries))[fit.attempts - 1]
     fitter = F.build(spec, settings["penalizer"], settings["optimiser"])
     start = warm_start(fit.fitter) if isinstance(fitter, ParametricRegressionFitter) else None
+    if hasattr(fitter, "fits_null_model"):
+        fitter.fits_null_model = False  # the generalised gamma's null model, for a likelihood-ratio test no fold reads
     try:
         F.fit_quietly(fitter, data, settings["fit_options"], initial_point=start)
         if np.isfinite(fitter.log_likelihood_):
