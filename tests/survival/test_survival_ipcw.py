@@ -14,7 +14,7 @@ from sksurv.metrics import concordance_index_censored, concordance_index_ipcw, i
 from sksurv.nonparametric import CensoringDistributionEstimator
 from sksurv.util import Surv
 
-from trashfire.core.inference import mean_over_units
+from trashfire.core.inference import bounded_mean, mean_over_units
 from trashfire.survival import fitters as F
 from trashfire.survival import held_out, ipcw, scoring
 
@@ -136,15 +136,28 @@ def test_each_rows_pairs_are_counted_from_both_ends_with_tied_times_and_rankings
         assert ipcw.concordance_of(*ipcw.pair_counts(t, s, e, w)) == pytest.approx(F.harrell_c(t, s, e, w), abs=1e-12)
 
 
-def test_an_interval_over_units_of_equal_size_is_the_t_interval_of_their_own_scores():
-    """IBS over 4 trained models of 3 samples each: the pooled mean, and Student's t over the
-    models' own means (a mean's linearisation is the model's mean where the sizes are equal)."""
+def test_an_interval_over_units_of_equal_size_is_built_from_their_own_scores():
+    """IBS over 4 trained models of 3 samples each: the pooled mean, the standard error of
+    Student's t over the models' own means (a mean's linearisation is the model's mean where
+    the sizes are equal), and the score interval with that spread within [0, 1]."""
     losses = np.array([0.1, 0.2, 0.3, 0.2, 0.2, 0.2, 0.05, 0.1, 0.15, 0.3, 0.4, 0.2])
     units = np.repeat(["a", "b", "c", "d"], 3)
     estimate = held_out.over_units(losses, np.ones(12), units)
-    by_model = mean_over_units(pd.Series(losses).groupby(units).mean().to_numpy())
+    own = pd.Series(losses).groupby(units).mean().to_numpy()
+    by_model = bounded_mean(own, 0.0, 1.0)
     assert estimate.value == pytest.approx(losses.mean()) and (estimate.lo, estimate.hi) == pytest.approx((by_model.lo, by_model.hi))
+    assert estimate.se == pytest.approx(mean_over_units(own).se) and 0 < estimate.lo < estimate.value < estimate.hi < 1
     assert estimate.n == 4 and math.isnan(held_out.over_units(losses, np.ones(12), np.repeat("a", 12)).lo)  # one model: no interval
+
+
+def test_an_interval_over_two_held_out_models_stays_within_the_scores_range():
+    """Two held-out trained models (a small grid's 20%): Student's t with 1 degree of freedom
+    would reach far below 0 and above 1; the score interval stays within [0, 1]."""
+    concordant, comparable = np.array([9.0, 2.0, 8.0, 1.0]), np.array([10.0, 10.0, 10.0, 10.0])
+    estimate = held_out.over_units(concordant, comparable, ["a", "a", "b", "b"], pairs=True)
+    student = mean_over_units(estimate.value + 2 * 2 * (np.array([11.0, 9.0]) - estimate.value * 20.0) / 40.0)
+    assert student.lo < 0 or student.hi > 1
+    assert 0 <= estimate.lo < estimate.value == 0.5 < estimate.hi <= 1 and estimate.se == pytest.approx(student.se)
 
 
 def test_a_concordances_interval_covers_as_a_bootstrap_over_trained_models_spreads():

@@ -4,14 +4,16 @@ part it was fitted on, and their intervals over the held-out trained models.
 Harrell's C, Uno's C and the integrated Brier score (IBS; `survival.ipcw`) are each a ratio of
 sums over the held-out samples: the IBS a mean of per-sample losses, a concordance its
 concordant pairs over its comparable ones. The samples of one trained model share its weights,
-so the independent unit is the trained model (`UNIT`), and each score's interval is Student's t
-over the held-out trained models (`trashfire.core.inference.mean_over_units`) of each model's
-linearised score: the score plus the model's deviation from it, (numerator - score x
-denominator) summed over its samples, scaled by the units over the total denominator; twice
-that for a concordance, whose pairs each model shares with the others from both ends (the
-clustered U-statistic's variance, as DeLong's and Obuchowski's for the AUC). Where every model
-holds as many samples, a model's linearised IBS is its own IBS; the t interval's standard error
-is the cluster-robust one of the ratio."""
+so the independent unit is the trained model (`UNIT`), and each score's interval is built over
+the held-out trained models from each model's linearised score: the score plus the model's
+deviation from it, (numerator - score x denominator) summed over its samples, scaled by the
+units over the total denominator; twice that for a concordance, whose pairs each model shares
+with the others from both ends (the clustered U-statistic's variance, as DeLong's and
+Obuchowski's for the AUC). Where every model holds as many samples, a model's linearised IBS is
+its own IBS. Their mean is the score and Student's t standard error of their mean is the
+cluster-robust one of the ratio; the interval is `trashfire.core.inference.bounded_mean`'s,
+the score interval with that spread within the score's range [0, 1], where Student's t
+interval would run past 0 or 1 with a few held-out models (two, on a small grid)."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from trashfire.core.inference import Estimate, mean_over_units
+from trashfire.core.inference import Estimate, bounded_mean
 from trashfire.survival import fitters as F
 from trashfire.survival import ipcw
 
@@ -72,8 +74,11 @@ def harrell_pairs(part: pd.DataFrame, ranking: np.ndarray) -> tuple[np.ndarray, 
     return ipcw.pair_counts(part[F.DURATION].to_numpy(float), ranking, part[F.EVENT].to_numpy(), F.sample_weights(part))
 
 
+SCORE_RANGE = (0.0, 1.0)  # a concordance's, and a Brier score's
+
+
 def over_units(numerators, denominators, units, pairs: bool = False) -> Estimate:
-    """The ratio sum(numerators) / sum(denominators) with a t interval over `units` (module
+    """The ratio sum(numerators) / sum(denominators) with its interval over `units` (module
     docstring; None: no units known, no interval); `pairs`: numerators and denominators count
     each pair from both of its ends."""
     frame = pd.DataFrame({"a": np.asarray(numerators, float), "b": np.asarray(denominators, float)})
@@ -83,7 +88,7 @@ def over_units(numerators, denominators, units, pairs: bool = False) -> Estimate
         raise ZeroDivisionError("No admissable pairs in the dataset." if pairs else "no held-out sample")
     ratio = float(sums["a"].sum()) / total
     linearised = ratio + (2.0 if pairs else 1.0) * len(sums) * (sums["a"] - ratio * sums["b"]) / total
-    estimate = mean_over_units(linearised.to_numpy())
+    estimate = bounded_mean(linearised.to_numpy(), *SCORE_RANGE)
     return Estimate(ratio, estimate.lo, estimate.hi, estimate.se, estimate.df, estimate.n, estimate.p, estimate.null, estimate.method)
 
 
