@@ -82,8 +82,7 @@ CAPTIONS = {
     ),
     "calibration": (
         "Calibration of every survival model (TRASHFIRE Fig. 2)",
-        "Calibration of every survival model on the training split, and of the selected one on the test split: observed against predicted failure "
-        "probability.",
+        "Calibration of every survival model on the training split, and of the selected one on the test split: observed against predicted failure probability.",
         "a red curve on the dashed diagonal is perfectly calibrated; above it the model predicts too few failures, below it too many; ICI is the mean "
         "distance from the diagonal, and the selected model's test panel is the one that counts (the others are not scored on the test split).",
     ),
