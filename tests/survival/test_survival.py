@@ -7,6 +7,7 @@ import json
 import math
 import subprocess
 import sys
+import textwrap
 import warnings
 from copy import deepcopy
 
@@ -390,9 +391,9 @@ def test_a_fitter_that_never_converges_is_reported_and_the_others_go_on(settings
     rows = comparison.set_index("fitter")
     assert rows.loc["gengamma", "status"] == "failed" and set(fits) == {"exponential"}
     assert "attempt 1" in rows.loc["gengamma", "note"] and "ConvergenceError" in rows.loc["gengamma", "note"]
-    assert rows.loc["exponential", scoring.SCORE_COLUMNS].notna().all()
+    assert rows.loc["exponential", [*scoring.TRAIN_COLUMNS, "cv_ICI"]].notna().all() and rows.loc["exponential", scoring.TEST_COLUMNS].isna().all()
     latex = scoring.latex_table(comparison, 0.2)
-    assert "Generalised Gamma & -- & -- & -- & -- & -- & -- & -- & -- & -- & -- \\\\" in latex
+    assert "Generalised Gamma & " + " & ".join(["--"] * 13) + " \\\\" in latex  # AIC to test E50, the cross-validated ICI among them
     assert "Generalised Gamma: every fit attempt failed" in latex
 
 
@@ -511,19 +512,19 @@ def test_selection_rule_and_chosen_model():
     comparison = pd.DataFrame(
         {
             "fitter": ["weibull", "loglogistic", "lognormal", "cox"],
-            "test_ICI": [0.05, 0.01, 0.03, 0.001],
+            "cv_ICI": [0.05, 0.01, 0.03, 0.001],
             "BIC": [10.0, 30.0, 20.0, 1.0],
-            "test_concordance": [0.8, 0.7, 0.9, 0.95],
+            "cv_concordance": [0.8, 0.7, 0.9, 0.95],
         }
     )
     times = pd.DataFrame({"E_T_weibull": [1.0, 2.0], "E_T_loglogistic": [1.0, np.nan], "E_T_lognormal": [3.0, 4.0]})
-    # log-logistic has the best test ICI but no mean for one cell; Cox PH gives no E[T]
-    assert expected_time.select(comparison, times, None, "test_ICI") == "lognormal"
+    # log-logistic has the best cross-validated ICI but no mean for one cell; Cox PH gives no E[T]
+    assert expected_time.select(comparison, times, None, "cv_ICI") == "lognormal"
     assert expected_time.select(comparison, times, None, "BIC") == "weibull"
-    assert expected_time.select(comparison, times, None, "test_concordance") == "lognormal"
-    assert expected_time.select(comparison, times, "weibull", "test_ICI") == "weibull"
+    assert expected_time.select(comparison, times, None, "cv_concordance") == "lognormal"
+    assert expected_time.select(comparison, times, "weibull", "cv_ICI") == "weibull"
     with pytest.raises(DataError, match="survival.chosen = loglogistic: its E.T. is infinite or undefined"):
-        expected_time.select(comparison, times, "loglogistic", "test_ICI")
+        expected_time.select(comparison, times, "loglogistic", "cv_ICI")
 
 
 def test_every_selection_score_is_a_column_of_table_i_with_one_direction():
@@ -531,10 +532,22 @@ def test_every_selection_score_is_a_column_of_table_i_with_one_direction():
     its names, Table I holds its columns, and select reads its direction."""
     from trashfire.survival import spec
 
-    assert {s.column for s in spec.SCORES} <= set(scoring.SCORE_COLUMNS)
-    assert {s.name for s in spec.SCORES if s.higher_is_better} == {"concordance", "test_concordance"}
-    with pytest.raises(ConfigError, match="survival.select_by: got 'C'; allowed: test_ICI, ICI, test_E50, E50, AIC, BIC, test_concordance, concordance"):
+    in_sample = [s for s in spec.SCORES if not s.measure]
+    assert {s.column for s in in_sample} <= set(scoring.TRAIN_COLUMNS) and not {s.column for s in spec.SCORES} & set(scoring.TEST_COLUMNS)
+    assert all(s.column == f"cv_{s.measure}" for s in spec.SCORES if s.measure)  # validation.Plan.column: Table I's column
+    assert {s.name for s in spec.SCORES if s.higher_is_better} == {"cv_uno_C", "cv_concordance"}
+    with pytest.raises(ConfigError, match="survival.select_by: got 'C'; allowed: cv_ICI, cv_E50, cv_IBS, cv_uno_C, cv_concordance, AIC, BIC"):
         survival_checks.check(OmegaConf.merge(compose(), {"survival": {"select_by": "C"}}))
+
+
+@pytest.mark.parametrize("old, new", [("test_ICI", "cv_ICI"), ("test_E50", "cv_E50"), ("test_concordance", "cv_concordance")])
+def test_a_selection_score_of_the_test_split_is_refused_naming_its_cross_validated_replacement(old, new):
+    """select_by on the test split peeked at it (issue 59): refused in one line, with what replaced it."""
+    line = config_refusal(survival_checks.check, {"survival.select_by": old})
+    assert line.startswith(f"config error: survival.select_by: {old} was replaced by {new} (it selected on the test split the model is then judged on;")
+    assert line.endswith("allowed: cv_ICI, cv_E50, cv_IBS, cv_uno_C, cv_concordance, AIC, BIC") and "\n" not in line
+    in_sample = config_refusal(survival_checks.check, {"survival.select_by": old.removeprefix("test_")})
+    assert f"{old.removeprefix('test_')} was replaced by {new} (it scored a model on the rows it was fitted to;" in in_sample
 
 
 def test_survival_cli_reports_all_censored_data_in_one_line(tmp_path):
@@ -602,6 +615,7 @@ def test_missing_survival_data_and_models_name_the_stage_to_run(tmp_path):
 OPTIMISERS = "BFGS, L-BFGS-B, SLSQP, CG, TNC"  # scipy's methods that use lifelines' gradient
 RETRY = f"allowed: a mapping of optimiser ({OPTIMISERS}), penalizer (>= 0), fit_options"
 FIT_OPTIONS = "allowed: a mapping of the optimiser's options, e.g. {maxiter: 500}"
+SCORE_RANGE = "allowed: two quantiles of the training durations [low, high] with 0 < low < high < 1, e.g. [0.1, 0.9]"
 FITTER = "missing; name the lifelines fitter class, e.g. lifelines.WeibullAFTFitter"
 REMOVED_POLICY = "was removed with the per-sample failure clock; allowed: first_query (such a sample fails at its share of the first query), drop"
 
@@ -647,7 +661,12 @@ REMOVED_POLICY = "was removed with the per-sample failure clock; allowed: first_
         # the chosen model gives E[T]: one of the fitted AFT models, not Cox
         ({"survival.chosen": "cox"}, "survival.chosen: got 'cox'; allowed: weibull, lognormal, loglogistic, exponential, gengamma"),
         ({"survival.fitters": ["weibull", "cox"], "survival.chosen": "lognormal"}, "survival.chosen: got 'lognormal'; allowed: weibull"),
-        ({"survival.select_by": "r2"}, "survival.select_by: got 'r2'; allowed: test_ICI, ICI, test_E50, E50, AIC, BIC, test_concordance, concordance"),
+        ({"survival.select_by": "r2"}, "survival.select_by: got 'r2'; allowed: cv_ICI, cv_E50, cv_IBS, cv_uno_C, cv_concordance, AIC, BIC"),
+        ({"survival.folds": 1}, "survival.folds: got 1; must be an integer >= 2"),
+        ({"survival.folds": 2.5}, "survival.folds: got 2.5; must be an integer >= 2"),
+        ({"survival.score_range": [0.9, 0.1]}, f"survival.score_range: got [0.9, 0.1]; {SCORE_RANGE}"),
+        ({"survival.score_range": [0.1, 1.0]}, f"survival.score_range: got [0.1, 1.0]; {SCORE_RANGE}"),
+        ({"survival.score_range": 0.9}, f"survival.score_range: got 0.9; {SCORE_RANGE}"),
         ({"survival.split_by": "dataset"}, "survival.split_by: got 'dataset'; allowed: train_hash, model_hash, attack_hash"),
         ({"survival.test_size": 0}, "survival.test_size: got 0; must be a finite number in (0, 1)"),
         ({"survival.test_size": 1}, "survival.test_size: got 1; must be a finite number in (0, 1)"),
@@ -742,7 +761,9 @@ def test_calibration_titles_give_each_parts_ici_and_e50_and_an_unfitted_model_it
         assert text.get_text().startswith("the Newton steps diverged") and "\n" in text.get_text()
     for ax in axes["lognormal"]:
         assert ax.get_title().endswith(": fitted") and not ax.axison
-        assert ax.texts[0].get_text() == "no calibration curve (see the table's\nnote)"
+    train, test = axes["lognormal"]
+    assert train.texts[0].get_text() == "no calibration curve (see the table's\nnote)"
+    assert test.texts[0].get_text() == textwrap.fill(figures.UNSELECTED, 40)  # not selected: not scored on the test split
     assert fig.get_suptitle().startswith("Calibration at t0 = 2 GFLOPs: observed")
     plt.close(fig)
 
@@ -967,7 +988,7 @@ def test_the_stage_on_the_flops_clock_fits_gflops_and_writes_times_back_in_flops
     table = pd.read_csv(out / "aft_comparison.csv")
     assert table["fitter"].tolist() == comparison["fitter"].tolist() == ["weibull", "exponential", "cox", *scoring.BASELINES]
     rows = table.set_index("fitter")
-    selected = rows.loc[["weibull", "exponential"], "test_ICI"].idxmin()
+    selected = rows.loc[["weibull", "exponential"], "cv_ICI"].idxmin()
     assert rows["selected"].tolist() == [name == selected for name in rows.index] and comparison["selected"].tolist() == rows["selected"].tolist()
     label = {"weibull": "Weibull", "exponential": "Exponential"}[selected]
     # t0, the median training duration, in FLOPs
@@ -1023,10 +1044,12 @@ def test_the_stage_on_the_flops_clock_fits_gflops_and_writes_times_back_in_flops
     assert drawn["coefficients/cox.png"][0].startswith("Cox PH: coefficients (> 0: higher hazard)")
     suptitle, panels = drawn["calibration.png"]
     assert suptitle.startswith(f"Calibration at t0 = {t0:.3g} FLOPs: observed")
-    assert [p[0] for p in panels][:2] == [
-        f"Weibull (train): ICI {rows.loc['weibull', 'ICI']:.3f}, E50 {rows.loc['weibull', 'E50']:.3f}",
-        f"Weibull (test): ICI {rows.loc['weibull', 'test_ICI']:.3f}, E50 {rows.loc['weibull', 'test_E50']:.3f}",
+    at = 2 * ["weibull", "exponential"].index(selected)  # the selected model's panels; the other's test panel says why it is empty
+    assert [p[0] for p in panels][at : at + 2] == [
+        f"{label} (train): ICI {rows.loc[selected, 'ICI']:.3f}, E50 {rows.loc[selected, 'E50']:.3f}",
+        f"{label} (test): ICI {rows.loc[selected, 'test_ICI']:.3f}, E50 {rows.loc[selected, 'test_E50']:.3f}",
     ]
+    assert panels[2 - at + 1][0].endswith("(test): fitted")
     suptitle, panels = drawn["kaplan_meier.png"]
     assert f"the {label} model's prediction" in suptitle and {p[1] for p in panels} == {"adversary's work per sample (GFLOPs)"}
 
@@ -1041,15 +1064,20 @@ def test_the_stage_on_the_flops_clock_fits_gflops_and_writes_times_back_in_flops
     summary = [message for _, message in log if message.startswith("fitted ")]
     assert len(summary) == 1
     head, header, *lines = summary[0].split("\n")
-    assert head == f"fitted weibull, exponential, cox of weibull, exponential, cox; selected {selected} (best test_ICI)"
+    assert (
+        head
+        == f"fitted weibull, exponential, cox of weibull, exponential, cox; selected {selected} (best cv_ICI: grouped 3-fold cross-validation inside the training split)"
+    )
     assert header.split()[:3] == ["fitter", "status", "log_likelihood"] and "note" not in header and "[" not in header
     assert not {"model", "split_by", "km_worst_cells"} & set(header.split())  # in the tables, not the log's
     assert [line.split()[0] for line in lines] == rows.index.tolist()
     assert lines[0].split()[header.split().index("AIC")] == f"{rows.loc['weibull', 'AIC']:.4g}"
     verdicts = [message for _, message in log if "both baselines on test concordance" in message]
-    assert [v.split(" b")[0] for v in verdicts] == ["Weibull does not", "Exponential does not", "Cox PH does not"]  # the runtime baseline is hard to beat here
+    assert [v.split(" b")[0] for v in verdicts] == [
+        f"{label} does not"
+    ]  # the selected model alone is scored on test; the runtime baseline is hard to beat here
     runtime, share = rows.loc[list(scoring.BASELINES), "test_concordance"]
-    assert verdicts[0].endswith(f"({rows.loc['weibull', 'test_concordance']:.4f}; Runtime baseline {runtime:.4f}, Failure-share baseline {share:.4f})")
+    assert verdicts[0].endswith(f"({rows.loc[selected, 'test_concordance']:.4f}; Runtime baseline {runtime:.4f}, Failure-share baseline {share:.4f})")
     assert ("INFO", "within attack cells (pairs of one cell only; the baselines are 0.5 there): test concordance " + scoring.within_summary(comparison)) in log
     assert "Weibull 0.5000" in scoring.within_summary(comparison)  # one duration per cell: no pair within a cell is ordered
     km = [(level, message) for level, message in log[log.index(next(e for e in log if e[1].startswith("within"))) + 1 :]]
@@ -1073,7 +1101,9 @@ def test_the_stage_on_the_seconds_clock_writes_the_chosen_model_over_a_previous_
     assert given == [(8, 1)]  # one worker per core, at most 8
 
     assert comparison["selected"].tolist() == [False, True, False, False]
-    assert comparison.loc["weibull", "test_ICI"] < comparison.loc["exponential", "test_ICI"]  # chosen, though not the best
+    assert comparison.loc["weibull", "ICI"] < comparison.loc["exponential", "ICI"]  # chosen, though not the best
+    assert not [c for c in comparison if c.startswith("cv_")]  # a model named in survival.chosen needs no cross-validation
+    assert comparison.loc["weibull", scoring.TEST_COLUMNS].isna().all() and comparison.loc["exponential", scoring.TEST_COLUMNS].notna().all()
     assert json.loads((out / "fit_unit.json").read_text()) == {"clock": "process", "unit": "s", "scale": 1.0}
     assert pd.read_csv(out / "coefficients.csv")["fitter"].unique().tolist() == ["weibull", "exponential"]
     assert (out / "coefficients.png").read_bytes() == (out / "coefficients" / "exponential.png").read_bytes()

@@ -114,7 +114,8 @@ def test_it_is_a_row_of_table_one_and_writes_its_cured_shares(tmp_path, caplog):
     rows = comparison.set_index("fitter")
     assert rows.loc["weibull_cure", "status"] == "fitted" and rows.loc["weibull_cure", "AIC"] < rows.loc["weibull", "AIC"]
     assert rows.loc["weibull_cure", "k"] == 5 and bool(rows.loc["weibull_cure", "converged"])
-    assert np.isfinite(rows.loc["weibull_cure", ["test_concordance", "test_ICI"]].astype(float)).all()
+    assert np.isfinite(rows.loc["weibull_cure", ["concordance", "ICI"]].astype(float)).all()
+    assert rows.loc["weibull_cure", ["test_concordance", "test_ICI"]].isna().all()  # never selected (no E[T]): not scored on the test split
     assert "partial likelihood" not in str(rows.loc["weibull_cure", "note"])
     caplog.set_level("INFO", logger=analysis.log.name)
     analysis.write_cure_fractions(fits, data, tmp_path / "cure_fractions.csv")

@@ -623,6 +623,9 @@ def test_table_i_lists_the_scores_then_the_within_cell_pairs_families_and_kaplan
         "note",
     ]
     assert scoring.table_columns([]) == [*leading, "note"]
+    # the cross-validated selection score and its folds right after BIC, the one select_by asked for
+    with_cv = scoring.table_columns(["cv_folds", "cv_IBS", *columns])
+    assert with_cv[with_cv.index("BIC") + 1 : with_cv.index("BIC") + 3] == ["cv_IBS", "cv_folds"] and len(with_cv) == len(leading) + 11
 
 
 def scored_cells():
@@ -667,7 +670,10 @@ def test_a_models_row_scores_the_training_part_and_the_test_part_each_on_its_own
     train, test = scored_cells()
     assert cox_fit.fitter.params_["x"] < 0  # a larger x, a lower hazard: the model ranks as x does
     figure, axes = plt.subplots(1, 2)
-    row = scoring.score(cox_fit, train, test, 3.0, tuple(axes))
+    row = scoring.train_scores(cox_fit, train, 3.0, axes[0])
+    on_test, notes = scoring.test_scores(cox_fit, train, test, 3.0, (0.1, 0.9), axes[1])
+    assert not set(row) & set(on_test) and set(on_test) == set(scoring.TEST_COLUMNS) | {"test_pairs_within"} | {c for c in on_test if "[" in c}
+    row |= on_test
     # each part's calibration curve and diagonal on its own axes, over a histogram of its samples
     assert [len(ax.lines) for ax in axes] == [2, 2]
     assert [sum(bar.get_height() for bar in twin.patches) for twin in figure.axes[2:]] == [12, 6]
@@ -700,23 +706,32 @@ def test_a_models_row_scores_the_training_part_and_the_test_part_each_on_its_own
         "test_concordance_within[pgd linf]": 0.5,
     }
     assert 0 < row["E50"] < 1 and 0 < row["test_E50"] < 1 and row["test_ICI"] != pytest.approx(row["ICI"])
+    assert 0.5 < row["test_uno_C"] <= 1 and 0 < row["test_IBS"] < 0.25  # better than predicting 1/2 everywhere
+    # the IBS from the training durations' 10% quantile, 1.1 s (12 samples: 1, 1, 2, 2 ...), to tau, their 90% one, 7.8 s
+    # (6 + 0.9 x 2), within the test part's follow-up: 20 times, those from 6 s on left out; Uno's C counts failures before tau
+    assert (row["ibs_from"], row["tau"]) == pytest.approx((1.1, 7.8))
     assert row["note"] == scoring.COX_NOTE
+    assert notes == ["test intervals: 0 held-out trained model (survival data's train_hash); an interval over them needs 2"]
+    assert all(math.isnan(row[f"{key}_{end}"]) for key in scoring.INTERVAL_SCORES for end in ("low", "high"))
 
 
 @pytest.mark.filterwarnings("error::RuntimeWarning")  # no stray numpy warning either: a score without pairs is NaN by choice
 def test_a_score_that_cannot_be_computed_is_nan_with_its_reason_in_the_note():
     train, test = scored_cells()
     warned = dataclasses.replace(fitted("WeibullAFTFitter"), warnings=["Convergence halted."])
-    row = scoring.score(warned, train, test.assign(event=0), 3.0, (None, None))  # no failure in the test part
-    assert row["concordance"] == pytest.approx(45 / 53) and row["test_pairs_within"] == 0.0
-    assert all(math.isnan(row[k]) for k in row if k.startswith("test_") and k != "test_pairs_within")
-    notes = row["note"].split("; ")  # an AFT model's likelihood needs no note
-    assert notes[:-1] == [
-        "Convergence halted.",
+    row = scoring.train_scores(warned, train, 3.0)
+    on_test, notes = scoring.test_scores(warned, train, test.assign(event=0), 3.0, (0.1, 0.9))  # no failure in the test part
+    assert row["concordance"] == pytest.approx(45 / 53) and on_test["test_pairs_within"] == 0.0
+    assert row["note"] == "Convergence halted."  # an AFT model's likelihood needs no note
+    # the Brier score needs no failure: survivors are scored too; every other test score does
+    assert all(math.isnan(on_test[k]) for k in on_test if k.startswith("test_") and k != "test_pairs_within" and not k.startswith("test_IBS"))
+    assert on_test["test_IBS"] > 0
+    assert notes[:3] == [
         "test_concordance: ZeroDivisionError: No admissable pairs in the dataset.",
         "test_concordance_within: no comparable pair within an attack cell",
+        "test_uno_C: ZeroDivisionError: No admissable pairs in the dataset.",
     ]
-    assert notes[-1].startswith("test_ICI/E50: IndexError: ") and len(notes) == 4
+    assert notes[3].startswith("test_ICI/E50: IndexError: ") and len(notes) == 5 and notes[4].startswith("test intervals: ")
 
 
 def test_a_ranking_that_cannot_be_computed_leaves_the_within_cell_score_nan_with_its_reason():
@@ -746,6 +761,7 @@ def test_the_baseline_rows_by_hand():
     censored, 4 s failed); the pairs 1 s against 2, 3, 4 s and 2 s against 3, 4 s: 5."""
     train = pd.DataFrame({"attack_hash": ["a", "a", "b", "b"], "duration": [1.0, 3.0, 2.0, 6.0], "event": [1, 0, 1, 1], "weight": [2, 1, 1, 1]})
     test = pd.DataFrame({"attack_hash": ["c", "c", "d", "d"], "duration": [1.0, 2.0, 3.0, 4.0], "event": [1, 1, 0, 1], "weight": 1})
+    test_with_units = test.assign(train_hash=["t1", "t1", "t2", "t2"])
     assert scoring.cell_mean_runtime(train) == pytest.approx([5 / 3, 5 / 3, 4, 4])
     assert scoring.cell_survival_share(train) == pytest.approx([1 / 3, 1 / 3, 0, 0])
     note = "a ranking of samples, not a survival model: no likelihood (AIC, BIC) and no survival probabilities (ICI, E50)"
@@ -758,7 +774,11 @@ def test_the_baseline_rows_by_hand():
         row = {"fitter": fitter, "model": model, "status": "baseline", **common, "concordance": pytest.approx(concordance)}
         return row | {"test_concordance": pytest.approx(4.5 / 5), "note": f"baseline: knows only each attack cell's {knows}; {note}"}
 
-    assert scoring.baseline_rows(train, test) == [
+    rows = scoring.baseline_rows(train, test_with_units)
+    for row in rows:  # the test concordance's interval over the test part's two trained models (survival.held_out)
+        low, high = row.pop("test_concordance_low"), row.pop("test_concordance_high")
+        assert low < row["test_concordance"] < high
+    assert rows == [
         baseline("runtime_baseline", "Runtime baseline", "mean attack runtime", 5.5 / 8),
         baseline("failure_share_baseline", "Failure-share baseline", "observed failure share", 2.5 / 8),
     ]
@@ -787,26 +807,26 @@ def verdict_table():
 
 def test_a_model_beats_the_baselines_only_above_every_baselines_test_concordance():
     verdicts = scoring.with_baseline_verdict(verdict_table())["beats_baselines"].tolist()
-    # Log-Normal ties the runtime baseline; Log-Logistic has no test score; only fitted models get a verdict
-    assert verdicts == [True, False, False, None, None, None] and verdicts[0] is True and verdicts[1] is False
+    # Log-Normal ties the runtime baseline; Log-Logistic has no test score (not selected, or it could
+    # not be scored): no verdict; only fitted models scored on test get one
+    assert verdicts == [True, False, None, None, None, None] and verdicts[0] is True and verdicts[1] is False
     unscored = verdict_table().assign(test_concordance=[0.7, 0.65, 0.6, np.nan, np.nan, 0.6])
     assert scoring.with_baseline_verdict(unscored)["beats_baselines"].tolist()[:3] == [False] * 3  # a baseline without a score cannot be beaten
     one = verdict_table().iloc[[0, 1, 2, 5]]  # above the failure-share baseline's 0.6 is above every baseline
-    assert scoring.with_baseline_verdict(one)["beats_baselines"].tolist() == [True, True, False, None]
+    assert scoring.with_baseline_verdict(one)["beats_baselines"].tolist() == [True, True, None, None]
     alone = verdict_table().iloc[:3]
-    assert scoring.with_baseline_verdict(alone)["beats_baselines"].tolist() == [False] * 3  # nothing to beat is no win
+    assert scoring.with_baseline_verdict(alone)["beats_baselines"].tolist() == [False, False, None]  # nothing to beat is no win
     # each verdict stays with its row, in whatever order the rows come
     backwards = scoring.with_baseline_verdict(verdict_table().iloc[::-1])
-    assert backwards["beats_baselines"].tolist() == [None, None, None, False, False, True]
+    assert backwards["beats_baselines"].tolist() == [None, None, None, None, False, True]
 
 
-def test_the_verdict_sentences_name_each_fitted_model_and_both_baselines_scores():
+def test_the_verdict_sentences_name_each_model_scored_on_test_and_both_baselines_scores():
     table = scoring.with_baseline_verdict(verdict_table())
     bar = "Runtime baseline 0.6500, Failure-share baseline 0.6000"
-    assert scoring.baseline_verdicts(table) == [
+    assert scoring.baseline_verdicts(table) == [  # Log-Logistic has no test score: no sentence
         f"Weibull beats both baselines on test concordance (0.7000; {bar})",
         f"Log-Normal does not beat both baselines on test concordance (0.6500; {bar})",
-        f"Log-Logistic does not beat both baselines on test concordance (nan; {bar})",
     ]
     unjudged = table.assign(beats_baselines=None)
     assert all("does not beat" in line for line in scoring.baseline_verdicts(unjudged))
@@ -876,18 +896,53 @@ def test_table_i_in_latex_for_a_model_and_a_baseline():
             r"no likelihood (AIC, BIC) and no survival probabilities (ICI, E50). Within-cell concordance compares only samples "
             r"of one attack cell (the baselines rank a cell's samples alike: 0.5).}",
             r"\label{tab:survival-models}",
-            r"\begin{tabular}{lrrrrrrrrrr}",
+            r"\begin{tabular}{lrrrrrrrrrrrr}",
             r"\toprule",
-            r" & AIC & BIC & Concordance & Test Concordance & Within-cell Concordance & Test Within-cell Concordance & ICI & Test ICI & E50 & Test E50 \\",
+            r" & AIC & BIC & Concordance & Test Concordance & Test Uno's C & Test IBS & Within-cell Concordance & Test Within-cell Concordance & ICI & Test ICI "
+            r"& E50 & Test E50 \\",
             r"\midrule",
-            r"Weibull & 1.23e+03 & 98.8 & 0.713 & 0.700 & 0.654 & 0.610 & 0.01 & 0.06 & 0.01 & 0.05 \\",
-            r"Runtime baseline & -- & -- & 0.681 & 0.654 & 0.500 & 0.500 & -- & -- & -- & -- \\",
+            r"Weibull & 1.23e+03 & 98.8 & 0.713 & 0.700 & -- & -- & 0.654 & 0.610 & 0.01 & 0.06 & 0.01 & 0.05 \\",
+            r"Runtime baseline & -- & -- & 0.681 & 0.654 & -- & -- & 0.500 & 0.500 & -- & -- & -- & -- \\",
             r"\bottomrule",
             r"\end{tabular}",
             r"\end{table}",
             r"% needs \usepackage{booktabs}",
             "",
         ]
+    )
+
+
+def test_table_i_in_latex_gives_the_cross_validated_score_the_test_intervals_and_how_the_model_was_selected():
+    comparison = pd.DataFrame(
+        {
+            "fitter": ["weibull", "lognormal", "runtime_baseline"],
+            "model": ["Weibull", "Log-Normal", "Runtime baseline"],
+            "status": ["fitted", "fitted", "baseline"],
+            "AIC": [1234.5, 1300.0, np.nan],
+            "BIC": [98.76, 99.0, np.nan],
+            "cv_uno_C": [0.7123, 0.7012, np.nan],
+            "cv_folds": [3, 3, np.nan],
+            "test_concordance": [0.7, np.nan, 0.6543],
+            "test_concordance_low": [0.65, np.nan, np.nan],  # a baseline's interval may be missing (one trained model)
+            "test_concordance_high": [0.75, np.nan, np.nan],
+            "test_IBS": [0.1234, np.nan, np.nan],
+            "test_IBS_low": [0.1, np.nan, np.nan],
+            "test_IBS_high": [0.15, np.nan, np.nan],
+            "selected": [True, False, False],
+            "note": ["", "", "baseline: ..."],
+        }
+    )
+    lines = scoring.latex_table(comparison, 0.2, "best cv_uno_C: grouped 3-fold cross-validation inside the training split").splitlines()
+    assert lines[6] == (
+        r" & AIC & BIC & CV Uno's C & Concordance & Test Concordance & Test Uno's C & Test IBS & Within-cell Concordance "
+        r"& Test Within-cell Concordance & ICI & Test ICI & E50 & Test E50 \\"
+    )
+    assert lines[8] == r"Weibull & 1.23e+03 & 98.8 & 0.712 & -- & 0.700 [0.650, 0.750] & -- & 0.123 [0.100, 0.150] & -- & -- & -- & -- & -- & -- \\"
+    assert lines[9] == r"Log-Normal & 1.3e+03 & 99 & 0.701 & " + " & ".join(["--"] * 10) + r" \\"
+    assert lines[10].startswith(r"Runtime baseline & -- & -- & -- & -- & 0.654 & ")
+    assert (
+        r"Selected: Weibull (best cv\_uno\_C: grouped 3-fold cross-validation inside the training split); only it is scored on the test split, "
+        r"with 95\% intervals over the held-out trained models" in lines[2]
     )
 
 

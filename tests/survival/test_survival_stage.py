@@ -219,6 +219,7 @@ def test_baseline_rows_and_verdicts():
             "model": ["Weibull", "Log-Normal", "GG"],
             "status": ["fitted", "fitted", "failed"],
             "test_concordance": [0.99, 0.5, np.nan],
+            "cv_concordance": [0.9, 0.6, np.nan],
         }
     )
     table = scoring.with_baseline_verdict(pd.concat([models, rows], ignore_index=True)).set_index("fitter")
@@ -227,7 +228,7 @@ def test_baseline_rows_and_verdicts():
     lines = scoring.baseline_verdicts(table.reset_index())
     assert lines[0].startswith("Weibull beats both baselines") and lines[1].startswith("Log-Normal does not beat both baselines")
     times = pd.DataFrame({"E_T_weibull": [1.0], "E_T_lognormal": [1.0]})
-    assert expected_time.select(table.reset_index(), times, None, "test_concordance") == "weibull"
+    assert expected_time.select(table.reset_index(), times, None, "cv_concordance") == "weibull"
 
 
 # --- concordance ----------------------------------------------------------------------------------
@@ -520,13 +521,24 @@ def test_stage_on_per_sample_data(tmp_path):
     assert baselines[["AIC", "BIC", "ICI", "test_ICI", "E50", "test_E50"]].isna().all().all() and not baselines["selected"].any()
     fitted = table[table["status"] == "fitted"]
     assert list(fitted.index) == fitters  # all eight
-    assert fitted[scoring.SCORE_COLUMNS].notna().all().all(), fitted[scoring.SCORE_COLUMNS]
+    on_test = scoring.TEST_COLUMNS
+    assert fitted[scoring.TRAIN_COLUMNS].notna().all().all()
     assert (fitted["concordance"] > 0.55).all()  # chance is 0.5
     aft = fitted[fitted["aft"]]
-    assert table["selected"].sum() == 1 and table.loc[aft["test_ICI"].idxmin(), "selected"]  # the default rule: the best test ICI among AFT models
+    # the default rule: the best ICI by grouped 3-fold cross-validation inside the training split, among AFT models
+    assert aft["cv_ICI"].notna().all() and (aft["cv_folds"] == 3).all() and fitted.loc[~fitted["aft"], "cv_ICI"].isna().all()
+    assert table["selected"].sum() == 1 and table.loc[aft["cv_ICI"].idxmin(), "selected"]
+    selected = table.index[table["selected"]][0]
+    # the selected model alone is scored on the test split, every test score with a 95% interval over held-out trained models
+    assert table.loc[selected, on_test].notna().all(), table.loc[selected, on_test]
+    assert fitted.drop(index=selected)[on_test].isna().all().all()
+    for key in scoring.INTERVAL_SCORES:
+        assert table.loc[selected, f"{key}_low"] < table.loc[selected, key] < table.loc[selected, f"{key}_high"]
     bar = baselines["test_concordance"].max()
-    assert (fitted["beats_baselines"].astype(bool) == (fitted["test_concordance"] > bar)).all()
-    assert "Runtime baseline" in (out / "aft_comparison.tex").read_text()
+    assert table.loc[selected, "beats_baselines"] == (table.loc[selected, "test_concordance"] > bar)
+    assert fitted.drop(index=selected)["beats_baselines"].isna().all()
+    latex = (out / "aft_comparison.tex").read_text()
+    assert "Runtime baseline" in latex and "Test Uno's C" in latex and "Test IBS" in latex and "grouped 3-fold cross-validation" in latex
 
     coefficients = pd.read_csv(out / "coefficients.csv")
     assert {"se_robust", "lower_robust", "upper_robust", "p_robust", "se", "lower", "upper", "p"} <= set(coefficients)
@@ -557,17 +569,22 @@ def test_stage_on_per_sample_data(tmp_path):
     assert headline["survival_beats_baselines"] == bool(table.loc[selected, "beats_baselines"])
     assert headline["survival_runtime_baseline_test_concordance"] == pytest.approx(table.loc["runtime_baseline", "test_concordance"])
     sentences = sections.baseline_sentences(pd.read_csv(out / "aft_comparison.csv"))
-    assert len(sentences) == 8 and all("both baselines on test concordance" in s for s in sentences)
+    assert len(sentences) == 1 and "both baselines on test concordance" in sentences[0] and sentences[0].startswith(table.loc[selected, "model"])
 
-    # within attack cells: every row on both halves, overall and per family; the baselines 0.5
-    within = ["concordance_within", "test_concordance_within", *(f"{p}concordance_within[{f}]" for p in ("", "test_") for f in FAMILIES)]
-    assert table[within].notna().all().all() and (table.loc[list(scoring.BASELINES), within] == 0.5).all().all()
-    assert (table.loc[fitted.index, "test_concordance_within"] > 0.6).all()  # the margin orders a cell's samples
+    # within attack cells: every row on the training half, the selected model and the baselines on
+    # the test half too, overall and per family; the baselines 0.5
+    within = ["concordance_within", *(f"concordance_within[{f}]" for f in FAMILIES)]
+    test_within = ["test_concordance_within", *(f"test_concordance_within[{f}]" for f in FAMILIES)]
+    assert table[within].notna().all().all() and table.loc[[selected, *scoring.BASELINES], test_within].notna().all().all()
+    assert (table.loc[list(scoring.BASELINES), within + test_within] == 0.5).all().all()
+    assert (table.loc[fitted.index, "concordance_within"] > 0.6).all() and table.loc[
+        selected, "test_concordance_within"
+    ] > 0.6  # the margin orders a cell's samples
     long = pd.read_csv(out / "concordance_within.csv")
     assert list(long.columns) == schema.CONCORDANCE_WITHIN and len(long) == len(table) * (1 + len(FAMILIES))
-    weibull = long[long["fitter"] == "weibull"].set_index("attack_family")
-    assert weibull.loc["all", "test_concordance_within"] == table.loc["weibull", "test_concordance_within"]
-    assert weibull.loc["pgd_inf", "concordance_within"] == table.loc["weibull", "concordance_within[pgd_inf]"]
+    chosen = long[long["fitter"] == selected].set_index("attack_family")
+    assert chosen.loc["all", "test_concordance_within"] == table.loc[selected, "test_concordance_within"]
+    assert chosen.loc["pgd_inf", "concordance_within"] == table.loc[selected, "concordance_within[pgd_inf]"]
     # E[T] against Kaplan-Meier: the selected model's cells, and every AFT model's summary in Table I
     check = pd.read_csv(out / "km_check.csv")
     assert list(check.columns) == schema.KM_CHECK and set(check["attack_hash"]) == set(data["attack_hash"])
@@ -943,15 +960,15 @@ def test_km_sentences_count_the_cells_within_tolerance_and_say_what_to_do_about_
 
 
 def test_select_skips_a_model_whose_expected_time_is_infinite_or_zero_somewhere():
-    comparison = pd.DataFrame({"fitter": ["gengamma", "lognormal", "weibull"], "test_concordance": [0.9, 0.8, 0.7]})
+    comparison = pd.DataFrame({"fitter": ["gengamma", "lognormal", "weibull"], "cv_concordance": [0.9, 0.8, 0.7]})
     times = pd.DataFrame({"E_T_gengamma": [1.0, np.inf], "E_T_lognormal": [0.0, 2.0], "E_T_weibull": [1.0, 2.0]})
-    assert expected_time.select(comparison, times, None, "test_concordance") == "weibull"
-    with pytest.raises(DataError, match="no fitted AFT model has a finite E.T. everywhere and a test_concordance score; see aft_comparison.csv"):
-        expected_time.select(comparison, times.drop(columns="E_T_weibull"), None, "test_concordance")
+    assert expected_time.select(comparison, times, None, "cv_concordance") == "weibull"
+    with pytest.raises(DataError, match="no fitted AFT model has a finite E.T. everywhere and a cv_concordance score; see aft_comparison.csv"):
+        expected_time.select(comparison, times.drop(columns="E_T_weibull"), None, "cv_concordance")
     with pytest.raises(DataError, match="survival.chosen = cox: it did not fit .see aft_comparison.csv.; choose another or set chosen: null"):
-        expected_time.select(comparison, times, "cox", "test_concordance")
+        expected_time.select(comparison, times, "cox", "cv_concordance")
     with pytest.raises(DataError, match="survival.chosen = gengamma: its E.T. is infinite or undefined for some cells"):
-        expected_time.select(comparison, times, "gengamma", "test_concordance")
+        expected_time.select(comparison, times, "gengamma", "cv_concordance")
 
 
 def test_logrank_weighs_samples_counts_censored_ones_and_lists_families_and_defences_in_order():

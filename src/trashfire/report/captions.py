@@ -82,9 +82,9 @@ CAPTIONS = {
     ),
     "calibration": (
         "Calibration of every survival model (TRASHFIRE Fig. 2)",
-        "Calibration of every survival model on the training and test splits: observed against predicted failure probability.",
+        "Calibration of every survival model on the training split, and of the selected one on the test split: observed against predicted failure probability.",
         "a red curve on the dashed diagonal is perfectly calibrated; above it the model predicts too few failures, below it too many; ICI is the mean "
-        "distance from the diagonal, and the test panels are the ones that count.",
+        "distance from the diagonal, and the selected model's test panel is the one that counts (the others are not scored on the test split).",
     ),
     "competing_risks": (
         "Which component of a composite breaks the samples (competing risks)",
@@ -132,8 +132,9 @@ TABLE_CAPTIONS = {
         "robust_acc is the accuracy under the named attack."
     ),
     "survival": (
-        "one row per survival model and the two baselines; lower AIC/BIC fit better; concordance 0.5 is a coin toss, 1 perfect; ICI and E50 are calibration "
-        "errors (lower is better); `selected` feeds E[T] into TRASH."
+        "one row per survival model and the two baselines; lower AIC/BIC fit better; concordance (Harrell's and Uno's C) 0.5 is a coin toss, 1 perfect; "
+        "ICI, E50 and the integrated Brier score (IBS) are errors (lower is better); `selected`, chosen by the cv_ score (cross-validation inside the "
+        "training split), feeds E[T] into TRASH and alone has test_ scores, with 95% intervals over held-out trained models."
     ),
     "logrank": ("each defence against none within an attack family; a small p means the two survival curves differ."),
     "concordance_within": (

@@ -370,7 +370,8 @@ def cards_table(artefacts: Artefacts) -> Table | str:
 
 
 def baseline_sentences(comparison: pd.DataFrame, missing_reason: str | None = None) -> list[str]:
-    """Whether each fitted model beats both baselines; first, where no model gives E[T], why."""
+    """Whether the model scored on the test split (the selected one) beats both baselines; first,
+    where no model gives E[T], why."""
     missing = (
         [f"No survival model gives E[T], so TRASH and the findings on it are not testable; every other metric stands: {missing_reason}."]
         if missing_reason
@@ -384,7 +385,7 @@ def baseline_sentences(comparison: pd.DataFrame, missing_reason: str | None = No
     baselines = comparison[comparison["status"] == "baseline"]
     bar = " and ".join(f"{row['model'].lower()} {format_value(row['test_concordance'])}" for _, row in baselines.iterrows())
     lines = missing
-    for _, row in comparison[comparison["status"] == "fitted"].iterrows():
+    for _, row in comparison[(comparison["status"] == "fitted") & comparison["test_concordance"].notna()].iterrows():
         verdict = "beats both baselines" if str(row["beats_baselines"]).lower() == "true" else "does not beat both baselines"
         lines.append(f"{row['model']} {verdict} on test concordance: {format_value(row['test_concordance'])} against {bar}.")
     return lines
@@ -397,7 +398,7 @@ def survival_tables(
     km_check: pd.DataFrame | None = None,
     missing_reason: str | None = None,
 ) -> list[Folded | Listing]:
-    """Table I folded, after one plain sentence per fitted model on whether it beats both
+    """Table I folded, after one plain sentence on whether the selected model beats both
     baselines on test concordance (visible: it says whether E[T] is worth anything); the
     within-cell concordance; the Kaplan-Meier check of E[T], its summary in plain words; then
     the log-rank tests of each defence against none."""

@@ -9,18 +9,22 @@ with its reasons, and the others go on. The label columns (hashes, attack family
 set) are kept aside, never fitted.
 
 Scores on a train/test split by group (`survival.split_by`, default train_hash: every sample of
-a trained model on one side, seeded; `survival.test_size` of the groups to test): AIC and BIC =
--2 loglik + k ln n with k = every estimated coefficient and n = the samples (lifelines' BIC_
-counts parameter names and rows), loglik unpenalised (lifelines' log_likelihood_ includes the
-penalty); Cox PH's are from its partial likelihood. Concordance (train, test) and ICI and E50
-(train, test) of lifelines' `survival_probability_calibration` at the fitter's t0 (a quantile of
-the training durations), both over samples. Standard errors: lifelines' naive ones and, beside
-them, cluster-robust ones with the trained models as clusters (samples of one trained model share
-its weights, so they are not independent). Two baselines are scored on the same halves: a
-ranking by the mean runtime of the sample's attack cell, and by its cell's observed survival
-share; `beats_baselines` says whether a model's test concordance exceeds both. The selected
-model (`survival.chosen`, or the best `survival.select_by` among AFT models with a finite E[T]
-everywhere; never a baseline) gives E[T].
+a trained model on one side, seeded; `survival.test_size` of the groups to test). On the
+training part, every fitter: AIC and BIC = -2 loglik + k ln n with k = every estimated
+coefficient and n = the samples (lifelines' BIC_ counts parameter names and rows), loglik
+unpenalised (lifelines' log_likelihood_ includes the penalty; Cox PH's from its partial
+likelihood), concordance, and ICI and E50 of lifelines' `survival_probability_calibration` at
+the fitter's t0 (a quantile of the training durations), over samples; and for the AFT models,
+the `select_by` score by grouped K-fold cross-validation inside the training part
+(`survival.validation`). Standard errors: lifelines' naive ones and, beside them,
+cluster-robust ones with the trained models as clusters (samples of one trained model share its
+weights, so they are not independent). The selected model (`survival.chosen`, or the best
+cross-validated `survival.select_by` among AFT models with a finite E[T] everywhere; never a
+baseline) gives E[T], and it alone is then scored on the test part, once: Harrell's C, Uno's C
+and the integrated Brier score with 95% intervals over the held-out trained models, ICI and E50.
+Two baselines are scored on both halves: a ranking by the mean runtime of the sample's attack
+cell, and by its cell's observed survival share; `beats_baselines` says whether the selected
+model's test concordance exceeds both.
 
 Writes `reports/survival/`: aft_comparison.csv and .tex (Table I with the baselines),
 calibration.png (Fig. 2), coefficients.png (Fig. 3, selected model) and coefficients/<fitter>.png,
@@ -38,6 +42,7 @@ baselines, `expected_time` gives E[T], the selected model and the Kaplan-Meier c
 from __future__ import annotations
 
 import logging
+import math
 import pickle
 import shutil
 from pathlib import Path
@@ -53,6 +58,7 @@ from trashfire.core.records import atomic_path, write_csv, write_json
 from trashfire.core.schema.units import CLOCK_UNIT_NAMES, FIT_UNIT_NAMES, FIT_UNITS
 from trashfire.core.stage import Artefacts
 from trashfire.survival import fitters as F
+from trashfire.survival import validation
 from trashfire.survival.competing import competing_table, incidence_curves
 from trashfire.survival.convergence import fit_converged
 from trashfire.survival.cure import budget_sufficiency, cure_table
@@ -77,9 +83,9 @@ from trashfire.survival.scoring import (
     baseline_verdicts,
     concordance_within_table,
     latex_table,
-    score,
+    score_selected,
     table_columns,
-    with_baseline_verdict,
+    train_scores,
     within_summary,
 )
 
@@ -165,23 +171,27 @@ SLOW_FITTERS = ("gengamma", "loglogistic_cure", "weibull_cure")  # started first
 def compare(
     train: pd.DataFrame, test: pd.DataFrame, settings: Any, axes: dict | None = None, workers: int = 1, threads: int | None = None
 ) -> tuple[pd.DataFrame, dict[str, F.Fit]]:
-    """Fit and score every configured fitter, then the baselines; returns Table I (one row per
-    fitter, failed fits included with their reasons, then one per baseline) and the fitted
-    models, with cluster-robust SEs by trained model (CLUSTER_BY). `axes[name]` = (train, test) axes
-    for the calibration curves. With workers > 1 the fits run in workers - 1 worker processes,
-    the slowest first, and each is scored here as it arrives."""
+    """Fit every configured fitter and score it on the training part, the AFT models also by
+    cross-validation inside it (`survival.validation`, where select_by asks for it), then the
+    baselines on both parts; returns Table I before the selection (one row per fitter, failed
+    fits included with their reasons, then one per baseline; `score_selected` adds the test
+    scores of the one selected) and the fitted models, with cluster-robust SEs by trained model
+    (CLUSTER_BY). `axes[name]` = (train, test) axes for the calibration curves. With workers > 1
+    the fits run in workers - 1 worker processes, the slowest first, and each is scored here as
+    it arrives."""
     rows: dict[str, dict[str, Any]] = {}
     to_fit = []
     # what a fit reads, and the clusters of its robust SEs: the labels (hashes, names: strings,
     # most of the frame's memory) stay here, not pickled to each worker
     fitted_columns = train[[*F.model_frame(train).columns, CLUSTER_BY]]
+    folds = validation.plan(settings, train)
     for name in settings.fitters:
         spec = settings.models[name]
         rows[name] = {"fitter": name, "model": spec.label, "aft": bool(spec.aft)}
         if isinstance(F.build(spec, 0.0, None), F.CoxPHFitter) and F.covariates_of(train).empty:
             rows[name] |= {"status": "skipped", "note": f"not fitted: {spec.label} needs a covariate that varies, and none does"}
         else:
-            to_fit.append((name, spec, fitted_columns, list(settings.retries)))
+            to_fit.append((name, spec, fitted_columns, list(settings.retries), folds if spec.aft else None))
     to_fit.sort(key=lambda job: job[0] not in SLOW_FITTERS)
     fits = {}
     # this process scores each fit as it arrives, which on a large training split takes as long
@@ -195,21 +205,30 @@ def compare(
             rows[name] |= {"status": "failed", "note": f"fit failed: {fit}"}
             continue
         fits[name] = fit
-        quantile = spec.get("t0_quantile") or settings.t0_quantile
-        rows[name] |= {"status": "fitted", "penalizer": fit.penalizer, "optimiser": fit.optimiser, "attempts": fit.attempts} | fit.convergence.columns()
-        rows[name] |= score(fit, train, test, calibration_time(train, quantile), (axes or {}).get(name, (None, None)))
+        rows[name] |= (
+            {"status": "fitted", "penalizer": fit.penalizer, "optimiser": fit.optimiser, "attempts": fit.attempts} | fit.convergence.columns() | fit.cv
+        )
+        rows[name] |= train_scores(fit, train, calibration_time(train, t0_quantile(spec, settings)), (axes or {}).get(name, (None, None))[0])
     ordered = [rows[name] for name in settings.fitters] + baseline_rows(train, test)
     comparison = pd.DataFrame(ordered).assign(split_by=settings.split_by)
-    return with_baseline_verdict(comparison).reindex(columns=table_columns(comparison.columns)), {name: fits[name] for name in settings.fitters if name in fits}
+    return comparison.reindex(columns=table_columns(comparison.columns)), {name: fits[name] for name in settings.fitters if name in fits}
 
 
-def fit_with_robust_se(name: str, spec: Any, train: pd.DataFrame, retries: list) -> F.Fit | F.FitFailed:
-    """One fitter (a worker's job): its fit with cluster-robust SEs, or why it failed."""
+def t0_quantile(spec: Any, settings: Any) -> float:
+    """The fitter's calibration time as a quantile of the training durations: its own, or the stage's."""
+    return spec.get("t0_quantile") or settings.t0_quantile
+
+
+def fit_with_robust_se(name: str, spec: Any, train: pd.DataFrame, retries: list, folds: validation.Plan | None = None) -> F.Fit | F.FitFailed:
+    """One fitter (a worker's job): its fit with cluster-robust SEs and, with `folds`, its
+    cross-validated select_by score, or why it failed."""
     try:
         fit = fit_converged(name, spec, train, retries)
     except F.FitFailed as err:
         return err
     attach_robust_se(fit, train, CLUSTER_BY)
+    if folds is not None:
+        fit.cv = validation.cross_validate(fit, spec, train, folds)
     return fit
 
 
@@ -430,7 +449,7 @@ def analyse(cfg: DictConfig, artefacts: Artefacts) -> pd.DataFrame:
         train, test = usable_covariates(*split_groups(data, settings.split_by, settings.test_size, settings.seed), settings.data.dummies)
     except DataError as err:
         return without_models(data, budgets, out, cfg, f"no survival model could be fitted: {err}")
-    comparison, fits = fit_and_compare(cfg, train, test, out)
+    comparison, fits, (figure, axes) = fit_and_compare(cfg, train, test)
     aft = [name for name in settings.fitters if settings.models[name].aft]
     times = expected_times(fits, data, aft, budgets)
     try:
@@ -438,7 +457,11 @@ def analyse(cfg: DictConfig, artefacts: Artefacts) -> pd.DataFrame:
     except DataError as err:
         selected, reason = None, str(err)
         log.warning("no survival model gives E[T], so TRASH is missing downstream: %s", reason)
+    t0 = calibration_time(train, t0_quantile(settings.models[selected], settings)) if selected else math.nan
+    comparison = score_selected(comparison, fits.get(selected), train, test, t0, tuple(settings.score_range), axes.get(selected, (None, None))[1])
     comparison["selected"] = comparison["fitter"] == selected
+    comparison = in_clock_units(comparison, unit, TIME_COLUMNS)  # Table I's times, in the clock's unit
+    save(finish_calibration(figure, axes, comparison, CLOCK_UNIT_NAMES[clock]), out / "calibration.png")
     write_fits(comparison, fits, train, out, settings, selected)
     if selected is None:
         expected = missing_expected_times(budgets, reason).join(times, on=CELL)
@@ -466,8 +489,12 @@ def analyse(cfg: DictConfig, artefacts: Artefacts) -> pd.DataFrame:
     return comparison
 
 
-def fit_and_compare(cfg: DictConfig, train: pd.DataFrame, test: pd.DataFrame, out: Path) -> tuple[pd.DataFrame, dict[str, F.Fit]]:
-    """Table I and the fitted models, with the calibration figure's panels drawn (saved later)."""
+TIME_COLUMNS = ["t0", "ibs_from", "tau"]  # Table I's times: the calibration time, the IBS's span and Uno's truncation
+
+
+def fit_and_compare(cfg: DictConfig, train: pd.DataFrame, test: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, F.Fit], tuple]:
+    """Table I before the selection and the fitted models, with the calibration figure and its
+    panels (train drawn; the selected model's test panel is drawn when it is scored)."""
     settings = cfg.survival
     log.info(
         "train/test split by %s: %d / %d groups, %d / %d samples",
@@ -484,16 +511,13 @@ def fit_and_compare(cfg: DictConfig, train: pd.DataFrame, test: pd.DataFrame, ou
     fig, axes = calibration_grid(list(settings.fitters))
     workers = resolve_workers(cfg.train.get("workers", "auto"), "cpu")
     comparison, fits = compare(train, test, settings, axes, workers, threads_per_cell(workers, cfg.train.get("threads", 1)))
-    clock = str(cfg.timing.clock)
-    comparison = in_clock_units(comparison, fit_unit(clock), ["t0"])  # Table I's calibration time, in the clock's unit
-    save(finish_calibration(fig, axes, comparison, CLOCK_UNIT_NAMES[clock]), out / "calibration.png")
-    return comparison, fits
+    return comparison, fits, (fig, axes)
 
 
 def write_fits(comparison: pd.DataFrame, fits: dict[str, F.Fit], train: pd.DataFrame, out: Path, settings: Any, selected: str | None) -> None:
     """Table I in LaTeX, the coefficients (table, a figure per fit, the selected one's as coefficients.png)."""
     with atomic_path(out / "aft_comparison.tex") as tmp:
-        tmp.write_text(latex_table(comparison, settings.test_size))
+        tmp.write_text(latex_table(comparison, settings.test_size, validation.chosen_by(settings)))
     coefficients = coefficient_table(fits, train)
     write_csv(coefficients, out / "coefficients.csv")
     for name, fit in fits.items():
@@ -552,12 +576,11 @@ def write_status(out: Path, selected: str | None, reason: str | None) -> None:
 
 def log_comparison(comparison: pd.DataFrame, fits: dict[str, F.Fit], settings: Any, selected: str | None) -> None:
     shown = comparison.drop(columns=["note", "aft", "model", "split_by", "km_worst_cells"] + [c for c in comparison if "[" in c], errors="ignore")
-    chosen_by = settings.chosen and "survival.chosen" or f"best {settings.select_by}"
     log.info(
         "fitted %s of %s; selected %s\n%s",
         ", ".join(fits) or "none",
         ", ".join(settings.fitters),
-        f"{selected} ({chosen_by})" if selected else "none",
+        f"{selected} ({validation.chosen_by(settings)})" if selected else "none",
         shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"),
     )
     for line in baseline_verdicts(comparison):

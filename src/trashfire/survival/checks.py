@@ -9,7 +9,7 @@ from omegaconf import DictConfig, ListConfig
 from trashfire.core.checks import as_list, choice, integer, nonempty_mapping, number, register
 from trashfire.core.errors import ConfigError
 from trashfire.survival.data import BEFORE_ATTACK_POLICIES, DUMMY_SOURCES, NONPOSITIVE_POLICIES, NUMERIC_COVARIATES
-from trashfire.survival.spec import OPTIMISERS, SCORE_NAMES, SPLIT_GROUPS
+from trashfire.survival.spec import OPTIMISERS, REPLACED, SCORE_NAMES, SPLIT_GROUPS
 
 
 @register("survival")
@@ -61,9 +61,11 @@ def _validate_survival(survival: DictConfig) -> None:
     aft = tuple(f for f in fitters if models[f].get("aft"))
     if survival.get("chosen") is not None:
         choice("survival.chosen", survival.chosen, aft)
-    choice("survival.select_by", survival.get("select_by"), SCORE_NAMES)
+    _validate_select_by(survival.get("select_by"))
     choice("survival.split_by", survival.get("split_by"), SPLIT_GROUPS)
     number("survival.test_size", survival.get("test_size"), low=0, high=1, open_low=True, open_high=True)
+    integer("survival.folds", survival.get("folds"), low=2)
+    _validate_score_range(survival.get("score_range"))
     integer("survival.seed", survival.get("seed"), low=0)
     number("survival.t0_quantile", survival.get("t0_quantile"), low=0, high=1, open_low=True, open_high=True)
     number("survival.km_check_tolerance", survival.get("km_check_tolerance"), low=0, open_low=True)
@@ -75,6 +77,31 @@ def _validate_survival(survival: DictConfig) -> None:
     integer("survival.budget.seed", budget.get("seed"), low=0)
     if budget.get("min_search_iter") is not None:  # absent: 10
         integer("survival.budget.min_search_iter", budget.min_search_iter, low=1)
+
+
+def _validate_select_by(select_by: Any) -> None:
+    """A cross-validated score or an information criterion; a name from before issue 59 says what replaced it."""
+    if select_by in REPLACED:
+        why = (
+            "it selected on the test split the model is then judged on"
+            if str(select_by).startswith("test_")
+            else "it scored a model on the rows it was fitted to"
+        )
+        raise ConfigError(
+            "survival.select_by",
+            f"{select_by} was replaced by {REPLACED[select_by]} ({why}; {REPLACED[select_by]} is the same score by grouped cross-validation inside the training split); allowed: {', '.join(SCORE_NAMES)}",
+        )
+    choice("survival.select_by", select_by, SCORE_NAMES)
+
+
+def _validate_score_range(value: Any) -> None:
+    """Two quantiles of the training durations, 0 < low < high < 1."""
+    pair = as_list(value) if value is not None else []
+    numbers = [v for v in pair if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if len(pair) != 2 or len(numbers) != 2 or not 0 < numbers[0] < numbers[1] < 1:
+        raise ConfigError(
+            "survival.score_range", f"got {value!r}; allowed: two quantiles of the training durations [low, high] with 0 < low < high < 1, e.g. [0.1, 0.9]"
+        )
 
 
 def _validate_survival_model(key: str, spec: Any) -> None:

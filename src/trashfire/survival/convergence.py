@@ -156,6 +156,12 @@ def newton_gain(gradient: np.ndarray, hessian: np.ndarray) -> float:
     return gain if math.isfinite(gain) else math.inf
 
 
+def warm_start(fitter: ParametricRegressionFitter) -> np.ndarray:
+    """Where a fit of the same fitter on similar rows (a cross-validation fold's) may start:
+    this fit's coefficients as lifelines' `initial_point` takes them."""
+    return _normalised_point(fitter)
+
+
 def _normalised_point(fitter: ParametricRegressionFitter) -> np.ndarray:
     """The fit's coefficients as lifelines' optimiser sees them: times the covariates' SDs, in
     autograd's order of the parameters (the order of its objective, Hessian and starts)."""

@@ -63,7 +63,8 @@ def select(comparison: pd.DataFrame, times: pd.DataFrame, chosen: str | None, se
             raise DataError(f"survival.chosen = {chosen}: its E[T] is infinite or undefined for some cells; choose another or set chosen: null")
         return chosen
     by = score(select_by)
-    candidates = comparison[comparison["fitter"].map(lambda name: finite.get(name, False))].dropna(subset=[by.column])
+    scored = comparison.assign(**{by.column: comparison.get(by.column, np.nan)})  # no AFT model fitted: no cross-validated column
+    candidates = scored[scored["fitter"].map(lambda name: finite.get(name, False))].dropna(subset=[by.column])
     if candidates.empty:
         raise DataError(f"no fitted AFT model has a finite E[T] everywhere and a {select_by} score; see aft_comparison.csv, or name one in survival.chosen")
     best = candidates[by.column].idxmax() if by.higher_is_better else candidates[by.column].idxmin()

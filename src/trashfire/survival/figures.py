@@ -46,14 +46,19 @@ def calibration_grid(names: list[str]):
     return fig, axes
 
 
+UNSELECTED = "not scored on the test split: only the selected model is, once, after the selection"
+
+
 def finish_calibration(fig, axes: dict, comparison: pd.DataFrame, unit: str = "s"):
-    """Titles with each panel's ICI; a fitter without a fit gets its reason instead of a curve."""
+    """Titles with each panel's ICI; a fitter without a fit gets its reason instead of a curve,
+    and one not selected says why its test panel is empty."""
     for _, row in comparison[comparison["fitter"].isin(list(axes))].iterrows():  # baselines have no panel
         for ax, part in zip(axes[row["fitter"]], ("train", "test")):
             if row["status"] != "fitted" or not ax.lines:
                 ax.cla()
                 ax.set_axis_off()
-                reason = row["note"] if row["status"] != "fitted" else "no calibration curve (see the table's note)"
+                unselected = part == "test" and row["status"] == "fitted" and not bool(row.get("selected", False))
+                reason = row["note"] if row["status"] != "fitted" else UNSELECTED if unselected else "no calibration curve (see the table's note)"
                 ax.text(s=textwrap.fill(str(reason), 40)[:600], transform=ax.transAxes, **REASON_TEXT)
                 ax.set_title(f"{row['model']} ({part}): {row['status']}")
                 continue

@@ -84,6 +84,7 @@ class Fit:
     robust_se: pd.Series | None = None  # cluster-robust standard errors, by params_'s index
     convergence: Any = None  # survival.convergence.Convergence, where that module checked the fit
     criteria: dict[str, float] = field(default_factory=dict)  # Table I's information_criteria on the training split, once scored
+    cv: dict[str, Any] = field(default_factory=dict)  # Table I's cross-validation columns (survival.validation), where it ran
 
     @property
     def is_cox(self) -> bool:

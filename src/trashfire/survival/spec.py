@@ -1,6 +1,7 @@
 """The survival stage's settings, light: the scores a fitted model is selected by (`Score`:
-its name in `survival.select_by`, its direction and its column of Table I), the label
-columns a train/test split keeps together, and the optimisers a retry may use."""
+its name in `survival.select_by`, its direction, its column of Table I and what
+cross-validation measures for it), the select_by names that were replaced, the label columns a
+train/test split keeps together, and the optimisers a retry may use."""
 
 from __future__ import annotations
 
@@ -12,21 +13,32 @@ class Score:
     name: str  # as survival.select_by names it
     higher_is_better: bool
     column: str  # Table I's (aft_comparison.csv) column that holds it
+    measure: str = ""  # what each held-out fold measures (survival.validation); "": in-sample, no cross-validation
 
 
-# in the order the validator lists them; calibration errors and information criteria are
-# smaller for a better model, concordance larger
+# in the order the validator lists them; calibration errors, the Brier score and information
+# criteria are smaller for a better model, concordance larger. Never a test-split score: the
+# selection must not see the split the selected model is then judged on
 SCORES = (
-    Score("test_ICI", higher_is_better=False, column="test_ICI"),
-    Score("ICI", higher_is_better=False, column="ICI"),
-    Score("test_E50", higher_is_better=False, column="test_E50"),
-    Score("E50", higher_is_better=False, column="E50"),
+    Score("cv_ICI", higher_is_better=False, column="cv_ICI", measure="ICI"),
+    Score("cv_E50", higher_is_better=False, column="cv_E50", measure="E50"),
+    Score("cv_IBS", higher_is_better=False, column="cv_IBS", measure="IBS"),
+    Score("cv_uno_C", higher_is_better=True, column="cv_uno_C", measure="uno_C"),
+    Score("cv_concordance", higher_is_better=True, column="cv_concordance", measure="concordance"),
     Score("AIC", higher_is_better=False, column="AIC"),
     Score("BIC", higher_is_better=False, column="BIC"),
-    Score("test_concordance", higher_is_better=True, column="test_concordance"),
-    Score("concordance", higher_is_better=True, column="concordance"),
 )
 SCORE_NAMES = tuple(score.name for score in SCORES)
+# select_by names before issue 59: the test split's scores peeked at it, the training split's
+# scored a model on the rows it was fitted to; each became the same score cross-validated
+REPLACED = {
+    "test_ICI": "cv_ICI",
+    "ICI": "cv_ICI",
+    "test_E50": "cv_E50",
+    "E50": "cv_E50",
+    "test_concordance": "cv_concordance",
+    "concordance": "cv_concordance",
+}
 SPLIT_GROUPS = ("train_hash", "model_hash", "attack_hash")  # survival data label columns a split keeps together
 OPTIMISERS = ("BFGS", "L-BFGS-B", "SLSQP", "CG", "TNC")  # scipy methods that use lifelines' gradient
 
