@@ -10,6 +10,7 @@ differently are written here; everything else is computed from the kept runs.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from trashfire.core import inference
 from trashfire.core.inference import Estimate
@@ -328,9 +330,19 @@ def claim_estimate(finding: dict) -> tuple[float, float, float]:
     return to(value), (to(hi) - to(lo)) / (2 * float(stats.t.ppf(0.975, df))), df
 
 
+@functools.cache
+def configured_margins() -> dict[str, float]:
+    """conf/metrics/default.yaml's smallest effects and margins, by claim id (for a run kept
+    without them)."""
+    findings = yaml.safe_load((ROOT / "conf" / "metrics" / "default.yaml").read_text())["findings"]
+    return {**findings["smallest"], **findings["margin"]}
+
+
 def claim_margin(finding: dict) -> float:
     scale = CLAIM_SCALES.get(finding["id"], ("linear", 1))[0]
     smallest = finding.get("smallest_effect")
+    if smallest is None or not np.isfinite(smallest):
+        smallest = configured_margins().get(finding["id"])
     if smallest is None or not np.isfinite(smallest):
         return math.nan
     return math.atanh(min(smallest, 0.999)) if scale == "fisher_z" else float(smallest)
@@ -348,7 +360,7 @@ def current_findings(run: dict | None) -> bool:
     """Whether a kept run's findings are the current inference's (issue 59: over independent
     units, Holm-adjusted): runs kept before it recorded no adjusted p, and their verdicts rest
     on the tests it replaced."""
-    return bool(run) and any("p_adjusted" in f for f in run.get("findings", []))
+    return bool(run) and any("p_adjusted" in f or "Holm-adjusted p" in (f.get("detail") or "") for f in run.get("findings", []))
 
 
 def stale_claims(kept: dict[str, dict]) -> list[str]:
@@ -430,7 +442,8 @@ def timing_table(kept: dict[str, dict], ablation: dict[str, dict]) -> list[str]:
         lines.append(
             f"| {name} | {p['wall_s'] / 60:.1f} min | {against} | {stages} | {p['peak_memory_gib']:.2f} GiB | {fmt(run['benign_accuracy']['min'])} | {m['cpus']} CPUs | {m['date'][:10]} | {m.get('commit', 'not recorded')} |"
         )
-    return lines
+    notes = [f"- {name}: {run['timing_note']}" for name, run in runs if run and run.get("timing_note")]
+    return lines + ([""] + notes if notes else [])
 
 
 def setup_lines(preset: str, run: dict | None) -> list[str]:

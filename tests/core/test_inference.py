@@ -141,3 +141,13 @@ def test_a_difference_from_a_published_mean_is_welchs_t():
     assert estimate.p == pytest.approx(reference.pvalue, rel=1e-9)
     assert estimate.hi - estimate.value == pytest.approx(stats.t.ppf(0.975, estimate.df) * math.sqrt(0.04**2 / 3 + 0.02**2 / 20), rel=1e-9)
     assert math.isnan(inference.welch_difference([0.5], 0.438, 0.02, 20).lo)
+
+
+def test_a_rank_correlation_of_one_has_no_interval_rather_than_one_of_zero_width():
+    """t_train on the compute clock is a function of depth: rho is 1 exactly and Fisher's z
+    infinite; the permutation p stands (3 depths x 3 seeds: 2 x (3!)^3 of the 9! pairings give
+    |rho| = 1, p = 0.0012, here from 9,999 random pairings)."""
+    depth = np.repeat([8.0, 14.0, 20.0], 3)
+    estimate = inference.rank_correlation(depth, depth * 1e6)
+    assert estimate.value == 1.0 and math.isnan(estimate.lo) and math.isnan(estimate.hi)
+    assert estimate.p == pytest.approx(2 * 6**3 / math.factorial(9), abs=0.001)

@@ -13,7 +13,8 @@ independent, and counting them as such made intervals about sqrt(cells) too narr
 - A slope over units: ordinary least squares with its t interval (n - 2 degrees of freedom).
 - A rank correlation over units: Spearman's rho, its p by an exact permutation test where the
   permutations are few and by 9,999 random ones otherwise, its interval by Fisher's z with
-  Fieller's standard error 1.06 / sqrt(n - 3).
+  Fieller's standard error 1.06 / sqrt(n - 3); none where every unit lies in one order (|rho| =
+  1: a time on the compute clock that depth fixes), where Fisher's z is infinite.
 - A difference from a published mean (the reproduction page): Welch's t, the paper's mean an
   estimate over its own seeds; of two independent estimates: Welch-Satterthwaite.
 - Equivalence (a claim of no effect, a reproduction that agrees): two one-sided tests (TOST)
@@ -190,7 +191,9 @@ def rank_correlation(x, y, level: float = LEVEL, seed: int = 0) -> Estimate:
         else float((1 + np.sum(np.abs(permuted) >= abs(rho) - 1e-12)) / (1 + len(permuted)))
     )
     se = SPEARMAN_SE / math.sqrt(n - 3)
-    z, half = math.atanh(max(min(rho, 1 - 1e-12), -1 + 1e-12)), float(stats.norm.ppf(0.5 + level / 2)) * se
+    if significant([abs(rho)])[0] == 1.0:  # every unit in one order: Fisher's z is infinite, no interval (not one of zero width)
+        return Estimate(float(np.sign(rho)), NAN, NAN, se, NAN, n, p, 0.0, "spearman")
+    z, half = math.atanh(rho), float(stats.norm.ppf(0.5 + level / 2)) * se
     return Estimate(rho, math.tanh(z - half), math.tanh(z + half), se, NAN, n, p, 0.0, "spearman")
 
 

@@ -215,7 +215,12 @@ def deeper_trains_longer(tables: Tables, settings: Settings) -> Tested | Finding
     estimate = inference.rank_correlation(rows["depth"], rows["t_train"], seed=settings.seed)
     if not np.isfinite(estimate.p):
         return untestable(id, test, f"needs >= 4 trained models with varying depth and t_train ({what}; found {len(rows)})")
-    detail = f"rho = {estimate.value:.3g}, 95% interval [{estimate.lo:.3g}, {estimate.hi:.3g}], over {len(rows)} trained models of {rows['depth'].nunique()} depths ({what})"
+    interval = (
+        f"95% interval [{estimate.lo:.3g}, {estimate.hi:.3g}]"
+        if np.isfinite(estimate.lo)
+        else "no interval: every trained model in depth's order (on the compute clock a depth fixes its FLOPs), so rho is 1 exactly, not an estimate"
+    )
+    detail = f"rho = {estimate.value:.3g}, {interval}, over {len(rows)} trained models of {rows['depth'].nunique()} depths ({what})"
     f = finding(
         id, f"{test} ({len(rows)} models, {what})", len(rows), estimate.value, estimate.lo, estimate.hi, estimate.p, INCONCLUSIVE, detail, "trained models"
     )
