@@ -527,6 +527,17 @@ def test_selection_rule_and_chosen_model():
         expected_time.select(comparison, times, "loglogistic", "cv_ICI")
 
 
+def test_where_no_fold_could_be_scored_the_training_splits_aic_selects(caplog):
+    """A grid too small to cross-validate (every fold unscored) still gives TRASH its E[T]:
+    the training split's AIC selects, with a warning; the test split is never read."""
+    comparison = pd.DataFrame({"fitter": ["weibull", "lognormal"], "cv_ICI": [np.nan, np.nan], "AIC": [12.0, 10.0]})
+    times = pd.DataFrame({"E_T_weibull": [1.0, 2.0], "E_T_lognormal": [3.0, 4.0]})
+    assert expected_time.select(comparison, times, None, "cv_ICI") == "lognormal"
+    assert "selected by AIC on the training split" in caplog.text
+    with pytest.raises(DataError, match="no fitted AFT model has a finite E.T. everywhere and a cv_ICI score"):
+        expected_time.select(comparison.assign(AIC=np.nan), times, None, "cv_ICI")
+
+
 def test_every_selection_score_is_a_column_of_table_i_with_one_direction():
     """survival.spec.SCORES is the one table of what select_by may name: the validator lists
     its names, Table I holds its columns, and select reads its direction."""

@@ -5,6 +5,7 @@ curves, the model's predicted curves and the log-rank tests of each defence agai
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,9 @@ from trashfire.survival.spec import score
 KM_WORST = 5  # cells listed as the worst of the Kaplan-Meier check
 REFERENCE_DEFENCE = "none"
 CURVE_POINTS = 120  # time points of the predicted survival curves drawn over Kaplan-Meier
+
+
+logger = logging.getLogger(__name__)
 
 
 def cell_budgets(data: pd.DataFrame) -> pd.Series:
@@ -64,7 +68,13 @@ def select(comparison: pd.DataFrame, times: pd.DataFrame, chosen: str | None, se
         return chosen
     by = score(select_by)
     scored = comparison.assign(**{by.column: comparison.get(by.column, np.nan)})  # no AFT model fitted: no cross-validated column
-    candidates = scored[scored["fitter"].map(lambda name: finite.get(name, False))].dropna(subset=[by.column])
+    usable = scored[scored["fitter"].map(lambda name: finite.get(name, False))]
+    candidates = usable.dropna(subset=[by.column])
+    has_aic = "AIC" in usable and bool(usable["AIC"].notna().any())
+    if candidates.empty and by.column != "AIC" and has_aic:
+        # no fold scored any model (a grid too small to cross-validate): the training split's AIC, never the test split
+        logger.warning("no fitted AFT model has a %s score (its folds could not be scored): selected by AIC on the training split", select_by)
+        return select(comparison, times, None, "AIC")
     if candidates.empty:
         raise DataError(f"no fitted AFT model has a finite E[T] everywhere and a {select_by} score; see aft_comparison.csv, or name one in survival.chosen")
     best = candidates[by.column].idxmax() if by.higher_is_better else candidates[by.column].idxmin()

@@ -115,11 +115,14 @@ def cross_validate(fit: F.Fit, spec: Any, data: pd.DataFrame, how: Plan) -> dict
         held = how.folds == fold
         fitted_on, scored_on = data[~held], data[held]
         try:
-            values.append(fold_score(how, refit(fit, spec, fitted_on, how.retries), fitted_on, scored_on, quantile))
-        except Exception as err:  # a fit that fails on this fold, a fold without a comparable pair ...
-            fit.warnings.append(f"{how.column}: fold {fold + 1} of {how.k}: {type(err).__name__}: {F.first_line(err)}")
-            return row
-    return row | {how.column: float(np.mean(values))}
+            value = fold_score(how, refit(fit, spec, fitted_on, how.retries), fitted_on, scored_on, quantile)
+        except Exception as err:  # a fit that fails on this fold, a fold too small to score (no comparable pair, no spread) ...
+            fit.warnings.append(f"{how.column}: fold {fold + 1} of {how.k} not scored: {type(err).__name__}: {F.first_line(err)}")
+            continue
+        if np.isfinite(value):
+            values.append(value)
+    # the folds that scored (a tiny grid's fold may hold too few samples to score): their mean and count
+    return row | {how.column: float(np.mean(values)) if values else math.nan, "cv_folds": len(values)}
 
 
 def refit(fit: F.Fit, spec: Any, data: pd.DataFrame, retries) -> F.Fit:
