@@ -99,14 +99,21 @@ def test_the_selection_never_sees_the_test_split(settings, parts, select_by):
     assert len(picks) == 1
 
 
-def test_a_fold_that_cannot_be_scored_leaves_the_fitter_without_a_score_and_says_why(settings, parts):
+def test_a_fold_that_cannot_be_scored_is_left_out_of_the_mean_and_says_why(settings, parts):
+    """A fold without a comparable pair has no concordance: the score is the other folds' mean,
+    cv_folds counts them, and the fitter's notes say which fold and why."""
     train = parts[0]
     how = validation.plan(OmegaConf.merge(settings, {"select_by": "cv_concordance"}), train)
     fit = F.fit_one("weibull", settings.models.weibull, train)
     censored = train.assign(event=np.where(how.folds == 1, 0, train["event"]))  # fold 2 holds no failure: no comparable pair
     row = validation.cross_validate(fit, settings.models.weibull, censored, how)
-    assert np.isnan(row["cv_concordance"]) and row["cv_folds"] == 3
-    assert fit.warnings[-1] == "cv_concordance: fold 2 of 3: ZeroDivisionError: No admissable pairs in the dataset."
+    scored = []
+    for fold in (0, 2):
+        held = how.folds == fold
+        refit = validation.refit(fit, settings.models.weibull, censored[~held], how.retries)
+        scored.append(validation.fold_score(how, refit, censored[~held], censored[held], how.t0_quantile))
+    assert row["cv_folds"] == 2 and row["cv_concordance"] == pytest.approx(np.mean(scored), rel=1e-9)
+    assert fit.warnings[-1] == "cv_concordance: fold 2 of 3 not scored: ZeroDivisionError: No admissable pairs in the dataset."
 
 
 def test_a_grid_of_two_trained_models_still_selects_a_model_and_scores_it_on_the_other(tmp_path, caplog):
