@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 from trashfire import metrics
 from trashfire.core.errors import ConfigError
 from trashfire.survival.fitters import fit_one
-from trashfire.survival.scoring import score
+from trashfire.survival.scoring import train_scores
 
 
 @pytest.mark.parametrize(
@@ -86,8 +86,8 @@ def test_bic_counts_every_coefficient_on_a_small_weighted_weibull_fit(conf_dir):
     # Weibull AFT: lambda_ (x, Intercept) and rho_ (Intercept): k = 3; n = 12 weighted samples
     assert len(fit.fitter.params_) == 3
     expected = -2 * fit.fitter.log_likelihood_ + 3 * math.log(12)
-    _, axes = plt.subplots(1, 2)
-    row = score(fit, data, data, t0=3.0, axes=axes)
+    _, ax = plt.subplots()
+    row = train_scores(fit, data, t0=3.0, ax=ax)
     plt.close("all")
     assert (row["k"], row["n"], row["n_events"]) == (3, 12, 10)
     assert row["BIC"] == pytest.approx(expected)
