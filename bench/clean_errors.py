@@ -8,7 +8,7 @@ default run's scratch folder (`python bench/reproduce.py run default --keep-work
 reruns what depends on the choice (`dvc repro aggregate`: timing's survival data set, the
 survival fits, the aggregate) with `drop`, and sets the two side by side:
 
-    python bench/clean_errors.py <run folder> [--out bench/results/clean_errors/<date>.json]
+    python bench/clean_errors.py <run folder> [--out bench/results/clean_errors/default.json]
 
 Per data set, model and attack family of the undefended cells: the geometric mean over seeds of
 TRASH (t_train / E[T], on the run's clock) and the mean E[T], with the clean errors as failures
@@ -18,7 +18,6 @@ at the first query and without them, and the benign error share that separates t
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import subprocess
@@ -74,7 +73,7 @@ def compare(first_query: pd.DataFrame, dropped: pd.DataFrame) -> pd.DataFrame:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("work", type=Path, help="a finished default run's folder (reproduce.py run default --keep-work)")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "clean_errors" / f"{datetime.date.today()}.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "clean_errors" / "default.json")
     args = parser.parse_args()
     trash = args.work / "reports" / "trash.csv"
     if not trash.exists():
