@@ -215,7 +215,7 @@ def direction_agreements(estimates: list[inference.Estimate], sign: int, smalles
     effect reaches `smallest` there (the findings' rule); *differs* when the one-sided test that
     the effect falls short of `smallest` on that side rejects; else *underpowered*."""
     toward = inference.holm([e.one_sided_p(sign) for e in estimates])
-    short = inference.holm([_short_p(e, sign, smallest) for e in estimates])
+    short = inference.holm([_below_p(e, sign, smallest) for e in estimates])  # p of sign x effect < smallest
     out = []
     for e, p_agree, p_differ in zip(estimates, toward, short):
         power = inference.detectable(e, alpha)
@@ -226,15 +226,6 @@ def direction_agreements(estimates: list[inference.Estimate], sign: int, smalles
         else:
             out.append(Agreement(UNDERPOWERED, smallest, power, p_agree, p_differ, _short_of(power, smallest, sign * e.value)))
     return out
-
-
-def _short_p(estimate: inference.Estimate, sign: int, smallest: float) -> float:
-    """p of sign x effect < smallest."""
-    if not (np.isfinite(estimate.se) and estimate.se > 0):
-        return NAN
-    from scipy import stats
-
-    return float(stats.t.cdf((sign * estimate.value - smallest) / estimate.se, estimate.df))
 
 
 def _short_of(detectable: float, margin: float, toward: float = NAN) -> str:
