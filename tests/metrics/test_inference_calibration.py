@@ -63,13 +63,30 @@ def test_the_bench_tells_the_t_interval_from_a_bootstrap_over_cells(bench):
     assert project["covered"] / 300 >= 0.9
 
 
-def test_a_rate_beyond_its_target_fails_the_bench(bench):
+def test_a_rate_beyond_its_target_fails_the_first_stage_and_names_its_recheck(bench):
     setting = bench.Setting(*SETTING_ARGS)
     entry = {
         "tests": {"001_adv_train_raises_evp": {"null": {"false_rejection": 0.2, "coverage": 0.5, "truth": 0.0}}},
         "family": {"rate": 0.3},
         "summary": {"coverage": 0.95},
     }
-    missed = bench.failures({setting.label: entry}, 1000)
+    missed = bench.failures({setting.label: entry}, (setting,), 1000, seed=7)
+    lines = [m.line for m in missed]
     assert len(missed) == 3
-    assert any("false rejections 0.200" in m for m in missed) and any("coverage 0.500" in m for m in missed) and any("family-wise" in m for m in missed)
+    assert any("false rejections 0.200" in m for m in lines) and any("coverage 0.500" in m for m in lines) and any("family-wise" in m for m in lines)
+    # each is rechecked on four times the draws, from the streams of the next seed
+    assert {(m.recheck.kind, m.recheck.sims, m.recheck.seed) for m in missed} == {("test", 4000, 8), ("family", 4000, 8)}
+
+
+def test_a_recheck_judges_fresh_draws_at_their_own_n(bench):
+    setting = bench.Setting(*SETTING_ARGS)
+    # a first stage that (as if by chance) saw 003_trash_above_one_fgm reject too often
+    entry = {"tests": {"003_trash_above_one_fgm": {"null": {"false_rejection": 0.5, "truth": 0.0}}}}
+    [missed] = bench.failures({setting.label: entry}, (setting,), 30, seed=0)
+    lines, failed, figures = bench.recheck([missed], (setting,), 30, seed=0, workers=1)
+    found = figures[setting.label]["tests"]["003_trash_above_one_fgm"]["null"]
+    assert found["simulations"] == 120
+    assert len(lines) == 1 and "at 120 fresh simulations" in lines[0]
+    assert bool(failed) == (found["false_rejection"] > bench.error_ceiling(120))
+    # its true rate is far below 5% (0.0008 at 1000 draws per setting): the recheck clears it
+    assert not failed
