@@ -179,7 +179,10 @@ def mean_claim(
     shown = (lambda x: x) if scale is None else scale
     value, lo, hi = shown(estimate.value), shown(estimate.lo), shown(estimate.hi)
     interval = "t interval" if bounds is None else "score interval"
-    detail = f"{what} {value:+.3g} over {estimate.n} {units}, 95% {interval} [{lo:+.3g}, {hi:+.3g}]"
+    if scale is None:
+        detail = f"{what} {value:+.3g} over {estimate.n} {units}, 95% {interval} [{lo:+.3g}, {hi:+.3g}]"
+    else:  # a ratio shown on its own scale, tested on the log scale where its effect and margin are stated
+        detail = f"{what} {value:.3g} over {estimate.n} {units}, 95% {interval} [{lo:.3g}, {hi:.3g}] (tested on the log scale: effects below are logs)"
     f = finding(id, test, estimate.n, value, lo, hi, estimate.p, INCONCLUSIVE, detail, units)
     return tested(f, estimate, DIRECTIONAL, sign, settings.of(key), alpha=settings.alpha)
 
