@@ -841,25 +841,41 @@ def test_concordance_within_csv_has_a_row_per_model_and_family_the_pooled_one_fi
             "model": ["Weibull", "Runtime baseline"],
             "status": ["fitted", "baseline"],
             "concordance_within": [0.8, 0.5],
+            "pairs_within": [90.0, 90.0],
             "test_concordance_within": [0.7, 0.5],
+            "test_pairs_within": [40.0, 40.0],
             "test_concordance_within[pgd linf]": [0.75, 0.5],  # pgd cells only in the test part,
+            "test_pairs_within[pgd linf]": [30.0, 30.0],
             "concordance_within[deepfool l2]": [0.95, 0.5],  # deepfool's only in the training part
+            "pairs_within[deepfool l2]": [20.0, 20.0],
             "concordance_within[fgm linf]": [0.9, 0.5],
+            "pairs_within[fgm linf]": [70.0, 70.0],
             "test_concordance_within[fgm linf]": [0.6, 0.5],
+            "test_pairs_within[fgm linf]": [10.0, 10.0],
             "concordance": [0.6, 0.55],
         }
     )
     table = scoring.concordance_within_table(comparison)
-    assert list(table.columns) == ["fitter", "model", "status", "attack_family", "concordance_within", "test_concordance_within"]
+    assert list(table.columns) == [
+        "fitter",
+        "model",
+        "status",
+        "attack_family",
+        "concordance_within",
+        "pairs_within",
+        "test_concordance_within",
+        "test_pairs_within",
+    ]
+    nan = np.nan
     expected = [
-        ["weibull", "Weibull", "fitted", "all", 0.8, 0.7],
-        ["weibull", "Weibull", "fitted", "deepfool l2", 0.95, np.nan],
-        ["weibull", "Weibull", "fitted", "fgm linf", 0.9, 0.6],
-        ["weibull", "Weibull", "fitted", "pgd linf", np.nan, 0.75],
-        ["runtime_baseline", "Runtime baseline", "baseline", "all", 0.5, 0.5],
-        ["runtime_baseline", "Runtime baseline", "baseline", "deepfool l2", 0.5, np.nan],
-        ["runtime_baseline", "Runtime baseline", "baseline", "fgm linf", 0.5, 0.5],
-        ["runtime_baseline", "Runtime baseline", "baseline", "pgd linf", np.nan, 0.5],
+        ["weibull", "Weibull", "fitted", "all", 0.8, 90.0, 0.7, 40.0],
+        ["weibull", "Weibull", "fitted", "deepfool l2", 0.95, 20.0, nan, nan],
+        ["weibull", "Weibull", "fitted", "fgm linf", 0.9, 70.0, 0.6, 10.0],
+        ["weibull", "Weibull", "fitted", "pgd linf", nan, nan, 0.75, 30.0],
+        ["runtime_baseline", "Runtime baseline", "baseline", "all", 0.5, 90.0, 0.5, 40.0],
+        ["runtime_baseline", "Runtime baseline", "baseline", "deepfool l2", 0.5, 20.0, nan, nan],
+        ["runtime_baseline", "Runtime baseline", "baseline", "fgm linf", 0.5, 70.0, 0.5, 10.0],
+        ["runtime_baseline", "Runtime baseline", "baseline", "pgd linf", nan, nan, 0.5, 30.0],
     ]
     pd.testing.assert_frame_equal(table, pd.DataFrame(expected, columns=table.columns))
 

@@ -271,7 +271,14 @@ def test_within_cell_concordance_by_hand():
     assert counts.to_dict("index") == {"a": {"concordant": 2.0, "pairs": 3.0}, "b": {"concordant": 0.5, "pairs": 2.0}, "c": {"concordant": 3.0, "pairs": 3.0}}
     assert F.stratified_concordance(cells, ranking, cells["attack_hash"]) == 5.5 / 8
     row = scoring.within_cell_scores([], "test_", cells.assign(attack_family=["x"] * 6 + ["y"] * 3), lambda part: ranking)
-    assert row == {"test_concordance_within": 5.5 / 8, "test_pairs_within": 8.0, "test_concordance_within[x]": 2.5 / 5, "test_concordance_within[y]": 1.0}
+    assert row == {
+        "test_concordance_within": 5.5 / 8,
+        "test_pairs_within": 8.0,
+        "test_concordance_within[x]": 2.5 / 5,
+        "test_pairs_within[x]": 5.0,
+        "test_concordance_within[y]": 1.0,
+        "test_pairs_within[y]": 3.0,
+    }
 
 
 def test_within_cell_concordance_treats_tied_times_as_lifelines_does():
@@ -342,6 +349,7 @@ def test_the_baselines_are_exactly_one_half_within_attack_cells():
     rows = pd.DataFrame(scoring.baseline_rows(train, test)).set_index("fitter")
     within = rows[[c for c in rows if "concordance_within" in c]]
     assert within.shape[1] == 2 + 2 * len(FAMILIES) and (within == 0.5).all().all()
+    assert (rows[[c for c in rows if c.startswith(("pairs_within[", "test_pairs_within["))]] > 0).all().all()
     assert (rows[["concordance", "test_concordance"]] != 0.5).all().all()  # pooled, they rank the cells
     assert (rows[["pairs_within", "test_pairs_within"]] > 0).all().all()
 

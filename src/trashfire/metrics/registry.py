@@ -342,7 +342,7 @@ HEADLINE: list[Metric] = [
     Metric(
         "survival_test_concordance_within_by_family",
         lambda r: within_by_family(r.comparison),
-        "that within-cell concordance per attack family",
+        "that within-cell concordance per attack family; survival/concordance_within.csv gives each one's comparable pairs (a family whose cells' samples fail at one query count, such as a black-box attack on few samples, has a few dozen: noise, not a ranking worse than chance)",
     ),
     Metric(
         "survival_km_median_abs_log_ratio",

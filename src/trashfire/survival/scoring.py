@@ -66,7 +66,7 @@ def table_columns(columns) -> list[str]:
     cross_validated = sorted(c for c in columns if c.startswith("cv_") and c != "cv_folds") + ["cv_folds"] * ("cv_folds" in set(columns))
     scores = SCORE_COLUMNS[: SCORE_COLUMNS.index("BIC") + 1] + cross_validated + SCORE_COLUMNS[SCORE_COLUMNS.index("BIC") + 1 :]
     leading = ["fitter", "model", "status", "aft"] + scores + ["beats_baselines", "split_by", "penalizer", "optimiser", "attempts", *CONVERGENCE_COLUMNS]
-    per_family = [c for prefix in ("", "test_") for c in sorted(columns) if c.startswith(f"{prefix}concordance_within[")]
+    per_family = [c for prefix in ("", "test_") for c in sorted(columns) if c.startswith((f"{prefix}concordance_within[", f"{prefix}pairs_within["))]
     middle = WITHIN_PAIRS + per_family + KM_COLUMNS
     placed = set(leading) | set(middle) | {"note"}
     return leading + [c for c in middle if c in set(columns)] + sorted(set(columns) - placed) + ["note"]
@@ -162,7 +162,8 @@ def within_cell_scores(notes: list[str], prefix: str, part: pd.DataFrame, rankin
     """Table I's within-cell concordance of one part (`prefix` "" for train, "test_"): Harrell's
     C with only the pairs within one attack cell compared, pooled over the cells by their
     pairs, overall (`concordance_within`, with its `pairs_within`) and per attack family
-    (`concordance_within[<family>]`). `ranking_of(part)` ranks the rows (higher = longer
+    (`concordance_within[<family>]`, `pairs_within[<family>]`: a family whose cells' samples
+    fail at one step has few pairs, and a figure from a few dozen is noise). `ranking_of(part)` ranks the rows (higher = longer
     survival). A ranking that is constant within each cell (the baselines) scores 0.5."""
     key = f"{prefix}concordance_within"
     try:
@@ -175,7 +176,8 @@ def within_cell_scores(notes: list[str], prefix: str, part: pd.DataFrame, rankin
         notes.append(f"{key}: no comparable pair within an attack cell")
     if FAMILY in part:
         families = part.groupby(CELL)[FAMILY].first().reindex(counts.index)
-        row |= {f"{key}[{family}]": _pooled(group) for family, group in counts.groupby(families, sort=True)}
+        for family, group in counts.groupby(families, sort=True):
+            row |= {f"{key}[{family}]": _pooled(group), f"{prefix}pairs_within[{family}]": float(group["pairs"].sum())}
     return row
 
 
@@ -192,7 +194,7 @@ def concordance_within_table(comparison: pd.DataFrame) -> pd.DataFrame:
     for _, row in comparison.iterrows():
         for family in [ALL_FAMILIES, *families]:
             suffix = "" if family == ALL_FAMILIES else f"[{family}]"
-            values = {f"{p}concordance_within": row.get(f"{p}concordance_within{suffix}", math.nan) for p in ("", "test_")}
+            values = {f"{p}{what}": row.get(f"{p}{what}{suffix}", math.nan) for p in ("", "test_") for what in ("concordance_within", "pairs_within")}
             rows.append({"fitter": row["fitter"], "model": row["model"], "status": row["status"], FAMILY: family, **values})
     return pd.DataFrame(rows, columns=schema.CONCORDANCE_WITHIN)
 

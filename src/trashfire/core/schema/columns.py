@@ -190,7 +190,7 @@ def robustness_columns(curve_metrics: Sequence[str]) -> list[str]:
 # the survival stage's checks of what the model adds: the within-attack-cell concordance per
 # fitter (and baseline) and attack family (`all`: every family), and per attack cell the
 # selected model's E[T] against the Kaplan-Meier restricted mean to the same budget t*
-CONCORDANCE_WITHIN = ["fitter", "model", "status", "attack_family", "concordance_within", "test_concordance_within"]
+CONCORDANCE_WITHIN = ["fitter", "model", "status", "attack_family", "concordance_within", "pairs_within", "test_concordance_within", "test_pairs_within"]
 KM_CHECK = ["attack_hash", "attack_family", "defence", "dataset", "n", "events", "t_star", "E_T", "E_T_km", "ratio", "log_ratio", "flagged", "tolerance"]
 
 
