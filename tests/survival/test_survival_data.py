@@ -699,11 +699,15 @@ def test_a_models_row_scores_the_training_part_and_the_test_part_each_on_its_own
         "concordance_within": pytest.approx(24 / 25),
         "pairs_within": 25.0,
         "concordance_within[fgm linf]": pytest.approx(16 / 17),
+        "pairs_within[fgm linf]": 17.0,
         "concordance_within[pgd linf]": 1.0,
+        "pairs_within[pgd linf]": 8.0,
         "test_concordance_within": pytest.approx(3 / 5),
         "test_pairs_within": 5.0,
         "test_concordance_within[fgm linf]": pytest.approx(2 / 3),
+        "test_pairs_within[fgm linf]": 3.0,
         "test_concordance_within[pgd linf]": 0.5,
+        "test_pairs_within[pgd linf]": 2.0,
     }
     assert 0 < row["E50"] < 1 and 0 < row["test_E50"] < 1 and row["test_ICI"] != pytest.approx(row["ICI"])
     assert 0.5 < row["test_uno_C"] <= 1 and 0 < row["test_IBS"] < 0.25  # better than predicting 1/2 everywhere
@@ -724,7 +728,7 @@ def test_a_score_that_cannot_be_computed_is_nan_with_its_reason_in_the_note():
     assert row["concordance"] == pytest.approx(45 / 53) and on_test["test_pairs_within"] == 0.0
     assert row["note"] == "Convergence halted."  # an AFT model's likelihood needs no note
     # the Brier score needs no failure: survivors are scored too; every other test score does
-    assert all(math.isnan(on_test[k]) for k in on_test if k.startswith("test_") and k != "test_pairs_within" and not k.startswith("test_IBS"))
+    assert all(math.isnan(on_test[k]) for k in on_test if k.startswith("test_") and not k.startswith(("test_pairs_within", "test_IBS")))
     assert on_test["test_IBS"] > 0
     assert notes[:3] == [
         "test_concordance: ZeroDivisionError: No admissable pairs in the dataset.",
