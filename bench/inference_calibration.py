@@ -70,6 +70,11 @@ fails both stages with probability about 0.025^2; a test whose true rate is 7% f
 as often as it fails the first alone (at 1000 then 4000 draws: 0.78 x 0.999).
 
     python bench/inference_calibration.py [--simulations 1000] [--json out.json] [--quick] [--skew-sigma 1.0]
+    python bench/inference_calibration.py --first-stage earlier.json [--json out.json]   # the rechecks only
+
+--first-stage: the first stage is deterministic (its random streams follow --seed, the setting,
+the test and the scenario), so an earlier --json's figures are what a rerun of the same code
+would give; only the rechecks are drawn.
 
 --quick: 100 simulations (unless --simulations says otherwise) in this process, no workers.
 Time: about 0.67 s of one core per simulation and setting (the claims' own code, 20-40 ms a
@@ -877,6 +882,20 @@ def machine() -> dict:
     }
 
 
+def first_stage_of(args: argparse.Namespace) -> tuple[dict, int, float]:
+    """An earlier run's first stage, for --first-stage; its simulations, seed and skew replace the arguments'."""
+    try:
+        earlier = json.loads(args.first_stage.read_text())
+        figures, simulations = earlier["settings"], int(earlier["simulations"])
+        args.seed, args.skew_sigma = int(earlier["seed"]), float(earlier.get("skew_sigma", SKEW_SIGMA))
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        sys.exit(f"--first-stage {args.first_stage}: not a --json of this bench ({type(err).__name__}: {err}); give the file a run wrote with --json")
+    labels = {s.label for s in settings(args.skew_sigma)}
+    if set(figures) != labels:
+        sys.exit(f"--first-stage {args.first_stage}: its settings {sorted(figures)} are not this bench's {sorted(labels)}")
+    return figures, simulations, float(earlier.get("seconds", math.nan))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--simulations", type=int, help="per test, scenario and setting (default 1000; --quick: 100)")
@@ -885,17 +904,23 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--skew-sigma", type=float, default=SKEW_SIGMA, help="the skewed noise's log SD")
+    parser.add_argument(
+        "--first-stage", type=Path, help="a --json of an earlier run: take its first stage (figures, simulations, seed, skew) and run the rechecks only"
+    )
     args = parser.parse_args()
-    simulations = args.simulations or (100 if args.quick else 1000)
     began = time.perf_counter()
+    if args.first_stage:
+        figures, simulations, seconds = first_stage_of(args)
+    else:
+        simulations = args.simulations or (100 if args.quick else 1000)
+        figures = run_all(settings(args.skew_sigma), simulations, args.seed, 1 if args.quick else args.workers)
+        seconds = time.perf_counter() - began
     grid = settings(args.skew_sigma)
-    figures = run_all(grid, simulations, args.seed, 1 if args.quick else args.workers)
-    seconds = time.perf_counter() - began
     print(report(figures, grid, simulations))
     missed = failures(figures, grid, simulations, args.seed)
     print(f"\n{simulations} simulations per test and setting in {seconds:.0f} s")
     rechecks, failed, _ = recheck(missed, grid, simulations, args.seed, 1 if args.quick else args.workers) if missed else ([], [], {})
-    seconds_rechecks = time.perf_counter() - began - seconds
+    seconds_rechecks = time.perf_counter() - began - (0 if args.first_stage else seconds)
     if rechecks:
         print(f"\n## Rechecks: each figure past its target, from {simulations * RECHECK_FACTOR} fresh simulations (the bench fails where a recheck does)")
         print("\n".join(f"- {line}" for line in rechecks))
@@ -914,6 +939,8 @@ def main() -> None:
         }
         first_stage = [f.line for f in missed]
         out |= {"settings": figures, "first_stage_failures": first_stage, "rechecks": rechecks, "failures": failed}
+        if args.first_stage:
+            out["first_stage_from"] = {"file": str(args.first_stage), "machine": json.loads(args.first_stage.read_text())["machine"]}
         args.json.write_text(json.dumps(out, indent=1, default=str) + "\n")
     sys.exit(1 if failed else 0)
 

@@ -90,3 +90,32 @@ def test_a_recheck_judges_fresh_draws_at_their_own_n(bench):
     assert bool(failed) == (found["false_rejection"] > bench.error_ceiling(120))
     # its true rate is far below 5% (0.0008 at 1000 draws per setting): the recheck clears it
     assert not failed
+
+
+def test_an_earlier_first_stage_is_rechecked_without_being_drawn_again(bench, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    grid = bench.settings()
+    passing = {
+        "tests": {"003_trash_above_one_fgm": {"null": {"false_rejection": 0.0, "coverage": 0.95, "truth": 1.0, "units": 9, "simulations": 30}}},
+        "family": {"rate": 0.0, "any_verdict_rate": 0.0},
+        "summary": {"coverage": 0.95},
+    }
+    figures = {s.label: json.loads(json.dumps(passing)) for s in grid}
+    figures[grid[2].label]["tests"]["003_trash_above_one_fgm"]["null"]["false_rejection"] = 0.5  # past its target, as if by chance
+    earlier = tmp_path / "first.json"
+    earlier.write_text(json.dumps({"machine": {"commit": "x"}, "simulations": 30, "seed": 0, "seconds": 1.0, "skew_sigma": 1.0, "settings": figures}))
+    out = tmp_path / "out.json"
+    script = [sys.executable, str(bench.__file__), "--first-stage", str(earlier), "--json", str(out), "--workers", "1"]
+    done = subprocess.run(script, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert len(result["first_stage_failures"]) == 1 and "at 120 fresh simulations" in result["rechecks"][0] and result["failures"] == []
+    assert result["first_stage_from"]["file"] == str(earlier)
+    # a file that is not this bench's output: one line naming it, a non-zero exit
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    refused = subprocess.run([*script[:3], str(bad)], capture_output=True, text=True, timeout=120)
+    assert refused.returncode != 0 and refused.stderr.strip().count("\n") == 0 and "not a --json of this bench" in refused.stderr
