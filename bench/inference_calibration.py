@@ -739,11 +739,15 @@ def run_all(settings: tuple[Setting, ...], simulations: int, seed: int, workers:
 
 
 def run_jobs(jobs: list[Job], workers: int, desc: str = "simulations") -> dict:
+    return assemble(run_jobs_done(jobs, workers, desc))
+
+
+def run_jobs_done(jobs: list[Job], workers: int, desc: str = "simulations") -> list[tuple[Job, dict]]:
     if workers <= 1:
-        return assemble([run_job(j) for j in tqdm(jobs, desc=desc, unit="job")])
+        return [run_job(j) for j in tqdm(jobs, desc=desc, unit="job")]
     with ProcessPoolExecutor(max_workers=workers) as pool:
         futures = [pool.submit(run_job, j) for j in jobs]
-        return assemble([f.result() for f in tqdm(as_completed(futures), total=len(futures), desc=desc, unit="job")])
+        return [f.result() for f in tqdm(as_completed(futures), total=len(futures), desc=desc, unit="job")]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -850,15 +854,26 @@ def recheck(missed: list[Failure], settings: tuple[Setting, ...], simulations: i
     """The second stage: each first-stage failure's figure again from fresh draws, RECHECK_FACTOR
     times as many, judged at that n. Returns (a line per recheck, the rechecks that fail too,
     the rechecks' figures)."""
-    jobs = list(dict.fromkeys(f.recheck for f in missed))
-    figures = run_jobs(jobs, workers, "rechecks")
-    again = {f.key: f for f in failures(figures, settings, simulations * RECHECK_FACTOR, seed)}
-    lines, failed = [], []
+    done = dict(run_jobs_done(list(dict.fromkeys(f.recheck for f in missed)), workers, "rechecks"))
+    lines, failed, figures = [], [], {}
     for f in missed:
+        # each figure from its own job's draws (a family job and a test job both give a family scenario's figure)
+        own = assemble([(f.recheck, done[f.recheck])])
+        again = {g.key: g for g in failures(own, settings, simulations * RECHECK_FACTOR, seed)}
         verdict = f"FAILED again: {again[f.key].line}" if f.key in again else "passes"
-        lines.append(f"{f.line}; at {simulations * RECHECK_FACTOR} fresh simulations: {recheck_figure(figures, f.key)}, {verdict}")
+        lines.append(f"{f.line}; at {simulations * RECHECK_FACTOR} fresh simulations: {recheck_figure(own, f.key)}, {verdict}")
         failed += [lines[-1]] if f.key in again else []
+        figures.setdefault(f.key[0], {"tests": {}})
+        merge_figure(figures[f.key[0]], own[f.key[0]], f.key)
     return lines, failed, figures
+
+
+def merge_figure(into: dict, own: dict, key: tuple) -> None:
+    """The rechecked figure of `key` from its own job's figures into the rechecks' figures."""
+    if key[1] in ("family", "summary"):
+        into[key[1]] = own[key[1]]
+    else:
+        into["tests"].setdefault(key[2], {})[key[3]] = own["tests"][key[2]][key[3]]
 
 
 def recheck_figure(figures: dict, key: tuple) -> str:
@@ -890,6 +905,12 @@ def first_stage_of(args: argparse.Namespace) -> tuple[dict, int, float]:
         args.seed, args.skew_sigma = int(earlier["seed"]), float(earlier.get("skew_sigma", SKEW_SIGMA))
     except (OSError, ValueError, KeyError, TypeError) as err:
         sys.exit(f"--first-stage {args.first_stage}: not a --json of this bench ({type(err).__name__}: {err}); give the file a run wrote with --json")
+    earlier_commit = str(earlier.get("machine", {}).get("commit_at_start") or earlier.get("machine", {}).get("commit", "unknown"))
+    print(
+        f"first stage from {args.first_stage}, commit {earlier_commit}; this checkout is {commit()}. Its figures are this code's only "
+        f"where the claims' code is the same: `git diff {earlier_commit.removesuffix('+dirty')} HEAD -- src/trashfire/core src/trashfire/metrics "
+        "conf/metrics` shows whether it is"
+    )
     labels = {s.label for s in settings(args.skew_sigma)}
     if set(figures) != labels:
         sys.exit(f"--first-stage {args.first_stage}: its settings {sorted(figures)} are not this bench's {sorted(labels)}")
@@ -908,7 +929,7 @@ def main() -> None:
         "--first-stage", type=Path, help="a --json of an earlier run: take its first stage (figures, simulations, seed, skew) and run the rechecks only"
     )
     args = parser.parse_args()
-    began = time.perf_counter()
+    began, started_at = time.perf_counter(), commit()
     if args.first_stage:
         figures, simulations, seconds = first_stage_of(args)
     else:
@@ -929,7 +950,7 @@ def main() -> None:
     if args.json:
         thresholds = {"false_rejection_max": error_ceiling(simulations), "family_wise_max": error_ceiling(simulations), "coverage_min": COVERAGE_FLOOR}
         out = {
-            "machine": machine(),
+            "machine": machine() | {"commit_at_start": started_at},
             "simulations": simulations,
             "seed": args.seed,
             "seconds": round(seconds, 1),

@@ -261,7 +261,7 @@ def test_a_trash_finding_names_its_attack_and_what_it_needs():
     found = check("003_trash_above_one_fgm", trash=table("trash", trash_adv=[2.0, 8.0], seed=[0, 1]))
     assert found.test.startswith("geometric mean of TRASH over undefended trained models (FGM cells")
     assert found.detail.startswith("geometric mean TRASH 4 over 2 undefended trained models, 95% t interval")
-    assert "(tested on the log scale: effects below are logs)" in found.detail
+    assert "(tested on the log scale: its smallest and detectable effects are logs)" in found.detail
     missing = check("003_trash_above_one_pgd", trash=table("trash", trash_adv=[2.0, 8.0]))
     assert missing.detail == "needs undefended PGD TRASH cells: add pgd to attack"
 

@@ -160,44 +160,30 @@ def test_the_claims_table_compares_mnist_with_digits_on_the_claims_scale_within_
 
 
 def test_mnists_trash_is_explained_by_the_presets_epochs_and_a_perfect_rank_order_is_not_underpowered(page):
-    def finding(id, value, lo, hi, detail=""):
-        return {
-            "id": id,
-            "claim": id,
-            "verdict": "holds",
-            "value": value,
-            "lo": lo,
-            "hi": hi,
-            "n": 9,
-            "smallest_effect": 0.1,
-            "p_adjusted": 0.01,
-            "detail": detail,
-        }
+    def finding(id, value, lo, hi):
+        return {"id": id, "claim": id, "verdict": "holds", "value": value, "lo": lo, "hi": hi, "n": 9, "smallest_effect": 0.1, "p_adjusted": 0.01}
 
-    depth = "003_depth_latency_not_queries"
+    def cells(epochs: dict[str, int]) -> list[dict]:
+        # two attack families per undefended model, and a defended model that TRASH's claims leave out
+        rows = [{"model": m, "epochs": e, "seed": s, "defence": "none"} for m, e in epochs.items() for s in (0, 1) for _ in range(2)]
+        return rows + [{"model": "m1", "epochs": 100, "seed": 0, "defence": "adv_train"}]
+
     kept = {
-        "default": {
-            "findings": [
-                finding("003_trash_above_one_pgd", 2.0, 1.8, 2.2),
-                finding(depth, 0.0, -0.1, 0.1, "over 9 trained models (cifar_resnet at epochs=10): ..."),
-            ]
-        },
+        "default": {"findings": [finding("003_trash_above_one_pgd", 2.0, 1.8, 2.2)], "r": cells({"m1": 10, "m2": 10})},
         "repro_003_mnist": {
-            "findings": [
-                finding("003_trash_above_one_pgd", 0.9, 0.8, 1.0),
-                finding(depth, 0.1, 0.0, 0.2, "over 9 trained models (cifar_resnet at epochs=3): ..."),
-                finding("003_deeper_trains_longer", 1.0, np.nan, np.nan),
-            ]
+            "findings": [finding("003_trash_above_one_pgd", 0.9, 0.8, 1.0), finding("003_deeper_trains_longer", 1.0, np.nan, np.nan)],
+            "r": cells({"m1": 3, "m2": 3}),
         },
     }
     [line] = page.trash_explained(kept)
     # 3 of 10 epochs scale TRASH by 0.3; measured 0.45, so E[T] in passes gives the other x1.5
-    assert "trains 3 epochs, the default 10, which alone scales TRASH by 0.30" in line and "PGD 0.45 (the rest, x1.50" in line
-    same_epochs = {k: {"findings": [f | {"detail": f["detail"].replace("epochs=3", "epochs=10")} for f in v["findings"]]} for k, v in kept.items()}
-    assert page.trash_explained(same_epochs) == []
+    assert "train 3 epochs, the default's 10 (geometric means), which alone scales TRASH by 0.30" in line and "PGD 0.45 (the rest, x1.50" in line
+    # the epochs are the undefended models' geometric mean: 6 and 10 epochs give sqrt(60)
+    assert page.undefended_epochs({"r": cells({"m1": 6, "m2": 10})}) == pytest.approx(60**0.5)
+    assert page.trash_explained(kept | {"repro_003_mnist": kept["repro_003_mnist"] | {"r": cells({"m1": 10, "m2": 10})}}) == []
     kept["default"]["findings"].append(finding("003_deeper_trains_longer", 1.0, np.nan, np.nan))
     row = next(line for line in page.claims_table(kept) if "`003_deeper_trains_longer`" in line)
-    assert "not comparable: no interval on either side" in row and "underpowered" not in row
+    assert "not comparable: at least one side has no interval" in row and "underpowered" not in row
 
 
 def test_the_checked_in_page_is_what_the_kept_runs_give(page):

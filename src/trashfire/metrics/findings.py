@@ -182,7 +182,7 @@ def mean_claim(
     if scale is None:
         detail = f"{what} {value:+.3g} over {estimate.n} {units}, 95% {interval} [{lo:+.3g}, {hi:+.3g}]"
     else:  # a ratio shown on its own scale, tested on the log scale where its effect and margin are stated
-        detail = f"{what} {value:.3g} over {estimate.n} {units}, 95% {interval} [{lo:.3g}, {hi:.3g}] (tested on the log scale: effects below are logs)"
+        detail = f"{what} {value:.3g} over {estimate.n} {units}, 95% {interval} [{lo:.3g}, {hi:.3g}] (tested on the log scale: its smallest and detectable effects are logs)"
     f = finding(id, test, estimate.n, value, lo, hi, estimate.p, INCONCLUSIVE, detail, units)
     return tested(f, estimate, DIRECTIONAL, sign, settings.of(key), alpha=settings.alpha)
 
