@@ -735,11 +735,7 @@ def run_setting(
 def run_all(settings: tuple[Setting, ...], simulations: int, seed: int, workers: int) -> dict:
     jobs = [job for s in settings for job in jobs_for(s, simulations, seed)]
     jobs.sort(key=lambda j: j.kind != "family")  # the longest first, so the workers finish together
-    return run_jobs(jobs, workers)
-
-
-def run_jobs(jobs: list[Job], workers: int, desc: str = "simulations") -> dict:
-    return assemble(run_jobs_done(jobs, workers, desc))
+    return assemble(run_jobs_done(jobs, workers))
 
 
 def run_jobs_done(jobs: list[Job], workers: int, desc: str = "simulations") -> list[tuple[Job, dict]]:
@@ -897,7 +893,7 @@ def machine() -> dict:
     }
 
 
-def first_stage_of(args: argparse.Namespace) -> tuple[dict, int, float]:
+def first_stage_of(args: argparse.Namespace) -> tuple[dict, int, float, dict]:
     """An earlier run's first stage, for --first-stage; its simulations, seed and skew replace the arguments'."""
     try:
         earlier = json.loads(args.first_stage.read_text())
@@ -914,7 +910,7 @@ def first_stage_of(args: argparse.Namespace) -> tuple[dict, int, float]:
     labels = {s.label for s in settings(args.skew_sigma)}
     if set(figures) != labels:
         sys.exit(f"--first-stage {args.first_stage}: its settings {sorted(figures)} are not this bench's {sorted(labels)}")
-    return figures, simulations, float(earlier.get("seconds", math.nan))
+    return figures, simulations, float(earlier.get("seconds", math.nan)), earlier.get("machine", {})
 
 
 def main() -> None:
@@ -931,7 +927,7 @@ def main() -> None:
     args = parser.parse_args()
     began, started_at = time.perf_counter(), commit()
     if args.first_stage:
-        figures, simulations, seconds = first_stage_of(args)
+        figures, simulations, seconds, earlier_machine = first_stage_of(args)
     else:
         simulations = args.simulations or (100 if args.quick else 1000)
         figures = run_all(settings(args.skew_sigma), simulations, args.seed, 1 if args.quick else args.workers)
@@ -961,7 +957,7 @@ def main() -> None:
         first_stage = [f.line for f in missed]
         out |= {"settings": figures, "first_stage_failures": first_stage, "rechecks": rechecks, "failures": failed}
         if args.first_stage:
-            out["first_stage_from"] = {"file": str(args.first_stage), "machine": json.loads(args.first_stage.read_text())["machine"]}
+            out["first_stage_from"] = {"file": str(args.first_stage), "machine": earlier_machine}
         args.json.write_text(json.dumps(out, indent=1, default=str) + "\n")
     sys.exit(1 if failed else 0)
 
