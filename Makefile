@@ -10,12 +10,12 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-$(STAMP): requirements.lock pyproject.toml
+$(STAMP): requirements.lock build-constraints.txt pyproject.toml
 	@test -x $(PY) || python3.11 -m venv $(VENV)
 	@echo "installing the pinned stack into $(VENV) (first time: several minutes, ~5.6 GB)"
-	@$(PY) -m pip install -q --disable-pip-version-check -r requirements.lock 2>&1 | grep -v "^WARNING: Location" || true
+	@PIP_CONSTRAINT=build-constraints.txt $(PY) -m pip install -q --disable-pip-version-check -r requirements.lock 2>&1 | grep -v "^WARNING: Location" || true
 	@$(PY) -m pip install -q --disable-pip-version-check --no-deps -e . 2>&1 | grep -v "^WARNING: Location" || true
-	@$(PY) -c "import trashfire, torch, art, lifelines, hydra, dvc" || { echo "install failed: see pip's messages above"; exit 1; }
+	@$(PY) -c "import trashfire, torch, art, lifelines, hydra, dvc, adv_lib.attacks" || { echo "install failed: see pip's messages above"; exit 1; }
 	@touch $(STAMP)
 
 install: $(STAMP) ## create .venv with the pinned stack (idempotent)

@@ -92,7 +92,8 @@ def test_an_auc_interval_past_a_grid_in_the_same_units_is_rejected(conf_dir):
 
 def test_unknown_group_option_lists_the_available_ones(conf_dir):
     with pytest.raises(
-        ConfigError, match="unknown option 'cw'; available: apgd_ce, apgd_dlr, autoattack, autoattack_rand, deepfool, fgm, hsj, pgd, pixel, square, threshold"
+        ConfigError,
+        match="unknown option 'cw'; available: apgd_ce, apgd_dlr, autoattack, autoattack_rand, ddn, deepfool, fgm, fmn, hsj, pgd, pixel, square, threshold",
     ):
         compose(["attack=[fgm,cw]"], conf=conf_dir)
 

@@ -7,7 +7,8 @@ in FLOPs at the model's cost per sample (`model_cost`); its seconds on both cloc
 compute times its cell's seconds per FLOP at full batch (`price`), so they do not depend on
 how many others of its batch were still standing. The laps' equal shares stay beside them.
 
-- `torch`: FGM, PGD and DeepFool in a device-resident loop (`ALGORITHMS`; an attack's
+- `torch`: FGM, PGD and DeepFool in a device-resident loop (FMN and DDN:
+  trashfire.attacks.minimal_norm; AutoAttack's components: trashfire.attacks.standard) (`ALGORITHMS`; an attack's
   `rules.torch.algorithm` names the one that runs it). Each step's forward pass decides
   which samples are already misclassified (the check costs no extra pass), those leave the
   batch (early exit). The forward is a query of every sample it checks, the backward a
@@ -41,7 +42,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from trashfire.attacks import standard
+from trashfire.attacks import minimal_norm, standard
 from trashfire.attacks.autoattack import Sequence
 from trashfire.attacks.failure_log import FailureLog, batches
 from trashfire.attacks.spec import NORMS, AttackSpec, loops_run_by, pgd_step_size, torch_algorithm
@@ -384,6 +385,8 @@ ALGORITHMS = {
     **{name: OWN_LOOPS[name] for name in loops_run_by("engine")},
     # AutoAttack's components, alone or in its composite (steps: a censored sample's queries)
     **dict.fromkeys(standard.ALGORITHMS, Algorithm(steps=standard.budget_of, run=standard.run)),
+    # the minimal-norm attacks (steps: a censored sample's gradients)
+    **dict.fromkeys(minimal_norm.ALGORITHMS, Algorithm(steps=minimal_norm.budget_of, run=minimal_norm.run)),
 }
 
 

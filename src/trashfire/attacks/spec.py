@@ -23,7 +23,8 @@ ATTACK_UNITS = ("standardised", "pixel")  # a real strength's scale (schema.to_s
 ENGINES = ("torch", "per_image", "sequence", "art")  # see trashfire.attacks.engine
 TORCH_RULES = ("algorithm", "required", "early_exit", "kwargs", "any_kwargs")  # an attack's rules.torch
 # the torch engine's loops, as an attack's `rules.torch.algorithm` names them, and the module
-# that runs each: trashfire.attacks.engine runs its own and hands AutoAttack's to standard
+# that runs each: trashfire.attacks.engine runs its own, hands AutoAttack's to standard and the
+# minimal-norm attacks (FMN, DDN) to minimal_norm
 TORCH_LOOPS = {
     "fgm": "engine",
     "pgd": "engine",
@@ -32,6 +33,8 @@ TORCH_LOOPS = {
     "fab": "standard",
     "square": "standard",
     "autoattack": "standard",
+    "fmn": "minimal_norm",
+    "ddn": "minimal_norm",
 }
 TORCH_ALGORITHMS = tuple(TORCH_LOOPS)
 # an attack's rules read beside its own keys: engine, torch, classes (a check of every
