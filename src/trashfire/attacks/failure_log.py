@@ -40,6 +40,7 @@ class FailureLog:
         self.failure_step = np.full(n, self.budget, dtype=np.int64)
         self.event = np.zeros(n, dtype=bool)
         self.broken_by: np.ndarray | None = None  # the `sequence` engine's: which component broke it
+        self.norm_by_step: np.ndarray | None = None  # a minimal-norm attack's: its smallest adversarial norm by each step
 
     def first_query(self, rows: np.ndarray, decisions: np.ndarray, margin: np.ndarray) -> np.ndarray:
         self.y_pred_ben[rows] = decisions
@@ -60,7 +61,7 @@ class FailureLog:
     def arrays(self, clock: LapClock) -> dict[str, np.ndarray]:
         """The per-sample arrays the attack itself decides: outcomes, exact compute and the
         equal-share durations (`price` adds the priced ones)."""
-        extra = {} if self.broken_by is None else {"broken_by": self.broken_by}
+        extra = {name: value for name, value in (("broken_by", self.broken_by), ("norm_by_step", self.norm_by_step)) if value is not None}
         return extra | {
             "y_pred_ben": self.y_pred_ben,
             "y_pred_adv": self.y_pred_adv,

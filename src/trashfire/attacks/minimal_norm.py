@@ -91,6 +91,7 @@ def run(target: Target, log: FailureLog, clock: LapClock, spec: dict, strength: 
     """The torch engine's entry (`early_exit` is not read: only the first query's failures
     leave early; the search needs every step to shrink the norm)."""
     settings = MinimalSettings.of(spec | {"value": int(strength)})
+    log.norm_by_step = np.full((len(log.y), settings.steps), np.inf)
     for rows in batches(len(log.y), batch_size):
         Search(target, log, clock, rows, settings, whole=len(rows) == batch_size).run()
 
@@ -212,6 +213,8 @@ class Search:
         self.best_decision[a[smaller]] = decided[smaller]
         self.found[a] |= adversarial
         self.last[a], self.last_decision[a] = points, decided
+        best = torch.where(self.found[a], self.best_norm[a] * (self.box.high - self.box.low), math.inf)
+        self.log.norm_by_step[checked, step] = best.cpu().numpy()
         return wrong
 
     def _gradient(self, logits: torch.Tensor, delta: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
@@ -269,7 +272,9 @@ class Search:
         return point - x0, eps
 
     def _finish(self) -> None:
-        """The returned points: the smallest adversarial, else the last checked (standardised)."""
+        """The returned points: the smallest adversarial, else the last checked (standardised);
+        each sample's smallest norm by step carried to the steps it did not take (left early)."""
+        self.log.norm_by_step[self.rows] = np.minimum.accumulate(self.log.norm_by_step[self.rows], axis=1)
         found = self.found
         points = torch.where(found.view(-1, *[1] * (self.x0.dim() - 1)), self.best, self.last)
         decisions = torch.where(found, self.best_decision, self.last_decision)

@@ -28,10 +28,11 @@ from trashfire.core.errors import DataError
 from trashfire.core.records import atomic_path, read_json, write_json
 from trashfire.core.schema import CELL, OVER_SEEDS, UNDEFENDED_PEER, BrittleRecord
 from trashfire.core.stage import Artefacts
-from trashfire.metrics import findings, registry, validity
+from trashfire.metrics import findings, optimality, registry, validity
 from trashfire.metrics.cards import write_cards
 from trashfire.metrics.registry import degenerate_cells, sound, spearman_by_dataset, survival_headline  # noqa: F401  (also this module's API)
 from trashfire.survival import epsilon
+from trashfire.tables.distances import ensemble
 from trashfire.tables.experiments import read_experiments
 from trashfire.tables.worst_case import measured
 
@@ -342,6 +343,11 @@ def headline_summary(summary: dict) -> dict:
     }
 
 
+def read_distances(path: Path) -> pd.DataFrame:
+    """attack_distances.csv (timing), its norms as the attack options name them ('2', not 2.0)."""
+    return pd.read_csv(path, dtype={"norm": str, "model_hash": str})
+
+
 def read_eps_survival_data(path: Path) -> pd.DataFrame:
     """timing's eps_survival_data.csv (norms kept as text); missing, it names the stage to run."""
     if not path.is_file():
@@ -425,8 +431,11 @@ def aggregate_reports(cfg: DictConfig, artefacts: Artefacts) -> dict:
     trash = trash_table(experiments, expected, m.trash.eps_max).assign(degenerate=lambda t: t["model_hash"].map(degenerate))
     # the worst cases' curves and R are written beside the attacks'; the flags, findings,
     # cards and means read the attacks' own
-    every_curve = eps_curves(every_row)
+    distances = read_distances(artefacts.input("attack_distances.csv"))
+    best = ensemble(distances)
+    every_curve = pd.concat([eps_curves(every_row), optimality.ensemble_curves(best, eps_curves(every_row), m.optimality.curve_points)], ignore_index=True)
     every_robustness = robustness_table(every_curve, m.evp, m.auc, degenerate)
+    attack_optimality = optimality.optimality_table(distances, best)
     curves, robustness = measured(every_curve), measured(every_robustness)
     records = read_brittle(artefacts.input("brittle"), experiments["model_hash"].unique(), brittle_settings(cfg))
     stages = {name: spec.stage for name, spec in cfg.defence.items()} | {"none": "none"}
@@ -435,7 +444,7 @@ def aggregate_reports(cfg: DictConfig, artefacts: Artefacts) -> dict:
     )[schema.BRITTLE]
     checked = check_findings(experiments, trash, robustness, brittle, m.findings, no_expected_time, stages)
     sufficiency, competing = read_optional(artefacts.input("budget/sufficiency.csv")), read_optional(artefacts.input("survival/competing_risks.csv"))
-    flags = validity.validity_table(experiments, curves, m.validity, sufficiency, competing)
+    flags = validity.validity_table(experiments, curves, m.validity, sufficiency, competing, attack_optimality, m.optimality.far_below)
     eps_survival, eps_curves_table = epsilon.survival_tables(read_eps_survival_data(artefacts.input("eps_survival_data.csv")), experiments, degenerate)
     classes = experiments.groupby("dataset")["n_classes"].first().astype(int).to_dict()
     write_tables(
@@ -455,6 +464,8 @@ def aggregate_reports(cfg: DictConfig, artefacts: Artefacts) -> dict:
             "validity.csv": flags,
             "eps_survival.csv": eps_survival,
             "eps_survival_curves.csv": eps_curves_table,
+            "optimality.csv": attack_optimality,
+            "optimality_ranking.csv": optimality.ranking(attack_optimality),
         },
     )
     write_cards(artefacts.output("cards"), experiments, trash, robustness, brittle, flags, worst, reported=publishers_figures(cfg))

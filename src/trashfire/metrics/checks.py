@@ -51,6 +51,7 @@ def _validate_metrics(metrics: DictConfig) -> None:
                 f"metrics.{removed}.{why}", "was removed: intervals over seeds are Student's t intervals over independent units (issue 59); drop the key"
             )
     _validate_eps_survival(metrics.get("eps_survival"))
+    _validate_optimality(metrics.get("optimality"))
     _validate_validity(metrics.get("validity"))
 
 
@@ -103,6 +104,19 @@ def _validate_eps_survival(eps: Any) -> None:
     choice(f"{key}.minimal_units", eps.get("minimal_units"), ATTACK_UNITS)
     if eps.get("minimal_eps_max") is not None:
         number(f"{key}.minimal_eps_max", eps.minimal_eps_max, low=0, open_low=True)
+
+
+def _validate_optimality(settings: Any) -> None:
+    key = "metrics.optimality"
+    if not isinstance(settings, DictConfig):
+        raise ConfigError(key, "missing; compose params.yaml with `make params`")
+    for norm, values in (settings.get("query_eps") or {}).items():
+        if str(norm) not in ("inf", "2", "1", "0"):
+            raise ConfigError(f"{key}.query_eps", f"got norm {norm!r}; allowed: inf, 2, 1, 0")
+        for value in as_list(values):
+            number(f"{key}.query_eps.{norm}", value, low=0, open_low=True)
+    integer(f"{key}.curve_points", settings.get("curve_points"), low=2)
+    number(f"{key}.far_below", settings.get("far_below"), low=0, high=1)
 
 
 def _check_auc_interval(cfg: DictConfig) -> None:

@@ -38,6 +38,10 @@ check it (the detail says why), and comes with a sentence of what was seen:
   experiments table's `black_box_components`) broke more samples than the white-box components
   that ran before it together (reports/survival/competing_risks.csv): the black-box search
   carries the evaluation, where gradients should have done most of the work (gradient masking).
+- `attack_far_from_best`: some attack of at least MIN_SAMPLES samples has an optimality
+  (trashfire.metrics.optimality: AttackBench's, against the ensemble of every attack of its
+  norm) below `metrics.optimality.far_below`: its robust accuracy overstates the model's by
+  more than the other attacks show it has to.
 """
 
 from __future__ import annotations
@@ -61,7 +65,9 @@ MEANINGS = {
     "square_beats_white_box": "in AutoAttack, Square broke samples its white-box components left standing: gradient masking suspected",
     "budget_too_small": "a larger attack budget would still break samples: the robust accuracy overstates the model's",
     "black_box_carries": "in a composite, a black-box component broke more samples than the white-box ones before it: gradient masking suspected",
+    "attack_far_from_best": "an attack's perturbations are far larger than the best any attack of its norm found (optimality below the threshold)",
 }
+MIN_SAMPLES = 10  # attack_far_from_best: an attack of fewer samples (a black-box search's 5) says too little
 Check = tuple[Any, str]  # (True, False or None when not checked; the detail)
 SQUARE_TOL = 0.002  # AutoAttack's alpha in check_square_sr
 BUDGET_SHARE = 0.02
@@ -211,6 +217,18 @@ def black_box_carries(rows: pd.DataFrame, competing: pd.DataFrame | None) -> Che
     return bool(worst[0] > 0), worst[1]
 
 
+def attack_far_from_best(optimality: pd.DataFrame | None, far_below: float | None) -> Check:
+    """The attack of this model cell (optimality.csv's rows) farthest from the ensemble's best."""
+    if optimality is None or far_below is None:
+        return None, "not checked: no optimality table (metrics.optimality)"
+    checked = optimality[(optimality["n"] >= MIN_SAMPLES) & optimality["optimality"].notna()]
+    if checked.empty:
+        return None, f"not checked: no norm with two or more attacks of {MIN_SAMPLES} or more samples"
+    ranked = checked.sort_values("optimality", kind="stable")
+    seen = "; ".join(f"{r.attack_family} {r.optimality:.2f}" for r in ranked.itertuples())
+    return bool(ranked["optimality"].iloc[0] < far_below), f"optimality against the ensemble of its norm: {seen} (threshold {far_below:g})"
+
+
 def largest_eps_not_breaking(curves: pd.DataFrame, black_box: list[str], near_zero: float) -> Check:
     white = curves[~curves["attack"].isin(black_box) & (curves["eps"] > 0)]
     if white.empty:
@@ -232,11 +250,18 @@ def attack_kinds(experiments: pd.DataFrame) -> tuple[list[str], list[str]]:
 
 
 def validity_table(
-    experiments: pd.DataFrame, curves: pd.DataFrame, settings, sufficiency: pd.DataFrame | None = None, competing: pd.DataFrame | None = None
+    experiments: pd.DataFrame,
+    curves: pd.DataFrame,
+    settings,
+    sufficiency: pd.DataFrame | None = None,
+    competing: pd.DataFrame | None = None,
+    optimality: pd.DataFrame | None = None,
+    far_below: float | None = None,
 ) -> pd.DataFrame:
     """One row per model cell: each flag, its detail, and the tripped flags by name.
     `sufficiency` and `competing`: the survival stage's budget_sufficiency.csv and
-    competing_risks.csv, None where it wrote none."""
+    competing_risks.csv, None where it wrote none; `optimality`: optimality.csv's rows and
+    `far_below` its threshold."""
     black_box, unknown = attack_kinds(experiments)
     unchecked = (None, f"not checked: the experiments table does not say whether {', '.join(unknown)} is black-box (rerun the attack stage)")
     rows = []
@@ -256,6 +281,7 @@ def validity_table(
                 None if sufficiency is None else sufficiency[sufficiency["attack_hash"].isin(cell["attack_hash"])], settings.get("budget_share", BUDGET_SHARE)
             ),
             "black_box_carries": black_box_carries(cell, competing),
+            "attack_far_from_best": attack_far_from_best(None if optimality is None else optimality[optimality["model_hash"] == model_hash], far_below),
         }
         row = {column: first.get(column) for column in schema.MODEL_CELL + ["train_hash", "degenerate"]}
         row["flags"] = ", ".join(name for name, (tripped, _) in checks.items() if tripped is True)

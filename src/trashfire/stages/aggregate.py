@@ -10,7 +10,14 @@ from trashfire.core.stage import Stage
 STAGE = Stage(
     "aggregate",
     params=("metrics", "defence", "model", "paths.reports"),  # model: the imported ones' published figures, for the cards
-    deps=("{reports}/experiments.csv", "{reports}/eps_survival_data.csv", "{reports}/survival", "{reports}/budget", "{reports}/brittle"),
+    deps=(
+        "{reports}/experiments.csv",
+        "{reports}/eps_survival_data.csv",
+        "{reports}/attack_distances.csv",
+        "{reports}/survival",
+        "{reports}/budget",
+        "{reports}/brittle",
+    ),
     outs=(
         "{reports}/trash.csv",
         "{reports}/trash_summary.csv",
@@ -22,6 +29,8 @@ STAGE = Stage(
         "{reports}/findings.csv",
         "{reports}/validity.csv",
         "{reports}/eps_survival.csv",
+        "{reports}/optimality.csv",
+        "{reports}/optimality_ranking.csv",
         "{reports}/cards",
         {"{reports}/brittle.csv": {"cache": False}},
         {"{reports}/curves.csv": {"cache": False}},

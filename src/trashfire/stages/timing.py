@@ -1,8 +1,9 @@
 """DVC stage `timing`: the experiments table and the per-sample survival data sets (in time and in eps).
 
 `python -m trashfire.stages.timing [--params params.yaml] [key=value ...]`; the work is
-`trashfire.tables.experiments` (experiments.csv) and `trashfire.survival.datasets` (the
-survival data sets, built from the same read of the records).
+`trashfire.tables.experiments` (experiments.csv), `trashfire.tables.distances` (each sample's
+smallest successful eps per attack and over all of a norm's, the grid check, accuracy against
+queries) and `trashfire.survival.datasets` (the survival data sets), from one read of the records.
 """
 
 from trashfire.core.cli import run_cli
@@ -22,21 +23,30 @@ STAGE = Stage(
         "metrics.degenerate",
         "metrics.evp",
         "metrics.eps_survival",
+        "metrics.optimality",
         "paths.attacks",
         "paths.reports",
     ),
     deps=("{attacks}",),
-    outs=("{reports}/experiments.csv", "{reports}/survival_data.csv", "{reports}/eps_survival_data.csv"),
+    outs=(
+        "{reports}/experiments.csv",
+        "{reports}/survival_data.csv",
+        "{reports}/eps_survival_data.csv",
+        "{reports}/attack_distances.csv",
+        "{reports}/minimal_eps_check.csv",
+        "{reports}/query_curves.csv",
+    ),
 )
 
 
 def run(cfg):
     from trashfire.survival import datasets
-    from trashfire.tables import experiments
+    from trashfire.tables import distances, experiments
 
     view, artefacts = STAGE.view(cfg), STAGE.resolved(cfg)
     table, outcomes = experiments.write_experiments(view, artefacts)
-    return table, datasets.write_survival_sets(view, artefacts, table, outcomes)
+    best = distances.write_distance_tables(view, artefacts, table, outcomes)
+    return table, datasets.write_survival_sets(view, artefacts, table, outcomes, best)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -25,8 +25,11 @@ from trashfire.survival.data import survival_table
 log = logging.getLogger(__name__)
 
 
-def write_survival_sets(cfg: DictConfig, artefacts: Artefacts, experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcomes]) -> pd.DataFrame:
-    """Write survival_data.csv and eps_survival_data.csv; return the survival data set."""
+def write_survival_sets(
+    cfg: DictConfig, artefacts: Artefacts, experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcomes], best: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """Write survival_data.csv and eps_survival_data.csv (with the ensemble's rows: `best`,
+    trashfire.tables.distances.ensemble); return the survival data set."""
     data = cfg.survival.data
     survival = survival_table(
         experiments,
@@ -39,6 +42,8 @@ def write_survival_sets(cfg: DictConfig, artefacts: Artefacts, experiments: pd.D
     )
     eps = cfg.metrics.eps_survival
     eps_data = epsilon.sample_table(experiments, outcomes_by_hash, eps.minimal_units, eps.minimal_eps_max)
+    if best is not None and not best.empty:
+        eps_data = pd.concat([eps_data, epsilon.ensemble_samples(best, experiments)], ignore_index=True)
     for name, table in (("survival_data.csv", survival), ("eps_survival_data.csv", eps_data)):
         with atomic_path(artefacts.output(name)) as tmp:
             table.to_csv(tmp, index=False)

@@ -51,6 +51,7 @@ from trashfire.core.stats import spearman
 log = logging.getLogger(__name__)
 
 GRID, MINIMAL = "grid", "minimal"  # how a family's times were found: the `search` column
+ENSEMBLE = "ensemble"  # each sample's smallest eps over every attack of a norm (exact or interval)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -168,6 +169,36 @@ def sample_table(
     return table[schema.EPS_SURVIVAL_DATA].reset_index(drop=True)
 
 
+def ensemble_samples(best: pd.DataFrame, experiments: pd.DataFrame) -> pd.DataFrame:
+    """eps_survival_data.csv's rows of the ensemble (trashfire.tables.distances.ensemble), per
+    model cell and norm, in pixel units: the event at the smallest eps any attack broke the
+    sample at, exact where a minimal (or example-returning) attack found it, in (eps_lower,
+    eps] where a grid attack did; a sample no attack broke is censored at the farthest any
+    search reached. eps_max: the largest grid eps of the norm (pixel units), else the largest
+    time over the data set's model cells."""
+    if best.empty:
+        return pd.DataFrame(columns=schema.EPS_SURVIVAL_DATA)
+    event = best["event"].astype(bool)
+    table = best.assign(
+        attack=schema.ENSEMBLE,
+        attack_family=f"{schema.ENSEMBLE} l" + best["norm"].astype(str),
+        search=ENSEMBLE,
+        units="pixel",
+        eps=best["eps"].where(event, best["reach"]),
+        eps_lower=best["eps_lower"].where(event, best["reach"]),
+        nonmonotone=False,
+    )
+    grid = experiments[experiments["attack_param"] == "eps"]
+    largest = {}
+    if not grid.empty:
+        pixel = schema.to_pixel(grid["attack_value"].astype(float), grid.get("attack_units", "standardised"), grid["pixel_std"])
+        norms = grid["norm"].map(lambda n: str(n) if str(n) == "inf" else str(int(float(n))))
+        largest = pixel.groupby([grid["dataset"], norms]).max().to_dict()
+    pooled = table.groupby(["dataset", "norm"])["eps"].transform("max")
+    table["eps_max"] = [largest.get((d, n), p) for d, n, p in zip(table["dataset"], table["norm"], pooled)]
+    return table[schema.EPS_SURVIVAL_DATA].reset_index(drop=True)
+
+
 # ---------------------------------------------------------------------------------------------
 # Kaplan-Meier curves and their areas
 
@@ -242,11 +273,15 @@ def survival_tables(data: pd.DataFrame, experiments: pd.DataFrame, degenerate: p
         eps_max = float(first["eps_max"])
         grid = grids.get((model_hash, attack, norm)) if first["search"] == GRID else None
         fitter = kaplan_meier(cell["eps"], cell["event"])
+        summary = survival_summary(fitter, eps_max, grid)
+        if first["search"] == ENSEMBLE:  # intervals: the lower bound puts each failure at its interval's lower end
+            lower = survival_summary(kaplan_meier(cell["eps_lower"], cell["event"]), eps_max)["area_hi"]
+            summary |= {"area_lo": lower, "area": (lower + summary["area_hi"]) / 2}
         key = {"model_hash": model_hash, **labels.loc[model_hash].to_dict(), "attack": attack, "norm": norm, "attack_family": first["attack_family"]}
         rows.append(
             key
             | {"search": first["search"], "units": first["units"]}
-            | survival_summary(fitter, eps_max, grid)
+            | summary
             | {"n_nonmonotone": int(cell["nonmonotone"].astype(bool).sum()), "degenerate": bool(degenerate.get(model_hash, False))}
         )
         points = curve_points(fitter, eps_max, grid)

@@ -18,7 +18,7 @@ import hashlib
 import numpy as np
 import pandas as pd
 
-from trashfire.core.schema import MODEL_LABELS, WORST_CASE, Outcomes
+from trashfire.core.schema import ENSEMBLE, MODEL_LABELS, WORST_CASE, Outcomes
 
 # the model cell's columns a worst-case row copies from its attacks' rows
 COPIED = [*MODEL_LABELS, "norm", "attack_param", "attack_value", "n_train", "n_classes", "acc_ben", "attack_units"]
@@ -28,8 +28,9 @@ GROUP = ["model_hash", "norm", "attack_units", "attack_value"]
 
 
 def measured(experiments: pd.DataFrame) -> pd.DataFrame:
-    """The rows of attacks that ran: experiments.csv less its worst-case rows."""
-    return experiments[experiments["attack"] != WORST_CASE]
+    """The rows of attacks that ran: a table less its worst-case rows (and the ensemble's
+    curves, in curves.csv and robustness.csv)."""
+    return experiments[~experiments["attack"].isin([WORST_CASE, ENSEMBLE])]
 
 
 def worst_case_rows(experiments: pd.DataFrame, outcomes: dict[str, Outcomes]) -> pd.DataFrame:

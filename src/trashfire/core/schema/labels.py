@@ -62,6 +62,9 @@ ATTACK_LABELS = ["attack", "norm", "attack_param", "attack_value"]
 # experiments.csv's `attack` of the worst case per sample over a model cell's attacks at one
 # norm and eps (trashfire.tables.worst_case); no attack option may take the name
 WORST_CASE = "worst_case"
+# curves.csv's and robustness.csv's `attack` of the curve read off each sample's smallest eps
+# over every attack of a norm (trashfire.metrics.optimality); no attack option may take it
+ENSEMBLE = "ensemble"
 
 
 def cell_labels(trained: Any, defence: Mapping[str, Any]) -> dict[str, Any]:

@@ -269,7 +269,10 @@ class Outcomes:
     of its budget, `margin_at_budget`: the true-class logit minus the best other at the
     returned example (NaN where it broke; None in a record written before it was kept).
     A composite's cells (engine sequence) add `broken_by`: the component that broke each
-    sample ("first_query": misclassified before any ran; "": none broke it)."""
+    sample ("first_query": misclassified before any ran; "": none broke it). A minimal-norm
+    attack's cells (FMN, DDN) add `norm_by_step` (samples x steps): the smallest adversarial
+    norm it had found by each step, in its own norm on the standardised scale (inf before its
+    first), from which robust accuracy against queries is read at any eps."""
 
     y_true: np.ndarray
     y_pred_ben: np.ndarray
@@ -291,6 +294,7 @@ class Outcomes:
     norm_linf: np.ndarray | None = None
     broken_by: np.ndarray | None = None
     margin_at_budget: np.ndarray | None = None
+    norm_by_step: np.ndarray | None = None
 
     # the order of the arrays in the file
     ORDER: ClassVar[tuple[str, ...]] = (
@@ -314,6 +318,7 @@ class Outcomes:
         "norm_linf",
         "broken_by",
         "margin_at_budget",
+        "norm_by_step",
     )
 
     @classmethod

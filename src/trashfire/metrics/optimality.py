@@ -1,0 +1,112 @@
+"""How strong each attack is, against the best any attack found (docs/attacks.md).
+
+From attack_distances.csv (trashfire.tables.distances: each sample's smallest successful eps
+per attack family, pixel units):
+- **the ensemble**, per model cell and norm: each sample's minimal eps over every attack of
+  the norm that attacked it (0 when wrong at the first query; inf when none broke it, then
+  censored at the farthest any search reached). Where the smallest comes from a grid attack the
+  sample's threshold is only known to lie in (eps_lower, eps] (interval-censored); where a
+  minimal or example-returning attack found it, it is exact.
+- **optimality** (AttackBench: Cinà, Rony, Pintor et al., AAAI 2025, its `analysis/plot.py`),
+  per model cell, norm and attack, on the samples that attack attacked: with d* the ensemble's
+  eps per sample, M the largest finite d*, and rho(eps) a robust-accuracy curve (the share of
+  samples whose eps exceeds it),
+      optimality = 1 - (area(rho_attack) - area(rho*)) / (clean_acc * M - area(rho*)),
+  areas over [0, M]. 1: the attack found the ensemble's best on every sample; 0: it broke
+  nothing below M. The areas of the step curves are exact (the mean of min(d, M) over the
+  samples); AttackBench integrates the curve's points with the trapezoid rule. A grid
+  attack's distance is its grid eps, so its optimality includes the grid's resolution.
+- **the grid check**: at each eps of each grid family, the robust accuracy read from the
+  ensemble's per-sample eps against the cell's own (experiments' acc_adv). They differ by
+  exactly the samples the cell left standing that another attack broke at that eps or below
+  (`n_below`); a sample the cell broke that the ensemble calls robust (`n_above`) would be a
+  bug, and the tests hold it at 0.
+- **the ensemble's curves**: robust accuracy against eps from the per-sample values, on the
+  norm's grid and `points` evenly spaced eps up to its largest, as curves.csv rows of the
+  pseudo-attack `ensemble` (R and EVP follow from them as from any curve).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from trashfire.core import schema
+from trashfire.tables.distances import norm_label
+
+ENSEMBLE = schema.ENSEMBLE
+OPTIMALITY = ["model_hash", "dataset", "norm", "attack", "attack_family", "n", "optimality", "area", "best_area", "clean_acc", "eps_max", "note"]
+RANKING = ["dataset", "norm", "attack_family", "n_cells", "optimality_mean", "optimality_min", "optimality_max", "rank"]
+
+
+def optimality(attack_eps: np.ndarray, best_eps: np.ndarray) -> tuple[float, float, float, float, float]:
+    """AttackBench's optimality of one attack on its samples: (optimality, its area, the
+    ensemble's, clean accuracy, M); NaN where the ensemble broke none of them."""
+    finite = best_eps[np.isfinite(best_eps)]
+    if not len(finite) or finite.max() <= 0:
+        return np.nan, np.nan, np.nan, float(np.mean(best_eps > 0)), np.nan
+    m = float(finite.max())
+    clean = float(np.mean(best_eps > 0))
+    best_area = float(np.mean(np.minimum(best_eps, m)))
+    area = float(np.mean(np.minimum(attack_eps, m)))
+    room = clean * m - best_area
+    value = 1.0 if room <= 0 else 1 - (area - best_area) / room
+    return float(np.clip(value, 0.0, 1.0)), area, best_area, clean, m
+
+
+def optimality_table(distances: pd.DataFrame, best: pd.DataFrame) -> pd.DataFrame:
+    """Per model cell, norm and attack family (of a norm with two or more families)."""
+    keys = ["model_hash", "norm", "position"]
+    lookup = best.set_index(keys)["eps"]
+    rows = []
+    for (model_hash, norm), cell in distances.groupby(["model_hash", "norm"], sort=True):
+        if cell["attack_family"].nunique() < 2:
+            continue
+        for family, samples in cell.groupby("attack_family", sort=True):
+            d_star = lookup.reindex(pd.MultiIndex.from_arrays([samples["model_hash"], samples["norm"], samples["position"]])).to_numpy(float)
+            value, area, best_area, clean, m = optimality(samples["eps"].to_numpy(float), d_star)
+            attack_eps = samples["eps"].to_numpy(float)
+            note = "" if np.isfinite(value) else "the ensemble broke none of its samples: no optimality"
+            if np.any((d_star == 0) & (attack_eps > 0)):  # a deterministic model's first query is every attack's
+                note = "samples wrong at one attack's first query and not at this one's (a randomised model): optimality clipped to [0, 1]"
+            first = samples.iloc[0]
+            rows.append(
+                {"model_hash": model_hash, "dataset": first["dataset"], "norm": norm, "attack": first["attack"], "attack_family": family, "n": len(samples)}
+                | {"optimality": value, "area": area, "best_area": best_area, "clean_acc": clean, "eps_max": m, "note": note}
+            )
+    return pd.DataFrame(rows, columns=OPTIMALITY)
+
+
+def ranking(table: pd.DataFrame) -> pd.DataFrame:
+    """Per data set, norm and family: its optimality over the model cells (mean, min, max),
+    ranked within the norm (1: closest to the ensemble's best)."""
+    if table.empty:
+        return pd.DataFrame(columns=RANKING)
+    grouped = table.dropna(subset=["optimality"]).groupby(["dataset", "norm", "attack_family"])["optimality"]
+    summary = grouped.agg(n_cells="count", optimality_mean="mean", optimality_min="min", optimality_max="max").reset_index()
+    summary["rank"] = summary.groupby(["dataset", "norm"])["optimality_mean"].rank(ascending=False, method="min").astype(int)
+    return summary.sort_values(["dataset", "norm", "rank"])[RANKING].reset_index(drop=True)
+
+
+def ensemble_curves(best: pd.DataFrame, curves: pd.DataFrame, points: int) -> pd.DataFrame:
+    """curves.csv rows of the pseudo-attack `ensemble` per model cell and norm that has an eps
+    grid: robust accuracy from the per-sample eps at the grid's eps and `points` evenly spaced
+    ones up to its largest (pixel units)."""
+    grid_curves = curves[curves["attack"] != schema.WORST_CASE]
+    rows = []
+    for (model_hash, norm), samples in best.groupby(["model_hash", "norm"], sort=True):
+        mine = grid_curves[(grid_curves["model_hash"] == model_hash) & (grid_curves["norm"].map(norm_label) == norm)]
+        if mine.empty:
+            continue
+        template = mine.iloc[0]
+        eps_values = np.unique(np.concatenate([mine["eps_pixel"].to_numpy(float), np.linspace(0, mine["eps_pixel"].max(), points)]))
+        d_star = samples["eps"].to_numpy(float)
+        acc = np.array([np.mean(d_star > e * (1 + 1e-9)) if e > 0 else np.mean(d_star > 0) for e in eps_values])
+        frame = pd.DataFrame({"eps": eps_values, "eps_pixel": eps_values, "acc": acc})
+        frame["eps_standardised"] = eps_values / float(template["pixel_std"])
+        frame["acc_norm"] = acc / acc[0] if acc[0] > 0 else np.nan
+        labels = {c: template[c] for c in schema.CURVES if c not in frame}
+        rows.append(frame.assign(**labels | {"attack": ENSEMBLE, "attack_family": schema.attack_family(ENSEMBLE, norm)}))
+    if not rows:
+        return pd.DataFrame(columns=schema.CURVES)
+    return pd.concat(rows, ignore_index=True)[schema.CURVES]

@@ -1,0 +1,278 @@
+"""Each sample's smallest successful perturbation per attack, and robust accuracy against the
+attack's work (docs/attacks.md, "Minimal eps" and "Optimality").
+
+`reports/attack_distances.csv` (timing): one row per model cell, norm, attack family and
+attacked sample: the smallest eps at which that attack broke it, in [0, 1] pixel units of the
+norm (l0: pixels), as far as it can tell:
+- a minimal-norm or minimal-perturbation attack (its option's `minimal: true`: FMN, DDN,
+  DeepFool): the norm of its returned example where it broke the sample (`kind` exact);
+- an eps-grid attack (`attack_param` eps: FGM, PGD, AutoAttack): the smallest grid eps whose
+  cell broke it; the sample's own threshold lies in (`eps_lower`, `eps`], the grid eps below
+  and that one (`kind` grid, interval-censored);
+- any other attack (HopSkipJump, Threshold, Pixel: a budget, not an eps): the norm of its
+  returned example where it broke the sample (`kind` exact).
+A sample wrong at the first query has eps 0; one the attack never broke has eps inf and
+`reach`, how far its search got (a grid's largest eps, a minimal attack's last point).
+
+`reports/query_curves.csv` (timing): per model cell, norm, attack family and eps (the norm's
+grid eps and `metrics.optimality.query_eps`), robust accuracy against the attack's work in
+passes (forward queries + input gradients, the per-sample clock): the share of its samples
+not broken at that eps within that many passes, at every pass count where it steps. A
+fixed-eps cell at that eps reads its samples' clocks; a minimal-norm attack reads the step at
+which its smallest norm first fell to eps or below (`norm_by_step`: step i has cost i + 1
+queries and i gradients); any other attack, the passes its search had spent when it ended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+from omegaconf import DictConfig
+
+from trashfire.core import schema
+from trashfire.core.records import atomic_path
+from trashfire.core.schema import Outcomes
+from trashfire.core.stage import Artefacts
+
+EXACT, GRID = "exact", "grid"
+DISTANCES = ["model_hash", "dataset", "norm", "attack", "attack_family", "kind", "position", "eps_lower", "eps", "event", "reach"]
+ENSEMBLE_COLUMNS = ["model_hash", "dataset", "norm", "position", "eps_lower", "eps", "event", "reach", "kind", "best_by"]
+GRID_CHECK = ["model_hash", "dataset", "norm", "attack_family", "eps", "n", "acc_grid", "acc_minimal", "n_below", "n_above", "agrees"]
+QUERY_CURVES = ["model_hash", "dataset", "norm", "attack", "attack_family", "eps", "passes", "acc", "n"]
+NORM_ARRAYS = {"inf": "norm_linf", "2": "norm_l2", "1": "norm_l1", "0": "norm_l0"}
+
+
+def norm_label(norm) -> str:
+    """A norm as the attack options name it: 'inf', '2', '1', '0' (experiments.csv reads 2.0)."""
+    text = str(norm)
+    return text if text == "inf" else str(int(float(text)))
+
+
+def _labels(experiments: pd.DataFrame) -> pd.DataFrame:
+    cells = experiments[experiments["attack"] != schema.WORST_CASE]
+    norms = cells["norm"].map(norm_label)
+    return cells.assign(norm=norms, attack_family=schema.attack_family(cells["attack"], norms))
+
+
+def to_pixel_units(values: np.ndarray, norm: str, units: str, pixel_std: float) -> np.ndarray:
+    """A norm on `units`' scale in [0, 1] pixel units (l0 counts pixels: no scale)."""
+    return values if norm == "0" else schema.to_pixel(values, units, pixel_std)
+
+
+def distance_table(experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcomes]) -> pd.DataFrame:
+    """attack_distances.csv from the experiments table and the cells' outcome arrays."""
+    frames = []
+    for (model_hash, attack, norm), group in _labels(experiments).groupby(["model_hash", "attack", "norm"], sort=True):
+        first = group.iloc[0]
+        arrays = [Outcomes.of(outcomes_by_hash[h]) for h in group["attack_hash"]]
+        pixel_std = float(first.get("pixel_std", np.nan))
+        if first["attack_param"] == "eps":
+            samples = grid_distances(group["attack_value"].astype(float).to_numpy(), arrays)
+            units = str(first.get("attack_units", "standardised"))
+            for column in ("eps_lower", "eps", "reach"):
+                samples[column] = to_pixel_units(samples[column].to_numpy(float), norm, units, pixel_std)
+        else:
+            samples = example_distances(arrays, norm)
+            for column in ("eps_lower", "eps", "reach"):
+                samples[column] = to_pixel_units(samples[column].to_numpy(float), norm, "standardised", pixel_std)
+        labels = {"model_hash": model_hash, "dataset": first["dataset"], "norm": norm, "attack": attack, "attack_family": first["attack_family"]}
+        frames.append(samples.assign(**labels))
+    if not frames:
+        return pd.DataFrame(columns=DISTANCES)
+    return pd.concat(frames, ignore_index=True)[DISTANCES]
+
+
+def _by_position(outcomes: Outcomes) -> np.ndarray:
+    return np.arange(len(outcomes.y_true)) if outcomes.position is None else np.asarray(outcomes.position)
+
+
+def grid_distances(eps: Sequence[float], cells: Sequence[Outcomes]) -> pd.DataFrame:
+    """One grid family's cells (at `eps`): per sample of the positions they all attacked, the
+    smallest grid eps that broke it and the grid eps below (0 when wrong at the first query)."""
+    order = np.argsort(eps)
+    grid, cells = np.asarray(eps, dtype=float)[order], [cells[i] for i in order]
+    positions = _shared(cells)
+    broken = np.stack([np.asarray(c.event, bool)[_rows(c, positions)] for c in cells])
+    first = cells[0]
+    at_zero = np.asarray(first.y_pred_ben)[_rows(first, positions)] != np.asarray(first.y_true)[_rows(first, positions)]
+    event = at_zero | broken.any(0)
+    index = broken.argmax(0)
+    below = np.concatenate([[0.0], grid[:-1]])
+    upper = np.where(at_zero, 0.0, np.where(event, grid[index], np.inf))
+    lower = np.where(at_zero, 0.0, np.where(event, below[index], grid[-1]))
+    return pd.DataFrame(
+        {"position": positions, "kind": GRID, "eps_lower": lower, "eps": upper, "event": event.astype(int), "reach": np.full(len(positions), grid[-1])}
+    )
+
+
+def example_distances(cells: Sequence[Outcomes], norm: str) -> pd.DataFrame:
+    """A family whose strength is no eps: per sample, the smallest norm of a returned example
+    that broke it over its cells (standardised; 0 when wrong at the first query), and the
+    largest norm any cell reached where none did."""
+    positions = _shared(cells)
+    sizes, broken = [], []
+    for cell in cells:
+        rows = _rows(cell, positions)
+        size = np.asarray(cell[NORM_ARRAYS[norm]], dtype=float)[rows]
+        wrong_first = np.asarray(cell.y_pred_ben)[rows] != np.asarray(cell.y_true)[rows]
+        sizes.append(np.where(wrong_first, 0.0, size))
+        broken.append(np.asarray(cell.event, bool)[rows] | wrong_first)
+    sizes, broken = np.stack(sizes), np.stack(broken)
+    event = broken.any(0)
+    found = np.where(broken, sizes, np.inf).min(0)
+    return pd.DataFrame({"position": positions, "kind": EXACT, "eps_lower": found, "eps": found, "event": event.astype(int), "reach": sizes.max(0)})
+
+
+def _shared(cells: Sequence[Outcomes]) -> np.ndarray:
+    positions = _by_position(cells[0])
+    for cell in cells[1:]:
+        positions = np.intersect1d(positions, _by_position(cell))
+    return np.sort(positions)
+
+
+def _rows(cell: Outcomes, positions: np.ndarray) -> np.ndarray:
+    return pd.Index(_by_position(cell)).get_indexer(positions)
+
+
+# --- the ensemble: each sample's smallest eps over every attack of a norm ---
+
+
+def ensemble(distances: pd.DataFrame) -> pd.DataFrame:
+    """Per model cell, norm and sample: the smallest eps over the attack families (exact before
+    grid on a tie), with that family's lower end, and the farthest reach of any."""
+    if distances.empty:
+        return pd.DataFrame(columns=ENSEMBLE_COLUMNS)
+    ranked = distances.assign(exact_first=(distances["kind"] != "exact").astype(int)).sort_values(["eps", "exact_first"], kind="stable")
+    keys = ["model_hash", "dataset", "norm", "position"]
+    best = ranked.groupby(keys, sort=True).first().reset_index()
+    reach = distances.assign(farthest=np.maximum(distances["reach"], distances["eps"].where(np.isfinite(distances["eps"]), 0.0)))
+    best["reach"] = best.set_index(keys).index.map(reach.groupby(keys)["farthest"].max())
+    best["event"] = np.isfinite(best["eps"]).astype(int)
+    return best.rename(columns={"attack_family": "best_by"})[ENSEMBLE_COLUMNS]
+
+
+def grid_check(experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcomes], best: pd.DataFrame) -> pd.DataFrame:
+    """minimal_eps_check.csv: each grid cell's robust accuracy (its own per-sample verdicts)
+    against the one the ensemble's per-sample eps give at its eps, on its samples: they differ
+    by exactly `n_below`, the samples it left standing that some attack broke at that eps or
+    below; `n_above` (it broke them, the ensemble calls them robust) must be 0."""
+    cells = _labels(experiments)
+    cells = cells[cells["attack_param"] == "eps"]
+    lookup = best.set_index(["model_hash", "norm", "position"])["eps"]
+    rows = []
+    for _, cell in cells.iterrows():
+        outcomes = Outcomes.of(outcomes_by_hash[cell["attack_hash"]])
+        positions = _by_position(outcomes)
+        d_star = lookup.reindex(
+            pd.MultiIndex.from_arrays([np.full(len(positions), cell["model_hash"]), np.full(len(positions), cell["norm"]), positions])
+        ).to_numpy(float)
+        eps = float(_pixel_eps(cell.to_frame().T)[0])
+        standing_cell = ~np.asarray(outcomes.event, bool)
+        standing_best = d_star > eps * (1 + 1e-9)  # a grid eps rounds on its way to pixel units
+        n = len(positions)
+        below, above = int((standing_cell & ~standing_best).sum()), int((~standing_cell & standing_best).sum())
+        acc_grid, acc_minimal = float(standing_cell.mean()), float(standing_best.mean())
+        rows.append(
+            {"model_hash": cell["model_hash"], "dataset": cell["dataset"], "norm": cell["norm"], "attack_family": cell["attack_family"], "eps": eps, "n": n}
+            | {"acc_grid": acc_grid, "acc_minimal": acc_minimal, "n_below": below, "n_above": above}
+            | {"agrees": bool(above == 0 and below == round((acc_grid - acc_minimal) * n))}
+        )
+    return pd.DataFrame(rows, columns=GRID_CHECK)
+
+
+# --- robust accuracy against the work spent ---
+
+
+def query_curves(experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcomes], extra_eps: Mapping[str, Sequence[float]]) -> pd.DataFrame:
+    """query_curves.csv: per model cell, norm, family and eps of the norm's grid (pixel units)
+    and `extra_eps` (by norm label, pixel units), robust accuracy at each pass count it steps."""
+    cells = _labels(experiments)
+    frames = []
+    for (model_hash, norm), group in cells.groupby(["model_hash", "norm"], sort=True):
+        grid = group[group["attack_param"] == "eps"]
+        eps_values = sorted(set(_pixel_eps(grid)) | {float(e) for e in extra_eps.get(norm, [])})
+        for attack, family in group.groupby("attack", sort=True):
+            for eps in eps_values:
+                curve = _family_curve(family, outcomes_by_hash, norm, eps)
+                if curve is not None:
+                    first = family.iloc[0]
+                    labels = {
+                        "model_hash": model_hash,
+                        "dataset": first["dataset"],
+                        "norm": norm,
+                        "attack": attack,
+                        "attack_family": first["attack_family"],
+                        "eps": eps,
+                    }
+                    frames.append(curve.assign(**labels))
+    if not frames:
+        return pd.DataFrame(columns=QUERY_CURVES)
+    return pd.concat(frames, ignore_index=True)[QUERY_CURVES]
+
+
+def _pixel_eps(cells: pd.DataFrame) -> list[float]:
+    if cells.empty:
+        return []
+    values = schema.to_pixel(cells["attack_value"].astype(float), cells.get("attack_units", "standardised"), cells["pixel_std"])
+    return [round(float(v), 12) for v in values]
+
+
+def _family_curve(family: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcomes], norm: str, eps: float) -> pd.DataFrame | None:
+    """One family's robust accuracy against passes at `eps` (pixel units), or None where it
+    says nothing there (a fixed-eps family without a cell at that eps)."""
+    first = family.iloc[0]
+    pixel_std = float(first.get("pixel_std", np.nan))
+    if first["attack_param"] == "eps":
+        at = family[np.isclose(_pixel_eps(family), eps)]
+        if at.empty:
+            return None
+        cell = Outcomes.of(outcomes_by_hash[at["attack_hash"].iloc[0]])
+        broken = np.asarray(cell.event, bool)
+        passes = np.asarray(cell.queries) + np.asarray(cell.gradients)
+        return step_curve(np.where(broken, passes, np.inf), _budget(cell))
+    # every cell of the family (its strengths) is a run of its own: the longest run's curve
+    cell = Outcomes.of(outcomes_by_hash[family.sort_values("attack_value")["attack_hash"].iloc[-1]])
+    standardised = eps if norm == "0" else eps / pixel_std
+    if cell.norm_by_step is not None:
+        reached = np.asarray(cell.norm_by_step) <= standardised
+        first_step = np.where(reached.any(1), reached.argmax(1), -1)
+        passes = np.where(first_step >= 0, 2 * first_step + 1, np.inf)
+        return step_curve(passes, 2 * reached.shape[1] - 1)
+    wrong_first = np.asarray(cell.y_pred_ben) != np.asarray(cell.y_true)
+    size = np.where(wrong_first, 0.0, np.asarray(cell[NORM_ARRAYS[norm]], dtype=float))
+    broken = (np.asarray(cell.event, bool) & (size <= standardised)) | wrong_first
+    spent = np.asarray(cell.queries) + np.asarray(cell.gradients)
+    return step_curve(np.where(broken, np.where(wrong_first, 1, spent), np.inf), _budget(cell))
+
+
+def _budget(cell: Outcomes) -> int:
+    return int((np.asarray(cell.queries) + np.asarray(cell.gradients)).max(initial=1))
+
+
+def step_curve(passes_to_break: np.ndarray, budget: int) -> pd.DataFrame:
+    """Robust accuracy after p passes, at p = 0 and at every p where a sample breaks, and at
+    the budget: 1 - share(broken within p passes)."""
+    n = len(passes_to_break)
+    finite = np.sort(passes_to_break[np.isfinite(passes_to_break)])
+    points = np.unique(np.concatenate([[0], finite, [max(budget, finite.max(initial=0))]]))
+    broken = np.searchsorted(finite, points, side="right")
+    return pd.DataFrame({"passes": points.astype(int), "acc": 1 - broken / n if n else np.nan, "n": n})
+
+
+def write_distance_tables(cfg: DictConfig, artefacts: Artefacts, experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcomes]) -> pd.DataFrame:
+    """attack_distances.csv, minimal_eps_check.csv and query_curves.csv; returns the ensemble
+    (each sample's smallest eps per model cell and norm) for survival in eps."""
+    distances = distance_table(experiments, outcomes_by_hash)
+    best = ensemble(distances)
+    query_eps = {str(norm): list(values) for norm, values in (cfg.metrics.optimality.get("query_eps") or {}).items()}
+    tables = {
+        "attack_distances.csv": distances,
+        "minimal_eps_check.csv": grid_check(experiments, outcomes_by_hash, best),
+        "query_curves.csv": query_curves(experiments, outcomes_by_hash, query_eps),
+    }
+    for name, table in tables.items():
+        with atomic_path(artefacts.output(name)) as tmp:
+            table.to_csv(tmp, index=False)
+    return best
