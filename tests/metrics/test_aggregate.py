@@ -445,7 +445,7 @@ def test_the_stage_writes_what_it_declares_from_the_configured_settings_and_logs
         summary = aggregate.run(cfg)
     assert [str(path) for path in aggregate.STAGE.outputs(cfg) if not path.exists()] == []
     assert json.loads((reports / "metrics.json").read_text())["evp_w"] == 0.5
-    assert summary["eps_survival_area_mean"]["digits"].keys() == {"fgm linf", "pgd linf"} and summary["validity_flags"]
+    assert summary["eps_survival_area_mean"]["digits"].keys() == {"fgm linf", "pgd linf", "ensemble linf"} and summary["validity_flags"]
 
     trash = pd.read_csv(reports / "trash.csv")
     assert set(trash["eps_max"]) == {0.1}  # the grid's eps 1.0 lies beyond eps_max

@@ -111,7 +111,12 @@ def test_a_clean_model_trips_no_flag(digits):
     row = flags_of(evaluated("clean", trained(digits), digits))
     assert row["flags"] == "", {name: row[f"{name}_detail"] for name in schema.VALIDITY_FLAGS}
     checked = [name for name in schema.VALIDITY_FLAGS if row[name] is not None]
-    unchecked = ("square_beats_white_box", "budget_too_small", "black_box_carries")  # no AutoAttack cell, no survival stage here
+    unchecked = (
+        "square_beats_white_box",
+        "budget_too_small",
+        "black_box_carries",
+        "attack_far_from_best",
+    )  # no AutoAttack cell, no survival stage, no optimality table here
     assert checked == [name for name in schema.VALIDITY_FLAGS if name not in unchecked]  # every other flag was checked, not skipped
     assert row["square_beats_white_box_detail"].startswith("not checked: no AutoAttack cell")  # PGD and ART's Square alone
     assert row["budget_too_small_detail"].startswith("not checked: no budget/sufficiency.csv")

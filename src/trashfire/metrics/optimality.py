@@ -90,11 +90,11 @@ def ranking(table: pd.DataFrame) -> pd.DataFrame:
 
 def ensemble_curves(best: pd.DataFrame, curves: pd.DataFrame, points: int) -> pd.DataFrame:
     """curves.csv rows of the pseudo-attack `ensemble` per model cell and norm that has an eps
-    grid: robust accuracy from the per-sample eps at the grid's eps and `points` evenly spaced
+    grid and two or more attack families: robust accuracy from the per-sample eps at the grid's eps and `points` evenly spaced
     ones up to its largest (pixel units)."""
     grid_curves = curves[curves["attack"] != schema.WORST_CASE]
     rows = []
-    for (model_hash, norm), samples in best.groupby(["model_hash", "norm"], sort=True):
+    for (model_hash, norm), samples in best[best["n_attacks"] >= 2].groupby(["model_hash", "norm"], sort=True):
         mine = grid_curves[(grid_curves["model_hash"] == model_hash) & (grid_curves["norm"].map(norm_label) == norm)]
         if mine.empty:
             continue

@@ -171,11 +171,12 @@ def sample_table(
 
 def ensemble_samples(best: pd.DataFrame, experiments: pd.DataFrame) -> pd.DataFrame:
     """eps_survival_data.csv's rows of the ensemble (trashfire.tables.distances.ensemble), per
-    model cell and norm, in pixel units: the event at the smallest eps any attack broke the
+    model cell and norm of two or more attack families, in pixel units: the event at the smallest eps any attack broke the
     sample at, exact where a minimal (or example-returning) attack found it, in (eps_lower,
     eps] where a grid attack did; a sample no attack broke is censored at the farthest any
     search reached. eps_max: the largest grid eps of the norm (pixel units), else the largest
     time over the data set's model cells."""
+    best = best[best["n_attacks"] >= 2]
     if best.empty:
         return pd.DataFrame(columns=schema.EPS_SURVIVAL_DATA)
     event = best["event"].astype(bool)

@@ -38,7 +38,7 @@ from trashfire.core.stage import Artefacts
 
 EXACT, GRID = "exact", "grid"
 DISTANCES = ["model_hash", "dataset", "norm", "attack", "attack_family", "kind", "position", "eps_lower", "eps", "event", "reach"]
-ENSEMBLE_COLUMNS = ["model_hash", "dataset", "norm", "position", "eps_lower", "eps", "event", "reach", "kind", "best_by"]
+ENSEMBLE_COLUMNS = ["model_hash", "dataset", "norm", "position", "eps_lower", "eps", "event", "reach", "kind", "best_by", "n_attacks"]
 GRID_CHECK = ["model_hash", "dataset", "norm", "attack_family", "eps", "n", "acc_grid", "acc_minimal", "n_below", "n_above", "agrees"]
 QUERY_CURVES = ["model_hash", "dataset", "norm", "attack", "attack_family", "eps", "passes", "acc", "n"]
 NORM_ARRAYS = {"inf": "norm_linf", "2": "norm_l2", "1": "norm_l1", "0": "norm_l0"}
@@ -141,7 +141,9 @@ def _rows(cell: Outcomes, positions: np.ndarray) -> np.ndarray:
 
 def ensemble(distances: pd.DataFrame) -> pd.DataFrame:
     """Per model cell, norm and sample: the smallest eps over the attack families (exact before
-    grid on a tie), with that family's lower end, and the farthest reach of any."""
+    grid on a tie), with that family's lower end, the farthest reach of any, and how many
+    families the norm has (`n_attacks`: an ensemble of one is that attack, and the tables of
+    survival in eps and the curves leave it out)."""
     if distances.empty:
         return pd.DataFrame(columns=ENSEMBLE_COLUMNS)
     ranked = distances.assign(exact_first=(distances["kind"] != "exact").astype(int)).sort_values(["eps", "exact_first"], kind="stable")
@@ -150,6 +152,8 @@ def ensemble(distances: pd.DataFrame) -> pd.DataFrame:
     reach = distances.assign(farthest=np.maximum(distances["reach"], distances["eps"].where(np.isfinite(distances["eps"]), 0.0)))
     best["reach"] = best.set_index(keys).index.map(reach.groupby(keys)["farthest"].max())
     best["event"] = np.isfinite(best["eps"]).astype(int)
+    families = distances.groupby(["model_hash", "norm"])["attack_family"].nunique()
+    best["n_attacks"] = pd.MultiIndex.from_frame(best[["model_hash", "norm"]]).map(families)
     return best.rename(columns={"attack_family": "best_by"})[ENSEMBLE_COLUMNS]
 
 

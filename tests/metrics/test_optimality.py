@@ -1,0 +1,105 @@
+"""How strong each attack is: AttackBench's optimality against hand-computed values, the
+ensemble's per-sample minimal eps, the grid check (robust accuracy from the minimal eps equals
+each grid cell's up to the samples another attack broke below, counted), robust accuracy
+against queries, and the flag of an attack far from the ensemble's best."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.conftest import tiny_config
+from trashfire.metrics import optimality, validity
+from trashfire.tables import distances
+
+
+def test_optimality_is_attackbenchs_on_a_hand_computed_case():
+    # d* = 0, 1, 2, 4 (one wrong at the first query); M = 4, clean accuracy 3/4, best area
+    # (0 + 1 + 2 + 4) / 4 = 1.75; the attack's area (0 + 2 + 2 + 4) / 4 = 2 (inf clipped at M):
+    # 1 - (2 - 1.75) / (0.75 * 4 - 1.75) = 1 - 0.25 / 1.25 = 0.8
+    value, area, best_area, clean, m = optimality.optimality(np.array([0, 2, 2, np.inf]), np.array([0, 1, 2, 4.0]))
+    assert (value, area, best_area, clean, m) == pytest.approx((0.8, 2.0, 1.75, 0.75, 4.0))
+    assert optimality.optimality(np.array([0, 1, 2, 4.0]), np.array([0, 1, 2, 4.0]))[0] == 1.0  # the ensemble's best itself
+    assert optimality.optimality(np.array([0, np.inf, np.inf, np.inf]), np.array([0, 1, 2, 4.0]))[0] == 0.0  # broke nothing
+
+
+def test_the_ensemble_takes_each_samples_smallest_eps_and_its_interval():
+    rows = [
+        # sample 0: the grid broke it at 0.2 (threshold in (0.1, 0.2]), FMN at 0.15 exactly
+        ("pgd linf", "grid", 0, 0.1, 0.2, 1, 0.3),
+        ("fmn linf", "exact", 0, 0.15, 0.15, 1, 0.4),
+        # sample 1: only the grid broke it; FMN never did
+        ("pgd linf", "grid", 1, 0.1, 0.2, 1, 0.3),
+        ("fmn linf", "exact", 1, np.inf, np.inf, 0, 0.5),
+        # sample 2: nobody
+        ("pgd linf", "grid", 2, 0.3, np.inf, 0, 0.3),
+        ("fmn linf", "exact", 2, np.inf, np.inf, 0, 0.6),
+    ]
+    table = pd.DataFrame(rows, columns=["attack_family", "kind", "position", "eps_lower", "eps", "event", "reach"]).assign(
+        model_hash="m", dataset="digits", norm="inf", attack=lambda t: t["attack_family"].str.split().str[0]
+    )
+    best = distances.ensemble(table).set_index("position")
+    assert best.loc[0, ["eps_lower", "eps", "kind", "best_by"]].tolist() == [0.15, 0.15, "exact", "fmn linf"]
+    assert best.loc[1, ["eps_lower", "eps", "kind"]].tolist() == [0.1, 0.2, "grid"]
+    assert best.loc[2, "event"] == 0 and best.loc[2, "reach"] == 0.6  # censored where the farthest search got
+    assert (best["n_attacks"] == 2).all()
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """The tiny grid with FMN linf beside FGM and PGD: prepare, train, attack, timing."""
+    from trashfire.stages import attack, prepare, timing, train
+
+    folder = tmp_path_factory.mktemp("optimality")
+    cfg = tiny_config(folder, "attack=[fgm,pgd,fmn]", "defence=[none]", "attack.pgd.values=[0.05,0.1,0.3,1.0]")
+    for stage in (prepare, train, attack, timing):
+        stage.run(cfg)
+    return cfg, Path(cfg.paths.reports)
+
+
+def test_accuracy_from_the_minimal_eps_equals_each_grid_cells_up_to_the_samples_broken_below(tiny_run):
+    _, reports = tiny_run
+    check = pd.read_csv(reports / "minimal_eps_check.csv")
+    assert set(check["attack_family"]) == {"fgm linf", "pgd linf"} and len(check) == 6
+    assert (check["n_above"] == 0).all() and check["agrees"].all()
+    np.testing.assert_allclose(check["acc_minimal"], check["acc_grid"] - check["n_below"] / check["n"])
+    assert check["n_below"].sum() > 0, "FMN breaks some sample below a grid eps that the grid cell left standing"
+
+
+def test_minimal_attack_distances_are_its_examples_norms_in_pixel_units(tiny_run):
+    cfg, reports = tiny_run
+    table = pd.read_csv(reports / "attack_distances.csv", dtype={"norm": str})
+    experiments = pd.read_csv(reports / "experiments.csv")
+    fmn = table[table["attack"] == "fmn"]
+    cell = experiments[experiments["attack"] == "fmn"].iloc[0]
+    outcomes = np.load(Path(cfg.paths.attacks) / f"{cell['attack_hash']}.npz")
+    broken = outcomes["event"] & (outcomes["y_pred_ben"] == outcomes["y_true"])
+    expected = outcomes["norm_linf"][broken] * cell["pixel_std"]
+    np.testing.assert_allclose(fmn.set_index("position").loc[outcomes["position"][broken], "eps"], expected)
+    assert set(fmn["kind"]) == {"exact"} and set(table.loc[table["attack"] == "pgd", "kind"]) == {"grid"}
+
+
+def test_accuracy_against_queries_falls_with_the_work_and_ends_at_the_cells_accuracy(tiny_run):
+    _, reports = tiny_run
+    curves = pd.read_csv(reports / "query_curves.csv", dtype={"norm": str})
+    experiments = pd.read_csv(reports / "experiments.csv")
+    for _, curve in curves.groupby(["model_hash", "attack_family", "eps"]):
+        assert (np.diff(curve["acc"].to_numpy()) <= 0).all() and (np.diff(curve["passes"].to_numpy()) > 0).all()
+    pgd = curves[(curves["attack"] == "pgd")]
+    for eps, curve in pgd.groupby("eps"):
+        cell = experiments[(experiments["attack"] == "pgd") & np.isclose(experiments["attack_value"] * experiments["pixel_std"], eps)]
+        assert curve["acc"].iloc[-1] == pytest.approx(float(cell["acc_adv"].iloc[0]))
+    fmn = curves[curves["attack"] == "fmn"]
+    assert set(np.round(fmn["eps"], 6)) == set(np.round(pgd["eps"], 6))  # FMN read at every grid eps of its norm
+
+
+def test_an_attack_far_from_the_ensembles_best_is_flagged():
+    table = pd.DataFrame({"model_hash": "m", "attack_family": ["fgm linf", "fmn linf", "hsj l2"], "n": [100, 100, 5], "optimality": [0.3, 1.0, 0.0]})
+    tripped, seen = validity.attack_far_from_best(table, 0.5)
+    assert tripped is True and seen.startswith("optimality against the ensemble of its norm: fgm linf 0.30; fmn linf 1.00")
+    assert "hsj" not in seen  # 5 samples say too little
+    assert validity.attack_far_from_best(table.assign(optimality=[0.6, 1.0, 0.0]), 0.5)[0] is False
+    assert validity.attack_far_from_best(None, 0.5)[0] is None
