@@ -468,7 +468,18 @@ def aggregate_reports(cfg: DictConfig, artefacts: Artefacts) -> dict:
             "optimality_ranking.csv": optimality.ranking(attack_optimality),
         },
     )
-    write_cards(artefacts.output("cards"), experiments, trash, robustness, brittle, flags, worst, reported=publishers_figures(cfg))
+    write_cards(
+        artefacts.output("cards"),
+        experiments,
+        trash,
+        robustness,
+        brittle,
+        flags,
+        worst,
+        reported=publishers_figures(cfg),
+        ensemble=optimality.ensemble_at_grid(every_curve),
+        optimality=attack_optimality,
+    )
     summary = headline(experiments, trash, robustness, brittle, comparison, checked, eps_survival, flags, m, worst, no_expected_time)
     write_json(artefacts.output("metrics.json"), without_nan(summary))
     write_json(artefacts.output("headline.json"), without_nan(headline_summary(summary)))

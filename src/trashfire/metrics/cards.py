@@ -32,8 +32,12 @@ def card(
     flags: pd.DataFrame | None = None,
     worst_case: pd.DataFrame | None = None,
     reported: dict[str, dict[str, Any]] | None = None,
+    ensemble: pd.DataFrame | None = None,
+    optimality: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
-    """`reported`: per model option, what its publisher reports of it (trashfire.core.external.reported)."""
+    """`reported`: per model option, what its publisher reports of it (trashfire.core.external.reported);
+    `ensemble`: the ensemble's robust accuracy per model cell, norm and grid eps, and
+    `optimality` each attack's (trashfire.metrics.optimality)."""
     rows = experiments[experiments["train_hash"] == train_hash]
     first = rows.iloc[0]
     figures = (reported or {}).get(first["model"])
@@ -42,7 +46,24 @@ def card(
         "training": _plain(first[schema.CARD_TRAINING]),
         "times_per_sample": _plain(first.reindex(schema.CARD_TIMES)),  # FLOPs on the compute clock, seconds on the others
         "provenance": provenance(first) | ({"reported": beside_reported(rows, figures)} if figures else {}),
-        "model_cells": [_model_cell(group, trash, robustness, brittle, flags, worst_case) for _, group in rows.groupby("model_hash", sort=False)],
+        "model_cells": [
+            _model_cell(group, trash, robustness, brittle, flags, worst_case) | _strength(group["model_hash"].iloc[0], ensemble, optimality)
+            for _, group in rows.groupby("model_hash", sort=False)
+        ],
+    }
+
+
+def _strength(model_hash: str, ensemble: pd.DataFrame | None, optimality: pd.DataFrame | None) -> dict[str, Any]:
+    """How strong the attacks were on this model cell: the ensemble's robust accuracy per norm
+    and eps (each sample broken by any attack of the norm at that eps or below), and each
+    attack's optimality against it."""
+    if ensemble is None and optimality is None:
+        return {}
+    mine = ensemble[ensemble["model_hash"] == model_hash] if ensemble is not None else pd.DataFrame()
+    ranked = optimality[optimality["model_hash"] == model_hash] if optimality is not None else pd.DataFrame()
+    return {
+        "ensemble": [{"norm": r.norm, "eps": _number(r.eps_pixel), "units": "pixel", "acc": _number(r.acc)} for r in mine.itertuples()],
+        "optimality": [{"attack_family": r.attack_family, "n": int(r.n), "optimality": _number(r.optimality)} for r in ranked.itertuples()],
     }
 
 

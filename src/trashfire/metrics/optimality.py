@@ -110,3 +110,15 @@ def ensemble_curves(best: pd.DataFrame, curves: pd.DataFrame, points: int) -> pd
     if not rows:
         return pd.DataFrame(columns=schema.CURVES)
     return pd.concat(rows, ignore_index=True)[schema.CURVES]
+
+
+def ensemble_at_grid(curves: pd.DataFrame) -> pd.DataFrame:
+    """The ensemble's robust accuracy per model cell and norm at its grid attacks' eps (pixel
+    units): the cards' table (model_hash, norm, eps_pixel, acc)."""
+    mine = curves[curves["attack"] == ENSEMBLE]
+    grid = curves[~curves["attack"].isin([ENSEMBLE, schema.WORST_CASE])]
+    if mine.empty:
+        return pd.DataFrame(columns=["model_hash", "norm", "eps_pixel", "acc"])
+    points = grid.assign(norm=grid["norm"].map(norm_label))[["model_hash", "norm", "eps_pixel"]].round({"eps_pixel": 9}).drop_duplicates()
+    table = mine.assign(norm=mine["norm"].map(norm_label)).round({"eps_pixel": 9})
+    return table.merge(points, on=["model_hash", "norm", "eps_pixel"])[["model_hash", "norm", "eps_pixel", "acc"]]

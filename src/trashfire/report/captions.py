@@ -30,6 +30,14 @@ CAPTIONS = {
         "a curve that stays high for longer is more robust; the bottom row removes differences in benign accuracy, and the area under it over the shaded "
         "interval, relative to the interval, is R.",
     ),
+    "accuracy_vs_queries": (
+        "Robust accuracy against the attack's work (AttackBench's accuracy against queries)",
+        "Per data set and norm, at one eps (pixel units), each attack family's robust accuracy after p forward queries plus input gradients per sample, "
+        "the mean over the undefended model cells, read off the per-sample clocks: a fixed-eps attack's cell at that eps; a minimal-norm attack (FMN, DDN) "
+        "from the step at which its smallest norm first fell to that eps; an image-by-image search from the passes it had spent when it ended.",
+        "a curve that falls sooner breaks samples with less work; where it ends is the attack's robust accuracy at its budget; a minimal-norm attack "
+        "is not told the eps, so it reaches a given eps later than an attack aimed at it but reads every eps from one run.",
+    ),
     "eps_survival_curves": (
         "Survival in ε: the share of samples still standing against the perturbation size",
         "Kaplan-Meier estimate of the share of attacked samples not yet broken against ε, one panel per data set and attack family, one line per model cell "

@@ -14,7 +14,7 @@ import jinja2
 
 from trashfire.core.records import atomic_path
 from trashfire.core.stage import Artefacts
-from trashfire.report import sections
+from trashfire.report import sections, strength
 from trashfire.report.captions import CAPTIONS, caption_for
 from trashfire.report.inputs import read_metrics, read_tables
 from trashfire.tables.worst_case import measured
@@ -22,6 +22,7 @@ from trashfire.tables.worst_case import measured
 SECTIONS = (
     ("findings", "Findings"),
     ("validity", "Validity flags"),
+    ("attacks", "How strong are the attacks?"),
     ("headline", "Headline metrics"),
     ("run", "Run"),
     ("figures", "Figures"),
@@ -100,7 +101,8 @@ def report_html(artefacts: Artefacts, images: list[Path], skipped: dict[str, str
         sections=SECTIONS,
         left_out=sections.LEFT_OUT,
         findings=sections.findings_section(tables["findings"], metrics, degenerate, seeds=attacks["seed"].nunique() if "seed" in attacks else 0),
-        validity=sections.validity_section(tables["validity"], metrics, tables["budget_families"]),
+        validity=sections.validity_section(tables["validity"], metrics, tables["budget_families"], tables.get("minimal_eps_check")),
+        attacks=strength.attacks_section(tables),
         headline=sections.headline_rows(metrics),
         run=sections.run_section(metrics, attacks, degenerate),
         figures=figures_section(images, path.parent, skipped),  # figure names relative to the page

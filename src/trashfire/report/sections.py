@@ -195,13 +195,13 @@ def findings_section(findings: pd.DataFrame, metrics: dict, degenerate: pd.DataF
 # --- Validity, headline and run
 
 
-def validity_section(flags: pd.DataFrame, metrics: dict, budget_families: pd.DataFrame | None = None) -> dict:
+def validity_section(flags: pd.DataFrame, metrics: dict, budget_families: pd.DataFrame | None = None, check: pd.DataFrame | None = None) -> dict:
     """Per flag, how many sound model cells tripped it of those checked, the budget check per
     attack family (its estimated and observed shares, its verdict once with the reason),
     then the cells that tripped any flag, with what was seen."""
     counts = metrics.get("validity_flags") or {}
     rows = [(name, f"{c.get('tripped', 0)} of {c.get('checked', 0)}", validity.MEANINGS[name]) for name, c in counts.items() if name in validity.MEANINGS]
-    budget = budget_table(budget_families)
+    budget = budget_table(budget_families, check)
     tripped = flags[flags["flags"].fillna("").astype(str).str.len() > 0]
     if tripped.empty:
         return {"rows": rows, "budget": budget, "cells": None}
@@ -211,12 +211,15 @@ def validity_section(flags: pd.DataFrame, metrics: dict, budget_families: pd.Dat
     return {"rows": rows, "budget": budget, "cells": Folded("validity-cells", caption, len(listing), "what each flag saw, per model cell", table_of(listing))}
 
 
-def budget_table(families: pd.DataFrame | None) -> Table | None:
+def budget_table(families: pd.DataFrame | None, check: pd.DataFrame | None = None) -> Table | None:
     """budget/families.csv as the report shows it: per attack family, its budget, its
     calibration, the mean share of a cell's samples a budget `factor` x larger would break
-    (estimated; observed on the calibration reruns) and the verdict with its reason."""
+    (estimated; observed on the calibration reruns), beside it the mean share the ensemble of
+    every attack of its norm broke beyond it at the same eps (minimal_eps_check.csv), and the
+    verdict with its reason."""
     if families is None or families.empty:
         return None
+    beyond = pd.Series(dtype=float) if check is None or check.empty else (check["n_below"] / check["n"]).groupby(check["attack_family"]).mean()
     shown = pd.DataFrame(
         {
             "attack family": families["attack_family"],
@@ -227,6 +230,7 @@ def budget_table(families: pd.DataFrame | None) -> Table | None:
             ],
             "estimated share": families["estimated"].map(lambda v: "" if pd.isna(v) else f"{v:.2%}"),
             "observed share": families["observed"].map(lambda v: "" if pd.isna(v) else f"{v:.2%}"),
+            "ensemble broke beyond": families["attack_family"].map(beyond).map(lambda v: "" if pd.isna(v) else f"{v:.2%}"),
             "budget too small": families["budget_too_small"].map(lambda v: "not checked" if pd.isna(v) else ("yes" if str(v).lower() == "true" else "no")),
             "why": families["reason"],
         }

@@ -28,6 +28,10 @@ STAGE = Stage(
         "{reports}/cards",
         "{reports}/metrics.json",
         "{reports}/findings.csv",
+        "{reports}/query_curves.csv",
+        "{reports}/minimal_eps_check.csv",
+        "{reports}/optimality.csv",
+        "{reports}/optimality_ranking.csv",
         "{reports}/survival",
         "{reports}/budget",
         "src/trashfire/report/templates",  # the page's templates and CSS: package data, not imports

@@ -12,7 +12,8 @@ by depth and defence (trash) (TRASHFIRE Fig. 1, 4), EVP against the viability th
 against the number of eps intervals (evp; EVP paper Fig. 7, 8), accuracy and normalised
 accuracy against eps (curves; normalised-AUC paper Fig. 2, 4), brittle-score against robust
 accuracy (brittle; brittle-score paper Fig. 4), and survival in eps (eps_survival):
-Kaplan-Meier curves of the samples still standing against eps and their area against EVP and R.
+Kaplan-Meier curves of the samples still standing against eps and their area against EVP and R,
+and robust accuracy against the attack's work (attacks; AttackBench's accuracy against queries).
 A figure with nothing to draw is skipped, and the report says why.
 """
 
@@ -30,7 +31,7 @@ from omegaconf import DictConfig
 
 from trashfire.core.stage import Artefacts
 from trashfire.report import page
-from trashfire.report.figures import accuracy, brittle, curves, eps_survival, evp, trash
+from trashfire.report.figures import accuracy, attacks, brittle, curves, eps_survival, evp, trash
 from trashfire.report.figures.common import FigureFolder, Skipped
 from trashfire.report.inputs import read_metrics, read_tables
 
@@ -48,6 +49,7 @@ def drawings(tables: dict, folder: FigureFolder) -> dict[str, Callable[[], list[
         "brittle_vs_robust_acc": lambda: brittle.brittle_figure(tables["brittle"], folder),
         "eps_survival_curves": lambda: eps_survival.eps_survival_figure(tables["eps_survival_curves"], tables["eps_survival"], folder),
         "eps_survival_vs_evp_r": lambda: eps_survival.eps_survival_scatter(tables["eps_survival"], tables["robustness"], folder),
+        "accuracy_vs_queries": lambda: attacks.queries_figure(tables["query_curves"], tables["experiments"], folder),
     }
 
 
