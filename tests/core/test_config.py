@@ -17,7 +17,7 @@ def test_default_config_composes_and_validates(conf_dir):
     cfg = validate(compose([], conf=conf_dir))
     assert set(cfg.model) == {"cifar_resnet8", "cifar_resnet14", "cifar_resnet20"}
     assert set(cfg.defence) == {"none", "gauss_in", "gauss_out", "conf", "fsq", "adv_train"}
-    assert set(cfg.attack) == {"fgm", "pgd", "deepfool", "pixel", "threshold", "hsj"}
+    assert set(cfg.attack) == {"fgm", "pgd", "deepfool", "pixel", "threshold", "hsj", "fmn"}
     assert set(cfg.data) == {"digits"}
 
 

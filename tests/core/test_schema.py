@@ -307,10 +307,11 @@ def test_every_table_the_stages_write_has_the_schema_columns(recorded):
     }
     for name, expected in columns.items():
         assert header(reports / name) == expected, name
-    for name in ("trash.csv", "eps_survival.csv", "eps_survival_curves.csv"):
-        assert set(pd.read_csv(reports / name)["attack_family"]) == {"fgm linf", "pgd linf"}, name
-    for name in ("robustness.csv", "curves.csv"):  # and the worst case per sample over the two
-        assert set(pd.read_csv(reports / name)["attack_family"]) == {"fgm linf", "pgd linf", "worst_case linf"}, name
+    assert set(pd.read_csv(reports / "trash.csv")["attack_family"]) == {"fgm linf", "pgd linf"}
+    for name in ("eps_survival.csv", "eps_survival_curves.csv"):  # and the ensemble of the two per sample
+        assert set(pd.read_csv(reports / name)["attack_family"]) == {"fgm linf", "pgd linf", "ensemble linf"}, name
+    for name in ("robustness.csv", "curves.csv"):  # and the worst case per sample over the two, and their ensemble
+        assert set(pd.read_csv(reports / name)["attack_family"]) == {"fgm linf", "pgd linf", "worst_case linf", "ensemble linf"}, name
     card = json.loads(sorted((reports / "cards").glob("*.json"))[0].read_text())
     assert set(card["training"]) == set(schema.CARD_TRAINING) and set(card["times_per_sample"]) == set(schema.CARD_TIMES)
     cell = card["model_cells"][0]
