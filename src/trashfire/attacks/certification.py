@@ -30,14 +30,15 @@ import torch
 from omegaconf import DictConfig
 
 from trashfire.attacks.art_attacks import art_classifier
-from trashfire.attacks.smoothing import ABSTAIN, Certificates, attack_smoothed, certify, decide, noise_generator
+from trashfire.attacks.smoothing import ABSTAIN, Attacked, Certificates, attack_smoothed, certify, decide, noise_generator
 from trashfire.attacks.target import Target
 from trashfire.core.errors import ConfigError, DataError
 from trashfire.core.grid import ModelCell, model_cells
+from trashfire.core.parallel import describe, resolve_workers, results_as_completed, threads_per_cell
 from trashfire.core.records import write_csv
 from trashfire.core.schema import to_pixel, to_standardised
 from trashfire.core.stage import Artefacts
-from trashfire.data.datasets import load_split
+from trashfire.data.datasets import cached_split
 from trashfire.data.splits import Split
 from trashfire.models import training
 from trashfire.models.architectures import resolve_device
@@ -79,15 +80,19 @@ def certify_grid(cfg: DictConfig, artefacts: Artefacts) -> pd.DataFrame:
         raise ConfigError("certify", "missing section; compose params.yaml with `make params`")
     cells = smoothing_cells(cfg)
     device = resolve_device(cfg.train.device)
-    tables, samples = [], []
     if not cells:
-        log.info("certify: no model cell of a smoothing defence (gauss_in) in this grid: no certificate")
-    for cell in cells:
-        started = time.perf_counter()
-        table, per_sample = certify_cell(cfg, settings, artefacts, cell, device)
-        tables.append(table)
-        samples.append(per_sample)
-        log.info("certify: %s in %.1f s", summary(table), time.perf_counter() - started)
+        log.info("certify: no model cell of a defence with smoothing: true (such as gauss_in) in this grid: no certificate")
+    # one cell per worker at train.threads threads, as the attack stage runs its cells: the
+    # tables are then the same for any number of workers
+    workers = min(resolve_workers(cfg.train.get("workers", "auto"), device.type), max(1, len(cells)))
+    threads = threads_per_cell(workers, cfg.train.get("threads", 1))
+    log.info("certify: %d model cells on %s (%s)", len(cells), device, describe(workers, threads, len(cells)))
+    jobs = [(cfg, settings, artefacts, cell, device) for cell in cells]
+    results: list = [None] * len(cells)
+    for index, result in results_as_completed(certify_cell, jobs, workers, log.name, threads):
+        results[index] = result
+        log.info("certify: %s in %.1f s", summary(cells[index], result[0]), result[2])
+    tables, samples = [r[0] for r in results], [r[1] for r in results]
     table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=CELL_COLUMNS)
     write_csv(table[CELL_COLUMNS], artefacts.output("certified.csv"))
     per_sample = pd.concat(samples, ignore_index=True) if samples else pd.DataFrame(columns=SAMPLE_COLUMNS)
@@ -95,24 +100,26 @@ def certify_grid(cfg: DictConfig, artefacts: Artefacts) -> pd.DataFrame:
     return table
 
 
-def certify_cell(cfg: DictConfig, settings: DictConfig, artefacts: Artefacts, cell: ModelCell, device: torch.device) -> tuple[pd.DataFrame, pd.DataFrame]:
-    split = load_split(artefacts.input("processed"), cfg, cell.train.dataset, cell.train.seed)
+def certify_cell(
+    cfg: DictConfig, settings: DictConfig, artefacts: Artefacts, cell: ModelCell, device: torch.device
+) -> tuple[pd.DataFrame, pd.DataFrame, float]:
+    """One cell's rows of both tables, and the seconds they took (one worker's job)."""
+    started = time.perf_counter()
+    split = cached_split(artefacts.input("processed"), cfg, cell.train.dataset, cell.train.seed)
     target = Target(art_classifier(load_model(artefacts, cell, split).to(device), split, cell.defence, device), device)
     count = len(split.y_attack) if settings.samples is None else min(int(settings.samples), len(split.y_attack))
     x, y = split.x_attack[:count], split.y_attack[:count]
-    sigma, n, alpha = float(cell.defence["value"]), int(settings.n), float(settings.alpha)
+    sigma, alpha, batch = float(cell.defence["value"]), float(settings.alpha), int(settings.batch_size)
     generator = noise_generator(device, settings.seed)  # per cell: every cell sees the same noise sequence
-    batch = int(settings.batch_size)
-    certificates = certify(target, x, sigma, int(settings.n0), n, alpha, split.n_classes, generator, batch)
+    certificates = certify(target, x, sigma, int(settings.n0), int(settings.n), alpha, split.n_classes, generator, batch)
     clean = decide(certificates.counts, alpha)  # PREDICT on CERTIFY's n counting draws
-    units, grid = str(settings.units), [float(eps) for eps in settings.eps]
     attack = settings.attack
     attacked = attack_smoothed(
         target,
         x,
         y,
         sigma,
-        grid,
+        [float(eps) for eps in settings.eps],
         n=int(attack.n),
         alpha=alpha,
         n_classes=split.n_classes,
@@ -120,46 +127,49 @@ def certify_cell(cfg: DictConfig, settings: DictConfig, artefacts: Artefacts, ce
         step_scale=float(attack.step_scale),
         draws=int(attack.draws),
         generator=generator,
-        scale=torch.from_numpy(split.std) if units == "pixel" else None,
+        scale=torch.from_numpy(split.std) if settings.units == "pixel" else None,
         clean=clean,
         batch_size=batch,
     )
     # the smallest channel std maps the whole pixel ball into the standardised one (grey: exact)
-    std = float(np.min(split.std))
-    labels = y.numpy()
-    keys = cell_keys(cell)
+    std, keys = float(np.min(split.std)), cell_keys(cell)
+    table = eps_table(keys, settings, std, y.numpy(), certificates, attacked)
+    return table, sample_table(keys, y.numpy(), certificates, clean, std), time.perf_counter() - started
+
+
+def eps_table(keys: dict, settings: DictConfig, std: float, labels: np.ndarray, certificates: Certificates, attacked: Attacked) -> pd.DataFrame:
+    """Per eps: the certified floor, the attacked ceiling and the bracket between them."""
     rows = []
-    for e, eps in enumerate(grid):
-        eps_standardised = to_standardised(eps, units, std)
+    for e, eps in enumerate(float(eps) for eps in settings.eps):
+        eps_standardised = to_standardised(eps, settings.units, std)
         certified = (certificates.prediction == labels) & (certificates.radius > eps_standardised)
         rows.append(
             {
                 **keys,
-                "eps": to_pixel(eps, units, std),
+                "eps": to_pixel(eps, settings.units, std),
                 "eps_standardised": eps_standardised,
-                "n_samples": count,
+                "n_samples": len(labels),
                 "certified_acc": float(certified.mean()),
                 "attacked_acc": float(attacked.robust[e].mean()),
                 "abstain_share": float(np.mean(certificates.prediction == ABSTAIN)),
                 "attacked_acc_strict": float(attacked.strict[e].mean()),
                 "attack_abstain_share": float(np.mean(attacked.attacked[e] == ABSTAIN)),
                 "n0": int(settings.n0),
-                "n": n,
-                "alpha": alpha,
-                "attack_steps": int(attack.steps),
-                "attack_draws": int(attack.draws),
-                "attack_n": int(attack.n),
+                "n": int(settings.n),
+                "alpha": float(settings.alpha),
+                "attack_steps": int(settings.attack.steps),
+                "attack_draws": int(settings.attack.draws),
+                "attack_n": int(settings.attack.n),
             }
         )
     table = pd.DataFrame(rows)
-    table["bracket"] = table["attacked_acc"] - table["certified_acc"]
-    return table, sample_table(keys, labels, certificates, clean, std)
+    return table.assign(bracket=table["attacked_acc"] - table["certified_acc"])
 
 
 def load_model(artefacts: Artefacts, cell: ModelCell, split: Split) -> torch.nn.Module:
     models = artefacts.input("models")
     if not training.is_cached(models, cell.train):
-        raise DataError(f"{training.record_path(models, cell.train.hash)}: no trained model of cell {describe(cell)}; run the train stage first")
+        raise DataError(f"{training.record_path(models, cell.train.hash)}: no trained model of cell {cell_label(cell)}; run the train stage first")
     return training.load_weights(models, cell.train, split)
 
 
@@ -191,13 +201,11 @@ def sample_table(keys: dict, labels: np.ndarray, certificates: Certificates, cle
     )
 
 
-def describe(cell: ModelCell) -> str:
+def cell_label(cell: ModelCell) -> str:
     train = cell.train
     return f"{train.dataset} seed {train.seed} {train.model} {train.epochs} epochs {cell.defence['name']}@{cell.defence['value']:g}"
 
 
-def summary(table: pd.DataFrame) -> str:
-    first = table.iloc[0]
-    cell = f"{first.dataset} seed {first.seed} {first.model} {first.epochs} epochs {first.defence}@{first.defence_value:g}"
+def summary(cell: ModelCell, table: pd.DataFrame) -> str:
     eps = ", ".join(f"eps {r.eps:g}: certified {r.certified_acc:.2f}, attacked {r.attacked_acc:.2f}" for r in table.itertuples())
-    return f"{cell} ({int(first.n_samples)} samples): {eps}"
+    return f"{cell_label(cell)} ({int(table['n_samples'].iloc[0])} samples): {eps}"

@@ -39,7 +39,9 @@ classifier, abstaining counts as an error, is kept beside it as the strict attac
 Monte Carlo choices: noise is not clipped to the image box (Cohen et al. do not clip; the
 certificate is about the unclipped Gaussian), though the attacked points themselves stay in
 the box; the noise comes from one seeded torch generator on the model's device, drawn in
-batches of `batch_size` copies in a fixed order, so a run is reproducible on a device. The
+batches of `batch_size` copies in a fixed order, so a run is reproducible on a device. At the
+clean point PREDICT reads CERTIFY's n counting draws instead of drawing its own (each
+procedure's guarantee holds on its draws alone; a union bound covers both at 2 alpha). The
 largest radius n draws can certify is sigma * Phi^-1(alpha^(1/n)) (every copy correct):
 with n = 1000 and alpha = 0.001, 2.46 sigma; Cohen et al.'s n = 100,000 reaches 3.8 sigma.
 
