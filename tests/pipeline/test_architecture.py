@@ -208,6 +208,7 @@ STAGE_DOMAIN = {
     "prepare": "data",
     "train": "models",
     "attack": "attacks",
+    "certify": "attacks",
     "budget": "survival",
     "brittle": "brittle",
     "timing": "tables",

@@ -1,6 +1,7 @@
-"""The attack section's checks (registered with trashfire.core.checks): each attack option
-by its own rules, its engine and torch loop, a composite's components, AutoAttack's
-versions. Light: no ART or torch."""
+"""The attack and certify sections' checks (registered with trashfire.core.checks): each
+attack option by its own rules, its engine and torch loop, a composite's components,
+AutoAttack's versions; randomized smoothing's Monte Carlo and attack settings. Light: no ART
+or torch."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from trashfire.core.checks import (
     check_value,
     choice,
     integer,
+    nonempty_list,
     nonempty_mapping,
     number,
     option_rules,
@@ -31,6 +33,29 @@ from trashfire.core.grid import options
 @register("attack")
 def check(cfg: DictConfig) -> None:
     _validate_attacks(options(cfg, "attack"), {name: spec.n_classes for name, spec in options(cfg, "data").items()})
+
+
+@register("certify")
+def check_certify(cfg: DictConfig) -> None:
+    """trashfire.attacks.smoothing's settings: draw counts, a level, l2 radii and SmoothAdv's."""
+    settings = cfg.certify
+    if not isinstance(settings, DictConfig):
+        raise ConfigError("certify", f"got {settings!r}; allowed: a mapping, as `make params` composes it")
+    for key in ("n0", "n", "batch_size"):
+        integer(f"certify.{key}", settings.get(key), low=1)
+    integer("certify.seed", settings.get("seed"), low=0)
+    number("certify.alpha", settings.get("alpha"), low=0, high=1, open_low=True, open_high=True)
+    if settings.get("samples") is not None:
+        integer("certify.samples", settings.samples, low=1)
+    choice("certify.units", settings.get("units"), ATTACK_UNITS)
+    for eps in nonempty_list("certify.eps", settings.get("eps")):
+        number("certify.eps", eps, low=0, open_low=True)
+    attack = settings.get("attack")
+    if not isinstance(attack, DictConfig):
+        raise ConfigError("certify.attack", f"got {attack!r}; allowed: a mapping of steps, step_scale, draws and n")
+    for key in ("steps", "draws", "n"):
+        integer(f"certify.attack.{key}", attack.get(key), low=1)
+    number("certify.attack.step_scale", attack.get("step_scale"), low=0, open_low=True)
 
 
 def _validate_attacks(attacks: dict[str, Any], classes: Mapping[str, int]) -> None:

@@ -4,4 +4,4 @@
 ART or lifelines load (seconds): a bad value or a missing params file is reported at once. The
 import still counts as the stage's code dependency (dvc.yaml follows function-level imports)."""
 
-ORDER = ("prepare", "train", "attack", "budget", "brittle", "timing", "survival", "aggregate", "figures")
+ORDER = ("prepare", "train", "attack", "certify", "budget", "brittle", "timing", "survival", "aggregate", "figures")
