@@ -110,7 +110,7 @@ def test_smoothadv_stays_in_the_ball_and_the_image_box():
 def gauss_in_run(tmp_path_factory):
     """The tiny grid with the undefended and the Gauss-in (sigma 0.3) ResNet-8, trained."""
     tmp = tmp_path_factory.mktemp("certify")
-    cfg = tiny_config(tmp, "defence=[none,gauss_in]")
+    cfg = tiny_config(tmp, "defence=[none,gauss_in]", "certify.enabled=true")
     prepare.run(cfg)
     train.run(cfg)
     return cfg
@@ -165,9 +165,9 @@ def test_the_stage_writes_one_row_per_cell_and_eps_and_one_per_sample(gauss_in_r
     pd.testing.assert_frame_equal(pd.read_csv(reports.output("certified.csv")), cells)
 
 
-def test_without_a_smoothing_cell_the_stage_writes_headers_only(tmp_path):
-    cfg = tiny_config(tmp_path, "defence=[none,fsq]")
-    assert certification.smoothing_cells(cfg) == []
+@pytest.mark.parametrize("overrides", [("defence=[none,fsq]", "certify.enabled=true"), ("defence=[none,gauss_in]", "certify.enabled=false")])
+def test_without_a_smoothing_cell_or_switched_off_the_stage_writes_headers_only(tmp_path, overrides):
+    cfg = tiny_config(tmp_path, *overrides)
     certify.run(cfg)  # nothing to load: no data or models needed
     reports = certify.STAGE.resolved(cfg)
     for name, columns in (("certified.csv", certification.CELL_COLUMNS), ("certified_samples.csv", certification.SAMPLE_COLUMNS)):

@@ -126,7 +126,15 @@ def card_tables() -> dict[str, pd.DataFrame]:
 # flags a validity.csv from before them lacks: null, as flags this run cannot check
 NEWER_FLAGS = {
     name: {"tripped": None, "seen": None}
-    for name in ("softmax_output", "dynamic", "square_beats_white_box", "budget_too_small", "black_box_carries", "attack_far_from_best")
+    for name in (
+        "softmax_output",
+        "dynamic",
+        "square_beats_white_box",
+        "budget_too_small",
+        "black_box_carries",
+        "attack_far_from_best",
+        "attacked_above_certified",
+    )
 }
 
 

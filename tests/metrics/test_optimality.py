@@ -103,3 +103,16 @@ def test_an_attack_far_from_the_ensembles_best_is_flagged():
     assert "hsj" not in seen  # 5 samples say too little
     assert validity.attack_far_from_best(table.assign(optimality=[0.6, 1.0, 0.0]), 0.5)[0] is False
     assert validity.attack_far_from_best(None, 0.5)[0] is None
+
+
+def test_a_wide_bracket_at_a_certifiable_eps_is_flagged_and_other_defences_have_no_certificate():
+    # sigma 0.3 (standardised), alpha 0.001, n 1000: the largest certifiable radius is
+    # 0.3 * Phi^-1(0.001^(1/1000)) = 0.3 * Phi^-1(0.99312) = 0.3 * 2.4633 = 0.739; eps 2.0 is beyond it
+    assert validity.certifiable_radius(0.3, 0.001, 1000) == pytest.approx(0.3 * 2.4633, rel=1e-3)
+    rows = pd.DataFrame({"model_hash": "g", "defence_value": 0.3, "alpha": 0.001, "n": 1000, "eps": [0.25, 0.75], "eps_standardised": [0.66, 2.0]}).assign(
+        certified_acc=[0.8, 0.0], attacked_acc=[0.95, 0.7], bracket=[0.15, 0.7]
+    )
+    tripped, seen = validity.attacked_above_certified(rows, 0.1)
+    assert tripped is True and seen == "eps 0.25: certified 0.80, attacked 0.95 (l2, pixel units; tolerance 0.1)"
+    assert validity.attacked_above_certified(rows, 0.2)[0] is False
+    assert validity.attacked_above_certified(rows.iloc[:0], 0.1)[1].startswith("not checked: no certificate")

@@ -116,7 +116,8 @@ def test_a_clean_model_trips_no_flag(digits):
         "budget_too_small",
         "black_box_carries",
         "attack_far_from_best",
-    )  # no AutoAttack cell, no survival stage, no optimality table here
+        "attacked_above_certified",
+    )  # no AutoAttack cell, no survival stage, no optimality table, no certificate here
     assert checked == [name for name in schema.VALIDITY_FLAGS if name not in unchecked]  # every other flag was checked, not skipped
     assert row["square_beats_white_box_detail"].startswith("not checked: no AutoAttack cell")  # PGD and ART's Square alone
     assert row["budget_too_small_detail"].startswith("not checked: no budget/sufficiency.csv")

@@ -78,9 +78,11 @@ def certify_grid(cfg: DictConfig, artefacts: Artefacts) -> pd.DataFrame:
     settings = cfg.get("certify")
     if settings is None:
         raise ConfigError("certify", "missing section; compose params.yaml with `make params`")
-    cells = smoothing_cells(cfg)
+    cells = smoothing_cells(cfg) if settings.get("enabled", True) else []
     device = resolve_device(cfg.train.device)
-    if not cells:
+    if not settings.get("enabled", True):
+        log.info("certify: off (certify.enabled: false; experiment=certified turns it on): no certificate")
+    elif not cells:
         log.info("certify: no model cell of a defence with smoothing: true (such as gauss_in) in this grid: no certificate")
     # one cell per worker at train.threads threads, as the attack stage runs its cells: the
     # tables are then the same for any number of workers

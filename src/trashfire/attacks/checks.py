@@ -41,6 +41,8 @@ def check_certify(cfg: DictConfig) -> None:
     settings = cfg.certify
     if not isinstance(settings, DictConfig):
         raise ConfigError("certify", f"got {settings!r}; allowed: a mapping, as `make params` composes it")
+    if not isinstance(settings.get("enabled"), bool):
+        raise ConfigError("certify.enabled", f"got {settings.get('enabled')!r}; allowed: true or false")
     for key in ("n0", "n", "batch_size"):
         integer(f"certify.{key}", settings.get(key), low=1)
     integer("certify.seed", settings.get("seed"), low=0)

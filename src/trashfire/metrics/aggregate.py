@@ -444,7 +444,8 @@ def aggregate_reports(cfg: DictConfig, artefacts: Artefacts) -> dict:
     )[schema.BRITTLE]
     checked = check_findings(experiments, trash, robustness, brittle, m.findings, no_expected_time, stages)
     sufficiency, competing = read_optional(artefacts.input("budget/sufficiency.csv")), read_optional(artefacts.input("survival/competing_risks.csv"))
-    flags = validity.validity_table(experiments, curves, m.validity, sufficiency, competing, attack_optimality, m.optimality.far_below)
+    certified = read_optional(artefacts.input("certified.csv"))
+    flags = validity.validity_table(experiments, curves, m.validity, sufficiency, competing, attack_optimality, m.optimality.far_below, certified)
     eps_survival, eps_curves_table = epsilon.survival_tables(read_eps_survival_data(artefacts.input("eps_survival_data.csv")), experiments, degenerate)
     classes = experiments.groupby("dataset")["n_classes"].first().astype(int).to_dict()
     write_tables(
@@ -479,6 +480,7 @@ def aggregate_reports(cfg: DictConfig, artefacts: Artefacts) -> dict:
         reported=publishers_figures(cfg),
         ensemble=optimality.ensemble_at_grid(every_curve),
         optimality=attack_optimality,
+        certified=certified,
     )
     summary = headline(experiments, trash, robustness, brittle, comparison, checked, eps_survival, flags, m, worst, no_expected_time)
     write_json(artefacts.output("metrics.json"), without_nan(summary))

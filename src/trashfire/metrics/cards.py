@@ -34,6 +34,7 @@ def card(
     reported: dict[str, dict[str, Any]] | None = None,
     ensemble: pd.DataFrame | None = None,
     optimality: pd.DataFrame | None = None,
+    certified: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
     """`reported`: per model option, what its publisher reports of it (trashfire.core.external.reported);
     `ensemble`: the ensemble's robust accuracy per model cell, norm and grid eps, and
@@ -47,9 +48,34 @@ def card(
         "times_per_sample": _plain(first.reindex(schema.CARD_TIMES)),  # FLOPs on the compute clock, seconds on the others
         "provenance": provenance(first) | ({"reported": beside_reported(rows, figures)} if figures else {}),
         "model_cells": [
-            _model_cell(group, trash, robustness, brittle, flags, worst_case) | _strength(group["model_hash"].iloc[0], ensemble, optimality)
+            _model_cell(group, trash, robustness, brittle, flags, worst_case)
+            | _strength(group["model_hash"].iloc[0], ensemble, optimality)
+            | _bracket(group["model_hash"].iloc[0], certified)
             for _, group in rows.groupby("model_hash", sort=False)
         ],
+    }
+
+
+def _bracket(model_hash: str, certified: pd.DataFrame | None) -> dict[str, Any]:
+    """The certified floor and attacked ceiling of the smoothed classifier per l2 eps (the
+    certify stage's), or "no certificate" for a cell without one."""
+    if certified is None:
+        return {}
+    mine = certified[certified["model_hash"] == model_hash]
+    if mine.empty:
+        return {"certified": "no certificate"}
+    return {
+        "certified": [
+            {
+                "eps": _number(r.eps),
+                "units": "pixel",
+                "norm": "2",
+                "certified_acc": _number(r.certified_acc),
+                "attacked_acc": _number(r.attacked_acc),
+                "bracket": _number(r.bracket),
+            }
+            for r in mine.itertuples()
+        ]
     }
 
 

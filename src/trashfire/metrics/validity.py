@@ -42,6 +42,11 @@ check it (the detail says why), and comes with a sentence of what was seen:
   (trashfire.metrics.optimality: AttackBench's, against the ensemble of every attack of its
   norm) below `metrics.optimality.far_below`: its robust accuracy overstates the model's by
   more than the other attacks show it has to.
+- `attacked_above_certified`: for a randomized-smoothing cell (Gauss-in, the `certify` stage's
+  certified.csv), at some l2 eps its n draws can certify, the attacked accuracy of the smoothed
+  classifier exceeds its certified accuracy by more than `bracket_tol`: the truth lies somewhere
+  in a bracket that wide, and the attacks may be weak. Other defences have no certificate: not
+  checked.
 """
 
 from __future__ import annotations
@@ -66,7 +71,9 @@ MEANINGS = {
     "budget_too_small": "a larger attack budget would still break samples: the robust accuracy overstates the model's",
     "black_box_carries": "in a composite, a black-box component broke more samples than the white-box ones before it: gradient masking suspected",
     "attack_far_from_best": "an attack's perturbations are far larger than the best any attack of its norm found (optimality below the threshold)",
+    "attacked_above_certified": "the smoothed classifier's attacked accuracy exceeds its certified accuracy by more than the tolerance: a wide bracket",
 }
+BRACKET_TOL = 0.1
 MIN_SAMPLES = 10  # attack_far_from_best: an attack of fewer samples (a black-box search's 5) says too little
 Check = tuple[Any, str]  # (True, False or None when not checked; the detail)
 SQUARE_TOL = 0.002  # AutoAttack's alpha in check_square_sr
@@ -229,6 +236,28 @@ def attack_far_from_best(optimality: pd.DataFrame | None, far_below: float | Non
     return bool(ranked["optimality"].iloc[0] < far_below), f"optimality against the ensemble of its norm: {seen} (threshold {far_below:g})"
 
 
+def certifiable_radius(sigma: float, alpha: float, n: int) -> float:
+    """The largest l2 radius (standardised) n draws can certify at level alpha: every draw on
+    the top class gives pA_lower = alpha^(1/n), radius sigma * Phi^-1 of it."""
+    from scipy.stats import norm
+
+    return float(sigma * norm.ppf(alpha ** (1 / n)))
+
+
+def attacked_above_certified(certified: pd.DataFrame | None, tol: float) -> Check:
+    """This model cell's rows of certified.csv (none: no certificate) at the eps its draws can
+    certify: the widest bracket (attacked - certified)."""
+    if certified is None or certified.empty:
+        return None, "not checked: no certificate (randomized smoothing certifies a model trained with Gaussian noise, gauss_in, with certify.enabled)"
+    reach = [certifiable_radius(float(r.defence_value), float(r.alpha), int(r.n)) for r in certified.itertuples()]
+    within = certified[certified["eps_standardised"].to_numpy(float) < np.asarray(reach)]
+    if within.empty:
+        return None, f"not checked: every eps is beyond what n = {int(certified['n'].iloc[0])} draws can certify"
+    widest = within.loc[within["bracket"].idxmax()]
+    seen = "; ".join(f"eps {r.eps:g}: certified {r.certified_acc:.2f}, attacked {r.attacked_acc:.2f}" for r in within.itertuples())
+    return bool(widest["bracket"] > tol + SHARE_ROUNDING), f"{seen} (l2, pixel units; tolerance {tol:g})"
+
+
 def largest_eps_not_breaking(curves: pd.DataFrame, black_box: list[str], near_zero: float) -> Check:
     white = curves[~curves["attack"].isin(black_box) & (curves["eps"] > 0)]
     if white.empty:
@@ -257,11 +286,12 @@ def validity_table(
     competing: pd.DataFrame | None = None,
     optimality: pd.DataFrame | None = None,
     far_below: float | None = None,
+    certified: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """One row per model cell: each flag, its detail, and the tripped flags by name.
     `sufficiency` and `competing`: the survival stage's budget_sufficiency.csv and
     competing_risks.csv, None where it wrote none; `optimality`: optimality.csv's rows and
-    `far_below` its threshold."""
+    `far_below` its threshold; `certified`: the certify stage's certified.csv."""
     black_box, unknown = attack_kinds(experiments)
     unchecked = (None, f"not checked: the experiments table does not say whether {', '.join(unknown)} is black-box (rerun the attack stage)")
     rows = []
@@ -282,6 +312,9 @@ def validity_table(
             ),
             "black_box_carries": black_box_carries(cell, competing),
             "attack_far_from_best": attack_far_from_best(None if optimality is None else optimality[optimality["model_hash"] == model_hash], far_below),
+            "attacked_above_certified": attacked_above_certified(
+                None if certified is None else certified[certified["model_hash"] == model_hash], settings.get("bracket_tol", BRACKET_TOL)
+            ),
         }
         row = {column: first.get(column) for column in schema.MODEL_CELL + ["train_hash", "degenerate"]}
         row["flags"] = ", ".join(name for name, (tripped, _) in checks.items() if tripped is True)

@@ -68,7 +68,13 @@ def read_tables(artefacts: Artefacts) -> dict[str, pd.DataFrame | None]:
     tables["budget_families"] = read_table(artefacts, "budget/families.csv", stage="budget", required=False)
     # how strong the attacks are: timing's per-sample tables and aggregate's optimality (optional:
     # a run from before them has none, and the report says so)
-    for name, stage in (("query_curves", "timing"), ("minimal_eps_check", "timing"), ("optimality", "aggregate"), ("optimality_ranking", "aggregate")):
+    for name, stage in (
+        ("query_curves", "timing"),
+        ("minimal_eps_check", "timing"),
+        ("optimality", "aggregate"),
+        ("optimality_ranking", "aggregate"),
+        ("certified", "certify"),
+    ):
         tables[name] = read_table(artefacts, f"{name}.csv", stage=stage, required=False)
     return tables
 

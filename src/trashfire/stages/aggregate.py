@@ -14,6 +14,7 @@ STAGE = Stage(
         "{reports}/experiments.csv",
         "{reports}/eps_survival_data.csv",
         "{reports}/attack_distances.csv",
+        "{reports}/certified.csv",
         "{reports}/survival",
         "{reports}/budget",
         "{reports}/brittle",

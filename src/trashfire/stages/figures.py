@@ -32,6 +32,7 @@ STAGE = Stage(
         "{reports}/minimal_eps_check.csv",
         "{reports}/optimality.csv",
         "{reports}/optimality_ranking.csv",
+        "{reports}/certified.csv",
         "{reports}/survival",
         "{reports}/budget",
         "src/trashfire/report/templates",  # the page's templates and CSS: package data, not imports

@@ -155,6 +155,7 @@ VALIDITY_FLAGS = [
     "budget_too_small",
     "black_box_carries",
     "attack_far_from_best",
+    "attacked_above_certified",
 ]
 VALIDITY = MODEL_CELL + ["train_hash", "degenerate", "flags"] + [c for f in VALIDITY_FLAGS for c in (f, f"{f}_detail")]
 AUC = ["auc_R", "auc_S", "auc_units", "eps0", "eps1"]
