@@ -37,7 +37,13 @@ def ensemble_panel(ax, reports: Path) -> None:
     scores = optimality[(optimality["model_hash"] == model_hash)].set_index("attack_family")["optimality"]
     for family, samples in mine.groupby("attack_family"):
         eps = samples["eps"].to_numpy()
-        ax.step(grid, [(eps > e).mean() if e > 0 else (eps > 0).mean() for e in grid], where="post", lw=1.3, label=f"{family} (optimality {scores.get(family, np.nan):.2f})")
+        ax.step(
+            grid,
+            [(eps > e).mean() if e > 0 else (eps > 0).mean() for e in grid],
+            where="post",
+            lw=1.3,
+            label=f"{family} (optimality {scores.get(family, np.nan):.2f})",
+        )
     ensemble = np.array([(best > e).mean() if e > 0 else (best > 0).mean() for e in grid])
     ax.step(grid, ensemble, where="post", color="black", lw=2, label="ensemble (each sample's smallest eps)")
     ax.set_xlabel("eps (linf, pixel units)")

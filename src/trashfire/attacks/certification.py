@@ -36,7 +36,7 @@ from trashfire.core.errors import ConfigError, DataError
 from trashfire.core.grid import ModelCell, model_cells
 from trashfire.core.parallel import describe, resolve_workers, results_as_completed, threads_per_cell
 from trashfire.core.records import write_csv
-from trashfire.core.schema import to_pixel, to_standardised
+from trashfire.core.schema import CERTIFIED, CERTIFIED_KEYS, CERTIFIED_SAMPLES, to_pixel, to_standardised
 from trashfire.core.stage import Artefacts
 from trashfire.data.datasets import cached_split
 from trashfire.data.splits import Split
@@ -46,26 +46,7 @@ from trashfire.models.architectures import resolve_device
 log = logging.getLogger(__name__)
 
 SMOOTHING = "smoothing"  # a defence option's property: its value is the sigma of its training noise
-CELL_KEYS = ["dataset", "seed", "model", "epochs", "defence", "defence_value", "model_hash"]
-CELL_COLUMNS = [
-    *CELL_KEYS,
-    "eps",
-    "eps_standardised",
-    "n_samples",
-    "certified_acc",
-    "attacked_acc",
-    "bracket",
-    "abstain_share",
-    "attacked_acc_strict",
-    "attack_abstain_share",
-    "n0",
-    "n",
-    "alpha",
-    "attack_steps",
-    "attack_draws",
-    "attack_n",
-]
-SAMPLE_COLUMNS = [*CELL_KEYS, "position", "label", "prediction", "pA_lower", "radius", "radius_pixel", "clean_prediction"]
+CELL_KEYS, CELL_COLUMNS, SAMPLE_COLUMNS = CERTIFIED_KEYS, CERTIFIED, CERTIFIED_SAMPLES  # the tables' columns (trashfire.core.schema)
 
 
 def smoothing_cells(cfg: DictConfig) -> list[ModelCell]:

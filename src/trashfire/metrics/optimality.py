@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from trashfire.core import schema
-from trashfire.tables.distances import norm_label
+from trashfire.tables.distances import best_by_cell, norm_label
 
 ENSEMBLE = schema.ENSEMBLE
 OPTIMALITY = ["model_hash", "dataset", "norm", "attack", "attack_family", "n", "optimality", "area", "best_area", "clean_acc", "eps_max", "note"]
@@ -56,14 +56,13 @@ def optimality(attack_eps: np.ndarray, best_eps: np.ndarray) -> tuple[float, flo
 
 def optimality_table(distances: pd.DataFrame, best: pd.DataFrame) -> pd.DataFrame:
     """Per model cell, norm and attack family (of a norm with two or more families)."""
-    keys = ["model_hash", "norm", "position"]
-    lookup = best.set_index(keys)["eps"]
+    lookup = best_by_cell(best)
     rows = []
     for (model_hash, norm), cell in distances.groupby(["model_hash", "norm"], sort=True):
         if cell["attack_family"].nunique() < 2:
             continue
         for family, samples in cell.groupby("attack_family", sort=True):
-            d_star = lookup.reindex(pd.MultiIndex.from_arrays([samples["model_hash"], samples["norm"], samples["position"]])).to_numpy(float)
+            d_star = lookup[(model_hash, norm)].reindex(samples["position"]).to_numpy(float)
             value, area, best_area, clean, m = optimality(samples["eps"].to_numpy(float), d_star)
             attack_eps = samples["eps"].to_numpy(float)
             note = "" if np.isfinite(value) else "the ensemble broke none of its samples: no optimality"

@@ -157,6 +157,11 @@ def ensemble(distances: pd.DataFrame) -> pd.DataFrame:
     return best.rename(columns={"attack_family": "best_by"})[ENSEMBLE_COLUMNS]
 
 
+def best_by_cell(best: pd.DataFrame) -> dict[tuple[str, str], pd.Series]:
+    """The ensemble's eps by position, per (model_hash, norm)."""
+    return {key: samples.set_index("position")["eps"] for key, samples in best.groupby(["model_hash", "norm"], sort=False)}
+
+
 def grid_check(experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcomes], best: pd.DataFrame) -> pd.DataFrame:
     """minimal_eps_check.csv: each grid cell's robust accuracy (its own per-sample verdicts)
     against the one the ensemble's per-sample eps give at its eps, on its samples: they differ
@@ -164,15 +169,13 @@ def grid_check(experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcome
     below; `n_above` (it broke them, the ensemble calls them robust) must be 0."""
     cells = _labels(experiments)
     cells = cells[cells["attack_param"] == "eps"]
-    lookup = best.set_index(["model_hash", "norm", "position"])["eps"]
+    lookup = best_by_cell(best)
     rows = []
-    for _, cell in cells.iterrows():
+    for eps_pixel, (_, cell) in zip(_pixel_eps(cells), cells.iterrows()):
         outcomes = Outcomes.of(outcomes_by_hash[cell["attack_hash"]])
         positions = _by_position(outcomes)
-        d_star = lookup.reindex(
-            pd.MultiIndex.from_arrays([np.full(len(positions), cell["model_hash"]), np.full(len(positions), cell["norm"]), positions])
-        ).to_numpy(float)
-        eps = float(_pixel_eps(cell.to_frame().T)[0])
+        d_star = lookup[(cell["model_hash"], cell["norm"])].reindex(positions).to_numpy(float)
+        eps = float(eps_pixel)
         standing_cell = ~np.asarray(outcomes.event, bool)
         standing_best = d_star > eps * (1 + 1e-9)  # a grid eps rounds on its way to pixel units
         n = len(positions)
@@ -191,45 +194,47 @@ def grid_check(experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcome
 
 def query_curves(experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcomes], extra_eps: Mapping[str, Sequence[float]]) -> pd.DataFrame:
     """query_curves.csv: per model cell, norm, family and eps of the norm's grid (pixel units)
-    and `extra_eps` (by norm label, pixel units), robust accuracy at each pass count it steps."""
+    and `extra_eps` (by norm label, pixel units), robust accuracy at each pass count it steps.
+    Built as columns, one frame at the end: a frame per curve cost most of the timing stage."""
     cells = _labels(experiments)
-    frames = []
+    cells = cells.assign(eps_pixel=_pixel_eps(cells))
+    columns: dict[str, list] = {name: [] for name in QUERY_CURVES}
     for (model_hash, norm), group in cells.groupby(["model_hash", "norm"], sort=True):
-        grid = group[group["attack_param"] == "eps"]
-        eps_values = sorted(set(_pixel_eps(grid)) | {float(e) for e in extra_eps.get(norm, [])})
+        grid = group.loc[group["attack_param"] == "eps", "eps_pixel"]
+        eps_values = sorted(set(grid) | {float(e) for e in extra_eps.get(norm, [])})
         for attack, family in group.groupby("attack", sort=True):
+            first = family.iloc[0]
             for eps in eps_values:
                 curve = _family_curve(family, outcomes_by_hash, norm, eps)
-                if curve is not None:
-                    first = family.iloc[0]
-                    labels = {
-                        "model_hash": model_hash,
-                        "dataset": first["dataset"],
-                        "norm": norm,
-                        "attack": attack,
-                        "attack_family": first["attack_family"],
-                        "eps": eps,
-                    }
-                    frames.append(curve.assign(**labels))
-    if not frames:
+                if curve is None:
+                    continue
+                passes, acc, n = curve
+                labels = (model_hash, first["dataset"], norm, attack, first["attack_family"], eps)
+                for name, value in zip(QUERY_CURVES[:6], labels):
+                    columns[name].append(np.full(len(passes), value, dtype=object))
+                columns["passes"].append(passes)
+                columns["acc"].append(acc)
+                columns["n"].append(np.full(len(passes), n))
+    if not columns["passes"]:
         return pd.DataFrame(columns=QUERY_CURVES)
-    return pd.concat(frames, ignore_index=True)[QUERY_CURVES]
+    table = pd.DataFrame({name: np.concatenate(parts) for name, parts in columns.items()})
+    return table.astype({"eps": float, "passes": int, "acc": float, "n": int})[QUERY_CURVES]
 
 
-def _pixel_eps(cells: pd.DataFrame) -> list[float]:
+def _pixel_eps(cells: pd.DataFrame) -> np.ndarray:
     if cells.empty:
-        return []
-    values = schema.to_pixel(cells["attack_value"].astype(float), cells.get("attack_units", "standardised"), cells["pixel_std"])
-    return [round(float(v), 12) for v in values]
+        return np.zeros(0)
+    units = cells["attack_units"] if "attack_units" in cells else "standardised"
+    return schema.to_pixel(cells["attack_value"].astype(float), units, cells["pixel_std"]).round(12).to_numpy(float)
 
 
-def _family_curve(family: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcomes], norm: str, eps: float) -> pd.DataFrame | None:
+def _family_curve(family: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcomes], norm: str, eps: float) -> tuple[np.ndarray, np.ndarray, int] | None:
     """One family's robust accuracy against passes at `eps` (pixel units), or None where it
     says nothing there (a fixed-eps family without a cell at that eps)."""
     first = family.iloc[0]
     pixel_std = float(first.get("pixel_std", np.nan))
     if first["attack_param"] == "eps":
-        at = family[np.isclose(_pixel_eps(family), eps)]
+        at = family[np.isclose(family["eps_pixel"].to_numpy(float), eps)]
         if at.empty:
             return None
         cell = Outcomes.of(outcomes_by_hash[at["attack_hash"].iloc[0]])
@@ -255,14 +260,14 @@ def _budget(cell: Outcomes) -> int:
     return int((np.asarray(cell.queries) + np.asarray(cell.gradients)).max(initial=1))
 
 
-def step_curve(passes_to_break: np.ndarray, budget: int) -> pd.DataFrame:
+def step_curve(passes_to_break: np.ndarray, budget: int) -> tuple[np.ndarray, np.ndarray, int]:
     """Robust accuracy after p passes, at p = 0 and at every p where a sample breaks, and at
-    the budget: 1 - share(broken within p passes)."""
+    the budget: (p, 1 - share(broken within p passes), n)."""
     n = len(passes_to_break)
     finite = np.sort(passes_to_break[np.isfinite(passes_to_break)])
     points = np.unique(np.concatenate([[0], finite, [max(budget, finite.max(initial=0))]]))
     broken = np.searchsorted(finite, points, side="right")
-    return pd.DataFrame({"passes": points.astype(int), "acc": 1 - broken / n if n else np.nan, "n": n})
+    return points.astype(int), (1 - broken / n) if n else np.full(len(points), np.nan), n
 
 
 def write_distance_tables(cfg: DictConfig, artefacts: Artefacts, experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcomes]) -> pd.DataFrame:

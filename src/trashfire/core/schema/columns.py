@@ -282,3 +282,27 @@ def untimed_record(record: Any) -> Any:
     if isinstance(record, list):
         return [untimed_record(v) for v in record]
     return record
+
+
+# the certify stage's tables (trashfire.attacks.certification): per smoothing model cell and l2
+# eps, and per cell and sample
+CERTIFIED_KEYS = ["dataset", "seed", "model", "epochs", "defence", "defence_value", "model_hash"]
+CERTIFIED = [
+    *CERTIFIED_KEYS,
+    "eps",
+    "eps_standardised",
+    "n_samples",
+    "certified_acc",
+    "attacked_acc",
+    "bracket",
+    "abstain_share",
+    "attacked_acc_strict",
+    "attack_abstain_share",
+    "n0",
+    "n",
+    "alpha",
+    "attack_steps",
+    "attack_draws",
+    "attack_n",
+]
+CERTIFIED_SAMPLES = [*CERTIFIED_KEYS, "position", "label", "prediction", "pA_lower", "radius", "radius_pixel", "clean_prediction"]
