@@ -87,9 +87,21 @@ def test_kaplan_meier_area_bounds_and_median_on_hand_computed_values():
     assert summary["area_lo"] == pytest.approx((0.75 * 0.05 + 0.5 * 0.05 + 0.25 * 0.2) / 0.3)
     # the midpoint is the trapezoid rule over the curve at 0, 0.05, 0.1, 0.2, 0.3
     assert summary["area"] == pytest.approx(np.trapezoid([0.75, 0.75, 0.5, 0.25, 0.25], [0, 0.05, 0.1, 0.2, 0.3]) / 0.3) == pytest.approx(0.4375)
-    assert summary["area_hi"] == pytest.approx(restricted_mean_survival_time(fitter, t=0.3) / 0.3)  # lifelines' restricted mean
+    lifelines = KaplanMeierFitter().fit(found["eps"], found["event"])
+    assert summary["area_hi"] == pytest.approx(restricted_mean_survival_time(lifelines, t=0.3) / 0.3)  # lifelines' restricted mean
     assert (summary["n"], summary["events"], summary["events_at_zero"], summary["median_eps"]) == (4, 3, 1, 0.1)
     assert epsilon.curve_points(fitter, 0.3, GRID)["survival"].tolist() == pytest.approx([0.75, 0.75, 0.5, 0.25, 0.25])
+
+
+def test_the_kaplan_meier_estimate_is_lifelines_with_ties_zeros_and_censoring():
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        n = int(rng.integers(1, 40))
+        eps = np.round(rng.exponential(1, n), 1) * rng.integers(0, 2, n)  # ties, and zeros (wrong at the first query)
+        event = rng.integers(0, 2, n)
+        ours, theirs = epsilon.kaplan_meier(eps, event), KaplanMeierFitter().fit(eps, event)
+        pd.testing.assert_frame_equal(ours.event_table, theirs.event_table, check_dtype=False)
+        pd.testing.assert_frame_equal(ours.survival_function_, theirs.survival_function_, check_dtype=False, rtol=0, atol=1e-14)
 
 
 def test_nobody_breaking_gives_area_one_and_no_median():

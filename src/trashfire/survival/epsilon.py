@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import reduce
 
 import numpy as np
@@ -204,11 +205,35 @@ def ensemble_samples(best: pd.DataFrame, experiments: pd.DataFrame) -> pd.DataFr
 # Kaplan-Meier curves and their areas
 
 
-def kaplan_meier(eps: Sequence[float], event: Sequence[int]):
-    """lifelines' Kaplan-Meier estimate of P(a sample withstands eps)."""
-    from lifelines import KaplanMeierFitter
+@dataclass(frozen=True)
+class KaplanMeier:
+    """The Kaplan-Meier estimate of P(a sample withstands eps), as lifelines' KaplanMeierFitter
+    holds it: `event_table` (removed, observed, censored, entrance, at_risk by event_at, 0
+    first) and `survival_function_` (KM_estimate by timeline). Computed here in numpy with
+    lifelines' arithmetic (S = exp(cumsum(log(1 - d/n)))): a lifelines fit costs 23 ms, and the
+    aggregate stage fits about 600 of them (each model cell's families and ensembles); the tests
+    hold both tables equal to lifelines' on data with ties, zeros and censoring."""
 
-    return KaplanMeierFitter().fit(np.asarray(eps, dtype=float), np.asarray(event, dtype=int))
+    event_table: pd.DataFrame
+    survival_function_: pd.DataFrame
+
+
+def kaplan_meier(eps: Sequence[float], event: Sequence[int]) -> KaplanMeier:
+    durations, observed = np.asarray(eps, dtype=float), np.asarray(event, dtype=int).astype(bool)
+    times, index = np.unique(durations, return_inverse=True)
+    removed = np.bincount(index, minlength=len(times))
+    deaths = np.bincount(index, weights=observed, minlength=len(times)).astype(int)
+    if not len(times) or times[0] > 0:  # lifelines' timeline starts at 0
+        times, removed, deaths = np.concatenate([[0.0], times]), np.concatenate([[0], removed]), np.concatenate([[0], deaths])
+    at_risk = len(durations) - np.concatenate([[0], np.cumsum(removed)[:-1]])
+    entrance = np.zeros(len(times), dtype=int)
+    entrance[0] = len(durations)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        estimate = np.exp(np.cumsum(np.log(1 - deaths / at_risk)))
+    table = pd.DataFrame(
+        {"removed": removed, "observed": deaths, "censored": removed - deaths, "entrance": entrance, "at_risk": at_risk}, index=pd.Index(times, name="event_at")
+    )
+    return KaplanMeier(table, pd.DataFrame({"KM_estimate": estimate}, index=pd.Index(times, name="timeline")))
 
 
 def step_values(fitter, eps: np.ndarray) -> np.ndarray:

@@ -62,33 +62,34 @@ def to_pixel_units(values: np.ndarray, norm: str, units: str, pixel_std: float) 
 
 
 def distance_table(experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcomes]) -> pd.DataFrame:
-    """attack_distances.csv from the experiments table and the cells' outcome arrays."""
-    frames = []
+    """attack_distances.csv from the experiments table and the cells' outcome arrays (built as
+    columns, one frame at the end)."""
+    columns: dict[str, list] = {name: [] for name in DISTANCES}
     for (model_hash, attack, norm), group in _labels(experiments).groupby(["model_hash", "attack", "norm"], sort=True):
         first = group.iloc[0]
         arrays = [Outcomes.of(outcomes_by_hash[h]) for h in group["attack_hash"]]
         pixel_std = float(first.get("pixel_std", np.nan))
         if first["attack_param"] == "eps":
-            samples = grid_distances(group["attack_value"].astype(float).to_numpy(), arrays)
-            units = str(first.get("attack_units", "standardised"))
-            for column in ("eps_lower", "eps", "reach"):
-                samples[column] = to_pixel_units(samples[column].to_numpy(float), norm, units, pixel_std)
+            samples, units = grid_distances(group["attack_value"].astype(float).to_numpy(), arrays), str(first.get("attack_units", "standardised"))
         else:
-            samples = example_distances(arrays, norm)
-            for column in ("eps_lower", "eps", "reach"):
-                samples[column] = to_pixel_units(samples[column].to_numpy(float), norm, "standardised", pixel_std)
+            samples, units = example_distances(arrays, norm), "standardised"
+        for column in ("eps_lower", "eps", "reach"):
+            samples[column] = to_pixel_units(samples[column], norm, units, pixel_std)
+        count = len(samples["position"])
         labels = {"model_hash": model_hash, "dataset": first["dataset"], "norm": norm, "attack": attack, "attack_family": first["attack_family"]}
-        frames.append(samples.assign(**labels))
-    if not frames:
+        for name in DISTANCES:
+            columns[name].append(samples[name] if name in samples else np.full(count, labels[name], dtype=object))
+    if not columns["position"]:
         return pd.DataFrame(columns=DISTANCES)
-    return pd.concat(frames, ignore_index=True)[DISTANCES]
+    table = pd.DataFrame({name: np.concatenate(parts) for name, parts in columns.items()})
+    return table.astype({"position": int, "eps_lower": float, "eps": float, "event": int, "reach": float})
 
 
 def _by_position(outcomes: Outcomes) -> np.ndarray:
     return np.arange(len(outcomes.y_true)) if outcomes.position is None else np.asarray(outcomes.position)
 
 
-def grid_distances(eps: Sequence[float], cells: Sequence[Outcomes]) -> pd.DataFrame:
+def grid_distances(eps: Sequence[float], cells: Sequence[Outcomes]) -> dict[str, np.ndarray]:
     """One grid family's cells (at `eps`): per sample of the positions they all attacked, the
     smallest grid eps that broke it and the grid eps below (0 when wrong at the first query)."""
     order = np.argsort(eps)
@@ -107,7 +108,7 @@ def grid_distances(eps: Sequence[float], cells: Sequence[Outcomes]) -> pd.DataFr
     )
 
 
-def example_distances(cells: Sequence[Outcomes], norm: str) -> pd.DataFrame:
+def example_distances(cells: Sequence[Outcomes], norm: str) -> dict[str, np.ndarray]:
     """A family whose strength is no eps: per sample, the smallest norm of a returned example
     that broke it over its cells (standardised; 0 when wrong at the first query), and the
     largest norm any cell reached where none did."""
@@ -122,7 +123,14 @@ def example_distances(cells: Sequence[Outcomes], norm: str) -> pd.DataFrame:
     sizes, broken = np.stack(sizes), np.stack(broken)
     event = broken.any(0)
     found = np.where(broken, sizes, np.inf).min(0)
-    return pd.DataFrame({"position": positions, "kind": EXACT, "eps_lower": found, "eps": found, "event": event.astype(int), "reach": sizes.max(0)})
+    return {
+        "position": positions,
+        "kind": np.full(len(positions), EXACT, dtype=object),
+        "eps_lower": found,
+        "eps": found,
+        "event": event.astype(int),
+        "reach": sizes.max(0),
+    }
 
 
 def _shared(cells: Sequence[Outcomes]) -> np.ndarray:
@@ -204,8 +212,9 @@ def query_curves(experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outco
         eps_values = sorted(set(grid) | {float(e) for e in extra_eps.get(norm, [])})
         for attack, family in group.groupby("attack", sort=True):
             first = family.iloc[0]
+            read = _family_reader(family, outcomes_by_hash, norm)
             for eps in eps_values:
-                curve = _family_curve(family, outcomes_by_hash, norm, eps)
+                curve = read(eps)
                 if curve is None:
                     continue
                 passes, acc, n = curve
@@ -228,32 +237,39 @@ def _pixel_eps(cells: pd.DataFrame) -> np.ndarray:
     return schema.to_pixel(cells["attack_value"].astype(float), units, cells["pixel_std"]).round(12).to_numpy(float)
 
 
-def _family_curve(family: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcomes], norm: str, eps: float) -> tuple[np.ndarray, np.ndarray, int] | None:
-    """One family's robust accuracy against passes at `eps` (pixel units), or None where it
-    says nothing there (a fixed-eps family without a cell at that eps)."""
+def _family_reader(family: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcomes], norm: str):
+    """A function of eps (pixel units): one family's robust accuracy against passes there, or
+    None where it says nothing (a fixed-eps family without a cell at that eps)."""
     first = family.iloc[0]
     pixel_std = float(first.get("pixel_std", np.nan))
     if first["attack_param"] == "eps":
-        at = family[np.isclose(family["eps_pixel"].to_numpy(float), eps)]
-        if at.empty:
-            return None
-        cell = Outcomes.of(outcomes_by_hash[at["attack_hash"].iloc[0]])
-        broken = np.asarray(cell.event, bool)
-        passes = np.asarray(cell.queries) + np.asarray(cell.gradients)
-        return step_curve(np.where(broken, passes, np.inf), _budget(cell))
+        cells = list(zip(family["eps_pixel"].to_numpy(float), family["attack_hash"]))
+
+        def at_grid(eps: float):
+            hashes = [h for value, h in cells if np.isclose(value, eps)]
+            if not hashes:
+                return None
+            cell = Outcomes.of(outcomes_by_hash[hashes[0]])
+            passes = np.asarray(cell.queries) + np.asarray(cell.gradients)
+            return step_curve(np.where(np.asarray(cell.event, bool), passes, np.inf), _budget(cell))
+
+        return at_grid
     # every cell of the family (its strengths) is a run of its own: the longest run's curve
     cell = Outcomes.of(outcomes_by_hash[family.sort_values("attack_value")["attack_hash"].iloc[-1]])
-    standardised = eps if norm == "0" else eps / pixel_std
-    if cell.norm_by_step is not None:
-        reached = np.asarray(cell.norm_by_step) <= standardised
-        first_step = np.where(reached.any(1), reached.argmax(1), -1)
-        passes = np.where(first_step >= 0, 2 * first_step + 1, np.inf)
-        return step_curve(passes, 2 * reached.shape[1] - 1)
     wrong_first = np.asarray(cell.y_pred_ben) != np.asarray(cell.y_true)
-    size = np.where(wrong_first, 0.0, np.asarray(cell[NORM_ARRAYS[norm]], dtype=float))
-    broken = (np.asarray(cell.event, bool) & (size <= standardised)) | wrong_first
     spent = np.asarray(cell.queries) + np.asarray(cell.gradients)
-    return step_curve(np.where(broken, np.where(wrong_first, 1, spent), np.inf), _budget(cell))
+
+    def anywhere(eps: float):
+        standardised = eps if norm == "0" else eps / pixel_std
+        if cell.norm_by_step is not None:
+            reached = np.asarray(cell.norm_by_step) <= standardised
+            first_step = np.where(reached.any(1), reached.argmax(1), -1)
+            return step_curve(np.where(first_step >= 0, 2 * first_step + 1, np.inf), 2 * reached.shape[1] - 1)
+        size = np.where(wrong_first, 0.0, np.asarray(cell[NORM_ARRAYS[norm]], dtype=float))
+        broken = (np.asarray(cell.event, bool) & (size <= standardised)) | wrong_first
+        return step_curve(np.where(broken, np.where(wrong_first, 1, spent), np.inf), _budget(cell))
+
+    return anywhere
 
 
 def _budget(cell: Outcomes) -> int:
