@@ -116,3 +116,10 @@ def test_a_wide_bracket_at_a_certifiable_eps_is_flagged_and_other_defences_have_
     assert tripped is True and seen == "eps 0.25: certified 0.80, attacked 0.95 (l2, pixel units; tolerance 0.1)"
     assert validity.attacked_above_certified(rows, 0.2)[0] is False
     assert validity.attacked_above_certified(rows.iloc[:0], 0.1)[1].startswith("not checked: no certificate")
+
+
+def test_the_ensembles_curve_is_exact_at_the_grid_and_the_trapezoids_between():
+    # one exact threshold 0.15, one interval (0.1, 0.2], one never broken, one wrong at the first query
+    lower, upper = np.array([0.15, 0.1, 0.3, 0.0]), np.array([0.15, 0.2, np.inf, 0.0])
+    acc = optimality.standing_share(lower, upper, np.array([0.0, 0.1, 0.15, 0.2, 0.3]))
+    np.testing.assert_allclose(acc, [3 / 4, 3 / 4, (0 + 0.5 + 1) / 4, 1 / 4, 1 / 4])

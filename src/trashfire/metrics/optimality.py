@@ -23,7 +23,9 @@ per attack family, pixel units):
   bug, and the tests hold it at 0.
 - **the ensemble's curves**: robust accuracy against eps from the per-sample values, on the
   norm's grid and `points` evenly spaced eps up to its largest, as curves.csv rows of the
-  pseudo-attack `ensemble` (R and EVP follow from them as from any curve).
+  pseudo-attack `ensemble` (R and EVP follow from them as from any curve); an interval-censored
+  sample's failure is spread evenly over its interval, as the trapezoid rule reads a grid
+  family's curve, so the ensemble's R is at most each family's (`standing_share`).
 """
 
 from __future__ import annotations
@@ -87,6 +89,22 @@ def ranking(table: pd.DataFrame) -> pd.DataFrame:
     return summary.sort_values(["dataset", "norm", "rank"])[RANKING].reset_index(drop=True)
 
 
+def standing_share(lower: np.ndarray, upper: np.ndarray, eps_values: np.ndarray) -> np.ndarray:
+    """Robust accuracy at each eps from per-sample thresholds: an exact one (lower == upper)
+    stands while eps is below it; an interval-censored one, (lower, upper] from a grid attack,
+    falls linearly across its interval, its failure spread evenly over it. So at the grid's
+    eps the share is exact, and between them the curve is the trapezoid rule's, as R and EVP
+    read a grid family's curve: the ensemble's R is then at most each family's. A sample wrong
+    at the first query (0) stands at no eps."""
+    eps = np.asarray(eps_values, dtype=float)[:, None]
+    exact = lower[None, :] >= upper[None, :]
+    width = np.where(exact, 1.0, (upper - lower)[None, :])
+    with np.errstate(invalid="ignore"):  # inf / inf for a sample nobody broke: it stands, below
+        spread = np.clip((upper[None, :] - eps) / width, 0.0, 1.0)
+    point = (upper[None, :] > eps * (1 + 1e-9)) & (upper[None, :] > 0)  # a grid eps rounds on its way to pixel units
+    return np.where(exact, point, np.where(np.isfinite(upper)[None, :], spread, 1.0)).mean(axis=1)
+
+
 def ensemble_curves(best: pd.DataFrame, curves: pd.DataFrame, points: int) -> pd.DataFrame:
     """curves.csv rows of the pseudo-attack `ensemble` per model cell and norm that has an eps
     grid and two or more attack families: robust accuracy from the per-sample eps at the grid's eps and `points` evenly spaced
@@ -99,8 +117,7 @@ def ensemble_curves(best: pd.DataFrame, curves: pd.DataFrame, points: int) -> pd
             continue
         template = mine.iloc[0]
         eps_values = np.unique(np.concatenate([mine["eps_pixel"].to_numpy(float), np.linspace(0, mine["eps_pixel"].max(), points)]))
-        d_star = samples["eps"].to_numpy(float)
-        acc = np.array([np.mean(d_star > e * (1 + 1e-9)) if e > 0 else np.mean(d_star > 0) for e in eps_values])
+        acc = standing_share(samples["eps_lower"].to_numpy(float), samples["eps"].to_numpy(float), eps_values)
         frame = pd.DataFrame({"eps": eps_values, "eps_pixel": eps_values, "acc": acc})
         frame["eps_standardised"] = eps_values / float(template["pixel_std"])
         frame["acc_norm"] = acc / acc[0] if acc[0] > 0 else np.nan
