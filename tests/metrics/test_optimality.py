@@ -103,6 +103,7 @@ def test_an_attack_far_from_the_ensembles_best_is_flagged():
     assert "hsj" not in seen  # 5 samples say too little
     assert validity.attack_far_from_best(table.assign(optimality=[0.6, 1.0, 0.0]), 0.5)[0] is False
     assert validity.attack_far_from_best(None, 0.5)[0] is None
+    assert validity.attack_far_from_best(table, 0.5, one_step=["fgm linf"])[0] is False  # a one-step attack is ranked, not judged
 
 
 def test_a_wide_bracket_at_a_certifiable_eps_is_flagged_and_other_defences_have_no_certificate():

@@ -38,7 +38,8 @@ check it (the detail says why), and comes with a sentence of what was seen:
   experiments table's `black_box_components`) broke more samples than the white-box components
   that ran before it together (reports/survival/competing_risks.csv): the black-box search
   carries the evaluation, where gradients should have done most of the work (gradient masking).
-- `attack_far_from_best`: some attack of at least MIN_SAMPLES samples has an optimality
+- `attack_far_from_best`: some attack of at least MIN_SAMPLES samples and more than one step
+  (FGM is not an optimiser: it is ranked, not judged) has an optimality
   (trashfire.metrics.optimality: AttackBench's, against the ensemble of every attack of its
   norm) below `metrics.optimality.far_below`: its robust accuracy overstates the model's by
   more than the other attacks show it has to.
@@ -224,11 +225,22 @@ def black_box_carries(rows: pd.DataFrame, competing: pd.DataFrame | None) -> Che
     return bool(worst[0] > 0), worst[1]
 
 
-def attack_far_from_best(optimality: pd.DataFrame | None, far_below: float | None) -> Check:
-    """The attack of this model cell (optimality.csv's rows) farthest from the ensemble's best."""
+def one_step_families(experiments: pd.DataFrame) -> list[str]:
+    """Attack families that take one step (FGM: at most one gradient and two queries per
+    sample in every cell): not optimisers, so never judged far from the best (only ranked)."""
+    if experiments.empty or "gradients_mean" not in experiments:
+        return []
+    most = experiments.groupby("attack_family")[["gradients_mean", "queries_mean"]].max()
+    return sorted(most.index[(most["gradients_mean"] <= 1) & (most["queries_mean"] <= 2)])
+
+
+def attack_far_from_best(optimality: pd.DataFrame | None, far_below: float | None, one_step: list[str] | None = None) -> Check:
+    """The attack of this model cell (optimality.csv's rows) farthest from the ensemble's best,
+    of those with MIN_SAMPLES samples or more and more than one step."""
     if optimality is None or far_below is None:
         return None, "not checked: no optimality table (metrics.optimality)"
-    checked = optimality[(optimality["n"] >= MIN_SAMPLES) & optimality["optimality"].notna()]
+    judged = optimality[~optimality["attack_family"].isin(one_step or [])]
+    checked = judged[(judged["n"] >= MIN_SAMPLES) & judged["optimality"].notna()]
     if checked.empty:
         return None, f"not checked: no norm with two or more attacks of {MIN_SAMPLES} or more samples"
     ranked = checked.sort_values("optimality", kind="stable")
@@ -293,6 +305,7 @@ def validity_table(
     competing_risks.csv, None where it wrote none; `optimality`: optimality.csv's rows and
     `far_below` its threshold; `certified`: the certify stage's certified.csv."""
     black_box, unknown = attack_kinds(experiments)
+    one_step = one_step_families(experiments)
     unchecked = (None, f"not checked: the experiments table does not say whether {', '.join(unknown)} is black-box (rerun the attack stage)")
     rows = []
     for model_hash, cell in experiments.groupby("model_hash", sort=False):
@@ -311,7 +324,9 @@ def validity_table(
                 None if sufficiency is None else sufficiency[sufficiency["attack_hash"].isin(cell["attack_hash"])], settings.get("budget_share", BUDGET_SHARE)
             ),
             "black_box_carries": black_box_carries(cell, competing),
-            "attack_far_from_best": attack_far_from_best(None if optimality is None else optimality[optimality["model_hash"] == model_hash], far_below),
+            "attack_far_from_best": attack_far_from_best(
+                None if optimality is None else optimality[optimality["model_hash"] == model_hash], far_below, one_step
+            ),
             "attacked_above_certified": attacked_above_certified(
                 None if certified is None else certified[certified["model_hash"] == model_hash], settings.get("bracket_tol", BRACKET_TOL)
             ),
