@@ -23,7 +23,7 @@ from trashfire.core.records import read_npz
 from trashfire.core.schema import AttackRecord, BrittleRecord, Outcomes, TrainRecord
 from trashfire.data.datasets import load_split
 from trashfire.models import training
-from trashfire.stages import aggregate, attack, brittle, budget, figures, prepare, survival, timing, train
+from trashfire.stages import aggregate, attack, brittle, budget, certify, figures, prepare, survival, timing, train
 from trashfire.survival import analysis, scoring
 from trashfire.survival import fitters as F
 
@@ -119,6 +119,7 @@ def test_attack_stage_reruns_only_new_cells(pipeline):
 
 
 def test_downstream_stages_write_every_table_and_figure(pipeline, tmp_path):
+    run_as_declared(certify, pipeline)
     run_as_declared(budget, pipeline)
     experiments, survival_data = run_as_declared(timing, pipeline)
     assert len(experiments) == len(attack_cells(pipeline))
