@@ -16,13 +16,13 @@ import pytest
 from tests.conftest import tiny_config
 from tests.pipeline.test_reproduction import reproduce_module
 from tests.pipeline.test_stages import run_as_declared
-from trashfire.stages import aggregate, attack, brittle, budget, figures, prepare, survival, timing, train
+from trashfire.stages import aggregate, attack, brittle, budget, certify, figures, prepare, survival, timing, train
 
 E_T_FINDINGS = ("003_trash_above_one_fgm", "003_depth_not_proportional")
 
 
 def run_downstream(cfg) -> dict:
-    for stage in (budget, brittle, timing, survival):
+    for stage in (certify, budget, brittle, timing, survival):
         run_as_declared(stage, cfg)
     summary = run_as_declared(aggregate, cfg)
     run_as_declared(figures, cfg)

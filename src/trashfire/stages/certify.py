@@ -19,24 +19,12 @@ STAGE = Stage(
 def run(cfg):
     view, artefacts = STAGE.view(cfg), STAGE.resolved(cfg)
     if not view.certify.get("enabled", True):
+        from trashfire.attacks.certified import no_certificate  # light: no torch, no ART
+
         return no_certificate(artefacts)
     from trashfire.attacks import certification
 
     return certification.certify_grid(view, artefacts)
-
-
-def no_certificate(artefacts):
-    """Certification off: both tables with their header and no rows, without loading torch or
-    ART (the default's stage stays a second)."""
-    import pandas as pd
-
-    from trashfire.core import schema
-    from trashfire.core.records import write_csv
-
-    write_csv(pd.DataFrame(columns=schema.CERTIFIED_SAMPLES), artefacts.output("certified_samples.csv"))
-    table = pd.DataFrame(columns=schema.CERTIFIED)
-    write_csv(table, artefacts.output("certified.csv"))
-    return table
 
 
 def main(argv: list[str] | None = None) -> None:
