@@ -433,7 +433,8 @@ def aggregate_reports(cfg: DictConfig, artefacts: Artefacts) -> dict:
     # cards and means read the attacks' own
     distances = read_distances(artefacts.input("attack_distances.csv"))
     best = ensemble(distances)
-    every_curve = pd.concat([eps_curves(every_row), optimality.ensemble_curves(best, eps_curves(every_row), m.optimality.curve_points)], ignore_index=True)
+    grid_curves = eps_curves(every_row)
+    every_curve = pd.concat([grid_curves, optimality.ensemble_curves(best, grid_curves, m.optimality.curve_points)], ignore_index=True)
     every_robustness = robustness_table(every_curve, m.evp, m.auc, degenerate)
     attack_optimality = optimality.optimality_table(distances, best)
     curves, robustness = measured(every_curve), measured(every_robustness)

@@ -34,7 +34,8 @@ import numpy as np
 import pandas as pd
 
 from trashfire.core import schema
-from trashfire.tables.distances import best_by_cell, norm_label
+from trashfire.core.schema import norm_label
+from trashfire.tables.distances import best_by_cell
 
 ENSEMBLE = schema.ENSEMBLE
 OPTIMALITY = ["model_hash", "dataset", "norm", "attack", "attack_family", "n", "optimality", "area", "best_area", "clean_acc", "eps_max", "note"]

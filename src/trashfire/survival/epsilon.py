@@ -194,7 +194,7 @@ def ensemble_samples(best: pd.DataFrame, experiments: pd.DataFrame) -> pd.DataFr
     largest = {}
     if not grid.empty:
         pixel = schema.to_pixel(grid["attack_value"].astype(float), grid.get("attack_units", "standardised"), grid["pixel_std"])
-        norms = grid["norm"].map(lambda n: str(n) if str(n) == "inf" else str(int(float(n))))
+        norms = grid["norm"].map(schema.norm_label)
         largest = pixel.groupby([grid["dataset"], norms]).max().to_dict()
     pooled = table.groupby(["dataset", "norm"])["eps"].transform("max")
     table["eps_max"] = [largest.get((d, n), p) for d, n, p in zip(table["dataset"], table["norm"], pooled)]

@@ -33,7 +33,7 @@ from omegaconf import DictConfig
 
 from trashfire.core import schema
 from trashfire.core.records import atomic_path
-from trashfire.core.schema import Outcomes
+from trashfire.core.schema import Outcomes, norm_label
 from trashfire.core.stage import Artefacts
 
 EXACT, GRID = "exact", "grid"
@@ -42,12 +42,6 @@ ENSEMBLE_COLUMNS = ["model_hash", "dataset", "norm", "position", "eps_lower", "e
 GRID_CHECK = ["model_hash", "dataset", "norm", "attack_family", "eps", "n", "acc_grid", "acc_minimal", "n_below", "n_above", "agrees"]
 QUERY_CURVES = ["model_hash", "dataset", "norm", "attack", "attack_family", "eps", "passes", "acc", "n"]
 NORM_ARRAYS = {"inf": "norm_linf", "2": "norm_l2", "1": "norm_l1", "0": "norm_l0"}
-
-
-def norm_label(norm) -> str:
-    """A norm as the attack options name it: 'inf', '2', '1', '0' (experiments.csv reads 2.0)."""
-    text = str(norm)
-    return text if text == "inf" else str(int(float(text)))
 
 
 def _labels(experiments: pd.DataFrame) -> pd.DataFrame:

@@ -108,6 +108,7 @@ from trashfire.core.schema.labels import (
     cell_labels,
     family_identifier,
     field_names,
+    norm_label,
     without,
 )
 from trashfire.core.schema.records import (
@@ -148,6 +149,7 @@ __all__ = [
     "attack_family",
     "cell_labels",
     "family_identifier",
+    "norm_label",
     "field_names",
     "without",
     "CLOCKS",

@@ -91,6 +91,12 @@ def attack_family(attack: Any, norm: Any) -> Any:
     return f"{attack} l{norm}"
 
 
+def norm_label(norm: Any) -> str:
+    """A norm as the attack options name it: 'inf', '2', '1', '0' (a table read back has 2.0)."""
+    text = str(norm)
+    return text if text == "inf" else str(int(float(text)))
+
+
 def family_identifier(family: str) -> str:
     """An attack-family label as an identifier, for where a name must be one (the survival
     data's dummy columns: attack_fgm_inf): attack and norm joined by '_', 'fgm linf' ->
