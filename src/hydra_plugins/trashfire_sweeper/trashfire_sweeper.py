@@ -116,6 +116,7 @@ class TrashfireSweeperConf:
     grace_period: int | None = None  # s without a beat before a trial counts as dead (3 beats)
     poll_interval: float = 5.0  # s between looks at other sweepers' running trials
     trial_configs: str = "overrides"  # per trial folder: .hydra/overrides.yaml, or Hydra's "full" .hydra/
+    max_retries: int = 3  # times a trial whose process died (stale) or whose SLURM job was lost is queued again
 
 
 ConfigStore.instance().store(group="hydra/sweeper", name="trashfire", node=TrashfireSweeperConf, provider="trashfire")

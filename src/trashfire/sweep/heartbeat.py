@@ -26,7 +26,8 @@ from trashfire.sweep.storage import SCHEMA_LOCK, engine_kwargs, study_lock
 
 log = logging.getLogger(__name__)
 
-STALE_NOTE = "stale: its process stopped beating (killed?); queued again"
+QUEUED_AGAIN = "; queued again"  # how the note of a trial failed and queued again ends
+STALE_NOTE = "stale: its process stopped beating (killed?)" + QUEUED_AGAIN
 
 
 class SqlBeats:

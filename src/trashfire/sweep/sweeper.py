@@ -10,6 +10,7 @@ import copy
 import functools
 import logging
 import math
+import os
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -30,7 +31,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from trashfire.core.errors import ConfigError
 from trashfire.sweep.compose import SweepConfigCache
-from trashfire.sweep.heartbeat import STALE_NOTE, Beats, FileBeats, Heartbeat, SqlBeats, stale_trials
+from trashfire.sweep.heartbeat import QUEUED_AGAIN, STALE_NOTE, Beats, FileBeats, Heartbeat, SqlBeats, stale_trials
+from trashfire.sweep.slurm import JobLost
 from trashfire.sweep.space import directions_of, grid_choices, grid_points, last_of_each_key, point_key, search_space, suggest, trial_params
 from trashfire.sweep.storage import SCHEMA_LOCK, journal_file, optuna_storage, study_lock
 
@@ -38,6 +40,13 @@ log = logging.getLogger(__name__)
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # RetryHeartbeatStaleTrialCallback, stable as used here
 
 TRIAL_CONFIGS = ("overrides", "full")
+
+
+def slurm_job_id() -> str | None:
+    """The SLURM job this process runs in, as squeue and scontrol name it (`<array>_<task>`
+    for an array task, as submitit does), or None outside SLURM."""
+    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    return f"{array}_{task}" if array and task else os.environ.get("SLURM_JOB_ID")
 
 
 class ResumableOptunaSweeper(Sweeper):
@@ -57,11 +66,14 @@ class ResumableOptunaSweeper(Sweeper):
         grace_period: int | None,
         poll_interval: float,
         trial_configs: str = "overrides",
+        max_retries: int = 3,
     ):
         if heartbeat_interval <= 0:
             raise ValueError(f"hydra.sweeper.heartbeat_interval must be a positive whole number of seconds, got {heartbeat_interval}")
         if not 0.0 <= max_failure_rate <= 1.0:
             raise ValueError(f"hydra.sweeper.max_failure_rate must be in [0, 1], got {max_failure_rate}")
+        if not isinstance(max_retries, int) or max_retries < 0:
+            raise ValueError(f"hydra.sweeper.max_retries must be a whole number >= 0, got {max_retries!r}")
         self.sampler, self.direction, self.storage, self.study_name = sampler, direction, storage, study_name
         self.n_trials, self.n_jobs, self.max_failure_rate, self.params = n_trials, n_jobs, max_failure_rate, params
         self.custom_search_space_extender: Callable[[DictConfig, optuna.Trial], None] | None = None
@@ -73,6 +85,7 @@ class ResumableOptunaSweeper(Sweeper):
         self.grace_period = int(grace_period or 3 * heartbeat_interval)
         self.poll_interval = poll_interval
         self.trial_configs = trial_configs
+        self.max_retries = max_retries
         self.job_idx = 0
         self.beats: Beats | None = None
         self.optuna_storage: BaseStorage | None = None  # the study's storage, also for updates by trial id
@@ -210,21 +223,35 @@ class ResumableOptunaSweeper(Sweeper):
         storage, failed = self.optuna_storage, []
         for trial in stale_trials(running, self.beats.ages([t.number for t in running]), self.grace_period):
             trial_id = self._trial_id(trial.number)
+            note = self._retry_note(trial, STALE_NOTE) if requeue else STALE_NOTE
             try:
-                storage.set_trial_user_attr(trial_id, "error", STALE_NOTE)
+                storage.set_trial_user_attr(trial_id, "error", note)
                 if storage.set_trial_state_values(trial_id, TrialState.FAIL):
                     failed.append(trial)
             except UpdateFinishedTrialError:  # its sweeper finished it meanwhile
                 continue
         self.beats.forget([t.number for t in failed])
-        retry = RetryHeartbeatStaleTrialCallback()
         for trial in failed:
             log.warning("trial %d %s", trial.number, STALE_NOTE)
             if requeue:
-                again = copy.copy(trial)
-                again.user_attrs = {k: v for k, v in trial.user_attrs.items() if k != "error"}
-                retry(study, again)  # a WAITING copy with its parameters, and failed_trial / retry_history
+                self._queue_again(study, trial)
         return len(failed)
+
+    def _retry_note(self, trial: FrozenTrial, note: str) -> str:
+        """`note` (which ends in QUEUED_AGAIN) as it stands where the trial has retries left,
+        or saying it stays failed."""
+        retries = len(trial.system_attrs.get("retry_history", []))  # RetryHeartbeatStaleTrialCallback's record
+        if retries < self.max_retries:
+            return note
+        return note.removesuffix(QUEUED_AGAIN) + f"; not queued again: retried {retries} times already (hydra.sweeper.max_retries={self.max_retries})"
+
+    def _queue_again(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        """A WAITING copy of a failed trial with its parameters and failed_trial /
+        retry_history, unless it was retried max_retries times already; without the attributes
+        of its failed run (its error, the SLURM job it ran in)."""
+        again = copy.copy(trial)
+        again.user_attrs = {k: v for k, v in trial.user_attrs.items() if k not in ("error", "slurm_job_id")}
+        RetryHeartbeatStaleTrialCallback(max_retry=self.max_retries)(study, again)
 
     def _pop_queued(self, study: optuna.Study, candidates: list[int], n: int) -> list[optuna.Trial]:
         """Up to n queued trials from `candidates` (numbers of WAITING trials when listed), each
@@ -290,8 +317,8 @@ class ResumableOptunaSweeper(Sweeper):
 
     @staticmethod
     def _failed_by_error(trial: FrozenTrial) -> bool:
-        """A failed trial that ran to an error (a stale one is queued again instead)."""
-        return trial.state == TrialState.FAIL and trial.user_attrs.get("error") != STALE_NOTE
+        """A failed trial that ran to an error (a stale or lost one is queued again instead)."""
+        return trial.state == TrialState.FAIL and not str(trial.user_attrs.get("error", "")).endswith(QUEUED_AGAIN)
 
     def _configure_trials(self, trials: list[optuna.Trial], space, fixed) -> list[tuple[str, ...]]:
         """Each trial's overrides. Parameters not yet in the trial are suggested (a queued
@@ -306,6 +333,8 @@ class ResumableOptunaSweeper(Sweeper):
             if self.custom_search_space_extender:
                 self.custom_search_space_extender(self.config, trial)
             recorded = trial.user_attrs
+            if slurm_job_id():  # this sweeper runs in a SLURM job (tools/slurm/sweepers.sbatch), and so its trials
+                trial.set_user_attr("slurm_job_id", slurm_job_id())
             for name, value in fixed.items():
                 if recorded.get(name) != value:
                     trial.set_user_attr(name, value)
@@ -344,10 +373,15 @@ class ResumableOptunaSweeper(Sweeper):
             )
 
     def _tell(self, study: optuna.Study, trial: optuna.Trial, ret: JobReturn, n_objectives: int) -> bool:
+        """Record the trial's result, or its error; a trial whose SLURM job was lost is
+        failed and queued again (`max_retries`). True where it completed."""
         error = None
         values: list[float] | None = None
+        self._record_job(trial, ret)
         try:
             returned = ret.return_value  # a failed job's raises its exception
+        except JobLost as err:
+            return self._lost(study, trial, err)
         except Exception as err:  # noqa: BLE001 - any error of the trial is recorded with it
             error = str(err) if type(err).__module__.startswith("trashfire") else f"{type(err).__name__}: {err}"
         else:
@@ -373,6 +407,25 @@ class ResumableOptunaSweeper(Sweeper):
         if error is not None:
             log.warning("trial %d failed (%s): %s", trial.number, " ".join(ret.overrides), error)
         return error is None
+
+    def _record_job(self, trial: optuna.Trial, ret: JobReturn) -> None:
+        """The SLURM job a trial ran in, as the user attribute `slurm_job_id` (where this
+        sweeper's launcher submits SLURM jobs: the job's id as submitit saw it in the job)."""
+        if getattr(self.launcher, "_EXECUTOR", None) == "slurm" and ret.hydra_cfg is not None:
+            with contextlib.suppress(Exception):  # a trial whose job is lost has no hydra config
+                trial.set_user_attr("slurm_job_id", str(ret.hydra_cfg.hydra.job.id))
+
+    def _lost(self, study: optuna.Study, trial: optuna.Trial, err: JobLost) -> bool:
+        """Fail a trial whose SLURM job ended without a result and queue it again. Counts as
+        no failure of the batch (the cluster's, not the trial's) unless it is retried no more."""
+        trial.set_user_attr("slurm_job_id", err.job_id)
+        trial_id = self._trial_id(trial.number)
+        note = self._retry_note(self.optuna_storage.get_trial(trial_id), f"lost: {err}{QUEUED_AGAIN}")
+        trial.set_user_attr("error", note)
+        study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+        log.warning("trial %d %s", trial.number, note)
+        self._queue_again(study, self.optuna_storage.get_trial(trial_id))
+        return note.endswith(QUEUED_AGAIN)
 
     def _save_results(self, study: optuna.Study, directions: list[str]) -> None:
         complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))

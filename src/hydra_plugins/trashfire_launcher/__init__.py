@@ -1,0 +1,1 @@
+"""Hydra discovers the trashfire SLURM launcher in this namespace package."""
