@@ -38,6 +38,7 @@ if [ -e "$CONF" ] && ! grep -qF "$MARK" "$CONF"; then
 fi
 
 mkdir -p "$STATE"/ctld "$STATE"/spool
+rm -f "$STATE"/jobcomp.log  # one line per job of this cluster's run: stop.sh counts them
 host=$(hostname -s)
 # the node as slurmd sees it (CPUs, sockets, cores, memory), so that it is not drained for
 # claiming more than it has
