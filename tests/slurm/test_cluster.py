@@ -36,21 +36,21 @@ ON_THIS_CLUSTER = [
     "threads=1",
 ]
 TWO_POINTS = ["model=choice(fcnet)", "defence=choice(none,fsq)", "train.epochs=choice(1)"]
-SIX_POINTS = ["model=choice(fcnet,mlp2)", "defence=choice(none,fsq,gauss_out)", "train.epochs=choice(1)"]
+EIGHT_POINTS = ["model=choice(fcnet,mlp2)", "defence=choice(none,fsq,gauss_out,conf)", "train.epochs=choice(1)"]
 WAIT = 600  # s: no test waits on the cluster longer than this
 
 
-def slow(match: str, seconds: float, at: str, once: Path | None = None) -> list[str]:
-    """Overrides that hold the trials with the override(s) `match` (one, or `[a,b]`: all of
-    them) in their overrides (tests/slurm/slow_trial.py)."""
-    quoted = "[" + ",".join(f"'{m}'" for m in match.strip("[]").split(",")) + "]"
+def slow(match: str, seconds: float, at: str, once: Path | None = None, name: str = "slow") -> list[str]:
+    """Overrides that hold the trials with the override(s) `match` (one, `[a,b]`: all of them,
+    or `[]`: every trial) in their overrides (tests/slurm/slow_trial.py)."""
+    quoted = "[" + ",".join(f"'{m}'" for m in match.strip("[]").split(",") if m) + "]"
     held = [
-        "+hydra.callbacks.slow._target_=tests.slurm.slow_trial.SlowTrial",
-        f"+hydra.callbacks.slow.match={quoted}",
-        f"+hydra.callbacks.slow.seconds={seconds}",
-        f"+hydra.callbacks.slow.at={at}",
+        f"+hydra.callbacks.{name}._target_=tests.slurm.slow_trial.SlowTrial",
+        f"+hydra.callbacks.{name}.match={quoted}",
+        f"+hydra.callbacks.{name}.seconds={seconds}",
+        f"+hydra.callbacks.{name}.at={at}",
     ]
-    return held + ([f"+hydra.callbacks.slow.once={once}"] if once else [])
+    return held + ([f"+hydra.callbacks.{name}.once={once}"] if once else [])
 
 
 def cluster_env(**extra: str) -> dict[str, str]:
@@ -195,30 +195,35 @@ def test_a_trial_asking_for_cuda_on_a_node_without_a_gpu_fails_with_one_line(tmp
 
 
 def test_three_single_trial_sweepers_share_a_grid_and_the_slowest_trial_holds_no_other(tmp_path, postgres):  # noqa: F811
-    """tools/slurm/sweepers.sbatch as an array of three on one PostgreSQL study; the grid's first
-    trial (fcnet, none) is held 30 s. Every point runs once, and the other five complete while
-    it is held. The same grid through one sweeper, for the time against three."""
-    held = slow("[model=fcnet,defence=none]", 30, "start")
-    elapsed = {}
-    for n in (3, 1):
-        study = f"three_sweepers_{n}"
-        args = [*sweep_command(tmp_path, None, *SIX_POINTS, f"hydra.sweeper.study_name={study}", "hydra.sweeper.grace_period=60", "threads=1")[4:], *held]
-        args = [a for a in args if not a.startswith("hydra.sweep.dir=")]
-        started = time.monotonic()
-        jobs = expand_array(submit_sweepers(tmp_path, args, n, f"array{n}", TRASHFIRE_STUDY_URL=postgres), n)
-        wait_for_jobs(jobs, started + WAIT)
-        elapsed[n] = time.monotonic() - started
-        assert [job_state(j) for j in jobs] == ["COMPLETED"] * n, job_logs(tmp_path / "logs")[-3000:]
-        trials = trials_of(postgres, study)
-        assert len(trials) == 6 and all(t.state == COMPLETE for t in trials), [(t.state, t.params, t.user_attrs) for t in trials]
-        assert len({tuple(sorted(t.params.items())) for t in trials}) == 6  # every point once
-        if n == 3:
-            (held_one,) = [t for t in trials if (t.params["model"], t.params["defence"]) == ("fcnet", "none")]
-            assert all(t.user_attrs["slurm_job_id"] in jobs for t in trials)
-            times = [(t.params, t.datetime_start.time(), t.datetime_complete.time(), t.user_attrs["slurm_job_id"]) for t in trials]
-            assert all(t.datetime_complete < held_one.datetime_complete for t in trials if t is not held_one), times  # none waited for it
-    print(f"\nthe six-point grid, one point held 30 s: {elapsed[3]:.0f} s with three sweepers, {elapsed[1]:.0f} s with one")
-    assert elapsed[3] < elapsed[1]
+    """tools/slurm/sweepers.sbatch as an array of three on one PostgreSQL study, an eight-point
+    grid whose trials stand for GPU work (each held 6 s, the first, fcnet/none, 45 s more):
+    every point runs once, and the other seven complete while the first is held. Against one
+    sweeper with `launcher=slurm` and batches of three (Hydra's blocking batches, issue 3091),
+    where the held trial holds its batch."""
+    holds = [*slow("[]", 6, "start", name="busy"), *slow("[model=fcnet,defence=none]", 45, "start")]
+    common = [*EIGHT_POINTS, "hydra.sweeper.grace_period=60", "threads=1"]
+    started = time.monotonic()
+    args = [a for a in sweep_command(tmp_path, None, *common, "hydra.sweeper.study_name=independent")[4:] if not a.startswith("hydra.sweep.dir=")]
+    jobs = expand_array(submit_sweepers(tmp_path, [*args, *holds], 3, "independent", TRASHFIRE_STUDY_URL=postgres), 3)
+    wait_for_jobs(jobs, started + WAIT)
+    independent = time.monotonic() - started
+    assert [job_state(j) for j in jobs] == ["COMPLETED"] * 3, job_logs(tmp_path / "logs")[-3000:]
+    trials = trials_of(postgres, "independent")
+    assert len(trials) == 8 and all(t.state == COMPLETE for t in trials), [(t.state, t.params, t.user_attrs) for t in trials]
+    assert len({tuple(sorted(t.params.items())) for t in trials}) == 8  # every point once
+    assert {t.user_attrs["slurm_job_id"] for t in trials} == set(jobs)  # each sweeper ran trials, in its own job
+    (held,) = [t for t in trials if (t.params["model"], t.params["defence"]) == ("fcnet", "none")]
+    times = [(t.params, t.datetime_start.time(), t.datetime_complete.time(), t.user_attrs["slurm_job_id"]) for t in trials]
+    assert all(t.datetime_complete < held.datetime_complete for t in trials if t is not held), times  # none waited for it
+
+    started = time.monotonic()
+    sweep(tmp_path, None, *common, *ON_THIS_CLUSTER, "hydra.sweeper.n_jobs=3", "hydra.sweeper.study_name=batched", *holds, TRASHFIRE_STUDY_URL=postgres)
+    batched = time.monotonic() - started
+    assert sorted(t.state for t in trials_of(postgres, "batched")) == [COMPLETE] * 8
+    print(
+        f"\nthe eight-point grid (trials held 6 s, one 45 s more): {independent:.0f} s with three single-trial sweepers, {batched:.0f} s with one sweeper's batches of three"
+    )
+    assert independent < batched
 
 
 def study_trials(storage: str) -> list[optuna.trial.FrozenTrial]:
