@@ -1,8 +1,9 @@
 """The SLURM launcher's wait (trashfire.sweep.slurm) and what the sweeper does with a lost job,
 on stand-in jobs and a fake clock: a job that ended without its result is lost after
 `lost_after_s`, a pending or running one is waited for, a trial stopped by submitit's timeout
-signal is lost too, and a lost trial is queued again until `max_retries`. The same paths on a
-real cluster: tests/slurm/test_cluster.py."""
+signal is lost too, and a lost trial is queued again until `max_retries`; a busy sweeper
+takes over a dead sweeper's trial between its batches, first. The same paths on a real
+cluster: tests/slurm/test_cluster.py."""
 
 from __future__ import annotations
 
@@ -99,23 +100,28 @@ def test_a_trial_stopped_by_submitits_timeout_signal_is_lost_and_a_trials_own_er
     assert outcomes[1] is failing.outcome
 
 
+def a_sweeper(**settings) -> ResumableOptunaSweeper:
+    defaults = {
+        "sampler": None,
+        "direction": "minimize",
+        "storage": None,
+        "study_name": "s",
+        "n_trials": 1,
+        "n_jobs": 1,
+        "max_failure_rate": 1.0,
+        "custom_search_space": None,
+        "params": None,
+        "heartbeat_interval": 1,
+        "grace_period": None,
+        "poll_interval": 0.1,
+        "max_retries": 1,
+    }
+    return ResumableOptunaSweeper(**(defaults | settings))
+
+
 @pytest.fixture
 def sweeper_on_a_study():
-    sweeper = ResumableOptunaSweeper(
-        sampler=None,
-        direction="minimize",
-        storage=None,
-        study_name="s",
-        n_trials=1,
-        n_jobs=1,
-        max_failure_rate=1.0,
-        custom_search_space=None,
-        params=None,
-        heartbeat_interval=1,
-        grace_period=None,
-        poll_interval=0.1,
-        max_retries=1,
-    )
+    sweeper = a_sweeper()
     storage = optuna.storages.InMemoryStorage()
     study = optuna.create_study(storage=storage, study_name="s")
     sweeper.optuna_storage, sweeper.study_id = storage, storage.get_study_id_from_name("s")
@@ -144,3 +150,31 @@ def test_a_lost_trial_is_queued_again_until_max_retries(sweeper_on_a_study):
     assert sweeper._lost(study, again, JobLost("8_0", GONE)) is False  # max_retries=1: retried once already
     assert study.trials[1].user_attrs["error"].endswith("; not queued again: retried 1 times already (hydra.sweeper.max_retries=1)")
     assert [t.state for t in study.trials] == [optuna.trial.TrialState.FAIL] * 2
+
+
+def test_a_busy_sweeper_takes_over_a_dead_sweepers_trial_between_batches_and_runs_it_first(tmp_path):
+    """A sweeper killed mid-trial (its SLURM job cancelled) stops beating; another, still
+    working through the queue, queues the trial again at its next look (once a grace period)
+    and puts the copy ahead of the points it had listed."""
+    import os
+
+    from trashfire.sweep.heartbeat import FileBeats
+    from trashfire.sweep.storage import optuna_storage
+
+    journal = tmp_path / "optuna.log"
+    storage = optuna_storage(f"journal://{journal}")
+    study = optuna.create_study(storage=storage, study_name="s")
+    x = optuna.distributions.FloatDistribution(0, 9)
+    study.add_trials([optuna.trial.create_trial(state=optuna.trial.TrialState.WAITING, params={"x": float(i)}, distributions={"x": x}) for i in range(4)])
+    sweeper = a_sweeper(storage=f"journal://{journal}", grace_period=5, max_retries=3)
+    sweeper.optuna_storage, sweeper.study_id, sweeper.beats = storage, storage.get_study_id_from_name("s"), FileBeats(journal, "s")
+    (killed,) = sweeper._pop_queued(study, [0], 1)  # the dead sweeper's trial: it beat once, 60 s ago
+    sweeper.beats.beat([killed.number])
+    os.utime(sweeper.beats.folder / "0", (os.path.getmtime(sweeper.beats.folder / "0") - 60,) * 2)
+
+    assert sweeper._take_over_stale(study, [2, 3]) == [2, 3]  # within a grace period of its last look: no look
+    sweeper._last_stale_look -= 5
+    assert sweeper._take_over_stale(study, [2, 3]) == [4, 1, 2, 3]  # the copy first, then the queue as listed
+    copy = study.trials[4]
+    assert copy.params == {"x": 0.0} and copy.system_attrs["failed_trial"] == 0
+    assert study.trials[0].state == optuna.trial.TrialState.FAIL

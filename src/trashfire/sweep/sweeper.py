@@ -86,6 +86,7 @@ class ResumableOptunaSweeper(Sweeper):
         self.poll_interval = poll_interval
         self.trial_configs = trial_configs
         self.max_retries = max_retries
+        self._last_stale_look = time.monotonic()  # the queueing looked just now
         self.job_idx = 0
         self.beats: Beats | None = None
         self.optuna_storage: BaseStorage | None = None  # the study's storage, also for updates by trial id
@@ -268,6 +269,7 @@ class ResumableOptunaSweeper(Sweeper):
 
     def _sweep_queue(self, study, space, fixed, directions, points) -> None:
         queued, complete = self._queue_grid(study, points, space, fixed)
+        self._last_stale_look = time.monotonic()  # the queueing failed the stale trials just now
         log.info("grid of %d points: %d queued by this run, %d already done", len(points), queued, complete)
         batch_size = max(1, self.n_jobs)
         candidates: list[int] = []
@@ -275,6 +277,7 @@ class ResumableOptunaSweeper(Sweeper):
             trials = self._pop_queued(study, candidates, batch_size)
             if trials:
                 self._run_batch(study, trials, space, fixed, directions)
+                candidates = self._take_over_stale(study, candidates)
                 continue
             # every listed trial is taken: list again (one listing per round: reading a big
             # queue costs a second), for trials other sweepers queued again meanwhile
@@ -285,6 +288,21 @@ class ResumableOptunaSweeper(Sweeper):
             if not listed:
                 break
             self._wait_for_others(study)
+
+    def _take_over_stale(self, study: optuna.Study, candidates: list[int]) -> list[int]:
+        """Between batches, once a grace period: queue again the trials whose sweeper died
+        (killed mid-trial: scancel, a time limit) and take them first, so that a busy sweeper
+        retries a killed trial within minutes, not after the whole queue. The candidates as
+        they were where none is stale."""
+        now = time.monotonic()
+        if self.beats is None or now - self._last_stale_look < self.grace_period:
+            return candidates
+        self._last_stale_look = now
+        with study_lock(self._url(), study.study_name):
+            if not self._fail_stale(study, requeue=True):
+                return candidates
+        waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        return [t.number for t in sorted(waiting, key=lambda t: ("failed_trial" not in t.system_attrs, t.number))]
 
     def _sweep_sampled(self, study, space, fixed, directions) -> None:
         """`n_trials` is the study's total: trials done (complete, or failed with an error),
