@@ -112,6 +112,7 @@ def test_a_sweep_through_slurm_gives_the_local_records_and_dvc_finds_every_cell_
     trials = runs["slurm"][1]
     assert len(trials) == 5 and all(t.state == COMPLETE for t in trials)  # the study is complete
     job_ids = [t.user_attrs["slurm_job_id"] for t in trials]
+    wait_for_jobs(job_ids, time.monotonic() + 60)  # a job may still be finishing after its result is written
     assert len(set(job_ids)) == 5 and all(job_state(j) == "COMPLETED" for j in job_ids), job_ids  # each trial its own SLURM job
     local = {tuple(sorted(t.params.items())): t.value for t in runs["local"][1]}
     assert {tuple(sorted(t.params.items())): t.value for t in trials} == local
@@ -190,6 +191,7 @@ def test_a_trial_asking_for_cuda_on_a_node_without_a_gpu_fails_with_one_line(tmp
     sweep(tmp_path, storage, "model=choice(fcnet)", "defence=choice(none)", "train.epochs=choice(1)", *ON_THIS_CLUSTER, "train.device=cuda")
     (trial,) = trials_of(storage)
     assert trial.state == FAIL and trial.user_attrs["error"] == "config error: train.device: cuda asked for, but no CUDA device is present; use auto or cpu"
+    wait_for_jobs([trial.user_attrs["slurm_job_id"]], time.monotonic() + 60)  # a job may still be finishing after its result is written
     assert job_state(trial.user_attrs["slurm_job_id"]) == "COMPLETED"  # the job ran and reported: no hang
     assert time.monotonic() - started < 120
 
