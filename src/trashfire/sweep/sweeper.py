@@ -436,11 +436,17 @@ class ResumableOptunaSweeper(Sweeper):
     def _lost(self, study: optuna.Study, trial: optuna.Trial, err: JobLost) -> bool:
         """Fail a trial whose SLURM job ended without a result and queue it again. Counts as
         no failure of the batch (the cluster's, not the trial's) unless it is retried no more."""
-        trial.set_user_attr("slurm_job_id", err.job_id)
-        trial_id = self._trial_id(trial.number)
-        note = self._retry_note(self.optuna_storage.get_trial(trial_id), f"lost: {err}{QUEUED_AGAIN}")
-        trial.set_user_attr("error", note)
-        study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+        storage, trial_id = self.optuna_storage, self._trial_id(trial.number)
+        note = self._retry_note(storage.get_trial(trial_id), f"lost: {err}{QUEUED_AGAIN}")
+        try:
+            storage.set_trial_user_attr(trial_id, "slurm_job_id", err.job_id)
+            storage.set_trial_user_attr(trial_id, "error", note)
+            failed = storage.set_trial_state_values(trial_id, TrialState.FAIL)  # atomic: one of two sweepers fails it
+        except UpdateFinishedTrialError:
+            failed = False
+        if not failed:  # another sweeper failed it as stale meanwhile, and queued it again
+            log.warning("trial %d was taken over by another sweeper; its queued copy gives the result", trial.number)
+            return True
         log.warning("trial %d %s", trial.number, note)
         self._queue_again(study, self.optuna_storage.get_trial(trial_id))
         return note.endswith(QUEUED_AGAIN)
