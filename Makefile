@@ -34,7 +34,7 @@ run: $(STAMP) params.yaml ## install, then run the embedded default pipeline (dv
 	dvc repro
 
 test: $(STAMP) ## install, then run the fast test suite (pytest-xdist: one worker per core)
-	$(PY) -m pytest -m "not slow and not slurm" -q -n auto --dist worksteal
+	$(PY) -m pytest -m "not slow and not cluster" -q -n auto --dist worksteal
 
 lint: $(STAMP) ## ruff: lint and format check (CI runs it); `make format` rewrites
 	$(VENV)/bin/ruff check src tests bench tools
@@ -53,11 +53,11 @@ test-isa: $(STAMP) ## the attack engine's tests under ATEN_CPU_CAPABILITY=defaul
 	ATEN_CPU_CAPABILITY=avx2 $(PY) -m pytest -m "not slow" -q -n auto --dist worksteal $(ENGINE_TESTS)
 
 test-slow: $(STAMP) ## the slow tests (full pipeline runs)
-	$(PY) -m pytest -m "slow and not slurm" -q
+	$(PY) -m pytest -m "slow and not cluster" -q
 
-test-slurm: $(STAMP) ## start a single-node SLURM cluster (tools/slurm/start.sh), run the tests that submit to it, stop it (CI runs it)
+test-slurm: $(STAMP) ## start a single-node SLURM cluster (tools/slurm/start.sh), run the `cluster` tests (SLURM jobs, caches shared between nodes), stop it (CI runs it)
 	tools/slurm/start.sh
-	TRASHFIRE_REQUIRE_SLURM=1 $(PY) -m pytest -m slurm -q tests/slurm; status=$$?; tools/slurm/stop.sh; exit $$status
+	TRASHFIRE_REQUIRE_SLURM=1 $(PY) -m pytest -m cluster -q tests/slurm tests/sweep; status=$$?; tools/slurm/stop.sh; exit $$status
 
 test-kill: $(STAMP) ## SIGKILL train and attack at random moments; reruns must match an uninterrupted run (CI runs it)
 	$(PY) -m pytest -q -s tests/pipeline/test_crash_safety.py

@@ -21,7 +21,7 @@ from tests.conftest import ROOT
 from tests.pipeline.test_dvc import scratch_project
 from tests.sweep.test_sweep import CELL, env, postgres, records, sweep_command, trials_of  # noqa: F401 - postgres: a fixture
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.cluster]
 
 COMPLETE, FAIL = optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL
 # the launcher preset's resources, shrunk to this one-node cluster; quick looks at the jobs
@@ -133,7 +133,9 @@ def test_a_job_past_its_time_limit_has_its_trial_queued_again_and_completed_by_a
     array completes it."""
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     held = slow("defence=fsq", 600, "start", once=tmp_path / "held-once")
-    output = sweep(tmp_path, storage, *TWO_POINTS, *ON_THIS_CLUSTER, "hydra.launcher.timeout_min=1", *held)
+    # submitit's USR2 30 s before the limit, not its default 120 (at once, for a one-minute limit:
+    # it would land on the other trial's job as that exits, which SLURM then records FAILED)
+    output = sweep(tmp_path, storage, *TWO_POINTS, *ON_THIS_CLUSTER, "hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=30", *held)
     trials = trials_of(storage)
     failed = [t for t in trials if t.state == FAIL]
     assert len(failed) == 1 and failed[0].params["defence"] == "fsq", [(t.state, t.user_attrs) for t in trials]

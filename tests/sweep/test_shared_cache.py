@@ -19,9 +19,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.pipeline.test_dvc import runner, runner_env, scratch_project, stages_run, tiny_default
+
+pytestmark = pytest.mark.cluster  # with the SLURM tests, a CI step of its own (make test-slurm)
 
 # the grid: 2 models x 2 defences, each trial one trained model of its own (a predict-time
 # defence would share the undefended model with another trial, which the other node might
