@@ -14,7 +14,7 @@ and written to reports/bench.json.
 - sweep overhead: a 20-trial in-process sweep's cost over its cells' compute (bench/sweep_overhead.py; target < 0.10);
 - survival scaling: every configured fitter at 1k, 10k and 100k rows and the growth
   exponent of the total (bench/survival_scaling.py; target < 1.2);
-- tests (only with --only tests): `make test`'s suite, `pytest -m "not slow" -n auto` (target
+- tests (only with --only tests): `make test`'s suite, `pytest -m "not slow and not cluster" -n auto` (target
   <= 350x the reference: 8 minutes where the bound was set).
 
 Each part runs as its own process, so none inherits another's threads or caches.
@@ -154,10 +154,10 @@ def measure_script(script: str, *args: str) -> dict:
 
 def measure_tests() -> dict:
     """`make test`'s suite in this checkout, timed."""
-    print("tests: pytest -m 'not slow' -n auto --dist worksteal", flush=True)
+    print("tests: pytest -m 'not slow and not cluster' -n auto --dist worksteal", flush=True)
     begin = time.perf_counter()
     completed = subprocess.run(
-        [sys.executable, "-m", "pytest", "-m", "not slow", "-q", "-n", "auto", "--dist", "worksteal", "-p", "no:cacheprovider"],
+        [sys.executable, "-m", "pytest", "-m", "not slow and not cluster", "-q", "-n", "auto", "--dist", "worksteal", "-p", "no:cacheprovider"],
         cwd=ROOT,
         capture_output=True,
         text=True,
