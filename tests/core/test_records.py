@@ -29,3 +29,38 @@ def test_a_writer_killed_mid_write_leaves_no_record_and_its_temp_is_removed(tmp_
         assert remove_dead_temps(tmp_path) == 1
         assert live.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other.json"]
+
+
+def test_read_npz_gives_what_numpy_reads_for_every_kind_of_outcome_array(tmp_path):
+    """The timing stage's own .npy header parser (10^5 cells) against numpy's reader: dtypes,
+    shapes, memory order, empty and 0-d arrays, and writable results, compressed or not."""
+    import numpy as np
+    import pytest
+
+    from trashfire.core.errors import DataError
+    from trashfire.core.records import read_npz, write_npz
+
+    arrays = {
+        "flops": np.arange(5, dtype=np.int64),
+        "event": np.array([True, False, True]),
+        "broken_by": np.array(["apgd-ce", "", "square"]),
+        "norm_by_step": np.asfortranarray(np.arange(12, dtype=np.float32).reshape(3, 4)),
+        "margin": np.array([0.5, np.nan, -np.inf]),
+        "empty": np.zeros((0, 3)),
+        "scalar": np.array(7.25),
+        "big_endian": np.arange(3, dtype=">i4"),
+    }
+    for compressed in (True, False):
+        path = tmp_path / f"cell-{compressed}.npz"
+        write_npz(path, compressed=compressed, **arrays)
+        read = read_npz(path)
+        with np.load(path) as reference:
+            assert sorted(read) == sorted(reference.files)
+            for name in reference.files:
+                assert read[name].dtype == reference[name].dtype, name
+                assert read[name].shape == reference[name].shape, name
+                np.testing.assert_array_equal(read[name], reference[name])
+                assert read[name].flags.writeable, name
+    (tmp_path / "cut.npz").write_bytes((tmp_path / "cell-True.npz").read_bytes()[:200])
+    with pytest.raises(DataError, match="corrupt array file"):
+        read_npz(tmp_path / "cut.npz")

@@ -380,18 +380,15 @@ def attack_cells(cfg: DictConfig) -> list[AttackCell]:
     """Every attack on every model cell; an attack with `only_randomised: true` only on the
     cells whose defence declares `randomised: true` (AutoAttack's rand version)."""
     specs = attack_specs(cfg)
+    # looked up once per option, not per cell: a config lookup costs more than a cell (10^5 of them)
+    only_randomised = {name: bool(spec.get("only_randomised")) for name, spec in cfg.attack.items()}
+    randomised_defences = {name for name, spec in cfg.defence.items() if spec.get("randomised")}
     return [
         AttackCell(model, s["name"], s["norm"], s["param"], float(s["value"]), s)
         for model in model_cells(cfg)
         for s in specs
-        if randomised(cfg, model) or not cfg.attack[s["name"]].get("only_randomised")
+        if model.defence["name"] in randomised_defences or not only_randomised[s["name"]]
     ]
-
-
-def randomised(cfg: DictConfig, model: ModelCell) -> bool:
-    """The model cell's defence declares that it draws at random on every query."""
-    spec = cfg.defence.get(model.defence["name"])
-    return bool(spec is not None and spec.get("randomised"))
 
 
 def split_groups(cfg: DictConfig, by: str) -> int:

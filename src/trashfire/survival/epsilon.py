@@ -70,7 +70,10 @@ def _positions(outcomes: Outcomes) -> np.ndarray:
 
 
 def _rows(outcomes: Outcomes, positions: np.ndarray) -> np.ndarray:
-    return pd.Index(_positions(outcomes)).get_indexer(positions)
+    """The rows of `outcomes` at `positions` (every one of them attacked there)."""
+    where = _positions(outcomes)
+    order = np.argsort(where, kind="stable")
+    return order[np.searchsorted(where, positions, sorter=order)]
 
 
 def grid_search(eps: Sequence[float], outcomes: Sequence[Outcomes]) -> pd.DataFrame:
@@ -143,7 +146,7 @@ def sample_table(
         minimal=experiments["minimal"].map(lambda value: str(value).lower() == "true"),
     )
     chosen = cells[(cells["attack_param"] == "eps") | cells["minimal"]]
-    frames = []
+    frames, labels = [], []
     for (model_hash, attack, norm), group in chosen.groupby(["model_hash", "attack", "norm"], sort=True):
         first = group.iloc[0]
         arrays = [outcomes_by_hash[h] for h in group["attack_hash"]]
@@ -156,11 +159,11 @@ def sample_table(
             units, search = str(first.get("attack_units", "standardised")), GRID
             samples = grid_search(group["attack_value"].astype(float).to_numpy(), arrays)
             eps_max = float(group["attack_value"].max())
-        labels = {"model_hash": model_hash, "dataset": first["dataset"], "attack": attack, "norm": norm, "attack_family": first["attack_family"]}
-        frames.append(samples.assign(**labels, search=search, units=units, eps_max=eps_max))
+        frames.append(samples)
+        labels.append((model_hash, first["dataset"], attack, norm, first["attack_family"], search, units, eps_max))
     if not frames:
         return pd.DataFrame(columns=schema.EPS_SURVIVAL_DATA)
-    table = pd.concat(frames, ignore_index=True)
+    table = with_group_labels(pd.concat(frames, ignore_index=True), labels, [len(frame) for frame in frames])
     unknown = table["eps"].isna()
     if unknown.any():
         log.warning("%d samples without a pixel std (older attack records) left out of the eps survival", int(unknown.sum()))
@@ -168,6 +171,18 @@ def sample_table(
     pooled = table.groupby(["dataset", "attack_family"])["eps"].transform("max")
     table["eps_max"] = table["eps_max"].fillna(pooled)
     return table[schema.EPS_SURVIVAL_DATA].reset_index(drop=True)
+
+
+GROUP_LABELS = ["model_hash", "dataset", "attack", "norm", "attack_family", "search", "units", "eps_max"]
+
+
+def with_group_labels(table: pd.DataFrame, labels: list[tuple], sizes: list[int]) -> pd.DataFrame:
+    """`table` (groups' rows one after another, `sizes` each) with each group's `labels`
+    (GROUP_LABELS) as columns: added once, not per group (a column added to a frame per group
+    cost most of the timing stage at 10^4 cells)."""
+    columns = list(zip(*labels))
+    added = {name: np.repeat(np.array(values, dtype=float if name == "eps_max" else object), sizes) for name, values in zip(GROUP_LABELS, columns)}
+    return table.assign(**added)
 
 
 def ensemble_samples(best: pd.DataFrame, experiments: pd.DataFrame) -> pd.DataFrame:

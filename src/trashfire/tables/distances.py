@@ -135,7 +135,10 @@ def _shared(cells: Sequence[Outcomes]) -> np.ndarray:
 
 
 def _rows(cell: Outcomes, positions: np.ndarray) -> np.ndarray:
-    return pd.Index(_by_position(cell)).get_indexer(positions)
+    """The rows of `cell` at `positions` (every one of them attacked there)."""
+    where = _by_position(cell)
+    order = np.argsort(where, kind="stable")
+    return order[np.searchsorted(where, positions, sorter=order)]
 
 
 # --- the ensemble: each sample's smallest eps over every attack of a norm ---

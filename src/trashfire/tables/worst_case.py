@@ -14,6 +14,7 @@ the attacks' own rows (`measured`).
 from __future__ import annotations
 
 import hashlib
+from functools import reduce
 
 import numpy as np
 import pandas as pd
@@ -45,12 +46,12 @@ def worst_case_row(cells: pd.DataFrame, outcomes: list[Outcomes]) -> dict | None
     """The worst case of one model cell at one norm and eps, from its attack cells' rows and
     per-sample outcomes (in the same order); None where the attacks share no sample."""
     survived = robust_per_sample(outcomes)  # samples x attacks: right after each
-    if survived.empty:
+    if not survived.size:
         return None
     robust = survived.all(axis=1)
-    right_before = correct_before(outcomes).reindex(survived.index)
+    right_before = correct_before(outcomes)
     first = cells.iloc[0]
-    acc = survived.mean(axis=0).to_numpy()
+    acc = survived.mean(axis=0)
     strongest = np.flatnonzero(np.isclose(acc, acc.min()))
     carriers, names = sorted(set(cells["attack"].iloc[strongest])), ", ".join(sorted(set(cells["attack"])))
     row = {column: first[column] for column in COPIED} | {column: first[column] for column in COPIED_IF_PRESENT if column in cells}
@@ -64,25 +65,30 @@ def worst_case_row(cells: pd.DataFrame, outcomes: list[Outcomes]) -> dict | None
         "acc_adv": float(robust.mean()),
         "attack_hash": combined_hash(cells["attack_hash"]),
         "carried_by": ", ".join(carriers),
-        "n_beyond_carrier": int(survived[strongest[0]].sum() - robust.sum()),
+        "n_beyond_carrier": int(survived[:, strongest[0]].sum() - robust.sum()),
         "attacks": names,
         "evaluation": f"worst case per sample over {names}, {len(robust)} images, eps {first['attack_value']:g} ({first['attack_units']}, l{first['norm']})",
     }
 
 
-def correct_by_position(outcomes: list[Outcomes], predicted: str) -> pd.DataFrame:
-    """A column per attack (in order): its `predicted` labels were right, on the positions
-    every attack attacked."""
-    columns = [pd.Series(getattr(o, predicted) == o.y_true, index=positions(o)) for o in outcomes]
-    return pd.concat(columns, axis=1, join="inner", ignore_index=True).sort_index()
+def correct_by_position(outcomes: list[Outcomes], predicted: str) -> np.ndarray:
+    """Samples x attacks (in order): its `predicted` labels were right, on the positions every
+    attack attacked, in the order of position."""
+    shared = reduce(np.intersect1d, [positions(o) for o in outcomes])
+    columns = []
+    for o in outcomes:
+        where = positions(o)
+        order = np.argsort(where, kind="stable")
+        columns.append((getattr(o, predicted) == o.y_true)[order[np.searchsorted(where[order], shared)]])
+    return np.column_stack(columns)
 
 
-def robust_per_sample(outcomes: list[Outcomes]) -> pd.DataFrame:
+def robust_per_sample(outcomes: list[Outcomes]) -> np.ndarray:
     """Right after each attack."""
     return correct_by_position(outcomes, "y_pred_adv")
 
 
-def correct_before(outcomes: list[Outcomes]) -> pd.Series:
+def correct_before(outcomes: list[Outcomes]) -> np.ndarray:
     """Right before every attack (the first query of a randomised model can differ per attack)."""
     return correct_by_position(outcomes, "y_pred_ben").all(axis=1)
 
