@@ -221,27 +221,47 @@ def drop_degenerate(covariates: pd.DataFrame, weights: np.ndarray | None = None,
     """Drop constant columns, then each column that adds no rank beside an intercept and the
     columns kept before it (perfect collinearity), with a logged note. Rows with zero weight
     do not count. The rank test runs on the distinct rows: they span the same space as all
-    rows, and a per-sample table repeats each cell's covariates many times."""
+    rows, and a per-sample table repeats each cell's covariates many times. Each test reads the
+    singular values of the columns it compares from one R factor of them all (`r_factor`): a
+    matrix's columns Q R[:, S] have R[:, S]'s singular values, so one pass over the rows
+    serves every test, where an SVD per column read them all again (10^6 samples: 8 s)."""
     if weights is not None:
         covariates = covariates[np.asarray(weights) > 0]
     distinct = covariates.drop_duplicates()
-    kept: list[str] = []
-    basis = np.ones((len(distinct), 1))
+    reasons, scaled = {}, []
     for column in covariates.columns:
         values = distinct[column].to_numpy(dtype=float)
         if np.isnan(values).any():  # an imported model's epochs and lr are unknown: no value to fit
-            log.info("%s: dropping covariate %s: unknown for some cells (an external model records no epochs or lr)", where, column)
-            continue
-        if len(values) == 0 or np.ptp(values) == 0:
-            log.info("%s: dropping covariate %s: it takes one value", where, column)
-            continue
-        scaled = (values - values.mean()) / values.std()
-        candidate = np.column_stack([basis, scaled])
-        if np.linalg.matrix_rank(candidate, tol=1e-8 * len(values)) < candidate.shape[1]:
+            reasons[column] = "unknown for some cells (an external model records no epochs or lr)"
+        elif len(values) == 0 or np.ptp(values) == 0:
+            reasons[column] = "it takes one value"
+        else:
+            scaled.append((column, (values - values.mean()) / values.std()))
+    rank_of = _rank_tester([values for _, values in scaled], tol=1e-8 * len(distinct))
+    kept: list[str] = []
+    tested = dict((column, position) for position, (column, _) in enumerate(scaled, 1))
+    basis = [0]  # the intercept's column of the R factor
+    for column in covariates.columns:
+        if column in reasons:
+            log.info("%s: dropping covariate %s: %s", where, column, reasons[column])
+        elif rank_of([*basis, tested[column]]) < len(basis) + 1:
             log.info("%s: dropping covariate %s: collinear with %s", where, column, ", ".join(["intercept", *kept]))
-            continue
-        basis, kept = candidate, kept + [column]
+        else:
+            basis, kept = [*basis, tested[column]], kept + [column]
     return covariates[kept]
+
+
+def _rank_tester(columns: list[np.ndarray], tol: float, block: int = 1 << 20):
+    """The rank of any set of [intercept, *columns]'s columns (positions; 0 the intercept), as
+    numpy's matrix_rank with `tol` gives it on the rows, read from the R factor of them all,
+    taken block by block (the R factor of stacked R factors is the whole matrix's)."""
+    rows = len(columns[0]) if columns else 0
+    parts = []
+    for start in range(0, max(rows, 1), block):
+        stop = min(start + block, rows)
+        parts.append(np.linalg.qr(np.column_stack([np.ones(stop - start), *(c[start:stop] for c in columns)]), mode="r"))
+    r = parts[0] if len(parts) == 1 else np.linalg.qr(np.vstack(parts), mode="r")
+    return lambda positions: int(np.linalg.matrix_rank(r[:, positions], tol=tol))
 
 
 def diagnose(data: pd.DataFrame, source: str = "survival data") -> None:

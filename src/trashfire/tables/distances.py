@@ -203,24 +203,24 @@ def query_curves(experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outco
     Built as columns, one frame at the end: a frame per curve cost most of the timing stage."""
     cells = _labels(experiments)
     cells = cells.assign(eps_pixel=_pixel_eps(cells))
+    grids: dict[tuple, set] = {}
+    for key, eps in zip(zip(cells["model_hash"], cells["norm"]), cells["eps_pixel"].where(cells["attack_param"] == "eps")):
+        grids.setdefault(key, set()).update([] if np.isnan(eps) else [eps])
     columns: dict[str, list] = {name: [] for name in QUERY_CURVES}
-    for (model_hash, norm), group in cells.groupby(["model_hash", "norm"], sort=True):
-        grid = group.loc[group["attack_param"] == "eps", "eps_pixel"]
-        eps_values = sorted(set(grid) | {float(e) for e in extra_eps.get(norm, [])})
-        for attack, family in group.groupby("attack", sort=True):
-            first = family.iloc[0]
-            read = _family_reader(family, outcomes_by_hash, norm)
-            for eps in eps_values:
-                curve = read(eps)
-                if curve is None:
-                    continue
-                passes, acc, n = curve
-                labels = (model_hash, first["dataset"], norm, attack, first["attack_family"], eps)
-                for name, value in zip(QUERY_CURVES[:6], labels):
-                    columns[name].append(np.full(len(passes), value, dtype=object))
-                columns["passes"].append(passes)
-                columns["acc"].append(acc)
-                columns["n"].append(np.full(len(passes), n))
+    for (model_hash, norm, attack), family in cells.groupby(["model_hash", "norm", "attack"], sort=True):
+        first = family.iloc[0]
+        read = _family_reader(family, outcomes_by_hash, norm)
+        for eps in sorted(grids[model_hash, norm] | {float(e) for e in extra_eps.get(norm, [])}):
+            curve = read(eps)
+            if curve is None:
+                continue
+            passes, acc, n = curve
+            labels = (model_hash, first["dataset"], norm, attack, first["attack_family"], eps)
+            for name, value in zip(QUERY_CURVES[:6], labels):
+                columns[name].append(np.full(len(passes), value, dtype=object))
+            columns["passes"].append(passes)
+            columns["acc"].append(acc)
+            columns["n"].append(np.full(len(passes), n))
     if not columns["passes"]:
         return pd.DataFrame(columns=QUERY_CURVES)
     table = pd.DataFrame({name: np.concatenate(parts) for name, parts in columns.items()})
