@@ -21,11 +21,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from trashfire.core.records import read_table
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def ensemble_panel(ax, reports: Path) -> None:
-    distances = pd.read_csv(reports / "attack_distances.csv", dtype={"norm": str})
+    distances = read_table(reports / "attack_distances.parquet")
     experiments = pd.read_csv(reports / "experiments.csv")
     undefended = experiments[(experiments["defence"] == "none") & (experiments["model"] == "cifar_resnet8") & (experiments["seed"] == 0)]
     model_hash = undefended.sort_values("epochs")["model_hash"].iloc[-1]

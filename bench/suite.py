@@ -14,12 +14,16 @@ and written to reports/bench.json.
 - sweep overhead: a 20-trial in-process sweep's cost over its cells' compute (bench/sweep_overhead.py; target < 0.10);
 - survival scaling: every configured fitter at 1k, 10k and 100k rows and the growth
   exponent of the total (bench/survival_scaling.py; target < 1.2);
+- post-attack scaling: timing, survival, aggregate and figures at 10^6 and 10^7 attacked samples
+  on synthetic studies drawn from this checkout's default run (bench/post_attack_scaling.py;
+  needs `make run` first; its studies are built once into /tmp/trashfire-post-attack, then
+  about an hour on 2 cores): its own targets, met or missed;
 - tests (only with --only tests): `make test`'s suite, `pytest -m "not slow and not cluster" -n auto` (target
   <= 350x the reference: 8 minutes where the bound was set).
 
 Each part runs as its own process, so none inherits another's threads or caches.
 
-    python bench/suite.py [--only pipeline attack sweep survival tests] [--experiment default|tiny] [--out reports/bench.json] [--keep]
+    python bench/suite.py [--only pipeline attack sweep survival post_attack tests] [--experiment default|tiny] [--out reports/bench.json] [--keep]
 
 --keep also writes the run to bench/results/<date>-<cpus>cpu-suite.json, with the date, machine
 and commit it was measured at, and regenerates docs/benchmarks.md from bench/results/.
@@ -50,7 +54,7 @@ from trashfire.core.records import write_json  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
-PARTS = ("pipeline", "attack", "sweep", "survival", "tests")
+PARTS = ("pipeline", "attack", "sweep", "survival", "post_attack", "tests")
 DEFAULT_PARTS = PARTS[:-1]  # the test suite only when asked: it takes as long as the pipeline
 
 
@@ -152,6 +156,21 @@ def measure_script(script: str, *args: str) -> dict:
         return json.loads(out.read_text())
 
 
+def measure_post_attack() -> dict:
+    """bench/post_attack_scaling.py's figures, and whether its targets were met (it exits 1 on a miss)."""
+    if not (ROOT / "reports" / "attacks").is_dir():
+        sys.exit("bench: post_attack draws its studies from this checkout's default run: run `make run` first")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "figures.json"
+        print("post_attack_scaling.py:", flush=True)
+        completed = subprocess.run([sys.executable, str(BENCH / "post_attack_scaling.py"), "--json", str(out)], cwd=ROOT, text=True, capture_output=True)
+        print("\n".join("  " + line for line in completed.stdout.strip().splitlines()[-16:]), flush=True)
+        if not out.is_file():
+            sys.exit(f"bench: post_attack_scaling.py failed:\n{completed.stderr[-3000:]}")
+        missed = [line.removeprefix("MISSED ") for line in completed.stdout.splitlines() if line.startswith("MISSED ")]
+        return json.loads(out.read_text()) | {"met": completed.returncode == 0, "missed": missed}
+
+
 def measure_tests() -> dict:
     """`make test`'s suite in this checkout, timed."""
     print("tests: pytest -m 'not slow and not cluster' -n auto --dist worksteal", flush=True)
@@ -193,6 +212,11 @@ def targets(figures: dict) -> dict[str, bool]:
         checks["sweep overhead per trial < 10% of compute"] = figures["sweep_overhead"]["overhead_ratio"] < 0.10
     if "survival_scaling" in figures:
         checks["survival fit growth exponent < 1.2"] = figures["survival_scaling"]["growth_exponent_total"] < 1.2
+    if "post_attack_scaling" in figures:
+        missed = figures["post_attack_scaling"]["missed"]
+        checks["post-attack stages at 10^7 samples: time, memory, growth, report size" + (f" (missed: {'; '.join(missed)})" if missed else "")] = figures[
+            "post_attack_scaling"
+        ]["met"]
     return checks
 
 
@@ -242,6 +266,8 @@ def main() -> None:
         figures["sweep_overhead"] = measure_script("sweep_overhead.py")
     if "survival" in args.only:
         figures["survival_scaling"] = measure_script("survival_scaling.py")
+    if "post_attack" in args.only:
+        figures["post_attack_scaling"] = measure_post_attack()
     if "tests" in args.only:
         figures["tests"] = measure_tests()
     after = reference.measure()

@@ -7,11 +7,11 @@ and its second start) against independent optima on the same training split:
   penalizer 0, where `Rscript` with the `survival` package is installed (Debian:
   r-cran-survival). R has no generalised gamma.
 
-It reads a finished run's reports/survival_data.csv (`make run`) and prints each fitter's
+It reads a finished run's reports/survival_data.parquet (`make run`) and prints each fitter's
 log-likelihoods and relative differences; it exits 1 if any AFT fit is more than 1e-4
 (relative) below an independent optimum.
 
-    python bench/survival_convergence.py [--data reports/survival_data.csv]
+    python bench/survival_convergence.py [--data reports/survival_data.parquet]
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from trashfire.core.config import compose
+from trashfire.core.records import read_table
 from trashfire.survival import fitters as F
 from trashfire.survival.analysis import fit_unit, split_groups, usable_covariates
 from trashfire.survival.convergence import fit_converged
@@ -42,7 +43,7 @@ INDEPENDENT = {"optimiser": "L-BFGS-B", "fit_options": {"ftol": 1e-15, "gtol": 1
 def training_split(path: Path):
     cfg = compose([], conf=ROOT / "conf")
     settings = cfg.survival
-    data = pd.read_csv(path)
+    data = read_table(path)
     data = data.assign(**{F.DURATION: data[F.DURATION] / fit_unit(str(cfg.timing.clock))})
     train, _ = usable_covariates(*split_groups(data, settings.split_by, settings.test_size, settings.seed), settings.data.dummies)
     return settings, train
@@ -107,7 +108,7 @@ def relative(ours: float, other: float) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=ROOT / "reports" / "survival_data.csv")
+    parser.add_argument("--data", type=Path, default=ROOT / "reports" / "survival_data.parquet")
     args = parser.parse_args()
     settings, train = training_split(args.data)
     names = list(settings.fitters)

@@ -1,5 +1,5 @@
 """How the survival fit grows with the survival data set: each configured fitter on
-synthetic data shaped like the covariates of `reports/survival_data.csv` (one row per
+synthetic data shaped like the covariates of `reports/survival_data.parquet` (one row per
 attacked sample, weight 1: the default covariates with the sample's benign margin, one-hot
 attack and defence columns; the label columns are not fitted) at 1k, 10k and 100k rows, with
 the growth exponent b of time ~ rows^b (least squares on the log-log points; b < 1.2 is the

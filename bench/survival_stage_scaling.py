@@ -1,7 +1,7 @@
 """The whole survival stage at the size of a real study: wall time, peak memory and the growth
 exponent of time against samples.
 
-The default run's survival data (`reports/survival_data.csv`, 55k samples in 792 attack
+The default run's survival data (`reports/survival_data.parquet`, 55k samples in 792 attack
 cells) tiled to each size as a real study's grid would be: each tile a new set of trained
 models and attack cells (new hashes), durations jittered by up to 5% (bench/survival_vs_r.py's
 `tiled`). At each size the stage runs as `python -m trashfire.stages.survival` on the
@@ -12,7 +12,7 @@ workload (bench/reference.py, timed before and after in the same run; 300 s on t
 machine where the bound was set) and <= 6 GiB, and a growth exponent <= 1.05 from the smallest
 size to the largest. Exits 1 when one is missed.
 
-    python bench/survival_stage_scaling.py [--rows 100000 500000 1000000] [--data reports/survival_data.csv] [--json out.json]
+    python bench/survival_stage_scaling.py [--rows 100000 500000 1000000] [--data reports/survival_data.parquet] [--json out.json]
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).parent))
 import reference  # noqa: E402
 from survival_vs_r import tiled  # noqa: E402
-from trashfire.core.records import write_json  # noqa: E402
+from trashfire.core.records import read_table, write_json, write_table  # noqa: E402
 
 TARGETS = {"ratio_to_reference_at_1e6": reference.RATIO_TARGETS["survival_1e6"], "peak_gib_at_1e6": 6.0, "growth_exponent": 1.05}
 
@@ -57,7 +57,7 @@ def peak_rss(process: subprocess.Popen, every: float = 0.2) -> list[float]:
 
 def run_stage(data: pd.DataFrame, params: Path, timeout: float) -> dict:
     with tempfile.TemporaryDirectory() as folder:
-        data.to_csv(Path(folder) / "survival_data.csv", index=False)
+        write_table(data, Path(folder) / "survival_data.parquet")
         command = [sys.executable, "-m", "trashfire.stages.survival", "--params", str(params), f"paths.reports={folder}"]
         began = time.perf_counter()
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -75,12 +75,12 @@ def run_stage(data: pd.DataFrame, params: Path, timeout: float) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, nargs="+", default=[100_000, 500_000, 1_000_000])
-    parser.add_argument("--data", type=Path, default=Path("reports/survival_data.csv"))
+    parser.add_argument("--data", type=Path, default=Path("reports/survival_data.parquet"))
     parser.add_argument("--params", type=Path, default=Path("params.yaml"))
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds before a size's stage is stopped (and counted as missed)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    source = pd.read_csv(args.data)
+    source = read_table(args.data)
     before = reference.measure()
     print(f"reference: {before['seconds']} s", flush=True)
     figures, missed = {}, []

@@ -1,6 +1,6 @@
 """The AFT fits against R's `survreg` on the same data: time, log-likelihood, coefficients.
 
-The default run's survival data (`reports/survival_data.csv`) tiled to each size as a real
+The default run's survival data (`reports/survival_data.parquet`) tiled to each size as a real
 study's would be (each tile a new set of trained models and attack cells, durations jittered
 by up to 5%), or the synthetic generator of bench/survival_scaling.py (`--synthetic`). Each
 of the Weibull, Log-Normal and Log-Logistic AFT models is fitted unpenalised by our Newton
@@ -11,7 +11,7 @@ coefficient difference on the unit-SD scale (coefficient x covariate SD, the sca
 optimiser works in) and as given. Exits 1 when a target is missed: time <= 1.0x R's,
 log-likelihood within 1e-6 relative, coefficients within 1e-4 (unit-SD scale).
 
-    python bench/survival_vs_r.py [--rows 100000 500000] [--data reports/survival_data.csv] [--synthetic] [--json out.json]
+    python bench/survival_vs_r.py [--rows 100000 500000] [--data reports/survival_data.parquet] [--synthetic] [--json out.json]
 
 Needs Rscript with the survival package (Debian: r-base-core r-cran-survival).
 """
@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from trashfire.core.records import write_json
+from trashfire.core.records import read_table, write_json
 from trashfire.core.schema.units import FIT_UNITS
 from trashfire.survival.aft import NewtonLogLogisticAFTFitter, NewtonLogNormalAFTFitter, NewtonWeibullAFTFitter
 from trashfire.survival.data import drop_degenerate
@@ -152,14 +152,14 @@ def misses(rows: dict) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, nargs="+", default=[100_000, 500_000])
-    parser.add_argument("--data", type=Path, default=Path("reports/survival_data.csv"))
+    parser.add_argument("--data", type=Path, default=Path("reports/survival_data.parquet"))
     parser.add_argument("--clock", default="flops", help="the clock the data's durations are on (flops: fitted in GFLOPs, as the stage does)")
     parser.add_argument("--synthetic", action="store_true", help="bench/survival_scaling.py's generator instead of the tiled default")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if shutil.which("Rscript") is None:
         sys.exit("survival_vs_r: Rscript not found; install Debian's r-base-core and r-cran-survival")
-    source = None if args.synthetic else pd.read_csv(args.data)
+    source = None if args.synthetic else read_table(args.data)
     if source is not None:
         source = source.assign(**{DURATION: source[DURATION] / FIT_UNITS.get(args.clock, 1.0)})
     figures, missed = {}, []

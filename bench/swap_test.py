@@ -1,6 +1,6 @@
 """The swap test: do the survival fits depend on which samples failed?
 
-Refits a survival model on `reports/survival_data.csv` twice, on the survival stage's own
+Refits a survival model on `reports/survival_data.parquet` twice, on the survival stage's own
 grouped split: once as recorded, once with events and censoring swapped in every row, and
 prints both test concordances (each scored against its own events). On data whose durations
 carry no per-sample information (every sample of a cell at the cell's batch time) the two
@@ -38,7 +38,7 @@ def main() -> None:
     args = parser.parse_args()
     cfg = load_params(args.params)
     settings = cfg.survival
-    data = read_survival_data(Path(cfg.paths.reports) / "survival_data.csv")
+    data = read_survival_data(Path(cfg.paths.reports) / "survival_data.parquet")
     train, test = usable_covariates(*split_groups(data, settings.split_by, settings.test_size, settings.seed))
     recorded = test_concordance(args.fitter, settings, train, test)
     swap = test_concordance(args.fitter, settings, swapped(train), swapped(test))

@@ -19,7 +19,7 @@ Written into `--out` (a workspace of its own, beside nothing of the source's):
 - dvc.yaml and src/ (the code DVC hashes as the stages' deps), with `dvc init --no-scm`, so
   that `dvc repro --single-item timing survival aggregate figures` runs there.
 
-    python bench/synthetic_study.py --cells 10000 --out /tmp/study_1e6 [--source .] [--workers 2]
+    python bench/synthetic_study.py (--cells 10000 | --samples 1000000) --out /tmp/study [--source .] [--workers 2]
 
 The source is a workspace after `make run` (its params.yaml, reports/ and models/).
 """
@@ -78,8 +78,9 @@ def matched(source_cells, scaled_cells, key, source_seeds: list[int], seed_of) -
     return pairs
 
 
-def copy_attack_cell(job: tuple) -> None:
-    """One attack cell: its record under the new hashes and its outcome arrays, jittered."""
+def copy_attack_cell(job: tuple) -> int:
+    """One attack cell: its record under the new hashes and its outcome arrays, jittered;
+    returns its attacked samples."""
     source_folder, out_folder, source_hash, new = job
     rng = np.random.default_rng(int(new["attack_hash"], 16) % 2**32)
     record = read_json(attack_record_path(source_folder, source_hash)) | {k: new[k] for k in ("attack_hash", "train_hash", "model_hash", "seed", "data_hash")}
@@ -95,13 +96,15 @@ def copy_attack_cell(job: tuple) -> None:
     arrays["flops"] = np.maximum(1, np.rint(arrays["flops"] * factor)).astype(arrays["flops"].dtype)
     write_json(attack_record_path(out_folder, new["attack_hash"]), record)
     write_npz(outcomes_path(out_folder, new["attack_hash"]), **arrays)
+    return len(arrays["y_true"])
 
 
 def tile_factor(seed: int) -> float:
     return float(np.random.default_rng(10_000 + seed).uniform(1 - JITTER, 1 + JITTER))
 
 
-def write_attack_cells(cfg, source_cfg, source: Path, out: Path, workers: int) -> int:
+def write_attack_cells(cfg, source_cfg, source: Path, out: Path, workers: int) -> tuple[int, int]:
+    """Every attack cell of the scaled grid; returns (cells, attacked samples)."""
     source_seeds = list(source_cfg.split.seeds)
     pairs = matched(attack_cells(source_cfg), attack_cells(cfg), attack_key, source_seeds, lambda c: c.model.train.seed)
     jobs = [
@@ -120,12 +123,13 @@ def write_attack_cells(cfg, source_cfg, source: Path, out: Path, workers: int) -
         )
         for new, old, seed in pairs
     ]
-    began = time.perf_counter()
+    began, samples = time.perf_counter(), 0
     with ProcessPoolExecutor(workers) as pool:
-        for done, _ in enumerate(pool.map(copy_attack_cell, jobs, chunksize=64), 1):
+        for done, attacked in enumerate(pool.map(copy_attack_cell, jobs, chunksize=64), 1):
+            samples += attacked
             if done % 5000 == 0 or done == len(jobs):
                 print(f"  {done:,} / {len(jobs):,} attack cells written ({time.perf_counter() - began:.0f} s)", flush=True)
-    return len(jobs)
+    return len(jobs), samples
 
 
 def write_model_records(cfg, source_cfg, source: Path, out: Path) -> None:
@@ -176,6 +180,18 @@ def write_workspace(source: Path, out: Path, scaled: dict) -> None:
         subprocess.run(["dvc", "init", "--no-scm", "-q"], cwd=out, check=True)
 
 
+def samples_per_cell(source: Path, source_cfg) -> float:
+    """The source's attacked samples per attack cell (some attacks take a subset: HopSkipJump)."""
+    cells = attack_cells(source_cfg)
+    return sum(len(read_npz(outcomes_path(source / "reports" / "attacks", cell.hash))["y_true"]) for cell in cells) / len(cells)
+
+
+def cells_for(source: Path, samples: int) -> int:
+    """The attack cells that hold about `samples` attacked samples, drawn as the source's are."""
+    source_cfg = OmegaConf.create(yaml.safe_load((source / "params.yaml").read_text()))
+    return math.ceil(samples / samples_per_cell(source, source_cfg))
+
+
 def generate(source: Path, out: Path, cells: int, workers: int) -> dict:
     source_dict = yaml.safe_load((source / "params.yaml").read_text())
     source_cfg = OmegaConf.create(source_dict)
@@ -187,7 +203,7 @@ def generate(source: Path, out: Path, cells: int, workers: int) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     write_workspace(source, out, scaled)
     began = time.perf_counter()
-    written = write_attack_cells(cfg, source_cfg, source, out, workers)
+    written, attacked = write_attack_cells(cfg, source_cfg, source, out, workers)
     shutil.copytree(source / "reports" / "attacks" / "declarations", out / "reports" / "attacks" / "declarations", dirs_exist_ok=True)
     write_model_records(cfg, source_cfg, source, out)
     certified = tiled_table(source / "reports" / "certified.csv", cfg, source_cfg)
@@ -198,7 +214,6 @@ def generate(source: Path, out: Path, cells: int, workers: int) -> dict:
         samples.to_csv(out / "reports" / "certified_samples.csv", index=False)
     if (source / "reports" / "budget").is_dir():
         shutil.copytree(source / "reports" / "budget", out / "reports" / "budget", dirs_exist_ok=True)
-    attacked = written * int(source_cfg.split.n_attack)
     summary = {"seeds": seeds, "attack_cells": written, "attacked_samples": attacked, "seconds": round(time.perf_counter() - began, 1)}
     write_json(out / "synthetic_study.json", summary)
     return summary
@@ -206,7 +221,9 @@ def generate(source: Path, out: Path, cells: int, workers: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cells", type=int, required=True, help="attack cells, at least (whole seeds of the source's grid)")
+    size = parser.add_mutually_exclusive_group(required=True)
+    size.add_argument("--cells", type=int, help="attack cells, at least (whole seeds of the source's grid)")
+    size.add_argument("--samples", type=int, help="attacked samples, about (the cells that hold them as the source's do)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--source", type=Path, default=Path("."))
     parser.add_argument("--workers", type=int, default=2)
@@ -214,7 +231,7 @@ def main() -> None:
     missing = [p for p in ("params.yaml", "dvc.yaml", "reports/attacks", "reports/brittle") if not (args.source / p).exists()]
     if missing:
         sys.exit(f"synthetic_study: the source {args.source} lacks {', '.join(missing)}; run `make run` there first")
-    summary = generate(args.source, args.out, args.cells, args.workers)
+    summary = generate(args.source, args.out, args.cells or cells_for(args.source, args.samples), args.workers)
     print(f"{summary['attack_cells']:,} attack cells, {summary['attacked_samples']:,} attacked samples written to {args.out} in {summary['seconds']} s")
 
 

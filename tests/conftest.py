@@ -22,6 +22,7 @@ from tests.helpers.paths import MNIST_ROOT as SHARED_MNIST  # noqa: E402, F401 -
 from tests.helpers.paths import ROOT  # noqa: E402
 from trashfire.core.config import compose, normalise, validate  # noqa: E402
 from trashfire.core.errors import ConfigError  # noqa: E402
+from trashfire.core.records import write_table  # noqa: E402
 
 # float32 examples that differ only by the order in which a CPU's kernels sum (another batch
 # shape, another ISA: AVX2 against AVX-512), in standardised units; seen up to 6.9e-7
@@ -61,7 +62,7 @@ def stage_cfg(tmp_path: Path, data, *overrides: str):
     Hand-made data are in seconds: the process clock, unless `overrides` name another."""
     cfg = normalise(validate(compose(tiny_overrides(tmp_path, "timing.clock=process", *overrides), conf=ROOT / "conf")))
     (tmp_path / "reports").mkdir(exist_ok=True)
-    data.to_csv(tmp_path / "reports" / "survival_data.csv", index=False)
+    write_table(data, tmp_path / "reports" / "survival_data.parquet")
     return cfg
 
 

@@ -23,6 +23,7 @@ from trashfire.core.config import compose, load_params, normalise, validate
 from trashfire.core.errors import ConfigError
 from trashfire.core.external import reported as publisher_figures
 from trashfire.core.grid import training_cells
+from trashfire.core.records import read_table
 from trashfire.core.schema import TrainRecord
 from trashfire.models import mlp, training
 from trashfire.params import composed_yaml
@@ -115,7 +116,7 @@ def test_an_external_model_runs_through_every_stage(trained, tmp_path):
     for name in ("trash.csv", "robustness.csv", "curves.csv", "brittle.csv"):
         assert set(pd.read_csv(reports / name)["model"]) == {"mlp2", "external"}, name
     assert pd.read_csv(reports / "trash.csv").query("model == 'external'")["trash_adv"].notna().all()
-    assert "epochs" not in pd.read_csv(reports / "survival_data.csv")  # unknown for the imported cell: dropped, not guessed
+    assert "epochs" not in read_table(reports / "survival_data.parquet")  # unknown for the imported cell: dropped, not guessed
     fits = pd.read_csv(reports / "survival" / "aft_comparison.csv")
     assert fits.loc[fits["fitter"] == "weibull", "status"].iloc[0] == "fitted"
     assert summary["n_train_cells"] == 2

@@ -18,7 +18,7 @@ from trashfire.core import schema
 from trashfire.core.config import compose, validate
 from trashfire.core.errors import DataError
 from trashfire.core.grid import attack_cells, model_cells
-from trashfire.core.records import write_npz
+from trashfire.core.records import read_table, write_npz
 from trashfire.core.schema import AttackRecord, BrittleRecord, Outcomes, TrainRecord
 from trashfire.metrics import registry
 from trashfire.report.page import report_html
@@ -279,6 +279,8 @@ def recorded(tmp_path):
 
 
 def header(path: Path) -> list[str]:
+    if path.suffix == ".parquet":
+        return list(read_table(path).columns)
     return path.read_text().splitlines()[0].split(",")
 
 
@@ -286,8 +288,8 @@ def test_every_table_the_stages_write_has_the_schema_columns(recorded):
     reports = Path(recorded.paths.reports)
     summary = aggregate.run(recorded)
     assert header(reports / "experiments.csv") == schema.EXPERIMENTS
-    assert header(reports / "survival_data.csv")[: len(schema.SURVIVAL_IDS)] == schema.SURVIVAL_IDS
-    survival = pd.read_csv(reports / "survival_data.csv")
+    survival = read_table(reports / "survival_data.parquet")
+    assert list(survival.columns)[: len(schema.SURVIVAL_IDS)] == schema.SURVIVAL_IDS
     assert set(survival["attack_family"]) == {"fgm linf", "pgd linf"}  # the label every table uses
     assert "attack_pgd_inf" in survival  # its identifier names the dummy (fgm linf is the reference)
     columns = {
@@ -301,7 +303,7 @@ def test_every_table_the_stages_write_has_the_schema_columns(recorded):
         "brittle.csv": schema.BRITTLE,
         "findings.csv": schema.FINDINGS,
         "robustness.csv": schema.robustness_columns(registry.curve_metric_names()),
-        "eps_survival_data.csv": schema.EPS_SURVIVAL_DATA,
+        "eps_survival_data.parquet": schema.EPS_SURVIVAL_DATA,
         "eps_survival.csv": schema.EPS_SURVIVAL,
         "eps_survival_curves.csv": schema.EPS_SURVIVAL_CURVES,
     }

@@ -650,12 +650,13 @@ def test_a_missing_brittle_record_names_the_stage_to_run(tmp_path):
 
 def test_eps_survival_data_keeps_norms_as_text_and_names_the_stage_that_writes_it(tmp_path):
     from trashfire.core.errors import DataError
+    from trashfire.core.records import write_table
 
-    with pytest.raises(DataError, match=r"eps_survival_data.csv not found; run `dvc repro timing` first"):
-        aggregation.read_eps_survival_data(tmp_path / "eps_survival_data.csv")
-    (tmp_path / "eps_survival_data.csv").write_text("model_hash,attack,norm\nm0,fgm,inf\nm0,pgd,2\n")
-    # read as numbers, "inf" and "2" would become inf and 2.0: families "fgm linf", "pgd l2.0"
-    assert list(aggregation.read_eps_survival_data(tmp_path / "eps_survival_data.csv")["norm"]) == ["inf", "2"]
+    with pytest.raises(DataError, match=r"eps_survival_data.parquet not found; run `dvc repro timing` first"):
+        aggregation.read_eps_survival_data(tmp_path / "eps_survival_data.parquet")
+    write_table(pd.DataFrame({"model_hash": ["m0", "m0"], "attack": ["fgm", "pgd"], "norm": ["inf", "2"]}), tmp_path / "eps_survival_data.parquet")
+    # read as numbers (a CSV's), "inf" and "2" would become inf and 2.0: families "fgm linf", "pgd l2.0"
+    assert list(aggregation.read_eps_survival_data(tmp_path / "eps_survival_data.parquet")["norm"]) == ["inf", "2"]
 
 
 def test_brittle_rows_name_the_robust_attack_and_leave_ri_out_when_the_undefended_reference_is_ambiguous():

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import tiny_config
+from trashfire.core.records import read_table
 from trashfire.metrics import optimality, validity
 from trashfire.tables import distances
 
@@ -71,7 +72,7 @@ def test_accuracy_from_the_minimal_eps_equals_each_grid_cells_up_to_the_samples_
 
 def test_minimal_attack_distances_are_its_examples_norms_in_pixel_units(tiny_run):
     cfg, reports = tiny_run
-    table = pd.read_csv(reports / "attack_distances.csv", dtype={"norm": str})
+    table = read_table(reports / "attack_distances.parquet")
     experiments = pd.read_csv(reports / "experiments.csv")
     fmn = table[table["attack"] == "fmn"]
     cell = experiments[experiments["attack"] == "fmn"].iloc[0]

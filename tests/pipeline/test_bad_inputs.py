@@ -29,7 +29,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
@@ -38,6 +37,7 @@ from tests.data.test_datasets import write_cifar, write_idx
 from trashfire import params
 from trashfire.core import cli
 from trashfire.core.config import load_params, normalise, validate
+from trashfire.core.records import read_table, write_table
 from trashfire.params import composed_yaml
 from trashfire.stages import aggregate, attack, prepare, survival, timing, train
 
@@ -504,27 +504,27 @@ def a_file_at(root: Path, key: str, *parts: str) -> list[str]:
     return [f"paths.{key}={blocker.joinpath(*parts)}"]
 
 
-def survival_csv(root: Path) -> Path:
-    return root / "reports" / "survival_data.csv"
+def survival_table_path(root: Path) -> Path:
+    return root / "reports" / "survival_data.parquet"
 
 
 def garbage_survival_data(root: Path) -> list[str]:
-    survival_csv(root).write_bytes(os.urandom(2000))
+    survival_table_path(root).write_bytes(os.urandom(2000))
     return []
 
 
 def survival_data_without_durations(root: Path) -> list[str]:
-    pd.read_csv(survival_csv(root)).drop(columns="duration").to_csv(survival_csv(root), index=False)
+    write_table(read_table(survival_table_path(root)).drop(columns="duration"), survival_table_path(root))
     return []
 
 
 def zero_survival_durations(root: Path) -> list[str]:
-    pd.read_csv(survival_csv(root)).assign(duration=0.0).to_csv(survival_csv(root), index=False)
+    write_table(read_table(survival_table_path(root)).assign(duration=0.0), survival_table_path(root))
     return []
 
 
 def missing_survival_data(root: Path) -> list[str]:
-    survival_csv(root).unlink()
+    survival_table_path(root).unlink()
     return []
 
 
@@ -575,15 +575,15 @@ FILE_CASES = [
     pytest.param("timing", lambda root: a_file_at(root, "reports"), ("paths.reports", "blocker", "a folder"), id="reports-folder-is-a-file"),
     pytest.param("attack", lambda root: a_file_at(root, "attacks", "x", "y"), ("paths.attacks", "blocker", "a folder"), id="attacks-folder-under-a-file"),
     # survival data and fitters
-    pytest.param("survival", garbage_survival_data, ("survival_data.csv", "rerun the timing stage"), id="survival-data-garbage"),
+    pytest.param("survival", garbage_survival_data, ("survival_data.parquet", "rerun the timing stage"), id="survival-data-garbage"),
     pytest.param(
         "survival",
         survival_data_without_durations,
-        ("survival_data.csv", "['duration'] missing", "rerun the timing stage"),
+        ("survival_data.parquet", "['duration'] missing", "rerun the timing stage"),
         id="survival-data-no-duration-column",
     ),
-    pytest.param("survival", zero_survival_durations, ("survival_data.csv", "finite and > 0"), id="survival-durations-zero"),
-    pytest.param("survival", missing_survival_data, ("survival data not found", "survival_data.csv", "run the timing stage"), id="survival-data-missing"),
+    pytest.param("survival", zero_survival_durations, ("survival_data.parquet", "finite and > 0"), id="survival-durations-zero"),
+    pytest.param("survival", missing_survival_data, ("survival data not found", "survival_data.parquet", "run the timing stage"), id="survival-data-missing"),
     pytest.param(
         "survival",
         lambda root: ["survival.models.weibull.fitter._target_=lifelines.GompertzAFTFitter"],

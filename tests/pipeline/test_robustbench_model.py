@@ -15,6 +15,7 @@ from lifelines import KaplanMeierFitter
 from tests.conftest import tiny_config
 from tests.data.test_datasets import write_cifar
 from tests.pipeline.test_stages import run_as_declared
+from trashfire.core.records import read_table
 from trashfire.models import robustbench as rb
 from trashfire.stages import aggregate, attack, brittle, budget, figures, prepare, survival, timing, train
 
@@ -74,7 +75,7 @@ def test_the_checkpoint_is_imported_with_its_training_cost_unknown(robustbench_r
 def test_kaplan_meier_at_the_full_budget_is_the_attacks_robust_accuracy(robustbench_run):
     """The survival data and the attack's accuracy are two readings of one set of outcomes."""
     reports, _, _ = robustbench_run
-    data = pd.read_csv(reports / "survival_data.csv")
+    data = read_table(reports / "survival_data.parquet")
     experiments = pd.read_csv(reports / "experiments.csv").set_index("attack_hash")
     for cell, rows in data.groupby("attack_hash"):
         km = KaplanMeierFitter().fit(rows["duration"], rows["event"], weights=rows["weight"])

@@ -19,7 +19,7 @@ from tests.report.test_figures import STEMS as FIGURE_STEMS
 from trashfire.attacks import campaign
 from trashfire.core import schema
 from trashfire.core.grid import attack_cells, model_cells, training_cells
-from trashfire.core.records import read_npz
+from trashfire.core.records import read_npz, read_table
 from trashfire.core.schema import AttackRecord, BrittleRecord, Outcomes, TrainRecord
 from trashfire.data.datasets import load_split
 from trashfire.models import training
@@ -142,7 +142,7 @@ def test_downstream_stages_write_every_table_and_figure(pipeline, tmp_path):
     reports = tmp_path / "reports"
     for name in (
         "experiments.csv",
-        "survival_data.csv",
+        "survival_data.parquet",
         "trash.csv",
         "trash_summary.csv",
         "robustness.csv",
@@ -208,7 +208,7 @@ def test_ici_and_e50_on_real_per_sample_rows_equal_lifelines_calibration(pipelin
     """On the survival data of a real attacked grid (the composed default, shrunk), our ICI
     and E50 are lifelines' `survival_probability_calibration` on the same rows."""
     timing.run(pipeline)
-    data = pd.read_csv(Path(pipeline.paths.reports) / "survival_data.csv")
+    data = read_table(Path(pipeline.paths.reports) / "survival_data.parquet")
     data["duration"] /= analysis.fit_unit(pipeline.timing.clock)  # as the survival stage fits it
     train_part, _ = analysis.usable_covariates(*analysis.split_groups(data, "train_hash", 0.2, 0))
     frame = F.model_frame(train_part)

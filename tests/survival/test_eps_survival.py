@@ -14,6 +14,7 @@ from lifelines.utils import restricted_mean_survival_time
 from scipy import stats
 
 from trashfire.core import schema
+from trashfire.core.records import read_table
 from trashfire.core.schema import Outcomes
 from trashfire.survival import epsilon
 
@@ -238,7 +239,7 @@ def tiny_run(tmp_path_factory):
 
 def test_a_tiny_pipeline_writes_the_eps_survival_tables_metrics_and_figures(tiny_run):
     cfg, reports, summary, written = tiny_run
-    data = pd.read_csv(reports / "eps_survival_data.csv", dtype={"norm": str})
+    data = read_table(reports / "eps_survival_data.parquet")
     assert list(data.columns) == schema.EPS_SURVIVAL_DATA
     assert set(data["attack_family"]) == {"fgm linf", "deepfool l2"}
     counts = data.groupby(["model_hash", "attack_family"]).size().unstack()

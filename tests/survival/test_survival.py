@@ -35,6 +35,7 @@ from scipy.optimize import minimize
 from tests.conftest import DROP, ROOT, config_refusal, stage_cfg, tiny_overrides
 from trashfire.core.config import compose, validate
 from trashfire.core.errors import ConfigError, DataError
+from trashfire.core.records import write_table
 from trashfire.params import composed_yaml
 from trashfire.stages import survival
 from trashfire.survival import analysis, expected_time, figures, scoring
@@ -565,7 +566,7 @@ def test_survival_cli_reports_all_censored_data_in_one_line(tmp_path):
     params = tmp_path / "params.yaml"
     params.write_text(composed_yaml(tiny_overrides(tmp_path)))
     (tmp_path / "reports").mkdir()
-    synthetic_cells().assign(event=0).to_csv(tmp_path / "reports" / "survival_data.csv", index=False)
+    write_table(synthetic_cells().assign(event=0), tmp_path / "reports" / "survival_data.parquet")
     result = subprocess.run([sys.executable, "-m", "trashfire.stages.survival", "--params", str(params)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines() == [result.stderr.strip()] and "survived (no failure event, all censored)" in result.stderr
@@ -584,7 +585,7 @@ def test_a_fitter_class_that_does_not_exist_stops_before_reading_data(tmp_path):
 
 def test_all_censored_survival_data_is_refused_naming_the_file(tmp_path):
     cfg = stage_cfg(tmp_path, synthetic_cells().assign(event=0))
-    path = tmp_path / "reports" / "survival_data.csv"
+    path = tmp_path / "reports" / "survival_data.parquet"
     with pytest.raises(DataError, match=f"^{path}: all 1200 attacked samples survived \\(no failure event, all censored\\); "):
         analysis.analyse(cfg, survival.STAGE.resolved(cfg))
     assert not (tmp_path / "reports" / "survival").exists()
@@ -596,9 +597,15 @@ DATA, MODELS = "corrupt survival data {path}: {reason}; rerun the timing stage",
 @pytest.mark.parametrize(
     ("read", "name", "content", "line", "reason"),
     [
-        (analysis.read_survival_data, "survival_data.csv", b"", DATA, "No columns to parse from file"),
-        (analysis.read_survival_data, "survival_data.csv", b"\xff\xfe garbage", DATA, "'utf-8' codec can't decode byte 0xff in position 0: invalid start byte"),
-        (analysis.read_survival_data, "survival_data.csv", b'a,b\n1,2\n"open', DATA, "Error tokenizing data. C error: EOF inside string starting at row 2"),
+        (analysis.read_survival_data, "survival_data.parquet", b"", DATA, "Parquet file size is 0 bytes"),
+        (
+            analysis.read_survival_data,
+            "survival_data.parquet",
+            b"duration,event\n1,0\n",
+            DATA,
+            "Parquet magic bytes not found in footer. Either the file is corrupted or this is not a parquet file",
+        ),
+        (analysis.read_survival_data, "survival_data.parquet", b"PAR1" + bytes(40) + b"PAR1", DATA, "Couldn't deserialize thrift: No more data to read"),
         (analysis.load_models, "models.pkl", b"", MODELS, "Ran out of input"),
         (analysis.load_models, "models.pkl", b"\x80\x04K", MODELS, "pickle data was truncated"),
     ],
@@ -613,8 +620,8 @@ def test_a_corrupt_survival_input_is_one_line_naming_it(tmp_path, read, name, co
 
 def test_missing_survival_data_and_models_name_the_stage_to_run(tmp_path):
     with pytest.raises(DataError) as refused:
-        analysis.read_survival_data(tmp_path / "survival_data.csv")
-    assert str(refused.value) == f"survival data not found: {tmp_path / 'survival_data.csv'}; run the timing stage first"
+        analysis.read_survival_data(tmp_path / "survival_data.parquet")
+    assert str(refused.value) == f"survival data not found: {tmp_path / 'survival_data.parquet'}; run the timing stage first"
     with pytest.raises(DataError) as refused:
         analysis.load_models(tmp_path / "models.pkl")
     assert str(refused.value) == f"fitted survival models not found: {tmp_path / 'models.pkl'}; run the survival stage"

@@ -260,7 +260,7 @@ def test_ties_are_broken_within_the_smallest_gap_whatever_the_times_scale():
 
 
 def test_a_plain_cell_read_back_from_csv_is_no_composite():
-    """survival_data.csv writes an empty cause, and pandas reads it back as NaN."""
+    """An empty cause read back as NaN (from a CSV of the survival data) is no cause either."""
     data = hand_made()
     data.loc[data["attack_hash"] == "pgd", "broken_by"] = np.nan
     data.loc[(data["attack_hash"] == "aa") & (data["event"] == 0), "broken_by"] = np.nan

@@ -23,7 +23,7 @@ from trashfire.core import schema
 from trashfire.core.config import compose, validate
 from trashfire.core.errors import DataError
 from trashfire.core.grid import attack_cells
-from trashfire.core.records import write_json, write_npz
+from trashfire.core.records import read_table, write_json, write_npz
 from trashfire.stages import timing
 from trashfire.survival import datasets, scoring
 from trashfire.survival import fitters as F
@@ -260,7 +260,7 @@ def test_timing_writes_one_row_per_sample_and_counts_per_cell(recorded_grid, tmp
     experiments, survival = timing.run(recorded_grid)
     n_cells = len(attack_cells(recorded_grid))
     assert len(experiments) == n_cells and len(survival) == 6 * n_cells
-    written = pd.read_csv(tmp_path / "reports" / "survival_data.csv")
+    written = read_table(tmp_path / "reports" / "survival_data.parquet")
     assert list(written.columns[: len(ID_COLUMNS)]) == ID_COLUMNS and "margin" in written.columns
     assert written.groupby("attack_hash")["event"].sum().to_dict() == experiments.set_index("attack_hash")["n_events"].to_dict()
     assert (experiments["n_events"] + experiments["n_censored"]).eq(experiments["n_attack"]).all()
@@ -321,9 +321,9 @@ def test_timing_writes_both_survival_sets_as_configured(tmp_path, two_cells, dat
     # the covariates in the configured order, then the attack dummies against deepfool l2 (the
     # first level); attack_pgd_inf is epochs == 2 again, collinear
     assert list(survival.columns[len(ID_COLUMNS) :]) == ["margin", "epochs", "attack_fgm_inf"]
-    written = pd.read_csv(tmp_path / "survival_data.csv")
+    written = read_table(tmp_path / "survival_data.parquet")
     assert list(written.columns) == list(survival.columns) and rows_of(written) == rows_of(survival)
-    eps = pd.read_csv(tmp_path / "eps_survival_data.csv", dtype={"norm": str})
+    eps = read_table(tmp_path / "eps_survival_data.parquet")
     assert list(eps.columns) == schema.EPS_SURVIVAL_DATA
     by_family = {family: rows[["eps", "event"]].to_numpy().tolist() for family, rows in eps.groupby("attack_family")}
     # DeepFool: the returned norm times 1 (standardised units, as configured); 0 for the sample

@@ -114,6 +114,58 @@ def write_csv(table: Any, path: str | Path) -> None:
         table.to_csv(tmp, index=False)
 
 
+def write_table(table: Any, path: str | Path) -> None:
+    """A per-sample table (pandas' DataFrame, 10^7 rows at a paper's size) as Parquet, without
+    its index, written whole or not at all. Typed and columnar: text columns dictionary-encoded,
+    each float column stored as float32 where every value survives the round trip (dummies,
+    depths, epochs) and each integer column in the narrowest integer type that holds it;
+    `read_table` widens them back, so a table reads back equal, value for value and dtype for
+    dtype (docs/design.md, "Per-sample tables")."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    narrowed = {column: _narrowest(table[column].to_numpy()) for column in table.columns if table[column].dtype.kind in "fiub"}
+    arrow = pa.Table.from_pandas(table.assign(**narrowed), preserve_index=False)
+    with atomic_path(path) as tmp:
+        pq.write_table(arrow, tmp, compression="zstd")
+
+
+def _narrowest(values: np.ndarray) -> np.ndarray:
+    if values.dtype.kind == "f":
+        as_float32 = values.astype(np.float32)
+        return as_float32 if np.array_equal(as_float32.astype(values.dtype), values, equal_nan=True) else values
+    if values.dtype.kind in "iu" and values.size:
+        for kind in (np.int8, np.int16, np.int32):
+            if np.iinfo(kind).min <= values.min() and values.max() <= np.iinfo(kind).max:
+                return values.astype(kind)
+    return values
+
+
+def read_table(path: str | Path, columns: list[str] | None = None, what: str = "table", stage: str = "the stage that writes it") -> Any:
+    """A table `write_table` wrote (only `columns`, if given: Parquet reads a column at a time),
+    its narrowed columns widened back to float64 and int64, text as str. FileNotFoundError where
+    there is none (callers name the stage to run); where it is no Parquet table, one DataError
+    line: 'corrupt <what> <path>: <why>; rerun <stage>'."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path, columns=columns).to_pandas()
+    except FileNotFoundError:
+        raise
+    except (pa.ArrowException, OSError) as err:
+        reason = first_line(err).split(f"'{path}': ", 1)[-1].rstrip(".")  # pyarrow names the path again
+        raise DataError(f"corrupt {what} {path}: {reason}; rerun {stage}") from None
+    widened = {
+        column: table[column].astype(np.float64 if table[column].dtype.kind == "f" else np.int64) for column in table if table[column].dtype.kind in "fiu"
+    }
+    return table.assign(**widened)
+
+
+def first_line(message: Any) -> str:
+    return str(message).strip().splitlines()[0] if str(message).strip() else type(message).__name__
+
+
 def write_npz(path: str | Path, compressed: bool = True, **arrays: np.ndarray) -> None:
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as handle:

@@ -25,7 +25,7 @@ from trashfire import metrics
 from trashfire.brittle.spec import brittle_hash, brittle_record_path, brittle_settings
 from trashfire.core import external, schema
 from trashfire.core.errors import DataError
-from trashfire.core.records import atomic_path, read_json, write_json
+from trashfire.core.records import atomic_path, read_json, read_table, write_json
 from trashfire.core.schema import CELL, OVER_SEEDS, UNDEFENDED_PEER, BrittleRecord
 from trashfire.core.stage import Artefacts
 from trashfire.metrics import findings, optimality, registry, validity
@@ -344,15 +344,17 @@ def headline_summary(summary: dict) -> dict:
 
 
 def read_distances(path: Path) -> pd.DataFrame:
-    """attack_distances.csv (timing), its norms as the attack options name them ('2', not 2.0)."""
-    return pd.read_csv(path, dtype={"norm": str, "model_hash": str})
+    """attack_distances.parquet (timing); missing, it names the stage to run."""
+    if not path.is_file():
+        raise DataError(f"{path} not found; run `dvc repro timing` first")
+    return read_table(path)
 
 
 def read_eps_survival_data(path: Path) -> pd.DataFrame:
-    """timing's eps_survival_data.csv (norms kept as text); missing, it names the stage to run."""
+    """timing's eps_survival_data.parquet; missing, it names the stage to run."""
     if not path.is_file():
         raise DataError(f"{path} not found; run `dvc repro timing` first")
-    return pd.read_csv(path, dtype={"norm": str}, low_memory=False)  # one pass, as survival.analysis.read_survival_data
+    return read_table(path)
 
 
 def trained_models(experiments: pd.DataFrame) -> pd.DataFrame:
@@ -431,7 +433,7 @@ def aggregate_reports(cfg: DictConfig, artefacts: Artefacts) -> dict:
     trash = trash_table(experiments, expected, m.trash.eps_max).assign(degenerate=lambda t: t["model_hash"].map(degenerate))
     # the worst cases' curves and R are written beside the attacks'; the flags, findings,
     # cards and means read the attacks' own
-    distances = read_distances(artefacts.input("attack_distances.csv"))
+    distances = read_distances(artefacts.input("attack_distances.parquet"))
     best = ensemble(distances)
     grid_curves = eps_curves(every_row)
     every_curve = pd.concat([grid_curves, optimality.ensemble_curves(best, grid_curves, m.optimality.curve_points)], ignore_index=True)
@@ -447,7 +449,7 @@ def aggregate_reports(cfg: DictConfig, artefacts: Artefacts) -> dict:
     sufficiency, competing = read_optional(artefacts.input("budget/sufficiency.csv")), read_optional(artefacts.input("survival/competing_risks.csv"))
     certified = read_optional(artefacts.input("certified.csv"))
     flags = validity.validity_table(experiments, curves, m.validity, sufficiency, competing, attack_optimality, m.optimality.far_below, certified)
-    eps_survival, eps_curves_table = epsilon.survival_tables(read_eps_survival_data(artefacts.input("eps_survival_data.csv")), experiments, degenerate)
+    eps_survival, eps_curves_table = epsilon.survival_tables(read_eps_survival_data(artefacts.input("eps_survival_data.parquet")), experiments, degenerate)
     classes = experiments.groupby("dataset")["n_classes"].first().astype(int).to_dict()
     write_tables(
         artefacts,

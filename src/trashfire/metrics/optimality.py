@@ -1,6 +1,6 @@
 """How strong each attack is, against the best any attack found (docs/attacks.md).
 
-From attack_distances.csv (trashfire.tables.distances: each sample's smallest successful eps
+From attack_distances.parquet (trashfire.tables.distances: each sample's smallest successful eps
 per attack family, pixel units):
 - **the ensemble**, per model cell and norm: each sample's minimal eps over every attack of
   the norm that attacked it (0 when wrong at the first query; inf when none broke it, then

@@ -12,8 +12,8 @@ STAGE = Stage(
     params=("metrics", "defence", "model", "paths.reports"),  # model: the imported ones' published figures, for the cards
     deps=(
         "{reports}/experiments.csv",
-        "{reports}/eps_survival_data.csv",
-        "{reports}/attack_distances.csv",
+        "{reports}/eps_survival_data.parquet",
+        "{reports}/attack_distances.parquet",
         "{reports}/certified.csv",
         "{reports}/survival",
         "{reports}/budget",

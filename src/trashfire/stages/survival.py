@@ -10,7 +10,7 @@ from trashfire.core.stage import Stage
 STAGE = Stage(
     "survival",
     params=("survival", "timing.clock", "train.workers", "train.threads", "paths.reports"),
-    deps=("{reports}/survival_data.csv",),
+    deps=("{reports}/survival_data.parquet",),
     outs=("{reports}/survival",),
 )
 

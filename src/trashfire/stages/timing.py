@@ -30,9 +30,9 @@ STAGE = Stage(
     deps=("{attacks}",),
     outs=(
         "{reports}/experiments.csv",
-        "{reports}/survival_data.csv",
-        "{reports}/eps_survival_data.csv",
-        "{reports}/attack_distances.csv",
+        "{reports}/survival_data.parquet",
+        "{reports}/eps_survival_data.parquet",
+        "{reports}/attack_distances.parquet",
         "{reports}/minimal_eps_check.csv",
         "{reports}/query_curves.csv",
     ),

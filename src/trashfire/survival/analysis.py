@@ -54,7 +54,7 @@ from omegaconf import DictConfig
 
 from trashfire.core.errors import ConfigError, DataError
 from trashfire.core.parallel import resolve_workers, results_as_completed, threads_per_cell
-from trashfire.core.records import atomic_path, write_csv, write_json
+from trashfire.core.records import atomic_path, read_table, write_csv, write_json
 from trashfire.core.schema.units import CLOCK_UNIT_NAMES, FIT_UNIT_NAMES, FIT_UNITS
 from trashfire.core.stage import Artefacts
 from trashfire.survival import fitters as F
@@ -97,12 +97,9 @@ CLUSTER_BY = "train_hash"  # the samples of one trained model are not independen
 
 def read_survival_data(path: Path) -> pd.DataFrame:
     try:
-        # in one pass: pandas 2.3's chunked reader segfaults on a million rows whose broken_by is empty for the first chunks
-        return pd.read_csv(path, low_memory=False)
+        return read_table(path, what="survival data", stage="the timing stage")
     except FileNotFoundError:
         raise DataError(f"survival data not found: {path}; run the timing stage first") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
-        raise DataError(f"corrupt survival data {path}: {str(err).splitlines()[0]}; rerun the timing stage") from None
 
 
 def split_groups(data: pd.DataFrame, by: str, test_size: float, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -430,7 +427,7 @@ def analyse(cfg: DictConfig, artefacts: Artefacts) -> pd.DataFrame:
     metrics that need no E[T] go on downstream."""
     settings = cfg.survival
     check_fitters(settings)
-    source, out = artefacts.input("survival_data.csv"), artefacts.output("survival")
+    source, out = artefacts.input("survival_data.parquet"), artefacts.output("survival")
     data = read_survival_data(source)
     diagnose(data, str(source))
     clock = str(cfg.timing.clock)

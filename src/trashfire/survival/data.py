@@ -1,5 +1,5 @@
 """The survival data set (TRASHFIRE III and V-E) that the timing stage writes to
-`reports/survival_data.csv` and the survival stage fits.
+`reports/survival_data.parquet` and the survival stage fits.
 
 One row per attacked sample, weight 1, from the per-sample outcome arrays of its attack cell
 (`reports/attacks/<attack_hash>.npz`, written by the attack stage's per-sample failure clock):

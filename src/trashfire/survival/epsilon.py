@@ -30,7 +30,7 @@ grid, the rule EVP and R apply to accuracy over the same grid. For a minimal att
 are exact: the bounds coincide. The median eps is the KM median (on a grid: the first grid
 point at which half the samples are broken; NaN when more than half survive eps_max).
 
-The per-sample table (`reports/eps_survival_data.csv`) is written by `timing`, which reads
+The per-sample table (`reports/eps_survival_data.parquet`) is written by `timing`, which reads
 every cell's outcome arrays anyway; the curves, areas and their rank correlation with EVP and R
 by `aggregate`.
 """
@@ -131,7 +131,7 @@ def sample_table(
     minimal_units: str = "pixel",
     minimal_eps_max: float | None = None,
 ) -> pd.DataFrame:
-    """eps_survival_data.csv: one row per sample of each model cell and family that has an
+    """eps_survival_data.parquet: one row per sample of each model cell and family that has an
     eps grid (attack_param eps) or is a minimal-perturbation attack (experiments' `minimal`
     column, from the attack's option), with the family's eps_max: the grid's largest eps, or
     for a minimal family `minimal_eps_max`, else the largest time over the data set's model
@@ -186,7 +186,7 @@ def with_group_labels(table: pd.DataFrame, labels: list[tuple], sizes: list[int]
 
 
 def ensemble_samples(best: pd.DataFrame, experiments: pd.DataFrame) -> pd.DataFrame:
-    """eps_survival_data.csv's rows of the ensemble (trashfire.tables.distances.ensemble), per
+    """eps_survival_data.parquet's rows of the ensemble (trashfire.tables.distances.ensemble), per
     model cell and norm of two or more attack families, in pixel units: the event at the smallest eps any attack broke the
     sample at, exact where a minimal (or example-returning) attack found it, in (eps_lower,
     eps] where a grid attack did; a sample no attack broke is censored at the farthest any
@@ -300,7 +300,7 @@ def curve_points(fitter, eps_max: float, grid: Sequence[float] | None = None) ->
 def survival_tables(data: pd.DataFrame, experiments: pd.DataFrame, degenerate: pd.Series | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """eps_survival.csv (per model cell and family: its labels, units, n, events, eps_max, the
     area with its bounds, the median eps, nonmonotone samples, degenerate) and
-    eps_survival_curves.csv (its Kaplan-Meier curve's points) from eps_survival_data.csv.
+    eps_survival_curves.csv (its Kaplan-Meier curve's points) from eps_survival_data.parquet.
     A grid family's curve points are the grid's eps (the estimate is not identified between
     them); a minimal family's every step."""
     if data.empty:

@@ -1,7 +1,7 @@
 """Each sample's smallest successful perturbation per attack, and robust accuracy against the
 attack's work (docs/attacks.md, "Minimal eps" and "Optimality").
 
-`reports/attack_distances.csv` (timing): one row per model cell, norm, attack family and
+`reports/attack_distances.parquet` (timing): one row per model cell, norm, attack family and
 attacked sample: the smallest eps at which that attack broke it, in [0, 1] pixel units of the
 norm (l0: pixels), as far as it can tell:
 - a minimal-norm or minimal-perturbation attack (its option's `minimal: true`: FMN, DDN,
@@ -32,7 +32,7 @@ import pandas as pd
 from omegaconf import DictConfig
 
 from trashfire.core import schema
-from trashfire.core.records import atomic_path
+from trashfire.core.records import write_csv, write_table
 from trashfire.core.schema import Outcomes, norm_label
 from trashfire.core.stage import Artefacts
 
@@ -56,7 +56,7 @@ def to_pixel_units(values: np.ndarray, norm: str, units: str, pixel_std: float) 
 
 
 def distance_table(experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcomes]) -> pd.DataFrame:
-    """attack_distances.csv from the experiments table and the cells' outcome arrays (built as
+    """attack_distances.parquet from the experiments table and the cells' outcome arrays (built as
     columns, one frame at the end)."""
     columns: dict[str, list] = {name: [] for name in DISTANCES}
     for (model_hash, attack, norm), group in _labels(experiments).groupby(["model_hash", "attack", "norm"], sort=True):
@@ -284,17 +284,16 @@ def step_curve(passes_to_break: np.ndarray, budget: int) -> tuple[np.ndarray, np
 
 
 def write_distance_tables(cfg: DictConfig, artefacts: Artefacts, experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcomes]) -> pd.DataFrame:
-    """attack_distances.csv, minimal_eps_check.csv and query_curves.csv; returns the ensemble
+    """attack_distances.parquet, minimal_eps_check.csv and query_curves.csv; returns the ensemble
     (each sample's smallest eps per model cell and norm) for survival in eps."""
     distances = distance_table(experiments, outcomes_by_hash)
     best = ensemble(distances)
     query_eps = {str(norm): list(values) for norm, values in (cfg.metrics.optimality.get("query_eps") or {}).items()}
     tables = {
-        "attack_distances.csv": distances,
+        "attack_distances.parquet": distances,
         "minimal_eps_check.csv": grid_check(experiments, outcomes_by_hash, best),
         "query_curves.csv": query_curves(experiments, outcomes_by_hash, query_eps),
     }
     for name, table in tables.items():
-        with atomic_path(artefacts.output(name)) as tmp:
-            table.to_csv(tmp, index=False)
+        (write_table if name.endswith(".parquet") else write_csv)(table, artefacts.output(name))
     return best

@@ -16,7 +16,7 @@ holds and which columns a table has. Every name is importable from here
   it), `BrittleRecord` (reports/brittle/<hash>.json) and `Finding` (a row of findings.csv).
   Writers build them, readers read through them; on disk they are the same JSON as before
   (same keys, same values, keys sorted).
-- `columns`: every table's columns (experiments.csv, survival_data.csv's labels, trash.csv,
+- `columns`: every table's columns (experiments.csv, survival_data.parquet's labels, trash.csv,
   robustness.csv, curves.csv, ... the cards' sections and the report's views of them), and the
   timed columns: which are measured on a clock or the machine, and so differ between two runs
   of one config (the determinism and differential tests leave exactly these out).

@@ -1,6 +1,6 @@
-"""Table columns: experiments.csv, survival_data.csv's labels, trash.csv, trash_summary.csv,
+"""Table columns: experiments.csv, survival_data.parquet's labels, trash.csv, trash_summary.csv,
 robustness.csv, curves.csv, evp_tau.csv, evp_convergence.csv, auc_table.csv, brittle.csv,
-findings.csv, eps_survival_data.csv, eps_survival.csv, eps_survival_curves.csv, the cards'
+findings.csv, eps_survival_data.parquet, eps_survival.csv, eps_survival_curves.csv, the cards'
 sections and the report's views of them; and the timed columns: which are measured on a clock
 or the machine, and so differ between two runs of one config (the determinism and
 differential tests leave exactly these out)."""
@@ -93,7 +93,7 @@ EXPERIMENTS = [
 EXPERIMENTS_DTYPES = {"norm": str, "defence_param": str, "carried_by": str, "attacks": str, "evaluation": str}
 TEXT_COLUMNS = {"id": str, "paper": str, "norm": str, "defence_param": str, "pretrained_on": str, "attack_family": str}
 
-# survival_data.csv (timing): labels, never covariates, then the survival columns, then covariates
+# survival_data.parquet (timing): labels, never covariates, then the survival columns, then covariates
 SURVIVAL_LABELS = ["attack_hash", "train_hash", "model_hash", "attack_family", "defence", "dataset"]
 # each sample's compute until it failed or its budget ran out (never covariates)
 SURVIVAL_COMPUTE = ["queries", "gradients", "flops"]

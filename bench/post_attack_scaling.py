@@ -1,0 +1,155 @@
+"""Every stage after the attacks at a paper's size: `dvc repro` of timing, survival, aggregate
+and figures on synthetic studies of 10^6 and 10^7 attacked samples (issue 62).
+
+Each size is a study drawn from the default run's records by bench/synthetic_study.py (the
+default's grid with more seeds: about 1.35·10^4 and 1.35·10^5 attack cells of 74 samples on
+average, as the default's are), built once into --work and kept there. In it each stage runs
+as `dvc repro --single-item <stage>`, one after another as a user's `dvc repro` would run them
+(DVC hashing the stage's deps and caching its outputs included); its wall time and the peak
+resident memory of its whole process tree (fit workers included, sampled) are recorded.
+
+Targets (issue 62), each time a ratio to the reference workload (bench/reference.py, timed
+before and after in the same run) as RATIO_TARGETS states it:
+- at 10^7 samples, the four stages together within `post_attack_1e7` (15 minutes where the
+  bounds were set) and the survival stage within `survival_1e7` (8 minutes);
+- at every size, peak memory <= 16 GB;
+- each stage's growth exponent of time against samples, from the smallest size to the
+  largest, <= 1.0;
+- at the largest size, report.html <= 15 MB.
+Exits 1 when one is missed; the figures go to --json (bench/results/ and the benchmark page
+with `make bench ARGS=--keep`).
+
+    python bench/post_attack_scaling.py [--samples 1000000 10000000] [--source .] [--work /tmp/trashfire-post-attack] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+import reference  # noqa: E402
+import synthetic_study  # noqa: E402
+from survival_stage_scaling import peak_rss  # noqa: E402
+from trashfire.core.records import write_json  # noqa: E402
+
+STAGES = ("timing", "survival", "aggregate", "figures")
+TARGETS = {"peak_gib": 16e9 / 2**30, "growth_exponent": 1.0, "report_mb": 15.0}
+
+
+def study(source: Path, work: Path, samples: int) -> Path:
+    """The synthetic study of about `samples` attacked samples, built unless it is there."""
+    folder = work / f"study_{samples}"
+    summary = folder / "synthetic_study.json"
+    if not summary.is_file():
+        cells = synthetic_study.cells_for(source, samples)
+        print(f"building a study of {cells:,} attack cells in {folder}", flush=True)
+        synthetic_study.generate(source, folder, cells, workers=2)
+    return folder
+
+
+def run_stage(folder: Path, stage: str, timeout: float) -> dict:
+    """`dvc repro --single-item <stage>` in the study: seconds, peak GiB, or why it failed."""
+    log = folder / f"{stage}.log"
+    began = time.perf_counter()
+    with open(log, "w") as out:
+        process = subprocess.Popen(["dvc", "repro", "--single-item", stage], cwd=folder, stdout=out, stderr=subprocess.STDOUT)
+        peak = peak_rss(process)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            return {"seconds": None, "peak_gib": round(peak[0] / 2**30, 2), "failed": f"stopped after {timeout:.0f} s"}
+    seconds = time.perf_counter() - began
+    failed = None if process.returncode == 0 else log.read_text()[-1500:]
+    return {"seconds": round(seconds, 1), "peak_gib": round(peak[0] / 2**30, 2), "failed": failed}
+
+
+def measure(folder: Path, timeout: float) -> dict:
+    summary = json.loads((folder / "synthetic_study.json").read_text())
+    stages = {}
+    for stage in STAGES:
+        stages[stage] = run_stage(folder, stage, timeout)
+        result = stages[stage]
+        print(f"  {stage:<9} {result['seconds']} s, peak {result['peak_gib']} GiB" + (f"  FAILED: {result['failed']}" if result["failed"] else ""), flush=True)
+        if result["failed"]:
+            break
+    report = folder / "reports" / "report.html"
+    return summary | {
+        "stages": stages,
+        "seconds": round(sum(s["seconds"] or 0 for s in stages.values()), 1),
+        "peak_gib": max(s["peak_gib"] for s in stages.values()),
+        "report_mb": round(report.stat().st_size / 1e6, 2) if report.is_file() else None,
+    }
+
+
+def growth(sizes: dict[int, dict]) -> dict[str, float | None]:
+    """Each stage's exponent of time against attacked samples, from the smallest size to the largest."""
+    low, high = sizes[min(sizes)], sizes[max(sizes)]
+    exponents = {}
+    for stage in (*STAGES, "total"):
+        a = low["seconds"] if stage == "total" else low["stages"].get(stage, {}).get("seconds")
+        b = high["seconds"] if stage == "total" else high["stages"].get(stage, {}).get("seconds")
+        exponents[stage] = round(float(np.log(b / a) / np.log(high["attacked_samples"] / low["attacked_samples"])), 3) if a and b and len(sizes) > 1 else None
+    return exponents
+
+
+def misses(sizes: dict[int, dict], exponents: dict, timed_against: dict) -> list[str]:
+    found = []
+    for samples, figures in sizes.items():
+        failed = [stage for stage, result in figures["stages"].items() if result["failed"]]
+        if failed or len(figures["stages"]) < len(STAGES):
+            found.append(f"{samples:,} samples: {', '.join(failed) or 'a stage'} failed or was stopped")
+        if figures["peak_gib"] > TARGETS["peak_gib"]:
+            found.append(f"{samples:,} samples: peak {figures['peak_gib']} GiB (target <= {TARGETS['peak_gib']:.1f} GiB, 16 GB)")
+    largest = sizes[max(sizes)]
+    if max(sizes) >= 10_000_000:
+        for name, seconds in (("post_attack_1e7", largest["seconds"]), ("survival_1e7", largest["stages"].get("survival", {}).get("seconds"))):
+            line, met = reference.verdict(name, seconds or float("inf"), timed_against)
+            print(f"{'met' if met else 'MISSED'} {line}")
+            found += [] if met else [line]
+    if largest["report_mb"] is None or largest["report_mb"] > TARGETS["report_mb"]:
+        found.append(f"report.html at {max(sizes):,} samples: {largest['report_mb']} MB (target <= {TARGETS['report_mb']} MB)")
+    for stage, exponent in exponents.items():
+        if exponent is not None and exponent > TARGETS["growth_exponent"]:
+            found.append(f"{stage}: growth exponent {exponent} (target <= {TARGETS['growth_exponent']})")
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--samples", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    parser.add_argument("--source", type=Path, default=Path("."), help="a workspace after `make run`")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/trashfire-post-attack"), help="where the studies are built and kept")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds before a stage is stopped (and counted as missed)")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    folders = {samples: study(args.source, args.work, samples) for samples in sorted(args.samples)}
+    before = reference.measure()
+    print(f"reference: {before['seconds']} s", flush=True)
+    sizes = {}
+    for samples, folder in folders.items():
+        print(f"{samples:,} samples ({folder}):", flush=True)
+        sizes[samples] = measure(folder, args.timeout)
+    timed_against = reference.summary(before, reference.measure())
+    print(f"reference again: {timed_against['after']['seconds']} s; the ratios use the mean, {timed_against['seconds']} s")
+    exponents = growth(sizes)
+    print("growth exponents from the smallest size to the largest: " + ", ".join(f"{k} {v}" for k, v in exponents.items()))
+    for figures in sizes.values():
+        figures["ratio_to_reference"] = reference.ratio(figures["seconds"], timed_against)
+    found = misses(sizes, exponents, timed_against)
+    if args.json:
+        write_json(args.json, {"targets": TARGETS, "reference": timed_against, "sizes": {str(k): v for k, v in sizes.items()}, "growth_exponents": exponents})
+    for line in found:
+        print(f"MISSED {line}")
+    sys.exit(1 if found else 0)
+
+
+if __name__ == "__main__":
+    main()
