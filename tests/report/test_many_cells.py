@@ -103,3 +103,11 @@ def test_the_report_embeds_bounded_searchable_tables_and_links_every_row(source)
     for key, data in tables.items():  # each table's rows within the page's bound, whatever the cells
         assert len(json.dumps(data, ensure_ascii=False)) < sections.TABLE_CHARS + 3 * sections.MAX_ROWS + 2_000, key
     assert len(html) < len(tables) * (sections.TABLE_CHARS + 3 * sections.MAX_ROWS) + 500_000
+
+
+def test_many_seeds_brittle_tests_are_summed_up_not_listed():
+    few = {str(seed): {"rho": -0.5, "p": 0.3, "n": 6} for seed in range(sections.SEEDS_LISTED)}
+    assert sections.per_seed_text(few).count("; seed ") == sections.SEEDS_LISTED - 1  # each seed's test, listed
+    many = {str(seed): {"rho": -0.9 + 0.001 * seed, "p": 0.01 if seed < 30 else 0.2, "n": 10} for seed in range(400)}
+    text = sections.per_seed_text(many)
+    assert text == "Per seed (400 seeds), brittle-score against robust accuracy: ρ from -0.9 to -0.501, median -0.701; p < 0.05 in 30 of 400."

@@ -151,12 +151,23 @@ def test_text(test: dict) -> str:
     return ", ".join(parts + ([p_text(p)] if np.isfinite(p) else []) + ([f"n = {int(n)}"] if np.isfinite(n) else []))
 
 
+SEEDS_LISTED = 10  # past this many seeds, their tests are summed up: a line per 100s of seeds reads as noise
+
+
 def per_seed_text(per_seed) -> str:
-    """metrics.json's brittle_spearman_per_seed on one line: a pooled rho can hide seeds that disagree."""
-    if not isinstance(per_seed, dict) or not per_seed:
+    """metrics.json's brittle_spearman_per_seed on one line: a pooled rho can hide seeds that
+    disagree. Past SEEDS_LISTED seeds, the range and median of rho and how many seeds reject."""
+    tests = {seed: test for seed, test in per_seed.items() if isinstance(test, dict)} if isinstance(per_seed, dict) else {}
+    if not tests:
         return ""
-    seeds = "; ".join(f"seed {seed}: {test_text(test)}" for seed, test in per_seed.items() if isinstance(test, dict))
-    return f"Per seed, brittle-score against robust accuracy: {seeds}."
+    if len(tests) <= SEEDS_LISTED:
+        seeds = "; ".join(f"seed {seed}: {test_text(test)}" for seed, test in tests.items())
+        return f"Per seed, brittle-score against robust accuracy: {seeds}."
+    rho = np.array([number(test.get("rho")) for test in tests.values()])
+    rejects = sum(number(test.get("p")) < 0.05 for test in tests.values())
+    rho = rho[np.isfinite(rho)]
+    spread = f"ρ from {rho.min():.3g} to {rho.max():.3g}, median {np.median(rho):.3g}" if len(rho) else "ρ undefined in every seed"
+    return f"Per seed ({len(tests)} seeds), brittle-score against robust accuracy: {spread}; p < 0.05 in {rejects} of {len(tests)}."
 
 
 def finding_row(row: pd.Series, beside: str = "") -> dict:

@@ -63,7 +63,7 @@
         });
       }
       const first = shown.length ? page * PAGE + 1 : 0, last = Math.min((page + 1) * PAGE, shown.length);
-      const of = shown.length < rows.length ? `${shown.length} matching (of ${rows.length})` : `${rows.length}`;
+      const of = shown.length < rows.length ? `${shown.length} matching (of the ${rows.length} here)` : `${rows.length}`;
       info.textContent = `rows ${first}–${last} of ${of}; click a column to sort`;
       previous.disabled = page === 0;
       next.disabled = page >= pages - 1;
