@@ -491,8 +491,9 @@ def test_report_is_self_contained_and_holds_every_figure(drawn):
     uris = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
     assert len(uris) == len(STEMS) + 2  # plus the two survival images
     outside = re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", page)  # base64 may spell "http" by chance
-    for external in ("http", 'src="/', "url(", "<link", "<script", "@import"):
+    for external in ("http", 'src="/', "url(", "<link", "<script src", "@import", "fetch(", "XMLHttpRequest", "import("):
         assert external not in outside, external
+    assert re.findall(r"<script[^>]*>", page) == ["<script>"]  # the tables' script, inline; none here has JSON rows
     for text in (
         "Headline metrics",
         "0.01798",

@@ -11,13 +11,14 @@ CAPTIONS = {
     "trash_by_depth_and_defence": (
         "TRASH by depth, defence and attack family (TRASHFIRE Fig. 4)",
         "TRASH score (training time over expected time to failure) by model depth and defence, benign and adversarial, and adversarial by attack family, on "
-        "a log axis; violins over cells.",
+        "a log axis; violins over cells, the cells as dots, or as a box of their quartiles (white: the median) where a panel has too many to draw one by one.",
         "points above the dashed red line at 1 are models cheaper to break than to train; a defence that works sits lower than the undefended violin; a rise "
         "with depth means training cost grows faster than the adversary's.",
     ),
     "accuracy_by_attack_and_defence": (
         "Accuracy by defence and attack family (TRASHFIRE Fig. 1)",
-        "Benign accuracy by defence, adversarial accuracy by defence and by attack family: violins over cells, diamonds the pooled accuracy over every "
+        "Benign accuracy by defence, adversarial accuracy by defence and by attack family: violins over cells (the cells as dots, or where a panel has too "
+        "many to draw one by one a box of their quartiles, white: the median), diamonds the pooled accuracy over every "
         "attacked sample with its 95% Wilson interval. The family worst_case counts a sample as robust only if none of its model cell's attacks at that "
         "norm and eps broke it.",
         "the drop from the benign panel to the adversarial ones is what the attacks take; a defence helps where its adversarial violin sits above the "
@@ -51,7 +52,8 @@ CAPTIONS = {
     "eps_survival_vs_evp_r": (
         "Area under the ε-survival curve against EVP and R",
         "Per eps attack family (rows), the normalised area under each model cell's ε-survival curve against its EVP (left) and R (right), one colour per "
-        "defence, with Spearman's rank correlation over the sound model cells.",
+        "defence, with Spearman's rank correlation over the sound model cells. Where a panel has too many cells to draw one by one, a grey density "
+        "(hexbin, log counts) shows where they lie and each defence is its median with bars over the quartiles of each axis.",
         "all three come from one attack grid, so a strong positive ρ is expected; points below the trend are cells whose accuracy curve overstates them "
         "(samples broken at a small ε but standing at a larger one: the table's n_nonmonotone), and a negative ρ would be a finding to explain.",
     ),
@@ -70,7 +72,9 @@ CAPTIONS = {
     "brittle_vs_robust_acc": (
         "Brittle-score against robust accuracy (brittle-score paper Fig. 4)",
         "Brittle-score against robust accuracy, one colour per defence, with Spearman's rank correlation per data set over the trained models (filled); "
-        "predict-time defences (hollow) wrap a trained model's outputs and are outside the paper's claim.",
+        "predict-time defences (hollow) wrap a trained model's outputs and are outside the paper's claim. Where a panel has too many model cells to draw "
+        "one by one, a grey density (hexbin, log counts) shows where they lie and each defence is its median with bars over the quartiles of each axis; "
+        "every cell is in the brittle table below.",
         "the paper expects the filled points to fall from top left to bottom right (ρ < 0); a ρ near 0 or a large p means no such relation in this run; "
         "hollow points far left of their model's filled point are a wrapper that lowers the brittle-score without adding robustness.",
     ),

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import base64
 import functools
+import json
 from pathlib import Path
 
 import jinja2
+import markupsafe
 
 from trashfire.core.records import atomic_path
 from trashfire.core.stage import Artefacts
@@ -30,10 +32,16 @@ SECTIONS = (
 )
 
 
+# A table with more rows than this is embedded as JSON and shown a page at a time by the
+# page's script (templates/report.js), with a search box and sortable columns; a shorter one
+# is plain HTML, readable without script.
+INLINE_ROWS = 60
+
+
 @functools.cache
 def environment() -> jinja2.Environment:
     """The templates, shipped in the package (pyproject.toml's package-data), HTML-escaped."""
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.PackageLoader("trashfire.report", "templates"),
         autoescape=True,
         trim_blocks=True,
@@ -41,6 +49,19 @@ def environment() -> jinja2.Environment:
         keep_trailing_newline=True,
         undefined=jinja2.StrictUndefined,
     )
+    env.filters["rows_json"] = rows_json
+    env.globals["inline_rows"] = INLINE_ROWS
+    return env
+
+
+def rows_json(table: sections.Table) -> markupsafe.Markup:
+    """A table as the JSON its script reads: columns, which are text (left-aligned), and the
+    rows' cell texts. Inside <script> nothing is unescaped, so <, > and & are written as JSON
+    escapes: no cell can close the script."""
+    text = [any(row[c][1] for row in table.rows) for c in range(len(table.columns))]
+    data = {"columns": table.columns, "text": text, "rows": [[cell for cell, _ in row] for row in table.rows]}
+    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return markupsafe.Markup(payload.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
 
 
 def render(template: str, **context) -> str:
@@ -89,11 +110,12 @@ def figures_section(images: list[Path], reports: Path, skipped: dict[str, str] |
 # --- The page
 
 
-def report_html(artefacts: Artefacts, images: list[Path], skipped: dict[str, str] | None = None) -> Path:
+def report_html(artefacts: Artefacts, images: list[Path], skipped: dict[str, str] | None = None, tables: dict | None = None) -> Path:
     """One offline page (the figures stage's `report.html`): findings, headline metrics with
-    their meaning, the run, every figure with how to read it, every table folded."""
+    their meaning, the run, every figure with how to read it, every table folded. `tables`:
+    read_tables' where the caller has them (at 10^5 cells reading them is seconds)."""
     path = artefacts.output("report.html")
-    tables, metrics = read_tables(artefacts), read_metrics(artefacts)
+    tables, metrics = tables if tables is not None else read_tables(artefacts), read_metrics(artefacts)
     attacks = measured(tables["experiments"])  # the attack cells, without the worst cases
     degenerate = sections.degenerate_cells(attacks)
     page = render(

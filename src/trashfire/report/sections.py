@@ -40,13 +40,27 @@ LEFT_OUT = "left out of R, EVP, the brittle correlations and the headline means"
 # per-seed tests to the Findings section.
 
 
+# A table's rows on the page are bounded, so that the page stays a few MB at 10^5 attack cells:
+# at most MAX_ROWS rows and about TABLE_CHARS characters of cell text each (its first rows in
+# the table's order); every row is in the table's CSV, which the page links. The default's
+# longest table (E[T] against Kaplan-Meier, one row per attack cell) has 924.
+MAX_ROWS = 2000
+TABLE_CHARS = 400_000
+
+
 @dataclass(frozen=True)
 class Table:
     """A table as the page prints it: column names, and per row each cell's text and whether it
-    is text (left-aligned) rather than a number (right-aligned, so that digits line up)."""
+    is text (left-aligned) rather than a number (right-aligned, so that digits line up); `total`
+    is how many rows the table has, of which `rows` are the first (MAX_ROWS, TABLE_CHARS)."""
 
     columns: list[str]
     rows: list[list[tuple[str, bool]]]
+    total: int = 0
+
+    @property
+    def cut(self) -> bool:
+        return self.total > len(self.rows)
 
 
 @dataclass(frozen=True)
@@ -60,6 +74,7 @@ class Folded:
     caption: str
     table: Table | None = None
     missing: str | None = None
+    source: str | None = None  # the CSV beside the page with every row (relative to report.html)
 
 
 @dataclass(frozen=True)
@@ -70,10 +85,17 @@ class Listing:
     lines: list[str]
 
 
-def table_of(table: pd.DataFrame) -> Table:
-    """A table's cells with 3-4 significant digits."""
-    rows = [[(format_value(v), isinstance(v, str)) for v in row.values] for _, row in table.iterrows()]
-    return Table([str(c) for c in table.columns], rows)
+def table_of(table: pd.DataFrame, total: int | None = None) -> Table:
+    """A table's cells with 3-4 significant digits, its first rows within the page's bounds
+    (MAX_ROWS, TABLE_CHARS); `total`: its rows where `table` holds only the first of them."""
+    rows, chars = [], 0
+    for _, row in table.head(MAX_ROWS).iterrows():
+        rows.append([(format_value(v), isinstance(v, str)) for v in row.values])
+        chars += sum(len(text) + 3 for text, _ in rows[-1])  # + quotes and comma: the row as JSON
+        if chars > TABLE_CHARS:
+            rows.pop()
+            break
+    return Table([str(c) for c in table.columns], rows, len(table) if total is None else total)
 
 
 def drop_empty(table: pd.DataFrame) -> pd.DataFrame:
@@ -82,11 +104,11 @@ def drop_empty(table: pd.DataFrame) -> pd.DataFrame:
     return table.drop(columns=empty)
 
 
-def folded(key: str, title: str, rows: int, caption: str, shows: Table | str) -> Folded:
+def folded(key: str, title: str, rows: int, caption: str, shows: Table | str, source: str | None = None) -> Folded:
     """A Folded of a table, or of the reason there is none."""
     if isinstance(shows, Table):
-        return Folded(key, title, rows, caption, table=shows)
-    return Folded(key, title, rows, caption, missing=shows)
+        return Folded(key, title, rows, caption, table=shows, source=source)
+    return Folded(key, title, rows, caption, missing=shows, source=source)
 
 
 def rows_of(table: pd.DataFrame | None) -> int:
@@ -129,12 +151,23 @@ def test_text(test: dict) -> str:
     return ", ".join(parts + ([p_text(p)] if np.isfinite(p) else []) + ([f"n = {int(n)}"] if np.isfinite(n) else []))
 
 
+SEEDS_LISTED = 10  # past this many seeds, their tests are summed up: a line per 100s of seeds reads as noise
+
+
 def per_seed_text(per_seed) -> str:
-    """metrics.json's brittle_spearman_per_seed on one line: a pooled rho can hide seeds that disagree."""
-    if not isinstance(per_seed, dict) or not per_seed:
+    """metrics.json's brittle_spearman_per_seed on one line: a pooled rho can hide seeds that
+    disagree. Past SEEDS_LISTED seeds, the range and median of rho and how many seeds reject."""
+    tests = {seed: test for seed, test in per_seed.items() if isinstance(test, dict)} if isinstance(per_seed, dict) else {}
+    if not tests:
         return ""
-    seeds = "; ".join(f"seed {seed}: {test_text(test)}" for seed, test in per_seed.items() if isinstance(test, dict))
-    return f"Per seed, brittle-score against robust accuracy: {seeds}."
+    if len(tests) <= SEEDS_LISTED:
+        seeds = "; ".join(f"seed {seed}: {test_text(test)}" for seed, test in tests.items())
+        return f"Per seed, brittle-score against robust accuracy: {seeds}."
+    rho = np.array([number(test.get("rho")) for test in tests.values()])
+    rejects = sum(number(test.get("p")) < 0.05 for test in tests.values())
+    rho = rho[np.isfinite(rho)]
+    spread = f"ρ from {rho.min():.3g} to {rho.max():.3g}, median {np.median(rho):.3g}" if len(rho) else "ρ undefined in every seed"
+    return f"Per seed ({len(tests)} seeds), brittle-score against robust accuracy: {spread}; p < 0.05 in {rejects} of {len(tests)}."
 
 
 def finding_row(row: pd.Series, beside: str = "") -> dict:
@@ -208,7 +241,11 @@ def validity_section(flags: pd.DataFrame, metrics: dict, budget_families: pd.Dat
     seen = tripped.apply(lambda r: "; ".join(f"{name}: {r[f'{name}_detail']}" for name in str(r["flags"]).split(", ")), axis=1)
     listing = drop_empty(tripped[[c for c in schema.REPORT_CELL if c in tripped]].assign(flags=tripped["flags"], seen=seen)).reset_index(drop=True)
     caption = f"{len(tripped)} model cell(s) tripped at least one flag"
-    return {"rows": rows, "budget": budget, "cells": Folded("validity-cells", caption, len(listing), "what each flag saw, per model cell", table_of(listing))}
+    return {
+        "rows": rows,
+        "budget": budget,
+        "cells": Folded("validity-cells", caption, len(listing), "what each flag saw, per model cell", table_of(listing), source="validity.csv"),
+    }
 
 
 def budget_table(families: pd.DataFrame | None, check: pd.DataFrame | None = None) -> Table | None:
@@ -367,10 +404,12 @@ def listed(table: pd.DataFrame | None, name: str, stage: str, columns: list[str]
 
 
 def cards_table(artefacts: Artefacts) -> Table | str:
+    """The first MAX_ROWS cards (the page shows no more): reading 10^4 cards for a table cut
+    to its first rows would be most of the page's time."""
     paths = card_paths(artefacts)
     if not paths:
         return "no model cards in cards/"
-    return table_of(drop_empty(pd.DataFrame([card_row(p, artefacts.input("cards").parent) for p in paths])))
+    return table_of(drop_empty(pd.DataFrame([card_row(p, artefacts.input("cards").parent) for p in paths[:MAX_ROWS]])), total=len(paths))
 
 
 def baseline_sentences(comparison: pd.DataFrame, missing_reason: str | None = None) -> list[str]:
@@ -415,6 +454,7 @@ def survival_tables(
             len(comparison),
             TABLE_CAPTIONS["survival"],
             table_of(drop_empty(comparison.drop(columns=per_family))),
+            source="survival/aft_comparison.csv",
         ),
     ]
     if within is not None and not within.empty:
@@ -428,6 +468,7 @@ def survival_tables(
                 len(shown),
                 TABLE_CAPTIONS["concordance_within"],
                 table_of(shown.rename_axis(None, axis=1).reset_index()),
+                source="survival/concordance_within.csv",
             )
         )
     if km_check is not None and not km_check.empty:
@@ -436,7 +477,14 @@ def survival_tables(
         worst = km_check.assign(off=km_check["log_ratio"].abs().fillna(np.inf)).sort_values("off", ascending=False, kind="stable").drop(columns="off")
         blocks.append(Listing("E[T] against Kaplan-Meier", lines))
         blocks.append(
-            Folded("table-km-check", "E[T] against the Kaplan-Meier restricted mean per attack cell", len(worst), TABLE_CAPTIONS["km_check"], table_of(worst))
+            Folded(
+                "table-km-check",
+                "E[T] against the Kaplan-Meier restricted mean per attack cell",
+                len(worst),
+                TABLE_CAPTIONS["km_check"],
+                table_of(worst),
+                source="survival/km_check.csv",
+            )
         )
     if logrank is not None and not logrank.empty:
         blocks.append(
@@ -446,6 +494,7 @@ def survival_tables(
                 len(logrank),
                 TABLE_CAPTIONS["logrank"],
                 table_of(logrank),
+                source="survival/logrank.csv",
             )
         )
     return blocks
@@ -456,21 +505,45 @@ def tables_section(tables: dict, artefacts: Artefacts, survival_missing: str | N
     t = tables
     worst = int((t["experiments"]["attack"] == schema.WORST_CASE).sum())  # none with a single attack per norm and eps: no table
     worst_case = (
-        [folded("table-worst-case", "Robust accuracy: the worst case per sample", worst, TABLE_CAPTIONS["worst_case"], worst_case_table(t["experiments"]))]
+        [
+            folded(
+                "table-worst-case",
+                "Robust accuracy: the worst case per sample",
+                worst,
+                TABLE_CAPTIONS["worst_case"],
+                worst_case_table(t["experiments"]),
+                "experiments.csv",
+            )
+        ]
         if worst
         else []
     )
     return [
         *worst_case,
-        folded("table-tau", "Viability threshold τ(K) (EVP paper Table I)", rows_of(t["tau_table"]), TABLE_CAPTIONS["tau"], table_of(t["tau_table"])),
-        folded("table-trash", "TRASH score over seeds", rows_of(t["trash_summary"]), TABLE_CAPTIONS["trash"], trash_summary_table(t["trash_summary"])),
-        folded("table-trash-clocks", "TRASH on every clock", rows_of(t["trash"]), TABLE_CAPTIONS["trash_clocks"], trash_clocks_table(t["trash"])),
+        folded(
+            "table-tau",
+            "Viability threshold τ(K) (EVP paper Table I)",
+            rows_of(t["tau_table"]),
+            TABLE_CAPTIONS["tau"],
+            table_of(t["tau_table"]),
+            "tau_table.csv",
+        ),
+        folded(
+            "table-trash",
+            "TRASH score over seeds",
+            rows_of(t["trash_summary"]),
+            TABLE_CAPTIONS["trash"],
+            trash_summary_table(t["trash_summary"]),
+            "trash_summary.csv",
+        ),
+        folded("table-trash-clocks", "TRASH on every clock", rows_of(t["trash"]), TABLE_CAPTIONS["trash_clocks"], trash_clocks_table(t["trash"]), "trash.csv"),
         folded(
             "table-depth",
             "E[T] by depth: queries to failure and latency per query (TRASHFIRE's depth claim)",
             rows_of(t["depth_decomposition"]),
             TABLE_CAPTIONS["depth"],
             depth_table(t["depth_decomposition"]),
+            "depth_decomposition.csv",
         ),
         folded(
             "table-auc",
@@ -478,14 +551,16 @@ def tables_section(tables: dict, artefacts: Artefacts, survival_missing: str | N
             rows_of(t["auc_table"]),
             TABLE_CAPTIONS["auc"],
             auc_table(t["auc_table"]),
+            "auc_table.csv",
         ),
-        folded("table-robustness", "EVP and R per cell", rows_of(t["robustness"]), robustness_caption(), robustness_table(t["robustness"])),
+        folded("table-robustness", "EVP and R per cell", rows_of(t["robustness"]), robustness_caption(), robustness_table(t["robustness"]), "robustness.csv"),
         folded(
             "table-brittle",
             "Brittle-score and relative improvement (brittle-score paper Table 1)",
             rows_of(t["brittle"]),
             TABLE_CAPTIONS["brittle"],
             listed(t["brittle"], "brittle.csv", "brittle", schema.REPORT_BRITTLE),
+            "brittle.csv",
         ),
         folded(
             "table-eps-survival",
@@ -493,7 +568,8 @@ def tables_section(tables: dict, artefacts: Artefacts, survival_missing: str | N
             rows_of(t["eps_survival"]),
             TABLE_CAPTIONS["eps_survival"],
             listed(t["eps_survival"], "eps_survival.csv", "aggregate", schema.REPORT_EPS_SURVIVAL, " (no eps-grid or minimal-perturbation attack)"),
+            "eps_survival.csv",
         ),
         *survival_tables(t["survival"], t["logrank"], t.get("concordance_within"), t.get("km_check"), survival_missing),
-        folded("table-cards", "Model cards", len(card_paths(artefacts)), TABLE_CAPTIONS["cards"], cards_table(artefacts)),
+        folded("table-cards", "Model cards", len(card_paths(artefacts)), TABLE_CAPTIONS["cards"], cards_table(artefacts), "cards"),
     ]

@@ -111,6 +111,7 @@ def attacks_section(tables: dict) -> dict:
             len(shown),
             "optimality.csv: each attack against the ensemble of its norm, per model cell; eps_max in pixel units",
             table_of(shown),
+            source="optimality.csv",
         )
     missing = None if ranking is not None else "no norm with two or more attacks (or a run from before optimality.csv: rerun `dvc repro`)"
     grid = check_table(check)

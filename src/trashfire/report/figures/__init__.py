@@ -79,6 +79,6 @@ def draw_report(cfg: DictConfig, artefacts: Artefacts) -> list[Path]:
     read_metrics(artefacts)
     written, skipped = draw_figures(tables, folder)
     drawn = [p for p in written if p.suffix == ".png"]
-    written.append(page.report_html(artefacts, drawn + survival_images(artefacts), skipped))
+    written.append(page.report_html(artefacts, drawn + survival_images(artefacts), skipped, tables))
     log.info("wrote %d figures (%s) to %s and %s", len(drawn), ", ".join(formats), folder.path, written[-1])
     return written

@@ -11,7 +11,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib import cbook, mlab
+from matplotlib.colors import LinearSegmentedColormap
 from matplotlib.lines import Line2D
+from matplotlib.patches import Rectangle
 
 from trashfire.core import schema
 from trashfire.core.records import atomic_path
@@ -20,6 +22,11 @@ from trashfire.report.formatting import cell_label, defence_order, epochs_text, 
 # A model cell without its seed: the lines of the per-cell figures average over seeds.
 LINE_KEY = schema.SEEDLESS_LABELS
 MAX_LINES = 10  # more lines than this in one panel cannot be told apart
+# Past these, a panel draws distributions, not cells: a violin's dots give way to its quartile
+# box, a scatter's points to a hexbin density with each defence's median. The default's largest
+# violin has 264 cells and its scatter panels 66 points: drawn cell by cell, as they always were.
+MAX_DOTS = 300
+MAX_POINTS = 300
 
 
 class Skipped(Exception):
@@ -53,16 +60,29 @@ def defence_colours(defences: Iterable[str]) -> dict[str, str]:
     return {d: f"C{i % 10}" for i, d in enumerate(defence_order(defences))}
 
 
-def violin(ax, values: np.ndarray, x: float, colour: str, width: float, log: bool = False) -> None:
-    """One violin of per-cell values with the cells as dots. On a log axis the density is
-    estimated on log10 values, so that the violin is not squashed into one end. A group
-    with one value, or with all values equal, has no density and is drawn as its dots only."""
+KDE_POINTS = 2000  # a violin's density from at most this many values: its cost is values x 100 points
+
+
+def kde_sample(values: np.ndarray) -> np.ndarray:
+    """At most KDE_POINTS values spread evenly over the quantiles of `values`: the same shape,
+    at a cost that does not grow with the cells (10^5 values cost a second per violin)."""
+    if len(values) <= KDE_POINTS:
+        return values
+    return np.quantile(values, np.linspace(0, 1, KDE_POINTS))
+
+
+def violin(ax, values: np.ndarray, x: float, colour: str, width: float, log: bool = False, dots: bool = True) -> None:
+    """One violin of per-cell values, with the cells as dots (`dots`) or, where they are too
+    many to tell apart, the quartiles as a box and the median as a white bar. On a log axis
+    the density is estimated on log10 values, so that the violin is not squashed into one
+    end. A group with one value, or with all values equal, has no density and is drawn as
+    its dots (or its box) only."""
     values = np.asarray(values, dtype=float)
     if len(values) == 0:
         return
     shown = np.log10(values) if log else values
     if len(values) >= 2 and np.ptp(shown) > 0:
-        vpstats = cbook.violin_stats(shown, lambda data, coords: mlab.GaussianKDE(data, "scott").evaluate(coords))
+        vpstats = cbook.violin_stats(shown, lambda data, coords: mlab.GaussianKDE(kde_sample(data), "scott").evaluate(coords))
         if log:
             for stat in vpstats:
                 for key in ("coords", "mean", "median", "min", "max"):
@@ -72,8 +92,45 @@ def violin(ax, values: np.ndarray, x: float, colour: str, width: float, log: boo
             body.set_facecolor(colour)
             body.set_edgecolor(colour)
             body.set_alpha(0.3)
-    jitter = np.random.default_rng(0).uniform(-width / 8, width / 8, len(values))
-    ax.scatter(x + jitter, values, s=9, color=colour, alpha=0.8, linewidths=0, zorder=3)
+    if dots:
+        jitter = np.random.default_rng(0).uniform(-width / 8, width / 8, len(values))
+        ax.scatter(x + jitter, values, s=9, color=colour, alpha=0.8, linewidths=0, zorder=3)
+        return
+    low, median, high = np.percentile(values, [25, 50, 75])
+    ax.add_patch(Rectangle((x - width / 10, low), width / 5, high - low, facecolor=colour, edgecolor="black", lw=0.6, zorder=3))
+    ax.hlines(median, x - width / 10, x + width / 10, color="white", lw=1.5, zorder=4)
+
+
+def few_enough(groups: Iterable[int], most: int) -> bool:
+    """Whether every group of a panel is small enough to draw its cells one by one."""
+    return max(groups, default=0) <= most
+
+
+def defence_points(ax, x: pd.Series, y: pd.Series, colour: str, hollow: bool = False, label: str | None = None) -> None:
+    """One defence's cells of a scatter panel, a point each."""
+    face = "none" if hollow else colour
+    ax.scatter(x, y, s=28, label=label, alpha=0.85, facecolors=face, edgecolors=colour)
+
+
+def defence_median(ax, x: pd.Series, y: pd.Series, colour: str, hollow: bool = False, label: str | None = None) -> None:
+    """One defence's cells of a crowded scatter panel: their median, with bars over the quartiles of each axis."""
+    keep = np.isfinite(x.to_numpy(float)) & np.isfinite(y.to_numpy(float))
+    if not keep.any():
+        return
+    (x0, mx, x1), (y0, my, y1) = np.percentile(x[keep], [25, 50, 75]), np.percentile(y[keep], [25, 50, 75])
+    face = "white" if hollow else colour
+    bars = {"xerr": [[mx - x0], [x1 - mx]], "yerr": [[my - y0], [y1 - my]], "capsize": 2, "lw": 1.2}
+    ax.errorbar(mx, my, fmt="o", ms=7, color=colour, mfc=face, mec=colour, zorder=4, label=label, **bars)
+
+
+DENSITY = LinearSegmentedColormap.from_list("density", ["#e0e0e0", "#404040"])  # a bin of one cell still shows
+
+
+def density(ax, x: pd.Series, y: pd.Series) -> None:
+    """Every cell of a crowded scatter panel as a grey hexbin (log counts): where the cells lie, not one mark each."""
+    keep = np.isfinite(x.to_numpy(float)) & np.isfinite(y.to_numpy(float))
+    if keep.any():
+        ax.hexbin(x[keep], y[keep], gridsize=35, bins="log", cmap=DENSITY, mincnt=1, linewidths=0)
 
 
 def group_ticks(ax, labels: list[str]) -> None:
@@ -131,28 +188,48 @@ def capped_lines(table: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     return kept, f"{len(kept)} of {len(lines)} cells shown: {model} · {epochs_text(None if epochs == IMPORTED_EPOCHS else epochs)}"
 
 
-def line_rows(table: pd.DataFrame, line: pd.Series) -> pd.DataFrame:
-    """The rows of one model cell, every seed (compared as text: NaN labels match NaN)."""
-    mask = np.logical_and.reduce([table[k].astype(str) == str(line[k]) for k in LINE_KEY])
-    return table[mask]
-
-
 def panels_by_dataset_and_family(table: pd.DataFrame) -> tuple[list[str], list[str]]:
     return sorted(table["dataset"].unique()), sorted(table["attack_family"].unique())
 
 
-def line_panels(table: pd.DataFrame) -> dict[tuple[str, str], tuple[pd.DataFrame, list[str], str]]:
-    """Per (data set, attack family) panel: its model cells (capped), their labels and the cap note."""
+def text_keys(frame: pd.DataFrame) -> list[tuple[str, ...]]:
+    """Each row's model-cell labels as text, so that NaN matches NaN."""
+    return list(zip(*(frame[k].astype(str) for k in LINE_KEY)))
+
+
+def rows_by_line(panel: pd.DataFrame, lines: pd.DataFrame) -> list[pd.DataFrame]:
+    """The rows of each of `lines` in `panel` (every seed; none where the panel lacks it), found
+    in one pass over the panel: comparing each line's labels with every row's would take
+    lines x rows string compares."""
+    ids = panel.groupby(LINE_KEY, dropna=False, sort=False).ngroup().to_numpy()
+    first = ~pd.Series(ids).duplicated().to_numpy()
+    line_id = dict(zip(text_keys(panel[first]), ids[first]))
+    positions = pd.Series(ids).groupby(ids).indices
+    return [panel.iloc[positions.get(line_id.get(key), [])] for key in text_keys(lines)]
+
+
+@dataclass(frozen=True)
+class LinePanel:
+    """A panel's model cells (capped), their legend labels, the cap's note and each cell's rows."""
+
+    lines: pd.DataFrame
+    labels: list[str]
+    note: str
+    rows: list[pd.DataFrame]
+
+
+def line_panels(table: pd.DataFrame) -> dict[tuple[str, str], LinePanel]:
+    """Per (data set, attack family) panel: its model cells (capped), their labels, the cap note and rows."""
     panels = {}
     for (dataset, family), panel in table.groupby(["dataset", "attack_family"], sort=True):
         lines, note = capped_lines(panel)
-        panels[(dataset, family)] = (lines, line_labels(lines), note)
+        panels[(dataset, family)] = LinePanel(lines, line_labels(lines), note, rows_by_line(panel, lines))
     return panels
 
 
 def label_colours(panels: dict) -> dict[str, tuple]:
     """One colour per model-cell label across the figure, so one legend serves every panel."""
-    labels = list(dict.fromkeys(label for _, labels, _ in panels.values() for label in labels))
+    labels = list(dict.fromkeys(label for panel in panels.values() for label in panel.labels))
     palette = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20").colors
     return {label: palette[i % len(palette)] for i, label in enumerate(labels)}
 

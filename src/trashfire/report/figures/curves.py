@@ -9,7 +9,7 @@ from matplotlib.patches import Patch
 
 from trashfire.core import schema
 from trashfire.metrics.summaries import r_interval, seed_mean_accuracy
-from trashfire.report.figures.common import FigureFolder, Skipped, figure_legend, label_colours, line_panels, line_rows, panel_grid, save_figure
+from trashfire.report.figures.common import FigureFolder, LinePanel, Skipped, figure_legend, label_colours, line_panels, panel_grid, save_figure
 
 
 def eps_axis(panel: pd.DataFrame) -> tuple[str, str]:
@@ -21,10 +21,10 @@ def eps_axis(panel: pd.DataFrame) -> tuple[str, str]:
     return "standardised", "ε (standardised units; pixel std not recorded)"
 
 
-def curve_lines(ax_raw, ax_norm, panel: pd.DataFrame, lines: pd.DataFrame, labels: list[str], colours: dict, axis: str) -> None:
+def curve_lines(ax_raw, ax_norm, panel: LinePanel, colours: dict, axis: str) -> None:
     """Mean over seeds at each configured eps (pixel eps differs by a split's std), ±1 SD band."""
-    for label, (_, line) in zip(labels, lines.iterrows()):
-        points = seed_mean_accuracy(line_rows(panel, line), axis)
+    for label, rows in zip(panel.labels, panel.rows):
+        points = seed_mean_accuracy(rows, axis)
         for ax, y, sd in ((ax_raw, "acc", "acc_sd"), (ax_norm, "norm", "norm_sd")):
             ax.plot(points["x"], points[y], color=colours[label], lw=1.4, marker="o", ms=3)
             if points["seeds"].max() >= 2:
@@ -40,11 +40,11 @@ def curves_figure(curves: pd.DataFrame, robustness: pd.DataFrame, folder: Figure
     colours = label_colours(panels)
     fig, axes = panel_grid(2, len(panels), height=3.6)
     shaded = False
-    for c, ((dataset, family), (lines, labels, note)) in enumerate(panels.items()):
+    for c, ((dataset, family), lines) in enumerate(panels.items()):
         panel = curves[(curves["dataset"] == dataset) & (curves["attack_family"] == family)]
         ax_raw, ax_norm = axes[0, c], axes[1, c]
         units, xlabel = eps_axis(panel)
-        curve_lines(ax_raw, ax_norm, panel, lines, labels, colours, schema.eps_column(units))
+        curve_lines(ax_raw, ax_norm, lines, colours, schema.eps_column(units))
         interval = r_interval(robustness, panel, dataset, family, units)
         for ax in (ax_raw, ax_norm):
             if interval:
@@ -53,7 +53,7 @@ def curves_figure(curves: pd.DataFrame, robustness: pd.DataFrame, folder: Figure
             ax.set_xlabel(xlabel)
             ax.grid(alpha=0.3)
         span = f"R over ε ∈ [{interval[0]:.3g}, {interval[1]:.3g}]" if interval else "no R interval"
-        ax_raw.set_title("\n".join(filter(None, [f"{dataset} · {family}", span, note and f"({note})"])), fontsize=10)
+        ax_raw.set_title("\n".join(filter(None, [f"{dataset} · {family}", span, lines.note and f"({lines.note})"])), fontsize=10)
         ax_raw.set_ylim(-0.02, 1.02)
     axes[0, 0].set_ylabel("accuracy")
     axes[1, 0].set_ylabel("accuracy / accuracy at ε = 0")

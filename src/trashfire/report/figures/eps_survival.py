@@ -10,15 +10,18 @@ import pandas as pd
 
 from trashfire.metrics.summaries import paired_spearman, seed_mean_survival
 from trashfire.report.figures.common import (
+    MAX_POINTS,
     FigureFolder,
     Skipped,
     defence_colours,
+    defence_median,
+    density,
     figure_legend,
     hide_unused,
     label_colours,
     line_panels,
-    line_rows,
     panel_grid,
+    rows_by_line,
     save_figure,
 )
 from trashfire.report.formatting import defence_order, spearman_text
@@ -36,18 +39,18 @@ def eps_survival_figure(curves: pd.DataFrame, table: pd.DataFrame, folder: Figur
     colours = label_colours(panels)
     columns = min(3, len(panels))
     fig, axes = panel_grid(math.ceil(len(panels) / columns), columns, width=5.0, height=3.9)
-    for ax, ((dataset, family), (lines, labels, note)) in zip(axes.flat, panels.items()):
+    for ax, ((dataset, family), lines) in zip(axes.flat, panels.items()):
         panel = curves[(curves["dataset"] == dataset) & (curves["attack_family"] == family)]
-        areas = table[(table["dataset"] == dataset) & (table["attack_family"] == family)]
+        areas = rows_by_line(table[(table["dataset"] == dataset) & (table["attack_family"] == family)], lines.lines)
         grid = str(panel["search"].iloc[0]) == "grid"
-        for label, (_, line) in zip(labels, lines.iterrows()):
-            xs, ys = seed_mean_survival(line_rows(panel, line), grid)
-            area = line_rows(areas, line)["area"].mean()
+        for label, rows, cell_areas in zip(lines.labels, lines.rows, areas):
+            xs, ys = seed_mean_survival(rows, grid)
+            area = cell_areas["area"].mean()
             style = {"marker": "o", "ms": 3} if grid else {"drawstyle": "steps-post"}
             ax.plot(xs, ys, color=colours[label], lw=1.4, label=f"{area:.2f}", **style)
         norm = NORM_NAMES.get(str(panel["norm"].iloc[0]), f"ℓ{panel['norm'].iloc[0]}")
         how = "smallest grid ε that broke the sample" if grid else "norm of the adversarial example"
-        ax.set_title("\n".join(filter(None, [f"{dataset} · {family}", how, note and f"({note})"])), fontsize=10)
+        ax.set_title("\n".join(filter(None, [f"{dataset} · {family}", how, lines.note and f"({lines.note})"])), fontsize=10)
         ax.set_xlabel(f"ε: {norm} perturbation, {panel['units'].iloc[0]} units")
         ax.set_ylabel("share of samples still standing")
         ax.set_ylim(-0.02, 1.02)
@@ -60,8 +63,13 @@ def eps_survival_figure(curves: pd.DataFrame, table: pd.DataFrame, folder: Figur
     return save_figure(fig, folder, "eps_survival_curves")
 
 
+def defence_dots(ax, x: pd.Series, y: pd.Series, colour: str, label: str) -> None:
+    ax.scatter(x, y, s=22, color=colour, alpha=0.85, label=label)
+
+
 def eps_survival_scatter(table: pd.DataFrame, robustness: pd.DataFrame, folder: FigureFolder) -> list[Path]:
-    """The area against EVP and R per eps family, over the sound model cells."""
+    """The area against EVP and R per eps family, over the sound model cells: a point each, or
+    past MAX_POINTS cells in a panel a density with each defence's median."""
     both = epsilon.against(table, robustness) if not table.empty and not robustness.empty else pd.DataFrame()
     if both.empty:
         raise Skipped("no model cell has both an eps-survival area and EVP or R (no eps-grid attack)")
@@ -71,14 +79,19 @@ def eps_survival_scatter(table: pd.DataFrame, robustness: pd.DataFrame, folder: 
     for r, ((dataset, family), group) in enumerate(rows):
         for c, (column, name) in enumerate(epsilon.RANKED.items()):
             ax = axes[r, c]
+            crowded = len(group) > MAX_POINTS
+            if crowded:
+                density(ax, group[column], group["area"])
             for defence in defence_order(group["defence"]):
                 part = group[group["defence"] == defence]
-                ax.scatter(part[column], part["area"], s=22, color=colours[defence], alpha=0.85, label=defence)
+                draw = defence_median if crowded else defence_dots
+                draw(ax, part[column], part["area"], colours[defence], label=defence)
             ax.set_title(f"{dataset} · {family}\n{spearman_text(*paired_spearman(group[column], group['area']))}", fontsize=9)
             ax.set_xlabel(name)
             ax.set_ylabel("area under the ε-survival curve")
             ax.grid(alpha=0.3)
-    axes[0, -1].legend(title="defence", fontsize=7, title_fontsize=7)
+    crowded = any(len(group) > MAX_POINTS for _, group in rows)
+    axes[0, -1].legend(title="defence" + (": median, quartile bars;\ngrey: density of cells" if crowded else ""), fontsize=7, title_fontsize=7)
     fig.suptitle("Area under the ε-survival curve against EVP and R, sound model cells")
     fig.tight_layout()
     return save_figure(fig, folder, "eps_survival_vs_evp_r")

@@ -17,7 +17,6 @@ from trashfire.report.figures.common import (
     hide_unused,
     label_colours,
     line_panels,
-    line_rows,
     panel_grid,
     panels_by_dataset_and_family,
     save_figure,
@@ -33,14 +32,13 @@ def evp_line_figure(
     panels = line_panels(table)
     colours = label_colours(panels)
     fig, axes = panel_grid(len(datasets), len(families))
-    for (dataset, family), (lines, labels, note) in panels.items():
+    for (dataset, family), panel in panels.items():
         ax = axes[datasets.index(dataset), families.index(family)]
-        panel = table[(table["dataset"] == dataset) & (table["attack_family"] == family)]
-        for label, (_, line) in zip(labels, lines.iterrows()):
-            points = seed_mean(line_rows(panel, line), x, "evp")
+        for label, rows in zip(panel.labels, panel.rows):
+            points = seed_mean(rows, x, "evp")
             ax.plot(points.index, points.to_numpy(), color=colours[label], lw=1.4, marker="o" if len(points) < 15 else None, ms=3)
         subtitle = decorate(ax, dataset) if decorate else ""
-        ax.set_title("\n".join(filter(None, [f"{dataset} · {family}", subtitle, note and f"({note})"])), fontsize=10)
+        ax.set_title("\n".join(filter(None, [f"{dataset} · {family}", subtitle, panel.note and f"({panel.note})"])), fontsize=10)
         ax.set_xlabel(xlabel)
         ax.set_ylabel("EVP (expected viable accuracy)")
         ax.set_ylim(-0.02, 1.02)

@@ -11,7 +11,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 
-from trashfire.report.figures.common import FigureFolder, Skipped, defence_colours, group_ticks, save_figure, violin
+from trashfire.report.figures.common import MAX_DOTS, FigureFolder, Skipped, defence_colours, few_enough, group_ticks, save_figure, violin
 from trashfire.report.formatting import format_value
 
 
@@ -43,6 +43,7 @@ def trash_panel(ax, cells: pd.DataFrame, column: str, by: str, colours: dict[str
     groups = sorted(cells[by].unique())
     defences = list(colours) if colours else [None]
     width = 0.8 / len(defences)
+    dots = few_enough(cells.groupby([by, "defence"] if colours else by).size(), MAX_DOTS)
     dropped = 0
     for x, group in enumerate(groups):
         for i, defence in enumerate(defences):
@@ -50,7 +51,7 @@ def trash_panel(ax, cells: pd.DataFrame, column: str, by: str, colours: dict[str
             values, n_dropped = positive_finite(part[column].astype(float))
             dropped += n_dropped
             offset = (i - (len(defences) - 1) / 2) * width
-            violin(ax, values.to_numpy(), x + offset, colours[defence] if defence else "C7", width * 0.9, log=True)
+            violin(ax, values.to_numpy(), x + offset, colours[defence] if defence else "C7", width * 0.9, log=True, dots=dots)
     labels = [depth_label(cells, g) for g in groups] if by == "depth" else groups
     group_ticks(ax, labels)
     ax.set_yscale("log")
