@@ -28,10 +28,11 @@ def split(values: np.ndarray, order: np.ndarray, starts: np.ndarray) -> list[np.
 
 
 class ByKey:
-    """A table's rows per value of one column, each looked up in O(1) (a frame per key is
-    built when asked for); a key without rows gets the table's empty frame."""
+    """A table's rows per value of one column (or of a Series beside it), each looked up in
+    O(1) (a frame per key is built when asked for, its rows in the table's order, as a filter
+    `frame[frame[column] == key]` gives them); a key without rows gets the table's empty frame."""
 
-    def __init__(self, frame: pd.DataFrame, column: str):
+    def __init__(self, frame: pd.DataFrame, column: str | pd.Series):
         self.frame = frame
         self.positions = frame.groupby(column, sort=False).indices if len(frame) else {}
 
