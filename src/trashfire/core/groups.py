@@ -36,6 +36,10 @@ class ByKey:
         self.frame = frame
         self.positions = frame.groupby(column, sort=False).indices if len(frame) else {}
 
+    @property
+    def empty(self) -> bool:
+        return self.frame.empty
+
     def rows(self, key: Hashable) -> pd.DataFrame:
         where = self.positions.get(key)
         return self.frame.iloc[:0] if where is None else self.frame.iloc[where]

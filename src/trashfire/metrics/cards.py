@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from trashfire.core import schema
+from trashfire.core.groups import ByKey
 from trashfire.core.records import cell_file, write_json
 from trashfire.metrics.registry import curve_metric_names
 
@@ -25,7 +26,7 @@ from trashfire.metrics.registry import curve_metric_names
 
 def card(
     train_hash: str,
-    experiments: pd.DataFrame,
+    experiments: pd.DataFrame | ByKey,
     trash: pd.DataFrame,
     robustness: pd.DataFrame,
     brittle: pd.DataFrame,
@@ -38,8 +39,9 @@ def card(
 ) -> dict[str, Any]:
     """`reported`: per model option, what its publisher reports of it (trashfire.core.external.reported);
     `ensemble`: the ensemble's robust accuracy per model cell, norm and grid eps, and
-    `optimality` each attack's (trashfire.metrics.optimality)."""
-    rows = experiments[experiments["train_hash"] == train_hash]
+    `optimality` each attack's (trashfire.metrics.optimality). Each table may be a ByKey of it
+    (write_cards': the cell's rows by lookup)."""
+    rows = _own(experiments, train_hash, "train_hash")
     first = rows.iloc[0]
     figures = (reported or {}).get(first["model"])
     return {
@@ -61,7 +63,7 @@ def _bracket(model_hash: str, certified: pd.DataFrame | None) -> dict[str, Any]:
     certify stage's), or "no certificate" for a cell without one."""
     if certified is None:
         return {}
-    mine = certified[certified["model_hash"] == model_hash]
+    mine = _own(certified, model_hash)
     if mine.empty:
         return {"certified": "no certificate"}
     return {
@@ -85,8 +87,8 @@ def _strength(model_hash: str, ensemble: pd.DataFrame | None, optimality: pd.Dat
     attack's optimality against it."""
     if ensemble is None and optimality is None:
         return {}
-    mine = ensemble[ensemble["model_hash"] == model_hash] if ensemble is not None else pd.DataFrame()
-    ranked = optimality[optimality["model_hash"] == model_hash] if optimality is not None else pd.DataFrame()
+    mine = _own(ensemble, model_hash) if ensemble is not None else pd.DataFrame()
+    ranked = _own(optimality, model_hash) if optimality is not None else pd.DataFrame()
     return {
         "ensemble": [{"norm": r.norm, "eps": _number(r.eps_pixel), "units": "pixel", "acc": _number(r.acc)} for r in mine.itertuples()],
         "optimality": [{"attack_family": r.attack_family, "n": int(r.n), "optimality": _number(r.optimality)} for r in ranked.itertuples()],
@@ -135,7 +137,7 @@ def _model_cell(
 ) -> dict[str, Any]:
     model_hash = rows["model_hash"].iloc[0]
     first = rows.iloc[0]
-    mine = brittle[brittle["model_hash"] == model_hash]
+    mine = _own(brittle, model_hash)
     return {
         "model_hash": model_hash,
         "defence": _plain(first[schema.CARD_DEFENCE]),
@@ -144,10 +146,10 @@ def _model_cell(
         "t_predict": _number(first["t_predict"]),
         "brittle_score": _number(mine["brittle_score"].iloc[0]) if len(mine) else None,
         "brittle_ri_percent": _number(mine["brittle_ri"].iloc[0]) if len(mine) else None,
-        "attacks": [_plain(r) for _, r in rows.reindex(columns=schema.CARD_ATTACK).iterrows()],
+        "attacks": _records(rows.reindex(columns=schema.CARD_ATTACK)),
         "worst_case": _worst_case(worst_case, model_hash),
-        "survival_and_trash": [_plain(r) for _, r in trash.loc[trash["model_hash"] == model_hash].reindex(columns=schema.CARD_FAMILY).iterrows()],
-        "evp_and_auc": [_plain(r) for _, r in robustness.loc[robustness["model_hash"] == model_hash, schema.card_robustness(curve_metric_names())].iterrows()],
+        "survival_and_trash": _records(_own(trash, model_hash).reindex(columns=schema.CARD_FAMILY)),
+        "evp_and_auc": _records(_own(robustness, model_hash)[schema.card_robustness(curve_metric_names())]),
         "validity": _validity(flags, model_hash),
     }
 
@@ -157,14 +159,14 @@ def _worst_case(worst_case: pd.DataFrame | None, model_hash: str) -> list[dict[s
     (trashfire.tables.worst_case), each with what measured it and the attack that carried it."""
     if worst_case is None or worst_case.empty:
         return []
-    mine = worst_case.loc[worst_case["model_hash"] == model_hash].reindex(columns=schema.CARD_WORST_CASE)
-    return [_plain(r) | {"n_beyond_carrier": int(r["n_beyond_carrier"])} for _, r in mine.iterrows()]  # a count, read back as float beside the attacks' NaN
+    mine = _own(worst_case, model_hash).reindex(columns=schema.CARD_WORST_CASE)
+    return [r | {"n_beyond_carrier": int(r["n_beyond_carrier"])} for r in _records(mine)]  # a count, read back as float beside the attacks' NaN
 
 
 def _validity(flags: pd.DataFrame | None, model_hash: str) -> dict[str, Any] | None:
     """Each validity flag of the cell: tripped (true/false, null where this run cannot check
     it) and what was seen (trashfire.metrics.validity)."""
-    mine = flags[flags["model_hash"] == model_hash] if flags is not None else None
+    mine = _own(flags, model_hash) if flags is not None else None
     if mine is None or mine.empty:
         return None
     row = mine.iloc[0]
@@ -177,14 +179,32 @@ def _validity(flags: pd.DataFrame | None, model_hash: str) -> dict[str, Any] | N
 def write_cards(folder: Path, experiments: pd.DataFrame, *tables: pd.DataFrame | None, **named: Any) -> list[Path]:
     """A card per trained cell of `experiments`, from the tables `card` takes after it."""
     folder.mkdir(parents=True, exist_ok=True)
+    # each table's rows per cell by one lookup: a filter per card grows with the square of the cells
+    tables = tuple(_by_model(t) for t in tables)
+    named = {name: _by_model(t) for name, t in named.items()}
+    trained = ByKey(experiments, "train_hash")
     written = []
     for train_hash in experiments["train_hash"].unique():
         path = cell_file(folder, train_hash, ".json")
-        write_json(path, card(train_hash, experiments, *tables, **named))
+        write_json(path, card(train_hash, trained, *tables, **named))
         written.append(path)
     for stale in set(folder.glob("*.json")) - set(written):
         stale.unlink()
     return written
+
+
+def _by_model(table: Any) -> Any:
+    return ByKey(table, "model_hash") if isinstance(table, pd.DataFrame) and "model_hash" in table else table
+
+
+def _own(table: pd.DataFrame | ByKey, key: str, column: str = "model_hash") -> pd.DataFrame:
+    """A table's rows of one cell: looked up where write_cards indexed the table, else filtered."""
+    return table.rows(key) if isinstance(table, ByKey) else table[table[column] == key]
+
+
+def _records(table: pd.DataFrame) -> list[dict[str, Any]]:
+    """Each row as _plain makes it (iterrows' values: a row of `.values`, each item as Python's)."""
+    return [dict(zip(table.columns, map(_number, row))) for row in table.to_numpy().tolist()]
 
 
 def _flag(value: Any) -> bool:
