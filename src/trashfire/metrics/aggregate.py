@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from trashfire import metrics
 from trashfire.brittle.spec import brittle_hash, brittle_record_path, brittle_settings
 from trashfire.core import external, schema
+from trashfire.core.csvtext import write_csv
 from trashfire.core.errors import DataError
 from trashfire.core.groups import group_order, split
 from trashfire.core.records import atomic_path, read_json, write_json
@@ -426,7 +427,7 @@ def finding_settings(settings: DictConfig) -> findings.Settings:
 def write_tables(artefacts: Artefacts, tables: dict[str, pd.DataFrame]) -> None:
     for name, table in tables.items():
         with atomic_path(artefacts.output(name)) as tmp:
-            table.to_csv(tmp, index=False)
+            write_csv(table, tmp)  # to_csv's bytes; its millions of curve points were most of the stage at 10^5 cells
 
 
 def without_nan(value: Any) -> Any:
