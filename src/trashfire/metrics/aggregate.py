@@ -181,14 +181,20 @@ def robustness_table(curves: pd.DataFrame, evp: DictConfig, auc: DictConfig, deg
     degenerate = degenerate if degenerate is not None else pd.Series(dtype=bool)
     settings = AucSettings(str(auc.units), auc.eps0, auc.eps1)
     thresholds = Thresholds(evp)
+    order, starts = group_order(curves, CELL)
+    heads = curves.iloc[order[starts]]
+    columns = ["eps_standardised", "acc", schema.eps_column(settings.units)]
+    eps, accs, auc_eps = (split(curves[c].to_numpy(), order, starts) for c in columns)
+    bounds, classes = np.append(starts, len(order)), heads["n_classes"].to_numpy()
     rows = []
-    for key, curve in curves.groupby(CELL, dropna=False):
+    for i, key in enumerate(zip(*(heads[c] for c in CELL))):
         labels = dict(zip(CELL, key))
-        acc = curve["acc"].to_numpy()
-        n_classes = int(curve["n_classes"].iloc[0])
+        acc = accs[i].astype(float)
+        n_classes = int(classes[i])
         threshold = thresholds.of(n_classes)
-        r, s, upper, note = _auc(curve[schema.eps_column(settings.units)].to_numpy(float), acc, settings)
-        values = {metric.name: metric.compute(curve, threshold) for metric in registry.CURVE_METRICS}
+        r, s, upper, note = _auc(auc_eps[i].astype(float), acc, settings)
+        curve = _Curve(curves, order[bounds[i] : bounds[i + 1]])
+        values = {m.name: m.on_arrays(eps[i], acc, threshold) if m.on_arrays else m.compute(curve.frame(), threshold) for m in registry.CURVE_METRICS}
         reaches = bool(acc[-1] < threshold)
         flagged = bool(degenerate.get(labels["model_hash"], False))
         if flagged:
@@ -211,6 +217,16 @@ def robustness_table(curves: pd.DataFrame, evp: DictConfig, auc: DictConfig, deg
             }
         )
     return pd.DataFrame(rows, columns=schema.robustness_columns(registry.curve_metric_names()))
+
+
+class _Curve:
+    """One curve's rows of curves.csv, made a frame only for a metric that asks for one."""
+
+    def __init__(self, curves: pd.DataFrame, rows: np.ndarray):
+        self.curves, self.rows = curves, rows
+
+    def frame(self) -> pd.DataFrame:
+        return self.curves.iloc[self.rows]
 
 
 class Thresholds:

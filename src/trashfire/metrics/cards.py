@@ -62,6 +62,8 @@ class CardTables:
         certified: pd.DataFrame | None = None,
     ):
         self.trained = ByKey(experiments, "train_hash")
+        self.trainings = _first_rows(experiments, "train_hash", [*schema.CARD_TRAINING, *schema.CARD_TIMES, "model", "t_train_source"])
+        self.model_cells = _model_cells(experiments)
         self.reported = reported or {}
         self.attacks = _by_cell(experiments, _records(experiments.reindex(columns=schema.CARD_ATTACK)))
         self.trash = _by_cell(trash, _records(trash.reindex(columns=schema.CARD_FAMILY)))
@@ -75,28 +77,23 @@ class CardTables:
         self.certified = None if certified is None else _by_cell(certified, _brackets(certified))
 
     def card(self, train_hash: str) -> dict[str, Any]:
-        rows = self.trained.rows(train_hash)
-        first = rows.iloc[0]
+        first = self.trainings.loc[train_hash]
         figures = self.reported.get(first["model"])
         return {
             "train_hash": train_hash,
             "training": _plain(first[schema.CARD_TRAINING]),
             "times_per_sample": _plain(first.reindex(schema.CARD_TIMES)),  # FLOPs on the compute clock, seconds on the others
-            "provenance": provenance(first) | ({"reported": beside_reported(rows, figures)} if figures else {}),
-            "model_cells": [self.model_cell(group.iloc[0]) for _, group in rows.groupby("model_hash", sort=False)],
+            "provenance": provenance(first) | ({"reported": beside_reported(self.trained.rows(train_hash), figures)} if figures else {}),
+            "model_cells": [self.model_cell(head) for head in self.model_cells[train_hash]],
         }
 
-    def model_cell(self, first: pd.Series) -> dict[str, Any]:
-        """One model cell's section from its first row of experiments.csv and the tables'."""
-        model_hash = first["model_hash"]
+    def model_cell(self, head: dict[str, Any]) -> dict[str, Any]:
+        """One model cell's section: its head (_model_cells') and the tables' rows of it."""
+        model_hash = head["model_hash"]
         score, ri = self.brittle.get(model_hash, (None, None))
         return (
-            {
-                "model_hash": model_hash,
-                "defence": _plain(first[schema.CARD_DEFENCE]),
-                "acc_ben": _number(first["acc_ben"]),
-                "degenerate": _flag(first.get("degenerate", False)),
-                "t_predict": _number(first["t_predict"]),
+            head
+            | {
                 "brittle_score": score,
                 "brittle_ri_percent": ri,
                 "attacks": self.attacks.get(model_hash, []),
@@ -123,6 +120,27 @@ class CardTables:
         if self.certified is None:
             return {}
         return {"certified": self.certified.get(model_hash, "no certificate")}
+
+
+def _first_rows(experiments: pd.DataFrame, key: str, columns: list[str]) -> pd.DataFrame:
+    """Each `key`'s first row of experiments.csv, of the `columns` it has, indexed by key."""
+    first = experiments.drop_duplicates(key)
+    return first[[c for c in dict.fromkeys(columns) if c in first]].set_index(first[key])
+
+
+def _model_cells(experiments: pd.DataFrame) -> dict[str, list[dict[str, Any]]]:
+    """Per trained cell, its model cells' heads (hash, defence, benign accuracy, degenerate,
+    prediction time, from each one's first row) in the order they first appear."""
+    first = experiments.drop_duplicates("model_hash")
+    defences = [{k: _number(v) for k, v in d.items()} for d in first[schema.CARD_DEFENCE].to_dict("records")]  # _plain's values
+    degenerate = first["degenerate"] if "degenerate" in first else pd.Series(False, index=first.index)
+    heads: dict[str, list[dict[str, Any]]] = {}
+    for train_hash, model_hash, defence, acc, flag, t_predict in zip(
+        first["train_hash"], first["model_hash"], defences, first["acc_ben"], degenerate, first["t_predict"]
+    ):
+        head = {"model_hash": model_hash, "defence": defence, "acc_ben": _number(acc), "degenerate": _flag(flag), "t_predict": _number(t_predict)}
+        heads.setdefault(train_hash, []).append(head)
+    return heads
 
 
 def _by_cell(table: pd.DataFrame, records: list[Any]) -> dict[str, list[Any]]:

@@ -180,9 +180,10 @@ def dynamic(first: pd.Series) -> Check:
 
 def square_beats_white_box(rows: pd.DataFrame, tol: float) -> Check:
     """The largest share of an AutoAttack cell's samples that only Square broke."""
-    cells = rows[rows["n_broken_by_square"].notna()] if "n_broken_by_square" in rows else rows.iloc[:0]
-    if cells.empty:
+    present = rows["n_broken_by_square"].notna().to_numpy() if "n_broken_by_square" in rows else np.zeros(len(rows), dtype=bool)
+    if not present.any():
         return None, "not checked: no AutoAttack cell with Square (attack autoattack, version standard)"
+    cells = rows[present]
     shares = cells["n_broken_by_square"].astype(float) / cells["n_attack"].astype(float)
     worst = cells.loc[shares.idxmax()]
     seen = f"Square broke {int(worst['n_broken_by_square'])} of {int(worst['n_attack'])} samples at {worst['attack']} eps {worst['attack_value']:g}"
@@ -337,11 +338,13 @@ def validity_table(
     # each table's rows per model cell, found by lookup (a filter per cell grows with the square of the cells)
     own_curves, own_optimality, own_certified = (ByKey(t, "model_hash") if t is not None else None for t in (curves, optimality, certified))
     own_sufficiency, own_competing = (ByKey(t, t["attack_hash"].map(_owners(experiments))) if t is not None else None for t in (sufficiency, competing))
-    cells = ByKey(experiments, "model_hash")
+    # the columns the checks read, so that a cell's rows are a narrow frame (experiments.csv has ~80)
+    cells = ByKey(experiments[[c for c in experiments.columns if c in CELL_COLUMNS]], "model_hash")
+    firsts = experiments.drop_duplicates("model_hash")
+    firsts = firsts[[c for c in firsts.columns if c in FIRST_COLUMNS]].set_index(firsts["model_hash"])
     rows = []
     for model_hash in experiments["model_hash"].dropna().unique():  # groupby(sort=False)'s order
-        cell = cells.rows(model_hash)
-        first, mine = cell.iloc[0], own_curves.rows(model_hash)
+        cell, first, mine = cells.rows(model_hash), firsts.loc[model_hash], own_curves.rows(model_hash)
         checks = {
             "non_monotone": non_monotone(mine, tol["rise_tol"]),
             "black_box_stronger": unchecked if unknown else black_box_stronger(cell, black_box, tol["black_box_tol"]),
@@ -364,6 +367,14 @@ def validity_table(
     return pd.DataFrame(rows, columns=schema.VALIDITY)
 
 
+# what the checks read of a model cell's attack cells (its rows of experiments.csv) and of its first row
+CELL_COLUMNS = {"model_hash", "attack", "attack_param", "attack_value", "attack_value_standardised", "acc_adv", "norm", "engine", "n_attack"} | {
+    "n_broken_by_square",
+    "black_box_components",
+    "attack_hash",
+}
+PROBES = {"grad_zero_share", "grad_nonfinite_share", "query_output_change", "query_flip_share", "acc_query_sd", "acc_query_range", "query_repeats"}
+FIRST_COLUMNS = {*schema.MODEL_CELL, "train_hash", "degenerate", "output_probability", "gradient_calls"} | PROBES
 TOLERANCES = {
     "rise_tol": None,
     "black_box_tol": None,
