@@ -332,9 +332,7 @@ def validity_table(
     black_box, unknown = attack_kinds(experiments)
     one_step = one_step_families(experiments)
     unchecked = (None, f"not checked: the experiments table does not say whether {', '.join(unknown)} is black-box (rerun the attack stage)")
-    tol = {
-        name: settings[name] if default is None else settings.get(name, default) for name, default in TOLERANCES.items()
-    }  # read once: a config's item costs more than a check
+    tol = _tolerances(settings) if len(experiments) else {}  # read once, where there is a cell to check
     # each table's rows per model cell, found by lookup (a filter per cell grows with the square of the cells)
     own_curves, own_optimality, own_certified = (ByKey(t, "model_hash") if t is not None else None for t in (curves, optimality, certified))
     own_sufficiency, own_competing = (ByKey(t, t["attack_hash"].map(_owners(experiments))) if t is not None else None for t in (sufficiency, competing))
@@ -384,6 +382,11 @@ TOLERANCES = {
     "budget_share": BUDGET_SHARE,
     "bracket_tol": BRACKET_TOL,
 }  # metrics.validity's settings, with the defaults of those an older config lacks
+
+
+def _tolerances(settings) -> dict[str, float]:
+    """metrics.validity's tolerances (a config's item costs more to read than a check)."""
+    return {name: settings[name] if default is None else settings.get(name, default) for name, default in TOLERANCES.items()}
 
 
 def _owners(experiments: pd.DataFrame) -> pd.Series:
