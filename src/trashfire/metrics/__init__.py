@@ -33,11 +33,7 @@ def trash_benign(t_train: float, acc_ben: float, t_predict: float) -> float:
 def evp(eps: Sequence[float], performance: Sequence[float], tau: float) -> float:
     """Expected viable performance: the trapezoid integral over eps / eps_max in [0, 1] of
     g(eps) = P(eps) where P(eps) >= tau, else 0. The grid must start at eps_0 = 0."""
-    eps, performance = _curve(eps, performance)
-    if eps[0] != 0:
-        raise ValueError(f"EVP needs the grid to start at eps_0 = 0 (benign performance); got {eps[0]}")
-    viable = np.where(performance >= tau, performance, 0.0)
-    return float(np.trapezoid(viable, eps / eps[-1]))
+    return float(_viable_area(*_curve(eps, performance), np.asarray(tau, dtype=float)))
 
 
 def robustness_auc(eps: Sequence[float], performance: Sequence[float], eps0: float, eps1: float) -> float:
@@ -63,8 +59,17 @@ def viability_table(classes: Sequence[int], w: float = 0.5) -> list[tuple[int, f
 
 def evp_over_thresholds(eps: Sequence[float], performance: Sequence[float], taus: Sequence[float]) -> np.ndarray:
     """EVP as a function of the viability threshold (001 Fig. 7): a step function of tau that
-    falls at each measured performance."""
-    return np.array([evp(eps, performance, tau) for tau in taus])
+    falls at each measured performance. One array op over the thresholds: a row per tau, each
+    summed as `evp` sums its one (the same values, bit for bit)."""
+    return _viable_area(*_curve(eps, performance), np.asarray(taus, dtype=float)[:, None])
+
+
+def _viable_area(eps: np.ndarray, performance: np.ndarray, tau: np.ndarray) -> np.ndarray:
+    """EVP's trapezoid integral at `tau` (a scalar, or a column of thresholds: a row each)."""
+    if eps[0] != 0:
+        raise ValueError(f"EVP needs the grid to start at eps_0 = 0 (benign performance); got {eps[0]}")
+    viable = np.where(performance >= tau, performance, 0.0)
+    return np.trapezoid(viable, eps / eps[-1], axis=-1)
 
 
 def evp_convergence(eps: Sequence[float], performance: Sequence[float], tau: float) -> list[tuple[int, float]]:

@@ -14,6 +14,7 @@ correlation with EVP and R over model cells.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,9 @@ from omegaconf import DictConfig, OmegaConf
 from trashfire import metrics
 from trashfire.brittle.spec import brittle_hash, brittle_record_path, brittle_settings
 from trashfire.core import external, schema
+from trashfire.core.csvtext import write_csv
 from trashfire.core.errors import DataError
+from trashfire.core.groups import group_order, split
 from trashfire.core.records import atomic_path, read_json, read_table, write_json
 from trashfire.core.schema import CELL, OVER_SEEDS, UNDEFENDED_PEER, BrittleRecord
 from trashfire.core.stage import Artefacts
@@ -176,27 +179,37 @@ def robustness_table(curves: pd.DataFrame, evp: DictConfig, auc: DictConfig, deg
     by model hash) gets none of them, a curve still viable at its largest eps says so
     (`reaches_nonviability`, the note): its EVP is bounded by the grid, not by the model."""
     degenerate = degenerate if degenerate is not None else pd.Series(dtype=bool)
+    settings = AucSettings(str(auc.units), auc.eps0, auc.eps1)
+    thresholds = Thresholds(evp)
+    order, starts = group_order(curves, CELL)
+    heads = curves.iloc[order[starts]]
+    columns = ["eps_standardised", "acc", schema.eps_column(settings.units)]
+    eps, accs, auc_eps = (split(curves[c].to_numpy(), order, starts) for c in columns)
+    bounds, classes = np.append(starts, len(order)), heads["n_classes"].to_numpy()
     rows = []
-    for key, curve in curves.groupby(CELL, dropna=False):
+    for i, key in enumerate(zip(*(heads[c] for c in CELL))):
         labels = dict(zip(CELL, key))
-        threshold = _threshold(int(curve["n_classes"].iloc[0]), evp)
-        r, s, upper, note = _auc(curve, auc)
-        values = {metric.name: metric.compute(curve, threshold) for metric in registry.CURVE_METRICS}
-        reaches = bool(curve["acc"].iloc[-1] < threshold)
+        acc = accs[i].astype(float)
+        n_classes = int(classes[i])
+        threshold = thresholds.of(n_classes)
+        r, s, upper, note = _auc(auc_eps[i].astype(float), acc, settings)
+        curve = _Curve(curves, order[bounds[i] : bounds[i + 1]])
+        values = {m.name: m.on_arrays(eps[i], acc, threshold) if m.on_arrays else m.compute(curve.frame(), threshold) for m in registry.CURVE_METRICS}
+        reaches = bool(acc[-1] < threshold)
         flagged = bool(degenerate.get(labels["model_hash"], False))
         if flagged:
             values, r, s, note = dict.fromkeys(values, np.nan), np.nan, np.nan, DEGENERATE_NOTE
         elif not reaches:
-            note = "; ".join(filter(None, [f"{SHORT_OF_NONVIABILITY} (accuracy {curve['acc'].iloc[-1]:.2f} >= tau {threshold:.2f} at the largest eps)", note]))
+            note = "; ".join(filter(None, [f"{SHORT_OF_NONVIABILITY} (accuracy {acc[-1]:.2f} >= tau {threshold:.2f} at the largest eps)", note]))
         rows.append(
             labels
-            | {"n_classes": int(curve["n_classes"].iloc[0]), "acc_ben": curve["acc"].iloc[0], "tau": threshold}
+            | {"n_classes": n_classes, "acc_ben": acc[0], "tau": threshold}
             | values
             | {
                 "auc_R": r,
                 "auc_S": s,
-                "auc_units": auc.units,
-                "eps0": auc.eps0,
+                "auc_units": settings.units,
+                "eps0": settings.eps0,
                 "eps1": upper,
                 "degenerate": flagged,
                 "reaches_nonviability": reaches,
@@ -206,40 +219,81 @@ def robustness_table(curves: pd.DataFrame, evp: DictConfig, auc: DictConfig, deg
     return pd.DataFrame(rows, columns=schema.robustness_columns(registry.curve_metric_names()))
 
 
-def _threshold(n_classes: int, evp: DictConfig) -> float:
-    return evp.tau if evp.tau is not None else metrics.viability_threshold(n_classes, evp.w)
+class _Curve:
+    """One curve's rows of curves.csv, made a frame only for a metric that asks for one."""
+
+    def __init__(self, curves: pd.DataFrame, rows: np.ndarray):
+        self.curves, self.rows = curves, rows
+
+    def frame(self) -> pd.DataFrame:
+        return self.curves.iloc[self.rows]
 
 
-def _auc(curve: pd.DataFrame, auc: DictConfig) -> tuple[float, float, float, str]:
-    eps = curve[schema.eps_column(auc.units)].to_numpy(float)
+class Thresholds:
+    """The viability threshold per number of classes, each computed once (the config's
+    attributes cost more to read than a curve's metrics cost to compute)."""
+
+    def __init__(self, evp: DictConfig):
+        self.tau, self.w, self.known = evp.tau, evp.w, {}
+
+    def of(self, n_classes: int) -> float:
+        if n_classes not in self.known:
+            self.known[n_classes] = self.tau if self.tau is not None else metrics.viability_threshold(n_classes, self.w)
+        return self.known[n_classes]
+
+
+@dataclass(frozen=True)
+class AucSettings:
+    """metrics.auc read once: the eps axis R is computed on and its bounds."""
+
+    units: str
+    eps0: float
+    eps1: float | None
+
+
+def _auc(eps: np.ndarray, acc: np.ndarray, auc: AucSettings) -> tuple[float, float, float, str]:
     upper = eps[-1] if auc.eps1 is None else auc.eps1
     if np.isnan(eps).any():
         return np.nan, np.nan, upper, "pixel_std not recorded for this cell (an older attack record): delete reports/attacks and rerun"
     try:
-        r = metrics.robustness_auc(eps, curve["acc"], auc.eps0, upper)
+        r = metrics.robustness_auc(eps, acc, auc.eps0, upper)
     except ValueError as err:  # e.g. no benign accuracy on the subset, or a grid short of eps1
         return np.nan, np.nan, upper, str(err)
     return r, 1 - r, upper, ""
 
 
+def curve_arrays(curves: pd.DataFrame, columns: list[str]) -> tuple[pd.DataFrame, list[list[np.ndarray]]]:
+    """Each curve's (model cell and family's, in groupby's order) labels, one row per curve,
+    and its points' `columns` as arrays: what a frame per curve would hold, without the frames."""
+    order, starts = group_order(curves, CELL)
+    labels = curves.iloc[order[starts]][CELL].reset_index(drop=True)
+    return labels, [split(curves[c].to_numpy(), order, starts) for c in columns]
+
+
 def evp_tau_table(curves: pd.DataFrame, points: int) -> pd.DataFrame:
     """EVP as a function of the viability threshold (001 Fig. 7)."""
+    if curves.empty:
+        return pd.DataFrame(columns=schema.EVP_TAU)
     taus = np.linspace(0.0, 1.0, points)
-    frames = []
-    for key, curve in curves.groupby(CELL, dropna=False):
-        values = metrics.evp_over_thresholds(curve["eps_standardised"], curve["acc"], taus)
-        frames.append(pd.DataFrame(dict(zip(CELL, key)) | {"tau": taus, "evp": values}))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=schema.EVP_TAU)
+    labels, (eps, acc) = curve_arrays(curves, ["eps_standardised", "acc"])
+    values = [metrics.evp_over_thresholds(e, a, taus) for e, a in zip(eps, acc)]
+    table = labels.loc[np.repeat(labels.index, len(taus))].reset_index(drop=True)
+    return table.assign(tau=np.tile(taus, len(labels)), evp=np.concatenate(values))[schema.EVP_TAU]
 
 
 def evp_convergence_table(curves: pd.DataFrame, evp: DictConfig) -> pd.DataFrame:
     """EVP on nested sub-grids of each recorded eps grid (001 Fig. 8)."""
-    rows = []
-    for key, curve in curves.groupby(CELL, dropna=False):
-        threshold = _threshold(int(curve["n_classes"].iloc[0]), evp)
-        for intervals, value in metrics.evp_convergence(curve["eps_standardised"], curve["acc"], threshold):
-            rows.append(dict(zip(CELL, key)) | {"n_intervals": intervals, "evp": value, "tau": threshold})
-    return pd.DataFrame(rows, columns=schema.EVP_CONVERGENCE)
+    if curves.empty:
+        return pd.DataFrame(columns=schema.EVP_CONVERGENCE)
+    thresholds = Thresholds(evp)
+    labels, (eps, acc, n_classes) = curve_arrays(curves, ["eps_standardised", "acc", "n_classes"])
+    curve, intervals, values, taus = [], [], [], []
+    for i, (e, a, k) in enumerate(zip(eps, acc, n_classes)):
+        threshold = thresholds.of(int(k[0]))
+        for n, value in metrics.evp_convergence(e, a, threshold):
+            curve.append(i), intervals.append(n), values.append(value), taus.append(threshold)
+    table = labels.loc[curve].reset_index(drop=True)
+    return table.assign(n_intervals=intervals, evp=values, tau=taus)[schema.EVP_CONVERGENCE]
 
 
 def tau_table(classes: list[int], w: float, datasets: dict[str, int]) -> pd.DataFrame:
@@ -391,7 +445,7 @@ def finding_settings(settings: DictConfig) -> findings.Settings:
 def write_tables(artefacts: Artefacts, tables: dict[str, pd.DataFrame]) -> None:
     for name, table in tables.items():
         with atomic_path(artefacts.output(name)) as tmp:
-            table.to_csv(tmp, index=False)
+            write_csv(table, tmp)  # to_csv's bytes; its millions of curve points were most of the stage at 10^5 cells
 
 
 def without_nan(value: Any) -> Any:

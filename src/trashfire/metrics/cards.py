@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from trashfire.core import schema
+from trashfire.core.groups import ByKey
 from trashfire.core.records import cell_file, write_json
 from trashfire.metrics.registry import curve_metric_names
 
@@ -39,58 +40,132 @@ def card(
     """`reported`: per model option, what its publisher reports of it (trashfire.core.external.reported);
     `ensemble`: the ensemble's robust accuracy per model cell, norm and grid eps, and
     `optimality` each attack's (trashfire.metrics.optimality)."""
-    rows = experiments[experiments["train_hash"] == train_hash]
-    first = rows.iloc[0]
-    figures = (reported or {}).get(first["model"])
-    return {
-        "train_hash": train_hash,
-        "training": _plain(first[schema.CARD_TRAINING]),
-        "times_per_sample": _plain(first.reindex(schema.CARD_TIMES)),  # FLOPs on the compute clock, seconds on the others
-        "provenance": provenance(first) | ({"reported": beside_reported(rows, figures)} if figures else {}),
-        "model_cells": [
-            _model_cell(group, trash, robustness, brittle, flags, worst_case)
-            | _strength(group["model_hash"].iloc[0], ensemble, optimality)
-            | _bracket(group["model_hash"].iloc[0], certified)
-            for _, group in rows.groupby("model_hash", sort=False)
-        ],
-    }
+    tables = CardTables(experiments, trash, robustness, brittle, flags, worst_case, reported, ensemble, optimality, certified)
+    return tables.card(train_hash)
 
 
-def _bracket(model_hash: str, certified: pd.DataFrame | None) -> dict[str, Any]:
-    """The certified floor and attacked ceiling of the smoothed classifier per l2 eps (the
-    certify stage's), or "no certificate" for a cell without one."""
-    if certified is None:
-        return {}
-    mine = certified[certified["model_hash"] == model_hash]
-    if mine.empty:
-        return {"certified": "no certificate"}
-    return {
-        "certified": [
-            {
-                "eps": _number(r.eps),
-                "units": "pixel",
-                "norm": "2",
-                "certified_acc": _number(r.certified_acc),
-                "attacked_acc": _number(r.attacked_acc),
-                "bracket": _number(r.bracket),
+class CardTables:
+    """The tables a card reads, each turned into its sections per cell once (a card is then
+    lookups: a filter of every table per card grows with the square of the cells)."""
+
+    def __init__(
+        self,
+        experiments: pd.DataFrame,
+        trash: pd.DataFrame,
+        robustness: pd.DataFrame,
+        brittle: pd.DataFrame,
+        flags: pd.DataFrame | None = None,
+        worst_case: pd.DataFrame | None = None,
+        reported: dict[str, dict[str, Any]] | None = None,
+        ensemble: pd.DataFrame | None = None,
+        optimality: pd.DataFrame | None = None,
+        certified: pd.DataFrame | None = None,
+    ):
+        self.trained = ByKey(experiments, "train_hash")
+        self.trainings = _first_rows(experiments, "train_hash", [*schema.CARD_TRAINING, *schema.CARD_TIMES, "model", "t_train_source"])
+        self.model_cells = _model_cells(experiments)
+        self.reported = reported or {}
+        self.attacks = _by_cell(experiments, _records(experiments.reindex(columns=schema.CARD_ATTACK)))
+        self.trash = _by_cell(trash, _records(trash.reindex(columns=schema.CARD_FAMILY)))
+        self.robustness = _by_cell(robustness, _records(robustness[schema.card_robustness(curve_metric_names())]))
+        first = brittle.drop_duplicates("model_hash")
+        self.brittle = {h: (_number(s), _number(ri)) for h, s, ri in zip(first["model_hash"], first["brittle_score"], first["brittle_ri"])}
+        self.validity = _validity(flags)
+        self.worst_case = _worst_case(worst_case)
+        self.ensemble = None if ensemble is None else _by_cell(ensemble, _ensemble_points(ensemble))
+        self.optimality = None if optimality is None else _by_cell(optimality, _rankings(optimality))
+        self.certified = None if certified is None else _by_cell(certified, _brackets(certified))
+
+    def card(self, train_hash: str) -> dict[str, Any]:
+        first = self.trainings.loc[train_hash]
+        figures = self.reported.get(first["model"])
+        return {
+            "train_hash": train_hash,
+            "training": _plain(first[schema.CARD_TRAINING]),
+            "times_per_sample": _plain(first.reindex(schema.CARD_TIMES)),  # FLOPs on the compute clock, seconds on the others
+            "provenance": provenance(first) | ({"reported": beside_reported(self.trained.rows(train_hash), figures)} if figures else {}),
+            "model_cells": [self.model_cell(head) for head in self.model_cells[train_hash]],
+        }
+
+    def model_cell(self, head: dict[str, Any]) -> dict[str, Any]:
+        """One model cell's section: its head (_model_cells') and the tables' rows of it."""
+        model_hash = head["model_hash"]
+        score, ri = self.brittle.get(model_hash, (None, None))
+        return (
+            head
+            | {
+                "brittle_score": score,
+                "brittle_ri_percent": ri,
+                "attacks": self.attacks.get(model_hash, []),
+                "worst_case": self.worst_case.get(model_hash, []),
+                "survival_and_trash": self.trash.get(model_hash, []),
+                "evp_and_auc": self.robustness.get(model_hash, []),
+                "validity": self.validity.get(model_hash),
             }
-            for r in mine.itertuples()
-        ]
-    }
+            | self.strength(model_hash)
+            | self.bracket(model_hash)
+        )
+
+    def strength(self, model_hash: str) -> dict[str, Any]:
+        """How strong the attacks were on this model cell: the ensemble's robust accuracy per
+        norm and eps (each sample broken by any attack of the norm at that eps or below), and
+        each attack's optimality against it."""
+        if self.ensemble is None and self.optimality is None:
+            return {}
+        return {"ensemble": (self.ensemble or {}).get(model_hash, []), "optimality": (self.optimality or {}).get(model_hash, [])}
+
+    def bracket(self, model_hash: str) -> dict[str, Any]:
+        """The certified floor and attacked ceiling of the smoothed classifier per l2 eps (the
+        certify stage's), or "no certificate" for a cell without one."""
+        if self.certified is None:
+            return {}
+        return {"certified": self.certified.get(model_hash, "no certificate")}
 
 
-def _strength(model_hash: str, ensemble: pd.DataFrame | None, optimality: pd.DataFrame | None) -> dict[str, Any]:
-    """How strong the attacks were on this model cell: the ensemble's robust accuracy per norm
-    and eps (each sample broken by any attack of the norm at that eps or below), and each
-    attack's optimality against it."""
-    if ensemble is None and optimality is None:
-        return {}
-    mine = ensemble[ensemble["model_hash"] == model_hash] if ensemble is not None else pd.DataFrame()
-    ranked = optimality[optimality["model_hash"] == model_hash] if optimality is not None else pd.DataFrame()
-    return {
-        "ensemble": [{"norm": r.norm, "eps": _number(r.eps_pixel), "units": "pixel", "acc": _number(r.acc)} for r in mine.itertuples()],
-        "optimality": [{"attack_family": r.attack_family, "n": int(r.n), "optimality": _number(r.optimality)} for r in ranked.itertuples()],
-    }
+def _first_rows(experiments: pd.DataFrame, key: str, columns: list[str]) -> pd.DataFrame:
+    """Each `key`'s first row of experiments.csv, of the `columns` it has, indexed by key."""
+    first = experiments.drop_duplicates(key)
+    return first[[c for c in dict.fromkeys(columns) if c in first]].set_index(first[key])
+
+
+def _model_cells(experiments: pd.DataFrame) -> dict[str, list[dict[str, Any]]]:
+    """Per trained cell, its model cells' heads (hash, defence, benign accuracy, degenerate,
+    prediction time, from each one's first row) in the order they first appear."""
+    first = experiments.drop_duplicates("model_hash")
+    defences = [{k: _number(v) for k, v in d.items()} for d in first[schema.CARD_DEFENCE].to_dict("records")]  # _plain's values
+    degenerate = first["degenerate"] if "degenerate" in first else pd.Series(False, index=first.index)
+    heads: dict[str, list[dict[str, Any]]] = {}
+    for train_hash, model_hash, defence, acc, flag, t_predict in zip(
+        first["train_hash"], first["model_hash"], defences, first["acc_ben"], degenerate, first["t_predict"]
+    ):
+        head = {"model_hash": model_hash, "defence": defence, "acc_ben": _number(acc), "degenerate": _flag(flag), "t_predict": _number(t_predict)}
+        heads.setdefault(train_hash, []).append(head)
+    return heads
+
+
+def _by_cell(table: pd.DataFrame, records: list[Any]) -> dict[str, list[Any]]:
+    """Each row's record (in table order) gathered per model hash."""
+    cells: dict[str, list[Any]] = {}
+    for model_hash, record in zip(table["model_hash"], records):
+        cells.setdefault(model_hash, []).append(record)
+    return cells
+
+
+def _ensemble_points(ensemble: pd.DataFrame) -> list[dict[str, Any]]:
+    return [{"norm": n, "eps": _number(e), "units": "pixel", "acc": _number(a)} for n, e, a in zip(ensemble["norm"], ensemble["eps_pixel"], ensemble["acc"])]
+
+
+def _rankings(optimality: pd.DataFrame) -> list[dict[str, Any]]:
+    columns = zip(optimality["attack_family"], optimality["n"], optimality["optimality"])
+    return [{"attack_family": f, "n": int(n), "optimality": _number(o)} for f, n, o in columns]
+
+
+def _brackets(certified: pd.DataFrame) -> list[dict[str, Any]]:
+    columns = zip(certified["eps"], certified["certified_acc"], certified["attacked_acc"], certified["bracket"])
+    return [
+        {"eps": _number(e), "units": "pixel", "norm": "2", "certified_acc": _number(c), "attacked_acc": _number(a), "bracket": _number(b)}
+        for e, c, a, b in columns
+    ]
 
 
 def provenance(row: pd.Series) -> dict[str, Any]:
@@ -130,61 +205,49 @@ def _source_text(source: str) -> str:
     return f"the training log {where}" if kind == "log" else "the config (model.<name>.t_train)"
 
 
-def _model_cell(
-    rows: pd.DataFrame, trash: pd.DataFrame, robustness: pd.DataFrame, brittle: pd.DataFrame, flags: pd.DataFrame | None, worst_case: pd.DataFrame | None
-) -> dict[str, Any]:
-    model_hash = rows["model_hash"].iloc[0]
-    first = rows.iloc[0]
-    mine = brittle[brittle["model_hash"] == model_hash]
-    return {
-        "model_hash": model_hash,
-        "defence": _plain(first[schema.CARD_DEFENCE]),
-        "acc_ben": _number(first["acc_ben"]),
-        "degenerate": _flag(first.get("degenerate", False)),
-        "t_predict": _number(first["t_predict"]),
-        "brittle_score": _number(mine["brittle_score"].iloc[0]) if len(mine) else None,
-        "brittle_ri_percent": _number(mine["brittle_ri"].iloc[0]) if len(mine) else None,
-        "attacks": [_plain(r) for _, r in rows.reindex(columns=schema.CARD_ATTACK).iterrows()],
-        "worst_case": _worst_case(worst_case, model_hash),
-        "survival_and_trash": [_plain(r) for _, r in trash.loc[trash["model_hash"] == model_hash].reindex(columns=schema.CARD_FAMILY).iterrows()],
-        "evp_and_auc": [_plain(r) for _, r in robustness.loc[robustness["model_hash"] == model_hash, schema.card_robustness(curve_metric_names())].iterrows()],
-        "validity": _validity(flags, model_hash),
-    }
-
-
-def _worst_case(worst_case: pd.DataFrame | None, model_hash: str) -> list[dict[str, Any]]:
-    """The cell's robust accuracy in the worst case per sample, per norm and eps
+def _worst_case(worst_case: pd.DataFrame | None) -> dict[str, list[dict[str, Any]]]:
+    """Per model cell, its robust accuracy in the worst case per sample, per norm and eps
     (trashfire.tables.worst_case), each with what measured it and the attack that carried it."""
     if worst_case is None or worst_case.empty:
-        return []
-    mine = worst_case.loc[worst_case["model_hash"] == model_hash].reindex(columns=schema.CARD_WORST_CASE)
-    return [_plain(r) | {"n_beyond_carrier": int(r["n_beyond_carrier"])} for _, r in mine.iterrows()]  # a count, read back as float beside the attacks' NaN
+        return {}
+    records = _records(worst_case.reindex(columns=schema.CARD_WORST_CASE))
+    return _by_cell(worst_case, [r | {"n_beyond_carrier": int(r["n_beyond_carrier"])} for r in records])  # a count, read back as float beside the attacks' NaN
 
 
-def _validity(flags: pd.DataFrame | None, model_hash: str) -> dict[str, Any] | None:
-    """Each validity flag of the cell: tripped (true/false, null where this run cannot check
-    it) and what was seen (trashfire.metrics.validity)."""
-    mine = flags[flags["model_hash"] == model_hash] if flags is not None else None
-    if mine is None or mine.empty:
-        return None
-    row = mine.iloc[0]
+def _validity(flags: pd.DataFrame | None) -> dict[str, dict[str, Any]]:
+    """Per model cell, each validity flag: tripped (true/false, null where this run cannot
+    check it) and what was seen (trashfire.metrics.validity)."""
+    if flags is None or flags.empty:
+        return {}
+    first = flags.drop_duplicates("model_hash")
     # a flag the run could not check (no cell it applies to) has no column: null
-    return {"tripped": row["flags"] or "none"} | {
-        name: {"tripped": _number(row.get(name)), "seen": row.get(f"{name}_detail")} for name in schema.VALIDITY_FLAGS
+    values = {
+        c: first[c].tolist() if c in first else [None] * len(first) for c in ["flags", *schema.VALIDITY_FLAGS, *(f"{n}_detail" for n in schema.VALIDITY_FLAGS)]
+    }
+    return {
+        model_hash: {"tripped": values["flags"][i] or "none"}
+        | {name: {"tripped": _number(values[name][i]), "seen": values[f"{name}_detail"][i]} for name in schema.VALIDITY_FLAGS}
+        for i, model_hash in enumerate(first["model_hash"])
     }
 
 
 def write_cards(folder: Path, experiments: pd.DataFrame, *tables: pd.DataFrame | None, **named: Any) -> list[Path]:
     """A card per trained cell of `experiments`, from the tables `card` takes after it."""
     folder.mkdir(parents=True, exist_ok=True)
+    indexed = CardTables(experiments, *tables, **named)
     written = []
     for train_hash in experiments["train_hash"].unique():
         path = cell_file(folder, train_hash, ".json")
-        write_json(path, card(train_hash, experiments, *tables, **named))
+        write_json(path, indexed.card(train_hash))
         written.append(path)
     for stale in set(folder.glob("*.json")) - set(written):
         stale.unlink()
     return written
+
+
+def _records(table: pd.DataFrame) -> list[dict[str, Any]]:
+    """Each row as _plain makes it of iterrows' Series (a row of `.values`, each item as Python's)."""
+    return [dict(zip(table.columns, map(_number, row))) for row in table.to_numpy().tolist()]
 
 
 def _flag(value: Any) -> bool:

@@ -30,12 +30,14 @@ per attack family, pixel units):
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pandas as pd
 
 from trashfire.core import schema
+from trashfire.core.groups import group_order, split
 from trashfire.core.schema import norm_label
-from trashfire.tables.distances import best_by_cell
 
 ENSEMBLE = schema.ENSEMBLE
 OPTIMALITY = ["model_hash", "dataset", "norm", "attack", "attack_family", "n", "optimality", "area", "best_area", "clean_acc", "eps_max", "note"]
@@ -58,25 +60,41 @@ def optimality(attack_eps: np.ndarray, best_eps: np.ndarray) -> tuple[float, flo
 
 
 def optimality_table(distances: pd.DataFrame, best: pd.DataFrame) -> pd.DataFrame:
-    """Per model cell, norm and attack family (of a norm with two or more families)."""
-    lookup = best_by_cell(best)
+    """Per model cell, norm and attack family (of a norm with two or more families). One pass
+    over the sorted tables: each family's samples and its cell's ensemble as arrays, the
+    ensemble's eps looked up by position (no frame per family)."""
+    ensemble_eps = _by_cell(best)
+    order, starts = group_order(distances, ["model_hash", "norm", "attack_family"], dropna=True)
+    heads = distances.iloc[order[starts]]
+    keys = list(zip(heads["model_hash"], heads["norm"]))
+    families = Counter(keys)  # the families of each model cell and norm
+    positions, eps = split(distances["position"].to_numpy(), order, starts), split(distances["eps"].to_numpy(float), order, starts)
     rows = []
-    for (model_hash, norm), cell in distances.groupby(["model_hash", "norm"], sort=True):
-        if cell["attack_family"].nunique() < 2:
+    for i, (key, family, dataset, attack) in enumerate(zip(keys, heads["attack_family"], heads["dataset"], heads["attack"])):
+        if families[key] < 2:
             continue
-        for family, samples in cell.groupby("attack_family", sort=True):
-            d_star = lookup[(model_hash, norm)].reindex(samples["position"]).to_numpy(float)
-            value, area, best_area, clean, m = optimality(samples["eps"].to_numpy(float), d_star)
-            attack_eps = samples["eps"].to_numpy(float)
-            note = "" if np.isfinite(value) else "the ensemble broke none of its samples: no optimality"
-            if np.any((d_star == 0) & (attack_eps > 0)):  # a deterministic model's first query is every attack's
-                note = "samples wrong at one attack's first query and not at this one's (a randomised model): optimality clipped to [0, 1]"
-            first = samples.iloc[0]
-            rows.append(
-                {"model_hash": model_hash, "dataset": first["dataset"], "norm": norm, "attack": first["attack"], "attack_family": family, "n": len(samples)}
-                | {"optimality": value, "area": area, "best_area": best_area, "clean_acc": clean, "eps_max": m, "note": note}
-            )
+        cell_positions, cell_eps = ensemble_eps[key]
+        found = cell_positions.get_indexer(positions[i])
+        d_star = np.where(found >= 0, cell_eps[found], np.nan)
+        attack_eps = eps[i]
+        value, area, best_area, clean, m = optimality(attack_eps, d_star)
+        note = "" if np.isfinite(value) else "the ensemble broke none of its samples: no optimality"
+        if np.any((d_star == 0) & (attack_eps > 0)):  # a deterministic model's first query is every attack's
+            note = "samples wrong at one attack's first query and not at this one's (a randomised model): optimality clipped to [0, 1]"
+        rows.append(
+            {"model_hash": key[0], "dataset": dataset, "norm": key[1], "attack": attack, "attack_family": family, "n": len(attack_eps)}
+            | {"optimality": value, "area": area, "best_area": best_area, "clean_acc": clean, "eps_max": m, "note": note}
+        )
     return pd.DataFrame(rows, columns=OPTIMALITY)
+
+
+def _by_cell(best: pd.DataFrame) -> dict[tuple, tuple[pd.Index, np.ndarray]]:
+    """The ensemble's samples per (model_hash, norm): their positions (an index to look them
+    up in) and eps (trashfire.tables.distances.best_by_cell's, as arrays)."""
+    order, starts = group_order(best, ["model_hash", "norm"], dropna=True)
+    heads = best.iloc[order[starts]]
+    positions, eps = split(best["position"].to_numpy(), order, starts), split(best["eps"].to_numpy(float), order, starts)
+    return {key: (pd.Index(p), e) for key, p, e in zip(zip(heads["model_hash"], heads["norm"]), positions, eps)}
 
 
 def ranking(table: pd.DataFrame) -> pd.DataFrame:
@@ -109,24 +127,39 @@ def standing_share(lower: np.ndarray, upper: np.ndarray, eps_values: np.ndarray)
 def ensemble_curves(best: pd.DataFrame, curves: pd.DataFrame, points: int) -> pd.DataFrame:
     """curves.csv rows of the pseudo-attack `ensemble` per model cell and norm that has an eps
     grid and two or more attack families: robust accuracy from the per-sample eps at the grid's eps and `points` evenly spaced
-    ones up to its largest (pixel units)."""
+    ones up to its largest (pixel units). Each cell's grid curves are found by one lookup (a
+    filter of curves.csv per cell grows with the square of the cells)."""
     grid_curves = curves[curves["attack"] != schema.WORST_CASE]
-    rows = []
-    for (model_hash, norm), samples in best[best["n_attacks"] >= 2].groupby(["model_hash", "norm"], sort=True):
-        mine = grid_curves[(grid_curves["model_hash"] == model_hash) & (grid_curves["norm"].map(norm_label) == norm)]
-        if mine.empty:
+    labels = grid_curves["norm"].map({norm: norm_label(norm) for norm in grid_curves["norm"].dropna().unique()})
+    own_rows = grid_curves.groupby([grid_curves["model_hash"], labels], sort=False).indices
+    eps_pixel = grid_curves["eps_pixel"].to_numpy(float)
+    chosen = best[best["n_attacks"] >= 2]
+    order, starts = group_order(chosen, ["model_hash", "norm"], dropna=True)
+    heads = chosen.iloc[order[starts]]
+    lower, upper = split(chosen["eps_lower"].to_numpy(float), order, starts), split(chosen["eps"].to_numpy(float), order, starts)
+    templates, norms, grids, accs = [], [], [], []
+    for i, key in enumerate(zip(heads["model_hash"], heads["norm"])):
+        where = own_rows.get(key)
+        if where is None:
             continue
-        template = mine.iloc[0]
-        eps_values = np.unique(np.concatenate([mine["eps_pixel"].to_numpy(float), np.linspace(0, mine["eps_pixel"].max(), points)]))
-        acc = standing_share(samples["eps_lower"].to_numpy(float), samples["eps"].to_numpy(float), eps_values)
-        frame = pd.DataFrame({"eps": eps_values, "eps_pixel": eps_values, "acc": acc})
-        frame["eps_standardised"] = eps_values / float(template["pixel_std"])
-        frame["acc_norm"] = acc / acc[0] if acc[0] > 0 else np.nan
-        labels = {c: template[c] for c in schema.CURVES if c not in frame}
-        rows.append(frame.assign(**labels | {"attack": ENSEMBLE, "attack_family": schema.attack_family(ENSEMBLE, norm)}))
-    if not rows:
+        mine = eps_pixel[where]
+        largest = np.nanmax(mine) if not np.isnan(mine).all() else np.nan  # pandas' max: NaN left out
+        eps_values = np.unique(np.concatenate([mine, np.linspace(0, largest, points)]))
+        templates.append(where[0]), norms.append(key[1]), grids.append(eps_values)
+        accs.append(standing_share(lower[i], upper[i], eps_values))
+    if not templates:
         return pd.DataFrame(columns=schema.CURVES)
-    return pd.concat(rows, ignore_index=True)[schema.CURVES]
+    sizes = [len(e) for e in grids]
+    table = grid_curves.iloc[np.repeat(templates, sizes)].reset_index(drop=True)
+    eps_values, acc = np.concatenate(grids), np.concatenate(accs)
+    starting = np.repeat([a[0] for a in accs], sizes)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        acc_norm = np.where(starting > 0, acc / starting, np.nan)
+    families = np.repeat([schema.attack_family(ENSEMBLE, norm) for norm in norms], sizes)
+    table = table.assign(
+        eps=eps_values, eps_pixel=eps_values, acc=acc, eps_standardised=eps_values / table["pixel_std"].astype(float).to_numpy(), acc_norm=acc_norm
+    )
+    return table.assign(attack=ENSEMBLE, attack_family=families)[schema.CURVES]
 
 
 def ensemble_at_grid(curves: pd.DataFrame) -> pd.DataFrame:

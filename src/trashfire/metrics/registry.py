@@ -85,11 +85,14 @@ class CurveMetric:
     """A per-cell metric: robustness.csv's column `name` = `compute(curve, tau)` per model cell
     and eps family. `curve` holds that cell's curves.csv rows from the benign point (eps = 0)
     up: eps (configured units), eps_standardised, eps_pixel, acc and acc_norm; tau is its
-    viability threshold."""
+    viability threshold. `on_arrays`, where given, is the same metric from the curve's
+    eps_standardised and acc as arrays (at 10^5 attack cells a frame per curve costs more than
+    the metric); without it the aggregate hands `compute` the frame."""
 
     name: str
     compute: Callable[[pd.DataFrame, float], float]
     meaning: str
+    on_arrays: Callable[[np.ndarray, np.ndarray, float], float] | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -380,6 +383,7 @@ CURVE_METRICS: list[CurveMetric] = [
         "evp",
         lambda curve, tau: metrics.evp(curve["eps_standardised"], curve["acc"], tau),
         "expected viable performance in [0, 1]: the area under accuracy against eps (scaled to [0, 1]) while accuracy is at least tau; higher keeps viable accuracy further",
+        on_arrays=metrics.evp,
     ),
 ]
 

@@ -58,6 +58,7 @@ import numpy as np
 import pandas as pd
 
 from trashfire.core import schema
+from trashfire.core.groups import ByKey
 from trashfire.core.schema import FIRST_QUERY
 
 MEANINGS = {
@@ -92,8 +93,11 @@ def non_monotone(curves: pd.DataFrame, rise_tol: float) -> Check:
     if curves.empty:
         return None, "not checked: no eps attack family"
     worst = None
-    for family, curve in curves.groupby("attack_family", sort=True):
-        acc, eps = curve["acc"].to_numpy(float), curve["eps"].to_numpy(float)
+    families, acc_all, eps_all = curves["attack_family"].to_numpy(), curves["acc"].to_numpy(float), curves["eps"].to_numpy(float)
+    names = sorted(set(families[pd.notna(families)]))  # groupby's families, without a frame each
+    for family in names:
+        mine = families == family
+        acc, eps = acc_all[mine], eps_all[mine]
         floor = np.minimum.accumulate(acc)
         rise = acc - floor
         j = int(np.argmax(rise))
@@ -102,7 +106,7 @@ def non_monotone(curves: pd.DataFrame, rise_tol: float) -> Check:
             worst = (rise[j], f"{family}: {acc[i]:.2f} at eps {eps[i]:g} -> {acc[j]:.2f} at eps {eps[j]:g}")
     if worst[0] > rise_tol + SHARE_ROUNDING:
         return True, worst[1]
-    return False, f"no rise above {rise_tol:g} over {curves['attack_family'].nunique()} curve(s)"
+    return False, f"no rise above {rise_tol:g} over {len(names)} curve(s)"
 
 
 def black_box_stronger(rows: pd.DataFrame, black_box: list[str], tol: float) -> Check:
@@ -110,18 +114,29 @@ def black_box_stronger(rows: pd.DataFrame, black_box: list[str], tol: float) -> 
     samples (the black-box attacks often run on a class-balanced part of the subset, and
     accuracies on different samples do not compare): the best black-box accuracy against
     the best white-box one. A composite (engine `sequence`, AutoAttack) is neither kind."""
-    eps = rows[(rows["attack_param"] == "eps") & (rows.get("engine", pd.Series("", index=rows.index)) != "sequence")]
-    eps = eps.assign(budget=eps["attack_value_standardised"].astype(float).round(9), n=eps.get("n_attack", pd.Series(0, index=eps.index)))
-    key = ["norm", "budget", "n"]
-    black = eps[eps["attack"].isin(black_box)].groupby(key)["acc_adv"].min()
-    white = eps[~eps["attack"].isin(black_box)].groupby(key)["acc_adv"].min()
-    shared = black.index.intersection(white.index)
-    if shared.empty:
+    engine = rows["engine"].to_numpy() if "engine" in rows else np.full(len(rows), "")
+    eps = (rows["attack_param"].to_numpy() == "eps") & (engine != "sequence")
+    budget = np.round(rows["attack_value_standardised"].to_numpy(float), 9)
+    n = rows["n_attack"].to_numpy() if "n_attack" in rows else np.zeros(len(rows), dtype=int)
+    keys, acc, black_rows = list(zip(rows["norm"].to_numpy(), budget, n)), rows["acc_adv"].to_numpy(float), rows["attack"].isin(black_box).to_numpy()
+    black, white = _lowest(keys, acc, eps & black_rows), _lowest(keys, acc, eps & ~black_rows)
+    shared = sorted(set(black) & set(white))  # groupby's order: the keys sorted
+    if not shared:
         return None, "not checked: no black-box attack shares a norm, eps and sample count with a white-box one (add square at a white-box grid and samples)"
-    gap = (white[shared] - black[shared]).sort_values(ascending=False)
-    (norm, budget, n), worst = gap.index[0], gap.iloc[0]
+    gap = pd.Series([white[k] - black[k] for k in shared]).sort_values(ascending=False)  # pandas' sort: its order among ties
+    (norm, budget, n), worst = shared[gap.index[0]], gap.iloc[0]
     seen = f"at norm {norm}, eps {budget:g} (standardised), {n} samples: black-box {black[(norm, budget, n)]:.2f}, white-box {white[(norm, budget, n)]:.2f}"
     return bool(worst > tol + SHARE_ROUNDING), seen
+
+
+def _lowest(keys: list[tuple], values: np.ndarray, chosen: np.ndarray) -> dict[tuple, float]:
+    """groupby(keys).min() of the chosen rows' values as a dict: NaN values left out of a
+    group's minimum, rows with a missing key out of every group."""
+    lowest: dict[tuple, float] = {}
+    for key, value, take in zip(keys, values, chosen):
+        if take and not any(pd.isna(part) for part in key):
+            lowest[key] = np.fmin(lowest.get(key, np.nan), value)  # fmin: NaN gives way to a number
+    return lowest
 
 
 def gradients_masked(first: pd.Series, share: float) -> Check:
@@ -165,9 +180,10 @@ def dynamic(first: pd.Series) -> Check:
 
 def square_beats_white_box(rows: pd.DataFrame, tol: float) -> Check:
     """The largest share of an AutoAttack cell's samples that only Square broke."""
-    cells = rows[rows["n_broken_by_square"].notna()] if "n_broken_by_square" in rows else rows.iloc[:0]
-    if cells.empty:
+    present = rows["n_broken_by_square"].notna().to_numpy() if "n_broken_by_square" in rows else np.zeros(len(rows), dtype=bool)
+    if not present.any():
         return None, "not checked: no AutoAttack cell with Square (attack autoattack, version standard)"
+    cells = rows[present]
     shares = cells["n_broken_by_square"].astype(float) / cells["n_attack"].astype(float)
     worst = cells.loc[shares.idxmax()]
     seen = f"Square broke {int(worst['n_broken_by_square'])} of {int(worst['n_attack'])} samples at {worst['attack']} eps {worst['attack_value']:g}"
@@ -180,17 +196,20 @@ def budget_too_small(sufficiency: pd.DataFrame | None, share: float) -> Check:
     its estimate's lower bound exceeds `share`."""
     if sufficiency is None:
         return None, "not checked: no budget/sufficiency.csv (run the budget stage)"
-    observed = sufficiency["observed"] if "observed" in sufficiency else pd.Series(np.nan, index=sufficiency.index)
-    known = observed.notna() | sufficiency["still_breakable"].notna()
-    checked = sufficiency[known].assign(_share=observed[known].fillna(sufficiency["still_breakable"][known]))
-    if checked.empty:
+    observed = sufficiency["observed"].to_numpy(float) if "observed" in sufficiency else np.full(len(sufficiency), np.nan)
+    breakable = sufficiency["still_breakable"].to_numpy(float)
+    known = np.flatnonzero(~np.isnan(observed) | ~np.isnan(breakable))
+    if not len(known):
         return None, "not checked: no calibrated attack cell (survival.budget.calibrate; one-step attacks have no budget to multiply)"
-    tripped = (checked["_share"].where(observed[known].notna(), checked["still_breakable_low"]) > share).to_numpy()
-    worst = checked.loc[checked["_share"].idxmax()]
+    rerun = ~np.isnan(observed[known])
+    shares = np.where(rerun, observed[known], breakable[known])
+    tripped = np.where(rerun, shares, sufficiency["still_breakable_low"].to_numpy(float)[known]) > share
+    best = int(np.argmax(shares))  # idxmax's: the first of the largest
+    worst, largest = sufficiency.iloc[known[best]], shares[best]
     value = worst.get("attack_value", np.nan)
     where = f"{worst['attack_family']}" + ("" if pd.isna(value) else f" eps {value:g}")
     if pd.notna(worst.get("observed", np.nan)):
-        seen = f"{where}: its rerun at a budget {worst['factor']:g}x larger broke {worst['_share']:.1%} more of {int(worst['samples'])} samples"
+        seen = f"{where}: its rerun at a budget {worst['factor']:g}x larger broke {largest:.1%} more of {int(worst['samples'])} samples"
     else:
         seen = (
             f"{where}: a budget {worst['factor']:g}x larger would break {worst['still_breakable']:.1%} more "
@@ -202,7 +221,8 @@ def budget_too_small(sufficiency: pd.DataFrame | None, share: float) -> Check:
 def black_box_carries(rows: pd.DataFrame, competing: pd.DataFrame | None) -> Check:
     """The composite cell where a black-box component's failures most exceed those of the
     white-box components before it (competing_risks.csv's rows, in the composite's order)."""
-    composites = rows[rows.get("black_box_components", pd.Series("", index=rows.index)).fillna("").astype(str) != ""]
+    components = rows["black_box_components"].to_numpy() if "black_box_components" in rows else np.full(len(rows), "")
+    composites = rows[np.array([pd.notna(c) and str(c) != "" for c in components], dtype=bool)]
     if composites.empty:
         return None, "not checked: no composite cell with a black-box component (AutoAttack standard)"
     if competing is None:
@@ -239,13 +259,14 @@ def attack_far_from_best(optimality: pd.DataFrame | None, far_below: float | Non
     of those with MIN_SAMPLES samples or more and more than one step."""
     if optimality is None or far_below is None:
         return None, "not checked: no optimality table (metrics.optimality)"
-    judged = optimality[~optimality["attack_family"].isin(one_step or [])]
-    checked = judged[(judged["n"] >= MIN_SAMPLES) & judged["optimality"].notna()]
-    if checked.empty:
+    value = optimality["optimality"].to_numpy(float)
+    checked = np.flatnonzero(~optimality["attack_family"].isin(one_step or []).to_numpy() & (optimality["n"].to_numpy() >= MIN_SAMPLES) & ~np.isnan(value))
+    if not len(checked):
         return None, f"not checked: no norm with two or more attacks of {MIN_SAMPLES} or more samples"
-    ranked = checked.sort_values("optimality", kind="stable")
-    seen = "; ".join(f"{r.attack_family} {r.optimality:.2f}" for r in ranked.itertuples())
-    return bool(ranked["optimality"].iloc[0] < far_below), f"optimality against the ensemble of its norm: {seen} (threshold {far_below:g})"
+    ranked = checked[np.argsort(value[checked], kind="stable")]
+    families = optimality["attack_family"].to_numpy()
+    seen = "; ".join(f"{families[i]} {value[i]:.2f}" for i in ranked)
+    return bool(value[ranked[0]] < far_below), f"optimality against the ensemble of its norm: {seen} (threshold {far_below:g})"
 
 
 def certifiable_radius(sigma: float, alpha: float, n: int) -> float:
@@ -271,13 +292,17 @@ def attacked_above_certified(certified: pd.DataFrame | None, tol: float) -> Chec
 
 
 def largest_eps_not_breaking(curves: pd.DataFrame, black_box: list[str], near_zero: float) -> Check:
-    white = curves[~curves["attack"].isin(black_box) & (curves["eps"] > 0)]
-    if white.empty:
+    eps = curves["eps"].to_numpy(float)
+    white = np.flatnonzero(~curves["attack"].isin(black_box).to_numpy() & (eps > 0))
+    if not len(white):
         return None, "not checked: no white-box eps attack family"
-    last = white.sort_values("eps", kind="stable").groupby("attack_family").tail(1).sort_values("acc", kind="stable")
-    best = last.iloc[0]
-    seen = "; ".join(f"{r.attack_family} {r.acc:.2f} at eps {r.eps:g}" for r in last.itertuples())
-    return bool(best["acc"] > near_zero), f"accuracy at the largest eps: {seen}"
+    white = white[np.argsort(eps[white], kind="stable")]
+    families, acc = curves["attack_family"].to_numpy(), curves["acc"].to_numpy(float)
+    last = {families[i]: rank for rank, i in enumerate(white) if pd.notna(families[i])}  # each family's last row by eps
+    tails = white[sorted(last.values())]
+    tails = tails[np.argsort(acc[tails], kind="stable")]
+    seen = "; ".join(f"{families[i]} {acc[i]:.2f} at eps {eps[i]:g}" for i in tails)
+    return bool(acc[tails[0]] > near_zero), f"accuracy at the largest eps: {seen}"
 
 
 def attack_kinds(experiments: pd.DataFrame) -> tuple[list[str], list[str]]:
@@ -307,29 +332,30 @@ def validity_table(
     black_box, unknown = attack_kinds(experiments)
     one_step = one_step_families(experiments)
     unchecked = (None, f"not checked: the experiments table does not say whether {', '.join(unknown)} is black-box (rerun the attack stage)")
+    tol = _tolerances(settings) if len(experiments) else {}  # read once, where there is a cell to check
+    # each table's rows per model cell, found by lookup (a filter per cell grows with the square of the cells)
+    own_curves, own_optimality, own_certified = (ByKey(t, "model_hash") if t is not None else None for t in (curves, optimality, certified))
+    own_sufficiency, own_competing = (ByKey(t, t["attack_hash"].map(_owners(experiments))) if t is not None else None for t in (sufficiency, competing))
+    # the columns the checks read, so that a cell's rows are a narrow frame (experiments.csv has ~80)
+    cells = ByKey(experiments[[c for c in experiments.columns if c in CELL_COLUMNS]], "model_hash")
+    firsts = experiments.drop_duplicates("model_hash")
+    firsts = firsts[[c for c in firsts.columns if c in FIRST_COLUMNS]].set_index(firsts["model_hash"])
     rows = []
-    for model_hash, cell in experiments.groupby("model_hash", sort=False):
-        first = cell.iloc[0]
-        own_curves = curves[curves["model_hash"] == model_hash]
+    for model_hash in experiments["model_hash"].dropna().unique():  # groupby(sort=False)'s order
+        cell, first, mine = cells.rows(model_hash), firsts.loc[model_hash], own_curves.rows(model_hash)
         checks = {
-            "non_monotone": non_monotone(own_curves, settings["rise_tol"]),
-            "black_box_stronger": unchecked if unknown else black_box_stronger(cell, black_box, settings["black_box_tol"]),
-            "gradients_masked": gradients_masked(first, settings["gradient_share"]),
+            "non_monotone": non_monotone(mine, tol["rise_tol"]),
+            "black_box_stronger": unchecked if unknown else black_box_stronger(cell, black_box, tol["black_box_tol"]),
+            "gradients_masked": gradients_masked(first, tol["gradient_share"]),
             "randomised": randomised(first),
-            "largest_eps_not_breaking": unchecked if unknown else largest_eps_not_breaking(own_curves, black_box, settings["near_zero"]),
+            "largest_eps_not_breaking": unchecked if unknown else largest_eps_not_breaking(mine, black_box, tol["near_zero"]),
             "softmax_output": softmax_output(first),
             "dynamic": dynamic(first),
-            "square_beats_white_box": square_beats_white_box(cell, settings.get("square_tol", SQUARE_TOL)),
-            "budget_too_small": budget_too_small(
-                None if sufficiency is None else sufficiency[sufficiency["attack_hash"].isin(cell["attack_hash"])], settings.get("budget_share", BUDGET_SHARE)
-            ),
-            "black_box_carries": black_box_carries(cell, competing),
-            "attack_far_from_best": attack_far_from_best(
-                None if optimality is None else optimality[optimality["model_hash"] == model_hash], far_below, one_step
-            ),
-            "attacked_above_certified": attacked_above_certified(
-                None if certified is None else certified[certified["model_hash"] == model_hash], settings.get("bracket_tol", BRACKET_TOL)
-            ),
+            "square_beats_white_box": square_beats_white_box(cell, tol["square_tol"]),
+            "budget_too_small": budget_too_small(_rows(own_sufficiency, model_hash), tol["budget_share"]),
+            "black_box_carries": black_box_carries(cell, _rows(own_competing, model_hash)),
+            "attack_far_from_best": attack_far_from_best(_rows(own_optimality, model_hash), far_below, one_step),
+            "attacked_above_certified": attacked_above_certified(_rows(own_certified, model_hash), tol["bracket_tol"]),
         }
         row = {column: first.get(column) for column in schema.MODEL_CELL + ["train_hash", "degenerate"]}
         row["flags"] = ", ".join(name for name, (tripped, _) in checks.items() if tripped is True)
@@ -337,6 +363,39 @@ def validity_table(
             row[name], row[f"{name}_detail"] = tripped, detail
         rows.append(row)
     return pd.DataFrame(rows, columns=schema.VALIDITY)
+
+
+# what the checks read of a model cell's attack cells (its rows of experiments.csv) and of its first row
+CELL_COLUMNS = {"model_hash", "attack", "attack_param", "attack_value", "attack_value_standardised", "acc_adv", "norm", "engine", "n_attack"} | {
+    "n_broken_by_square",
+    "black_box_components",
+    "attack_hash",
+}
+PROBES = {"grad_zero_share", "grad_nonfinite_share", "query_output_change", "query_flip_share", "acc_query_sd", "acc_query_range", "query_repeats"}
+FIRST_COLUMNS = {*schema.MODEL_CELL, "train_hash", "degenerate", "output_probability", "gradient_calls"} | PROBES
+TOLERANCES = {
+    "rise_tol": None,
+    "black_box_tol": None,
+    "gradient_share": None,
+    "near_zero": None,
+    "square_tol": SQUARE_TOL,
+    "budget_share": BUDGET_SHARE,
+    "bracket_tol": BRACKET_TOL,
+}  # metrics.validity's settings, with the defaults of those an older config lacks
+
+
+def _tolerances(settings) -> dict[str, float]:
+    """metrics.validity's tolerances (a config's item costs more to read than a check)."""
+    return {name: settings[name] if default is None else settings.get(name, default) for name, default in TOLERANCES.items()}
+
+
+def _owners(experiments: pd.DataFrame) -> pd.Series:
+    """The model cell of each attack cell, by attack hash."""
+    return experiments.drop_duplicates("attack_hash").set_index("attack_hash")["model_hash"]
+
+
+def _rows(table: ByKey | None, model_hash: str) -> pd.DataFrame | None:
+    return None if table is None else table.rows(model_hash)
 
 
 def validity_summary(validity: pd.DataFrame) -> dict[str, dict[str, int]]:

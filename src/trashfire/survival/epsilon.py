@@ -46,6 +46,7 @@ import numpy as np
 import pandas as pd
 
 from trashfire.core import schema
+from trashfire.core.groups import group_order, split
 from trashfire.core.schema import Outcomes
 from trashfire.core.stats import spearman
 
@@ -233,7 +234,9 @@ class KaplanMeier:
     survival_function_: pd.DataFrame
 
 
-def kaplan_meier(eps: Sequence[float], event: Sequence[int]) -> KaplanMeier:
+def km_arrays(eps: Sequence[float], event: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The Kaplan-Meier estimate as arrays, per time of its timeline (0 first): the time, the
+    samples removed there, the deaths, those at risk, and the estimate."""
     durations, observed = np.asarray(eps, dtype=float), np.asarray(event, dtype=int).astype(bool)
     times, index = np.unique(durations, return_inverse=True)
     removed = np.bincount(index, minlength=len(times))
@@ -241,10 +244,15 @@ def kaplan_meier(eps: Sequence[float], event: Sequence[int]) -> KaplanMeier:
     if not len(times) or times[0] > 0:  # lifelines' timeline starts at 0
         times, removed, deaths = np.concatenate([[0.0], times]), np.concatenate([[0], removed]), np.concatenate([[0], deaths])
     at_risk = len(durations) - np.concatenate([[0], np.cumsum(removed)[:-1]])
-    entrance = np.zeros(len(times), dtype=int)
-    entrance[0] = len(durations)
     with np.errstate(divide="ignore", invalid="ignore"):
         estimate = np.exp(np.cumsum(np.log(1 - deaths / at_risk)))
+    return times, removed, deaths, at_risk, estimate
+
+
+def kaplan_meier(eps: Sequence[float], event: Sequence[int]) -> KaplanMeier:
+    times, removed, deaths, at_risk, estimate = km_arrays(eps, event)
+    entrance = np.zeros(len(times), dtype=int)
+    entrance[0] = len(np.asarray(eps))
     table = pd.DataFrame(
         {"removed": removed, "observed": deaths, "censored": removed - deaths, "entrance": entrance, "at_risk": at_risk}, index=pd.Index(times, name="event_at")
     )
@@ -254,8 +262,12 @@ def kaplan_meier(eps: Sequence[float], event: Sequence[int]) -> KaplanMeier:
 def step_values(fitter, eps: np.ndarray) -> np.ndarray:
     """The Kaplan-Meier step function (right-continuous) at `eps`, read off the fitted table."""
     curve = fitter.survival_function_.iloc[:, 0]
-    at = np.searchsorted(curve.index.to_numpy(float), eps, side="right") - 1
-    return curve.to_numpy(float)[np.clip(at, 0, None)]
+    return _step_at(curve.index.to_numpy(float), curve.to_numpy(float), eps)
+
+
+def _step_at(times: np.ndarray, estimate: np.ndarray, eps: np.ndarray) -> np.ndarray:
+    at = np.searchsorted(times, eps, side="right") - 1
+    return estimate[np.clip(at, 0, None)]
 
 
 def survival_summary(fitter, eps_max: float, grid: Sequence[float] | None = None) -> dict:
@@ -266,22 +278,24 @@ def survival_summary(fitter, eps_max: float, grid: Sequence[float] | None = None
     the grid point below, and area is their midpoint, the trapezoid rule; without, the times
     are exact and the three agree. area_hi is lifelines' restricted mean over eps_max (tested)."""
     table = fitter.event_table
-    steps = fitter.survival_function_.index.to_numpy(float)
-    knots = np.unique(np.concatenate([[0.0], np.asarray(grid if grid is not None else steps, dtype=float), [eps_max]]))
+    curve = fitter.survival_function_.iloc[:, 0]
+    counts = {"n": int(table["at_risk"].iloc[0]), "events": int(table["observed"].sum()), "events_at_zero": int(table["observed"].get(0.0, 0))}
+    return counts | _areas(curve.index.to_numpy(float), curve.to_numpy(float), eps_max, grid)
+
+
+def _areas(times: np.ndarray, estimate: np.ndarray, eps_max: float, grid: Sequence[float] | None) -> dict:
+    """survival_summary's eps_max, areas and median from the estimate's arrays."""
+    knots = np.unique(np.concatenate([[0.0], np.asarray(grid if grid is not None else times, dtype=float), [eps_max]]))
     knots = knots[(knots >= 0) & (knots <= eps_max)]
-    values, widths = step_values(fitter, knots), np.diff(knots)
+    values, widths = _step_at(times, estimate, knots), np.diff(knots)
     hi = float(np.sum(values[:-1] * widths)) / eps_max
     lo = float(np.sum(values[1:] * widths)) / eps_max if grid is not None else hi
     # lifelines' median is the first step with S <= 1/2; S is exp(cumsum(log)), whose last bits
     # are the CPU's exp and log: where exactly half the samples have broken, rounding chose
     # that step or the next (issue 58), so 1/2 is reached to 1e-12
-    survival = fitter.survival_function_.iloc[:, 0]
-    reached = survival.index[survival.to_numpy(float) <= 0.5 + 1e-12]
+    reached = times[estimate <= 0.5 + 1e-12]
     median = float(reached[0]) if len(reached) else np.inf
     return {
-        "n": int(table["at_risk"].iloc[0]),
-        "events": int(table["observed"].sum()),
-        "events_at_zero": int(table["observed"].get(0.0, 0)),
         "eps_max": eps_max,
         "area": (lo + hi) / 2,
         "area_lo": lo,
@@ -292,9 +306,18 @@ def survival_summary(fitter, eps_max: float, grid: Sequence[float] | None = None
 
 def curve_points(fitter, eps_max: float, grid: Sequence[float] | None = None) -> pd.DataFrame:
     """The curve at eps = 0, the grid's eps (or every time the estimate steps at) and eps_max."""
-    times = np.asarray(grid if grid is not None else fitter.survival_function_.index, dtype=float)
-    points = np.unique(np.concatenate([[0.0], times[(times >= 0) & (times <= eps_max)], [eps_max]]))
-    return pd.DataFrame({"eps": points, "survival": step_values(fitter, points)})
+    curve = fitter.survival_function_.iloc[:, 0]
+    points, survival = _points(curve.index.to_numpy(float), curve.to_numpy(float), eps_max, grid)
+    return pd.DataFrame({"eps": points, "survival": survival})
+
+
+def _points(times: np.ndarray, estimate: np.ndarray, eps_max: float, grid: Sequence[float] | None) -> tuple[np.ndarray, np.ndarray]:
+    shown = np.asarray(grid if grid is not None else times, dtype=float)
+    points = np.unique(np.concatenate([[0.0], shown[(shown >= 0) & (shown <= eps_max)], [eps_max]]))
+    return points, _step_at(times, estimate, points)
+
+
+CELL_KEYS = ["model_hash", "attack", "norm"]  # a model cell's family in eps_survival_data.csv
 
 
 def survival_tables(data: pd.DataFrame, experiments: pd.DataFrame, degenerate: pd.Series | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -302,37 +325,53 @@ def survival_tables(data: pd.DataFrame, experiments: pd.DataFrame, degenerate: p
     area with its bounds, the median eps, nonmonotone samples, degenerate) and
     eps_survival_curves.csv (its Kaplan-Meier curve's points) from eps_survival_data.parquet.
     A grid family's curve points are the grid's eps (the estimate is not identified between
-    them); a minimal family's every step."""
+    them); a minimal family's every step. The estimates are fitted on each group's arrays
+    (one pass over the sorted table), the tables built once at the end."""
     if data.empty:
         return pd.DataFrame(columns=schema.EPS_SURVIVAL), pd.DataFrame(columns=schema.EPS_SURVIVAL_CURVES)
     degenerate = degenerate if degenerate is not None else pd.Series(dtype=bool)
+    order, starts = group_order(data, CELL_KEYS, dropna=True)
+    heads = data.iloc[order[starts]].reset_index(drop=True)
+    eps, lower, event = (split(data[c].to_numpy(), order, starts) for c in ("eps", "eps_lower", "event"))
+    grids = family_grids(experiments)
+    summaries, points = [], []
+    for i, (model_hash, attack, norm, search, eps_max) in enumerate(zip(*(heads[c] for c in [*CELL_KEYS, "search", "eps_max"]))):
+        summary, curve = _fit_family(eps[i], lower[i], event[i], float(eps_max), search, grids.get((model_hash, attack, norm)) if search == GRID else None)
+        summaries.append(summary)
+        points.append(curve)
     labels = experiments.drop_duplicates("model_hash").set_index("model_hash")[schema.MODEL_LABELS]
-    grids = experiments.assign(norm=experiments["norm"].astype(str)).groupby(["model_hash", "attack", "norm"])["attack_value"].apply(lambda v: sorted(set(v)))
-    rows, curves = [], []
-    for (model_hash, attack, norm), cell in data.groupby(["model_hash", "attack", "norm"], sort=True):
-        first = cell.iloc[0]
-        eps_max = float(first["eps_max"])
-        grid = grids.get((model_hash, attack, norm)) if first["search"] == GRID else None
-        fitter = kaplan_meier(cell["eps"], cell["event"])
-        summary = survival_summary(fitter, eps_max, grid)
-        if first["search"] == ENSEMBLE:  # intervals: the lower bound puts each failure at its interval's lower end
-            lower = survival_summary(kaplan_meier(cell["eps_lower"], cell["event"]), eps_max)["area_hi"]
-            summary |= {"area_lo": lower, "area": (lower + summary["area_hi"]) / 2}
-        key = {"model_hash": model_hash, **labels.loc[model_hash].to_dict(), "attack": attack, "norm": norm, "attack_family": first["attack_family"]}
-        rows.append(
-            key
-            | {"search": first["search"], "units": first["units"]}
-            | summary
-            | {"n_nonmonotone": int(cell["nonmonotone"].astype(bool).sum()), "degenerate": bool(degenerate.get(model_hash, False))}
-        )
-        points = curve_points(fitter, eps_max, grid)
-        curves.append((key | {"search": first["search"], "units": first["units"]}, points))
-    table = pd.DataFrame(rows, columns=schema.EPS_SURVIVAL)
-    # one frame for every cell's points: a frame per cell costs more than its fit
-    sizes = [len(points) for _, points in curves]
-    labels_per_point = pd.DataFrame([key for key, _ in curves]).loc[np.repeat(np.arange(len(curves)), sizes)].reset_index(drop=True)
-    points = pd.concat([points for _, points in curves], ignore_index=True)
-    return table, pd.concat([labels_per_point, points], axis=1)[schema.EPS_SURVIVAL_CURVES]
+    keys = pd.concat(
+        [heads[["model_hash"]], labels.loc[heads["model_hash"]].reset_index(drop=True), heads[["attack", "norm", "attack_family", "search", "units"]]], axis=1
+    )
+    nonmonotone = np.add.reduceat(data["nonmonotone"].astype(bool).to_numpy()[order].astype(int), starts)
+    flagged = [bool(degenerate.get(h, False)) for h in heads["model_hash"]]
+    table = pd.concat([keys, pd.DataFrame(summaries)], axis=1).assign(n_nonmonotone=nonmonotone, degenerate=flagged)
+    sizes = [len(p) for p, _ in points]
+    curves = keys.loc[np.repeat(np.arange(len(keys)), sizes)].reset_index(drop=True)
+    curves = curves.assign(eps=np.concatenate([p for p, _ in points]), survival=np.concatenate([s for _, s in points]))
+    return table[schema.EPS_SURVIVAL], curves[schema.EPS_SURVIVAL_CURVES]
+
+
+def _fit_family(eps, lower, event, eps_max: float, search: str, grid) -> tuple[dict, tuple[np.ndarray, np.ndarray]]:
+    """One model cell and family's summary (survival_summary's) and curve points."""
+    times, _, deaths, at_risk, estimate = km_arrays(eps, event)
+    at_zero = deaths[times == 0.0]
+    summary = {"n": int(at_risk[0]), "events": int(deaths.sum()), "events_at_zero": int(at_zero[0]) if len(at_zero) else 0}
+    summary |= _areas(times, estimate, eps_max, grid)
+    if search == ENSEMBLE:  # intervals: the lower bound puts each failure at its interval's lower end
+        low_times, *_, low_estimate = km_arrays(lower, event)
+        low = _areas(low_times, low_estimate, eps_max, None)["area_hi"]
+        summary |= {"area_lo": low, "area": (low + summary["area_hi"]) / 2}
+    return summary, _points(times, estimate, eps_max, grid)
+
+
+def family_grids(experiments: pd.DataFrame) -> dict[tuple, list[float]]:
+    """Each (model_hash, attack, norm)'s attack values, distinct and sorted."""
+    cells = experiments[["model_hash", "attack", "norm", "attack_value"]].assign(norm=experiments["norm"].astype(str))
+    order, starts = group_order(cells, CELL_KEYS, dropna=True)
+    heads = cells.iloc[order[starts]]
+    values = split(cells["attack_value"].to_numpy(), order, starts)
+    return {key: sorted(set(v)) for key, v in zip(zip(*(heads[c] for c in CELL_KEYS)), values)}
 
 
 # ---------------------------------------------------------------------------------------------
