@@ -61,6 +61,11 @@ def test_read_npz_gives_what_numpy_reads_for_every_kind_of_outcome_array(tmp_pat
                 assert read[name].shape == reference[name].shape, name
                 np.testing.assert_array_equal(read[name], reference[name])
                 assert read[name].flags.writeable, name
-    (tmp_path / "cut.npz").write_bytes((tmp_path / "cell-True.npz").read_bytes()[:200])
-    with pytest.raises(DataError, match="corrupt array file"):
-        read_npz(tmp_path / "cut.npz")
+    whole = (tmp_path / "cell-False.npz").read_bytes()
+    (tmp_path / "cut.npz").write_bytes(whole[:200])  # no central directory: zipfile reads it, and refuses
+    flipped = bytearray(whole)
+    flipped[whole.index(b"\x93NUMPY") + 130] ^= 0xFF  # a byte of the first array's data: its CRC no longer matches
+    (tmp_path / "flipped.npz").write_bytes(bytes(flipped))
+    for name in ("cut.npz", "flipped.npz"):
+        with pytest.raises(DataError, match="corrupt array file"):
+            read_npz(tmp_path / name)

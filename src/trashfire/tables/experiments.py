@@ -25,7 +25,7 @@ from trashfire.attacks.store import attack_record_path, benign_path, declaration
 from trashfire.core import schema
 from trashfire.core.errors import DataError
 from trashfire.core.grid import attack_cells
-from trashfire.core.records import atomic_path, read_json, read_npz
+from trashfire.core.records import read_json, read_npz, write_csv
 from trashfire.core.schema import AttackRecord, BenignRecord, Outcomes
 from trashfire.core.stage import Artefacts
 from trashfire.core.stats import degeneracy_threshold
@@ -236,8 +236,7 @@ def write_experiments(cfg: DictConfig, artefacts: Artefacts) -> tuple[pd.DataFra
     path.parent.mkdir(parents=True, exist_ok=True)
     cells = read_cells(cfg, attacks)
     experiments, outcomes = tabulate(cfg, attacks, cells), {record.attack_hash: arrays for record, arrays in cells}
-    with atomic_path(path) as tmp:
-        with_worst_cases(experiments, outcomes).to_csv(tmp, index=False)
+    write_csv(with_worst_cases(experiments, outcomes), path)
     return experiments, outcomes
 
 
