@@ -3,8 +3,8 @@ from a real run's, so that `dvc repro` runs `timing` and every stage after it un
 
 The grid is the source run's own (its params.yaml) with more seeds: seed k's cells are copies
 of the source's cells of seed `seeds[k mod len(seeds)]` under the hashes the larger grid gives
-them (`trashfire.core.grid`), so that the stages find every record where they look. Each copy
-is jittered as a new trained model and attack would differ: per sample, its compute (FLOPs,
+them (`trashfire.core.grid`), so that the stages find every record where they look. The
+source's own seeds keep their cells as they are; each copy under a new hash is jittered as a new trained model and attack would differ: per sample, its compute (FLOPs,
 queries and gradients stay the attack's), its priced and shared seconds and its benign margin
 and margin at the budget scaled by one factor in [0.95, 1.05]; per tile, the record's training,
 prediction and attack costs by another. Events, predictions and labels are the source's.
@@ -51,6 +51,11 @@ SCALED_PER_SAMPLE = ("duration_process", "duration_wall", "duration_process_shar
 SCALED_PER_RECORD = ("t_train_process", "t_train_wall", "t_predict_process", "t_predict_wall", "t_attack_process", "t_attack_wall")
 
 
+def folder(root: Path, cfg, key: str) -> Path:
+    """A workspace's `paths.<key>` folder (relative paths from its root, as params.yaml has them)."""
+    return root / str(cfg.paths[key])
+
+
 def train_key(cell) -> tuple:
     return (cell.dataset, cell.model, cell.epochs, cell.lr, json.dumps(cell.defence, sort_keys=True), cell.pretrained_on)
 
@@ -82,6 +87,10 @@ def copy_attack_cell(job: tuple) -> int:
     """One attack cell: its record under the new hashes and its outcome arrays, jittered;
     returns its attacked samples."""
     source_folder, out_folder, source_hash, new = job
+    if new["attack_hash"] == source_hash:  # one of the source's own seeds: its cell as it is
+        shutil.copyfile(attack_record_path(source_folder, source_hash), attack_record_path(out_folder, source_hash))
+        shutil.copyfile(outcomes_path(source_folder, source_hash), outcomes_path(out_folder, source_hash))
+        return len(read_npz(outcomes_path(source_folder, source_hash))["y_true"])
     rng = np.random.default_rng(int(new["attack_hash"], 16) % 2**32)
     record = read_json(attack_record_path(source_folder, source_hash)) | {k: new[k] for k in ("attack_hash", "train_hash", "model_hash", "seed", "data_hash")}
     tile = new["tile_factor"]
@@ -109,8 +118,8 @@ def write_attack_cells(cfg, source_cfg, source: Path, out: Path, workers: int) -
     pairs = matched(attack_cells(source_cfg), attack_cells(cfg), attack_key, source_seeds, lambda c: c.model.train.seed)
     jobs = [
         (
-            source / "reports" / "attacks",
-            out / "reports" / "attacks",
+            folder(source, source_cfg, "attacks"),
+            folder(out, cfg, "attacks"),
             old.hash,
             {
                 "attack_hash": new.hash,
@@ -123,6 +132,7 @@ def write_attack_cells(cfg, source_cfg, source: Path, out: Path, workers: int) -
         )
         for new, old, seed in pairs
     ]
+    folder(out, cfg, "attacks").mkdir(parents=True, exist_ok=True)
     began, samples = time.perf_counter(), 0
     with ProcessPoolExecutor(workers) as pool:
         for done, attacked in enumerate(pool.map(copy_attack_cell, jobs, chunksize=64), 1):
@@ -137,20 +147,22 @@ def write_model_records(cfg, source_cfg, source: Path, out: Path) -> None:
     settings, and the train record of every training cell."""
     source_seeds = list(source_cfg.split.seeds)
     settings = brittle_settings(cfg)
-    attacks, brittle = source / "reports" / "attacks", source / "reports" / "brittle"
+    attacks, brittle = folder(source, source_cfg, "attacks"), folder(source, source_cfg, "reports") / "brittle"
     for new, old, seed in matched(model_cells(source_cfg), model_cells(cfg), model_key, source_seeds, lambda c: c.train.seed):
         hashes = {"model_hash": new.hash, "train_hash": new.train.hash, "seed": seed}
-        benign = read_json(benign_path(attacks, old.hash)) | {"model_hash": new.hash}
-        if benign.get("data_hash") is not None:
-            benign["data_hash"] = attack_data_hash(new.train.spec, int(cfg.split.n_attack))
-        write_json(benign_path(out / "reports" / "attacks", new.hash), benign)
-        record = read_json(brittle_record_path(brittle, brittle_hash(old.hash, settings)))
-        new_hash = brittle_hash(new.hash, settings)
-        write_json(brittle_record_path(out / "reports" / "brittle", new_hash), record | hashes | {"brittle_hash": new_hash})
+        if benign_path(attacks, old.hash).is_file():
+            benign = read_json(benign_path(attacks, old.hash)) | {"model_hash": new.hash}
+            if benign.get("data_hash") is not None:
+                benign["data_hash"] = attack_data_hash(new.train.spec, int(cfg.split.n_attack))
+            write_json(benign_path(folder(out, cfg, "attacks"), new.hash), benign)
+        source_record = brittle_record_path(brittle, brittle_hash(old.hash, settings))
+        if source_record.is_file():
+            new_hash = brittle_hash(new.hash, settings)
+            write_json(brittle_record_path(folder(out, cfg, "reports") / "brittle", new_hash), read_json(source_record) | hashes | {"brittle_hash": new_hash})
     for new, old, seed in matched(training_cells(source_cfg), training_cells(cfg), train_key, source_seeds, lambda c: c.seed):
-        path = source / "models" / f"{old.hash}.json"
+        path = folder(source, source_cfg, "models") / f"{old.hash}.json"
         if path.is_file():
-            write_json(out / "models" / f"{new.hash}.json", read_json(path) | {"train_hash": new.hash, "seed": seed})
+            write_json(folder(out, cfg, "models") / f"{new.hash}.json", read_json(path) | {"train_hash": new.hash, "seed": seed})
 
 
 def tiled_table(path: Path, cfg, source_cfg, column: str = "model_hash") -> pd.DataFrame | None:
@@ -183,7 +195,7 @@ def write_workspace(source: Path, out: Path, scaled: dict) -> None:
 def samples_per_cell(source: Path, source_cfg) -> float:
     """The source's attacked samples per attack cell (some attacks take a subset: HopSkipJump)."""
     cells = attack_cells(source_cfg)
-    return sum(len(read_npz(outcomes_path(source / "reports" / "attacks", cell.hash))["y_true"]) for cell in cells) / len(cells)
+    return sum(len(read_npz(outcomes_path(folder(source, source_cfg, "attacks"), cell.hash))["y_true"]) for cell in cells) / len(cells)
 
 
 def cells_for(source: Path, samples: int) -> int:
@@ -204,16 +216,16 @@ def generate(source: Path, out: Path, cells: int, workers: int) -> dict:
     write_workspace(source, out, scaled)
     began = time.perf_counter()
     written, attacked = write_attack_cells(cfg, source_cfg, source, out, workers)
-    shutil.copytree(source / "reports" / "attacks" / "declarations", out / "reports" / "attacks" / "declarations", dirs_exist_ok=True)
+    if (folder(source, source_cfg, "attacks") / "declarations").is_dir():
+        shutil.copytree(folder(source, source_cfg, "attacks") / "declarations", folder(out, cfg, "attacks") / "declarations", dirs_exist_ok=True)
     write_model_records(cfg, source_cfg, source, out)
-    certified = tiled_table(source / "reports" / "certified.csv", cfg, source_cfg)
-    if certified is not None:
-        certified.to_csv(out / "reports" / "certified.csv", index=False)
-    samples = tiled_table(source / "reports" / "certified_samples.csv", cfg, source_cfg)
-    if samples is not None:
-        samples.to_csv(out / "reports" / "certified_samples.csv", index=False)
-    if (source / "reports" / "budget").is_dir():
-        shutil.copytree(source / "reports" / "budget", out / "reports" / "budget", dirs_exist_ok=True)
+    reports, out_reports = folder(source, source_cfg, "reports"), folder(out, cfg, "reports")
+    for name in ("certified.csv", "certified_samples.csv"):
+        table = tiled_table(reports / name, cfg, source_cfg)
+        if table is not None:
+            table.to_csv(out_reports / name, index=False)
+    if (reports / "budget").is_dir():
+        shutil.copytree(reports / "budget", out_reports / "budget", dirs_exist_ok=True)
     summary = {"seeds": seeds, "attack_cells": written, "attacked_samples": attacked, "seconds": round(time.perf_counter() - began, 1)}
     write_json(out / "synthetic_study.json", summary)
     return summary
