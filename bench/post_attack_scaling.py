@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -59,7 +60,8 @@ def run_stage(folder: Path, stage: str, timeout: float) -> dict:
     log = folder / f"{stage}.log"
     began = time.perf_counter()
     with open(log, "w") as out:
-        process = subprocess.Popen(["dvc", "repro", "--single-item", stage], cwd=folder, stdout=out, stderr=subprocess.STDOUT)
+        env = os.environ | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}  # the stages' `python`: this one's
+        process = subprocess.Popen([sys.executable, "-m", "dvc", "repro", "--single-item", stage], cwd=folder, env=env, stdout=out, stderr=subprocess.STDOUT)
         peak = peak_rss(process)
         try:
             process.wait(timeout=timeout)

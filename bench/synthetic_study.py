@@ -189,7 +189,7 @@ def write_workspace(source: Path, out: Path, scaled: dict) -> None:
     shutil.copy(source / "dvc.yaml", out / "dvc.yaml")
     shutil.copytree(source / "src", out / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"), dirs_exist_ok=True)
     if not (out / ".dvc").is_dir():
-        subprocess.run(["dvc", "init", "--no-scm", "-q"], cwd=out, check=True)
+        subprocess.run([sys.executable, "-m", "dvc", "init", "--no-scm", "-q"], cwd=out, check=True)
 
 
 def samples_per_cell(source: Path, source_cfg) -> float:
