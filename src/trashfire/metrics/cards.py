@@ -24,24 +24,12 @@ from trashfire.metrics.registry import curve_metric_names
 # family the per-curve metrics of the registry with R (schema.card_robustness).
 
 
-def card(
-    train_hash: str,
-    experiments: pd.DataFrame,
-    trash: pd.DataFrame,
-    robustness: pd.DataFrame,
-    brittle: pd.DataFrame,
-    flags: pd.DataFrame | None = None,
-    worst_case: pd.DataFrame | None = None,
-    reported: dict[str, dict[str, Any]] | None = None,
-    ensemble: pd.DataFrame | None = None,
-    optimality: pd.DataFrame | None = None,
-    certified: pd.DataFrame | None = None,
-) -> dict[str, Any]:
-    """`reported`: per model option, what its publisher reports of it (trashfire.core.external.reported);
-    `ensemble`: the ensemble's robust accuracy per model cell, norm and grid eps, and
-    `optimality` each attack's (trashfire.metrics.optimality)."""
-    tables = CardTables(experiments, trash, robustness, brittle, flags, worst_case, reported, ensemble, optimality, certified)
-    return tables.card(train_hash)
+def card(train_hash: str, *tables: pd.DataFrame | None, **optional: Any) -> dict[str, Any]:
+    """One trained cell's card from the tables `CardTables` takes (in its order, or by name):
+    `reported`: per model option, what its publisher reports of it
+    (trashfire.core.external.reported); `ensemble`: the ensemble's robust accuracy per model
+    cell, norm and grid eps, and `optimality` each attack's (trashfire.metrics.optimality)."""
+    return CardTables(*tables, **optional).card(train_hash)
 
 
 class CardTables:
