@@ -166,7 +166,9 @@ def read_table(path: str | Path, columns: list[str] | None = None, what: str = "
 
 
 def first_line(message: Any) -> str:
-    return str(message).strip().splitlines()[0] if str(message).strip() else type(message).__name__
+    """An error's first non-blank line (its type where it has none): what a one-line message quotes."""
+    lines = [line.strip() for line in str(message).strip().splitlines() if line.strip()]
+    return lines[0] if lines else type(message).__name__
 
 
 def write_npz(path: str | Path, compressed: bool = True, **arrays: np.ndarray) -> None:

@@ -40,7 +40,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import reduce
 
 import numpy as np
 import pandas as pd
@@ -63,18 +62,11 @@ ENSEMBLE = "ensemble"  # each sample's smallest eps over every attack of a norm 
 def matched_positions(outcomes: Sequence[Outcomes]) -> np.ndarray:
     """The attack-subset positions every cell attacked (cells with another `samples` budget
     attack other subsets; a sample's search needs all of its cells)."""
-    return reduce(np.intersect1d, [_positions(o) for o in outcomes])
-
-
-def _positions(outcomes: Outcomes) -> np.ndarray:
-    return np.arange(len(outcomes.y_true)) if outcomes.position is None else np.asarray(outcomes.position)
+    return Outcomes.shared_positions(outcomes)
 
 
 def _rows(outcomes: Outcomes, positions: np.ndarray) -> np.ndarray:
-    """The rows of `outcomes` at `positions` (every one of them attacked there)."""
-    where = _positions(outcomes)
-    order = np.argsort(where, kind="stable")
-    return order[np.searchsorted(where, positions, sorter=order)]
+    return outcomes.rows_at(positions)
 
 
 def grid_search(eps: Sequence[float], outcomes: Sequence[Outcomes]) -> pd.DataFrame:

@@ -53,6 +53,7 @@ from lifelines.utils import DataframeSlicer
 from scipy import stats
 from scipy.integrate import simpson
 
+from trashfire.core.records import first_line
 from trashfire.core.stats import bic, significant
 from trashfire.survival.aft import ExponentialAFTFitter, NewtonLogNormalAFTFitter, _covariate_columns, _no_conditioning  # noqa: F401 (ExponentialAFTFitter: its conf path)
 from trashfire.survival.calibration_spline import FastCRCSplineFitter
@@ -168,11 +169,6 @@ def _first_sentence(message: Any) -> str:
 def _describe(settings: dict[str, Any]) -> str:
     options = f", fit_options {settings['fit_options']}" if settings["fit_options"] else ""
     return f"penalizer {settings['penalizer']:g}, optimiser {settings['optimiser'] or 'default'}{options}"
-
-
-def first_line(message: Any) -> str:
-    lines = [line.strip() for line in str(message).strip().splitlines() if line.strip()]
-    return lines[0] if lines else type(message).__name__
 
 
 # --- scores --------------------------------------------------------------------------------

@@ -79,10 +79,6 @@ def distance_table(experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Out
     return table.astype({"position": int, "eps_lower": float, "eps": float, "event": int, "reach": float})
 
 
-def _by_position(outcomes: Outcomes) -> np.ndarray:
-    return np.arange(len(outcomes.y_true)) if outcomes.position is None else np.asarray(outcomes.position)
-
-
 def grid_distances(eps: Sequence[float], cells: Sequence[Outcomes]) -> dict[str, np.ndarray]:
     """One grid family's cells (at `eps`): per sample of the positions they all attacked, the
     smallest grid eps that broke it and the grid eps below (0 when wrong at the first query)."""
@@ -128,17 +124,11 @@ def example_distances(cells: Sequence[Outcomes], norm: str) -> dict[str, np.ndar
 
 
 def _shared(cells: Sequence[Outcomes]) -> np.ndarray:
-    positions = _by_position(cells[0])
-    for cell in cells[1:]:
-        positions = np.intersect1d(positions, _by_position(cell))
-    return np.sort(positions)
+    return np.sort(Outcomes.shared_positions(cells))
 
 
 def _rows(cell: Outcomes, positions: np.ndarray) -> np.ndarray:
-    """The rows of `cell` at `positions` (every one of them attacked there)."""
-    where = _by_position(cell)
-    order = np.argsort(where, kind="stable")
-    return order[np.searchsorted(where, positions, sorter=order)]
+    return cell.rows_at(positions)
 
 
 # --- the ensemble: each sample's smallest eps over every attack of a norm ---
@@ -178,7 +168,7 @@ def grid_check(experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcome
     rows = []
     for eps_pixel, (_, cell) in zip(_pixel_eps(cells), cells.iterrows()):
         outcomes = Outcomes.of(outcomes_by_hash[cell["attack_hash"]])
-        positions = _by_position(outcomes)
+        positions = outcomes.positions()
         d_star = lookup[(cell["model_hash"], cell["norm"])].reindex(positions).to_numpy(float)
         eps = float(eps_pixel)
         standing_cell = ~np.asarray(outcomes.event, bool)

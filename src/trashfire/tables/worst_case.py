@@ -14,7 +14,6 @@ the attacks' own rows (`measured`).
 from __future__ import annotations
 
 import hashlib
-from functools import reduce
 
 import numpy as np
 import pandas as pd
@@ -74,13 +73,8 @@ def worst_case_row(cells: pd.DataFrame, outcomes: list[Outcomes]) -> dict | None
 def correct_by_position(outcomes: list[Outcomes], predicted: str) -> np.ndarray:
     """Samples x attacks (in order): its `predicted` labels were right, on the positions every
     attack attacked, in the order of position."""
-    shared = reduce(np.intersect1d, [positions(o) for o in outcomes])
-    columns = []
-    for o in outcomes:
-        where = positions(o)
-        order = np.argsort(where, kind="stable")
-        columns.append((getattr(o, predicted) == o.y_true)[order[np.searchsorted(where[order], shared)]])
-    return np.column_stack(columns)
+    shared = Outcomes.shared_positions(outcomes)
+    return np.column_stack([(getattr(o, predicted) == o.y_true)[o.rows_at(shared)] for o in outcomes])
 
 
 def robust_per_sample(outcomes: list[Outcomes]) -> np.ndarray:
@@ -91,11 +85,6 @@ def robust_per_sample(outcomes: list[Outcomes]) -> np.ndarray:
 def correct_before(outcomes: list[Outcomes]) -> np.ndarray:
     """Right before every attack (the first query of a randomised model can differ per attack)."""
     return correct_by_position(outcomes, "y_pred_ben").all(axis=1)
-
-
-def positions(outcomes: Outcomes) -> np.ndarray:
-    """The samples' positions in the attack subset; records without them are in subset order."""
-    return outcomes.position if outcomes.position is not None else np.arange(len(outcomes.y_true))
 
 
 def combined_hash(attack_hashes: pd.Series) -> str:

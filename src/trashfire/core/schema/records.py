@@ -15,8 +15,9 @@ cell is computed again."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
+from functools import reduce
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -339,6 +340,22 @@ class Outcomes:
             )
         known = {f.name for f in fields(cls)}
         return cls(**{name: array for name, array in arrays.items() if name in known})
+
+    def positions(self) -> np.ndarray:
+        """The samples' positions in the attack subset; arrays without them are in subset order."""
+        return np.arange(len(self.y_true)) if self.position is None else np.asarray(self.position)
+
+    def rows_at(self, positions: np.ndarray) -> np.ndarray:
+        """The rows at `positions` (every one of them attacked here)."""
+        where = self.positions()
+        order = np.argsort(where, kind="stable")
+        return order[np.searchsorted(where, positions, sorter=order)]
+
+    @staticmethod
+    def shared_positions(cells: Sequence[Outcomes]) -> np.ndarray:
+        """The positions every cell attacked (cells with another `samples` budget attack other
+        subsets); one cell's as it has them."""
+        return reduce(np.intersect1d, [cell.positions() for cell in cells])
 
     def duration(self, clock: str) -> np.ndarray:
         """Each sample's duration on `clock`: its FLOPs (compute), or its priced seconds."""
