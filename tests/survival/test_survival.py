@@ -682,6 +682,8 @@ REMOVED_POLICY = "was removed with the per-sample failure clock; allowed: first_
         ({"survival.select_by": "r2"}, "survival.select_by: got 'r2'; allowed: cv_ICI, cv_E50, cv_IBS, cv_uno_C, cv_concordance, AIC, BIC"),
         ({"survival.folds": 1}, "survival.folds: got 1; must be an integer >= 2"),
         ({"survival.folds": 2.5}, "survival.folds: got 2.5; must be an integer >= 2"),
+        ({"survival.score_samples": 999}, "survival.score_samples: got 999; must be an integer >= 1000"),
+        ({"survival.score_samples": "all"}, "survival.score_samples: got 'all'; must be an integer >= 1000"),
         ({"survival.score_range": [0.9, 0.1]}, f"survival.score_range: got [0.9, 0.1]; {SCORE_RANGE}"),
         ({"survival.score_range": [0.1, 1.0]}, f"survival.score_range: got [0.1, 1.0]; {SCORE_RANGE}"),
         ({"survival.score_range": 0.9}, f"survival.score_range: got 0.9; {SCORE_RANGE}"),

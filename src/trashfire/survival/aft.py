@@ -22,6 +22,7 @@ from lifelines.utils import _get_index
 from lifelines.utils.safe_exp import safe_exp
 from scipy.special import expit, gamma, gammainc, hyp2f1, ndtr
 
+from trashfire.survival.mappings import FastDesignMixin
 from trashfire.survival.newton import MAX_ITERATIONS, LocationScale, NotConverged, extreme_value, logistic, newton, normal
 from trashfire.survival.newton_fit import keep_lifelines_objectives, right_censored_from_zero
 
@@ -69,7 +70,7 @@ class ExponentialAFTFitter(ParametricRegressionFitter):
         return pd.Series(self._scale(df), index=_get_index(df))
 
 
-class NewtonAFTMixin:
+class NewtonAFTMixin(FastDesignMixin):
     """`_fit_model` by Newton-Raphson for a lifelines AFT fitter (see the module's docstring).
     A subclass names its location and scale parameters, the density of W and how lifelines'
     scale coefficient maps to u = log sigma (`SCALE_SIGN`: u = sign x coefficient)."""

@@ -77,6 +77,7 @@ from trashfire.survival.expected_time import (
     with_km_check,
 )
 from trashfire.survival.figures import calibration_grid, coefficient_figure, competing_risks_figure, finish_calibration, kaplan_meier_figure, save
+from trashfire.survival.score_sample import calibration_rows
 from trashfire.survival.scoring import (
     CELL,
     baseline_rows,
@@ -182,6 +183,7 @@ def compare(
     # most of the frame's memory) stay here, not pickled to each worker
     fitted_columns = train[[*F.model_frame(train).columns, CLUSTER_BY]]
     folds = validation.plan(settings, train)
+    calibrated = calibration_rows(train, settings.get("score_samples"), int(settings.seed))
     for name in settings.fitters:
         spec = settings.models[name]
         rows[name] = {"fitter": name, "model": spec.label, "aft": bool(spec.aft)}
@@ -205,7 +207,7 @@ def compare(
         rows[name] |= (
             {"status": "fitted", "penalizer": fit.penalizer, "optimiser": fit.optimiser, "attempts": fit.attempts} | fit.convergence.columns() | fit.cv
         )
-        rows[name] |= train_scores(fit, train, calibration_time(train, t0_quantile(spec, settings)), (axes or {}).get(name, (None, None))[0])
+        rows[name] |= train_scores(fit, train, calibration_time(train, t0_quantile(spec, settings)), (axes or {}).get(name, (None, None))[0], calibrated)
     ordered = [rows[name] for name in settings.fitters] + baseline_rows(train, test)
     comparison = pd.DataFrame(ordered).assign(split_by=settings.split_by)
     return comparison.reindex(columns=table_columns(comparison.columns)), {name: fits[name] for name in settings.fitters if name in fits}
@@ -455,7 +457,8 @@ def analyse(cfg: DictConfig, artefacts: Artefacts) -> pd.DataFrame:
         selected, reason = None, str(err)
         log.warning("no survival model gives E[T], so TRASH is missing downstream: %s", reason)
     t0 = calibration_time(train, t0_quantile(settings.models[selected], settings)) if selected else math.nan
-    comparison = score_selected(comparison, fits.get(selected), train, test, t0, tuple(settings.score_range), axes.get(selected, (None, None))[1])
+    calibrated = calibration_rows(test, settings.get("score_samples"), int(settings.seed))
+    comparison = score_selected(comparison, fits.get(selected), train, test, t0, tuple(settings.score_range), axes.get(selected, (None, None))[1], calibrated)
     comparison["selected"] = comparison["fitter"] == selected
     comparison = in_clock_units(comparison, unit, TIME_COLUMNS)  # Table I's times, in the clock's unit
     save(finish_calibration(figure, axes, comparison, CLOCK_UNIT_NAMES[clock]), out / "calibration.png")

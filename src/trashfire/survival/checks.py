@@ -65,6 +65,8 @@ def _validate_survival(survival: DictConfig) -> None:
     choice("survival.split_by", survival.get("split_by"), SPLIT_GROUPS)
     number("survival.test_size", survival.get("test_size"), low=0, high=1, open_low=True, open_high=True)
     integer("survival.folds", survival.get("folds"), low=2)
+    if survival.get("score_samples") is not None:  # null: every sample
+        integer("survival.score_samples", survival.score_samples, low=1000)
     _validate_score_range(survival.get("score_range"))
     integer("survival.seed", survival.get("seed"), low=0)
     number("survival.t0_quantile", survival.get("t0_quantile"), low=0, high=1, open_low=True, open_high=True)

@@ -20,6 +20,7 @@ import numpy as np
 from lifelines.exceptions import ConvergenceError
 from scipy.optimize import minimize
 
+from trashfire.survival.mappings import FastDesignMixin
 from trashfire.survival.newton import MAX_ITERATIONS, LinearPredictors, NotConverged, minimise, penalised
 
 NEWTON = "Newton-Raphson"  # `_scipy_fit_method` that selects it; any other is scipy's, on the exact gradient
@@ -38,7 +39,7 @@ def keep_lifelines_objectives(fitter, likelihood) -> None:
     fitter._neg_likelihood = partial(fitter._create_neg_likelihood_with_penalty_function, likelihood=likelihood)
 
 
-class NewtonRegressionMixin:
+class NewtonRegressionMixin(FastDesignMixin):
     """`_fit_model` by Newton-Raphson for a lifelines ParametricRegressionFitter (module docstring)."""
 
     _scipy_fit_method = NEWTON

@@ -72,9 +72,10 @@ def table_columns(columns) -> list[str]:
     return leading + [c for c in middle if c in set(columns)] + sorted(set(columns) - placed) + ["note"]
 
 
-def train_scores(fit: F.Fit, train: pd.DataFrame, t0: float, ax=None) -> dict[str, Any]:
+def train_scores(fit: F.Fit, train: pd.DataFrame, t0: float, ax=None, calibrated: tuple[pd.DataFrame, str] | None = None) -> dict[str, Any]:
     """One row of Table I on the training part (in-sample; AIC also selects the cure model); a
-    score that cannot be computed is NaN with its reason in `note`."""
+    score that cannot be computed is NaN with its reason in `note`. `calibrated`: the rows ICI
+    and E50 read and how they were drawn (`score_sample.calibration_rows`; default all)."""
     row: dict[str, Any] = F.information_criteria(fit, train)
     fit.criteria = dict(row)  # the one AIC: Table I's, which also selects the cure model
     row |= {"n_events": float(F.sample_weights(train)[train[F.EVENT].to_numpy() == 1].sum()), "t0": t0}
@@ -82,17 +83,22 @@ def train_scores(fit: F.Fit, train: pd.DataFrame, t0: float, ax=None) -> dict[st
     ranking_of = _ranking_once(fit)
     row["concordance"] = _guarded(notes, "concordance", lambda rows: F.ranking_concordance(rows, ranking_of(rows)), train)
     row |= within_cell_scores(notes, "", train, ranking_of)
-    ici_e50 = _guarded(notes, "ICI/E50", F.calibration, fit, train, t0, ax)
+    calibration_part, sampled = calibrated or (train, "")
+    ici_e50 = _guarded(notes, "ICI/E50", F.calibration, fit, calibration_part, t0, ax)
     row["ICI"], row["E50"] = ici_e50 if isinstance(ici_e50, tuple) else (math.nan, math.nan)
+    if sampled:
+        notes.append(f"ICI/E50 {sampled}")
     return row | {"note": "; ".join(notes)}
 
 
-def test_scores(fit: F.Fit, train: pd.DataFrame, test: pd.DataFrame, t0: float, score_range, ax=None) -> tuple[dict[str, Any], list[str]]:
+def test_scores(
+    fit: F.Fit, train: pd.DataFrame, test: pd.DataFrame, t0: float, score_range, ax=None, calibrated: tuple[pd.DataFrame, str] | None = None
+) -> tuple[dict[str, Any], list[str]]:
     """The selected model's scores on the test part, computed once after the selection: Harrell's
     C, Uno's C and the integrated Brier score (IPCW from the training part's censoring, over
     survival.score_range) each with its 95% interval over the held-out trained models
-    (survival.held_out), the within-cell concordance, and ICI and E50 at the training t0.
-    Returns the columns and the notes on what could not be scored."""
+    (survival.held_out), the within-cell concordance, and ICI and E50 at the training t0 (on
+    `calibrated`'s rows where given: `score_sample.calibration_rows`). Returns the columns and the notes on what could not be scored."""
     notes: list[str] = []
     ranking_of = _ranking_once(fit)
     row = concordance_with_interval(notes, "test_concordance", lambda: held_out.harrell_pairs(test, ranking_of(test)), test)
@@ -102,20 +108,25 @@ def test_scores(fit: F.Fit, train: pd.DataFrame, test: pd.DataFrame, t0: float, 
         row |= {"ibs_from": float(at.times[0]) if len(at.times) else math.nan, "tau": at.tau}
         row |= concordance_with_interval(notes, "test_uno_C", lambda: held_out.uno_pairs(test, ranking_of(test), at), test)
         row |= _interval(notes, "test_IBS", lambda: brier_over_units(fit, test, at))
-    ici_e50 = _guarded(notes, "test_ICI/E50", F.calibration, fit, test, t0, ax)
+    calibration_part, sampled = calibrated or (test, "")
+    ici_e50 = _guarded(notes, "test_ICI/E50", F.calibration, fit, calibration_part, t0, ax)
     row["test_ICI"], row["test_E50"] = ici_e50 if isinstance(ici_e50, tuple) else (math.nan, math.nan)
+    if sampled:
+        notes.append(f"test ICI/E50 {sampled}")
     units = test[held_out.UNIT].nunique() if held_out.UNIT in test else 0
     if units < 2:
         notes.append(f"test intervals: {units} held-out trained model (survival data's {held_out.UNIT}); an interval over them needs 2")
     return row, notes
 
 
-def score_selected(comparison: pd.DataFrame, fit: F.Fit | None, train: pd.DataFrame, test: pd.DataFrame, t0: float, score_range, ax=None) -> pd.DataFrame:
+def score_selected(
+    comparison: pd.DataFrame, fit: F.Fit | None, train: pd.DataFrame, test: pd.DataFrame, t0: float, score_range, ax=None, calibrated=None
+) -> pd.DataFrame:
     """Table I with the selected model's test scores (`test_scores`: the one time the test split
     scores a model), its notes added to its row's, and whether it beats the baselines."""
     comparison = comparison.copy()
     if fit is not None:
-        scores, notes = test_scores(fit, train, test, t0, score_range, ax)
+        scores, notes = test_scores(fit, train, test, t0, score_range, ax, calibrated)
         row = comparison.index[comparison["fitter"] == fit.name][0]
         for key, value in scores.items():
             comparison.loc[row, key] = value

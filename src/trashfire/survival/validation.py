@@ -27,6 +27,7 @@ from lifelines.fitters import ParametricRegressionFitter
 from trashfire.survival import fitters as F
 from trashfire.survival import held_out, ipcw
 from trashfire.survival.convergence import warm_start
+from trashfire.survival.score_sample import cross_validation_rows
 from trashfire.survival.spec import SPLIT_GROUPS
 from trashfire.survival.spec import score as score_named
 
@@ -45,6 +46,8 @@ class Plan:
     retries: tuple = ()
     why_not: str = ""  # why these folds cannot be scored ("": they can)
     note: str = ""  # how the folds differ from survival.split_by's groups ("": they do not)
+    rows: np.ndarray | None = None  # the training rows (positions) the folds are dealt from: None, all (survival.score_samples)
+    sampled: str = ""  # how those rows were drawn ("": every row)
 
     @property
     def column(self) -> str:
@@ -68,12 +71,16 @@ def plan(settings: Any, train: pd.DataFrame) -> Plan | None:
         return None
     by, note = fold_label(train, settings.split_by)
     groups = train[by].astype(str)
+    rows, sampled = cross_validation_rows(groups, F.sample_weights(train), settings.get("score_samples"), int(settings.seed))
+    if rows is not None:
+        groups = groups.iloc[rows]
+        log.info("cross-validation for survival.select_by: %s", sampled)
     k = min(int(settings.folds), groups.nunique())
     why_not = "" if k >= 2 else f"cross-validation needs 2 training groups by {by}, the training split holds {groups.nunique()}"
     folds = grouped_folds(groups, max(k, 1), int(settings.seed))
     if note:
         log.warning("cross-validation for survival.select_by: %s", note)
-    return Plan(measure, folds, k, float(settings.t0_quantile), tuple(settings.score_range), tuple(settings.retries), why_not, note)
+    return Plan(measure, folds, k, float(settings.t0_quantile), tuple(settings.score_range), tuple(settings.retries), why_not, note, rows, sampled)
 
 
 def fold_label(train: pd.DataFrame, split_by: str) -> tuple[str, str]:
@@ -107,8 +114,11 @@ def cross_validate(fit: F.Fit, spec: Any, data: pd.DataFrame, how: Plan) -> dict
     if how.why_not:
         fit.warnings.append(f"{how.column}: {how.why_not}")
         return row
-    if how.note:
-        fit.warnings.append(f"{how.column}: {how.note}")
+    for note in (how.note, how.sampled):
+        if note:
+            fit.warnings.append(f"{how.column}: {note}")
+    if how.rows is not None:
+        data = data.iloc[how.rows]
     quantile = spec.get("t0_quantile") or how.t0_quantile
     values = []
     for fold in range(how.k):

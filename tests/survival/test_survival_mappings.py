@@ -1,0 +1,44 @@
+"""The fitters build lifelines' design themselves (survival/mappings.py): the same columns,
+order, index and float64 values as lifelines' transform_df, for every fitter of the default
+configuration, after a pickle round trip too (models.pkl, the fit workers)."""
+
+import pickle
+
+import numpy as np
+import pandas as pd
+import pytest
+from lifelines.utils import CovariateParameterMappings
+
+from tests.conftest import ROOT
+from tests.survival.test_survival_stage import per_sample_data
+from trashfire.core.config import compose, validate
+from trashfire.survival import analysis
+from trashfire.survival import fitters as F
+from trashfire.survival.mappings import FastMappings
+
+SETTINGS = validate(compose([], conf=ROOT / "conf")).survival
+
+
+@pytest.fixture(scope="module")
+def train():
+    return analysis.usable_covariates(*analysis.split_groups(per_sample_data(n_models=6), "train_hash", 0.2, 0))[0]
+
+
+@pytest.mark.parametrize("name", [name for name in SETTINGS.fitters if name != "cox"])
+def test_the_design_is_lifelines_own(train, name):
+    fitter = F.fit_one(name, SETTINGS.models[name], train).fitter
+    assert isinstance(fitter.regressors, FastMappings)
+    rows = F.covariates_of(train).sample(frac=0.5, random_state=0)  # any rows, in any order: the index travels
+    ours, lifelines = fitter.regressors.transform_df(rows), CovariateParameterMappings.transform_df(fitter.regressors, rows)
+    pd.testing.assert_frame_equal(ours, lifelines, check_exact=True)
+    reloaded = pickle.loads(pickle.dumps(fitter))
+    assert isinstance(reloaded.regressors, FastMappings)
+    pd.testing.assert_frame_equal(reloaded.regressors.transform_df(rows), lifelines, check_exact=True)
+    assert np.array_equal(reloaded.predict_median(rows).to_numpy(), fitter.predict_median(rows).to_numpy())
+
+
+def test_a_formula_it_does_not_know_goes_to_lifelines():
+    frame = pd.DataFrame({"x": [1.0, 2.0, 3.0], "y": [0.5, 0.1, 0.2]})
+    mappings = FastMappings.of(CovariateParameterMappings({"mu_": "x + np.log(y)", "sigma_": "1"}, frame, force_intercept=True))
+    assert mappings.columns_of("mu_") is None and mappings.columns_of("sigma_") == [("Intercept", True)]
+    pd.testing.assert_frame_equal(mappings.transform_df(frame), CovariateParameterMappings.transform_df(mappings, frame), check_exact=True)

@@ -1,0 +1,67 @@
+"""survival.score_samples caps what calibration and the cross-validation read
+(survival/score_sample.py): a seeded simple random sample of samples for ICI and E50, whole
+training groups for the folds, nothing drawn at or below the cap, and Table I's note says so."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from tests.conftest import ROOT
+from tests.survival.test_survival_stage import per_sample_data
+from trashfire.core.config import compose, validate
+from trashfire.survival import analysis, validation
+from trashfire.survival import fitters as F
+from trashfire.survival.score_sample import calibration_rows, cross_validation_rows
+
+
+@pytest.fixture(scope="module")
+def settings():
+    return validate(compose([], conf=ROOT / "conf")).survival
+
+
+@pytest.fixture(scope="module")
+def parts():
+    return analysis.usable_covariates(*analysis.split_groups(per_sample_data(n_models=15, frailty=0.3), "train_hash", 0.2, 0))
+
+
+def test_calibration_reads_every_sample_up_to_the_cap_and_a_seeded_sample_of_samples_above_it():
+    data = pd.DataFrame({"duration": np.arange(1.0, 101.0), "event": 1, "weight": np.tile([1, 3], 50)})  # 200 samples in 100 rows
+    assert calibration_rows(data, 200, 0) == (data, "") and calibration_rows(data, None, 0)[0] is data
+    sample, note = calibration_rows(data, 50, seed=0)
+    assert sample["weight"].sum() == 50 and note == "on a seeded sample of 50 of its 200 samples (survival.score_samples)"
+    assert (sample["weight"].to_numpy() <= data.loc[sample.index, "weight"].to_numpy()).all()  # a row gives at most the samples it stands for
+    assert sample.index.equals(calibration_rows(data, 50, seed=0)[0].index) and not sample.index.equals(calibration_rows(data, 50, seed=1)[0].index)
+    # a simple random sample of samples: rows standing for 3 are drawn about 3 times as often as rows standing for 1
+    draws = pd.concat([calibration_rows(data, 100, seed)[0] for seed in range(40)])
+    per_kind = draws.groupby(data.loc[draws.index, "weight"].to_numpy())["weight"].sum()
+    assert per_kind[3] / per_kind[1] == pytest.approx(3.0, rel=0.1)
+
+
+def test_the_folds_are_dealt_from_whole_groups_drawn_until_they_hold_the_cap():
+    groups = pd.Series(np.repeat([f"t{i}" for i in range(10)], 20))
+    weights = np.ones(200)
+    assert cross_validation_rows(groups, weights, 200, 0) == (None, "") and cross_validation_rows(groups, weights, None, 0) == (None, "")
+    rows, note = cross_validation_rows(groups, weights, 50, seed=0)
+    taken = groups.iloc[rows]
+    assert taken.nunique() == 3 and (taken.value_counts() == 20).all()  # whole groups, the fewest that hold 50 samples
+    assert note == "folds of 3 of the 10 training groups (60 of 200 samples; survival.score_samples)"
+    assert set(taken) != set(groups.iloc[cross_validation_rows(groups, weights, 50, seed=1)[0]])
+
+
+def test_a_capped_stage_scores_every_fitter_on_the_same_sample_and_its_note_says_so(settings, parts):
+    train, test = parts
+    total = int(F.sample_weights(train).sum())
+    capped = OmegaConf.merge(settings, {"fitters": ["weibull", "lognormal"], "score_samples": total // 2})
+    plan = validation.plan(capped, train)
+    assert plan.rows is not None and len(plan.folds) == len(plan.rows) and F.sample_weights(train.iloc[plan.rows]).sum() >= total // 2
+    assert (pd.Series(plan.folds).groupby(train["train_hash"].iloc[plan.rows].to_numpy()).nunique() == 1).all()
+    table = analysis.compare(train, test, capped)[0].set_index("fitter")
+    whole = analysis.compare(train, test, OmegaConf.merge(capped, {"score_samples": None}))[0].set_index("fitter")
+    for name in ("weibull", "lognormal"):
+        assert f"ICI/E50 on a seeded sample of {total // 2:,} of its {total:,} samples (survival.score_samples)" in table.loc[name, "note"]
+        assert "cv_ICI: folds of" in table.loc[name, "note"] and "survival.score_samples" not in whole.loc[name, "note"]
+        # the fits and the scores that read every sample do not move; ICI is an estimate from half the samples
+        for column in ("log_likelihood", "AIC", "concordance"):
+            assert table.loc[name, column] == whole.loc[name, column]
+        assert table.loc[name, "ICI"] == pytest.approx(whole.loc[name, "ICI"], abs=0.02)
