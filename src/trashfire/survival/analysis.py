@@ -429,6 +429,11 @@ def analyse(cfg: DictConfig, artefacts: Artefacts) -> pd.DataFrame:
     metrics that need no E[T] go on downstream."""
     settings = cfg.survival
     check_fitters(settings)
+    with pd.option_context("mode.copy_on_write", True):  # a column dropped or assigned no longer copies the frame: 10^7 rows are 3 GB
+        return _analyse(cfg, artefacts, settings)
+
+
+def _analyse(cfg: DictConfig, artefacts: Artefacts, settings) -> pd.DataFrame:
     source, out = artefacts.input("survival_data.parquet"), artefacts.output("survival")
     data = read_survival_data(source)
     diagnose(data, str(source))
