@@ -7,9 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 from lifelines import KaplanMeierFitter
+from lifelines.statistics import logrank_test
 from lifelines.utils import restricted_mean_survival_time
 
-from trashfire.survival.km import grouped_km
+from trashfire.survival.km import grouped_km, logrank
 
 
 @pytest.fixture(scope="module")
@@ -50,3 +51,17 @@ def test_plateaus_and_restricted_means_are_lifelines(cells):
         assert plateau[name] == pytest.approx(reference.survival_function_.iloc[-1, 0], rel=1e-12, abs=1e-15)
         assert means[name] == pytest.approx(restricted_mean_survival_time(reference, t=budgets[name]), rel=1e-9), name
     assert plateau["cell03"] == 0.0 and plateau["cell04"] == 1.0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_log_rank_test_is_lifelines(seed):
+    """Tied times within and across the groups, censoring, rows standing for several samples, a
+    time at which one sample is left at risk."""
+    rng = np.random.default_rng(seed)
+    n = 300
+    durations = rng.integers(1, 40, n).astype(float)
+    events, weights, first = rng.random(n) < 0.6, rng.integers(1, 4, n), rng.random(n) < 0.4
+    durations[np.argmax(durations)] = 99.0  # the last sample alone at risk
+    expected = logrank_test(durations[first], durations[~first], events[first], events[~first], weights_A=weights[first], weights_B=weights[~first])
+    statistic, p = logrank(durations, events, weights, first)
+    assert statistic == pytest.approx(expected.test_statistic, rel=1e-10) and p == pytest.approx(expected.p_value, rel=1e-9)

@@ -11,12 +11,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from lifelines import KaplanMeierFitter
-from lifelines.statistics import logrank_test
 
 from trashfire.core import schema
 from trashfire.core.errors import DataError
 from trashfire.survival import fitters as F
-from trashfire.survival.km import grouped_km
+from trashfire.survival.km import grouped_km, logrank
 from trashfire.survival.scoring import CELL, FAMILY, KM_COLUMNS, cell_means, table_columns
 from trashfire.survival.spec import score
 
@@ -166,22 +165,17 @@ def km_sentences(check: pd.DataFrame, model: str) -> list[str]:
 
 
 def logrank_table(data: pd.DataFrame) -> pd.DataFrame:
-    """Per attack family, each defence's samples against the undefended ones (lifelines'
-    weighted log-rank test); a family without undefended samples has no rows."""
+    """Per attack family, each defence's samples against the undefended ones (the weighted
+    log-rank test, lifelines' `logrank_test`: `km.logrank`); a family without undefended
+    samples has no rows."""
     rows = []
     for family, samples in data.groupby("attack_family", sort=True):
         reference = samples[samples["defence"] == REFERENCE_DEFENCE]
         if reference.empty:
             continue
         for defence, group in samples[samples["defence"] != REFERENCE_DEFENCE].groupby("defence", sort=True):
-            result = logrank_test(
-                group[F.DURATION],
-                reference[F.DURATION],
-                group[F.EVENT],
-                reference[F.EVENT],
-                weights_A=F.sample_weights(group),
-                weights_B=F.sample_weights(reference),
-            )
+            both = pd.concat([group, reference])
+            statistic, p = logrank(both[F.DURATION], both[F.EVENT], F.sample_weights(both), np.arange(len(both)) < len(group))
             rows.append(
                 {
                     "attack_family": family,
@@ -189,8 +183,8 @@ def logrank_table(data: pd.DataFrame) -> pd.DataFrame:
                     "reference": REFERENCE_DEFENCE,
                     **_counts(group),
                     **{f"{k}_reference": v for k, v in _counts(reference).items()},
-                    "test_statistic": float(result.test_statistic),
-                    "p": float(result.p_value),
+                    "test_statistic": statistic,
+                    "p": p,
                 }
             )
     columns = ["attack_family", "defence", "reference", "n", "events", "n_reference", "events_reference", "test_statistic", "p"]

@@ -73,3 +73,29 @@ def _restarting_cumsum(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
     """The cumulative sum of `values` within each group, restarting exactly at each (pandas'
     grouped cumsum: no offsets subtracted from a running total, so no rounding carried over)."""
     return pd.Series(values).groupby(groups, sort=False).cumsum().to_numpy()
+
+
+def logrank(durations, events, weights, in_first) -> tuple[float, float]:
+    """The weighted log-rank test of two groups (`in_first`: a row's group), as lifelines'
+    `logrank_test` with `weights_A`, `weights_B` computes it, from one sort of all rows: at each
+    distinct time, the expected failures of the first group given those at risk, and their
+    hypergeometric variance (n_1 n_2 d (n - d) / (n^2 (n - 1)), 1 where n = 1). lifelines builds
+    a table per distinct time in pandas: at 10^7 samples, minutes. Returns (chi^2 with 1 degree
+    of freedom, p)."""
+    from scipy.stats import chi2
+
+    durations, weights = np.asarray(durations, float), np.asarray(weights, float)
+    events, in_first = np.asarray(events).astype(bool), np.asarray(in_first).astype(bool)
+    times, position = np.unique(durations, return_inverse=True)
+    tally = lambda rows: np.bincount(position[rows], weights=weights[rows], minlength=len(times))  # noqa: E731
+    everyone = np.ones(len(durations), dtype=bool)
+    leaving, leaving_first = tally(everyone), tally(in_first)
+    failing, failing_first = tally(events), tally(events & in_first)
+    at_risk = leaving.sum() - np.r_[0.0, np.cumsum(leaving)[:-1]]
+    at_risk_first = leaving_first.sum() - np.r_[0.0, np.cumsum(leaving_first)[:-1]]
+    observed_minus_expected = failing_first.sum() - (at_risk_first * failing / at_risk).sum()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        spread = np.where(at_risk == 1, 1.0, (at_risk - failing) / (at_risk - 1))
+    variance = (at_risk_first * (at_risk - at_risk_first) * spread * failing / at_risk**2).sum()
+    statistic = observed_minus_expected**2 / variance if variance > 0 else 0.0
+    return float(statistic), float(chi2.sf(statistic, 1))
