@@ -240,3 +240,17 @@ def test_the_generalised_gammas_closed_form_restricted_mean_is_the_integral(cens
     closed = F.restricted_mean(F.Fit("gengamma", fitted, 0.001, "Newton-Raphson", 1), rows, budgets)
     fitted.newton_iterations = None
     np.testing.assert_allclose(closed, F.restricted_mean(F.Fit("gengamma", fitted, 0.001, "BFGS", 1), rows, budgets), rtol=1e-5)
+
+
+@pytest.mark.parametrize("newton", [NewtonWeibullAFTFitter, NewtonLogNormalAFTFitter, WeibullCureFitter], ids=lambda c: c.__name__)
+def test_a_fit_in_row_blocks_is_the_fit_in_one(censored, cured, newton, monkeypatch):
+    """Past ROW_BLOCK rows the Hessian's products are summed block by block and the start is
+    the normal equations' (no copy of the design): the same optimum, within rounding."""
+    data = cured if newton is WeibullCureFitter else censored
+    whole = newton(penalizer=0.001).fit(data, "duration", "event")
+    monkeypatch.setattr("trashfire.survival.newton.ROW_BLOCK", 512)
+    monkeypatch.setattr("trashfire.survival.aft.ROW_BLOCK", 512)
+    blocks = newton(penalizer=0.001).fit(data, "duration", "event")
+    assert blocks.log_likelihood_ == pytest.approx(whole.log_likelihood_, rel=1e-12)
+    pd.testing.assert_series_equal(blocks.params_, whole.params_, atol=1e-7, rtol=1e-7)
+    pd.testing.assert_series_equal(blocks.standard_errors_, whole.standard_errors_, rtol=1e-7)

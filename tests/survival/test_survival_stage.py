@@ -868,6 +868,17 @@ def test_predicted_curves_average_each_defences_survival_over_its_samples_on_a_l
     assert grid.tolist() == [2.0] and len(curve) == 1
 
 
+def test_predicted_curves_in_row_chunks_are_the_curves_in_one(study_fits, monkeypatch):
+    """A family of 10^6 samples is predicted CURVE_ROWS at a time (memory): the same curves."""
+    data = two_family_study()
+    whole = expected_time.predicted_curves(study_fits["weibull"], data)
+    monkeypatch.setattr(expected_time, "CURVE_ROWS", 7)
+    chunked = expected_time.predicted_curves(study_fits["weibull"], data)
+    assert set(chunked) == set(whole)
+    for key, (grid, curve) in whole.items():
+        assert np.array_equal(chunked[key][0], grid) and chunked[key][1] == pytest.approx(curve, rel=1e-12)
+
+
 def test_kaplan_meier_curves_are_labelled_by_defence_for_the_legend():
     fits = expected_time.kaplan_meier_fits(two_family_study())
     assert {key: km.label for key, km in fits.items()} == {

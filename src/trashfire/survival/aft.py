@@ -23,7 +23,7 @@ from lifelines.utils.safe_exp import safe_exp
 from scipy.special import expit, gamma, gammainc, hyp2f1, ndtr
 
 from trashfire.survival.mappings import FastDesignMixin
-from trashfire.survival.newton import MAX_ITERATIONS, LocationScale, NotConverged, extreme_value, logistic, newton, normal
+from trashfire.survival.newton import MAX_ITERATIONS, ROW_BLOCK, LocationScale, NotConverged, extreme_value, logistic, newton, normal, weighted_gram
 from trashfire.survival.newton_fit import keep_lifelines_objectives, right_censored_from_zero
 
 
@@ -157,7 +157,10 @@ class NewtonAFTMixin(FastDesignMixin):
         residuals' log SD: survreg's kind of start, near enough for Newton's step halving."""
         if isinstance(initial, np.ndarray):
             return self._to_internal(initial.astype(float), Xs)
-        b, *_ = np.linalg.lstsq(model.X * np.sqrt(model.w)[:, None], model.y * np.sqrt(model.w), rcond=None)
+        if len(model.w) <= ROW_BLOCK:
+            b, *_ = np.linalg.lstsq(model.X * np.sqrt(model.w)[:, None], model.y * np.sqrt(model.w), rcond=None)
+        else:  # the normal equations: lstsq would copy the design twice (10^7 rows: 3 GB); a start needs no more
+            b, *_ = np.linalg.lstsq(weighted_gram(model.X, model.w, model.X), model.X.T @ (model.w * model.y), rcond=None)
         if model.fixed_scale:
             return b
         residual = model.y - model.X @ b

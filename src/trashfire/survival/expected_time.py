@@ -22,6 +22,7 @@ from trashfire.survival.spec import score
 KM_WORST = 5  # cells listed as the worst of the Kaplan-Meier check
 REFERENCE_DEFENCE = "none"
 CURVE_POINTS = 120  # time points of the predicted survival curves drawn over Kaplan-Meier
+CURVE_ROWS = 1 << 17  # samples predicted at once for those curves (more than a default study's family holds)
 
 
 logger = logging.getLogger(__name__)
@@ -207,14 +208,22 @@ def kaplan_meier_fits(data: pd.DataFrame) -> dict[tuple[str, str], KaplanMeierFi
 
 def predicted_curves(fit: F.Fit, data: pd.DataFrame, points: int = CURVE_POINTS) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray]]:
     """(attack family, defence) -> (times, the model's survival curve averaged over those
-    samples), on a log-spaced grid over the family's durations."""
+    samples), on a log-spaced grid over the family's durations. The samples are predicted
+    CURVE_ROWS at a time: lifelines' prediction holds several (times, rows) arrays, 1 GB each
+    for a family of 10^6 samples."""
     curves = {}
     for family, samples in data.groupby("attack_family", sort=True):
         durations = samples[F.DURATION].to_numpy(float)
         grid = np.geomspace(durations.min(), durations.max(), points) if durations.max() > durations.min() else durations[:1]
-        survival = fit.fitter.predict_survival_function(F.covariates_of(samples), times=grid).to_numpy()  # (times, samples)
         weights = F.sample_weights(samples).astype(float)
-        for defence in sorted(samples["defence"].unique()):
-            mine = (samples["defence"] == defence).to_numpy()
-            curves[(family, defence)] = (grid, survival[:, mine] @ weights[mine] / weights[mine].sum())
+        defences = samples["defence"].to_numpy()
+        sums = {defence: np.zeros(len(grid)) for defence in sorted(set(defences))}
+        for start in range(0, len(samples), CURVE_ROWS):
+            rows = slice(start, start + CURVE_ROWS)
+            survival = fit.fitter.predict_survival_function(F.covariates_of(samples.iloc[rows]), times=grid).to_numpy()  # (times, rows)
+            for defence in sums:
+                mine = defences[rows] == defence
+                sums[defence] = sums[defence] + survival[:, mine] @ weights[rows][mine]
+        for defence, total in sums.items():
+            curves[(family, defence)] = (grid, total / weights[defences == defence].sum())
     return curves

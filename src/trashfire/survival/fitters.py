@@ -231,33 +231,17 @@ def ranking_concordance(data: pd.DataFrame, ranking: np.ndarray) -> float:
 
 def harrell_c(durations, ranking, events, weights) -> float:
     """lifelines' `concordance_index` of rows standing for `weights` samples each, in
-    O(n log^2 n) numpy: the pairs (a failure, a sample that outlasts it) counted by merging
-    halves of the time order, every block of a level at once (for each failure in a left half,
-    the weight of the right half's samples ranked above it, and tied with it, by a search in
-    the right halves' sorted ranks). A pair is comparable as in lifelines: the failure first, or
-    a sample censored at its very time; two failures at one time are not, and are taken back
-    at the end. Ties in the ranking count one half."""
+    O(n log n) numpy: for each failure, the weight of the samples after it in the time order
+    that are ranked above it, and level with it (`_ranked_after`). A pair is comparable as in
+    lifelines: the failure first, or a sample censored at its very time; two failures at one
+    time are not, and are taken back at the end. Ties in the ranking count one half."""
     t, s = np.asarray(durations, float), np.asarray(ranking, float)
     e, w = np.asarray(events).astype(bool), np.asarray(weights, float)
     order = np.lexsort((s, ~e, t))  # by time; at one time the failures first, by ranking
     t, s, e, w = t[order], s[order], e[order], w[order]
-    rank = np.unique(s, return_inverse=True)[1].astype(np.int64)
-    span = np.int64(rank.max(initial=0) + 2)
-    position = np.arange(len(t))
-    concordant = comparable = 0.0
-    block = 1
-    while block < len(t):
-        pair, right = position // (2 * block), (position // block) % 2 == 1
-        keys = pair[right] * span + rank[right]
-        by_key = np.argsort(keys, kind="stable")
-        sorted_keys, cumulative = keys[by_key], np.r_[0.0, np.cumsum(w[right][by_key])]
-        asking = ~right & e
-        own, first = pair[asking] * span + rank[asking], pair[asking] * span
-        low, high = np.searchsorted(sorted_keys, own, "left"), np.searchsorted(sorted_keys, own, "right")
-        start, end = np.searchsorted(sorted_keys, first, "left"), np.searchsorted(sorted_keys, first + span, "left")
-        concordant += float(w[asking] @ (cumulative[end] - cumulative[high] + 0.5 * (cumulative[high] - cumulative[low])))
-        comparable += float(w[asking] @ (cumulative[end] - cumulative[start]))
-        block *= 2
+    above, level = _ranked_after(np.unique(s, return_inverse=True)[1].astype(np.int64), w)
+    concordant = float(w[e] @ (above[e] + 0.5 * level[e]))
+    comparable = float(w[e] @ (w.sum() - np.cumsum(w))[e])
     failed = pd.DataFrame({"t": t[e], "s": s[e], "w": w[e], "w2": w[e] ** 2})
     tied = _pairs_within(failed.groupby("t")[["w", "w2"]].sum())  # ordered by ranking within a time: each counted once, ranked right or tied
     comparable -= tied
@@ -265,6 +249,41 @@ def harrell_c(durations, ranking, events, weights) -> float:
     if comparable <= 0:
         raise ZeroDivisionError("No admissable pairs in the dataset.")  # lifelines' error
     return concordant / comparable
+
+
+def _ranked_after(rank: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per position i, the weight of the positions after it ranked above it, and level with it:
+    a bottom-up merge sort of the ranks over blocks of positions, every block of a level at
+    once. Where a left block and the right block after it merge, each left row reads the right
+    block's weight at or below its rank (merged with the right rows first at a tie) and below
+    it (left rows first); merging two sorted runs is a stable argsort's linear case. Weights are
+    sample counts, so every sum is exact: the count does not depend on the order of additions."""
+    n = len(rank)
+    span = np.int64(rank.max(initial=0) + 1)
+    slot, ranks, weights = np.arange(n), rank, w  # along the merge's order: each row's position, rank and weight
+    above, level = np.zeros(n), np.zeros(n)
+    block = 1
+    while block < n:
+        pair, is_right = slot // (2 * block), (slot // block) % 2 == 1
+        first = np.r_[0, np.flatnonzero(np.diff(pair)) + 1]  # each pair's first row (pairs stay contiguous)
+        sizes = np.diff(np.r_[first, n])
+        right_weights = np.where(is_right, weights, 0.0)
+        total_right = np.repeat(np.add.reduceat(right_weights, first), sizes)
+        key = (pair * span + ranks) * 2
+        counts = []
+        for last_at_a_tie in (~is_right, is_right):
+            order = np.argsort(key + last_at_a_tie, kind="stable")
+            cumulative = np.cumsum(right_weights[order])
+            counts.append(np.empty(n))
+            counts[-1][order] = cumulative - np.repeat(np.r_[0.0, cumulative][first], sizes)
+        at_or_below, below = counts
+        above += np.where(is_right, 0.0, total_right - at_or_below)
+        level += np.where(is_right, 0.0, at_or_below - below)
+        slot, ranks, weights, above, level = slot[order], ranks[order], weights[order], above[order], level[order]
+        block *= 2
+    by_position = np.empty(n, dtype=np.int64)
+    by_position[slot] = np.arange(n)
+    return above[by_position], level[by_position]
 
 
 def _pairs_within(groups: pd.DataFrame) -> float:
