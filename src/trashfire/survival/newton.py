@@ -16,6 +16,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import expit, log_ndtr
 
+from trashfire.survival.design import GroupedDesign, t_dot
+
 MAX_ITERATIONS = 100
 MAX_HALVINGS = 30
 GRADIENT_TOLERANCE = 1e-9  # of the mean objective, per coefficient (in the unit-SD coordinates)
@@ -133,8 +135,11 @@ class LocationScale:
 
 
 def weighted_gram(A, d, B):
-    """A' diag(d) B, summed over blocks of ROW_BLOCK rows where there are more (the same sum,
-    in another order of its terms: within rounding of the one product)."""
+    """A' diag(d) B, summed over blocks of ROW_BLOCK rows where there are more, or over cells
+    (GroupedDesigns): the same sum in another order of its terms, within rounding of the one
+    product."""
+    if isinstance(A, GroupedDesign):
+        return A.gram(d, B)
     if len(d) <= ROW_BLOCK:
         return (A.T * d) @ B
     total = 0.0
@@ -222,7 +227,7 @@ class LinearPredictors:
         loglik = float(self.w @ value)
         if order == 0:
             return loglik, None, None
-        gradient = np.concatenate([X.T @ (self.w * first[:, k]) for k, X in enumerate(self.designs)])
+        gradient = np.concatenate([t_dot(X, self.w * first[:, k]) for k, X in enumerate(self.designs)])
         if order == 1:
             return loglik, gradient, None
         hessian = np.empty((len(theta), len(theta)))

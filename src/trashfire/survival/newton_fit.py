@@ -20,8 +20,10 @@ import numpy as np
 from lifelines.exceptions import ConvergenceError
 from scipy.optimize import minimize
 
+from trashfire.survival.data import SAMPLE_COVARIATES
+from trashfire.survival.design import grouped
 from trashfire.survival.mappings import FastDesignMixin
-from trashfire.survival.newton import MAX_ITERATIONS, LinearPredictors, NotConverged, minimise, penalised
+from trashfire.survival.newton import MAX_ITERATIONS, ROW_BLOCK, LinearPredictors, NotConverged, minimise, penalised
 
 NEWTON = "Newton-Raphson"  # `_scipy_fit_method` that selects it; any other is scipy's, on the exact gradient
 
@@ -56,8 +58,13 @@ class NewtonRegressionMixin(FastDesignMixin):
         keep_lifelines_objectives(self, likelihood)
         names = self._parameter_order(Xs)
         log_t = np.log(np.asarray(Ts[0], dtype=float))
+        frames = [Xs[name] for name in names]
+        # past ROW_BLOCK rows, the designs by cell (design.grouped): a Newton step's products cost O(n), not O(n p^2)
+        designs = grouped(frames, set(SAMPLE_COVARIATES)) if len(weights) > ROW_BLOCK else None
         model = LinearPredictors(
-            partial(self.row_derivatives, log_t, np.asarray(E, dtype=bool)), [Xs[name].to_numpy(float) for name in names], np.asarray(weights, dtype=float)
+            partial(self.row_derivatives, log_t, np.asarray(E, dtype=bool)),
+            designs or [frame.to_numpy(float) for frame in frames],
+            np.asarray(weights, dtype=float),
         )
         ridge = self.penalizer * ~np.asarray(self._cols_to_not_penalize, dtype=bool)
         maxiter = int((fit_options or {}).get("maxiter", MAX_ITERATIONS))
