@@ -503,7 +503,8 @@ def test_fits_in_worker_processes_give_the_table_of_one_process(settings):
     train, test = analysis.split_groups(synthetic_cells(), "train_hash", 0.2, 0)
     chosen = only(settings, "weibull", "gengamma", "exponential", retries=[], models={"gengamma": {"fit_options": {"maxiter": 1}}})
     serial, serial_fits = analysis.compare(train, test, chosen, workers=1)
-    parallel, parallel_fits = analysis.compare(train, test, chosen, workers=2)
+    parallel, parallel_fits = analysis.compare(train, test, chosen, workers=2)  # the workers fork and find the rows in their memory
+    assert not analysis._INHERITED  # nothing left behind for the next stage's memory
     assert list(parallel["fitter"]) == list(serial["fitter"]) and list(parallel_fits) == list(serial_fits) == ["weibull", "exponential"]
     pd.testing.assert_frame_equal(parallel.drop(columns="note"), serial.drop(columns="note"), rtol=1e-6)
     assert "ConvergenceError" in parallel.set_index("fitter").loc["gengamma", "note"]

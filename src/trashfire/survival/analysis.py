@@ -53,7 +53,7 @@ import pandas as pd
 from omegaconf import DictConfig
 
 from trashfire.core.errors import ConfigError, DataError
-from trashfire.core.parallel import resolve_workers, results_as_completed, threads_per_cell
+from trashfire.core.parallel import resolve_workers, results_as_completed, threads_per_cell, torch_loaded
 from trashfire.core.records import atomic_path, read_table, write_csv, write_json
 from trashfire.core.schema.units import CLOCK_UNIT_NAMES, FIT_UNIT_NAMES, FIT_UNITS
 from trashfire.core.stage import Artefacts
@@ -179,9 +179,10 @@ def compare(
     it arrives."""
     rows: dict[str, dict[str, Any]] = {}
     to_fit = []
-    # what a fit reads, and the clusters of its robust SEs: the labels (hashes, names: strings,
-    # most of the frame's memory) stay here, not pickled to each worker
-    fitted_columns = train[[*F.model_frame(train).columns, CLUSTER_BY]]
+    if workers > 1 and not torch_loaded():  # forked workers read the rows from their copy of this process's memory
+        _INHERITED[INHERITED], shared = train, INHERITED
+    else:  # each job's rows are pickled to it, or it runs here: the labels (most of the frame's memory) stay aside
+        shared = train[[*F.model_frame(train).columns, CLUSTER_BY]]
     folds = validation.plan(settings, train)
     calibrated = calibration_rows(train, settings.get("score_samples"), int(settings.seed))
     for name in settings.fitters:
@@ -190,24 +191,27 @@ def compare(
         if isinstance(F.build(spec, 0.0, None), F.CoxPHFitter) and F.covariates_of(train).empty:
             rows[name] |= {"status": "skipped", "note": f"not fitted: {spec.label} needs a covariate that varies, and none does"}
         else:
-            to_fit.append((name, spec, fitted_columns, list(settings.retries), folds if spec.aft else None))
+            to_fit.append((name, spec, shared, list(settings.retries), folds if spec.aft else None))
     to_fit.sort(key=lambda job: job[0] not in SLOW_FITTERS)
     fits = {}
     # this process scores each fit as it arrives, which on a large training split takes as long
     # as the fits: there they run in workers - 1 processes beside it, so that no more than two
     # copies of the design are alive at once (10^6 samples: 6.3 GiB with two fit workers)
     fit_processes = workers if F.sample_weights(train).sum() < LARGE_SPLIT else max(1, workers - 1)
-    for index, fit in results_as_completed(fit_with_robust_se, to_fit, fit_processes, log.name, threads, away=workers > 1, fork=True):
-        name, spec = to_fit[index][:2]
-        if isinstance(fit, F.FitFailed):
-            log.warning("%s failed to fit: %s", name, fit)
-            rows[name] |= {"status": "failed", "note": f"fit failed: {fit}"}
-            continue
-        fits[name] = fit
-        rows[name] |= (
-            {"status": "fitted", "penalizer": fit.penalizer, "optimiser": fit.optimiser, "attempts": fit.attempts} | fit.convergence.columns() | fit.cv
-        )
-        rows[name] |= train_scores(fit, train, calibration_time(train, t0_quantile(spec, settings)), (axes or {}).get(name, (None, None))[0], calibrated)
+    try:
+        for index, fit in results_as_completed(fit_with_robust_se, to_fit, fit_processes, log.name, threads, away=workers > 1, fork=True):
+            name, spec = to_fit[index][:2]
+            if isinstance(fit, F.FitFailed):
+                log.warning("%s failed to fit: %s", name, fit)
+                rows[name] |= {"status": "failed", "note": f"fit failed: {fit}"}
+                continue
+            fits[name] = fit
+            rows[name] |= (
+                {"status": "fitted", "penalizer": fit.penalizer, "optimiser": fit.optimiser, "attempts": fit.attempts} | fit.convergence.columns() | fit.cv
+            )
+            rows[name] |= train_scores(fit, train, calibration_time(train, t0_quantile(spec, settings)), (axes or {}).get(name, (None, None))[0], calibrated)
+    finally:
+        _INHERITED.pop(INHERITED, None)
     ordered = [rows[name] for name in settings.fitters] + baseline_rows(train, test)
     comparison = pd.DataFrame(ordered).assign(split_by=settings.split_by)
     return comparison.reindex(columns=table_columns(comparison.columns)), {name: fits[name] for name in settings.fitters if name in fits}
@@ -218,9 +222,16 @@ def t0_quantile(spec: Any, settings: Any) -> float:
     return spec.get("t0_quantile") or settings.t0_quantile
 
 
-def fit_with_robust_se(name: str, spec: Any, train: pd.DataFrame, retries: list, folds: validation.Plan | None = None) -> F.Fit | F.FitFailed:
+INHERITED = "inherited"  # a job's training rows: the frame compare() left in _INHERITED before it forked its workers
+_INHERITED: dict[str, pd.DataFrame] = {}  # pickled to each job, the rows were a copy per job: 2 GB at 10^7 samples
+
+
+def fit_with_robust_se(name: str, spec: Any, train: pd.DataFrame | str, retries: list, folds: validation.Plan | None = None) -> F.Fit | F.FitFailed:
     """One fitter (a worker's job): its fit with cluster-robust SEs and, with `folds`, its
-    cross-validated select_by score, or why it failed."""
+    cross-validated select_by score, or why it failed. `train`: the rows, or INHERITED where a
+    forked worker finds them in its copy of compare()'s memory."""
+    if isinstance(train, str):
+        train = _INHERITED[train]
     try:
         fit = fit_converged(name, spec, train, retries)
     except F.FitFailed as err:
