@@ -42,3 +42,25 @@ def test_a_formula_it_does_not_know_goes_to_lifelines():
     mappings = FastMappings.of(CovariateParameterMappings({"mu_": "x + np.log(y)", "sigma_": "1"}, frame, force_intercept=True))
     assert mappings.columns_of("mu_") is None and mappings.columns_of("sigma_") == [("Intercept", True)]
     pd.testing.assert_frame_equal(mappings.transform_df(frame), CovariateParameterMappings.transform_df(mappings, frame), check_exact=True)
+
+
+@pytest.mark.parametrize("name", ["weibull", "lognormal", "exponential", "gengamma", "weibull_cure"])
+def test_a_fit_past_row_block_without_lifelines_copies_is_lifelines_fit(train, name, monkeypatch):
+    """Past ROW_BLOCK rows the fit runs lifelines' steps on its own design, normalised in place
+    (mappings._frugal_fit): the same optimum, errors, predictions and summary as lifelines' path."""
+    spec = SETTINGS.models[name]
+    theirs = F.fit_one(name, spec, train).fitter
+    monkeypatch.setattr("trashfire.survival.mappings.ROW_BLOCK", 100)
+    calls = []
+    original = FastMappings.design_array
+    monkeypatch.setattr(FastMappings, "design_array", lambda self, df: calls.append(len(df)) or original(self, df))
+    ours = F.fit_one(name, spec, train).fitter
+    assert len(train) in calls  # the frugal path ran on the training rows
+    assert ours.log_likelihood_ == pytest.approx(theirs.log_likelihood_, rel=1e-12)
+    pd.testing.assert_series_equal(ours.params_, theirs.params_, rtol=1e-8, atol=1e-10)
+    pd.testing.assert_series_equal(ours.standard_errors_, theirs.standard_errors_, rtol=1e-6)
+    pd.testing.assert_series_equal(ours._norm_std, theirs._norm_std, rtol=1e-14)
+    assert ours._cols_to_not_penalize.equals(theirs._cols_to_not_penalize) and ours.timeline.tolist() == theirs.timeline.tolist()
+    rows = F.covariates_of(train)
+    np.testing.assert_allclose(ours.predict_median(rows).to_numpy(), theirs.predict_median(rows).to_numpy(), rtol=1e-8)
+    assert ours.summary.index.equals(theirs.summary.index) and ours.AIC_ == pytest.approx(theirs.AIC_, rel=1e-12)
