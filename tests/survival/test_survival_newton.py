@@ -254,3 +254,24 @@ def test_a_fit_in_row_blocks_is_the_fit_in_one(censored, cured, newton, monkeypa
     assert blocks.log_likelihood_ == pytest.approx(whole.log_likelihood_, rel=1e-12)
     pd.testing.assert_series_equal(blocks.params_, whole.params_, atol=1e-7, rtol=1e-7)
     pd.testing.assert_series_equal(blocks.standard_errors_, whole.standard_errors_, rtol=1e-7)
+
+
+@pytest.mark.parametrize(
+    "newton",
+    [NewtonWeibullAFTFitter, NewtonLogNormalAFTFitter, NewtonLogLogisticAFTFitter, NewtonExponentialAFTFitter, F.GeneralizedGammaAFTFitter],
+    ids=lambda c: c.__name__,
+)
+def test_the_closed_form_log_likelihood_is_lifelines_score(censored, newton):
+    """Table I's log-likelihood past ROW_BLOCK rows (fitters.log_likelihood): the fitter's own
+    evaluation, lifelines' score() times the samples; a cure model's likelihood is not lifelines'
+    (no hazard floor), so it leaves it to lifelines."""
+    data = censored.drop(columns="rare").assign(weight=np.tile([1.0, 2.0], len(censored) // 2))
+    fitted = newton(penalizer=0.001).fit(data, "duration", "event", weights_col="weight")
+    covariates = data.drop(columns=["duration", "event", "weight"])
+    own = fitted.unpenalised_log_likelihood(data.duration.to_numpy(), data.event.to_numpy(), data.weight.to_numpy(), covariates)
+    assert own == pytest.approx(fitted.score(data, scoring_method="log_likelihood") * data.weight.sum(), rel=1e-10)
+
+
+def test_a_cure_models_log_likelihood_is_left_to_lifelines(cured):
+    fitted = WeibullCureFitter(penalizer=0.001).fit(cured, "duration", "event")
+    assert fitted.unpenalised_log_likelihood(cured.duration.to_numpy(), cured.event.to_numpy(), np.ones(len(cured)), cured[["a", "b"]]) is None

@@ -59,6 +59,7 @@ from trashfire.survival.aft import ExponentialAFTFitter, NewtonLogNormalAFTFitte
 from trashfire.survival.calibration_spline import FastCRCSplineFitter
 from trashfire.survival.data import NOT_COVARIATES
 from trashfire.survival.gengamma import GeneralizedGammaAFTFitter  # noqa: F401 (configs written before it moved name it here)
+from trashfire.survival.newton import ROW_BLOCK
 
 DURATION, EVENT, WEIGHT = "duration", "event", "weight"
 NEWTON_FALLBACK = {"step_size": 0.1, "max_steps": 1000}  # Cox PH's "other optimiser": shorter Newton steps
@@ -427,6 +428,10 @@ def log_likelihood(fit: Fit, data: pd.DataFrame) -> float:
     if fit.is_cox:
         samples = per_sample(data)
         return float(fit.fitter.score(samples, scoring_method="log_likelihood")) * len(samples)
+    if len(data) > ROW_BLOCK and hasattr(fit.fitter, "unpenalised_log_likelihood"):  # the Newton fitters' own, in closed form
+        own = fit.fitter.unpenalised_log_likelihood(data[DURATION].to_numpy(float), data[EVENT].to_numpy(), sample_weights(data), covariates_of(data))
+        if own is not None:
+            return own
     return float(fit.fitter.score(data, scoring_method="log_likelihood")) * float(sample_weights(data).sum())
 
 

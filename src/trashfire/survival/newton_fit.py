@@ -107,12 +107,28 @@ class NewtonRegressionMixin(FastDesignMixin):
         """The fitted parameters in the design's (lifelines') column order."""
         return list(dict.fromkeys(design.columns.get_level_values(0)))
 
-    def row_scores(self, durations: np.ndarray, events: np.ndarray, weights: np.ndarray, covariates) -> np.ndarray:
-        """Each row's weight x gradient of its log-likelihood at the fit, in lifelines' params_
-        (raw covariates, its order): the cluster-robust sandwich's scores."""
+    LIFELINES_LIKELIHOOD = True  # row_derivatives' log-likelihood is lifelines' own (its clips included)
+
+    def unpenalised_log_likelihood(self, durations: np.ndarray, events: np.ndarray, weights: np.ndarray, covariates) -> float | None:
+        """The weighted log-likelihood of these rows at the fit, from row_derivatives (lifelines'
+        score() evaluates its autograd objective: minutes at 10^7 rows); None where row_derivatives'
+        likelihood is not lifelines' (LIFELINES_LIKELIHOOD)."""
+        if not self.LIFELINES_LIKELIHOOD:
+            return None
+        _, etas = self._linear_predictors(covariates)
+        value, _, _ = self.row_derivatives(np.log(np.asarray(durations, dtype=float)), np.asarray(events, dtype=bool), etas, 0)
+        return float(np.asarray(weights, dtype=float) @ value)
+
+    def _linear_predictors(self, covariates) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Each parameter's design block and linear predictor at the fit, in lifelines' order."""
         design = self.regressors.transform_df(covariates)
         names = self._parameter_order(design)
         blocks = [design[name].to_numpy(float) for name in names]
-        etas = [X @ self.params_.loc[name].to_numpy(float) for X, name in zip(blocks, names)]
+        return blocks, [X @ self.params_.loc[name].to_numpy(float) for X, name in zip(blocks, names)]
+
+    def row_scores(self, durations: np.ndarray, events: np.ndarray, weights: np.ndarray, covariates) -> np.ndarray:
+        """Each row's weight x gradient of its log-likelihood at the fit, in lifelines' params_
+        (raw covariates, its order): the cluster-robust sandwich's scores."""
+        blocks, etas = self._linear_predictors(covariates)
         _, first, _ = self.row_derivatives(np.log(np.asarray(durations, dtype=float)), np.asarray(events, dtype=bool), etas, 1)
         return np.hstack([X * first[:, [k]] for k, X in enumerate(blocks)]) * np.asarray(weights, dtype=float)[:, None]
