@@ -7,22 +7,9 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from tests.conftest import ROOT
-from tests.survival.test_survival_stage import per_sample_data
-from trashfire.core.config import compose, validate
 from trashfire.survival import analysis, validation
 from trashfire.survival import fitters as F
 from trashfire.survival.score_sample import calibration_rows, cross_validation_rows
-
-
-@pytest.fixture(scope="module")
-def settings():
-    return validate(compose([], conf=ROOT / "conf")).survival
-
-
-@pytest.fixture(scope="module")
-def parts():
-    return analysis.usable_covariates(*analysis.split_groups(per_sample_data(n_models=15, frailty=0.3), "train_hash", 0.2, 0))
 
 
 def test_calibration_reads_every_sample_up_to_the_cap_and_a_seeded_sample_of_samples_above_it():

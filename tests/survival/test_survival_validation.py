@@ -7,21 +7,9 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from tests.conftest import ROOT
 from tests.survival.test_survival_stage import per_sample_data
-from trashfire.core.config import compose, validate
 from trashfire.survival import analysis, expected_time, validation
 from trashfire.survival import fitters as F
-
-
-@pytest.fixture(scope="module")
-def settings():
-    return validate(compose([], conf=ROOT / "conf")).survival
-
-
-@pytest.fixture(scope="module")
-def parts():
-    return analysis.usable_covariates(*analysis.split_groups(per_sample_data(n_models=15, frailty=0.3), "train_hash", 0.2, 0))
 
 
 def test_folds_keep_each_trained_model_whole_deal_them_evenly_and_follow_the_seed():
