@@ -59,7 +59,7 @@ def test_a_fit_past_row_block_without_lifelines_copies_is_lifelines_fit(train, n
     assert ours.log_likelihood_ == pytest.approx(theirs.log_likelihood_, rel=1e-12)
     pd.testing.assert_series_equal(ours.params_, theirs.params_, rtol=1e-8, atol=1e-10)
     pd.testing.assert_series_equal(ours.standard_errors_, theirs.standard_errors_, rtol=1e-6)
-    pd.testing.assert_series_equal(ours._norm_std, theirs._norm_std, rtol=1e-14)
+    pd.testing.assert_series_equal(ours._norm_std, theirs._norm_std, rtol=1e-12)  # a column's sum in 1-d or 2-d order: a CPU's SIMD may differ in the last bits
     assert ours._cols_to_not_penalize.equals(theirs._cols_to_not_penalize) and ours.timeline.tolist() == theirs.timeline.tolist()
     rows = F.covariates_of(train)
     np.testing.assert_allclose(ours.predict_median(rows).to_numpy(), theirs.predict_median(rows).to_numpy(), rtol=1e-8)

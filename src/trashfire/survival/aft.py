@@ -119,12 +119,16 @@ class NewtonAFTMixin(FastDesignMixin):
         names = list(Xs.columns.get_level_values(0))
         return [i for i, name in enumerate(names) if name == self.LOCATION] + [i for i, name in enumerate(names) if name == self.SCALE]
 
+    def _log_sigma(self) -> float:
+        """u = log sigma at the fit (0 where the scale is fixed)."""
+        return self.SCALE_SIGN * float(self.params_.loc[(self.SCALE, "Intercept")]) if self.SCALE else 0.0
+
     def row_scores(self, durations: np.ndarray, events: np.ndarray, weights: np.ndarray, covariates) -> np.ndarray:
         """Each row's weight x gradient of its log-likelihood at the fit, in lifelines' params_
         (raw covariates, its order): the cluster-robust sandwich's scores, in closed form."""
         design = self.regressors.transform_df(covariates)
         X = design[self.LOCATION].to_numpy(float)
-        u = self.SCALE_SIGN * float(self.params_.loc[(self.SCALE, "Intercept")]) if self.SCALE else 0.0
+        u = self._log_sigma()
         sigma = np.exp(u)
         z = (np.log(durations) - X @ self.params_.loc[self.LOCATION].to_numpy(float)) / sigma
         _, first, _ = self.DENSITY(z, np.asarray(events, dtype=bool))
@@ -139,7 +143,7 @@ class NewtonAFTMixin(FastDesignMixin):
         """The weighted log-likelihood of these rows at the fit, in closed form (lifelines'
         score() evaluates its autograd objective: a minute at 10^7 rows)."""
         design = self.regressors.transform_df(covariates)
-        u = self.SCALE_SIGN * float(self.params_.loc[(self.SCALE, "Intercept")]) if self.SCALE else 0.0
+        u = self._log_sigma()
         model = LocationScale(
             self.DENSITY,
             design[self.LOCATION].to_numpy(float),
@@ -154,7 +158,7 @@ class NewtonAFTMixin(FastDesignMixin):
         """int_0^t* S(u | x) du per row, in closed form (`restricted_mean_of`)."""
         design = self.regressors.transform_df(covariates)
         location = design[self.LOCATION].to_numpy(float) @ self.params_.loc[self.LOCATION].to_numpy(float)
-        u = self.SCALE_SIGN * float(self.params_.loc[(self.SCALE, "Intercept")]) if self.SCALE else 0.0
+        u = self._log_sigma()
         return self.restricted_mean_of(np.asarray(t_star, float), location, np.exp(u))
 
     @staticmethod
