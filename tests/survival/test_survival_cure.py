@@ -391,3 +391,53 @@ def test_the_cure_model_is_selected_by_table_is_aic_not_lifelines_penalised_one(
 
     fits = {"weibull_cure": cure(100.0, 120.0), "loglogistic_cure": cure(110.0, 90.0)}
     assert analysis.selected_cure(fits) == "loglogistic_cure"
+
+
+def _torch_latency(model: str):
+    """The latency's (log f_u, log S_u) in torch, written from its definition: autograd's reference."""
+    import torch
+
+    def weibull(log_t, log_scale, log_shape):
+        u = log_shape.exp() * (log_t - log_scale)
+        power = u.clamp(max=700.0).exp()
+        return log_shape - log_t + u - power, -power
+
+    def loglogistic(log_t, log_scale, log_shape):
+        u = log_shape.exp() * (log_t - log_scale)
+        spread = torch.logaddexp(torch.zeros_like(u), u)  # exact: softplus is u itself past u = 20
+        return log_shape - log_t + u - 2 * spread, -spread
+
+    return {"weibull": weibull, "loglogistic": loglogistic}[model]
+
+
+@pytest.mark.parametrize("model,cls", [("weibull", WeibullCureFitter), ("loglogistic", LogLogisticCureFitter)])
+def test_each_rows_closed_form_derivatives_are_autograds_of_the_mixture_likelihood(model, cls):
+    """The Newton fit's per-row log-likelihood and its first and second derivatives in the three
+    linear predictors (lifelines' sorted order) equal torch autograd's of the mixture's
+    likelihood, log((1 - pi) f_u) or log(pi + (1 - pi) S_u), over etas from deep in the cured
+    share to far past the latency's scale."""
+    import torch
+
+    from trashfire.survival.newton import torch_row_derivatives
+
+    fitter = cls()
+    names = ("cured_", fitter.scale_, fitter.shape_)
+    rng = np.random.default_rng(3)
+    log_t, event = rng.normal(0.0, 3.0, 4000), rng.random(4000) < 0.4
+    spreads = {"cured_": 4.0, fitter.scale_: 3.0, fitter.shape_: 1.0}  # rho within e^±4: torch's exp(u) stays finite
+    etas = [rng.normal(0.0, spreads[name], 4000) for name in sorted(names)]
+    latency = _torch_latency(model)
+
+    def rows(*linear):
+        cured, log_scale, log_shape = (linear[sorted(names).index(name)] for name in names)
+        log_density, log_survival = latency(torch.from_numpy(log_t), log_scale, log_shape)
+        log_breakable, log_cured = torch.nn.functional.logsigmoid(-cured), torch.nn.functional.logsigmoid(cured)
+        breakable_standing = log_breakable + log_survival
+        top = torch.maximum(log_cured, breakable_standing).detach()  # logaddexp's second derivative is inf / inf where b << a
+        standing = top + torch.log(torch.exp(log_cured - top) + torch.exp(breakable_standing - top))
+        return torch.where(torch.from_numpy(event), log_breakable + log_density, standing)
+
+    expected = torch_row_derivatives(rows)(etas, 2)
+    for got, want in zip(fitter.row_derivatives(log_t, event, etas, 2), expected):
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+    assert fitter.row_derivatives(log_t, event, etas, 0)[0] == pytest.approx(expected[0], rel=1e-12)
