@@ -1,7 +1,7 @@
 """The grouped design (trashfire.survival.design) against its dense matrix: every product the
 Newton fits take, on cells of unequal size, with and without per-row columns, in any column
-order; and a fit past ROW_BLOCK rows, whose products go by cell, reaching the dense fit's
-optimum."""
+order; and a fit past ROW_BLOCK rows, whose products go by cell and whose start is fitted on a
+sample of the rows, reaching the dense fit's optimum."""
 
 import numpy as np
 import pandas as pd
@@ -11,6 +11,7 @@ from trashfire.survival.cure import WeibullCureFitter
 from trashfire.survival.design import GroupedDesign, grouped, t_dot
 from trashfire.survival.gengamma import GeneralizedGammaAFTFitter
 from trashfire.survival.newton import weighted_gram
+from trashfire.survival.newton_fit import start_rows
 
 
 def designs(rows: int, shuffled: bool = False):
@@ -71,14 +72,17 @@ def cell_study(seed=0, cells=40, per_cell=100):
 
 
 @pytest.mark.parametrize("fitter", [WeibullCureFitter, GeneralizedGammaAFTFitter], ids=lambda c: c.__name__)
-def test_a_fit_by_cells_reaches_the_dense_fits_optimum(fitter, monkeypatch):
+def test_a_fit_by_cells_from_a_sampled_start_reaches_the_dense_fits_optimum(fitter, monkeypatch):
     data = cell_study()
     dense = fitter(penalizer=0.001).fit(data, "duration", "event")
     monkeypatch.setattr("trashfire.survival.newton_fit.ROW_BLOCK", 512)  # 4,000 rows in 40 cells: by cell
     calls = []
     monkeypatch.setattr(GroupedDesign, "t_dot", lambda self, v, original=GroupedDesign.t_dot: calls.append(1) or original(self, v))
+    starts = []  # past ROW_BLOCK rows the start (log-normal, plain Weibull) is fitted on a sample of them
+    module = "trashfire.survival." + ("cure" if fitter is WeibullCureFitter else "gengamma")
+    monkeypatch.setattr(f"{module}.start_rows", lambda df, columns, original=start_rows: starts.append(len(original(df, columns))) or original(df, columns))
     by_cells = fitter(penalizer=0.001).fit(data, "duration", "event")
-    assert calls  # the grouped products ran
+    assert calls and starts == [512]  # the grouped products ran, from a start on 512 of the 4,000 rows
     assert by_cells.log_likelihood_ == pytest.approx(dense.log_likelihood_, rel=1e-10)
     pd.testing.assert_series_equal(by_cells.params_, dense.params_, atol=1e-6, rtol=1e-6)
     # the generalised gamma's likelihood is flat along its shapes: two points within the gradient

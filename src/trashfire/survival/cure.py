@@ -40,7 +40,7 @@ from trashfire.survival.aft import NewtonLogLogisticAFTFitter, NewtonWeibullAFTF
 from trashfire.survival.data import NUMERIC_COVARIATES
 from trashfire.survival.fitters import DURATION, EVENT, _covariate_columns, _no_conditioning, covariates_of, sample_weights
 from trashfire.survival.km import grouped_km
-from trashfire.survival.newton_fit import NewtonRegressionMixin
+from trashfire.survival.newton_fit import NewtonRegressionMixin, start_rows
 
 
 class MixtureCureFitter(NewtonRegressionMixin, ParametricRegressionFitter):
@@ -73,7 +73,8 @@ class MixtureCureFitter(NewtonRegressionMixin, ParametricRegressionFitter):
         return super().fit(df, duration_col, event_col, regressors=regressors, weights_col=weights_col, **kwargs)
 
     def _plain_start(self, df: pd.DataFrame, duration_col: str, event_col: str | None, weights_col: str | None) -> tuple[pd.Series, float]:
-        plain = self.plain_fitter(penalizer=self.penalizer).fit(df, duration_col, event_col, weights_col=weights_col)
+        covariates = _covariate_columns(df, duration_col, event_col, weights_col)  # past ROW_BLOCK rows, fitted on a sample of them
+        plain = self.plain_fitter(penalizer=self.penalizer).fit(start_rows(df, covariates), duration_col, event_col, weights_col=weights_col)
         weights = df[weights_col].to_numpy(float) if weights_col else np.ones(len(df))
         censored = float(weights[df[event_col].to_numpy() == 0].sum() / weights.sum()) if event_col else 0.0
         return plain.params_, max(censored / 2, 0.01)  # at most 0.5: half of all
