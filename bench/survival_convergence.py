@@ -30,9 +30,10 @@ from omegaconf import OmegaConf
 from trashfire.core.config import compose
 from trashfire.core.records import read_table
 from trashfire.survival import fitters as F
-from trashfire.survival.analysis import fit_unit, split_groups, usable_covariates
+from trashfire.survival.analysis import fit_unit, usable_covariates
 from trashfire.survival.convergence import fit_converged
 from trashfire.survival.fitters import GeneralizedGammaAFTFitter
+from trashfire.survival.split import split_groups
 
 ROOT = Path(__file__).resolve().parents[1]
 TOLERANCE = 1e-4

@@ -18,7 +18,8 @@ from pathlib import Path
 from trashfire.core.config import load_params
 from trashfire.core.records import write_json
 from trashfire.survival import fitters as F
-from trashfire.survival.analysis import read_survival_data, split_groups, usable_covariates
+from trashfire.survival.analysis import read_survival_data, usable_covariates
+from trashfire.survival.split import split_groups
 
 
 def test_concordance(name: str, settings, train, test) -> float:

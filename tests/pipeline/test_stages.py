@@ -26,6 +26,7 @@ from trashfire.models import training
 from trashfire.stages import aggregate, attack, brittle, budget, certify, figures, prepare, survival, timing, train
 from trashfire.survival import analysis, scoring
 from trashfire.survival import fitters as F
+from trashfire.survival.split import split_groups
 
 
 @pytest.fixture(scope="module")
@@ -210,7 +211,7 @@ def test_ici_and_e50_on_real_per_sample_rows_equal_lifelines_calibration(pipelin
     timing.run(pipeline)
     data = read_table(Path(pipeline.paths.reports) / "survival_data.parquet")
     data["duration"] /= analysis.fit_unit(pipeline.timing.clock)  # as the survival stage fits it
-    train_part, _ = analysis.usable_covariates(*analysis.split_groups(data, "train_hash", 0.2, 0))
+    train_part, _ = analysis.usable_covariates(*split_groups(data, "train_hash", 0.2, 0))
     frame = F.model_frame(train_part)
     assert len(frame) > 50 and frame[F.EVENT].sum() > 10
     t0 = analysis.calibration_time(frame, 0.5)

@@ -7,6 +7,7 @@ from tests.conftest import ROOT
 from tests.survival.test_survival_stage import per_sample_data
 from trashfire.core.config import compose, validate
 from trashfire.survival import analysis
+from trashfire.survival.split import split_groups
 
 
 @pytest.fixture(scope="module")
@@ -18,4 +19,4 @@ def settings():
 @pytest.fixture(scope="module")
 def parts():
     """The train and test parts of 15 trained models' samples with a shared frailty each."""
-    return analysis.usable_covariates(*analysis.split_groups(per_sample_data(n_models=15, frailty=0.3), "train_hash", 0.2, 0))
+    return analysis.usable_covariates(*split_groups(per_sample_data(n_models=15, frailty=0.3), "train_hash", 0.2, 0))

@@ -42,6 +42,7 @@ from trashfire.survival import analysis, expected_time, figures, scoring
 from trashfire.survival import checks as survival_checks
 from trashfire.survival import fitters as F
 from trashfire.survival.data import LABEL_COLUMNS
+from trashfire.survival.split import split_groups
 
 ROSSI_COVARIATES = ["fin", "age", "race", "wexp", "mar", "paro", "prio"]
 LIFELINES_CLASSES = {
@@ -376,7 +377,7 @@ def only(settings, *fitters, **changes):
 
 def test_constant_covariates_leave_intercept_only_models_and_a_cox_note(settings):
     data = synthetic_cells().assign(epochs=3.0, depth=18.0, attack_pgd_inf=0.0)
-    train, test = analysis.usable_covariates(*analysis.split_groups(data, "train_hash", 0.2, 0))
+    train, test = analysis.usable_covariates(*split_groups(data, "train_hash", 0.2, 0))
     assert list(F.covariates_of(train)) == []
     comparison, fits = analysis.compare(train, test, only(settings, "weibull", "cox"))
     comparison = comparison.set_index("fitter")
@@ -386,7 +387,7 @@ def test_constant_covariates_leave_intercept_only_models_and_a_cox_note(settings
 
 
 def test_a_fitter_that_never_converges_is_reported_and_the_others_go_on(settings):
-    train, test = analysis.split_groups(synthetic_cells(), "train_hash", 0.2, 0)
+    train, test = split_groups(synthetic_cells(), "train_hash", 0.2, 0)
     never = only(settings, "gengamma", "exponential", retries=[], models={"gengamma": {"fit_options": {"maxiter": 1}}})
     comparison, fits = analysis.compare(train, test, never)
     rows = comparison.set_index("fitter")
@@ -500,7 +501,7 @@ def test_one_row_per_sample_repeats_weighted_rows_and_leaves_unweighted_ones_alo
 
 def test_fits_in_worker_processes_give_the_table_of_one_process(settings):
     """Two workers, one failing fit among them: the same rows, in the configured order."""
-    train, test = analysis.split_groups(synthetic_cells(), "train_hash", 0.2, 0)
+    train, test = split_groups(synthetic_cells(), "train_hash", 0.2, 0)
     chosen = only(settings, "weibull", "gengamma", "exponential", retries=[], models={"gengamma": {"fit_options": {"maxiter": 1}}})
     serial, serial_fits = analysis.compare(train, test, chosen, workers=1)
     parallel, parallel_fits = analysis.compare(train, test, chosen, workers=2)  # the workers fork and find the rows in their memory
@@ -989,7 +990,7 @@ def survival_log(caplog):
 
 
 def train_part(data, test_size=0.2):
-    return analysis.split_groups(data, "train_hash", test_size, 0)[0]
+    return split_groups(data, "train_hash", test_size, 0)[0]
 
 
 def test_the_stage_on_the_flops_clock_fits_gflops_and_writes_times_back_in_flops(tmp_path, caplog, stage_run):

@@ -18,6 +18,7 @@ from trashfire.core.config import compose
 from trashfire.survival import analysis, convergence, scoring
 from trashfire.survival import fitters as F
 from trashfire.survival.convergence import CONVERGED_GAIN, check, fit_converged, newton_gain
+from trashfire.survival.split import split_groups
 
 # the second start is lifelines' scipy optimisers' (the generalised gamma's, the cure models',
 # a user's lifelines class): these tests fit the plain AFT models with lifelines' own classes,
@@ -127,7 +128,7 @@ def test_a_fit_at_its_optimum_runs_once_and_one_that_stays_short_says_so(setting
 
 def test_table_one_states_each_fits_convergence(settings, rossi):
     data = rossi.assign(train_hash=[f"t{i % 10}" for i in range(len(rossi))], weight=1)
-    train, test = analysis.split_groups(data, "train_hash", 0.2, 0)
+    train, test = split_groups(data, "train_hash", 0.2, 0)
     comparison, _ = analysis.compare(train, test, OmegaConf.merge(settings, {"fitters": ["weibull", "cox"]}))
     rows = comparison.set_index("fitter")
     first = comparison.columns.get_loc("converged")

@@ -24,6 +24,7 @@ from trashfire.survival import analysis
 from trashfire.survival import fitters as F
 from trashfire.survival.aft import NewtonWeibullAFTFitter
 from trashfire.survival.cure import LogLogisticCureFitter, WeibullCureFitter, cure_table, km_plateau
+from trashfire.survival.split import split_groups
 
 CURED, BUDGET = 0.3, 6.0
 
@@ -109,7 +110,7 @@ def test_it_is_a_row_of_table_one_and_writes_its_cured_shares(tmp_path, caplog):
         train_hash=lambda d: [f"t{i % 10}" for i in range(len(d))], attack_hash=lambda d: [f"c{i % 20}" for i in range(len(d))], weight=1
     )
     data = data.assign(attack_family="pgd linf", defence="none", dataset="digits")
-    train, test = analysis.split_groups(data, "train_hash", 0.2, 0)
+    train, test = split_groups(data, "train_hash", 0.2, 0)
     comparison, fits = analysis.compare(train, test, OmegaConf.merge(settings, {"fitters": ["weibull", "weibull_cure"]}))
     rows = comparison.set_index("fitter")
     assert rows.loc["weibull_cure", "status"] == "fitted" and rows.loc["weibull_cure", "AIC"] < rows.loc["weibull", "AIC"]

@@ -15,13 +15,14 @@ from trashfire.core.config import compose, validate
 from trashfire.survival import analysis
 from trashfire.survival import fitters as F
 from trashfire.survival.mappings import FastMappings
+from trashfire.survival.split import split_groups
 
 SETTINGS = validate(compose([], conf=ROOT / "conf")).survival
 
 
 @pytest.fixture(scope="module")
 def train():
-    return analysis.usable_covariates(*analysis.split_groups(per_sample_data(n_models=6), "train_hash", 0.2, 0))[0]
+    return analysis.usable_covariates(*split_groups(per_sample_data(n_models=6), "train_hash", 0.2, 0))[0]
 
 
 @pytest.mark.parametrize("name", [name for name in SETTINGS.fitters if name != "cox"])

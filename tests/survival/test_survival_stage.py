@@ -31,6 +31,7 @@ from trashfire.report.page import render
 from trashfire.stages import survival
 from trashfire.survival import analysis, expected_time, scoring
 from trashfire.survival import fitters as F
+from trashfire.survival.split import split_groups, split_in_one_copy
 
 FAMILIES = ("fgm_2", "pgd_inf", "deepfool_2")
 DEFENCES = ("none", "fsq", "gauss_in")
@@ -92,24 +93,41 @@ def settings():
 def test_split_keeps_every_group_on_one_side(by):
     data = per_sample_data()
     for seed in range(8):
-        train, test = analysis.split_groups(data, by, 0.2, seed)
+        train, test = split_groups(data, by, 0.2, seed)
         assert len(train) + len(test) == len(data)
         assert not set(train[by]) & set(test[by])
         assert test[by].nunique() == round(0.2 * data[by].nunique())
         assert not set(train["attack_hash"]) & set(test["attack_hash"])  # an attack cell nests in its trained model
-    splits = {tuple(sorted(set(analysis.split_groups(data, by, 0.2, seed)[1][by]))) for seed in range(8)}
+    splits = {tuple(sorted(set(split_groups(data, by, 0.2, seed)[1][by]))) for seed in range(8)}
     assert len(splits) > 1  # seeded, not fixed
+
+
+def test_past_row_block_the_parts_are_slices_of_one_copy_of_the_rows(monkeypatch):
+    """A large study's parts are split_groups' own, but slices of one copy of the rows (training
+    rows first) that stands for the data from then on: the stage holds its rows once, not twice."""
+    data = per_sample_data()
+    monkeypatch.setattr("trashfire.survival.split.ROW_BLOCK", len(data) - 1)
+    with pd.option_context("mode.copy_on_write", True):  # as the stage runs
+        whole, train, test = split_in_one_copy(data, "train_hash", 0.2, 0)
+        expected_train, expected_test = split_groups(data, "train_hash", 0.2, 0)
+        pd.testing.assert_frame_equal(train, expected_train)
+        pd.testing.assert_frame_equal(test, expected_test)
+        pd.testing.assert_frame_equal(whole, pd.concat([expected_train, expected_test]))
+        assert np.shares_memory(train["duration"].to_numpy(), whole["duration"].to_numpy())
+        assert np.shares_memory(test["margin"].to_numpy(), whole["margin"].to_numpy())
+    monkeypatch.setattr("trashfire.survival.split.ROW_BLOCK", len(data))  # up to ROW_BLOCK rows: the data as they are
+    assert split_in_one_copy(data, "train_hash", 0.2, 0)[0] is data
 
 
 def test_split_leaves_a_group_on_each_side_and_needs_two():
     data = per_sample_data(n_models=2)
     for test_size in (0.01, 0.99):
-        train, test = analysis.split_groups(data, "train_hash", test_size, 0)
+        train, test = split_groups(data, "train_hash", test_size, 0)
         assert train["train_hash"].nunique() == test["train_hash"].nunique() == 1
     with pytest.raises(DataError, match="1 train_hash group; a train/test split by train_hash .survival.split_by. needs at least 2"):
-        analysis.split_groups(per_sample_data(n_models=1), "train_hash", 0.2, 0)
+        split_groups(per_sample_data(n_models=1), "train_hash", 0.2, 0)
     with pytest.raises(DataError, match="no column 'train_hash'"):
-        analysis.split_groups(data.drop(columns="train_hash"), "train_hash", 0.2, 0)
+        split_groups(data.drop(columns="train_hash"), "train_hash", 0.2, 0)
 
 
 def test_split_by_is_validated_in_one_line():
@@ -345,7 +363,7 @@ def test_within_cell_concordance_on_one_cell_is_lifelines_and_cells_pool_by_pair
 
 
 def test_the_baselines_are_exactly_one_half_within_attack_cells():
-    train, test = analysis.split_groups(per_sample_data(), "train_hash", 0.2, 0)
+    train, test = split_groups(per_sample_data(), "train_hash", 0.2, 0)
     rows = pd.DataFrame(scoring.baseline_rows(train, test)).set_index("fitter")
     within = rows[[c for c in rows if "concordance_within" in c]]
     assert within.shape[1] == 2 + 2 * len(FAMILIES) and (within == 0.5).all().all()
@@ -723,7 +741,7 @@ def test_a_models_own_t0_quantile_sets_its_calibration_time_and_the_baselines_sc
     """Table I's t0 is a quantile of the training durations: the model's own `t0_quantile` where
     it sets one, else `survival.t0_quantile`. The baselines' concordance is scored on the
     training and on the test groups, as the models' is."""
-    train, test = analysis.usable_covariates(*analysis.split_groups(per_sample_data(n_models=6), "train_hash", 0.5, 0))
+    train, test = analysis.usable_covariates(*split_groups(per_sample_data(n_models=6), "train_hash", 0.5, 0))
     chosen = OmegaConf.merge(settings, {"fitters": ["weibull", "exponential"], "t0_quantile": 0.5, "models": {"weibull": {"t0_quantile": 0.9}}})
     comparison = analysis.compare(train, test, chosen)[0].set_index("fitter")
     assert comparison.loc["weibull", "t0"] == pytest.approx(analysis.calibration_time(train, 0.9))
@@ -735,7 +753,7 @@ def test_a_models_own_t0_quantile_sets_its_calibration_time_and_the_baselines_sc
 
 
 def test_one_training_cluster_gives_no_robust_errors(settings):
-    train, test = analysis.usable_covariates(*analysis.split_groups(per_sample_data(n_models=2), "train_hash", 0.5, 0))
+    train, test = analysis.usable_covariates(*split_groups(per_sample_data(n_models=2), "train_hash", 0.5, 0))
     comparison, fits = analysis.compare(train, test, OmegaConf.merge(settings, {"fitters": ["weibull"]}))
     assert fits["weibull"].robust_se is None
     assert "no cluster-robust SEs: the training part holds 1 train_hash cluster" in comparison.set_index("fitter").loc["weibull", "note"]

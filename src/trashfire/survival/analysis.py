@@ -89,6 +89,7 @@ from trashfire.survival.scoring import (
     train_scores,
     within_summary,
 )
+from trashfire.survival.split import split_in_one_copy
 
 log = logging.getLogger(__name__)
 
@@ -101,21 +102,6 @@ def read_survival_data(path: Path) -> pd.DataFrame:
         return read_table(path, what="survival data", stage="the timing stage")
     except FileNotFoundError:
         raise DataError(f"survival data not found: {path}; run the timing stage first") from None
-
-
-def split_groups(data: pd.DataFrame, by: str, test_size: float, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Train/test by group: every row of one value of `by` (a trained model for train_hash) on
-    one side, `test_size` of the groups (at least one, and one left to train on) to test. The
-    labels stay in both parts; the fitters leave them aside."""
-    if by not in data:
-        raise DataError(f"survival data has no column {by!r} to split by (survival.split_by); rerun the timing stage")
-    groups = np.sort(data[by].astype(str).unique())
-    if len(groups) < 2:
-        raise DataError(f"survival data holds {len(groups)} {by} group; a train/test split by {by} (survival.split_by) needs at least 2")
-    rng = np.random.default_rng(seed)
-    n_test = min(len(groups) - 1, max(1, round(test_size * len(groups))))
-    is_test = data[by].astype(str).isin(rng.choice(groups, size=n_test, replace=False))
-    return data[~is_test], data[is_test]
 
 
 FEW_DUMMY_EVENTS = 10  # fewer failures than this in the training part leave a dummy's coefficient weakly determined
@@ -461,7 +447,8 @@ def _analyse(cfg: DictConfig, artefacts: Artefacts, settings) -> pd.DataFrame:
     if not settings.fitters:
         return without_models(data, budgets, out, cfg, "survival.fitters is empty: no survival model was asked for")
     try:
-        train, test = usable_covariates(*split_groups(data, settings.split_by, settings.test_size, settings.seed), settings.data.dummies)
+        data, train, test = split_in_one_copy(data, settings.split_by, settings.test_size, settings.seed)
+        train, test = usable_covariates(train, test, settings.data.dummies)
     except DataError as err:
         return without_models(data, budgets, out, cfg, f"no survival model could be fitted: {err}")
     comparison, fits, (figure, axes) = fit_and_compare(cfg, train, test)

@@ -20,11 +20,10 @@ GENGAMMA_STEP = 1e-3  # the differences' step in lambda, relative (at least 0.1 
 SURVIVAL_CLIP = 1e-35  # lifelines' (autograd_gamma's) bounds on the incomplete gamma function in its log
 
 
-def _gengamma_in_z(z: np.ndarray, lam: np.ndarray, event: np.ndarray):
-    """Per row: a = log f_W(z) (events) or log S_W(z) (censored) of the generalised gamma's
-    standard variable W at shape lambda, as lifelines computes them (its clips included), and
-    da/dz, d2a/dz2: log f_W = log|l| + k log x - x - lgamma(k), S_W = Q(k, x) (l > 0) or P(k, x),
-    x = e^(l z) k, k = 1 / l^2; d log S_W / dz = -f_W / S_W."""
+def _log_density_in_z(z: np.ndarray, lam: np.ndarray):
+    """Per row: log f_W(z) of the generalised gamma's standard variable W at shape lambda, as
+    lifelines computes it (its clips included), with d/dz and d2/dz2: log f_W = log|l| + k log x
+    - x - lgamma(k), x = e^(l z) k, k = 1 / l^2; and whether x is inside the clips (`free`)."""
     k = 1.0 / lam**2
     raw = np.exp(np.minimum(lam * z, 700.0)) * k
     x = np.clip(raw, 1e-300, 1e25)
@@ -32,23 +31,30 @@ def _gengamma_in_z(z: np.ndarray, lam: np.ndarray, event: np.ndarray):
     log_f = np.log(np.abs(lam)) + (lam * z - 2 * np.log(np.abs(lam))) * k - x - gammaln(k)
     d_log_f = np.where(free, (1.0 - lam * lam * x) / lam, 1.0 / lam)
     dd_log_f = np.where(free, -lam * lam * x, 0.0)
-    tail = _survival_of_w(k, x, lam, event)
+    return (log_f, d_log_f, dd_log_f), (k, x, free)
+
+
+def _failed_in_z(z: np.ndarray, lam: np.ndarray):
+    """A failure's a = log f_W(z), da/dz, d2a/dz2."""
+    return _log_density_in_z(z, lam)[0]
+
+
+def _standing_in_z(z: np.ndarray, lam: np.ndarray):
+    """A censored row's a = log S_W(z), da/dz, d2a/dz2: S_W = Q(k, x) (l > 0) or P(k, x), clipped
+    as lifelines (autograd_gamma) does; d log S_W / dz = -f_W / S_W."""
+    (log_f, d_log_f, _), (k, x, free) = _log_density_in_z(z, lam)
+    tail = _survival_of_w(k, x, lam)
     inside = (tail > SURVIVAL_CLIP) & (tail < 1 - SURVIVAL_CLIP)
     log_s = np.log(np.clip(tail, SURVIVAL_CLIP, 1 - SURVIVAL_CLIP))
     hazard = np.where(inside & free, np.exp(log_f - log_s), 0.0)
-    a = np.where(event, log_f, log_s)
-    a_z = np.where(event, d_log_f, -hazard)
-    a_zz = np.where(event, dd_log_f, -hazard * (d_log_f + hazard))
-    return a, a_z, a_zz
+    return log_s, -hazard, -hazard * (d_log_f + hazard)
 
 
-def _survival_of_w(k: np.ndarray, x: np.ndarray, lam: np.ndarray, event: np.ndarray) -> np.ndarray:
-    """S_W per row: Q(k, x) where lambda > 0, else P(k, x), computed only where a row is censored
-    (a failure's log-likelihood reads its density; its entry here, 1/2, is never read). The
-    incomplete gamma function is most of a generalised gamma fit's time: each row took both."""
-    k, x, lam, censored = np.broadcast_arrays(k, x, lam, ~np.asarray(event, dtype=bool))
-    tail = np.full(x.shape, 0.5)
-    for rows, function in ((censored & (lam > 0), gammaincc), (censored & ~(lam > 0), gammainc)):
+def _survival_of_w(k: np.ndarray, x: np.ndarray, lam: np.ndarray) -> np.ndarray:
+    """S_W per row: Q(k, x) where lambda > 0, else P(k, x); each function only on its rows (the
+    incomplete gamma function is most of a generalised gamma fit's time)."""
+    tail = np.empty(np.shape(x))
+    for rows, function in ((lam > 0, gammaincc), (~(lam > 0), gammainc)):
         if rows.any():
             tail[rows] = function(k[rows], x[rows])
     return tail
@@ -108,16 +114,21 @@ class GeneralizedGammaAFTFitter(NewtonRegressionMixin, GeneralizedGammaRegressio
         sigma = np.exp(log_sigma)
         z = (log_t - mu) / sigma
         step = GENGAMMA_STEP * np.maximum(np.abs(lam), 0.1)
-        # a (lifelines' log density or log survival of W) and its z-derivatives at lambda + j step
-        parts = [_gengamma_in_z(z, lam + j * step, event) for j in (0, 1, -1, 2, -2)] if order else [_gengamma_in_z(z, lam, event)]
-        a, a_z, a_zz = parts[0]
+        a, a_z, a_zz, a_l, a_zl, a_ll = (np.empty(len(z)) for _ in range(6))
+        # a failure reads the density, a censored row the survival (and, for its hazard, the density)
+        for rows, in_z in ((np.flatnonzero(event), _failed_in_z), (np.flatnonzero(~event), _standing_in_z)):
+            z_rows, lam_rows, step_rows = z[rows], lam[rows], step[rows]
+            # a and its z-derivatives at lambda + j step: five-point differences in lambda
+            parts = [in_z(z_rows, lam_rows + j * step_rows) for j in (0, 1, -1, 2, -2)] if order else [in_z(z_rows, lam_rows)]
+            a[rows], a_z[rows], a_zz[rows] = parts[0]
+            if order:
+                (a1, a1_z, _), (am1, am1_z, _), (a2, a2_z, _), (am2, am2_z, _) = parts[1:]
+                a_l[rows] = (8 * (a1 - am1) - (a2 - am2)) / (12 * step_rows)
+                a_zl[rows] = (8 * (a1_z - am1_z) - (a2_z - am2_z)) / (12 * step_rows)
+                a_ll[rows] = (16 * (a1 + am1) - (a2 + am2) - 30 * parts[0][0]) / (12 * step_rows**2)
         value = a - np.where(event, log_sigma + log_t, 0.0)
         if not order:
             return value, None, None
-        (a1, a1_z, _), (am1, am1_z, _), (a2, a2_z, _), (am2, am2_z, _) = parts[1:]
-        a_l = (8 * (a1 - am1) - (a2 - am2)) / (12 * step)
-        a_zl = (8 * (a1_z - am1_z) - (a2_z - am2_z)) / (12 * step)
-        a_ll = (16 * (a1 + am1) - (a2 + am2) - 30 * a) / (12 * step**2)
         first = np.stack([a_l, -a_z / sigma, -a_z * z - event], axis=1)
         second = np.empty((len(z), 3, 3))
         second[:, 0, 0] = a_ll
