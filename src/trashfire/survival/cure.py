@@ -137,17 +137,15 @@ class MixtureCureFitter(NewtonRegressionMixin, ParametricRegressionFitter):
             second = np.empty((len(u), 3, 3))
             spread = pi * (1.0 - pi)
             mix = w * (1.0 - w)
-            ss = {"f": rho * rho * density[2], "g": rho * rho * survival[2]}
-            sk = {"f": -rho * (u * density[2] + density[1]), "g": -rho * (u * survival[2] + survival[1])}
-            kk = {"f": u * u * density[2] + u * density[1], "g": u * u * survival[2] + u * survival[1]}
+            (f_ss, f_sk, f_kk), (g_ss, g_sk, g_kk) = (_second_in_scale_and_shape(part, u, rho) for part in (density, survival))
             # standing: (1 - w) d2A + w d2B + w (1 - w) (dB - dA)(dB - dA)', A = log pi, B = log(1 - pi) + log S_u
             entries = {
                 (0, 0): (-spread, -spread + mix),
                 (0, 1): (0.0, -mix * g_s),
                 (0, 2): (0.0, -mix * g_k),
-                (1, 1): (ss["f"], w * ss["g"] + mix * g_s * g_s),
-                (1, 2): (sk["f"], w * sk["g"] + mix * g_s * g_k),
-                (2, 2): (kk["f"], w * kk["g"] + mix * g_k * g_k),
+                (1, 1): (f_ss, w * g_ss + mix * g_s * g_s),
+                (1, 2): (f_sk, w * g_sk + mix * g_s * g_k),
+                (2, 2): (f_kk, w * g_kk + mix * g_k * g_k),
             }
             for (i, j), (if_failed, if_standing) in entries.items():
                 second[:, i, j] = second[:, j, i] = np.where(event, if_failed, if_standing)
@@ -230,6 +228,12 @@ class MixtureCureFitter(NewtonRegressionMixin, ParametricRegressionFitter):
             latency_share = (p - cured) / (1.0 - cured)  # S_u at that time
             times = self.latency_time(latency_share, *self._latency(df))
         return pd.Series(np.where(cured >= p, np.inf, times), index=_get_index(df))
+
+
+def _second_in_scale_and_shape(part: tuple[np.ndarray, ...], u: np.ndarray, rho: np.ndarray) -> tuple[np.ndarray, ...]:
+    """d2/ds2, d2/ds dk and d2/dk2 of g(u), u = rho (log t - s), rho = e^k, from `part` = (g, g', g'')."""
+    _, slope, bend = part
+    return rho * rho * bend, -rho * (u * bend + slope), u * u * bend + u * slope
 
 
 class WeibullCureFitter(MixtureCureFitter):
