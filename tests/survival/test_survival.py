@@ -1026,6 +1026,14 @@ def test_the_stage_on_the_flops_clock_fits_gflops_and_writes_times_back_in_flops
     models = analysis.load_models(out / "models.pkl")
     assert list(models) == ["weibull", "exponential", "cox"]
     assert models[selected].durations.max() == pytest.approx(train["duration"].max() / 1e9)
+    # lifelines' copies of the training rows, kept on each fitter, are one copy (in the stage's memory and models.pkl)
+    for attribute in ("durations", "event_observed", "weights", "entry"):
+        assert getattr(models["weibull"], attribute) is getattr(models["exponential"], attribute)
+    for model in models.values():  # they answer as before; the AFT models' null model (the likelihood-ratio test) is fitted when asked for
+        with contextlib.redirect_stdout(io.StringIO()) as printed:
+            model.print_summary()
+        assert "log-likelihood" in printed.getvalue()
+    assert models["weibull"].log_likelihood_ratio_test().test_statistic > 0
 
     # E[T] per cell, back in FLOPs: the budget t* is the cell's (one) duration here
     times = pd.read_csv(out / "expected_times.csv").set_index("attack_hash")
@@ -1257,6 +1265,7 @@ def test_the_stage_writes_the_cure_budget_and_competing_tables_in_the_clocks_uni
     plt.close("all")
     out = tmp_path / "reports" / "survival"
     cure = analysis.load_models(out / "models.pkl")["weibull_cure"]
+    assert math.isfinite(cure.log_likelihood_ratio_test().test_statistic)  # print_summary's test: lifelines' null model of the cure fitter
     cells = data.drop_duplicates("attack_hash").set_index("attack_hash")
     breakable = cure.predict_expectation_breakable(F.covariates_of(data.assign(duration=data["duration"] / 1e9)))
     per_cell = breakable.groupby(data["attack_hash"]).mean() * 1e9  # fitted in GFLOPs, written in FLOPs

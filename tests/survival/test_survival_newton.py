@@ -244,14 +244,18 @@ def test_the_generalised_gammas_closed_form_restricted_mean_is_the_integral(cens
 
 @pytest.mark.parametrize("newton", [NewtonWeibullAFTFitter, NewtonLogNormalAFTFitter, WeibullCureFitter], ids=lambda c: c.__name__)
 def test_a_fit_in_row_blocks_is_the_fit_in_one(censored, cured, newton, monkeypatch):
-    """Past ROW_BLOCK rows the Hessian's products are summed block by block and the start is
-    the normal equations' (no copy of the design): the same optimum, within rounding."""
+    """Past ROW_BLOCK rows the Hessian's products are summed block by block, and an AFT fit
+    starts from its optimum on a sample of ROW_BLOCK rows (the normal equations' start before
+    it: no copy of the design): the same optimum, within rounding, in fewer passes over every
+    row."""
     data = cured if newton is WeibullCureFitter else censored
     whole = newton(penalizer=0.001).fit(data, "duration", "event")
     monkeypatch.setattr("trashfire.survival.newton.ROW_BLOCK", 512)
     monkeypatch.setattr("trashfire.survival.aft.ROW_BLOCK", 512)
     blocks = newton(penalizer=0.001).fit(data, "duration", "event")
     assert blocks.log_likelihood_ == pytest.approx(whole.log_likelihood_, rel=1e-12)
+    if newton is not WeibullCureFitter:  # a cure model's sampled start: tests/survival/test_survival_design.py
+        assert blocks.newton_iterations < whole.newton_iterations  # 6 -> 4 and 4 -> 3 Newton steps on the 4,000 rows
     pd.testing.assert_series_equal(blocks.params_, whole.params_, atol=1e-7, rtol=1e-7)
     pd.testing.assert_series_equal(blocks.standard_errors_, whole.standard_errors_, rtol=1e-7)
 

@@ -1,6 +1,7 @@
-"""survival.score_samples caps what calibration and the cross-validation read
-(survival/score_sample.py): a seeded simple random sample of samples for ICI and E50, whole
-training groups for the folds, nothing drawn at or below the cap, and Table I's note says so."""
+"""survival.score_samples caps what calibration, the cross-validation and the training
+concordances read (survival/score_sample.py): a seeded simple random sample of samples for ICI
+and E50, whole training groups for the folds, whole attack cells for the concordances, nothing
+drawn at or below the cap, and Table I's note says so."""
 
 import numpy as np
 import pandas as pd
@@ -9,7 +10,8 @@ from omegaconf import OmegaConf
 
 from trashfire.survival import analysis, validation
 from trashfire.survival import fitters as F
-from trashfire.survival.score_sample import calibration_rows, cross_validation_rows
+from trashfire.survival.score_sample import calibration_rows, concordance_rows, cross_validation_rows
+from trashfire.survival.scoring import cell_mean_runtime
 
 
 def test_calibration_reads_every_sample_up_to_the_cap_and_a_seeded_sample_of_samples_above_it():
@@ -43,12 +45,30 @@ def test_a_capped_stage_scores_every_fitter_on_the_same_sample_and_its_note_says
     plan = validation.plan(capped, train)
     assert plan.rows is not None and len(plan.folds) == len(plan.rows) and F.sample_weights(train.iloc[plan.rows]).sum() >= total // 2
     assert (pd.Series(plan.folds).groupby(train["train_hash"].iloc[plan.rows].to_numpy()).nunique() == 1).all()
-    table = analysis.compare(train, test, capped)[0].set_index("fitter")
+    table, fits = analysis.compare(train, test, capped)
+    table = table.set_index("fitter")
     whole = analysis.compare(train, test, OmegaConf.merge(capped, {"score_samples": None}))[0].set_index("fitter")
+    ranked, drawn = concordance_rows(train, "attack_hash", total // 2, int(capped.seed))
+    assert drawn.startswith("on a seeded sample of ") and F.sample_weights(ranked).sum() >= total // 2
     for name in ("weibull", "lognormal"):
         assert f"ICI/E50 on a seeded sample of {total // 2:,} of its {total:,} samples (survival.score_samples)" in table.loc[name, "note"]
+        assert f"concordance, concordance_within {drawn}" in table.loc[name, "note"]
         assert "cv_ICI: folds of" in table.loc[name, "note"] and "survival.score_samples" not in whole.loc[name, "note"]
-        # the fits and the scores that read every sample do not move; ICI is an estimate from half the samples
-        for column in ("log_likelihood", "AIC", "concordance"):
+        # the fits and the scores that read every sample do not move; ICI and the concordances are estimates from half the samples
+        for column in ("log_likelihood", "AIC"):
             assert table.loc[name, column] == whole.loc[name, column]
         assert table.loc[name, "ICI"] == pytest.approx(whole.loc[name, "ICI"], abs=0.02)
+        assert table.loc[name, "concordance"] == F.concordance(fits[name], ranked) == pytest.approx(whole.loc[name, "concordance"], abs=0.05)
+    # the baselines' training concordance reads the same cells
+    assert table.loc["runtime_baseline", "concordance"] == F.ranking_concordance(ranked, cell_mean_runtime(ranked))
+    assert f"concordance, concordance_within {drawn}" in table.loc["runtime_baseline", "note"]
+
+
+def test_the_training_concordance_reads_whole_attack_cells_drawn_until_they_hold_the_cap():
+    cells = np.repeat([f"c{i}" for i in range(10)], 20)
+    data = pd.DataFrame({"attack_hash": cells, "duration": np.arange(1.0, 201.0), "event": 1, "weight": np.tile([1, 2], 100)})  # 30 samples a cell
+    assert concordance_rows(data, "attack_hash", 300, 0) == (data, "") and concordance_rows(data, "attack_hash", None, 0)[0] is data
+    ranked, note = concordance_rows(data, "attack_hash", 80, seed=0)
+    assert ranked["attack_hash"].nunique() == 3 and (ranked["attack_hash"].value_counts() == 20).all()  # whole cells, the fewest that hold 80 samples
+    assert note == "on a seeded sample of 3 of the 10 attack cells (90 of 300 samples; survival.score_samples)"
+    assert set(ranked["attack_hash"]) != set(concordance_rows(data, "attack_hash", 80, seed=1)[0]["attack_hash"])

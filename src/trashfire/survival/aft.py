@@ -13,6 +13,9 @@ interval censoring goes to lifelines' optimiser.
 
 from __future__ import annotations
 
+from functools import partial
+
+import lifelines
 import numpy as np
 import pandas as pd
 from lifelines import LogLogisticAFTFitter, LogNormalAFTFitter, WeibullAFTFitter
@@ -23,7 +26,20 @@ from lifelines.utils.safe_exp import safe_exp
 from scipy.special import expit, gamma, gammainc, hyp2f1, ndtr
 
 from trashfire.survival.mappings import FastDesignMixin
-from trashfire.survival.newton import MAX_ITERATIONS, ROW_BLOCK, LocationScale, NotConverged, extreme_value, logistic, newton, normal, weighted_gram
+from trashfire.survival.newton import (
+    MAX_ITERATIONS,
+    ROW_BLOCK,
+    LocationScale,
+    NotConverged,
+    extreme_value,
+    logistic,
+    newton,
+    normal,
+    objective,
+    sampled_rows,
+    sampled_start,
+    weighted_gram,
+)
 from trashfire.survival.newton_fit import keep_lifelines_objectives, right_censored_from_zero
 
 
@@ -45,8 +61,9 @@ class ExponentialAFTFitter(ParametricRegressionFitter):
     fit_intercept = True
 
     def fit(self, df: pd.DataFrame, duration_col: str, event_col: str | None = None, weights_col: str | None = None, **kwargs):
-        covariates = _covariate_columns(df, duration_col, event_col, weights_col)
-        regressors = {"lambda_": covariates}  # lifelines appends the intercept (fit_intercept)
+        # every other column a covariate (lifelines appends the intercept: fit_intercept); lifelines'
+        # own null model (print_summary's likelihood-ratio test) gives regressors of its own
+        regressors = kwargs.pop("regressors", None) or {"lambda_": _covariate_columns(df, duration_col, event_col, weights_col)}
         return super().fit(df, duration_col, event_col, regressors=regressors, weights_col=weights_col, **kwargs)
 
     def _cumulative_hazard(self, params, T, Xs):
@@ -100,8 +117,14 @@ class NewtonAFTMixin(FastDesignMixin):
             sign[-1] = self.SCALE_SIGN
         ridge = self.penalizer * penalised
         maxiter = int((fit_options or {}).get("maxiter", MAX_ITERATIONS))
+
+        def on_rows(rows):
+            sample = LocationScale(self.DENSITY, X[rows], model.y[rows], model.event[rows], model.w[rows], model.fixed_scale)
+            return partial(objective, sample, ridge=ridge, scale_sign=self.SCALE_SIGN)
+
+        start = sampled_start(on_rows, sampled_rows(len(model.w), ROW_BLOCK), theta * sign, maxiter)
         try:
-            theta, value, gradient, hessian, self.newton_iterations = newton(model, theta * sign, ridge, self.SCALE_SIGN, maxiter)
+            theta, value, gradient, hessian, self.newton_iterations = newton(model, start, ridge, self.SCALE_SIGN, maxiter)
         except NotConverged as err:
             raise ConvergenceError(str(err)) from None
         params = {self.LOCATION: theta[: X.shape[1]]}
@@ -113,6 +136,20 @@ class NewtonAFTMixin(FastDesignMixin):
         in_lifelines_order = np.empty_like(hessian)
         in_lifelines_order[np.ix_(order, order)] = hessian
         return params, -model.total * value, model.total * in_lifelines_order
+
+    UNIVARIATE: str | None = None  # lifelines' univariate fitter of the family: the null model
+
+    @property
+    def _ll_null(self) -> float:
+        """The null model's log-likelihood (print_summary's likelihood-ratio test): lifelines
+        fits its univariate model in the start that these fits skip; here, when first asked."""
+        if not hasattr(self, "_ll_null_"):
+            if self.UNIVARIATE is None:
+                return super()._ll_null
+            null = getattr(lifelines, self.UNIVARIATE)()
+            null.fit_right_censoring(self.durations, event_observed=self.event_observed, entry=self.entry, weights=self.weights)
+            self._ll_null_ = null.log_likelihood_
+        return self._ll_null_
 
     def _internal_order(self, Xs) -> list[int]:
         """Where each of (b, u) sits among lifelines' flat parameters (Xs's columns)."""
@@ -198,6 +235,7 @@ class NewtonWeibullAFTFitter(NewtonAFTMixin, WeibullAFTFitter):
     """lifelines' Weibull AFT: lambda_ = exp(x·b) the scale, rho_ = 1/sigma (u = -rho coefficient)."""
 
     LOCATION, SCALE, SCALE_SIGN = "lambda_", "rho_", -1.0
+    UNIVARIATE = "WeibullFitter"
     DENSITY = staticmethod(extreme_value)
 
     @staticmethod
@@ -209,6 +247,7 @@ class NewtonLogNormalAFTFitter(NewtonAFTMixin, LogNormalAFTFitter):
     """lifelines' Log-Normal AFT: mu_ = x·b, sigma_ = exp(u)."""
 
     LOCATION, SCALE, SCALE_SIGN = "mu_", "sigma_", 1.0
+    UNIVARIATE = "LogNormalFitter"
     DENSITY = staticmethod(normal)
 
     @staticmethod
@@ -222,6 +261,7 @@ class NewtonLogLogisticAFTFitter(NewtonAFTMixin, LogLogisticAFTFitter):
     """lifelines' Log-Logistic AFT: alpha_ = exp(x·b), beta_ = 1/sigma (u = -beta coefficient)."""
 
     LOCATION, SCALE, SCALE_SIGN = "alpha_", "beta_", -1.0
+    UNIVARIATE = "LogLogisticFitter"
     DENSITY = staticmethod(logistic)
 
     @staticmethod

@@ -31,7 +31,7 @@ calibration.png (Fig. 2), coefficients.png (Fig. 3, selected model) and coeffici
 coefficients.csv (naive and cluster-robust intervals), expected_times.csv (E[T] per attack cell:
 the selected model's restricted and unrestricted mean, every AFT model's restricted mean),
 kaplan_meier.png and logrank.csv (per attack family, each defence against none),
-models.pkl (every fitted model; reload with `trashfire.survival.analysis.load_models`) and
+models.pkl (every fitted model; reload with `trashfire.survival.analysis.load_models`, from saved_models) and
 status.json (the selected model, or null and the reason none gives E[T]: then E_T is missing
 in expected_times.csv, and aggregate computes every metric but TRASH).
 
@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import logging
 import math
-import pickle
 import shutil
 from pathlib import Path
 from typing import Any
@@ -77,7 +76,8 @@ from trashfire.survival.expected_time import (
     with_km_check,
 )
 from trashfire.survival.figures import calibration_grid, coefficient_figure, competing_risks_figure, finish_calibration, kaplan_meier_figure, save
-from trashfire.survival.score_sample import calibration_rows
+from trashfire.survival.saved_models import load_models, save_models, share_training_data  # noqa: F401 - load_models: users reload models.pkl from here (docs)
+from trashfire.survival.score_sample import calibration_rows, concordance_rows
 from trashfire.survival.scoring import (
     CELL,
     baseline_rows,
@@ -171,6 +171,7 @@ def compare(
         shared = train[[*F.model_frame(train).columns, CLUSTER_BY]]
     folds = validation.plan(settings, train)
     calibrated = calibration_rows(train, settings.get("score_samples"), int(settings.seed))
+    ranked = concordance_rows(train, CELL, settings.get("score_samples"), int(settings.seed))
     for name in settings.fitters:
         spec = settings.models[name]
         rows[name] = {"fitter": name, "model": spec.label, "aft": bool(spec.aft)}
@@ -179,7 +180,7 @@ def compare(
         else:
             to_fit.append((name, spec, shared, list(settings.retries), folds if spec.aft else None))
     to_fit.sort(key=lambda job: job[0] not in SLOW_FITTERS)
-    fits = {}
+    fits, kept = {}, {}
     # this process scores each fit as it arrives, which on a large training split takes as long
     # as the fits: there they run in workers - 1 processes beside it, so that no more than two
     # copies of the design are alive at once (10^6 samples: 6.3 GiB with two fit workers)
@@ -192,13 +193,15 @@ def compare(
                 rows[name] |= {"status": "failed", "note": f"fit failed: {fit}"}
                 continue
             fits[name] = fit
+            share_training_data(fit.fitter, kept)  # one copy of the rows lifelines keeps, not one per fitter
             rows[name] |= (
                 {"status": "fitted", "penalizer": fit.penalizer, "optimiser": fit.optimiser, "attempts": fit.attempts} | fit.convergence.columns() | fit.cv
             )
-            rows[name] |= train_scores(fit, train, calibration_time(train, t0_quantile(spec, settings)), (axes or {}).get(name, (None, None))[0], calibrated)
+            t0 = calibration_time(train, t0_quantile(spec, settings))
+            rows[name] |= train_scores(fit, train, t0, (axes or {}).get(name, (None, None))[0], calibrated, ranked)
     finally:
         _INHERITED.pop(INHERITED, None)
-    ordered = [rows[name] for name in settings.fitters] + baseline_rows(train, test)
+    ordered = [rows[name] for name in settings.fitters] + baseline_rows(train, test, ranked)
     comparison = pd.DataFrame(ordered).assign(split_by=settings.split_by)
     return comparison.reindex(columns=table_columns(comparison.columns)), {name: fits[name] for name in settings.fitters if name in fits}
 
@@ -392,23 +395,6 @@ def check_fitters(settings: Any) -> None:
             ) from None
 
 
-def save_models(fits: dict[str, F.Fit], path: Path) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_bytes(pickle.dumps({name: fit.fitter for name, fit in fits.items()}))
-
-
-def load_models(path: str | Path) -> dict[str, Any]:
-    """The fitted lifelines models the survival stage saved, by fitter name. They were fitted
-    on durations in the unit `fit_unit.json` beside them names (GFLOPs, FLOPs / 1e9, on the
-    compute clock; seconds on the others): give them durations in it."""
-    try:
-        return pickle.loads(Path(path).read_bytes())
-    except FileNotFoundError:
-        raise DataError(f"fitted survival models not found: {path}; run the survival stage") from None
-    except (pickle.UnpicklingError, EOFError, AttributeError, ImportError, ValueError) as err:
-        raise DataError(f"corrupt survival models file {path}: {err}; rerun the survival stage") from None
-
-
 def fit_unit(clock: str) -> float:
     return FIT_UNITS.get(clock, 1.0)
 
@@ -483,7 +469,7 @@ def _analyse(cfg: DictConfig, artefacts: Artefacts, settings) -> pd.DataFrame:
     predicted = predicted_curves(fits[selected], data) if selected else {}
     label = settings.models[selected].label if selected else None
     save(kaplan_meier_figure(kaplan_meier_fits(data), predicted, label, FIT_UNIT_NAMES[clock]), out / "kaplan_meier.png")
-    save_models(fits, out / "models.pkl")
+    save_models({name: fit.fitter for name, fit in fits.items()}, out / "models.pkl")
     write_status(out, selected, reason)
     log_comparison(comparison, fits, settings, selected)
     if selected is not None:

@@ -64,7 +64,8 @@ class MixtureCureFitter(NewtonRegressionMixin, ParametricRegressionFitter):
 
     def fit(self, df: pd.DataFrame, duration_col: str, event_col: str | None = None, weights_col: str | None = None, **kwargs):
         covariates = _covariate_columns(df, duration_col, event_col, weights_col)
-        regressors = {"cured_": covariates, self.scale_: covariates, self.shape_: self.shape_covariates(covariates)}
+        # lifelines' own null model (print_summary's likelihood-ratio test) gives regressors of its own
+        regressors = kwargs.pop("regressors", None) or {"cured_": covariates, self.scale_: covariates, self.shape_: self.shape_covariates(covariates)}
         # in sorted order, as autograd flattens them: lifelines labels its Hessian (standard
         # errors, covariance) in this dict's order and would mislabel them otherwise
         regressors = dict(sorted(regressors.items()))

@@ -24,7 +24,7 @@ from scipy.optimize import minimize
 from trashfire.survival.data import SAMPLE_COVARIATES
 from trashfire.survival.design import grouped
 from trashfire.survival.mappings import FastDesignMixin
-from trashfire.survival.newton import MAX_ITERATIONS, ROW_BLOCK, LinearPredictors, NotConverged, minimise, penalised
+from trashfire.survival.newton import MAX_ITERATIONS, ROW_BLOCK, LinearPredictors, NotConverged, minimise, penalised, sampled_rows, sampled_start
 
 NEWTON = "Newton-Raphson"  # `_scipy_fit_method` that selects it; any other is scipy's, on the exact gradient
 
@@ -34,18 +34,16 @@ def right_censored_from_zero(Ts, entries) -> bool:
     return not ((entries is not None and np.any(entries != 0)) or Ts[0] is None or Ts[1] is not None and not np.array_equal(Ts[0], Ts[1]))
 
 
-START_SEED = 0  # which rows a start past ROW_BLOCK rows is fitted on
-
-
 def start_rows(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     """The rows a start (the log-normal fit before the generalised gamma's, the plain fit before
     a cure model's) is fitted on: every row up to ROW_BLOCK, past it ROW_BLOCK rows drawn at
     random (seeded): a start need only be near the optimum, which Newton-Raphson then reaches
     on every row (tests), and a full fit of its own took a minute at 10^7 rows. `columns` that
     are constant in the drawn rows are left out (their start is 0)."""
-    if len(df) <= ROW_BLOCK:
+    rows = sampled_rows(len(df), ROW_BLOCK)
+    if rows is None:
         return df
-    drawn = df.iloc[np.sort(np.random.default_rng(START_SEED).choice(len(df), ROW_BLOCK, replace=False))]
+    drawn = df.iloc[rows]
     return drawn.drop(columns=[c for c in columns if drawn[c].nunique() <= 1])
 
 
@@ -77,17 +75,20 @@ class NewtonRegressionMixin(FastDesignMixin):
         frames = [Xs[name] for name in names]
         # past ROW_BLOCK rows, the designs by cell (design.grouped): a Newton step's products cost O(n), not O(n p^2)
         designs = grouped(frames, set(SAMPLE_COVARIATES)) if len(weights) > ROW_BLOCK else None
-        model = LinearPredictors(
-            partial(self.row_derivatives, log_t, np.asarray(E, dtype=bool)),
-            designs or [frame.to_numpy(float) for frame in frames],
-            np.asarray(weights, dtype=float),
-        )
+        event, weights = np.asarray(E, dtype=bool), np.asarray(weights, dtype=float)
+        model = LinearPredictors(partial(self.row_derivatives, log_t, event), designs or [frame.to_numpy(float) for frame in frames], weights)
         ridge = self.penalizer * ~np.asarray(self._cols_to_not_penalize, dtype=bool)
         maxiter = int((fit_options or {}).get("maxiter", MAX_ITERATIONS))
         objective = penalised(model, ridge)
         try:
             if self._scipy_fit_method == NEWTON:
-                theta, value, gradient, hessian, self.newton_iterations = minimise(objective, np.asarray(starts[0], dtype=float), maxiter)
+
+                def on_rows(rows):
+                    sample = [frame.iloc[rows].to_numpy(float) for frame in frames]
+                    return penalised(LinearPredictors(partial(self.row_derivatives, log_t[rows], event[rows]), sample, weights[rows]), ridge)
+
+                start = sampled_start(on_rows, sampled_rows(len(weights), ROW_BLOCK), np.asarray(starts[0], dtype=float), maxiter)
+                theta, value, gradient, hessian, self.newton_iterations = minimise(objective, start, maxiter)
             else:
                 theta, value, gradient, hessian = self._scipy_minimum(objective, starts, fit_options)
         except NotConverged as err:

@@ -72,17 +72,23 @@ def table_columns(columns) -> list[str]:
     return leading + [c for c in middle if c in set(columns)] + sorted(set(columns) - placed) + ["note"]
 
 
-def train_scores(fit: F.Fit, train: pd.DataFrame, t0: float, ax=None, calibrated: tuple[pd.DataFrame, str] | None = None) -> dict[str, Any]:
+def train_scores(
+    fit: F.Fit, train: pd.DataFrame, t0: float, ax=None, calibrated: tuple[pd.DataFrame, str] | None = None, ranked: tuple[pd.DataFrame, str] | None = None
+) -> dict[str, Any]:
     """One row of Table I on the training part (in-sample; AIC also selects the cure model); a
     score that cannot be computed is NaN with its reason in `note`. `calibrated`: the rows ICI
-    and E50 read and how they were drawn (`score_sample.calibration_rows`; default all)."""
+    and E50 read and how they were drawn (`score_sample.calibration_rows`); `ranked`: the rows
+    the concordances read (`score_sample.concordance_rows`); default all."""
     row: dict[str, Any] = F.information_criteria(fit, train)
     fit.criteria = dict(row)  # the one AIC: Table I's, which also selects the cure model
     row |= {"n_events": float(F.sample_weights(train)[train[F.EVENT].to_numpy() == 1].sum()), "t0": t0}
     notes = list(fit.warnings) + ([COX_NOTE] if fit.is_cox else [])
     ranking_of = _ranking_once(fit)
-    row["concordance"] = _guarded(notes, "concordance", lambda rows: F.ranking_concordance(rows, ranking_of(rows)), train)
-    row |= within_cell_scores(notes, "", train, ranking_of)
+    concordance_part, drawn = ranked or (train, "")
+    row["concordance"] = _guarded(notes, "concordance", lambda rows: F.ranking_concordance(rows, ranking_of(rows)), concordance_part)
+    row |= within_cell_scores(notes, "", concordance_part, ranking_of)
+    if drawn:
+        notes.append(f"concordance, concordance_within {drawn}")
     calibration_part, sampled = calibrated or (train, "")
     ici_e50 = _guarded(notes, "ICI/E50", F.calibration, fit, calibration_part, t0, ax)
     row["ICI"], row["E50"] = ici_e50 if isinstance(ici_e50, tuple) else (math.nan, math.nan)
@@ -252,17 +258,19 @@ BASELINES = {
 }
 
 
-def baseline_rows(train: pd.DataFrame, test: pd.DataFrame) -> list[dict[str, Any]]:
+def baseline_rows(train: pd.DataFrame, test: pd.DataFrame, ranked: tuple[pd.DataFrame, str] | None = None) -> list[dict[str, Any]]:
     """Table I rows of the baselines: Harrell's C over samples on each half, as for the models
-    (on test with its interval over trained models); no likelihood or calibration scores.
-    They are not fitted, so scoring them on the test split selects nothing."""
+    (on test with its interval over trained models; on train on `ranked`'s rows, as the
+    models', where given); no likelihood or calibration scores. They are not fitted, so
+    scoring them on the test split selects nothing."""
     rows = []
+    concordance_part, drawn = ranked or (train, "")
     for name, (label, knows, scores) in BASELINES.items():
-        notes = [f"baseline: {knows}", BASELINE_NOTE]
+        notes = [f"baseline: {knows}", BASELINE_NOTE] + ([f"concordance, concordance_within {drawn}"] if drawn else [])
         row: dict[str, Any] = {"fitter": name, "model": label, "status": "baseline", "aft": False}
         row |= {"n": float(F.sample_weights(train).sum()), "n_events": float(F.sample_weights(train)[train[F.EVENT].to_numpy() == 1].sum())}
-        row["concordance"] = _guarded(notes, "concordance", lambda p: F.ranking_concordance(p, scores(p)), train)  # noqa: B023 -- called at once
-        row |= within_cell_scores(notes, "", train, scores)
+        row["concordance"] = _guarded(notes, "concordance", lambda p: F.ranking_concordance(p, scores(p)), concordance_part)  # noqa: B023 -- called at once
+        row |= within_cell_scores(notes, "", concordance_part, scores)
         row |= concordance_with_interval(notes, "test_concordance", lambda: held_out.harrell_pairs(test, scores(test)), test)  # noqa: B023 -- called at once
         row |= within_cell_scores(notes, "test_", test, scores)
         rows.append(row | {"note": "; ".join(notes)})
