@@ -33,15 +33,15 @@ TARGETS = {"log_likelihood_rel": 1e-6, "coefficient": 1e-5}
 
 
 def training_split(study: Path):
-    """The stage's training rows, prepared as analysis._analyse prepares them."""
+    """The stage's settings, training rows (prepared as analysis._analyse prepares them) and reports folder."""
     cfg = OmegaConf.load(study / "params.yaml")
-    settings = cfg.survival
-    data = analysis.read_survival_data(study / str(cfg.paths.reports) / "survival_data.parquet")
+    settings, reports = cfg.survival, study / str(cfg.paths.reports)
+    data = analysis.read_survival_data(reports / "survival_data.parquet")
     unit = analysis.fit_unit(str(cfg.timing.clock))
     data = data.assign(**{F.DURATION: data[F.DURATION] / unit})
     _, train, test = split_in_one_copy(data, settings.split_by, settings.test_size, settings.seed)
     train, _ = analysis.usable_covariates(train, test, settings.data.dummies)
-    return settings, train
+    return settings, train, reports
 
 
 def dense_fit(name: str, settings, train):
@@ -67,8 +67,8 @@ def main() -> None:
     parser.add_argument("--fitters", nargs="+", default=list(NEWTON_FITTERS))
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    settings, train = training_split(args.study)
-    stage_models = load_models(args.study / "reports" / "survival" / "models.pkl")
+    settings, train, reports = training_split(args.study)
+    stage_models = load_models(reports / "survival" / "models.pkl")
     print(f"{len(train):,} training rows", flush=True)
     results, missed = {}, []
     for name in args.fitters:

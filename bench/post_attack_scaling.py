@@ -15,7 +15,10 @@ before and after in the same run) as RATIO_TARGETS states it:
 - at every size, peak memory <= 16 GB;
 - each stage's growth exponent of time against samples, from the smallest size to the
   largest, <= 1.0;
-- at the largest size, report.html <= 15 MB.
+- at the largest size, report.html <= 15 MB;
+- at the largest size, the survival stage's Newton fits equal a float64 in-memory fit of the
+  same training rows: log-likelihood to 1e-6 relative, coefficients to 1e-5
+  (bench/fit_equality.py, after the timed stages; `--no-fit-check` skips it).
 Exits 1 when one is missed; the figures go to --json (bench/results/ and the benchmark page
 with `make bench ARGS=--keep`).
 
@@ -91,6 +94,14 @@ def measure(folder: Path, timeout: float) -> dict:
     }
 
 
+def fit_equality(folder: Path, timeout: float) -> dict:
+    """bench/fit_equality.py on the study (its survival stage has run): its verdict and figures."""
+    figures = folder / "fit_equality.json"
+    ran = subprocess.run([sys.executable, str(Path(__file__).parent / "fit_equality.py"), str(folder), "--json", str(figures)], timeout=timeout)
+    print(f"  fit equality: {'met' if ran.returncode == 0 else 'MISSED'}", flush=True)
+    return (json.loads(figures.read_text()) if figures.is_file() else {}) | {"met": ran.returncode == 0}
+
+
 def growth(sizes: dict[int, dict]) -> dict[str, float | None]:
     """Each stage's exponent of time against attacked samples, from the smallest size to the largest."""
     low, high = sizes[min(sizes)], sizes[max(sizes)]
@@ -131,6 +142,7 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/trashfire-post-attack"), help="where the studies are built and kept")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds before a stage is stopped (and counted as missed)")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--no-fit-check", action="store_true", help="skip bench/fit_equality.py at the largest size")
     args = parser.parse_args()
     folders = {samples: study(args.source, args.work, samples) for samples in sorted(args.samples)}
     before = reference.measure()
@@ -146,6 +158,10 @@ def main() -> None:
     for figures in sizes.values():
         figures["ratio_to_reference"] = reference.ratio(figures["seconds"], timed_against)
     found = misses(sizes, exponents, timed_against)
+    largest = max(sizes)
+    if not args.no_fit_check and not sizes[largest]["stages"].get("survival", {}).get("failed", True):
+        sizes[largest]["fit_equality"] = fit_equality(folders[largest], args.timeout)
+        found += [] if sizes[largest]["fit_equality"]["met"] else [f"{largest:,} samples: a survival fit differs from its in-memory fit (fit_equality.json)"]
     if args.json:
         write_json(args.json, {"targets": TARGETS, "reference": timed_against, "sizes": {str(k): v for k, v in sizes.items()}, "growth_exponents": exponents})
     for line in found:

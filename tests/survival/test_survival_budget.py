@@ -16,8 +16,8 @@ from trashfire.attacks.engine import GradientSettings, gradient_attack, model_co
 from trashfire.attacks.failure_log import FailureLog
 from trashfire.core.clocks import LapClock
 from trashfire.metrics import validity
-from trashfire.survival import analysis
 from trashfire.survival import fitters as F
+from trashfire.survival import per_model
 from trashfire.survival.cure import LogLogisticCureFitter, WeibullCureFitter, budget_sufficiency
 
 CURED, SHAPE, FACTOR = 0.3, 1.5, 10.0
@@ -253,7 +253,7 @@ def test_the_stage_writes_each_cure_models_table_in_the_clocks_unit(short_budget
     settings = OmegaConf.create({"factor": FACTOR, "draws": 50, "seed": 7})
     table = budget_sufficiency(fitter, data, "attack_hash", LABELS, budgets, FACTOR, draws=50, seed=7)
     path = tmp_path / "budget_sufficiency.csv"
-    analysis.write_budget_sufficiency(fits_of(fitter), data, budgets, path, settings)
+    per_model.write_budget_sufficiency(fits_of(fitter), data, budgets, path, settings)
     written = pd.read_csv(path)
     assert list(written.columns) == [
         "fitter", "selected", "attack_hash", *LABELS, "samples", "budget", "factor", "broken", "one_step", "still_breakable", "still_breakable_low", "still_breakable_high"
@@ -263,23 +263,23 @@ def test_the_stage_writes_each_cure_models_table_in_the_clocks_unit(short_budget
     for column in ("samples", "budget", "broken", "still_breakable", "still_breakable_low", "still_breakable_high"):
         assert written[column].to_numpy() == pytest.approx(np.tile(table[column].to_numpy(float), 2)), column
     assert list(written["attack_hash"]) == list(table["attack_hash"]) * 2 and list(written["one_step"]) == list(table["one_step"]) * 2
-    analysis.write_budget_sufficiency(fits_of(fitter), data, budgets, path, settings, unit=1e9)  # fitted in GFLOPs, written in FLOPs
+    per_model.write_budget_sufficiency(fits_of(fitter), data, budgets, path, settings, unit=1e9)  # fitted in GFLOPs, written in FLOPs
     assert pd.read_csv(path)["budget"].to_numpy() == pytest.approx(written["budget"].to_numpy() * 1e9)
-    analysis.write_budget_sufficiency({"weibull": fits_of(fitter)["weibull"]}, data, budgets, path, settings)
+    per_model.write_budget_sufficiency({"weibull": fits_of(fitter)["weibull"]}, data, budgets, path, settings)
     assert not path.exists()  # no cure model, no stale table
 
 
 def test_expected_times_get_the_selected_cure_models_mean_time_of_the_breakable_samples_per_cell(short_budget):
     _, data, fitter, _ = short_budget
     expected = pd.DataFrame({"attack_hash": ["cell2", "cell0", "cell9"], "E_T": [1.0, 2.0, 3.0]})
-    joined = analysis.with_breakable_means(expected, fits_of(fitter), data)
+    joined = per_model.with_breakable_means(expected, fits_of(fitter), data)
     by_hand = fitter.predict_expectation_breakable(data[["x"]]).groupby(data["attack_hash"]).mean()
     assert joined["E_T_breakable"].iloc[:2].to_numpy() == pytest.approx(by_hand[["cell2", "cell0"]].to_numpy(), rel=1e-12)
     loglogistic = LogLogisticCureFitter(penalizer=0.001).fit(data[["duration", "event", "x"]], "duration", "event")
     both = {**fits_of(fitter), "loglogistic_cure": F.Fit("loglogistic_cure", loglogistic, 0.001, "SLSQP", 1)}
     better = min(("weibull_cure", "loglogistic_cure"), key=lambda name: both[name].fitter.AIC_)
-    assert analysis.selected_cure(both) == better
+    assert per_model.selected_cure(both) == better
     means = both[better].fitter.predict_expectation_breakable(data[["x"]]).groupby(data["attack_hash"]).mean()
-    assert analysis.with_breakable_means(expected, both, data)["E_T_breakable"].iloc[:2].to_numpy() == pytest.approx(means[["cell2", "cell0"]].to_numpy())
+    assert per_model.with_breakable_means(expected, both, data)["E_T_breakable"].iloc[:2].to_numpy() == pytest.approx(means[["cell2", "cell0"]].to_numpy())
     assert np.isnan(joined["E_T_breakable"].iloc[2]) and list(joined["E_T"]) == [1.0, 2.0, 3.0]  # a cell the data lack
-    assert analysis.with_breakable_means(expected, {"weibull": fits_of(fitter)["weibull"]}, data) is expected
+    assert per_model.with_breakable_means(expected, {"weibull": fits_of(fitter)["weibull"]}, data) is expected

@@ -354,3 +354,16 @@ def test_an_optimiser_without_tighter_rules_starts_again_with_its_own_options(se
     fit = fit_converged("weibull", spec, rossi)
     assert fit.convergence.starts == 2 and not any(note.startswith("second start") for note in fit.warnings)
     assert fit.fitter.log_likelihood_ > first + 1.0
+
+
+def test_past_row_block_the_check_reads_the_newton_fits_own_gradient(rossi, monkeypatch):
+    """Past ROW_BLOCK rows a Newton fit's check takes the gradient its last step summed over
+    the same rows (autograd's of lifelines' objective: above), not a second pass of the rows'
+    scores: the same verdict."""
+    spec = compose([], conf=ROOT / "conf").survival.models["weibull"]
+    recomputed = fit_converged("weibull", spec, rossi)
+    monkeypatch.setattr(convergence, "ROW_BLOCK", 100)  # rossi's 432 rows are past it
+    monkeypatch.setattr(type(recomputed.fitter), "row_scores", lambda *args: pytest.fail("the rows' scores were computed again"))
+    own = fit_converged("weibull", spec, rossi)
+    assert own.convergence.gradient_norm == np.abs(own.fitter.newton_gradient_).max()
+    assert own.convergence.converged and own.convergence.gradient_norm == pytest.approx(recomputed.convergence.gradient_norm, abs=1e-6)

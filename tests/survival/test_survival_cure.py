@@ -20,7 +20,7 @@ from tests.conftest import ROOT
 from tests.helpers.rounding import TRIALS, perturbed_symmetric
 from trashfire.core.config import compose
 from trashfire.core.stats import covariance_root
-from trashfire.survival import analysis
+from trashfire.survival import analysis, per_model
 from trashfire.survival import fitters as F
 from trashfire.survival.aft import NewtonWeibullAFTFitter
 from trashfire.survival.cure import LogLogisticCureFitter, WeibullCureFitter, cure_table, km_plateau
@@ -119,15 +119,15 @@ def test_it_is_a_row_of_table_one_and_writes_its_cured_shares(tmp_path, caplog):
     assert rows.loc["weibull_cure", ["test_concordance", "test_ICI"]].isna().all()  # never selected (no E[T]): not scored on the test split
     assert "partial likelihood" not in str(rows.loc["weibull_cure", "note"])
     caplog.set_level("INFO", logger=analysis.log.name)
-    analysis.write_cure_fractions(fits, data, tmp_path / "cure_fractions.csv")
+    per_model.write_cure_fractions(fits, data, tmp_path / "cure_fractions.csv")
     written = pd.read_csv(tmp_path / "cure_fractions.csv")
     assert set(written["fitter"]) == {"weibull_cure"} and len(written) == 20
     median = written["difference"].abs().median()
     said = [r.getMessage() for r in caplog.records if r.name == analysis.log.name and "cured share" in r.getMessage()]
     assert said == [f"weibull_cure: cured share against the Kaplan-Meier plateau per cell, median |difference| by family: pgd linf {median:.3f}"]
-    analysis.write_cure_fractions(fits, data, tmp_path / "in_flops.csv", unit=1e9)  # fitted in GFLOPs, written in FLOPs
+    per_model.write_cure_fractions(fits, data, tmp_path / "in_flops.csv", unit=1e9)  # fitted in GFLOPs, written in FLOPs
     assert pd.read_csv(tmp_path / "in_flops.csv")["E_T_breakable"].to_numpy() == pytest.approx(written["E_T_breakable"].to_numpy() * 1e9)
-    analysis.write_cure_fractions({"weibull": fits["weibull"]}, data, tmp_path / "cure_fractions.csv")
+    per_model.write_cure_fractions({"weibull": fits["weibull"]}, data, tmp_path / "cure_fractions.csv")
     assert not (tmp_path / "cure_fractions.csv").exists()  # no cure model, no stale table
 
 
@@ -391,7 +391,7 @@ def test_the_cure_model_is_selected_by_table_is_aic_not_lifelines_penalised_one(
         return fit
 
     fits = {"weibull_cure": cure(100.0, 120.0), "loglogistic_cure": cure(110.0, 90.0)}
-    assert analysis.selected_cure(fits) == "loglogistic_cure"
+    assert per_model.selected_cure(fits) == "loglogistic_cure"
 
 
 def _torch_latency(model: str):

@@ -159,6 +159,21 @@ def test_robust_errors_grow_with_a_shared_effect_per_cluster(settings, name):
     assert (on_location > 2).all(), ratios  # a covariate of the trained model: its samples are not independent
 
 
+@pytest.mark.parametrize("name", ["weibull", "gengamma", "weibull_cure"])
+def test_past_row_block_the_cluster_scores_are_summed_a_block_of_rows_at_a_time(settings, name, monkeypatch):
+    """Past ROW_BLOCK rows the rows' scores are computed and summed per cluster a block at a
+    time (no n x p array): the same standard errors, within rounding."""
+    data = per_sample_data(n_models=24, cells_per_model=3, samples=20, frailty=1.0)  # 1,440 rows
+    fit = F.fit_one(name, settings.models[name], data)
+    whole = F.cluster_robust_se(fit, data, data["train_hash"].to_numpy())
+    monkeypatch.setattr(F, "ROW_BLOCK", 500)
+    blocks = []
+    monkeypatch.setattr(F, "sample_scores", lambda fitter, rows, original=F.sample_scores: blocks.append(len(rows)) or original(fitter, rows))
+    in_blocks = F.cluster_robust_se(fit, data, data["train_hash"].to_numpy())
+    assert blocks == [500, 500, 440]
+    pd.testing.assert_series_equal(in_blocks, whole, rtol=1e-12)
+
+
 @pytest.mark.parametrize("name", ["weibull", "exponential", "cox"])
 def test_robust_errors_match_naive_ones_with_one_sample_per_cluster(settings, name):
     data = per_sample_data(n_models=100, cells_per_model=3, samples=4)

@@ -60,7 +60,6 @@ from trashfire.survival import fitters as F
 from trashfire.survival import validation
 from trashfire.survival.competing import competing_table, incidence_curves
 from trashfire.survival.convergence import fit_converged
-from trashfire.survival.cure import budget_sufficiency, cure_table
 from trashfire.survival.data import NUMERIC_COVARIATES, diagnose, drop_degenerate
 from trashfire.survival.expected_time import (
     cell_budgets,
@@ -76,6 +75,7 @@ from trashfire.survival.expected_time import (
     with_km_check,
 )
 from trashfire.survival.figures import calibration_grid, coefficient_figure, competing_risks_figure, finish_calibration, kaplan_meier_figure, save
+from trashfire.survival.per_model import ModelOutputs, in_clock_units, with_breakable_means, write_budget_sufficiency, write_cure_fractions
 from trashfire.survival.saved_models import load_models, save_models, share_training_data  # noqa: F401 - load_models: users reload models.pkl from here (docs)
 from trashfire.survival.score_sample import calibration_rows, concordance_rows
 from trashfire.survival.scoring import (
@@ -153,7 +153,7 @@ SLOW_FITTERS = ("gengamma", "loglogistic_cure", "weibull_cure")  # started first
 
 
 def compare(
-    train: pd.DataFrame, test: pd.DataFrame, settings: Any, axes: dict | None = None, workers: int = 1, threads: int | None = None
+    train: pd.DataFrame, test: pd.DataFrame, settings: Any, axes: dict | None = None, workers: int = 1, threads: int | None = None, on_fit=None
 ) -> tuple[pd.DataFrame, dict[str, F.Fit]]:
     """Fit every configured fitter and score it on the training part, the AFT models also by
     cross-validation inside it (`survival.validation`, where select_by asks for it), then the
@@ -162,7 +162,7 @@ def compare(
     scores of the one selected) and the fitted models, with cluster-robust SEs by trained model
     (CLUSTER_BY). `axes[name]` = (train, test) axes for the calibration curves. With workers > 1
     the fits run in workers - 1 worker processes, the slowest first, and each is scored here as
-    it arrives."""
+    it arrives (then `on_fit(name, fit)`), the baselines after the first, while the others run."""
     rows: dict[str, dict[str, Any]] = {}
     to_fit = []
     if workers > 1 and not torch_loaded():  # forked workers read the rows from their copy of this process's memory
@@ -180,7 +180,7 @@ def compare(
         else:
             to_fit.append((name, spec, shared, list(settings.retries), folds if spec.aft else None))
     to_fit.sort(key=lambda job: job[0] not in SLOW_FITTERS)
-    fits, kept = {}, {}
+    fits, kept, baselines = {}, {}, None
     # this process scores each fit as it arrives, which on a large training split takes as long
     # as the fits: there they run in workers - 1 processes beside it, so that no more than two
     # copies of the design are alive at once (10^6 samples: 6.3 GiB with two fit workers)
@@ -188,6 +188,7 @@ def compare(
     try:
         for index, fit in results_as_completed(fit_with_robust_se, to_fit, fit_processes, log.name, threads, away=workers > 1, fork=True):
             name, spec = to_fit[index][:2]
+            baselines = baselines or baseline_rows(train, test, ranked)  # while the other fits run
             if isinstance(fit, F.FitFailed):
                 log.warning("%s failed to fit: %s", name, fit)
                 rows[name] |= {"status": "failed", "note": f"fit failed: {fit}"}
@@ -199,9 +200,11 @@ def compare(
             )
             t0 = calibration_time(train, t0_quantile(spec, settings))
             rows[name] |= train_scores(fit, train, t0, (axes or {}).get(name, (None, None))[0], calibrated, ranked)
+            if on_fit is not None:
+                on_fit(name, fit)
     finally:
         _INHERITED.pop(INHERITED, None)
-    ordered = [rows[name] for name in settings.fitters] + baseline_rows(train, test, ranked)
+    ordered = [rows[name] for name in settings.fitters] + (baselines or baseline_rows(train, test, ranked))
     comparison = pd.DataFrame(ordered).assign(split_by=settings.split_by)
     return comparison.reindex(columns=table_columns(comparison.columns)), {name: fits[name] for name in settings.fitters if name in fits}
 
@@ -272,92 +275,6 @@ def sample_sd(covariates: pd.DataFrame, weights: np.ndarray) -> pd.Series:
     return pd.Series(np.sqrt(variance), index=covariates.columns)
 
 
-CURE_LABELS = ["attack_family", "defence", "dataset"]
-
-
-def cure_fits(fits: dict[str, F.Fit]) -> dict[str, F.Fit]:
-    """The fits of cure models (survival.cure), by name."""
-    return {name: fit for name, fit in fits.items() if getattr(fit.fitter, "cure_model", False)}
-
-
-def selected_cure(fits: dict[str, F.Fit]) -> str | None:
-    """The cure model of lowest AIC (Table I's: unpenalised, on the training split they share;
-    the first of equals), or None without one: it gives the budget flag and E_T_breakable."""
-    cures = cure_fits(fits)
-    return min(cures, key=lambda name: _table_aic(cures[name])) if cures else None
-
-
-def _table_aic(fit: F.Fit) -> float:
-    """Table I's AIC of a scored fit; lifelines' (penalised) only for a fit never scored."""
-    return fit.criteria.get("AIC", fit.fitter.AIC_)
-
-
-def with_breakable_means(expected: pd.DataFrame, fits: dict[str, F.Fit], data: pd.DataFrame) -> pd.DataFrame:
-    """expected_times.csv with E_T_breakable, the selected cure model's mean time to failure of
-    the breakable samples per attack cell (survival.cure), where one was fitted."""
-    name = selected_cure(fits)
-    if name is None:
-        return expected
-    cure = fits[name]
-    breakable = cure.fitter.predict_expectation_breakable(F.covariates_of(data)).to_numpy(float)
-    means = pd.Series(breakable).groupby(data[CELL].to_numpy()).mean()
-    return expected.assign(E_T_breakable=expected[CELL].map(means))
-
-
-def write_cure_fractions(fits: dict[str, F.Fit], data: pd.DataFrame, path: Path, unit: float = 1.0) -> None:
-    """Each cure model's cured share per attack cell beside the cell's Kaplan-Meier plateau, with
-    the breakable samples' mean time E_T_breakable (`survival.cure.cure_table`; times from the
-    fitting `unit` back to the clock's), and the median |difference| per attack family in the log.
-    Without a cure model among the fits, no file (an older one is removed)."""
-    tables = [cure_table(fit.fitter, data, CELL, CURE_LABELS).assign(fitter=name) for name, fit in cure_fits(fits).items()]
-    if not tables:
-        path.unlink(missing_ok=True)
-        return
-    table = pd.concat(tables, ignore_index=True)
-    columns = ["fitter", CELL, *CURE_LABELS, "samples", "km_plateau", "cured_fraction", "difference", "E_T_breakable"]
-    write_csv(in_clock_units(table[columns], unit, ["E_T_breakable"]), path)  # E[T_u] in the clock's unit
-    for name, part in table.groupby("fitter", sort=False):
-        medians = part["difference"].abs().groupby(part["attack_family"]).median()
-        log.info(
-            "%s: cured share against the Kaplan-Meier plateau per cell, median |difference| by family: %s",
-            name,
-            ", ".join(f"{f} {v:.3f}" for f, v in medians.items()),
-        )
-
-
-def write_budget_sufficiency(fits: dict[str, F.Fit], data: pd.DataFrame, budgets: pd.Series, path: Path, settings: Any, unit: float = 1.0) -> None:
-    """Each cure model's share per attack cell that a budget `settings.factor` times larger
-    would still break (`survival.cure.budget_sufficiency`), budgets back in the clock's unit;
-    `selected` marks the rows of the cure model of lowest AIC, which the budget flag reads.
-    Without a cure model among the fits, no file (an older one is removed)."""
-    chosen = selected_cure(fits)
-    tables = [
-        budget_sufficiency(fit.fitter, data, CELL, CURE_LABELS, budgets, settings.factor, settings.draws, settings.seed).assign(
-            fitter=name, factor=settings.factor, selected=name == chosen
-        )
-        for name, fit in cure_fits(fits).items()
-    ]
-    if not tables:
-        path.unlink(missing_ok=True)
-        return
-    table = pd.concat(tables, ignore_index=True)
-    columns = [
-        "fitter",
-        "selected",
-        CELL,
-        *CURE_LABELS,
-        "samples",
-        "budget",
-        "factor",
-        "broken",
-        "one_step",
-        "still_breakable",
-        "still_breakable_low",
-        "still_breakable_high",
-    ]
-    write_csv(in_clock_units(table[columns], unit, ["budget"]), path)
-
-
 COMPETING_LABELS = ["model_hash", "attack_family", "defence", "dataset"]
 
 
@@ -399,11 +316,6 @@ def fit_unit(clock: str) -> float:
     return FIT_UNITS.get(clock, 1.0)
 
 
-def in_clock_units(table: pd.DataFrame, unit: float, columns) -> pd.DataFrame:
-    """`table` with its time `columns` from the fitting unit back to the clock's."""
-    return table.assign(**{c: table[c] * unit for c in columns if c in table})
-
-
 def analyse(cfg: DictConfig, artefacts: Artefacts) -> pd.DataFrame:
     """The stage: fit and compare the models, write E[T] per attack cell from the selected one.
     Where no model can be fitted or selected (one trained model to split, durations no model
@@ -437,9 +349,10 @@ def _analyse(cfg: DictConfig, artefacts: Artefacts, settings) -> pd.DataFrame:
         train, test = usable_covariates(train, test, settings.data.dummies)
     except DataError as err:
         return without_models(data, budgets, out, cfg, f"no survival model could be fitted: {err}")
-    comparison, fits, (figure, axes) = fit_and_compare(cfg, train, test)
     aft = [name for name in settings.fitters if settings.models[name].aft]
-    times = expected_times(fits, data, aft, budgets)
+    outputs = ModelOutputs(data, budgets, aft, settings.budget)  # each model's, as its fit arrives
+    comparison, fits, (figure, axes) = fit_and_compare(cfg, train, test, outputs.add)
+    times = expected_times(fits, data, aft, budgets, outputs.times)
     try:
         selected, reason = select(comparison, times, settings.chosen, settings.select_by), None
     except DataError as err:
@@ -464,8 +377,8 @@ def _analyse(cfg: DictConfig, artefacts: Artefacts, settings) -> pd.DataFrame:
     write_csv(comparison, out / "aft_comparison.csv")
     write_csv(concordance_within_table(comparison), out / "concordance_within.csv")
     write_csv(in_clock_units(expected, unit, ["E_T", "E_T_unrestricted", "t_star", "E_T_breakable", *times.columns]), out / "expected_times.csv")
-    write_cure_fractions(fits, data, out / "cure_fractions.csv", unit)
-    write_budget_sufficiency(fits, data, budgets, out / "budget_sufficiency.csv", settings.budget, unit)
+    write_cure_fractions(fits, data, out / "cure_fractions.csv", unit, outputs.fractions)
+    write_budget_sufficiency(fits, data, budgets, out / "budget_sufficiency.csv", settings.budget, unit, outputs.sufficiency)
     predicted = predicted_curves(fits[selected], data) if selected else {}
     label = settings.models[selected].label if selected else None
     save(kaplan_meier_figure(kaplan_meier_fits(data), predicted, label, FIT_UNIT_NAMES[clock]), out / "kaplan_meier.png")
@@ -481,9 +394,10 @@ def _analyse(cfg: DictConfig, artefacts: Artefacts, settings) -> pd.DataFrame:
 TIME_COLUMNS = ["t0", "ibs_from", "tau"]  # Table I's times: the calibration time, the IBS's span and Uno's truncation
 
 
-def fit_and_compare(cfg: DictConfig, train: pd.DataFrame, test: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, F.Fit], tuple]:
+def fit_and_compare(cfg: DictConfig, train: pd.DataFrame, test: pd.DataFrame, on_fit=None) -> tuple[pd.DataFrame, dict[str, F.Fit], tuple]:
     """Table I before the selection and the fitted models, with the calibration figure and its
-    panels (train drawn; the selected model's test panel is drawn when it is scored)."""
+    panels (train drawn; the selected model's test panel is drawn when it is scored);
+    `on_fit(name, fit)` as each fit arrives."""
     settings = cfg.survival
     log.info(
         "train/test split by %s: %d / %d groups, %d / %d samples",
@@ -499,7 +413,7 @@ def fit_and_compare(cfg: DictConfig, train: pd.DataFrame, test: pd.DataFrame) ->
         )
     fig, axes = calibration_grid(list(settings.fitters))
     workers = resolve_workers(cfg.train.get("workers", "auto"), "cpu")
-    comparison, fits = compare(train, test, settings, axes, workers, threads_per_cell(workers, cfg.train.get("threads", 1)))
+    comparison, fits = compare(train, test, settings, axes, workers, threads_per_cell(workers, cfg.train.get("threads", 1)), on_fit)
     return comparison, fits, (fig, axes)
 
 

@@ -34,6 +34,7 @@ from lifelines.fitters import ParametricRegressionFitter
 from lifelines.utils import DataframeSlicer, normalize
 
 from trashfire.survival import fitters as F
+from trashfire.survival.newton import ROW_BLOCK
 
 CONVERGED_GAIN = 1e-3  # nats a Newton step may still gain at an accepted optimum
 # the second start's stopping rules, on lifelines' objective (a mean over the samples): scipy's
@@ -183,6 +184,10 @@ def _parametric_gradient_and_hessian(fitter: ParametricRegressionFitter, data: p
     """The penalised negative log-likelihood's gradient (nats) at the fit, and lifelines'
     Hessian of it, both in the normalised coordinates lifelines optimises in."""
     if getattr(fitter, "newton_iterations", None) is not None:  # the Newton fitters: their closed-form scores at the coefficients, on these rows
+        if len(data) > ROW_BLOCK and getattr(fitter, "newton_gradient_", None) is not None:
+            # the fit's own gradient at its last point, summed over these rows by its last step
+            # (autograd's of lifelines' objective: a test); the scores again cost a pass over 10^7 rows
+            return np.asarray(fitter.newton_gradient_, dtype=float), np.asarray(fitter._hessian_, dtype=float)
         return _newton_gradient(fitter, data), np.asarray(fitter._hessian_, dtype=float)
     arguments = _parametric_arguments(fitter, data)
     total = float(arguments[2].sum())  # lifelines' objective is a mean over the weights

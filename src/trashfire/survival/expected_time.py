@@ -36,15 +36,21 @@ def cell_budgets(data: pd.DataFrame) -> pd.Series:
     return censored.reindex(longest.index).fillna(longest)
 
 
-def expected_times(fits: dict[str, F.Fit], data: pd.DataFrame, aft: list[str], budgets: pd.Series) -> pd.DataFrame:
-    """E_T_<fitter> per attack cell from every fitted AFT model: 003's restricted mean
-    int_0^{t*} S(u | x) du with t* the cell's budget (`cell_budgets`: its largest censoring
-    time, or its largest duration when none of its samples was censored), averaged over the
-    cell's samples (their covariates, such as the margin, differ)."""
-    covariates = F.covariates_of(data)
-    t_star = data[CELL].map(budgets).to_numpy(float)
-    columns = {f"E_T_{name}": cell_means(data, F.restricted_mean(fits[name], covariates, t_star)) for name in aft if name in fits}
+def expected_times(fits: dict[str, F.Fit], data: pd.DataFrame, aft: list[str], budgets: pd.Series, known: dict[str, pd.Series] | None = None) -> pd.DataFrame:
+    """E_T_<fitter> per attack cell from every fitted AFT model (`expected_time_of`; `known`:
+    those already computed, by fitter)."""
+    known = known or {}
+    columns = {f"E_T_{name}": known[name] if name in known else expected_time_of(fits[name], data, budgets) for name in aft if name in fits}
     return pd.DataFrame(columns, index=budgets.index)
+
+
+def expected_time_of(fit: F.Fit, data: pd.DataFrame, budgets: pd.Series) -> pd.Series:
+    """One model's E[T] per attack cell: 003's restricted mean int_0^{t*} S(u | x) du with t*
+    the cell's budget (`cell_budgets`: its largest censoring time, or its largest duration when
+    none of its samples was censored), averaged over the cell's samples (their covariates,
+    such as the margin, differ)."""
+    t_star = data[CELL].map(budgets).to_numpy(float)
+    return cell_means(data, F.restricted_mean(fit, F.covariates_of(data), t_star))
 
 
 def expected_time_table(times: pd.DataFrame, budgets: pd.Series, fit: F.Fit, data: pd.DataFrame) -> pd.DataFrame:
