@@ -29,7 +29,7 @@ from trashfire.metrics import aggregate as aggregation
 from trashfire.report import sections
 from trashfire.report.page import render
 from trashfire.stages import survival
-from trashfire.survival import analysis, expected_time, scoring
+from trashfire.survival import analysis, expected_time, per_model, scoring
 from trashfire.survival import fitters as F
 from trashfire.survival.split import split_groups, split_in_one_copy
 
@@ -1273,3 +1273,29 @@ def test_a_dummy_stored_as_bool_gives_the_cox_score_residuals_of_its_0_1_values(
     dummies = data.assign(fsq=data["margin"] > 2.0)  # pandas' get_dummies gives bool columns
     fitter = cox_on_samples(dummies, ["margin", "fsq"])
     assert F.cox_score_residuals(fitter, dummies) == pytest.approx(F.cox_score_residuals(fitter, dummies.assign(fsq=dummies["fsq"].astype(float))))
+
+
+def test_past_row_block_each_models_predictions_go_a_block_of_rows_at_a_time(study_fits, monkeypatch):
+    """E[T] per cell, the cure table and the breakable means predict ROW_BLOCK rows at a time
+    past ROW_BLOCK rows (a design of every row at 10^7 is gigabytes): the same values."""
+    data = two_family_study()
+    budgets = expected_time.cell_budgets(data)
+    cure = F.fit_one("weibull_cure", OmegaConf.create({"fitter": {"_target_": "trashfire.survival.cure.WeibullCureFitter", "penalizer": 0.01}}), data)
+    fits = {"weibull_cure": cure}
+
+    def outputs():
+        times = expected_time.expected_time_of(study_fits["weibull"], data, budgets)
+        table = per_model.cure_fraction_rows("weibull_cure", cure, data)
+        breakable = per_model.with_breakable_means(pd.DataFrame({"attack_hash": budgets.index}), fits, data)
+        return times, table, breakable
+
+    whole = outputs()
+    monkeypatch.setattr("trashfire.survival.newton.ROW_BLOCK", len(data) // 3)
+    predicted = []
+    original = F.restricted_mean
+    monkeypatch.setattr(F, "restricted_mean", lambda fit, rows, until: predicted.append(len(rows)) or original(fit, rows, until))
+    in_blocks = outputs()
+    assert len(predicted) == 4 and sum(predicted) == len(data)
+    pd.testing.assert_series_equal(in_blocks[0], whole[0], check_exact=True)
+    pd.testing.assert_frame_equal(in_blocks[1], whole[1], check_exact=True)
+    pd.testing.assert_frame_equal(in_blocks[2], whole[2], check_exact=True)

@@ -40,6 +40,7 @@ from trashfire.survival.aft import NewtonLogLogisticAFTFitter, NewtonWeibullAFTF
 from trashfire.survival.data import NUMERIC_COVARIATES
 from trashfire.survival.fitters import DURATION, EVENT, _covariate_columns, _no_conditioning, covariates_of, sample_weights
 from trashfire.survival.km import grouped_km
+from trashfire.survival.newton import in_row_blocks
 from trashfire.survival.newton_fit import NewtonRegressionMixin, start_rows
 
 
@@ -325,7 +326,8 @@ def cure_table(fitter: MixtureCureFitter, data: pd.DataFrame, cell: str, labels:
     to failure, in the data's time unit). Every cell at once (trashfire.survival.km)."""
     covariates = covariates_of(data)
     weights = sample_weights(data).astype(float)
-    cured, breakable = fitter.cured_fraction(covariates).to_numpy(), fitter.predict_expectation_breakable(covariates).to_numpy()
+    cured = in_row_blocks(lambda rows: fitter.cured_fraction(rows).to_numpy(), covariates)
+    breakable = in_row_blocks(lambda rows: fitter.predict_expectation_breakable(rows).to_numpy(), covariates)
     sums = pd.DataFrame({"samples": weights, "_cured": weights * cured, "_breakable": weights * breakable}).groupby(data[cell].to_numpy(), sort=True).sum()
     table = data.groupby(cell, sort=True)[labels].first().join(sums)
     table["km_plateau"] = grouped_km(data[cell], data[DURATION], data[EVENT], weights).plateau()

@@ -16,6 +16,7 @@ from trashfire.core import schema
 from trashfire.core.errors import DataError
 from trashfire.survival import fitters as F
 from trashfire.survival.km import grouped_km, logrank
+from trashfire.survival.newton import in_row_blocks
 from trashfire.survival.scoring import CELL, FAMILY, KM_COLUMNS, cell_means, table_columns
 from trashfire.survival.spec import score
 
@@ -50,7 +51,7 @@ def expected_time_of(fit: F.Fit, data: pd.DataFrame, budgets: pd.Series) -> pd.S
     none of its samples was censored), averaged over the cell's samples (their covariates,
     such as the margin, differ)."""
     t_star = data[CELL].map(budgets).to_numpy(float)
-    return cell_means(data, F.restricted_mean(fit, F.covariates_of(data), t_star))
+    return cell_means(data, in_row_blocks(lambda rows, until: F.restricted_mean(fit, rows, until), F.covariates_of(data), t_star))
 
 
 def expected_time_table(times: pd.DataFrame, budgets: pd.Series, fit: F.Fit, data: pd.DataFrame) -> pd.DataFrame:

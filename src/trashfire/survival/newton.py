@@ -231,6 +231,16 @@ def sampled_start(function_on, rows: np.ndarray | None, start: np.ndarray, itera
         return start
 
 
+def in_row_blocks(function, frame, *arrays) -> np.ndarray:
+    """`function(rows, *arrays' rows)` (a per-row prediction: one value per row) over blocks of
+    ROW_BLOCK rows of `frame`, concatenated: the prediction's design holds a block of rows, not
+    all of them (10^7 rows x 43 columns: 3.4 GB)."""
+    if len(frame) <= ROW_BLOCK:
+        return np.asarray(function(frame, *arrays))
+    blocks = range(0, len(frame), ROW_BLOCK)
+    return np.concatenate([np.asarray(function(frame.iloc[s : s + ROW_BLOCK], *(a[s : s + ROW_BLOCK] for a in arrays))) for s in blocks])
+
+
 class LinearPredictors:
     """A regression whose rows' log-likelihood depends on K linear predictors eta_k = X_k theta_k
     (a cure model's cured share, scale and shape; the generalised gamma's lambda, mu and sigma).

@@ -21,6 +21,7 @@ from trashfire.core.records import write_csv
 from trashfire.survival import fitters as F
 from trashfire.survival.cure import budget_sufficiency, cure_table
 from trashfire.survival.expected_time import CELL, expected_time_of
+from trashfire.survival.newton import in_row_blocks
 
 log = logging.getLogger("trashfire.survival.analysis")
 
@@ -145,6 +146,6 @@ def with_breakable_means(expected: pd.DataFrame, fits: dict[str, F.Fit], data: p
     name = selected_cure(fits)
     if name is None:
         return expected
-    breakable = fits[name].fitter.predict_expectation_breakable(F.covariates_of(data)).to_numpy(float)
+    breakable = in_row_blocks(lambda rows: fits[name].fitter.predict_expectation_breakable(rows).to_numpy(float), F.covariates_of(data))
     means = pd.Series(breakable).groupby(data[CELL].to_numpy()).mean()
     return expected.assign(E_T_breakable=expected[CELL].map(means))
