@@ -38,7 +38,7 @@ from trashfire.core.errors import ConfigError, DataError
 from trashfire.core.records import write_table
 from trashfire.params import composed_yaml
 from trashfire.stages import survival
-from trashfire.survival import analysis, expected_time, figures, scoring
+from trashfire.survival import analysis, expected_time, figures, saved_models, scoring
 from trashfire.survival import checks as survival_checks
 from trashfire.survival import fitters as F
 from trashfire.survival.data import LABEL_COLUMNS
@@ -608,8 +608,8 @@ DATA, MODELS = "corrupt survival data {path}: {reason}; rerun the timing stage",
             "Parquet magic bytes not found in footer. Either the file is corrupted or this is not a parquet file",
         ),
         (analysis.read_survival_data, "survival_data.parquet", b"PAR1" + bytes(40) + b"PAR1", DATA, "Couldn't deserialize thrift: No more data to read"),
-        (analysis.load_models, "models.pkl", b"", MODELS, "Ran out of input"),
-        (analysis.load_models, "models.pkl", b"\x80\x04K", MODELS, "pickle data was truncated"),
+        (saved_models.load_models, "models.pkl", b"", MODELS, "Ran out of input"),
+        (saved_models.load_models, "models.pkl", b"\x80\x04K", MODELS, "pickle data was truncated"),
     ],
 )
 def test_a_corrupt_survival_input_is_one_line_naming_it(tmp_path, read, name, content, line, reason):
@@ -625,7 +625,7 @@ def test_missing_survival_data_and_models_name_the_stage_to_run(tmp_path):
         analysis.read_survival_data(tmp_path / "survival_data.parquet")
     assert str(refused.value) == f"survival data not found: {tmp_path / 'survival_data.parquet'}; run the timing stage first"
     with pytest.raises(DataError) as refused:
-        analysis.load_models(tmp_path / "models.pkl")
+        saved_models.load_models(tmp_path / "models.pkl")
     assert str(refused.value) == f"fitted survival models not found: {tmp_path / 'models.pkl'}; run the survival stage"
 
 
@@ -1023,7 +1023,7 @@ def test_the_stage_on_the_flops_clock_fits_gflops_and_writes_times_back_in_flops
 
     # the models were fitted in GFLOPs, which fit_unit.json says
     assert json.loads((out / "fit_unit.json").read_text()) == {"clock": "flops", "unit": "GFLOPs", "scale": 1e9}
-    models = analysis.load_models(out / "models.pkl")
+    models = saved_models.load_models(out / "models.pkl")
     assert list(models) == ["weibull", "exponential", "cox"]
     assert models[selected].durations.max() == pytest.approx(train["duration"].max() / 1e9)
     # lifelines' copies of the training rows, kept on each fitter, are one copy (in the stage's memory and models.pkl)
@@ -1138,7 +1138,7 @@ def test_the_stage_on_the_seconds_clock_writes_the_chosen_model_over_a_previous_
     assert pd.read_csv(out / "coefficients.csv")["fitter"].unique().tolist() == ["weibull", "exponential"]
     assert (out / "coefficients.png").read_bytes() == (out / "coefficients" / "exponential.png").read_bytes()
     times = pd.read_csv(out / "expected_times.csv").set_index("attack_hash")
-    model = F.Fit("exponential", analysis.load_models(out / "models.pkl")["exponential"], 0.0, "", 1)
+    model = F.Fit("exponential", saved_models.load_models(out / "models.pkl")["exponential"], 0.0, "", 1)
     covariates = data.drop_duplicates("attack_hash").set_index("attack_hash").loc[times.index, ["epochs", "depth", "attack_pgd_inf"]]
     assert (times["fitter"] == "exponential").all() and times["E_T"].to_numpy() == pytest.approx(
         F.restricted_mean(model, covariates, times["t_star"].to_numpy()), rel=1e-6
@@ -1264,7 +1264,7 @@ def test_the_stage_writes_the_cure_budget_and_competing_tables_in_the_clocks_uni
     analysis.analyse(cfg, survival.STAGE.resolved(cfg))
     plt.close("all")
     out = tmp_path / "reports" / "survival"
-    cure = analysis.load_models(out / "models.pkl")["weibull_cure"]
+    cure = saved_models.load_models(out / "models.pkl")["weibull_cure"]
     assert math.isfinite(cure.log_likelihood_ratio_test().test_statistic)  # print_summary's test: lifelines' null model of the cure fitter
     cells = data.drop_duplicates("attack_hash").set_index("attack_hash")
     breakable = cure.predict_expectation_breakable(F.covariates_of(data.assign(duration=data["duration"] / 1e9)))

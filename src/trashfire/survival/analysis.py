@@ -31,7 +31,7 @@ calibration.png (Fig. 2), coefficients.png (Fig. 3, selected model) and coeffici
 coefficients.csv (naive and cluster-robust intervals), expected_times.csv (E[T] per attack cell:
 the selected model's restricted and unrestricted mean, every AFT model's restricted mean),
 kaplan_meier.png and logrank.csv (per attack family, each defence against none),
-models.pkl (every fitted model; reload with `trashfire.survival.analysis.load_models`, from saved_models) and
+models.pkl (every fitted model; reload with `trashfire.survival.saved_models.load_models`) and
 status.json (the selected model, or null and the reason none gives E[T]: then E_T is missing
 in expected_times.csv, and aggregate computes every metric but TRASH).
 
@@ -76,7 +76,7 @@ from trashfire.survival.expected_time import (
 )
 from trashfire.survival.figures import calibration_grid, coefficient_figure, competing_risks_figure, finish_calibration, kaplan_meier_figure, save
 from trashfire.survival.per_model import ModelOutputs, in_clock_units, with_breakable_means, write_budget_sufficiency, write_cure_fractions
-from trashfire.survival.saved_models import load_models, save_models, share_training_data  # noqa: F401 - load_models: users reload models.pkl from here (docs)
+from trashfire.survival.saved_models import save_models, share_training_data
 from trashfire.survival.score_sample import calibration_rows, concordance_rows
 from trashfire.survival.scoring import (
     CELL,
@@ -188,7 +188,8 @@ def compare(
     try:
         for index, fit in results_as_completed(fit_with_robust_se, to_fit, fit_processes, log.name, threads, away=workers > 1, fork=True):
             name, spec = to_fit[index][:2]
-            baselines = baselines or baseline_rows(train, test, ranked)  # while the other fits run
+            if baselines is None:  # while the other fits run
+                baselines = baseline_rows(train, test, ranked)
             if isinstance(fit, F.FitFailed):
                 log.warning("%s failed to fit: %s", name, fit)
                 rows[name] |= {"status": "failed", "note": f"fit failed: {fit}"}
@@ -204,7 +205,7 @@ def compare(
                 on_fit(name, fit)
     finally:
         _INHERITED.pop(INHERITED, None)
-    ordered = [rows[name] for name in settings.fitters] + (baselines or baseline_rows(train, test, ranked))
+    ordered = [rows[name] for name in settings.fitters] + (baseline_rows(train, test, ranked) if baselines is None else baselines)
     comparison = pd.DataFrame(ordered).assign(split_by=settings.split_by)
     return comparison.reindex(columns=table_columns(comparison.columns)), {name: fits[name] for name in settings.fitters if name in fits}
 

@@ -234,7 +234,8 @@ def sampled_start(function_on, rows: np.ndarray | None, start: np.ndarray, itera
 def in_row_blocks(function, frame, *arrays) -> np.ndarray:
     """`function(rows, *arrays' rows)` (a per-row prediction: one value per row) over blocks of
     ROW_BLOCK rows of `frame`, concatenated: the prediction's design holds a block of rows, not
-    all of them (10^7 rows x 43 columns: 3.4 GB)."""
+    all of them (10^7 rows x 43 columns: 3.4 GB). Each row's value is the whole frame's, up to
+    the last bits a BLAS may give a product of another shape."""
     if len(frame) <= ROW_BLOCK:
         return np.asarray(function(frame, *arrays))
     blocks = range(0, len(frame), ROW_BLOCK)

@@ -23,7 +23,7 @@ from trashfire.survival.cure import budget_sufficiency, cure_table
 from trashfire.survival.expected_time import CELL, expected_time_of
 from trashfire.survival.newton import in_row_blocks
 
-log = logging.getLogger("trashfire.survival.analysis")
+log = logging.getLogger("trashfire.survival.analysis")  # the survival stage's log, where its lines were before they moved here
 
 CURE_LABELS = ["attack_family", "defence", "dataset"]
 

@@ -28,10 +28,10 @@ def share_training_data(fitter: Any, kept: dict[str, list[pd.Series]]) -> None:
         value = getattr(fitter, attribute, None)
         if not isinstance(value, pd.Series):
             continue
-        same = next((series for series in kept.setdefault(attribute, []) if series.name == value.name and series.equals(value)), None)
+        same = next((series for series in kept.setdefault(attribute, []) if series is value or (series.name == value.name and series.equals(value))), None)
         if same is None:
             kept[attribute].append(value)
-        else:
+        elif same is not value:
             setattr(fitter, attribute, same)
 
 
