@@ -23,7 +23,7 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from trashfire.core.records import write_json
-from trashfire.survival import aft, analysis, newton_fit
+from trashfire.survival import aft, analysis, newton, newton_fit
 from trashfire.survival import fitters as F
 from trashfire.survival.saved_models import load_models
 from trashfire.survival.split import split_in_one_copy
@@ -45,14 +45,15 @@ def training_split(study: Path):
 
 
 def dense_fit(name: str, settings, train):
-    """The fitter as it fits at most ROW_BLOCK rows: a dense design, every row from the start."""
+    """The fitter as it fits at most ROW_BLOCK rows: a dense design, every row from the start,
+    each sum over every row at once (no blocks of rows)."""
     everything = len(train) + 1
-    saved = newton_fit.ROW_BLOCK, aft.ROW_BLOCK
-    newton_fit.ROW_BLOCK = aft.ROW_BLOCK = everything
+    saved = newton_fit.ROW_BLOCK, aft.ROW_BLOCK, newton.ROW_BLOCK
+    newton_fit.ROW_BLOCK = aft.ROW_BLOCK = newton.ROW_BLOCK = everything
     try:
         return F.fit_one(name, settings.models[name], train, list(settings.retries)).fitter
     finally:
-        newton_fit.ROW_BLOCK, aft.ROW_BLOCK = saved
+        newton_fit.ROW_BLOCK, aft.ROW_BLOCK, newton.ROW_BLOCK = saved
 
 
 def compare(stage, dense) -> dict:

@@ -11,7 +11,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from tests.conftest import ROOT, recorded, tiny_overrides
-from tests.helpers.worker_jobs import blas_threads, fail_with_config_error, process_and_threads, quiet_job, sleep_or_fail, ticking_job
+from tests.helpers.worker_jobs import blas_threads, fail_with_config_error, finish_time, process_and_threads, quiet_job, sleep_or_fail, ticking_job
 from trashfire.attacks.campaign import spread
 from trashfire.core.config import compose, validate
 from trashfire.core.errors import ConfigError, DataError
@@ -149,6 +149,16 @@ def test_away_jobs_run_in_a_worker_even_alone_so_that_this_process_works_meanwhi
     results = list(results_as_completed(process_and_threads, [(), ()], 1, "test", threads=1, away=True))
     assert sorted(index for index, _ in results) == [0, 1]
     assert {pid for _, (pid, _) in results} != {os.getpid()} and len({pid for _, (pid, _) in results}) == 1
+
+
+@pytest.mark.parametrize("away", [True, False])
+def test_meanwhile_runs_once_while_the_jobs_run_or_before_them_in_order(away):
+    """The survival stage computes what needs no model (its baselines, the Kaplan-Meier means)
+    while its first fit runs in the worker."""
+    ran = []
+    results = list(results_as_completed(finish_time, [(1.0,), (0.0,)], 1, "test", threads=1, away=away, meanwhile=lambda: ran.append(time.time())))
+    assert len(ran) == 1 and sorted(index for index, _ in results) == [0, 1]
+    assert ran[0] < min(ended for _, ended in results)
 
 
 FORKED_POOL = """

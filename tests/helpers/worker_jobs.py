@@ -61,3 +61,9 @@ def mark_and_torch() -> tuple[str, bool]:
     import sys
 
     return MARK, "torch" in sys.modules
+
+
+def finish_time(seconds: float) -> float:
+    """Sleep, then the time the job ended."""
+    time.sleep(seconds)
+    return time.time()

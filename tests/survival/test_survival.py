@@ -975,9 +975,9 @@ def stage_run(monkeypatch):
         drawn[path.relative_to(path.parents[1]).as_posix() if path.parent.name == "coefficients" else path.name] = figure_text(fig)
         real_save(fig, path)
 
-    def fits_here(job, arguments, workers, prog, threads, away=False, fork=False):
+    def fits_here(job, arguments, workers, prog, threads, away=False, fork=False, meanwhile=None):
         given.append((workers, threads))
-        return real_fits(job, arguments, 1, prog, None)
+        return real_fits(job, arguments, 1, prog, None, meanwhile=meanwhile)
 
     monkeypatch.setattr(analysis, "save", save)
     monkeypatch.setattr(analysis, "results_as_completed", fits_here)
@@ -1027,7 +1027,7 @@ def test_the_stage_on_the_flops_clock_fits_gflops_and_writes_times_back_in_flops
     assert list(models) == ["weibull", "exponential", "cox"]
     assert models[selected].durations.max() == pytest.approx(train["duration"].max() / 1e9)
     # lifelines' copies of the training rows, kept on each fitter, are one copy (in the stage's memory and models.pkl)
-    for attribute in ("durations", "event_observed", "weights", "entry"):
+    for attribute in ("durations", "event_observed", "weights", "entry", "timeline"):
         assert getattr(models["weibull"], attribute) is getattr(models["exponential"], attribute)
     for model in models.values():  # they answer as before; the AFT models' null model (the likelihood-ratio test) is fitted when asked for
         with contextlib.redirect_stdout(io.StringIO()) as printed:

@@ -367,3 +367,16 @@ def test_past_row_block_the_check_reads_the_newton_fits_own_gradient(rossi, monk
     own = fit_converged("weibull", spec, rossi)
     assert own.convergence.gradient_norm == np.abs(own.fitter.newton_gradient_).max()
     assert own.convergence.converged and own.convergence.gradient_norm == pytest.approx(recomputed.convergence.gradient_norm, abs=1e-6)
+
+
+def test_a_large_cox_fit_takes_table_is_log_likelihood_from_its_convergence_check(rossi, monkeypatch):
+    """Past ROW_BLOCK rows, the check's pass over the training rows gives Table I's partial
+    log-likelihood (a second pass took 20 s at 10^7 samples): lifelines' score's to rounding."""
+    spec = compose([], conf=ROOT / "conf").survival.models["cox"]
+    expected = F.log_likelihood(fit_converged("cox", spec, rossi), rossi)
+    monkeypatch.setattr(convergence, "ROW_BLOCK", 100)
+    monkeypatch.setattr(F, "ROW_BLOCK", 100)
+    fit = fit_converged("cox", spec, rossi)
+    assert fit.training_log_likelihood == pytest.approx(expected, rel=1e-12)
+    assert F.log_likelihood(fit, rossi) == fit.training_log_likelihood
+    assert getattr(fit.fitter._model, "_ties", None) is None  # the fit's per-step arrays are not kept with it (pickled, saved)

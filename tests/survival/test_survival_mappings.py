@@ -14,7 +14,7 @@ from tests.survival.test_survival_stage import per_sample_data
 from trashfire.core.config import compose, validate
 from trashfire.survival import analysis
 from trashfire.survival import fitters as F
-from trashfire.survival.mappings import FastMappings
+from trashfire.survival.mappings import FastDesignMixin, FastMappings
 from trashfire.survival.split import split_groups
 
 SETTINGS = validate(compose([], conf=ROOT / "conf")).survival
@@ -45,16 +45,17 @@ def test_a_formula_it_does_not_know_goes_to_lifelines():
     pd.testing.assert_frame_equal(mappings.transform_df(frame), CovariateParameterMappings.transform_df(mappings, frame), check_exact=True)
 
 
-@pytest.mark.parametrize("name", ["weibull", "lognormal", "exponential", "gengamma", "weibull_cure"])
+@pytest.mark.parametrize("name", ["weibull", "lognormal", "loglogistic", "exponential", "gengamma", "weibull_cure"])
 def test_a_fit_past_row_block_without_lifelines_copies_is_lifelines_fit(train, name, monkeypatch):
     """Past ROW_BLOCK rows the fit runs lifelines' steps on its own design, normalised in place
-    (mappings._frugal_fit): the same optimum, errors, predictions and summary as lifelines' path."""
+    (mappings._frugal_fit; lifelines' AFT fitters reach it through aft.FrugalFit): the same
+    optimum, errors, predictions and summary as lifelines' path."""
     spec = SETTINGS.models[name]
     theirs = F.fit_one(name, spec, train).fitter
     monkeypatch.setattr("trashfire.survival.mappings.ROW_BLOCK", 100)
     calls = []
-    original = FastMappings.design_array
-    monkeypatch.setattr(FastMappings, "design_array", lambda self, df: calls.append(len(df)) or original(self, df))
+    original = FastDesignMixin._frugal_fit
+    monkeypatch.setattr(FastDesignMixin, "_frugal_fit", lambda self, *args: calls.append(len(args[1])) or original(self, *args))
     ours = F.fit_one(name, spec, train).fitter
     assert len(train) in calls  # the frugal path ran on the training rows
     assert ours.log_likelihood_ == pytest.approx(theirs.log_likelihood_, rel=1e-12)
@@ -65,3 +66,6 @@ def test_a_fit_past_row_block_without_lifelines_copies_is_lifelines_fit(train, n
     rows = F.covariates_of(train)
     np.testing.assert_allclose(ours.predict_median(rows).to_numpy(), theirs.predict_median(rows).to_numpy(), rtol=1e-8)
     assert ours.summary.index.equals(theirs.summary.index) and ours.AIC_ == pytest.approx(theirs.AIC_, rel=1e-12)
+    if hasattr(theirs, "_predicted_median"):  # its training concordance (print_summary's) from the medians, predicted a block at a time
+        np.testing.assert_allclose(ours._predicted_median.to_numpy(), theirs._predicted_median.to_numpy(), rtol=1e-8)
+        assert ours.concordance_index_ == pytest.approx(theirs.concordance_index_, abs=1e-12)

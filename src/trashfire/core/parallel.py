@@ -174,7 +174,14 @@ def tick(count: int = 1) -> None:
 
 
 def results_as_completed(
-    job: Callable[..., Any], arguments: Sequence[tuple], workers: int, prog: str, threads: int | None = None, away: bool = False, fork: bool = False
+    job: Callable[..., Any],
+    arguments: Sequence[tuple],
+    workers: int,
+    prog: str,
+    threads: int | None = None,
+    away: bool = False,
+    fork: bool = False,
+    meanwhile: Callable[[], None] | None = None,
 ) -> Iterator[tuple[int, Any]]:
     """(index into arguments, job(*args)) as each job finishes: in order in this process when
     workers is 1 or there is one job (`away`: in one worker process all the same, so that this
@@ -184,19 +191,31 @@ def results_as_completed(
     `threads` threads (None: cores / workers in a worker, the process's own in this one),
     this process too while it waits and handles the results. The first failing job's error
     is raised at once: the other workers are killed (their finished cells are on disk; a
-    rerun computes the rest)."""
+    rerun computes the rest). `meanwhile()` runs here once the jobs are handed out, before the
+    first result is awaited (in order: before the first job)."""
     if not arguments:
         return
     if workers > 1 and len(arguments) == 1 and not away:  # a pool of one costs a process start (torch: seconds) and gains nothing
         threads, workers = threads_per_cell(workers) if threads is None else threads, 1  # the threads a worker would have had
     with threads_limited(threads) if threads is not None else contextlib.nullcontext():
-        yield from _as_completed(job, arguments, workers, prog, threads_per_cell(workers) if threads is None else threads, away, fork and not torch_loaded())
+        yield from _as_completed(
+            job, arguments, workers, prog, threads_per_cell(workers) if threads is None else threads, away, fork and not torch_loaded(), meanwhile
+        )
 
 
 def _as_completed(
-    job: Callable[..., Any], arguments: Sequence[tuple], workers: int, prog: str, threads: int, away: bool = False, fork: bool = False
+    job: Callable[..., Any],
+    arguments: Sequence[tuple],
+    workers: int,
+    prog: str,
+    threads: int,
+    away: bool = False,
+    fork: bool = False,
+    meanwhile: Callable[[], None] | None = None,
 ) -> Iterator[tuple[int, Any]]:
     if workers <= 1 and not away:
+        if meanwhile is not None:
+            meanwhile()
         for index, args in enumerate(arguments):
             yield index, job(*args)
         return
@@ -206,6 +225,8 @@ def _as_completed(
     pool = ProcessPoolExecutor(min(workers, len(arguments)) or 1, mp_context=context, initializer=_init_worker, initargs=init)
     try:
         pending = {pool.submit(job, *args): index for index, args in enumerate(arguments)}
+        if meanwhile is not None:
+            meanwhile()
         while pending:
             done, _ = wait(pending, timeout=TICK_SECONDS if ticks is not None else None, return_when=FIRST_COMPLETED)
             _drain(ticks)

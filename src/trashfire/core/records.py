@@ -153,15 +153,17 @@ def read_table(path: str | Path, columns: list[str] | None = None, what: str = "
     import pyarrow.parquet as pq
 
     try:
-        table = pq.read_table(path, columns=columns).to_pandas()
+        # a block per column, each Arrow column freed as it is converted: at 10^7 rows 3 s and 8.3 GiB
+        # at the peak, where a consolidated copy took 8 s and 8.9 GiB
+        table = pq.read_table(path, columns=columns).to_pandas(split_blocks=True, self_destruct=True)
     except FileNotFoundError:
         raise
     except (pa.ArrowException, OSError) as err:
         reason = first_line(err).split(f"'{path}': ", 1)[-1].rstrip(".")  # pyarrow names the path again
         raise DataError(f"corrupt {what} {path}: {reason}; rerun {stage}") from None
-    widened = {
-        column: table[column].astype(np.float64 if table[column].dtype.kind == "f" else np.int64) for column in table if table[column].dtype.kind in "fiu"
-    }
+    wide_types = {column: np.dtype(np.float64 if table[column].dtype.kind == "f" else np.int64) for column in table if table[column].dtype.kind in "fiu"}
+    # the columns already wide stay as read: a copy of each was 2 GB more at 10^7 rows
+    widened = {column: table[column].astype(dtype) for column, dtype in wide_types.items() if table[column].dtype != dtype}
     wide = table.assign(**widened)
     del table, widened  # the narrow columns lie in Arrow's buffers: freed here
     # Arrow's allocator keeps what it freed for a reuse that a stage reading one table never

@@ -42,7 +42,6 @@ baselines, `expected_time` gives E[T], the selected model and the Kaplan-Meier c
 from __future__ import annotations
 
 import logging
-import math
 import shutil
 from pathlib import Path
 from typing import Any
@@ -61,19 +60,7 @@ from trashfire.survival import validation
 from trashfire.survival.competing import competing_table, incidence_curves
 from trashfire.survival.convergence import fit_converged
 from trashfire.survival.data import NUMERIC_COVARIATES, diagnose, drop_degenerate
-from trashfire.survival.expected_time import (
-    cell_budgets,
-    expected_time_table,
-    expected_times,
-    kaplan_meier_fits,
-    km_check_table,
-    km_restricted_means,
-    km_sentences,
-    logrank_table,
-    predicted_curves,
-    select,
-    with_km_check,
-)
+from trashfire.survival.expected_time import cell_budgets, kaplan_meier_fits, km_sentences, logrank_table, with_km_summaries
 from trashfire.survival.figures import calibration_grid, coefficient_figure, competing_risks_figure, finish_calibration, kaplan_meier_figure, save
 from trashfire.survival.per_model import ModelOutputs, in_clock_units, with_breakable_means, write_budget_sufficiency, write_cure_fractions
 from trashfire.survival.saved_models import save_models, share_training_data
@@ -82,13 +69,16 @@ from trashfire.survival.scoring import (
     CELL,
     baseline_rows,
     baseline_verdicts,
+    calibration_time,
     concordance_within_table,
     latex_table,
     score_selected,
+    t0_quantile,
     table_columns,
     train_scores,
     within_summary,
 )
+from trashfire.survival.selected import Selection
 from trashfire.survival.split import split_in_one_copy
 
 log = logging.getLogger(__name__)
@@ -143,17 +133,20 @@ def few_failures(train: pd.DataFrame, kinds) -> list[str]:
     return few
 
 
-def calibration_time(train: pd.DataFrame, quantile: float) -> float:
-    """t0: a quantile of the training durations over samples."""
-    return float(np.quantile(np.repeat(train[F.DURATION].to_numpy(), F.sample_weights(train)), quantile))
-
-
 LARGE_SPLIT = 200_000  # training samples from which the fits leave a core to the scoring (memory, not time)
 SLOW_FITTERS = ("gengamma", "loglogistic_cure", "weibull_cure")  # started first, so that the quicker fits fill the other workers meanwhile
 
 
 def compare(
-    train: pd.DataFrame, test: pd.DataFrame, settings: Any, axes: dict | None = None, workers: int = 1, threads: int | None = None, on_fit=None
+    train: pd.DataFrame,
+    test: pd.DataFrame,
+    settings: Any,
+    axes: dict | None = None,
+    workers: int = 1,
+    threads: int | None = None,
+    on_fit=None,
+    on_aft_fits=None,
+    meanwhile=None,
 ) -> tuple[pd.DataFrame, dict[str, F.Fit]]:
     """Fit every configured fitter and score it on the training part, the AFT models also by
     cross-validation inside it (`survival.validation`, where select_by asks for it), then the
@@ -162,7 +155,9 @@ def compare(
     scores of the one selected) and the fitted models, with cluster-robust SEs by trained model
     (CLUSTER_BY). `axes[name]` = (train, test) axes for the calibration curves. With workers > 1
     the fits run in workers - 1 worker processes, the slowest first, and each is scored here as
-    it arrives (then `on_fit(name, fit)`), the baselines after the first, while the others run."""
+    it arrives (then `on_fit(name, fit)`); the baselines (then `meanwhile()`) while the first
+    runs. `on_aft_fits(table, fits)` once every AFT fit is in (Table I so far): on a large
+    training split, where one worker fits them in turn, the AFT fits go first."""
     rows: dict[str, dict[str, Any]] = {}
     to_fit = []
     if workers > 1 and not torch_loaded():  # forked workers read the rows from their copy of this process's memory
@@ -179,40 +174,55 @@ def compare(
             rows[name] |= {"status": "skipped", "note": f"not fitted: {spec.label} needs a covariate that varies, and none does"}
         else:
             to_fit.append((name, spec, shared, list(settings.retries), folds if spec.aft else None))
-    to_fit.sort(key=lambda job: job[0] not in SLOW_FITTERS)
-    fits, kept, baselines = {}, {}, None
+    fits, kept, baselines = {}, {}, []
     # this process scores each fit as it arrives, which on a large training split takes as long
     # as the fits: there they run in workers - 1 processes beside it, so that no more than two
     # copies of the design are alive at once (10^6 samples: 6.3 GiB with two fit workers)
     fit_processes = workers if F.sample_weights(train).sum() < LARGE_SPLIT else max(1, workers - 1)
+    # the slowest first, where several workers share the fits; in one worker, the AFT ones first:
+    # the selection needs them alone, and what it selects is worked out here while the rest fit
+    to_fit.sort(key=lambda job: (fit_processes == 1 and not job[1].aft, job[0] not in SLOW_FITTERS))
+    aft_pending = {job[0] for job in to_fit if job[1].aft}
+
+    def while_the_first_fits() -> None:
+        baselines.extend(baseline_rows(train, test, ranked))
+        if meanwhile is not None:
+            meanwhile()
+
+    def table_so_far() -> pd.DataFrame:
+        comparison = pd.DataFrame([rows[name] for name in settings.fitters] + baselines).assign(split_by=settings.split_by)
+        return comparison.reindex(columns=table_columns(comparison.columns))
+
     try:
-        for index, fit in results_as_completed(fit_with_robust_se, to_fit, fit_processes, log.name, threads, away=workers > 1, fork=True):
+        for index, fit in results_as_completed(
+            fit_with_robust_se, to_fit, fit_processes, log.name, threads, away=workers > 1, fork=True, meanwhile=while_the_first_fits
+        ):
             name, spec = to_fit[index][:2]
-            if baselines is None:  # while the other fits run
-                baselines = baseline_rows(train, test, ranked)
+            aft_pending.discard(name)
             if isinstance(fit, F.FitFailed):
                 log.warning("%s failed to fit: %s", name, fit)
                 rows[name] |= {"status": "failed", "note": f"fit failed: {fit}"}
-                continue
-            fits[name] = fit
-            share_training_data(fit.fitter, kept)  # one copy of the rows lifelines keeps, not one per fitter
-            rows[name] |= (
-                {"status": "fitted", "penalizer": fit.penalizer, "optimiser": fit.optimiser, "attempts": fit.attempts} | fit.convergence.columns() | fit.cv
-            )
-            t0 = calibration_time(train, t0_quantile(spec, settings))
-            rows[name] |= train_scores(fit, train, t0, (axes or {}).get(name, (None, None))[0], calibrated, ranked)
-            if on_fit is not None:
-                on_fit(name, fit)
+            else:
+                _add_fit(name, spec, fit, rows, fits, kept, train, settings, axes, calibrated, ranked)
+                if on_fit is not None:
+                    on_fit(name, fit)
+            if on_aft_fits is not None and not aft_pending:
+                on_aft_fits(table_so_far(), dict(fits))
+                on_aft_fits = None
     finally:
         _INHERITED.pop(INHERITED, None)
-    ordered = [rows[name] for name in settings.fitters] + (baseline_rows(train, test, ranked) if baselines is None else baselines)
-    comparison = pd.DataFrame(ordered).assign(split_by=settings.split_by)
-    return comparison.reindex(columns=table_columns(comparison.columns)), {name: fits[name] for name in settings.fitters if name in fits}
+    if not baselines:  # nothing was fitted
+        baselines.extend(baseline_rows(train, test, ranked))
+    return table_so_far(), {name: fits[name] for name in settings.fitters if name in fits}
 
 
-def t0_quantile(spec: Any, settings: Any) -> float:
-    """The fitter's calibration time as a quantile of the training durations: its own, or the stage's."""
-    return spec.get("t0_quantile") or settings.t0_quantile
+def _add_fit(name: str, spec: Any, fit: F.Fit, rows: dict, fits: dict, kept: dict, train: pd.DataFrame, settings: Any, axes, calibrated, ranked) -> None:
+    """A fit that arrived: kept, and its Table I row scored on the training part."""
+    fits[name] = fit
+    share_training_data(fit.fitter, kept)  # one copy of the rows lifelines keeps, not one per fitter
+    rows[name] |= {"status": "fitted", "penalizer": fit.penalizer, "optimiser": fit.optimiser, "attempts": fit.attempts} | fit.convergence.columns() | fit.cv
+    t0 = calibration_time(train, t0_quantile(spec, settings))
+    rows[name] |= train_scores(fit, train, t0, (axes or {}).get(name, (None, None))[0], calibrated, ranked)
 
 
 INHERITED = "inherited"  # a job's training rows: the frame compare() left in _INHERITED before it forked its workers
@@ -340,7 +350,6 @@ def _analyse(cfg: DictConfig, artefacts: Artefacts, settings) -> pd.DataFrame:
         log.info("durations on the %s clock fitted in %s (x %g); E[T] and t* are written back in %s", clock, FIT_UNIT_NAMES[clock], unit, clock)
     out.mkdir(parents=True, exist_ok=True)
     budgets = cell_budgets(data)
-    write_csv(logrank_table(data), out / "logrank.csv")
     write_competing_risks(data, out, unit, CLOCK_UNIT_NAMES[clock])
     write_json(out / "fit_unit.json", {"clock": clock, "unit": FIT_UNIT_NAMES[clock], "scale": unit})  # what models.pkl's durations are in
     if not settings.fitters:
@@ -352,16 +361,28 @@ def _analyse(cfg: DictConfig, artefacts: Artefacts, settings) -> pd.DataFrame:
         return without_models(data, budgets, out, cfg, f"no survival model could be fitted: {err}")
     aft = [name for name in settings.fitters if settings.models[name].aft]
     outputs = ModelOutputs(data, budgets, aft, settings.budget)  # each model's, as its fit arrives
-    comparison, fits, (figure, axes) = fit_and_compare(cfg, train, test, outputs.add)
-    times = expected_times(fits, data, aft, budgets, outputs.times)
-    try:
-        selected, reason = select(comparison, times, settings.chosen, settings.select_by), None
-    except DataError as err:
-        selected, reason = None, str(err)
-        log.warning("no survival model gives E[T], so TRASH is missing downstream: %s", reason)
-    t0 = calibration_time(train, t0_quantile(settings.models[selected], settings)) if selected else math.nan
-    calibrated = calibration_rows(test, settings.get("score_samples"), int(settings.seed))
-    comparison = score_selected(comparison, fits.get(selected), train, test, t0, tuple(settings.score_range), axes.get(selected, (None, None))[1], calibrated)
+    figure, axes = calibration_grid(list(settings.fitters))
+    selection = Selection(settings, data, train, test, budgets, outputs.times, axes)
+
+    def select_and_draw(table: pd.DataFrame, fits: dict[str, F.Fit]) -> None:  # as soon as the AFT fits are in, while the others fit
+        selection.of_aft_fits(table, fits)
+        label = settings.models[selection.name].label if selection.name else None
+        save(kaplan_meier_figure(kaplan_meier_fits(data), selection.predicted, label, FIT_UNIT_NAMES[clock]), out / "kaplan_meier.png")
+
+    model_free_done = []
+
+    def model_free() -> None:  # while the first fit runs
+        write_csv(logrank_table(data), out / "logrank.csv")
+        selection.model_free()
+        model_free_done.append(True)
+
+    comparison, fits = fit_and_compare(cfg, train, test, axes, outputs.add, select_and_draw, model_free)
+    if not model_free_done:  # no fit was made
+        model_free()
+    if not selection.done:  # no fit arrived to make it
+        select_and_draw(comparison, fits)
+    selected, reason, times = selection.name, selection.reason, selection.times
+    comparison = score_selected(comparison, fits.get(selected), train, test, selection.t0, tuple(settings.score_range), scored=selection.scored)
     comparison["selected"] = comparison["fitter"] == selected
     comparison = in_clock_units(comparison, unit, TIME_COLUMNS)  # Table I's times, in the clock's unit
     save(finish_calibration(figure, axes, comparison, CLOCK_UNIT_NAMES[clock]), out / "calibration.png")
@@ -370,19 +391,15 @@ def _analyse(cfg: DictConfig, artefacts: Artefacts, settings) -> pd.DataFrame:
         expected = missing_expected_times(budgets, reason).join(times, on=CELL)
         (out / "km_check.csv").unlink(missing_ok=True)  # it checks the selected model's E[T]
     else:
-        expected = with_breakable_means(expected_time_table(times, budgets, fits[selected], data), fits, data)
-        km = km_restricted_means(data, budgets)
-        check = km_check_table(data, expected.set_index(CELL)["E_T"], budgets, km, settings.km_check_tolerance)
+        expected = with_breakable_means(selection.expected, fits, data)
+        check = selection.check
         write_csv(in_clock_units(check, unit, ["t_star", "E_T", "E_T_km"]), out / "km_check.csv")
-        comparison = with_km_check(comparison, times, data, budgets, km, settings.km_check_tolerance)
+        comparison = with_km_summaries(comparison, selection.summaries)
     write_csv(comparison, out / "aft_comparison.csv")
     write_csv(concordance_within_table(comparison), out / "concordance_within.csv")
     write_csv(in_clock_units(expected, unit, ["E_T", "E_T_unrestricted", "t_star", "E_T_breakable", *times.columns]), out / "expected_times.csv")
     write_cure_fractions(fits, data, out / "cure_fractions.csv", unit, outputs.fractions)
     write_budget_sufficiency(fits, data, budgets, out / "budget_sufficiency.csv", settings.budget, unit, outputs.sufficiency)
-    predicted = predicted_curves(fits[selected], data) if selected else {}
-    label = settings.models[selected].label if selected else None
-    save(kaplan_meier_figure(kaplan_meier_fits(data), predicted, label, FIT_UNIT_NAMES[clock]), out / "kaplan_meier.png")
     save_models({name: fit.fitter for name, fit in fits.items()}, out / "models.pkl")
     write_status(out, selected, reason)
     log_comparison(comparison, fits, settings, selected)
@@ -395,10 +412,12 @@ def _analyse(cfg: DictConfig, artefacts: Artefacts, settings) -> pd.DataFrame:
 TIME_COLUMNS = ["t0", "ibs_from", "tau"]  # Table I's times: the calibration time, the IBS's span and Uno's truncation
 
 
-def fit_and_compare(cfg: DictConfig, train: pd.DataFrame, test: pd.DataFrame, on_fit=None) -> tuple[pd.DataFrame, dict[str, F.Fit], tuple]:
-    """Table I before the selection and the fitted models, with the calibration figure and its
-    panels (train drawn; the selected model's test panel is drawn when it is scored);
-    `on_fit(name, fit)` as each fit arrives."""
+def fit_and_compare(
+    cfg: DictConfig, train: pd.DataFrame, test: pd.DataFrame, axes: dict | None = None, on_fit=None, on_aft_fits=None, meanwhile=None
+) -> tuple[pd.DataFrame, dict[str, F.Fit]]:
+    """Table I before the selection and the fitted models, each one's training panel drawn on
+    `axes` (the calibration figure's); `on_fit(name, fit)` as each fit arrives,
+    `on_aft_fits(table, fits)` once the AFT ones are in, `meanwhile()` while the first fits."""
     settings = cfg.survival
     log.info(
         "train/test split by %s: %d / %d groups, %d / %d samples",
@@ -412,10 +431,9 @@ def fit_and_compare(cfg: DictConfig, train: pd.DataFrame, test: pd.DataFrame, on
         log.warning(
             "cluster-robust standard errors from %d %s clusters (< %d) run small: read them with care", train[CLUSTER_BY].nunique(), CLUSTER_BY, FEW_CLUSTERS
         )
-    fig, axes = calibration_grid(list(settings.fitters))
     workers = resolve_workers(cfg.train.get("workers", "auto"), "cpu")
-    comparison, fits = compare(train, test, settings, axes, workers, threads_per_cell(workers, cfg.train.get("threads", 1)), on_fit)
-    return comparison, fits, (fig, axes)
+    threads = threads_per_cell(workers, cfg.train.get("threads", 1))
+    return compare(train, test, settings, axes, workers, threads, on_fit, on_aft_fits, meanwhile)
 
 
 def write_fits(comparison: pd.DataFrame, fits: dict[str, F.Fit], train: pd.DataFrame, out: Path, settings: Any, selected: str | None) -> None:
@@ -438,6 +456,7 @@ def without_models(data: pd.DataFrame, budgets: pd.Series, out: Path, cfg: DictC
     """The survival stage where no model can be fitted: Table I with each configured fitter
     not fitted (and why), E[T] missing per attack cell, the Kaplan-Meier curves without a model's."""
     log.warning("survival models left out, so TRASH is missing downstream: %s", reason)
+    write_csv(logrank_table(data), out / "logrank.csv")
     settings = cfg.survival
     rows = [
         {"fitter": name, "model": settings.models[name].label, "aft": bool(settings.models[name].aft), "status": "skipped", "note": reason}

@@ -23,7 +23,9 @@ from trashfire.survival.spec import score
 KM_WORST = 5  # cells listed as the worst of the Kaplan-Meier check
 REFERENCE_DEFENCE = "none"
 CURVE_POINTS = 120  # time points of the predicted survival curves drawn over Kaplan-Meier
-CURVE_ROWS = 1 << 17  # samples predicted at once for those curves (more than a default study's family holds)
+CURVE_ROWS = (
+    1 << 14
+)  # samples predicted at once for those curves: (120 times, rows) arrays of 16 MB, under glibc's 32 MB mmap threshold (at 1 << 17, 126 MB each, page-faulted fresh per block)
 
 
 logger = logging.getLogger(__name__)
@@ -140,9 +142,16 @@ def worst_cells(text: Any) -> dict[str, float]:
 def with_km_check(comparison: pd.DataFrame, times: pd.DataFrame, data: pd.DataFrame, budgets: pd.Series, km: pd.Series, tolerance: float) -> pd.DataFrame:
     """Table I with each AFT model's Kaplan-Meier check (km_summary; empty for Cox PH and the
     baselines)."""
-    summaries = {
-        name: km_summary(km_check_table(data, times[f"E_T_{name}"], budgets, km, tolerance)) for name in comparison["fitter"] if f"E_T_{name}" in times
-    }
+    return with_km_summaries(comparison, km_summaries(times, data, budgets, km, tolerance))
+
+
+def km_summaries(times: pd.DataFrame, data: pd.DataFrame, budgets: pd.Series, km: pd.Series, tolerance: float) -> dict[str, dict[str, Any]]:
+    """Each AFT model's km_summary, by fitter, from its E[T] per cell (`times`' E_T_<fitter>)."""
+    return {column.removeprefix("E_T_"): km_summary(km_check_table(data, times[column], budgets, km, tolerance)) for column in times}
+
+
+def with_km_summaries(comparison: pd.DataFrame, summaries: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    """Table I with the Kaplan-Meier check's columns (`km_summaries`; empty for Cox PH and the baselines)."""
     table = comparison.copy()
     for column in KM_COLUMNS:
         table[column] = table["fitter"].map(lambda name: summaries.get(name, {}).get(column))  # noqa: B023 -- called at once
@@ -219,15 +228,16 @@ def predicted_curves(fit: F.Fit, data: pd.DataFrame, points: int = CURVE_POINTS)
     CURVE_ROWS at a time: lifelines' prediction holds several (times, rows) arrays, 1 GB each
     for a family of 10^6 samples."""
     curves = {}
-    for family, samples in data.groupby("attack_family", sort=True):
-        durations = samples[F.DURATION].to_numpy(float)
+    covariates = F.covariates_of(data)
+    for family, positions in sorted(data.groupby("attack_family", sort=True).indices.items()):  # the family's rows, not a copy of them
+        durations = data[F.DURATION].to_numpy(float)[positions]
         grid = np.geomspace(durations.min(), durations.max(), points) if durations.max() > durations.min() else durations[:1]
-        weights = F.sample_weights(samples).astype(float)
-        defences = samples["defence"].to_numpy()
+        weights = F.sample_weights(data).astype(float)[positions]
+        defences = data["defence"].to_numpy()[positions]
         sums = {defence: np.zeros(len(grid)) for defence in sorted(set(defences))}
-        for start in range(0, len(samples), CURVE_ROWS):
+        for start in range(0, len(positions), CURVE_ROWS):
             rows = slice(start, start + CURVE_ROWS)
-            survival = fit.fitter.predict_survival_function(F.covariates_of(samples.iloc[rows]), times=grid).to_numpy()  # (times, rows)
+            survival = fit.fitter.predict_survival_function(covariates.iloc[positions[rows]], times=grid).to_numpy()  # (times, rows)
             for defence in sums:
                 mine = defences[rows] == defence
                 sums[defence] = sums[defence] + survival[:, mine] @ weights[rows][mine]

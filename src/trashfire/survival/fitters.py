@@ -1,12 +1,8 @@
 """lifelines survival fitters as the survival stage uses them: built from config, fitted with
 retries, scored per sample.
 
-lifelines has every model TRASHFIRE compares but two as regression AFT models: the Exponential
-(no regression fitter) and the Generalised Gamma (a general `ParametricRegressionFitter` whose
-covariates must be mapped by hand, whose `concordance_index_` fails and whose median and mean
-are numerical approximations over the training timeline). The two classes below are lifelines
-fitters with covariates on the location (an accelerated failure time model) and closed-form
-median, percentiles and E[T].
+lifelines has every model TRASHFIRE compares but two as regression AFT models, the Exponential
+and the Generalised Gamma: `trashfire.survival.aft` and `.gengamma` give them.
 
 Survival data arrive one row per attacked sample with a `weight` (1; rows with equal duration
 and covariates may merge with weight > 1), beside label columns (`LABEL_COLUMNS`: hashes,
@@ -57,8 +53,10 @@ from trashfire.core.records import first_line
 from trashfire.core.stats import bic, significant
 from trashfire.survival.aft import ExponentialAFTFitter, NewtonLogNormalAFTFitter, _covariate_columns, _no_conditioning  # noqa: F401 (ExponentialAFTFitter: its conf path)
 from trashfire.survival.calibration_spline import FastCRCSplineFitter
+from trashfire.survival.cox import cluster_score_sums
 from trashfire.survival.data import NOT_COVARIATES
 from trashfire.survival.gengamma import GeneralizedGammaAFTFitter  # noqa: F401 (configs written before it moved name it here)
+from trashfire.survival.mappings import copied_shallow
 from trashfire.survival.newton import ROW_BLOCK
 
 DURATION, EVENT, WEIGHT = "duration", "event", "weight"
@@ -87,6 +85,7 @@ class Fit:
     convergence: Any = None  # survival.convergence.Convergence, where that module checked the fit
     criteria: dict[str, float] = field(default_factory=dict)  # Table I's information_criteria on the training split, once scored
     cv: dict[str, Any] = field(default_factory=dict)  # Table I's cross-validation columns (survival.validation), where it ran
+    training_log_likelihood: float | None = None  # the unpenalised log-likelihood of its training rows, where a pass over them gave it
 
     @property
     def is_cox(self) -> bool:
@@ -148,16 +147,14 @@ def fit_one(name: str, spec: Any, data: pd.DataFrame, retries: list = ()) -> Fit
 def fit_quietly(fitter, data: pd.DataFrame, fit_options: dict, initial_point: np.ndarray | None = None) -> list[str]:
     """Fit (from `initial_point`, in lifelines' normalised coordinates, where given), returning
     lifelines' warnings (convergence notes) instead of printing them."""
-    data = model_frame(data)
-    if isinstance(fitter, CoxPHFitter):
-        data = per_sample(data)  # see log_likelihood
+    data = per_sample(model_frame(data)) if isinstance(fitter, CoxPHFitter) else model_frame(data)  # per sample: see log_likelihood
     weights = WEIGHT if WEIGHT in data else None
     options = {"fit_options": fit_options} if fit_options else {}
     if initial_point is not None:
         options["initial_point"] = initial_point
     with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("always")
-        fitter.fit(data, duration_col=DURATION, event_col=EVENT, weights_col=weights, **options)
+        fitter.fit(copied_shallow(data), duration_col=DURATION, event_col=EVENT, weights_col=weights, **options)
     notes = {_first_sentence(w.message) for w in caught if "onvergence" in type(w.message).__name__ or "Hessian" in str(w.message)}
     return sorted(notes)
 
@@ -426,13 +423,20 @@ def log_likelihood(fit: Fit, data: pd.DataFrame) -> float:
     one subject, and samples can tie (those that fail at one step of one cell)."""
     data = model_frame(data)
     if fit.is_cox:
+        if fit.training_log_likelihood is not None and len(data) > ROW_BLOCK:  # the convergence check's pass over these rows gave it
+            return fit.training_log_likelihood
         samples = per_sample(data)
         return float(fit.fitter.score(samples, scoring_method="log_likelihood")) * len(samples)
-    if len(data) > ROW_BLOCK and hasattr(fit.fitter, "unpenalised_log_likelihood"):  # the Newton fitters' own, in closed form
-        own = fit.fitter.unpenalised_log_likelihood(data[DURATION].to_numpy(float), data[EVENT].to_numpy(), sample_weights(data), covariates_of(data))
-        if own is not None:
-            return own
-    return float(fit.fitter.score(data, scoring_method="log_likelihood")) * float(sample_weights(data).sum())
+    if len(data) <= ROW_BLOCK:
+        return float(fit.fitter.score(data, scoring_method="log_likelihood")) * float(sample_weights(data).sum())
+    return float(sum(_rows_log_likelihood(fit.fitter, data.iloc[start : start + ROW_BLOCK]) for start in range(0, len(data), ROW_BLOCK)))
+
+
+def _rows_log_likelihood(fitter, rows: pd.DataFrame) -> float:  # a block's (a design of every row: 2.6 GB at 10^7); the closed form where it is lifelines'
+    own = getattr(fitter, "unpenalised_log_likelihood", lambda *_: None)(
+        rows[DURATION].to_numpy(float), rows[EVENT].to_numpy(), sample_weights(rows), covariates_of(rows)
+    )
+    return own if own is not None else float(fitter.score(rows, scoring_method="log_likelihood")) * float(sample_weights(rows).sum())
 
 
 def information_criteria(fit: Fit, data: pd.DataFrame) -> dict[str, float]:
@@ -546,6 +550,11 @@ def _cox_cluster_se(fit: Fit, data: pd.DataFrame, clusters: np.ndarray) -> pd.Se
     lifelines' naive covariance. lifelines computes the residuals in a loop that costs O(n^2) in
     rows (4 s at 20k rows, minutes at 100k); `cox_score_residuals` gives the same in O(n)."""
     samples = per_sample(model_frame(data).assign(_cluster=clusters))
+    if len(samples) > ROW_BLOCK:  # the residuals summed per cluster a block of rows at a time (cox.cluster_score_sums)
+        codes, names = pd.factorize(samples["_cluster"].to_numpy())
+        x = [samples[column].to_numpy(float) for column in fit.fitter.params_.index]  # columns, not a copy of the design
+        arrays = (samples[DURATION].to_numpy(float), samples[EVENT].to_numpy(float), sample_weights(samples).astype(float), codes, len(names))
+        return _sandwich_se(fit, cluster_score_sums(fit.fitter.params_.to_numpy(float), x, *arrays))
     return _sandwich_se(fit, pd.DataFrame(cox_score_residuals(fit.fitter, samples)).groupby(samples["_cluster"].to_numpy()).sum().to_numpy())
 
 

@@ -25,6 +25,7 @@ import pandas as pd
 from trashfire.core.inference import Estimate, bounded_mean
 from trashfire.survival import fitters as F
 from trashfire.survival import ipcw
+from trashfire.survival.newton import in_row_blocks
 
 UNIT = "train_hash"  # what an interval counts: a trained model and every sample attacked on it
 
@@ -52,8 +53,13 @@ def brier_losses(fit: F.Fit, part: pd.DataFrame, at: Horizon) -> np.ndarray:
     """Each held-out row's integrated Brier loss (`ipcw.brier_losses`) under the fit's survival curves."""
     if len(at.times) < 2:
         raise ValueError(f"the integrated Brier score needs 2 times within the held-out part's follow-up, got {len(at.times)}")
-    survival = fit.fitter.predict_survival_function(F.covariates_of(part), times=at.times).to_numpy(float).T  # (rows, times)
-    return ipcw.brier_losses(survival, part[F.DURATION], part[F.EVENT], at.times, at.curve)
+
+    def losses(rows: pd.DataFrame, durations: np.ndarray, events: np.ndarray) -> np.ndarray:
+        survival = fit.fitter.predict_survival_function(F.covariates_of(rows), times=at.times).to_numpy(float).T  # (rows, times)
+        return ipcw.brier_losses(survival, durations, events, at.times, at.curve)
+
+    # a block of rows at a time: lifelines' prediction holds several (times, rows) arrays, GBs at 2·10^6 held-out rows
+    return in_row_blocks(losses, part, part[F.DURATION].to_numpy(float), part[F.EVENT].to_numpy())
 
 
 def integrated_brier(fit: F.Fit, part: pd.DataFrame, at: Horizon) -> float:

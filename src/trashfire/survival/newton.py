@@ -111,21 +111,40 @@ class LocationScale:
         self.log_t_events = float((weights * y * event).sum())
 
     def evaluate(self, b: np.ndarray, u: float, derivatives: bool = True):
-        """The log-likelihood (a sum over weights), and its gradient and Hessian in (b, u)."""
-        sigma, X, w, numpy = float(np.exp(u)), self.X, self.w, self.ops.to_numpy
-        z = (self.y - X @ self._like(b)) / sigma
-        value, first, second = self.density(z, self.event, self.ops)
-        loglik = float((w * value).sum()) - self.events * u - self.log_t_events
+        """The log-likelihood (a sum over weights), and its gradient and Hessian in (b, u).
+        Past ROW_BLOCK rows of a numpy design, summed over blocks of ROW_BLOCK rows: each
+        temporary is a block (2 MB), not n values (a dozen of 64 MB at 10^7 rows, page-faulted
+        fresh at every step), the same sums in another order of their terms."""
+        sigma = float(np.exp(u))
+        n = len(self.w)
+        if n <= ROW_BLOCK or not isinstance(self.X, np.ndarray):
+            sums = self._row_sums(slice(None), b, sigma, derivatives)
+        else:
+            blocks = [self._row_sums(slice(start, start + ROW_BLOCK), b, sigma, derivatives) for start in range(0, n, ROW_BLOCK)]
+            sums = [sum(parts) for parts in zip(*blocks)]
+        loglik = float(sums[0]) - self.events * u - self.log_t_events
         if not derivatives:
             return loglik, None, None
-        gb = -numpy(X.T @ (w * first)) / sigma
-        Hbb = numpy(weighted_gram(X, w * second, X)) / sigma**2
+        gb, Hbb = -sums[1] / sigma, sums[2] / sigma**2
         if self.fixed_scale:
             return loglik, gb, Hbb
-        gu = -float((w * first * z).sum()) - self.events
-        Hbu = numpy(X.T @ (w * (z * second + first))) / sigma
-        Huu = float((w * (second * z * z + first * z)).sum())
+        gu, Hbu, Huu = -float(sums[3]) - self.events, sums[4] / sigma, float(sums[5])
         return loglik, np.append(gb, gu), np.block([[Hbb, Hbu[:, None]], [Hbu[None, :], np.array([[Huu]])]])
+
+    def _row_sums(self, rows: slice, b: np.ndarray, sigma: float, derivatives: bool) -> list:
+        """Over `rows`: sum w value; and X'(w f1), X' diag(w f2) X, sum w f1 z, X'(w (z f2 + f1)),
+        sum w (f2 z^2 + f1 z) (f1, f2: the density's derivatives in z), as numpy."""
+        X, w, numpy = self.X[rows], self.w[rows], self.ops.to_numpy
+        z = (self.y[rows] - X @ self._like(b)) / sigma
+        value, first, second = self.density(z, self.event[rows], self.ops)
+        sums = [float((w * value).sum())]
+        if not derivatives:
+            return sums
+        w_first = w * first
+        sums += [numpy(X.T @ w_first), numpy(weighted_gram(X, w * second, X))]
+        if not self.fixed_scale:
+            sums += [float((w_first * z).sum()), numpy(X.T @ (w * (z * second + first))), float((w * (second * z * z + first * z)).sum())]
+        return sums
 
     def _like(self, b: np.ndarray):
         """b as the design's kind of array (a tensor on its device)."""
@@ -246,13 +265,14 @@ class LinearPredictors:
     """A regression whose rows' log-likelihood depends on K linear predictors eta_k = X_k theta_k
     (a cure model's cured share, scale and shape; the generalised gamma's lambda, mu and sigma).
     Given each row's log-likelihood and its first and second derivatives in its etas
-    (`row_derivatives(etas, order) -> (value (n,), first (n, K), second (n, K, K))`, those above
+    (`row_derivatives(*row_data, etas, order) -> (value (n,), first (n, K), second (n, K, K))`, those above
     `order` 0, 1 or 2 None), the
     gradient in theta is X_k' (w g_k) and the Hessian's blocks X_k' diag(w h_kl) X_l: one pass
     over the rows per Newton step, whatever K."""
 
-    def __init__(self, row_derivatives, designs: list[np.ndarray], weights: np.ndarray):
-        self.row_derivatives, self.designs, self.w = row_derivatives, designs, weights
+    def __init__(self, row_derivatives, designs: list[np.ndarray], weights: np.ndarray, row_data: tuple = ()):
+        self.row_derivatives, self.designs, self.w, self.row_data = row_derivatives, designs, weights, row_data
+        self._buffers: list[np.ndarray | None] = []
         self.total = float(weights.sum())
         edges = np.cumsum([0] + [X.shape[1] for X in designs])
         self.blocks = [slice(a, b) for a, b in zip(edges[:-1], edges[1:])]
@@ -261,7 +281,7 @@ class LinearPredictors:
         """The log-likelihood (a sum over weights), and its gradient and Hessian in theta (up to
         `order`; None beyond it)."""
         etas = [X @ theta[block] for X, block in zip(self.designs, self.blocks)]
-        value, first, second = self.row_derivatives(etas, order)
+        value, first, second = self._derivatives(etas, order)
         loglik = float(self.w @ value)
         if order == 0:
             return loglik, None, None
@@ -275,6 +295,31 @@ class LinearPredictors:
                     hessian[bk, bj] = weighted_gram(Xk, self.w * second[:, k, j], Xj)
                     hessian[bj, bk] = hessian[bk, bj].T
         return loglik, gradient, hessian
+
+    def _derivatives(self, etas: list[np.ndarray], order: int):
+        """row_derivatives(*row_data, etas, order); past ROW_BLOCK rows computed a block of rows
+        at a time into arrays this model keeps from step to step: the dozens of elementwise
+        temporaries are a block's (2 MB), where n of them (10^7 rows: 64 MB each, page-faulted
+        fresh at every step) took most of a cure fit's time. Each row's values are the same."""
+        n = len(self.w)
+        if n <= ROW_BLOCK:
+            return self.row_derivatives(*self.row_data, etas, order)
+        for start in range(0, n, ROW_BLOCK):
+            rows = slice(start, start + ROW_BLOCK)
+            parts = self.row_derivatives(*(column[rows] for column in self.row_data), [eta[rows] for eta in etas], order)
+            if start == 0:
+                out = [None if part is None else self._buffer(i, (n, *part.shape[1:])) for i, part in enumerate(parts)]
+            for whole, part in zip(out, parts):
+                if part is not None:
+                    whole[rows] = part
+        return out
+
+    def _buffer(self, index: int, shape: tuple) -> np.ndarray:
+        while len(self._buffers) <= index:
+            self._buffers.append(None)
+        if self._buffers[index] is None or self._buffers[index].shape != shape:
+            self._buffers[index] = np.empty(shape)
+        return self._buffers[index]
 
 
 def penalised(model: LinearPredictors, ridge: np.ndarray):

@@ -76,7 +76,7 @@ class NewtonRegressionMixin(FastDesignMixin):
         # past ROW_BLOCK rows, the designs by cell (design.grouped): a Newton step's products cost O(n), not O(n p^2)
         designs = grouped(frames, set(SAMPLE_COVARIATES)) if len(weights) > ROW_BLOCK else None
         event, weights = np.asarray(E, dtype=bool), np.asarray(weights, dtype=float)
-        model = LinearPredictors(partial(self.row_derivatives, log_t, event), designs or [frame.to_numpy(float) for frame in frames], weights)
+        model = LinearPredictors(self.row_derivatives, designs or [frame.to_numpy(float) for frame in frames], weights, (log_t, event))
         ridge = self.penalizer * ~np.asarray(self._cols_to_not_penalize, dtype=bool)
         maxiter = int((fit_options or {}).get("maxiter", MAX_ITERATIONS))
         objective = penalised(model, ridge)
@@ -85,7 +85,7 @@ class NewtonRegressionMixin(FastDesignMixin):
 
                 def on_rows(rows):
                     sample = [frame.iloc[rows].to_numpy(float) for frame in frames]
-                    return penalised(LinearPredictors(partial(self.row_derivatives, log_t[rows], event[rows]), sample, weights[rows]), ridge)
+                    return penalised(LinearPredictors(self.row_derivatives, sample, weights[rows], (log_t[rows], event[rows])), ridge)
 
                 start = sampled_start(on_rows, sampled_rows(len(weights), ROW_BLOCK), np.asarray(starts[0], dtype=float), maxiter)
                 theta, value, gradient, hessian, self.newton_iterations = minimise(objective, start, maxiter)

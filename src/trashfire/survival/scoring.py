@@ -72,6 +72,16 @@ def table_columns(columns) -> list[str]:
     return leading + [c for c in middle if c in set(columns)] + sorted(set(columns) - placed) + ["note"]
 
 
+def calibration_time(train: pd.DataFrame, quantile: float) -> float:
+    """t0: a quantile of the training durations over samples."""
+    return float(np.quantile(np.repeat(train[F.DURATION].to_numpy(), F.sample_weights(train)), quantile))
+
+
+def t0_quantile(spec: Any, settings: Any) -> float:
+    """The fitter's calibration time as a quantile of the training durations: its own, or the stage's."""
+    return spec.get("t0_quantile") or settings.t0_quantile
+
+
 def train_scores(
     fit: F.Fit, train: pd.DataFrame, t0: float, ax=None, calibrated: tuple[pd.DataFrame, str] | None = None, ranked: tuple[pd.DataFrame, str] | None = None
 ) -> dict[str, Any]:
@@ -126,13 +136,22 @@ def test_scores(
 
 
 def score_selected(
-    comparison: pd.DataFrame, fit: F.Fit | None, train: pd.DataFrame, test: pd.DataFrame, t0: float, score_range, ax=None, calibrated=None
+    comparison: pd.DataFrame,
+    fit: F.Fit | None,
+    train: pd.DataFrame,
+    test: pd.DataFrame,
+    t0: float,
+    score_range,
+    ax=None,
+    calibrated=None,
+    scored: tuple[dict[str, Any], list[str]] | None = None,
 ) -> pd.DataFrame:
-    """Table I with the selected model's test scores (`test_scores`: the one time the test split
-    scores a model), its notes added to its row's, and whether it beats the baselines."""
+    """Table I with the selected model's test scores (`test_scores`, or `scored` where they were
+    computed already: the one time the test split scores a model), its notes added to its
+    row's, and whether it beats the baselines."""
     comparison = comparison.copy()
     if fit is not None:
-        scores, notes = test_scores(fit, train, test, t0, score_range, ax, calibrated)
+        scores, notes = test_scores(fit, train, test, t0, score_range, ax, calibrated) if scored is None else scored
         row = comparison.index[comparison["fitter"] == fit.name][0]
         for key, value in scores.items():
             comparison.loc[row, key] = value
