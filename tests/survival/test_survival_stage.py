@@ -1340,4 +1340,11 @@ def test_held_out_brier_losses_a_block_of_rows_at_a_time_are_every_rows_at_once(
     at = held_out.horizon(data, data, (0.05, 0.95))
     whole = held_out.brier_losses(fit, data, at)
     monkeypatch.setattr(newton, "ROW_BLOCK", 7)
+    predicted = []
+    monkeypatch.setattr(
+        fit.fitter,
+        "predict_survival_function",
+        lambda rows, times, original=fit.fitter.predict_survival_function: predicted.append(len(rows)) or original(rows, times=times),
+    )
     np.testing.assert_allclose(held_out.brier_losses(fit, data, at), whole, rtol=1e-12, atol=1e-15)
+    assert predicted == [7] * (len(data) // 7) + ([len(data) % 7] if len(data) % 7 else [])

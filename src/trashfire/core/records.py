@@ -148,7 +148,9 @@ def read_table(path: str | Path, columns: list[str] | None = None, what: str = "
     """A table `write_table` wrote (only `columns`, if given: Parquet reads a column at a time),
     its narrowed columns widened back to float64 and int64, text as str. FileNotFoundError where
     there is none (callers name the stage to run); where it is no Parquet table, one DataError
-    line: 'corrupt <what> <path>: <why>; rerun <stage>'."""
+    line: 'corrupt <what> <path>: <why>; rerun <stage>'. Its wide numeric columns may be Arrow's
+    read-only buffers: under pandas' copy-on-write, assign a new column rather than write into
+    one in place."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 

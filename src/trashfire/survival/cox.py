@@ -211,5 +211,6 @@ def cluster_score_sums(
         since = centred * through[rows, None] - running[last[rows] - first_row]
         residuals = weights[rows, None] * (events[rows, None] * (centred - risk_mean[rows]) - phi[rows, None] * since)
         in_cluster = codes[order[rows]]
-        sums += np.stack([np.bincount(in_cluster, weights=column, minlength=clusters) for column in residuals.T], axis=1)
+        kept = in_cluster >= 0  # a row without a cluster (pandas' code -1) is left out, as a groupby leaves it
+        sums += np.stack([np.bincount(in_cluster[kept], weights=column[kept], minlength=clusters) for column in residuals.T], axis=1)
     return sums

@@ -423,7 +423,7 @@ def log_likelihood(fit: Fit, data: pd.DataFrame) -> float:
     one subject, and samples can tie (those that fail at one step of one cell)."""
     data = model_frame(data)
     if fit.is_cox:
-        if fit.training_log_likelihood is not None and len(data) > ROW_BLOCK:  # the convergence check's pass over these rows gave it
+        if fit.training_log_likelihood is not None and len(data) > ROW_BLOCK and sample_weights(data).sum() == fit.fitter._n_examples:  # the check's
             return fit.training_log_likelihood
         samples = per_sample(data)
         return float(fit.fitter.score(samples, scoring_method="log_likelihood")) * len(samples)

@@ -16,6 +16,7 @@ one). At 10^7 samples each of those was 1.6 GB more in a fit worker.
 
 from __future__ import annotations
 
+import weakref
 from datetime import UTC, datetime
 
 import numpy as np
@@ -80,7 +81,8 @@ def copied_shallow(frame: pd.DataFrame) -> pd.DataFrame:
     if len(frame) <= ROW_BLOCK or pd.options.mode.copy_on_write is not True:
         return frame
     shallow = frame.copy(deep=False)
-    object.__setattr__(shallow, "copy", lambda deep=True: pd.DataFrame.copy(shallow, deep=False))  # this frame's copy() only
+    itself = weakref.ref(shallow)  # not the frame: a cycle would keep it, and copy-on-write would count it as a second owner of the rows
+    object.__setattr__(shallow, "copy", lambda deep=True: pd.DataFrame.copy(itself(), deep=False))  # this frame's copy() only
     return shallow
 
 

@@ -270,8 +270,8 @@ class LinearPredictors:
     gradient in theta is X_k' (w g_k) and the Hessian's blocks X_k' diag(w h_kl) X_l: one pass
     over the rows per Newton step, whatever K."""
 
-    def __init__(self, row_derivatives, designs: list[np.ndarray], weights: np.ndarray, row_data: tuple = ()):
-        self.row_derivatives, self.designs, self.w, self.row_data = row_derivatives, designs, weights, row_data
+    def __init__(self, row_derivatives, designs: list[np.ndarray], weights: np.ndarray, row_data: tuple = (), by_blocks: bool = True):
+        self.row_derivatives, self.designs, self.w, self.row_data, self.by_blocks = row_derivatives, designs, weights, row_data, by_blocks
         self._buffers: list[np.ndarray | None] = []
         self.total = float(weights.sum())
         edges = np.cumsum([0] + [X.shape[1] for X in designs])
@@ -300,9 +300,11 @@ class LinearPredictors:
         """row_derivatives(*row_data, etas, order); past ROW_BLOCK rows computed a block of rows
         at a time into arrays this model keeps from step to step: the dozens of elementwise
         temporaries are a block's (2 MB), where n of them (10^7 rows: 64 MB each, page-faulted
-        fresh at every step) took most of a cure fit's time. Each row's values are the same."""
+        fresh at every step) took most of a cure fit's time. Each row's values are the same, where
+        they depend on that row alone (`by_blocks`; the calibration spline's finite-difference
+        step reads every row's)."""
         n = len(self.w)
-        if n <= ROW_BLOCK:
+        if n <= ROW_BLOCK or not self.by_blocks:
             return self.row_derivatives(*self.row_data, etas, order)
         for start in range(0, n, ROW_BLOCK):
             rows = slice(start, start + ROW_BLOCK)

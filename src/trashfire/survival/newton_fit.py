@@ -61,6 +61,7 @@ class NewtonRegressionMixin(FastDesignMixin):
     _scipy_fit_method = NEWTON
     newton_iterations: int | None = None  # None: the fit went to a scipy optimiser
     newton_gradient_: np.ndarray | None = None  # the penalised negative log-likelihood's gradient at the fit (nats), lifelines' order
+    ROWS_APART = True  # a row's derivatives depend on its own values alone: they may be computed a block of rows at a time
 
     def row_derivatives(self, log_t: np.ndarray, event: np.ndarray, etas: list[np.ndarray], order: int = 2):
         raise NotImplementedError
@@ -76,7 +77,7 @@ class NewtonRegressionMixin(FastDesignMixin):
         # past ROW_BLOCK rows, the designs by cell (design.grouped): a Newton step's products cost O(n), not O(n p^2)
         designs = grouped(frames, set(SAMPLE_COVARIATES)) if len(weights) > ROW_BLOCK else None
         event, weights = np.asarray(E, dtype=bool), np.asarray(weights, dtype=float)
-        model = LinearPredictors(self.row_derivatives, designs or [frame.to_numpy(float) for frame in frames], weights, (log_t, event))
+        model = LinearPredictors(self.row_derivatives, designs or [frame.to_numpy(float) for frame in frames], weights, (log_t, event), self.ROWS_APART)
         ridge = self.penalizer * ~np.asarray(self._cols_to_not_penalize, dtype=bool)
         maxiter = int((fit_options or {}).get("maxiter", MAX_ITERATIONS))
         objective = penalised(model, ridge)

@@ -30,7 +30,7 @@ from trashfire.survival.expected_time import (
     select,
 )
 from trashfire.survival.score_sample import calibration_rows
-from trashfire.survival.scoring import CELL, calibration_time, test_scores
+from trashfire.survival.scoring import CELL, calibration_time, t0_quantile, test_scores
 
 log = logging.getLogger("trashfire.survival.analysis")  # the survival stage's log
 
@@ -86,9 +86,8 @@ class Selection:
         if self.name is None:
             return
         fit = fits[self.name]
-        t0 = calibration_time(self.train, settings.models[self.name].get("t0_quantile") or settings.t0_quantile)
         calibrated = calibration_rows(self.test, settings.get("score_samples"), int(settings.seed))
-        self.scored = test_scores(fit, self.train, self.test, t0, tuple(settings.score_range), self.axes.get(self.name, (None, None))[1], calibrated)
+        self.scored = test_scores(fit, self.train, self.test, self.t0, tuple(settings.score_range), self.axes.get(self.name, (None, None))[1], calibrated)
         self.expected = expected_time_table(self.times, self.budgets, fit, self.data)
         self.check = km_check_table(self.data, self.expected.set_index(CELL)["E_T"], self.budgets, self.km, settings.km_check_tolerance)
         self.predicted = predicted_curves(fit, self.data)
@@ -98,4 +97,4 @@ class Selection:
         """The selected model's calibration time on the training part (NaN: none selected)."""
         if self.name is None:
             return math.nan
-        return calibration_time(self.train, self.settings.models[self.name].get("t0_quantile") or self.settings.t0_quantile)
+        return calibration_time(self.train, t0_quantile(self.settings.models[self.name], self.settings))
