@@ -148,16 +148,12 @@ def read_table(path: str | Path, columns: list[str] | None = None, what: str = "
     """A table `write_table` wrote (only `columns`, if given: Parquet reads a column at a time),
     its narrowed columns widened back to float64 and int64, text as str. FileNotFoundError where
     there is none (callers name the stage to run); where it is no Parquet table, one DataError
-    line: 'corrupt <what> <path>: <why>; rerun <stage>'. Its wide numeric columns may be Arrow's
-    read-only buffers: under pandas' copy-on-write, assign a new column rather than write into
-    one in place."""
+    line: 'corrupt <what> <path>: <why>; rerun <stage>'."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
-        # a block per column, each Arrow column freed as it is converted: at 10^7 rows 3 s and 8.3 GiB
-        # at the peak, where a consolidated copy took 8 s and 8.9 GiB
-        table = pq.read_table(path, columns=columns).to_pandas(split_blocks=True, self_destruct=True)
+        table = pq.read_table(path, columns=columns).to_pandas()
     except FileNotFoundError:
         raise
     except (pa.ArrowException, OSError) as err:
