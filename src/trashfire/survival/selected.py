@@ -53,6 +53,7 @@ class Selection:
     name: str | None = None
     reason: str | None = None
     times: pd.DataFrame | None = None
+    t0: float = math.nan  # the selected model's calibration time on the training part (NaN: none selected)
     scored: tuple[dict, list[str]] | None = None
     expected: pd.DataFrame | None = None
     check: pd.DataFrame | None = None
@@ -86,15 +87,9 @@ class Selection:
         if self.name is None:
             return
         fit = fits[self.name]
+        self.t0 = calibration_time(self.train, t0_quantile(settings.models[self.name], settings))  # once: a quantile of every training duration
         calibrated = calibration_rows(self.test, settings.get("score_samples"), int(settings.seed))
         self.scored = test_scores(fit, self.train, self.test, self.t0, tuple(settings.score_range), self.axes.get(self.name, (None, None))[1], calibrated)
         self.expected = expected_time_table(self.times, self.budgets, fit, self.data)
         self.check = km_check_table(self.data, self.expected.set_index(CELL)["E_T"], self.budgets, self.km, settings.km_check_tolerance)
         self.predicted = predicted_curves(fit, self.data)
-
-    @property
-    def t0(self) -> float:
-        """The selected model's calibration time on the training part (NaN: none selected)."""
-        if self.name is None:
-            return math.nan
-        return calibration_time(self.train, t0_quantile(self.settings.models[self.name], self.settings))
