@@ -6,7 +6,8 @@ cells) tiled to each size as a real study's grid would be: each tile a new set o
 models and attack cells (new hashes), durations jittered by up to 5% (bench/survival_vs_r.py's
 `tiled`). At each size the stage runs as `python -m trashfire.stages.survival` on the
 project's params.yaml with every configured fitter and check, its reports in a scratch folder;
-peak memory is the resident set of its whole process tree (fit workers included), sampled.
+peak memory is the proportional set size summed over its whole process tree (fit workers
+included: the pages they share with the stage count once), sampled.
 Targets (issue 46): 10^6 samples within RATIO_TARGETS["survival_1e6"] times the reference
 workload (bench/reference.py, timed before and after in the same run; 300 s on the 2-core
 machine where the bound was set) and <= 6 GiB, and a growth exponent <= 1.05 from the smallest
@@ -38,7 +39,10 @@ TARGETS = {"ratio_to_reference_at_1e6": reference.RATIO_TARGETS["survival_1e6"],
 
 
 def peak_rss(process: subprocess.Popen, every: float = 0.2) -> list[float]:
-    """Samples the process tree's resident memory until it ends; returns [peak bytes]."""
+    """Samples the process tree's memory until it ends; returns [peak bytes]. Each process
+    counts its proportional set size (Linux: a page shared by k processes counts 1/k in each),
+    so that the tree's sum is the memory it holds: a forked fit worker shares the stage's rows,
+    which a sum of resident sizes counted twice. Elsewhere, resident sizes."""
     peak = [0.0]
 
     def sample():
@@ -46,13 +50,23 @@ def peak_rss(process: subprocess.Popen, every: float = 0.2) -> list[float]:
         while process.poll() is None:
             try:
                 tree = [root, *root.children(recursive=True)]
-                peak[0] = max(peak[0], sum(p.memory_info().rss for p in tree if p.is_running()))
+                peak[0] = max(peak[0], sum(held_bytes(p) for p in tree if p.is_running()))
             except psutil.Error:
                 pass
             time.sleep(every)
 
     threading.Thread(target=sample, daemon=True).start()
     return peak
+
+
+def held_bytes(process: psutil.Process) -> int:
+    """A process's proportional set size (smaps_rollup, read in microseconds where psutil's
+    full memory info parses every mapping), or its resident size where the kernel has none."""
+    try:
+        with open(f"/proc/{process.pid}/smaps_rollup") as rollup:
+            return next(int(line.split()[1]) * 1024 for line in rollup if line.startswith("Pss:"))
+    except (OSError, StopIteration):
+        return process.memory_info().rss
 
 
 def run_stage(data: pd.DataFrame, params: Path, timeout: float) -> dict:

@@ -1015,3 +1015,20 @@ def test_a_composites_causes_ride_along_and_other_cells_name_none(two_cells):
     assert table.loc[table["attack_hash"] == "fgm-0.1", "broken_by"].tolist() == causes.tolist()
     assert table.loc[table["attack_hash"] == "pgd-0.3", "broken_by"].tolist() == [""] * 4
     assert "broken_by" not in F.covariates_of(table)
+
+
+def test_the_designs_distinct_rows_are_those_hashing_every_row_finds():
+    """The rank test reads each distinct design row once; the survival table finds them from the
+    cells' rows and the samples' margins (cells alike in every covariate, margins repeated
+    within and across cells), as DataFrame.duplicated over every column would."""
+    from trashfire.survival.data import sample_design, sample_rows
+
+    experiments, outcomes = experiment_cells(("fgm", 0.1, "none", 0.0), ("fgm", 0.1, "none", 0.0), ("fgm", 0.3, "none", 0.0), n=4)
+    experiments["attack_hash"] = ["a", "b", "c"]
+    outcomes = {h: next(iter(outcomes.values())) for h in "abc"}
+    outcomes["b"] = outcomes["b"] | {"margin_ben": np.array([1.0, 2.0, 1.0, np.nan])}  # NaN alike NaN, as duplicated() reads it
+    cells = with_strengths(experiments)
+    samples = sample_rows(cells["attack_hash"], outcomes, "process")
+    design, distinct = sample_design(cells, samples, ["epochs", "attack_strength", "margin"], [])
+    assert distinct.tolist() == (~design.duplicated()).tolist() == [True, False, False, False, False, True, False, True, True, False, False, False]
+    assert drop_degenerate(design, distinct=distinct).columns.tolist() == drop_degenerate(design).columns.tolist() == ["attack_strength"]

@@ -40,13 +40,16 @@ STAGE = Stage(
 
 
 def run(cfg):
+    import pandas as pd
+
     from trashfire.survival import datasets
     from trashfire.tables import distances, experiments
 
     view, artefacts = STAGE.view(cfg), STAGE.resolved(cfg)
-    table, outcomes = experiments.write_experiments(view, artefacts)
-    best = distances.write_distance_tables(view, artefacts, table, outcomes)
-    return table, datasets.write_survival_sets(view, artefacts, table, outcomes, best)
+    with pd.option_context("mode.copy_on_write", True):  # a column taken, dropped or reindexed copies no frame: 10^7 rows are GBs
+        table, outcomes = experiments.write_experiments(view, artefacts)
+        best = distances.write_distance_tables(view, artefacts, table, outcomes)
+        return table, datasets.write_survival_sets(view, artefacts, table, outcomes, best)
 
 
 def main(argv: list[str] | None = None) -> None:

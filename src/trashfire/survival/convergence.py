@@ -213,7 +213,7 @@ def _cox_gradient_and_hessian(fitter, data: pd.DataFrame) -> tuple[np.ndarray, n
     """Cox PH's penalised negative partial log-likelihood's gradient and Hessian at the fit,
     from lifelines' Efron computation on one row per sample, normalised as its fit was; and
     the unpenalised partial log-likelihood there."""
-    samples = F.per_sample(F.model_frame(data)).sort_values([F.DURATION, F.EVENT])  # as lifelines sorts: its Efron sums need it
+    samples = F.per_sample(F.model_frame(data), in_time_order=True)  # as lifelines sorts: its Efron sums need it
     columns = list(fitter.params_.index)
     x = normalize(samples[columns], fitter._norm_mean, fitter._norm_std)
     beta = (fitter.params_ * fitter._norm_std).to_numpy()

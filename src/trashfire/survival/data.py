@@ -92,10 +92,26 @@ def survival_table(
     samples = sample_rows(cells["attack_hash"], outcomes_by_hash, clock)
     samples = apply_before_attack_policy(samples, misclassified_before_attack)
     samples = fix_nonpositive(samples, nonpositive_durations)
-    design = sample_design(cells, samples, covariates, dummies)
-    labels = cells[LABEL_COLUMNS].iloc[samples["cell"].to_numpy(dtype=int)].reset_index(drop=True)
-    rows = pd.concat([labels, samples[["duration", "event", "weight", *READ_ONLY]].reset_index(drop=True), drop_degenerate(design)], axis=1)
-    return rows.sort_values("attack_hash", kind="stable").reset_index(drop=True)
+    design, distinct = sample_design(cells, samples, covariates, dummies)
+    design = drop_degenerate(design, distinct=distinct)
+    order = by_cell_hash(cells["attack_hash"], samples["cell"].to_numpy(dtype=int))
+    cell_of_row = samples["cell"].to_numpy(dtype=int)[order]
+    # each column taken once, in the table's order: at 10^7 samples a concatenated frame, its
+    # sorted copy and their reset copies were 12 GB at once, and sorting 10^7 hashes was slow
+    columns = {name: cells[name].iloc[cell_of_row].reset_index(drop=True) for name in LABEL_COLUMNS}
+    columns |= {
+        name: frame[name].to_numpy()[order]
+        for frame, names in ((samples, ["duration", "event", "weight", *READ_ONLY]), (design, design.columns))
+        for name in names
+    }
+    return pd.DataFrame(columns, copy=False)
+
+
+def by_cell_hash(attack_hashes: pd.Series, cell_of_row: np.ndarray) -> np.ndarray:
+    """The rows' order sorted stably by their cell's attack hash (`cell_of_row`: each row's
+    position in `attack_hashes`), as sorting the rows' hashes would give it, without doing so."""
+    rank_of_cell = pd.factorize(attack_hashes, sort=True)[0]
+    return np.argsort(rank_of_cell[cell_of_row], kind="stable")
 
 
 def with_strengths(experiments: pd.DataFrame) -> pd.DataFrame:
@@ -175,15 +191,23 @@ def fix_nonpositive(rows: pd.DataFrame, policy: str) -> pd.DataFrame:
     return rows.assign(duration=rows["duration"].where(~bad, floor))
 
 
-def sample_design(cells: pd.DataFrame, samples: pd.DataFrame, covariates: Sequence[str], dummies: Sequence[str]) -> pd.DataFrame:
-    """Every configured covariate and dummy, one row per sample, in the configured order."""
+def sample_design(cells: pd.DataFrame, samples: pd.DataFrame, covariates: Sequence[str], dummies: Sequence[str]) -> tuple[pd.DataFrame, np.ndarray]:
+    """Every configured covariate and dummy, one row per sample, in the configured order; and
+    which rows are the first of their kind (`DataFrame.duplicated`'s complement), read from
+    the cells' rows and the samples' own covariates: hashing every row of every column took
+    6 GB at 10^7 samples."""
     cell_covariates = [c for c in covariates if c not in SAMPLE_COVARIATES]
     per_cell = pd.concat([cells[cell_covariates].astype(float), dummy_columns(cells, dummies)], axis=1)
-    design = per_cell.iloc[samples["cell"].to_numpy(dtype=int)].reset_index(drop=True)
+    cell_of_row = samples["cell"].to_numpy(dtype=int)
+    design = per_cell.iloc[cell_of_row].reset_index(drop=True)
     for name in covariates:
         if name in SAMPLE_COVARIATES:
             design[name] = samples[name].to_numpy(dtype=float)
-    return design[list(covariates) + [c for c in design if c not in covariates]]
+    alike_cells = (
+        per_cell.groupby(list(per_cell.columns), dropna=False, sort=False).ngroup().to_numpy() if len(per_cell.columns) else np.zeros(len(per_cell), int)
+    )
+    keys = pd.DataFrame({"cell": alike_cells[cell_of_row], **{name: design[name] for name in covariates if name in SAMPLE_COVARIATES}})
+    return design[list(covariates) + [c for c in design if c not in covariates]], ~keys.duplicated().to_numpy()
 
 
 def minmax_within(values: pd.Series, family: pd.Series) -> pd.Series:
@@ -217,29 +241,32 @@ def dummy_name(kind: str, level: str) -> str:
     return f"{kind}_{schema.family_identifier(level) if DUMMY_SOURCES[kind] == 'attack_family' else level}"
 
 
-def drop_degenerate(covariates: pd.DataFrame, weights: np.ndarray | None = None, where: str = "survival data") -> pd.DataFrame:
+def drop_degenerate(
+    covariates: pd.DataFrame, weights: np.ndarray | None = None, where: str = "survival data", distinct: np.ndarray | None = None
+) -> pd.DataFrame:
     """Drop constant columns, then each column that adds no rank beside an intercept and the
     columns kept before it (perfect collinearity), with a logged note. Rows with zero weight
     do not count. The rank test runs on the distinct rows: they span the same space as all
-    rows, and a per-sample table repeats each cell's covariates many times. Each test reads the
+    rows, and a per-sample table repeats each cell's covariates many times (`distinct`: which
+    rows are the first of their kind, where the caller knows it; without weights). Each test reads the
     singular values of the columns it compares from one R factor of them all (`r_factor`): a
     matrix's columns Q R[:, S] have R[:, S]'s singular values, so one pass over the rows
     serves every test, where an SVD per column read them all again (10^6 samples: 8 s)."""
     if weights is not None:
         covariates = covariates[np.asarray(weights) > 0]
-    distinct = covariates.drop_duplicates()
+    rows = np.flatnonzero(~covariates.duplicated().to_numpy() if distinct is None else distinct)
     reasons, scaled = {}, []
     for column in covariates.columns:
-        values = distinct[column].to_numpy(dtype=float)
+        values = covariates[column].to_numpy(dtype=float)[rows]
         if np.isnan(values).any():  # an imported model's epochs and lr are unknown: no value to fit
             reasons[column] = "unknown for some cells (an external model records no epochs or lr)"
         elif len(values) == 0 or np.ptp(values) == 0:
             reasons[column] = "it takes one value"
-        else:
-            scaled.append((column, (values - values.mean()) / values.std()))
-    rank_of = _rank_tester([values for _, values in scaled], tol=1e-8 * len(distinct))
+        else:  # scaled a block at a time by _rank_tester: 10^7 scaled columns were 1.6 GB
+            scaled.append((covariates[column].to_numpy(dtype=float), values.mean(), values.std()))
+    rank_of = _rank_tester(scaled, rows, tol=1e-8 * len(rows))
     kept: list[str] = []
-    tested = dict((column, position) for position, (column, _) in enumerate(scaled, 1))
+    tested = dict((column, position) for position, column in enumerate([c for c in covariates.columns if c not in reasons], 1))
     basis = [0]  # the intercept's column of the R factor
     for column in covariates.columns:
         if column in reasons:
@@ -251,15 +278,15 @@ def drop_degenerate(covariates: pd.DataFrame, weights: np.ndarray | None = None,
     return covariates[kept]
 
 
-def _rank_tester(columns: list[np.ndarray], tol: float, block: int = 1 << 20):
-    """The rank of any set of [intercept, *columns]'s columns (positions; 0 the intercept), as
-    numpy's matrix_rank with `tol` gives it on the rows, read from the R factor of them all,
-    taken block by block (the R factor of stacked R factors is the whole matrix's)."""
-    rows = len(columns[0]) if columns else 0
+def _rank_tester(columns: list[tuple[np.ndarray, float, float]], rows: np.ndarray, tol: float, block: int = 1 << 20):
+    """The rank of any set of [intercept, *columns]'s columns (positions; 0 the intercept; each
+    column's `rows`, centred and scaled by its mean and sd there), as numpy's matrix_rank with
+    `tol` gives it on those rows, read from the R factor of them all, taken block by block (the
+    R factor of stacked R factors is the whole matrix's)."""
     parts = []
-    for start in range(0, max(rows, 1), block):
-        stop = min(start + block, rows)
-        parts.append(np.linalg.qr(np.column_stack([np.ones(stop - start), *(c[start:stop] for c in columns)]), mode="r"))
+    for start in range(0, max(len(rows), 1), block):
+        at = rows[start : start + block]
+        parts.append(np.linalg.qr(np.column_stack([np.ones(len(at)), *((values[at] - mean) / sd for values, mean, sd in columns)]), mode="r"))
     r = parts[0] if len(parts) == 1 else np.linalg.qr(np.vstack(parts), mode="r")
     return lambda positions: int(np.linalg.matrix_rank(r[:, positions], tol=tol))
 
