@@ -6,6 +6,7 @@ Table I's scores of a fitted model and of the baselines on hand-made parts."""
 import dataclasses
 import logging
 import math
+import os
 import re
 import time
 from pathlib import Path
@@ -265,6 +266,33 @@ def test_timing_writes_one_row_per_sample_and_counts_per_cell(recorded_grid, tmp
     assert written.groupby("attack_hash")["event"].sum().to_dict() == experiments.set_index("attack_hash")["n_events"].to_dict()
     assert (experiments["n_events"] + experiments["n_censored"]).eq(experiments["n_attack"]).all()
     assert {"n_events", "n_censored", "event_share", "median_event_step"} <= set(pd.read_csv(tmp_path / "reports" / "experiments.csv"))
+
+
+def test_timing_with_the_distance_tables_in_a_worker_writes_the_same_bytes(recorded_grid, tmp_path, monkeypatch):
+    """With workers > 1 the distance tables are made in a forked worker beside the survival
+    data sets (which take its ensemble): every table the stage writes is the same, byte for byte."""
+    from trashfire.core import parallel
+    from trashfire.tables import distances
+
+    made_by, write_distance_tables = tmp_path / "made_by", distances.write_distance_tables
+
+    def recorded(*args):  # which process made them: a forked worker runs this too
+        with open(made_by, "a") as out:
+            out.write(f"{os.getpid()}\n")
+        return write_distance_tables(*args)
+
+    monkeypatch.setattr(distances, "write_distance_tables", recorded)
+    for module in (datasets, parallel):  # this process has loaded torch (other tests); the stage's has not, and the worker uses none
+        monkeypatch.setattr(module, "torch_loaded", lambda: False)
+    written = {}
+    for workers in (1, 2):
+        recorded_grid.train.workers = workers
+        timing.run(recorded_grid)
+        written[workers] = {path.name: path.read_bytes() for path in sorted((tmp_path / "reports").glob("*.*"))}
+    in_this, in_worker = made_by.read_text().split()
+    assert in_this == str(os.getpid()) != in_worker
+    assert set(written[1]) >= {"survival_data.parquet", "eps_survival_data.parquet", "attack_distances.parquet", "query_curves.csv"}
+    assert written[2] == written[1]
 
 
 def test_timing_reads_no_arrays_for_the_sweep_and_names_an_old_array_file(recorded_grid):

@@ -42,14 +42,15 @@ STAGE = Stage(
 def run(cfg):
     import pandas as pd
 
+    from trashfire.core.parallel import resolve_workers
     from trashfire.survival import datasets
-    from trashfire.tables import distances, experiments
+    from trashfire.tables import experiments
 
     view, artefacts = STAGE.view(cfg), STAGE.resolved(cfg)
     with pd.option_context("mode.copy_on_write", True):  # a column taken, dropped or reindexed copies no frame: 10^7 rows are GBs
         table, outcomes = experiments.write_experiments(view, artefacts)
-        best = distances.write_distance_tables(view, artefacts, table, outcomes)
-        return table, datasets.write_survival_sets(view, artefacts, table, outcomes, best)
+        workers = resolve_workers(view.train.get("workers", "auto"), "cpu")
+        return table, datasets.write_beside_distances(view, artefacts, table, outcomes, workers, "trashfire.stages.timing")
 
 
 def main(argv: list[str] | None = None) -> None:

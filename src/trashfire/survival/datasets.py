@@ -16,11 +16,13 @@ import pandas as pd
 from omegaconf import DictConfig
 
 from trashfire.core import schema
+from trashfire.core.parallel import results_as_completed, torch_loaded
 from trashfire.core.records import write_table
 from trashfire.core.schema import Outcomes
 from trashfire.core.stage import Artefacts
 from trashfire.survival import epsilon
 from trashfire.survival.data import survival_table
+from trashfire.tables import distances
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +32,46 @@ def write_survival_sets(
 ) -> pd.DataFrame:
     """Write survival_data.parquet and eps_survival_data.parquet (with the ensemble's rows: `best`,
     trashfire.tables.distances.ensemble); return the survival data set."""
+    survival, eps_data = _survival_and_eps_samples(cfg, artefacts, experiments, outcomes_by_hash)
+    _write_eps(artefacts, eps_data, best, experiments)
+    return survival
+
+
+def write_beside_distances(
+    cfg: DictConfig, artefacts: Artefacts, experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcomes], workers: int = 1, prog: str = __name__
+) -> pd.DataFrame:
+    """The distance tables (`trashfire.tables.distances.write_distance_tables`), then the survival
+    data sets, which take their ensemble; returns the survival data set. With `workers` > 1 the
+    distance tables are made in a forked worker, which reads the outcome arrays from this
+    process's memory, while this process builds the survival data set and the eps samples (at
+    10^7 samples each took a minute and a half on one core of two)."""
+    if workers <= 1 or torch_loaded():  # a forked torch can hang on its threads
+        best = distances.write_distance_tables(cfg, artefacts, experiments, outcomes_by_hash)
+        return write_survival_sets(cfg, artefacts, experiments, outcomes_by_hash, best)
+    built: list[tuple[pd.DataFrame, pd.DataFrame]] = []
+    _INHERITED[ROWS] = (experiments, outcomes_by_hash)
+    try:
+        meanwhile = lambda: built.append(_survival_and_eps_samples(cfg, artefacts, experiments, outcomes_by_hash))  # noqa: E731
+        ((_, best),) = results_as_completed(_distance_tables, [(cfg, artefacts)], workers, prog, threads=1, away=True, fork=True, meanwhile=meanwhile)
+    finally:
+        _INHERITED.pop(ROWS, None)
+    survival, eps_data = built[0]
+    _write_eps(artefacts, eps_data, best, experiments)
+    return survival
+
+
+ROWS = "rows"
+_INHERITED: dict[str, tuple[pd.DataFrame, Mapping[str, Outcomes]]] = {}  # what a forked worker reads instead of a pickled copy
+
+
+def _distance_tables(cfg: DictConfig, artefacts: Artefacts) -> pd.DataFrame:
+    return distances.write_distance_tables(cfg, artefacts, *_INHERITED[ROWS])
+
+
+def _survival_and_eps_samples(
+    cfg: DictConfig, artefacts: Artefacts, experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcomes]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The survival data set, written; and the eps samples of every attack (without the ensemble's)."""
     data = cfg.survival.data
     survival = survival_table(
         experiments,
@@ -40,11 +82,13 @@ def write_survival_sets(
         data.nonpositive_durations,
         cfg.timing.clock,
     )
+    write_table(survival, artefacts.output("survival_data.parquet"))
+    log.info("%d experiment rows, %d survival rows, covariates: %s", len(experiments), len(survival), ", ".join(survival.columns[len(schema.SURVIVAL_IDS) :]))
     eps = cfg.metrics.eps_survival
-    eps_data = epsilon.sample_table(experiments, outcomes_by_hash, eps.minimal_units, eps.minimal_eps_max)
+    return survival, epsilon.sample_table(experiments, outcomes_by_hash, eps.minimal_units, eps.minimal_eps_max)
+
+
+def _write_eps(artefacts: Artefacts, eps_data: pd.DataFrame, best: pd.DataFrame | None, experiments: pd.DataFrame) -> None:
     if best is not None and not best.empty:
         eps_data = pd.concat([eps_data, epsilon.ensemble_samples(best, experiments)], ignore_index=True)
-    for name, table in (("survival_data.parquet", survival), ("eps_survival_data.parquet", eps_data)):
-        write_table(table, artefacts.output(name))
-    log.info("%d experiment rows, %d survival rows, covariates: %s", len(experiments), len(survival), ", ".join(survival.columns[len(schema.SURVIVAL_IDS) :]))
-    return survival
+    write_table(eps_data, artefacts.output("eps_survival_data.parquet"))
