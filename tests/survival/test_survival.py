@@ -1280,3 +1280,47 @@ def test_the_stage_writes_the_cure_budget_and_competing_tables_in_the_clocks_uni
     assert set(competing["attack_hash"]) == set(cells.index[cells["attack_pgd_inf"] == 1]) and set(competing["component"]) == {"apgd_ce"}
     assert (out / "competing_risks.png").exists() and {panel[1] for panel in drawn["competing_risks.png"][1]} == {"adversary's work per sample (FLOPs)"}
     assert any(level == "WARNING" and message.startswith("survival training split: dummy defence_fsq has") for level, message in survival_log(caplog))
+
+
+def test_a_long_kaplan_meier_curve_is_drawn_within_a_third_of_a_pixel_at_a_few_steps():
+    """Past KM_DRAWN_POINTS steps (10^7 samples: a million) the curve is drawn at the steps
+    where it crosses a multiple of 0.001: at most about a thousand, and at every one of its
+    steps the drawn curve is within 0.001 of lifelines' estimate."""
+    from lifelines import KaplanMeierFitter
+
+    rng = np.random.default_rng(0)
+    fitter = KaplanMeierFitter().fit(rng.exponential(1.0, 30_000), rng.random(30_000) < 0.7, label="none (Kaplan-Meier)")
+    fig, ax = plt.subplots()
+    figures.plot_kaplan_meier(ax, fitter, "tab:blue")
+    (line,) = ax.get_lines()
+    times, drawn = line.get_xdata(), line.get_ydata()
+    assert len(fitter.survival_function_) > figures.KM_DRAWN_POINTS and len(times) <= 1002 and line.get_label() == "none (Kaplan-Meier)"
+    curve = fitter.survival_function_.iloc[:, 0]
+    drawn_at_steps = drawn[np.searchsorted(times, curve.index.to_numpy(), side="right") - 1]  # a step curve drawn "post"
+    assert np.abs(drawn_at_steps - curve.to_numpy()).max() < 1e-3
+    plt.close(fig)
+
+
+def test_past_row_block_the_figures_kaplan_meier_curves_are_lifelines_curves(monkeypatch):
+    """The Kaplan-Meier figure's curves of a large data set come from trashfire.survival.km,
+    every (attack family, defence) at once: lifelines' survival functions, times and labels."""
+    from trashfire.survival import expected_time
+
+    rng = np.random.default_rng(2)
+    n = 600
+    data = pd.DataFrame(
+        {
+            "attack_family": rng.choice(["fgm linf", "pgd linf"], n),
+            "defence": rng.choice(["none", "conf", "fsq"], n),
+            "duration": rng.integers(1, 60, n).astype(float),  # tied times
+            "event": (rng.random(n) < 0.6).astype(int),
+            "weight": rng.integers(1, 3, n),
+        }
+    )
+    theirs = expected_time.kaplan_meier_fits(data)
+    monkeypatch.setattr(expected_time, "ROW_BLOCK", 100)
+    ours = expected_time.kaplan_meier_fits(data)
+    assert list(ours) == list(theirs) and len(ours) == 6
+    for key, fit in theirs.items():
+        assert ours[key]._label == fit._label
+        pd.testing.assert_frame_equal(ours[key].survival_function_, fit.survival_function_, check_exact=False, rtol=1e-12, check_names=False)

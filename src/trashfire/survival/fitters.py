@@ -195,10 +195,15 @@ def per_sample(data: pd.DataFrame, in_time_order: bool = False) -> pd.DataFrame:
     concordance, its own calibration function). `in_time_order`: sorted by duration, then event,
     and labelled, as lifelines' Cox PH sorts the rows (stably), whose sort then copies nothing."""
     rows = np.repeat(np.arange(len(data)), sample_weights(data))
-    labels = np.lexsort((data[EVENT].to_numpy()[rows], data[DURATION].to_numpy()[rows])) if in_time_order else pd.RangeIndex(len(rows))
+    labels = in_time_order_of(data, rows) if in_time_order else pd.RangeIndex(len(rows))
     repeated = data.iloc[rows[labels] if in_time_order else rows]
     repeated.index = labels
     return repeated.assign(**{WEIGHT: 1}) if WEIGHT in data else repeated
+
+
+def in_time_order_of(data: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    """The order of `data`'s `rows` (positions) by duration, then event, stable: lifelines' sort."""
+    return np.lexsort((data[EVENT].to_numpy()[rows], data[DURATION].to_numpy()[rows]))
 
 
 def n_parameters(fit: Fit) -> int:

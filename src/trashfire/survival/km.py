@@ -46,6 +46,25 @@ class GroupedKM:
         totals += np.bincount(self.group[self.last()], weights=tail[self.last()], minlength=len(self.labels))
         return pd.Series(totals, index=self.labels)
 
+    def curves(self, labels: dict | None = None) -> dict:
+        """Each group's curve, as lifelines' KaplanMeierFitter holds it for drawing (`Steps`: its
+        survival function from time 0, and `labels[group]` for its label)."""
+        starts, labels = np.r_[0, self.last()[:-1] + 1], labels or {}
+        curves = {}
+        for group, start, end in zip(self.labels, starts, self.last()):
+            label = labels.get(group, str(group))
+            times = pd.Index(np.r_[0.0, self.time[start : end + 1]], name="timeline")
+            curves[group] = Steps(pd.DataFrame({label: np.r_[1.0, self.survival[start : end + 1]]}, index=times), label)
+        return curves
+
+
+@dataclass(frozen=True)
+class Steps:
+    """A Kaplan-Meier curve for a figure: what it reads of lifelines' KaplanMeierFitter."""
+
+    survival_function_: pd.DataFrame
+    _label: str
+
 
 def grouped_km(groups, durations, events, weights=None) -> GroupedKM:
     """Every group's Kaplan-Meier curve (`groups`: a label per row)."""
