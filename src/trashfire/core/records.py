@@ -253,7 +253,7 @@ def _npy_array(buffer: bytes) -> np.ndarray:
         return np.lib.format.read_array(io.BytesIO(buffer), allow_pickle=False)
     descr, fortran, shape_text = match.groups()
     shape = tuple(int(n) for n in shape_text.replace(" ", "").split(",") if n)
-    array = np.frombuffer(bytearray(buffer[start + length :]), dtype=np.dtype(descr))
+    array = np.frombuffer(buffer, dtype=np.dtype(descr), offset=start + length).copy()  # writable, one copy
     return array.reshape(shape, order="F" if fortran == "True" else "C")
 
 

@@ -9,6 +9,7 @@ smallest successful perturbation per model cell and eps-grid or minimal-perturba
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import Mapping
 
@@ -50,11 +51,15 @@ def write_beside_distances(
         return write_survival_sets(cfg, artefacts, experiments, outcomes_by_hash, best)
     built: list[tuple[pd.DataFrame, pd.DataFrame]] = []
     _INHERITED[ROWS] = (experiments, outcomes_by_hash)
+    # the objects alive now are left out of the garbage collector's passes, which write into
+    # every object they visit: in the worker each page of the arrays' objects would be copied
+    gc.freeze()
     try:
         meanwhile = lambda: built.append(_survival_and_eps_samples(cfg, artefacts, experiments, outcomes_by_hash))  # noqa: E731
         ((_, best),) = results_as_completed(_distance_tables, [(cfg, artefacts)], workers, prog, threads=1, away=True, fork=True, meanwhile=meanwhile)
     finally:
         _INHERITED.pop(ROWS, None)
+        gc.unfreeze()
     survival, eps_data = built[0]
     _write_eps(artefacts, eps_data, best, experiments)
     return survival
