@@ -198,3 +198,26 @@ def test_a_workers_blas_pools_take_its_thread_budget_when_they_load_after_it_sta
         monkeypatch.setenv(variable, "3")  # what a worker would inherit
     pools = [found for _, found in results_as_completed(blas_threads, [(), ()], 2, "test", threads=1)]
     assert pools and all(found and set(found.values()) == {1} for found in pools), pools
+
+
+def test_a_process_keeping_its_freed_memory_takes_the_next_large_array_without_page_faults():
+    """keep_freed_memory: a large array freed and allocated again comes from the heap the process
+    keeps, not from fresh pages the kernel zeroes a fault at a time (a survival fit worker's).
+    In a child process: the setting lasts for the process."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import resource, sys, numpy as np\n"
+        "from trashfire.core.parallel import keep_freed_memory\n"
+        "kept = keep_freed_memory() if sys.argv[1] == 'keep' else False\n"
+        "np.ones(1 << 24).sum()\n"  # 128 MB, freed at once
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
+        "np.ones(1 << 24).sum()\n"
+        "print(kept, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)\n"
+    )
+    faults = {}
+    for mode in ("keep", "default"):
+        kept, faults[mode] = subprocess.run([sys.executable, "-c", probe, mode], capture_output=True, text=True, check=True).stdout.split()
+        assert kept == str(mode == "keep")
+    assert int(faults["keep"]) < 100 <= int(faults["default"])

@@ -51,7 +51,7 @@ import pandas as pd
 from omegaconf import DictConfig
 
 from trashfire.core.errors import ConfigError, DataError
-from trashfire.core.parallel import resolve_workers, results_as_completed, threads_per_cell, torch_loaded
+from trashfire.core.parallel import keep_freed_memory, resolve_workers, results_as_completed, threads_per_cell, torch_loaded
 from trashfire.core.records import atomic_path, read_table, write_csv, write_json
 from trashfire.core.schema.units import CLOCK_UNIT_NAMES, FIT_UNIT_NAMES, FIT_UNITS
 from trashfire.core.stage import Artefacts
@@ -233,8 +233,9 @@ def fit_with_robust_se(name: str, spec: Any, train: pd.DataFrame | str, retries:
     """One fitter (a worker's job): its fit with cluster-robust SEs and, with `folds`, its
     cross-validated select_by score, or why it failed. `train`: the rows, or INHERITED where a
     forked worker finds them in its copy of compare()'s memory."""
-    if isinstance(train, str):
+    if isinstance(train, str):  # a forked fit worker: its jobs come the largest (Cox PH) last
         train = _INHERITED[train]
+        keep_freed_memory()
     try:
         fit = fit_converged(name, spec, train, retries)
     except F.FitFailed as err:
