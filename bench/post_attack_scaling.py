@@ -78,14 +78,18 @@ def run_stage(folder: Path, stage: str, timeout: float) -> dict:
     return {"seconds": round(seconds, 1), "peak_gib": round(peak[0] / 2**30, 2), "failed": failed}
 
 
-def hash_attack_outputs(folder: Path) -> float:
+def hash_attack_outputs(folder: Path) -> float | None:
     """`dvc status timing` in the study: DVC hashes the attack cells' files it reads and keeps
     the hashes. In a user's `dvc repro` the attack stage hashed them when it wrote them; the
     synthetic study wrote them without DVC, so timing's run would pay it (about 100 s at 10^5
-    cells). Its seconds are reported beside the stages, not in them."""
+    cells). Its seconds are reported beside the stages, not in them; None where it failed (then
+    timing's run includes them)."""
     began = time.perf_counter()
     env = os.environ | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    subprocess.run([sys.executable, "-m", "dvc", "status", "timing"], cwd=folder, env=env, capture_output=True, check=False)
+    status = subprocess.run([sys.executable, "-m", "dvc", "status", "timing"], cwd=folder, env=env, capture_output=True, text=True, check=False)
+    if status.returncode != 0:  # then timing's run hashes them, and its time holds that work
+        print(f"  dvc status failed ({status.returncode}): {status.stderr.strip()[-500:]}", flush=True)
+        return None
     return round(time.perf_counter() - began, 1)
 
 

@@ -295,6 +295,30 @@ def test_timing_with_the_distance_tables_in_a_worker_writes_the_same_bytes(recor
     assert written[2] == written[1]
 
 
+def test_a_failing_distance_worker_leaves_the_survival_data_sets_as_they_were(recorded_grid, tmp_path, monkeypatch):
+    """The survival data sets are written once the worker's distance tables are: where the
+    worker fails, the stage fails with its error and the tables of the last run stay, with no
+    temp file beside them."""
+    from trashfire.core import parallel
+    from trashfire.tables import distances
+
+    recorded_grid.train.workers = 2
+    timing.run(recorded_grid)
+    reports = tmp_path / "reports"
+    before = {name: (reports / name).stat().st_ino for name in ("survival_data.parquet", "eps_survival_data.parquet")}  # a rewrite renames a new file onto it
+
+    def broken(*args):
+        raise DataError("a distance table that cannot be made")
+
+    monkeypatch.setattr(distances, "write_distance_tables", broken)
+    for module in (datasets, parallel):  # as in the test above: the stage's process has no torch
+        monkeypatch.setattr(module, "torch_loaded", lambda: False)
+    with pytest.raises(DataError, match="cannot be made"):
+        timing.run(recorded_grid)
+    assert {name: (reports / name).stat().st_ino for name in before} == before
+    assert not list(reports.glob(".*.tmp"))
+
+
 def test_timing_reads_no_arrays_for_the_sweep_and_names_an_old_array_file(recorded_grid):
     cell = attack_cells(recorded_grid)[0]
     path = outcomes_path(recorded_grid.paths.attacks, cell.hash)
@@ -1060,3 +1084,5 @@ def test_the_designs_distinct_rows_are_those_hashing_every_row_finds():
     design, distinct = sample_design(cells, samples, ["epochs", "attack_strength", "margin"], [])
     assert distinct.tolist() == (~design.duplicated()).tolist() == [True, False, False, False, False, True, False, True, True, False, False, False]
     assert drop_degenerate(design, distinct=distinct).columns.tolist() == drop_degenerate(design).columns.tolist() == ["attack_strength"]
+    with pytest.raises(ValueError, match="without weights"):
+        drop_degenerate(design, np.ones(len(design)), distinct=distinct)

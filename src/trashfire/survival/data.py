@@ -252,6 +252,8 @@ def drop_degenerate(
     singular values of the columns it compares from one R factor of them all (`r_factor`): a
     matrix's columns Q R[:, S] have R[:, S]'s singular values, so one pass over the rows
     serves every test, where an SVD per column read them all again (10^6 samples: 8 s)."""
+    if distinct is not None and (weights is not None or len(distinct) != len(covariates)):
+        raise ValueError("drop_degenerate: `distinct` marks the rows of `covariates` themselves (one per row, without weights)")
     if weights is not None:
         covariates = covariates[np.asarray(weights) > 0]
     rows = np.flatnonzero(~covariates.duplicated().to_numpy() if distinct is None else distinct)

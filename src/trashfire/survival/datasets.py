@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 
 from trashfire.core import schema
 from trashfire.core.parallel import results_as_completed, torch_loaded
-from trashfire.core.records import write_table
+from trashfire.core.records import remove_dead_temps, write_table
 from trashfire.core.schema import Outcomes
 from trashfire.core.stage import Artefacts
 from trashfire.survival import epsilon
@@ -33,9 +33,7 @@ def write_survival_sets(
 ) -> pd.DataFrame:
     """Write survival_data.parquet and eps_survival_data.parquet (with the ensemble's rows: `best`,
     trashfire.tables.distances.ensemble); return the survival data set."""
-    survival, eps_data = _survival_and_eps_samples(cfg, artefacts, experiments, outcomes_by_hash)
-    _write_eps(artefacts, eps_data, best, experiments)
-    return survival
+    return _write_sets(artefacts, *_survival_and_eps_samples(cfg, experiments, outcomes_by_hash), best, experiments)
 
 
 def write_beside_distances(
@@ -45,7 +43,9 @@ def write_beside_distances(
     data sets, which take their ensemble; returns the survival data set. With `workers` > 1 the
     distance tables are made in a forked worker, which reads the outcome arrays from this
     process's memory, while this process builds the survival data set and the eps samples (at
-    10^7 samples each took a minute and a half on one core of two)."""
+    10^7 samples each took a minute and a half on one core of two); they are written once the
+    worker's tables are, so that a failure in either leaves the survival data sets as they were.
+    A killed worker's temp files are removed."""
     if workers <= 1 or torch_loaded():  # a forked torch can hang on its threads
         best = distances.write_distance_tables(cfg, artefacts, experiments, outcomes_by_hash)
         return write_survival_sets(cfg, artefacts, experiments, outcomes_by_hash, best)
@@ -55,14 +55,14 @@ def write_beside_distances(
     # every object they visit: in the worker each page of the arrays' objects would be copied
     gc.freeze()
     try:
-        meanwhile = lambda: built.append(_survival_and_eps_samples(cfg, artefacts, experiments, outcomes_by_hash))  # noqa: E731
+        meanwhile = lambda: built.append(_survival_and_eps_samples(cfg, experiments, outcomes_by_hash))  # noqa: E731
         ((_, best),) = results_as_completed(_distance_tables, [(cfg, artefacts)], workers, prog, threads=1, away=True, fork=True, meanwhile=meanwhile)
     finally:
         _INHERITED.pop(ROWS, None)
         gc.unfreeze()
-    survival, eps_data = built[0]
-    _write_eps(artefacts, eps_data, best, experiments)
-    return survival
+        for name in ("attack_distances.parquet", "survival_data.parquet"):
+            remove_dead_temps(artefacts.output(name).parent)
+    return _write_sets(artefacts, *built[0], best, experiments)
 
 
 ROWS = "rows"
@@ -73,10 +73,8 @@ def _distance_tables(cfg: DictConfig, artefacts: Artefacts) -> pd.DataFrame:
     return distances.write_distance_tables(cfg, artefacts, *_INHERITED[ROWS])
 
 
-def _survival_and_eps_samples(
-    cfg: DictConfig, artefacts: Artefacts, experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcomes]
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The survival data set, written; and the eps samples of every attack (without the ensemble's)."""
+def _survival_and_eps_samples(cfg: DictConfig, experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcomes]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The survival data set and the eps samples of every attack (without the ensemble's)."""
     data = cfg.survival.data
     survival = survival_table(
         experiments,
@@ -87,13 +85,14 @@ def _survival_and_eps_samples(
         data.nonpositive_durations,
         cfg.timing.clock,
     )
-    write_table(survival, artefacts.output("survival_data.parquet"))
-    log.info("%d experiment rows, %d survival rows, covariates: %s", len(experiments), len(survival), ", ".join(survival.columns[len(schema.SURVIVAL_IDS) :]))
     eps = cfg.metrics.eps_survival
     return survival, epsilon.sample_table(experiments, outcomes_by_hash, eps.minimal_units, eps.minimal_eps_max)
 
 
-def _write_eps(artefacts: Artefacts, eps_data: pd.DataFrame, best: pd.DataFrame | None, experiments: pd.DataFrame) -> None:
+def _write_sets(artefacts: Artefacts, survival: pd.DataFrame, eps_data: pd.DataFrame, best: pd.DataFrame | None, experiments: pd.DataFrame) -> pd.DataFrame:
     if best is not None and not best.empty:
         eps_data = pd.concat([eps_data, epsilon.ensemble_samples(best, experiments)], ignore_index=True)
-    write_table(eps_data, artefacts.output("eps_survival_data.parquet"))
+    for name, table in (("survival_data.parquet", survival), ("eps_survival_data.parquet", eps_data)):
+        write_table(table, artefacts.output(name))
+    log.info("%d experiment rows, %d survival rows, covariates: %s", len(experiments), len(survival), ", ".join(survival.columns[len(schema.SURVIVAL_IDS) :]))
+    return survival

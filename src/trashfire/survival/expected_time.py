@@ -221,7 +221,11 @@ def kaplan_meier_fits(data: pd.DataFrame) -> dict:
         by = data.groupby(["attack_family", "defence"], sort=True)
         keys = list(by.size().index)  # in the order of ngroup's numbers
         labels = {code: f"{defence} (Kaplan-Meier)" for code, (_, defence) in enumerate(keys)}
-        curves = grouped_km(by.ngroup().to_numpy(), data[F.DURATION], data[F.EVENT], F.sample_weights(data)).curves(labels)
+        codes = by.ngroup().to_numpy()
+        grouped = codes >= 0  # a row without a family or defence is in no group, as groupby leaves it
+        curves = grouped_km(codes[grouped], data[F.DURATION].to_numpy()[grouped], data[F.EVENT].to_numpy()[grouped], F.sample_weights(data)[grouped]).curves(
+            labels
+        )
         return {keys[code]: curve for code, curve in curves.items()}
     fits = {}
     for (family, defence), samples in data.groupby(["attack_family", "defence"], sort=True):
