@@ -45,7 +45,10 @@ def write_beside_distances(
     process's memory, while this process builds the survival data set and the eps samples (at
     10^7 samples each took a minute and a half on one core of two); they are written once the
     worker's tables are, so that a failure in either leaves the survival data sets as they were.
-    A killed worker's temp files are removed."""
+    A killed worker's temp files are removed, and a killed run's before it starts."""
+    folders = {artefacts.output(name).parent for name in ("attack_distances.parquet", "survival_data.parquet")}
+    for folder in folders:  # a killed run's temp files
+        remove_dead_temps(folder)
     if workers <= 1 or torch_loaded():  # a forked torch can hang on its threads
         best = distances.write_distance_tables(cfg, artefacts, experiments, outcomes_by_hash)
         return write_survival_sets(cfg, artefacts, experiments, outcomes_by_hash, best)
@@ -60,8 +63,8 @@ def write_beside_distances(
     finally:
         _INHERITED.pop(ROWS, None)
         gc.unfreeze()
-        for name in ("attack_distances.parquet", "survival_data.parquet"):
-            remove_dead_temps(artefacts.output(name).parent)
+        for folder in folders:  # a killed worker's
+            remove_dead_temps(folder)
     return _write_sets(artefacts, *built[0], best, experiments)
 
 
