@@ -65,12 +65,17 @@ def study(source: Path, work: Path, samples: int) -> Path:
     return folder
 
 
+def dvc_env() -> dict[str, str]:
+    """The environment for `dvc` in a study: its stages' `python` is this one's."""
+    return os.environ | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
 def run_stage(folder: Path, stage: str, timeout: float) -> dict:
     """`dvc repro --single-item <stage>` in the study: seconds, peak GiB, or why it failed."""
     log = folder / f"{stage}.log"
     began = time.perf_counter()
     with open(log, "w") as out:
-        env = os.environ | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}  # the stages' `python`: this one's
+        env = dvc_env()
         process = subprocess.Popen([sys.executable, "-m", "dvc", "repro", "--single-item", stage], cwd=folder, env=env, stdout=out, stderr=subprocess.STDOUT)
         peak, command = peak_rss(process), command_span(process, f"trashfire.stages.{stage}")
         try:
@@ -120,7 +125,7 @@ def hash_attack_outputs(folder: Path) -> float | None:
     began = time.perf_counter()
     processed = yaml.safe_load((folder / "params.yaml").read_text())["paths"]["processed"]
     (folder / processed).mkdir(parents=True, exist_ok=True)
-    env = os.environ | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = dvc_env()
     commit = subprocess.run([sys.executable, "-m", "dvc", "commit", "-f", "attack"], cwd=folder, env=env, capture_output=True, text=True, check=False)
     if commit.returncode != 0:  # then timing's run hashes them, and its time holds that work
         print(f"  dvc commit failed ({commit.returncode}): {commit.stderr.strip()[-500:]}", flush=True)
