@@ -10,10 +10,17 @@ import pandas as pd
 import pytest
 from lifelines import LogLogisticAFTFitter, LogNormalAFTFitter, WeibullAFTFitter
 from lifelines.fitters import ParametricRegressionFitter
-from scipy.special import expit
+from scipy.integrate import quad
+from scipy.special import expit, hyp2f1
 
 from trashfire.survival import fitters as F
-from trashfire.survival.aft import NewtonExponentialAFTFitter, NewtonLogLogisticAFTFitter, NewtonLogNormalAFTFitter, NewtonWeibullAFTFitter
+from trashfire.survival.aft import (
+    NewtonExponentialAFTFitter,
+    NewtonLogLogisticAFTFitter,
+    NewtonLogNormalAFTFitter,
+    NewtonWeibullAFTFitter,
+    log_logistic_restricted_mean,
+)
 from trashfire.survival.cure import LogLogisticCureFitter, WeibullCureFitter
 from trashfire.survival.fitters import ExponentialAFTFitter
 from trashfire.survival.newton import LocationScale, extreme_value, logistic, normal
@@ -194,6 +201,31 @@ def test_closed_form_restricted_means_are_the_integral_of_the_survival_curve(cen
     fitted.newton_iterations = None  # as if lifelines' optimiser had fitted it: the numerical integral
     integral = F.restricted_mean(F.Fit("newton", fitted, 0.001, "BFGS", 1), rows, budgets)
     np.testing.assert_allclose(closed, integral, rtol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [0.4, 0.999, 1.0, 1.001, 1.5, 4.0, 30.0])
+def test_the_log_logistic_restricted_mean_is_its_integral_on_both_sides_of_shape_one(shape):
+    """The incomplete-beta form (shape > 1) and Pfaff's 2F1 (shape <= 1, no mean) against the
+    integral of 1 / (1 + (u / scale)^shape), from far below the scale to far above it."""
+    scale, t_star = 2.0, np.geomspace(1e-6, 1e6, 13)
+
+    def survival(u):
+        return 1 / (1 + (u / scale) ** shape)
+
+    def integral(t):  # to the scale directly, beyond it in log u (where the curve is smooth)
+        below = quad(survival, 0, min(t, scale), limit=200, epsabs=0, epsrel=1e-12)[0]
+        return below + (quad(lambda y: survival(np.exp(y)) * np.exp(y), np.log(scale), np.log(t), limit=200, epsabs=0, epsrel=1e-12)[0] if t > scale else 0.0)
+
+    # quad is good to about 1e-7 at the cusp at 0 (shape < 1)
+    np.testing.assert_allclose(log_logistic_restricted_mean(t_star, scale, shape), [integral(t) for t in t_star], rtol=1e-6)
+
+
+def test_the_log_logistic_restricted_mean_takes_each_rows_form_where_shapes_differ():
+    """A cure model's shape may vary by row: each row gets its own form, equal to the 2F1 one."""
+    t_star, scale, shape = np.array([0.5, 3.0, 40.0, 7.0]), np.array([1.0, 2.0, 0.5, 7.0]), np.array([0.7, 1.5, 3.0, 1.0])
+    a, log_z = 1 / shape, shape * np.log(t_star / scale)
+    pfaff = t_star * np.exp(-a * np.logaddexp(0.0, log_z)) * hyp2f1(a, a, 1 + a, expit(log_z))
+    np.testing.assert_allclose(log_logistic_restricted_mean(t_star, scale, shape), pfaff, rtol=1e-12)
 
 
 def test_a_fit_lifelines_optimiser_made_takes_the_integral_not_the_closed_form(censored):

@@ -9,10 +9,10 @@ import math
 import numpy as np
 import pandas as pd
 from lifelines import GeneralizedGammaRegressionFitter
-from lifelines.utils import _get_index
 from scipy.special import gammainc, gammaincc, gammainccinv, gammaincinv, gammaln
 
 from trashfire.survival.aft import NewtonLogNormalAFTFitter, _covariate_columns, _no_conditioning
+from trashfire.survival.mappings import row_index
 from trashfire.survival.newton_fit import NewtonRegressionMixin, start_rows
 
 WARM_LAMBDA = 0.1  # lifelines divides by lambda: next to, not at, the log-normal limit
@@ -150,7 +150,7 @@ class GeneralizedGammaAFTFitter(NewtonRegressionMixin, GeneralizedGammaRegressio
         mu, sigma, lam = self._location_and_shapes(df)
         k = 1.0 / lam**2
         u = gammainccinv(k, p) if lam > 0 else gammaincinv(k, p)  # U at the p-th survival quantile
-        return pd.Series(np.exp(mu + sigma / lam * np.log(lam**2 * u)), index=_get_index(df))
+        return pd.Series(np.exp(mu + sigma / lam * np.log(lam**2 * u)), index=row_index(df))
 
     def predict_median(self, df, *, conditional_after=None) -> pd.Series:
         return self.predict_percentile(df, p=0.5, conditional_after=conditional_after)
@@ -178,6 +178,6 @@ class GeneralizedGammaAFTFitter(NewtonRegressionMixin, GeneralizedGammaRegressio
         mu, sigma, lam = self._location_and_shapes(df)
         k, power = 1.0 / lam**2, sigma / lam
         if k + power <= 0:
-            return pd.Series(np.inf, index=_get_index(df))
+            return pd.Series(np.inf, index=row_index(df))
         log_mean = mu + power * math.log(lam**2) + gammaln(k + power) - gammaln(k)
-        return pd.Series(np.exp(log_mean), index=_get_index(df))
+        return pd.Series(np.exp(log_mean), index=row_index(df))

@@ -16,6 +16,7 @@ one). At 10^7 samples each of those was 1.6 GB more in a fit worker.
 
 from __future__ import annotations
 
+import warnings
 import weakref
 from datetime import UTC, datetime
 
@@ -27,6 +28,19 @@ from lifelines.utils import CovariateParameterMappings
 from trashfire.survival.newton import ROW_BLOCK, in_row_blocks
 
 INTERCEPT = CovariateParameterMappings.INTERCEPT_COL
+
+
+def row_index(df) -> pd.Index:
+    """The index lifelines gives a prediction's rows (`lifelines.utils._get_index`): a frame's or
+    a series' own index, else (a frame whose index repeats, an array) 0 .. n - 1; as an Index,
+    where lifelines' is a list of Python ints, which pandas then turns back into one (10^7 rows:
+    over a second a prediction)."""
+    if isinstance(df, pd.DataFrame) and not df.index.is_unique:
+        warnings.warn("DataFrame Index is not unique, defaulting to incrementing index instead.", stacklevel=3)  # lifelines' words
+        return pd.RangeIndex(len(df))
+    if isinstance(df, (pd.DataFrame, pd.Series)):
+        return df.index
+    return pd.RangeIndex(np.shape(df)[0])
 
 
 class FastMappings(CovariateParameterMappings):
