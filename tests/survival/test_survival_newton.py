@@ -226,6 +226,8 @@ def test_the_log_logistic_restricted_mean_takes_each_rows_form_where_shapes_diff
     a, log_z = 1 / shape, shape * np.log(t_star / scale)
     pfaff = t_star * np.exp(-a * np.logaddexp(0.0, log_z)) * hyp2f1(a, a, 1 + a, expit(log_z))
     np.testing.assert_allclose(log_logistic_restricted_mean(t_star, scale, shape), pfaff, rtol=1e-12)
+    one_budget = [log_logistic_restricted_mean(np.array([3.0]), s, k)[0] for s, k in zip(scale, shape)]  # a scalar t* (the longest time), rows' own shapes
+    np.testing.assert_allclose(log_logistic_restricted_mean(3.0, scale, shape), one_budget, rtol=1e-15)
 
 
 def test_a_fit_lifelines_optimiser_made_takes_the_integral_not_the_closed_form(censored):

@@ -302,12 +302,21 @@ def log_logistic_restricted_mean(t_star, scale, shape):
     2F1(a, a; 1 + a; x). Both in logs: z overflows far past the scale, and x is then inf / inf."""
     log_z = shape * (np.log(t_star) - np.log(scale))
     inverse = 1.0 / shape
-    x = expit(log_z)
-    beta_form = np.asarray(inverse < 1.0)
-    if beta_form.all():
-        return scale * inverse * np.pi / np.sin(np.pi * inverse) * betainc(inverse, 1.0 - inverse, x)
-    pfaff = t_star * np.exp(-inverse * np.logaddexp(0.0, log_z)) * hyp2f1(inverse, inverse, 1.0 + inverse, x)
-    if not beta_form.any():
-        return pfaff
-    a = np.where(beta_form, inverse, 0.5)  # the Pfaff rows' values are not used
-    return np.where(beta_form, scale * a * np.pi / np.sin(np.pi * a) * betainc(a, 1.0 - a, x), pfaff)
+    if np.all(inverse < 1.0):
+        return _beta_form(scale, inverse, log_z)
+    if not np.any(inverse < 1.0):
+        return _pfaff_form(t_star, inverse, log_z)
+    t_star, scale, inverse, log_z = np.broadcast_arrays(t_star, scale, inverse, log_z)  # a cure model's shape by row, on both sides of 1
+    beta_rows = inverse < 1.0
+    mean = np.empty(log_z.shape)
+    mean[beta_rows] = _beta_form(scale[beta_rows], inverse[beta_rows], log_z[beta_rows])
+    mean[~beta_rows] = _pfaff_form(t_star[~beta_rows], inverse[~beta_rows], log_z[~beta_rows])
+    return mean
+
+
+def _beta_form(scale, a, log_z):
+    return scale * a * np.pi / np.sin(np.pi * a) * betainc(a, 1.0 - a, expit(log_z))
+
+
+def _pfaff_form(t_star, a, log_z):
+    return t_star * np.exp(-a * np.logaddexp(0.0, log_z)) * hyp2f1(a, a, 1.0 + a, expit(log_z))

@@ -142,17 +142,13 @@ def efron(
         rows = slice(first_row, end_row)
         x, failed = X[rows], E[rows]
         phi_x = phi[rows, None] * x
-        running = np.cumsum(phi_x[::-1], axis=0)[::-1]  # from the block's last row back
+        running = _running_sums_back(phi_x)
         # at the block's failure times (the only ones with c > 0): R1 with every later row's, and S1
         times_here = has[(has >= first_time) & (has < end_time)]
         at_risk_x = running[starts[times_here] - first_row] + later
         later = running[0] + later
         failed_times = time_of_row[rows][failed]  # in time order, a time's tied rows all in this block
-        tied_x = (
-            np.add.reduceat(phi_x[failed], np.flatnonzero(np.r_[True, failed_times[1:] != failed_times[:-1]]), axis=0)
-            if len(failed_times)
-            else np.zeros((0, width))
-        )
+        tied_x = _sums_by_time(phi_x, failed, failed_times, width)
         a = c[times_here]
         weighted_x += weights[rows][failed] @ x[failed]
         gradient += -(a * inverse[times_here]) @ at_risk_x + (a * p_inverse[times_here]) @ tied_x
@@ -162,6 +158,29 @@ def efron(
         )
         second += (x.T * curvature[rows]) @ x
     return outer - second, weighted_x + gradient, float(weighted_x @ beta) + log_lik
+
+
+def _running_sums_back(values: np.ndarray) -> np.ndarray:
+    """Each column's sums from the last row back to each row, a column at a time along its
+    memory (the design is column-major): half the time of numpy's cumsum over a reversed 2-D
+    view, the same sums."""
+    running = np.empty(values.shape, order="F")
+    for j in range(values.shape[1]):
+        np.cumsum(values[::-1, j], out=running[::-1, j])
+    return running
+
+
+def _sums_by_time(phi_x: np.ndarray, failed: np.ndarray, failed_times: np.ndarray, width: int) -> np.ndarray:
+    """S1 per failure time of the block: the failed rows' phi x summed within each time (rows in
+    time order), a column at a time by bincount (twice as fast as reduceat over the rows)."""
+    if not len(failed_times):
+        return np.zeros((0, width))
+    time_index = np.cumsum(np.r_[True, failed_times[1:] != failed_times[:-1]]) - 1
+    times = int(time_index[-1]) + 1
+    sums = np.empty((times, width), order="F")
+    for j in range(width):
+        sums[:, j] = np.bincount(time_index, weights=phi_x[:, j][failed], minlength=times)
+    return sums
 
 
 def time_blocks(starts: np.ndarray, n: int, block: int) -> list[tuple[int, int, int, int]]:
