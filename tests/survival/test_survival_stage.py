@@ -1348,3 +1348,25 @@ def test_held_out_brier_losses_a_block_of_rows_at_a_time_are_every_rows_at_once(
     )
     np.testing.assert_allclose(held_out.brier_losses(fit, data, at), whole, rtol=1e-12, atol=1e-15)
     assert predicted == [7] * (len(data) // 7) + ([len(data) % 7] if len(data) % 7 else [])
+
+
+def test_a_curve_past_its_sample_cap_averages_a_random_draw_of_its_rows_on_the_familys_grid(study_fits, monkeypatch):
+    """At 10^7 samples a group's curve averages CURVE_SAMPLES of its rows (a figure's line):
+    below the cap every row, past it a seeded draw from each (family, defence) group, on the
+    grid of all the family's durations."""
+    assert np.array_equal(expected_time.curve_rows(np.arange(5), cap=5), np.arange(5))
+    drawn = expected_time.curve_rows(np.arange(100, 200), cap=10)
+    assert len(set(drawn)) == 10 and set(drawn) <= set(range(100, 200))
+    data, fit = two_family_study(), study_fits["weibull"]
+    whole = expected_time.predicted_curves(fit, data)
+    cap = int(data.groupby(["attack_family", "defence"]).size().min()) // 2
+    monkeypatch.setattr(expected_time, "CURVE_SAMPLES", cap)
+    capped = expected_time.predicted_curves(fit, data)
+    assert set(capped) == set(whole)
+    scale, shape = weibull_scale_shape(fit, data)
+    for (family, defence), (grid, curve) in capped.items():
+        assert np.array_equal(grid, whole[(family, defence)][0])  # the family's grid, from all its rows
+        rows = expected_time.curve_rows(np.flatnonzero(((data["attack_family"] == family) & (data["defence"] == defence)).to_numpy()), cap)
+        weights = data["weight"].to_numpy(float)[rows]
+        survival = np.exp(-((grid[:, None] / scale[rows][None, :]) ** shape))
+        assert len(rows) == cap and curve == pytest.approx(survival @ weights / weights.sum(), rel=1e-6)

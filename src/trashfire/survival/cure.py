@@ -188,26 +188,28 @@ class MixtureCureFitter(NewtonRegressionMixin, ParametricRegressionFitter):
         breakable = self.latency_restricted_mean(np.asarray(t_star, float), *self._latency(df))
         return pd.Series(cured * t_star + (1.0 - cured) * breakable, index=row_index(df))
 
-    def falls_within(self, df: pd.DataFrame, standing: np.ndarray, factor: float, draws: np.ndarray | None = None) -> np.ndarray:
+    def falls_within(self, df: pd.DataFrame, standing: np.ndarray, factor: float, draws: np.ndarray | None = None, dtype=np.float64) -> np.ndarray:
         """P(T < factor b | T > b, x) = (1 - pi) (S_u(b) - S_u(factor b)) / S(b) per row of `df`
         (b its `standing` time): the chance that a sample still standing at b falls before
         factor x b. One column per parameter vector of `draws` (rows in `params_`' order;
-        default the fit's own). Where S(b) underflows to 0 the model says the sample cannot
-        stand: 1."""
+        default the fit's own), computed in `dtype` (float32 for a bootstrap's draws). Where
+        S(b) underflows to 0 the model says the sample cannot stand: 1."""
         thetas = self.params_.to_numpy(float)[None, :] if draws is None else np.atleast_2d(draws)
         design, names = self.regressors.transform_df(df), self.params_.index.get_level_values(0)
-        columns = {part: (design[part].to_numpy(float), thetas[:, names == part].T) for part in ("cured_", self.scale_, self.shape_)}
-        standing = np.log(np.asarray(standing, float))
-        shares = np.empty((len(standing), len(thetas)))
-        for start in range(0, len(standing), CACHED_ROWS):  # rows x draws in blocks that stay in the CPU's cache
-            rows = slice(start, start + CACHED_ROWS)
-            cured, log_scale, shape = ((x[rows] @ theta) for x, theta in columns.values())
-            cured = 1.0 / (1.0 + np.exp(-cured))  # scipy's expit: 5x slower
+        columns = [(design[part].to_numpy(dtype), thetas[:, names == part].T.astype(dtype)) for part in ("cured_", self.scale_, self.shape_)]
+        standing, log_factor = np.log(np.asarray(standing, dtype)), dtype(np.log(factor))
+        shares = np.empty((len(standing), len(thetas)), dtype)
+        step = max(1, CACHED_BYTES // (shares.itemsize * len(thetas)))
+        for start in range(0, len(standing), step):  # rows x draws in blocks that stay in the CPU's cache
+            rows = slice(start, start + step)
+            cured, log_scale, shape = ((x[rows] @ theta) for x, theta in columns)
+            with np.errstate(over="ignore"):  # e^-eta = inf: cured 0
+                cured = 1.0 / (1.0 + np.exp(-cured))  # scipy's expit: 5x slower
             shape = np.exp(shape)
             # in u = shape (log t - log scale), as the fit's own likelihood: no scale to exponentiate
             # and no powers (t / scale)^shape at b and at factor b
             at_budget = shape * (standing[rows, None] - log_scale)
-            at_larger = self.latency_survival_in_u(at_budget + shape * np.log(factor))
+            at_larger = self.latency_survival_in_u(at_budget + shape * log_factor)
             at_budget = self.latency_survival_in_u(at_budget)
             breakable = 1.0 - cured
             surviving = breakable * at_budget + cured
@@ -366,11 +368,12 @@ def cure_table(fitter: MixtureCureFitter, data: pd.DataFrame, cell: str, labels:
 
 
 ONE_SHOT_QUERIES = 2  # a one-step attack's: its first query and the check after its step
-# censored samples per chunk of budget_sufficiency: ~7 MB of shares at 200 draws, under glibc's
-# 32 MB mmap threshold, so that each chunk's arrays reuse the last one's memory (at 50,000 rows
-# they were 80 MB each, page-faulted fresh per chunk: most of the 10^7-sample table's minute)
-CHUNK_ROWS = 4096
-CACHED_ROWS = 128  # rows x draws (201) floats: 200 kB, each temporary of falls_within within a core's L2 cache
+# censored samples per chunk of budget_sufficiency: lifelines' design and the shares of 200 draws
+# (52 MB of float32) per chunk; the stage's process reuses freed memory (analysis.compare), so
+# each chunk's arrays take the last one's pages (at 4,096 rows a chunk, its pandas steps were
+# half of the 10^7-sample table's time)
+CHUNK_ROWS = 65536
+CACHED_BYTES = 1 << 18  # each falls_within temporary at once (rows x draws): within a core's L2 cache
 
 
 def budget_sufficiency(
@@ -392,9 +395,12 @@ def budget_sufficiency(
     censored = np.flatnonzero(data[EVENT].to_numpy() == 0)
     covariates, durations = covariates_of(data), data[DURATION].to_numpy(float)
     for chunk in np.array_split(censored, max(1, -(-len(censored) // CHUNK_ROWS))):
-        shares = fitter.falls_within(covariates.iloc[chunk], durations[chunk], factor, thetas)
+        rows = covariates.iloc[chunk]
         into_cells = sparse.csr_matrix((weights[chunk], (codes[chunk], np.arange(len(chunk)))), shape=(len(names), len(chunk)))
-        sums += into_cells @ shares
+        sums[:, :1] += into_cells @ fitter.falls_within(rows, durations[chunk], factor, thetas[:1])
+        # the draws only place the interval's ends, whose Monte Carlo error (200 draws: 1e-2)
+        # float32's rounding (1e-7) does not reach: twice as fast as float64
+        sums[:, 1:] += into_cells @ fitter.falls_within(rows, durations[chunk], factor, thetas[1:], np.float32)
     samples = np.bincount(codes, weights=weights, minlength=len(names))
     cell_shares = sums / samples[:, None]  # the fit's, then each draw's
     low, high = np.percentile(cell_shares[:, 1:], [2.5, 97.5], axis=1)
