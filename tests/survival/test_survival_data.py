@@ -28,7 +28,7 @@ from trashfire.core.records import read_table, write_json, write_npz
 from trashfire.stages import timing
 from trashfire.survival import datasets, scoring
 from trashfire.survival import fitters as F
-from trashfire.survival.data import ID_COLUMNS, LABEL_COLUMNS, diagnose, drop_degenerate, dummy_columns, fix_nonpositive, survival_table, with_strengths
+from trashfire.survival.data import ID_COLUMNS, LABEL_COLUMNS, diagnose, drop_degenerate, dummy_columns, first_of_kind, fix_nonpositive, survival_table, with_strengths
 from trashfire.tables import experiments as experiment_tables
 
 
@@ -1086,3 +1086,16 @@ def test_the_designs_distinct_rows_are_those_hashing_every_row_finds():
     assert drop_degenerate(design, distinct=distinct).columns.tolist() == drop_degenerate(design).columns.tolist() == ["attack_strength"]
     with pytest.raises(ValueError, match="without weights"):
         drop_degenerate(design, np.ones(len(design)), distinct=distinct)
+
+
+def test_first_of_kind_is_pandas_duplicated_with_zeros_of_either_sign_and_nans():
+    """The rank test's distinct rows: pandas' complement of duplicated(), row for row, where
+    repeats are many and far apart, -0.0 meets 0.0, NaNs repeat and integers mix in."""
+    rng = np.random.default_rng(0)
+    base = pd.DataFrame({"a": rng.integers(0, 4, 3000).astype(float), "b": rng.normal(size=3000).round(1), "c": rng.integers(0, 3, 3000)})
+    base.loc[::7, "a"] = -0.0
+    base.loc[::11, "b"] = np.nan
+    frame = pd.concat([base, base.sample(frac=0.5, random_state=1)], ignore_index=True)
+    expected = ~frame.duplicated().to_numpy()
+    assert 0 < expected.sum() < len(frame) and np.array_equal(first_of_kind(frame), expected)
+    assert np.array_equal(first_of_kind(frame.iloc[:0]), np.zeros(0, dtype=bool))

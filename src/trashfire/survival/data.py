@@ -241,6 +241,24 @@ def dummy_name(kind: str, level: str) -> str:
     return f"{kind}_{schema.family_identifier(level) if DUMMY_SOURCES[kind] == 'attack_family' else level}"
 
 
+def first_of_kind(frame: pd.DataFrame) -> np.ndarray:
+    """`~frame.duplicated()`, exactly, for numeric columns: each row's values hashed to 64 bits
+    a column at a time, and pandas' own test only among the rows whose hash repeats (a row
+    with a hash of its own has no twin). Hashing every column's values in pandas took 3.4 s at
+    10^7 rows of 19 columns, this 1.2 s."""
+    digest = np.full(len(frame), 0x9E3779B97F4A7C15, dtype=np.uint64)
+    for column in frame.columns:
+        values = frame[column].to_numpy(dtype=float) + 0.0  # -0.0 becomes 0.0
+        values[np.isnan(values)] = np.nan  # one NaN's bits
+        digest ^= values.view(np.uint64)
+        digest *= np.uint64(0xBF58476D1CE4E5B9)  # wraps modulo 2^64
+        digest ^= digest >> np.uint64(31)
+    first = np.ones(len(frame), dtype=bool)
+    suspects = np.flatnonzero(pd.Series(digest).duplicated(keep=False).to_numpy())
+    first[suspects] = ~frame.iloc[suspects].duplicated().to_numpy()
+    return first
+
+
 def drop_degenerate(
     covariates: pd.DataFrame, weights: np.ndarray | None = None, where: str = "survival data", distinct: np.ndarray | None = None
 ) -> pd.DataFrame:
@@ -256,7 +274,7 @@ def drop_degenerate(
         raise ValueError("drop_degenerate: `distinct` marks the rows of `covariates` themselves (one per row, without weights)")
     if weights is not None:
         covariates = covariates[np.asarray(weights) > 0]
-    rows = np.flatnonzero(~covariates.duplicated().to_numpy() if distinct is None else distinct)
+    rows = np.flatnonzero(first_of_kind(covariates) if distinct is None else distinct)
     reasons, scaled = {}, []
     for column in covariates.columns:
         values = covariates[column].to_numpy(dtype=float)[rows]
