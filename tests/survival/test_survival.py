@@ -511,6 +511,30 @@ def test_fits_in_worker_processes_give_the_table_of_one_process(settings):
     assert "ConvergenceError" in parallel.set_index("fitter").loc["gengamma", "note"]
 
 
+def test_one_worker_beside_the_stage_leaves_the_aft_fits_ses_and_cross_validation_to_it(settings, monkeypatch):
+    """On a large training split the fits run in one worker and this process finishes each AFT
+    fit (robust SEs, cross-validation) while the worker goes on: the same table and SEs as in
+    one process, and the worker sends the AFT fits back unfinished."""
+    train, test = split_groups(synthetic_cells(), "train_hash", 0.2, 0)
+    chosen = only(settings, "weibull", "exponential", "weibull_cure", retries=[])
+    serial, serial_fits = analysis.compare(train, test, chosen, workers=1)
+    finished_here = []
+    finish = analysis.finish_fit
+
+    def recorded(fit, *args):  # this process's calls (a forked worker appends to its own copy)
+        finished_here.append(fit.name)
+        finish(fit, *args)
+
+    monkeypatch.setattr(analysis, "finish_fit", recorded)
+    monkeypatch.setattr(analysis, "LARGE_SPLIT", 0)
+    beside, beside_fits = analysis.compare(train, test, chosen, workers=2)
+    assert sorted(finished_here) == ["exponential", "weibull"]
+    pd.testing.assert_frame_equal(beside.drop(columns="note"), serial.drop(columns="note"), rtol=1e-9)
+    for name, fit in serial_fits.items():
+        pd.testing.assert_series_equal(beside_fits[name].robust_se, fit.robust_se, rtol=1e-9)
+        assert beside_fits[name].cv == fit.cv
+
+
 def test_selection_rule_and_chosen_model():
     comparison = pd.DataFrame(
         {

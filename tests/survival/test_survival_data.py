@@ -28,7 +28,17 @@ from trashfire.core.records import read_table, write_json, write_npz
 from trashfire.stages import timing
 from trashfire.survival import datasets, scoring
 from trashfire.survival import fitters as F
-from trashfire.survival.data import ID_COLUMNS, LABEL_COLUMNS, diagnose, drop_degenerate, dummy_columns, first_of_kind, fix_nonpositive, survival_table, with_strengths
+from trashfire.survival.data import (
+    ID_COLUMNS,
+    LABEL_COLUMNS,
+    diagnose,
+    drop_degenerate,
+    dummy_columns,
+    first_of_kind,
+    fix_nonpositive,
+    survival_table,
+    with_strengths,
+)
 from trashfire.tables import experiments as experiment_tables
 
 
