@@ -145,6 +145,17 @@ def keep_freed_memory(top: int = 1 << 30) -> bool:
     return kept
 
 
+def release_freed_memory() -> bool:
+    """Give back to the kernel the pages this process's heap holds free (glibc's malloc_trim),
+    its high-water mark after `keep_freed_memory`: where a step that needed much is done and the
+    next one, with another process's at the same time, would otherwise find the memory taken.
+    False where the C library is not glibc."""
+    try:
+        return bool(ctypes.CDLL("libc.so.6").malloc_trim(0))
+    except (OSError, AttributeError):
+        return False
+
+
 # read by OpenBLAS, MKL and OpenMP (SciPy's and scikit-learn's pools) when they load
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 

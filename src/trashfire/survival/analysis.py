@@ -51,7 +51,7 @@ import pandas as pd
 from omegaconf import DictConfig
 
 from trashfire.core.errors import ConfigError, DataError
-from trashfire.core.parallel import keep_freed_memory, resolve_workers, results_as_completed, threads_per_cell, torch_loaded
+from trashfire.core.parallel import keep_freed_memory, release_freed_memory, resolve_workers, results_as_completed, threads_per_cell, torch_loaded
 from trashfire.core.records import atomic_path, read_table, write_csv, write_json
 from trashfire.core.schema.units import CLOCK_UNIT_NAMES, FIT_UNIT_NAMES, FIT_UNITS
 from trashfire.core.stage import Artefacts
@@ -214,6 +214,7 @@ def compare(
             else:
                 if name in finish_here:
                     finish_fit(fit, spec, train, to_fit[index][4])
+                    release_freed_memory()  # the SEs' n x p arrays: kept, they set this process's peak beside the worker's
                 _add_fit(name, spec, fit, rows, fits, kept, train, settings, axes, calibrated, ranked)
                 if on_fit is not None:
                     on_fit(name, fit)
