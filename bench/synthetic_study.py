@@ -45,6 +45,7 @@ from trashfire.attacks.store import attack_record_path, benign_path, outcomes_pa
 from trashfire.brittle.spec import brittle_hash, brittle_record_path, brittle_settings
 from trashfire.core.grid import attack_cells, attack_data_hash, model_cells, training_cells
 from trashfire.core.records import read_json, read_npz, write_json, write_npz
+from trashfire.report.page import SYNTHETIC_MARK
 
 JITTER = 0.05  # every copy's per-sample and per-record times scale by a factor in [1 - JITTER, 1 + JITTER]
 SCALED_PER_SAMPLE = ("duration_process", "duration_wall", "duration_process_shared", "duration_wall_shared", "margin_ben", "margin_at_budget")
@@ -228,6 +229,8 @@ def generate(source: Path, out: Path, cells: int, workers: int) -> dict:
         shutil.copytree(reports / "budget", out_reports / "budget", dirs_exist_ok=True)
     summary = {"seeds": seeds, "attack_cells": written, "attacked_samples": attacked, "seconds": round(time.perf_counter() - began, 1)}
     write_json(out / "synthetic_study.json", summary)
+    # the report says that its numbers are the copies' (trashfire.report.page.SYNTHETIC_MARK)
+    write_json(out_reports / SYNTHETIC_MARK, summary | {"source_seeds": len(source_cfg.split.seeds), "source_attack_cells": len(attack_cells(source_cfg))})
     return summary
 
 

@@ -56,6 +56,17 @@ def test_findings_come_first_with_a_badge_per_verdict_and_their_count(reports):
     assert "seed 0: ρ = -0.5, p = 0.3, n = 6" in brittle_row  # metrics.json's per-seed tests beside their finding
 
 
+def test_a_synthetic_study_says_so_before_anything_else_and_a_real_one_says_nothing(reports):
+    """bench/synthetic_study.py marks its reports: its findings are jittered copies' findings."""
+    assert 'id="synthetic"' not in page_of(reports)
+    mark = {"seeds": 440, "attack_cells": 135520, "attacked_samples": 10018800, "source_seeds": 3, "source_attack_cells": 792}
+    (reports / "synthetic_study.json").write_text(json.dumps(mark))
+    page = page_of(reports)
+    note = page.index('id="synthetic"')
+    assert note < page.index("<nav>") and note < page.index('<h2 id="findings">')
+    assert "135,520 attack cells and 10,018,800 attacked samples are copies" in page and "of the 792 attack cells of a real run over 3 seeds" in page
+
+
 def test_the_verdict_count_names_every_verdict_even_when_none_has_it():
     verdicts = pd.Series(["holds"] * 7 + ["inconclusive"] * 2 + ["not testable"])
     assert sections.verdict_count(verdicts) == "7 hold, 0 contradicted, 2 inconclusive, 1 not testable"

@@ -14,7 +14,7 @@ from pathlib import Path
 import jinja2
 import markupsafe
 
-from trashfire.core.records import atomic_path
+from trashfire.core.records import atomic_path, read_json
 from trashfire.core.stage import Artefacts
 from trashfire.report import sections, strength
 from trashfire.report.captions import CAPTIONS, caption_for
@@ -110,6 +110,31 @@ def figures_section(images: list[Path], reports: Path, skipped: dict[str, str] |
 # --- The page
 
 
+SYNTHETIC_MARK = "synthetic_study.json"  # in reports/: bench/synthetic_study.py made this study's attack records
+
+
+def synthetic_note(reports: Path) -> str | None:
+    """What the page says first where the study is synthetic (its reports hold SYNTHETIC_MARK):
+    its attack cells are jittered copies of a few real ones, so its findings and scores are
+    the copies' (a copy's runtime is its original's, which a runtime baseline then reads off),
+    a benchmark's workload, not a study's result."""
+    mark = reports / SYNTHETIC_MARK
+    if not mark.is_file():
+        return None
+    study = read_json(mark)
+
+    def count(key: str) -> str:
+        return f"{study[key]:,}" if isinstance(study.get(key), int) else "?"
+
+    return (
+        f"A synthetic study (bench/synthetic_study.py): its {count('attack_cells')} attack cells and "
+        f"{count('attacked_samples')} attacked samples are copies, each jittered by a few percent, of the "
+        f"{count('source_attack_cells')} attack cells of a real run over {count('source_seeds')} seeds, tiled to "
+        f"{count('seeds')} seeds. Its findings, scores and intervals describe those copies, which are not "
+        "independent models: read this page as a benchmark's workload, not as a study's result."
+    )
+
+
 def report_html(artefacts: Artefacts, images: list[Path], skipped: dict[str, str] | None = None, tables: dict | None = None) -> Path:
     """One offline page (the figures stage's `report.html`): findings, headline metrics with
     their meaning, the run, every figure with how to read it, every table folded. `tables`:
@@ -129,6 +154,7 @@ def report_html(artefacts: Artefacts, images: list[Path], skipped: dict[str, str
         run=sections.run_section(metrics, attacks, degenerate),
         figures=figures_section(images, path.parent, skipped),  # figure names relative to the page
         tables=sections.tables_section(tables, artefacts, metrics.get("survival_missing_reason")),
+        synthetic=synthetic_note(path.parent),
     )
     with atomic_path(path) as tmp:
         tmp.write_text(page, encoding="utf-8")
