@@ -525,14 +525,26 @@ def test_one_worker_beside_the_stage_leaves_the_aft_fits_ses_and_cross_validatio
         finished_here.append(fit.name)
         finish(fit, *args)
 
+    sent = {}
+    hand_out = analysis.results_as_completed
+
+    def jobs_seen(job, arguments, *args, **kwargs):
+        sent.update({arguments[0]: arguments[-1] for arguments in arguments})  # name -> finish in the worker
+        return hand_out(job, arguments, *args, **kwargs)
+
     monkeypatch.setattr(analysis, "finish_fit", recorded)
+    monkeypatch.setattr(analysis, "results_as_completed", jobs_seen)
     monkeypatch.setattr(analysis, "LARGE_SPLIT", 0)
     beside, beside_fits = analysis.compare(train, test, chosen, workers=2)
     assert sorted(finished_here) == ["exponential", "weibull"]
+    assert sent == {"weibull": False, "exponential": False, "weibull_cure": True}  # the worker sends the AFT fits back unfinished
     pd.testing.assert_frame_equal(beside.drop(columns="note"), serial.drop(columns="note"), rtol=1e-9)
     for name, fit in serial_fits.items():
         pd.testing.assert_series_equal(beside_fits[name].robust_se, fit.robust_se, rtol=1e-9)
         assert beside_fits[name].cv == fit.cv
+    finished_here.clear()
+    analysis.compare(train, test, chosen, workers=3)  # two workers beside it: each finishes its own fits
+    assert finished_here == [] and set(sent.values()) == {True}
 
 
 def test_selection_rule_and_chosen_model():

@@ -1109,3 +1109,6 @@ def test_first_of_kind_is_pandas_duplicated_with_zeros_of_either_sign_and_nans()
     expected = ~frame.duplicated().to_numpy()
     assert 0 < expected.sum() < len(frame) and np.array_equal(first_of_kind(frame), expected)
     assert np.array_equal(first_of_kind(frame.iloc[:0]), np.zeros(0, dtype=bool))
+    no_columns = frame[[]]  # a study without covariates: pandas' answer, and drop_degenerate keeps nothing
+    assert np.array_equal(first_of_kind(no_columns), ~no_columns.duplicated().to_numpy())
+    assert drop_degenerate(no_columns, np.ones(len(no_columns))).columns.tolist() == []

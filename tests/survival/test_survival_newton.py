@@ -203,7 +203,7 @@ def test_closed_form_restricted_means_are_the_integral_of_the_survival_curve(cen
     np.testing.assert_allclose(closed, integral, rtol=1e-5)
 
 
-@pytest.mark.parametrize("shape", [0.4, 0.999, 1.0, 1.001, 1.5, 4.0, 30.0])
+@pytest.mark.parametrize("shape", [0.4, 0.999, 1.0, 1.0 + 1e-12, 1.001, 1.5, 4.0, 30.0])
 def test_the_log_logistic_restricted_mean_is_its_integral_on_both_sides_of_shape_one(shape):
     """The incomplete-beta form (shape > 1) and Pfaff's 2F1 (shape <= 1, no mean) against the
     integral of 1 / (1 + (u / scale)^shape), from far below the scale to far above it."""
@@ -226,6 +226,8 @@ def test_the_log_logistic_restricted_mean_takes_each_rows_form_where_shapes_diff
     a, log_z = 1 / shape, shape * np.log(t_star / scale)
     pfaff = t_star * np.exp(-a * np.logaddexp(0.0, log_z)) * hyp2f1(a, a, 1 + a, expit(log_z))
     np.testing.assert_allclose(log_logistic_restricted_mean(t_star, scale, shape), pfaff, rtol=1e-12)
+    # t* far below the scale (expit(log z) underflows): t* itself, as the 2F1 form gives it
+    assert log_logistic_restricted_mean(np.array([10.0, 10.0]), np.array([np.inf, 1e300]), 2.0).tolist() == [10.0, 10.0]
     one_budget = [log_logistic_restricted_mean(np.array([3.0]), s, k)[0] for s, k in zip(scale, shape)]  # a scalar t* (the longest time), rows' own shapes
     np.testing.assert_allclose(log_logistic_restricted_mean(3.0, scale, shape), one_budget, rtol=1e-15)
 

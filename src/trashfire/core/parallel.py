@@ -149,7 +149,7 @@ def release_freed_memory() -> bool:
     """Give back to the kernel the pages this process's heap holds free (glibc's malloc_trim),
     its high-water mark after `keep_freed_memory`: where a step that needed much is done and the
     next one, with another process's at the same time, would otherwise find the memory taken.
-    False where the C library is not glibc."""
+    False where the C library is not glibc, or nothing was free to give back."""
     try:
         return bool(ctypes.CDLL("libc.so.6").malloc_trim(0))
     except (OSError, AttributeError):

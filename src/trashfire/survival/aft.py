@@ -297,25 +297,29 @@ def log_logistic_restricted_mean(t_star, scale, shape):
     """int_0^t* du / (1 + (u / scale)^shape) = t* 2F1(1, 1/shape; 1 + 1/shape; -z), z = (t*/scale)^shape.
     With a = 1/shape < 1 and x = z / (1 + z), the substitution w = v^shape / (1 + v^shape) makes it
     scale a B(a, 1 - a) I_x(a, 1 - a), B(a, 1 - a) = pi / sin(pi a): the regularised incomplete
-    beta, a quarter of hyp2f1's time at 10^7 rows, equal to it to 1e-13. Where a >= 1 (no mean:
-    B(a, 1 - a) undefined), Pfaff's transformation of the 2F1: t* (1 + z)^(-a)
+    beta, a quarter of hyp2f1's time, equal to it to 1e-13. Where a >= 1 (no mean: B(a, 1 - a)
+    undefined) or t* is far below the scale, Pfaff's transformation of the 2F1: t* (1 + z)^(-a)
     2F1(a, a; 1 + a; x). Both in logs: z overflows far past the scale, and x is then inf / inf."""
     log_z = shape * (np.log(t_star) - np.log(scale))
     inverse = 1.0 / shape
-    if np.all(inverse < 1.0):
+    beta_rows = (inverse < 1.0) & (log_z > BETA_FORM_LOG_Z)
+    if np.all(beta_rows):
         return _beta_form(scale, inverse, log_z)
-    if not np.any(inverse < 1.0):
+    if not np.any(beta_rows):
         return _pfaff_form(t_star, inverse, log_z)
-    t_star, scale, inverse, log_z = np.broadcast_arrays(t_star, scale, inverse, log_z)  # a cure model's shape by row, on both sides of 1
-    beta_rows = inverse < 1.0
+    t_star, scale, inverse, log_z, beta_rows = np.broadcast_arrays(t_star, scale, inverse, log_z, beta_rows)  # a cure model's shape by row
     mean = np.empty(log_z.shape)
     mean[beta_rows] = _beta_form(scale[beta_rows], inverse[beta_rows], log_z[beta_rows])
     mean[~beta_rows] = _pfaff_form(t_star[~beta_rows], inverse[~beta_rows], log_z[~beta_rows])
     return mean
 
 
+BETA_FORM_LOG_Z = -700.0  # below it expit(log_z) loses precision (it underflows past -745): t* far below the scale, Pfaff's form
+
+
 def _beta_form(scale, a, log_z):
-    return scale * a * np.pi / np.sin(np.pi * a) * betainc(a, 1.0 - a, expit(log_z))
+    # sin(pi a) = sin(pi (1 - a)): the smaller argument keeps its relative precision as a nears 1
+    return scale * a * np.pi / np.sin(np.pi * np.minimum(a, 1.0 - a)) * betainc(a, 1.0 - a, expit(log_z))
 
 
 def _pfaff_form(t_star, a, log_z):

@@ -182,7 +182,7 @@ def compare(
     # one worker beside this process: this process waits between the AFT fits (each is scored
     # in a few seconds), so their SEs and cross-validation are worked out here, and the worker
     # goes on to the next fit (10^7 samples: 20 s off the worker's chain, the stage's longest)
-    finish_here = {job[0] for job in to_fit if job[1].aft} if fit_processes < workers and workers > 1 else set()
+    finish_here = {job[0] for job in to_fit if job[1].aft} if fit_processes == 1 < workers else set()
     to_fit = [(*job, job[0] not in finish_here) for job in to_fit]
     # the slowest first, where several workers share the fits; in one worker, the AFT ones first:
     # the selection needs them alone, and what it selects is worked out here while the rest fit
@@ -190,10 +190,12 @@ def compare(
     aft_pending = {job[0] for job in to_fit if job[1].aft}
 
     def while_the_first_fits() -> None:
-        # the fit workers are forked by now, so this process's heap is its own: its n-row
-        # temporaries then reuse freed memory instead of fresh pages, faulted and zeroed (at 10^7
-        # samples 40 s of system time). Before the fork a worker would copy each heap page it reused.
-        keep_freed_memory()
+        if isinstance(shared, str):  # forked: the workers read INHERITED
+            # the fit workers are forked by now, so what this process allocates from here on is
+            # its own: its n-row temporaries reuse freed memory instead of fresh pages, faulted and
+            # zeroed (at 10^7 samples 40 s of system time). Before the fork a worker would copy
+            # each heap page it reused; compare() gives the free heap back when it ends.
+            keep_freed_memory()
         baselines.extend(baseline_rows(train, test, ranked))
         if meanwhile is not None:
             meanwhile()
@@ -223,6 +225,7 @@ def compare(
                 on_aft_fits = None
     finally:
         _INHERITED.pop(INHERITED, None)
+        release_freed_memory()  # a later fork's children then take fresh pages, not copies of freed ones
     if not baselines:  # nothing was fitted
         baselines.extend(baseline_rows(train, test, ranked))
     return table_so_far(), {name: fits[name] for name in settings.fitters if name in fits}

@@ -199,7 +199,7 @@ class MixtureCureFitter(NewtonRegressionMixin, ParametricRegressionFitter):
         columns = [(design[part].to_numpy(dtype), thetas[:, names == part].T.astype(dtype)) for part in ("cured_", self.scale_, self.shape_)]
         standing, log_factor = np.log(np.asarray(standing, dtype)), dtype(np.log(factor))
         shares = np.empty((len(standing), len(thetas)), dtype)
-        step = max(1, CACHED_BYTES // (shares.itemsize * len(thetas)))
+        step = max(1, CACHED_BYTES // (shares.itemsize * max(1, len(thetas))))
         for start in range(0, len(standing), step):  # rows x draws in blocks that stay in the CPU's cache
             rows = slice(start, start + step)
             cured, log_scale, shape = ((x[rows] @ theta) for x, theta in columns)
@@ -399,7 +399,8 @@ def budget_sufficiency(
         into_cells = sparse.csr_matrix((weights[chunk], (codes[chunk], np.arange(len(chunk)))), shape=(len(names), len(chunk)))
         sums[:, :1] += into_cells @ fitter.falls_within(rows, durations[chunk], factor, thetas[:1])
         # the draws only place the interval's ends, whose Monte Carlo error (200 draws: 1e-2)
-        # float32's rounding (1e-7) does not reach: twice as fast as float64
+        # float32's rounding (1e-7) does not reach: twice as fast as float64 (a survival under
+        # float32's smallest, 1e-38, counts as 0 there, where float64's is 1e-308)
         sums[:, 1:] += into_cells @ fitter.falls_within(rows, durations[chunk], factor, thetas[1:], np.float32)
     samples = np.bincount(codes, weights=weights, minlength=len(names))
     cell_shares = sums / samples[:, None]  # the fit's, then each draw's

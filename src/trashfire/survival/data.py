@@ -246,6 +246,8 @@ def first_of_kind(frame: pd.DataFrame) -> np.ndarray:
     a column at a time, and pandas' own test only among the rows whose hash repeats (a row
     with a hash of its own has no twin). Hashing every column's values in pandas took 3.4 s at
     10^7 rows of 19 columns, this 1.2 s."""
+    if frame.shape[1] == 0:
+        return ~frame.duplicated().to_numpy()  # pandas' answer for no columns
     digest = np.full(len(frame), 0x9E3779B97F4A7C15, dtype=np.uint64)
     for column in frame.columns:
         values = frame[column].to_numpy(dtype=float) + 0.0  # -0.0 becomes 0.0

@@ -238,8 +238,9 @@ def kaplan_meier_fits(data: pd.DataFrame) -> dict:
 
 def curve_rows(rows: np.ndarray, cap: int | None = None, seed: int = 0) -> np.ndarray:
     """The rows whose predictions a curve averages: all of them, or past `cap`, `cap` of them
-    drawn without replacement (seeded). The curve is then an unbiased estimate of the group's
-    mean curve, within about 0.5 / sqrt(cap) of it, a thousandth, invisible in the figure."""
+    drawn without replacement (seeded). The curve is then an estimate of the group's
+    mean curve, within about 0.5 / sqrt(cap) of it, a thousandth, invisible in the figure (a ratio
+    estimate where rows carry unequal weights: nearly unbiased at that size)."""
     cap = CURVE_SAMPLES if cap is None else cap
     if len(rows) <= cap:
         return rows
@@ -254,7 +255,7 @@ def predicted_curves(fit: F.Fit, data: pd.DataFrame, points: int = CURVE_POINTS)
     of them, drawn at random (`curve_rows`)."""
     curves = {}
     covariates = F.covariates_of(data)
-    by_group = data.groupby(["attack_family", "defence"], sort=True).indices
+    by_group = data.groupby(["attack_family", "defence"], sort=True, dropna=False).indices  # a row without a defence is drawn with its family's
     for family, positions in sorted(data.groupby("attack_family", sort=True).indices.items()):  # the family's rows, not a copy of them
         durations = data[F.DURATION].to_numpy(float)[positions]
         grid = np.geomspace(durations.min(), durations.max(), points) if durations.max() > durations.min() else durations[:1]
