@@ -208,14 +208,14 @@ def compare(
         for index, fit in results_as_completed(
             fit_with_robust_se, to_fit, fit_processes, log.name, threads, away=workers > 1, fork=True, meanwhile=while_the_first_fits
         ):
-            name, spec = to_fit[index][:2]
+            name, spec, _, _, folds, _ = to_fit[index]
             aft_pending.discard(name)
             if isinstance(fit, F.FitFailed):
                 log.warning("%s failed to fit: %s", name, fit)
                 rows[name] |= {"status": "failed", "note": f"fit failed: {fit}"}
             else:
                 if name in finish_here:
-                    finish_fit(fit, spec, train, to_fit[index][4])
+                    finish_fit(fit, spec, train, folds)
                     release_freed_memory()  # the SEs' n x p arrays: kept, they set this process's peak beside the worker's
                 _add_fit(name, spec, fit, rows, fits, kept, train, settings, axes, calibrated, ranked)
                 if on_fit is not None:
