@@ -278,21 +278,30 @@ def test_timing_writes_one_row_per_sample_and_counts_per_cell(recorded_grid, tmp
     assert {"n_events", "n_censored", "event_share", "median_event_step"} <= set(pd.read_csv(tmp_path / "reports" / "experiments.csv"))
 
 
-def test_timing_with_the_distance_tables_in_a_worker_writes_the_same_bytes(recorded_grid, tmp_path, monkeypatch):
-    """With workers > 1 the distance tables are made in a forked worker beside the survival
-    data sets (which take its ensemble): every table the stage writes is the same, byte for byte."""
+def test_timing_with_the_read_and_the_distance_tables_in_workers_writes_the_same_bytes(recorded_grid, tmp_path, monkeypatch):
+    """With workers > 1 a forked worker reads half the attack cells (at a paper's size) and the
+    distance tables are made in a forked worker beside the survival data sets (which take its
+    ensemble): every table the stage writes is the same, byte for byte."""
     from trashfire.core import parallel
     from trashfire.tables import distances
 
-    made_by, write_distance_tables = tmp_path / "made_by", distances.write_distance_tables
+    made_by, write_distance_tables, read_block = tmp_path / "made_by", distances.write_distance_tables, experiment_tables._read_block
+    read_by = tmp_path / "read_by"
 
     def recorded(*args):  # which process made them: a forked worker runs this too
         with open(made_by, "a") as out:
             out.write(f"{os.getpid()}\n")
         return write_distance_tables(*args)
 
+    def read(attacks, hashes, *args):
+        with open(read_by, "a") as out:
+            out.write(f"{os.getpid()} {len(hashes)}\n")
+        return read_block(attacks, hashes, *args)
+
     monkeypatch.setattr(distances, "write_distance_tables", recorded)
-    for module in (datasets, parallel):  # this process has loaded torch (other tests); the stage's has not, and the worker uses none
+    monkeypatch.setattr(experiment_tables, "_read_block", read)
+    monkeypatch.setattr(experiment_tables, "SPLIT_READ_CELLS", 2)  # the recorded grid's cells are few
+    for module in (datasets, parallel, experiment_tables):  # this process has loaded torch (other tests); the stage's has not, and the workers use none
         monkeypatch.setattr(module, "torch_loaded", lambda: False)
     written = {}
     for workers in (1, 2):
@@ -301,8 +310,30 @@ def test_timing_with_the_distance_tables_in_a_worker_writes_the_same_bytes(recor
         written[workers] = {path.name: path.read_bytes() for path in sorted((tmp_path / "reports").glob("*.*"))}
     in_this, in_worker = made_by.read_text().split()
     assert in_this == str(os.getpid()) != in_worker
-    assert set(written[1]) >= {"survival_data.parquet", "eps_survival_data.parquet", "attack_distances.parquet", "query_curves.csv"}
+    n_cells = len(attack_cells(recorded_grid))
+    alone, *halves = [line.split() for line in read_by.read_text().splitlines()]
+    assert alone == [str(os.getpid()), str(n_cells)]
+    assert sorted(pid == str(os.getpid()) for pid, _ in halves) == [False, True] and sum(int(n) for _, n in halves) == n_cells
+    assert set(written[1]) >= {"experiments.csv", "survival_data.parquet", "eps_survival_data.parquet", "attack_distances.parquet", "query_curves.csv"}
     assert written[2] == written[1]
+
+
+def test_outcome_arrays_packed_for_the_way_back_from_a_worker_unpack_to_equal_arrays():
+    """A worker's cells travel as one array per field: each cell unpacks to the arrays it had,
+    a field some cells lack stays None there, and text of several widths keeps its dtype."""
+    rng = np.random.default_rng(1)
+    cells = []
+    for n, steps in ((3, 2), (0, 2), (5, 4)):
+        arrays = hand_made_outcomes(rng.integers(0, 10, n), rng.integers(0, 10, n), rng.integers(0, 10, n), rng.normal(size=n), rng.random(n), rng.random(n) < 0.5, np.ones(n))
+        if n != 3:
+            arrays |= {"norm_by_step": rng.random((n, steps)), "broken_by": np.array(["apgd-ce", "square", "fab", "fab", "fab"][:n], dtype=f"<U{7 if n else 3}")}
+        cells.append(schema.Outcomes.of(arrays))
+    unpacked = experiment_tables.unpack_outcomes(experiment_tables.pack_outcomes(cells), len(cells))
+    for before, after in zip(cells, unpacked):
+        for name in schema.Outcomes.ORDER:
+            a, b = getattr(before, name), getattr(after, name)
+            assert (a is None and b is None) or (a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)), name
+    assert experiment_tables.unpack_outcomes(None, 2) == [None, None]
 
 
 def test_a_failing_distance_worker_leaves_the_survival_data_sets_as_they_were(recorded_grid, tmp_path, monkeypatch):

@@ -10,16 +10,23 @@ import numpy as np
 import pandas as pd
 
 
-def group_order(frame: pd.DataFrame, keys: Sequence[str], dropna: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def group_order(frame: pd.DataFrame, keys: Sequence[str], dropna: bool = False, sort: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """The row positions that lay `frame`'s groups by `keys` one after another, in groupby's
-    order (keys sorted; within a group, the rows in their order), and where each group starts
-    in them. `dropna` as groupby's: True leaves rows with a missing key out."""
-    numbers = frame.groupby(list(keys), sort=True, dropna=dropna).ngroup()
+    order (keys sorted, or with `sort=False` in the order each first appears; within a group,
+    the rows in their order), and where each group starts in them. `dropna` as groupby's: True
+    leaves rows with a missing key out."""
+    numbers = frame.groupby(list(keys), sort=sort, dropna=dropna).ngroup()
     codes = numbers.fillna(-1).to_numpy().astype(np.int64)  # ngroup gives the rows it leaves out NaN
     order = np.argsort(codes, kind="stable")
     order = order[codes[order] >= 0]
     changes = np.flatnonzero(np.diff(codes[order])) + 1
     return order, np.concatenate([[0], changes]).astype(int) if len(order) else np.zeros(0, dtype=int)
+
+
+def groups(frame: pd.DataFrame, keys: Sequence[str], dropna: bool = False, sort: bool = True) -> list[np.ndarray]:
+    """The row positions of each of `frame`'s groups by `keys`, in group_order's order."""
+    order, starts = group_order(frame, keys, dropna, sort)
+    return np.split(order, starts[1:]) if len(order) else []
 
 
 def split(values: np.ndarray, order: np.ndarray, starts: np.ndarray) -> list[np.ndarray]:

@@ -124,13 +124,17 @@ def write_table(table: Any, path: str | Path) -> None:
     depths, epochs) and each integer column in the narrowest integer type that holds it;
     `read_table` widens them back, so a table reads back equal, value for value and dtype for
     dtype (docs/design.md, "Per-sample tables")."""
+    with atomic_path(path) as tmp:
+        write_parquet(table, tmp)
+
+
+def write_parquet(table: Any, path: str | Path) -> None:
+    """write_table's file, written in place: for a caller that holds an atomic_path of its own."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     narrowed = {column: _narrowest(table[column].to_numpy()) for column in table.columns if table[column].dtype.kind in "fiub"}
-    arrow = pa.Table.from_pandas(table.assign(**narrowed), preserve_index=False)
-    with atomic_path(path) as tmp:
-        pq.write_table(arrow, tmp, compression="zstd")
+    pq.write_table(pa.Table.from_pandas(table.assign(**narrowed), preserve_index=False), path, compression="zstd")
 
 
 def _narrowest(values: np.ndarray) -> np.ndarray:

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from pathlib import Path
 
 import pandas as pd
 from omegaconf import DictConfig
 
 from trashfire.core import schema
 from trashfire.core.parallel import results_as_completed, torch_loaded
-from trashfire.core.records import remove_dead_temps, write_table
+from trashfire.core.records import atomic_path, remove_dead_temps, write_parquet, write_table
 from trashfire.core.schema import Outcomes
 from trashfire.core.stage import Artefacts
 from trashfire.survival import epsilon
@@ -33,39 +34,63 @@ def write_survival_sets(
 ) -> pd.DataFrame:
     """Write survival_data.parquet and eps_survival_data.parquet (with the ensemble's rows: `best`,
     trashfire.tables.distances.ensemble); return the survival data set."""
-    return _write_sets(artefacts, *_survival_and_eps_samples(cfg, experiments, outcomes_by_hash), best, experiments)
+    survival, eps_data = _survival_and_eps_samples(cfg, experiments, outcomes_by_hash)
+    _write_sets(artefacts, survival, eps_data, best, experiments)
+    _log_sets(experiments, survival)
+    return survival
 
 
 def write_beside_distances(
-    cfg: DictConfig, artefacts: Artefacts, experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcomes], workers: int = 1, prog: str = __name__
+    cfg: DictConfig,
+    artefacts: Artefacts,
+    experiments: pd.DataFrame,
+    outcomes_by_hash: Mapping[str, Outcomes],
+    workers: int = 1,
+    prog: str = __name__,
+    also: Callable[[], None] | None = None,
 ) -> pd.DataFrame:
     """The distance tables (`trashfire.tables.distances.write_distance_tables`), then the survival
-    data sets, which take their ensemble; returns the survival data set. With `workers` > 1 the
-    distance tables are made in a forked worker, which reads the outcome arrays from this
-    process's memory, while this process builds the survival data set and the eps samples (at
-    10^7 samples each took a minute and a half on one core of two); they are written once the
-    worker's tables are, so that a failure in either leaves the survival data sets as they were.
-    A killed worker's temp files are removed, and a killed run's before it starts."""
+    data sets, which take their ensemble; returns the survival data set. `also()` runs first
+    here (the stage's experiments table). With `workers` > 1 the distance tables are made in a
+    forked worker, which reads the outcome arrays from this process's memory, while this
+    process runs `also` and builds the survival data set and the eps samples (at 10^7 samples
+    each took a minute and a half on one core of two), and writes the survival data set to a
+    temp file; both are renamed onto their names once the worker's tables are written, so that
+    a failure in either leaves the survival data sets as they were. A killed worker's temp
+    files are removed, and a killed run's before it starts."""
     folders = {artefacts.output(name).parent for name in ("attack_distances.parquet", "survival_data.parquet")}
     for folder in folders:  # a killed run's temp files
         remove_dead_temps(folder)
     if workers <= 1 or torch_loaded():  # a forked torch can hang on its threads
+        if also is not None:
+            also()
         best = distances.write_distance_tables(cfg, artefacts, experiments, outcomes_by_hash)
         return write_survival_sets(cfg, artefacts, experiments, outcomes_by_hash, best)
     built: list[tuple[pd.DataFrame, pd.DataFrame]] = []
     _INHERITED[ROWS] = (experiments, outcomes_by_hash)
+
+    def meanwhile(survival_file: Path) -> None:
+        if also is not None:
+            also()
+        built.append(_survival_and_eps_samples(cfg, experiments, outcomes_by_hash))
+        write_parquet(built[0][0], survival_file)
+
     # the objects alive now are left out of the garbage collector's passes, which write into
     # every object they visit: in the worker each page of the arrays' objects would be copied
     gc.freeze()
     try:
-        meanwhile = lambda: built.append(_survival_and_eps_samples(cfg, experiments, outcomes_by_hash))  # noqa: E731
-        ((_, best),) = results_as_completed(_distance_tables, [(cfg, artefacts)], workers, prog, threads=1, away=True, fork=True, meanwhile=meanwhile)
+        with atomic_path(artefacts.output("survival_data.parquet")) as survival_file:  # renamed once the worker's tables are written
+            jobs = [(cfg, artefacts)]
+            ((_, best),) = results_as_completed(_distance_tables, jobs, workers, prog, threads=1, away=True, fork=True, meanwhile=lambda: meanwhile(survival_file))
     finally:
         _INHERITED.pop(ROWS, None)
         gc.unfreeze()
         for folder in folders:  # a killed worker's
             remove_dead_temps(folder)
-    return _write_sets(artefacts, *built[0], best, experiments)
+    survival, eps_data = built[0]
+    _write_sets(artefacts, None, eps_data, best, experiments)
+    _log_sets(experiments, survival)
+    return survival
 
 
 ROWS = "rows"
@@ -92,10 +117,15 @@ def _survival_and_eps_samples(cfg: DictConfig, experiments: pd.DataFrame, outcom
     return survival, epsilon.sample_table(experiments, outcomes_by_hash, eps.minimal_units, eps.minimal_eps_max)
 
 
-def _write_sets(artefacts: Artefacts, survival: pd.DataFrame, eps_data: pd.DataFrame, best: pd.DataFrame | None, experiments: pd.DataFrame) -> pd.DataFrame:
+def _write_sets(artefacts: Artefacts, survival: pd.DataFrame | None, eps_data: pd.DataFrame, best: pd.DataFrame | None, experiments: pd.DataFrame) -> None:
+    """eps_survival_data.parquet with the ensemble's rows, and survival_data.parquet unless it is
+    written (None)."""
     if best is not None and not best.empty:
         eps_data = pd.concat([eps_data, epsilon.ensemble_samples(best, experiments)], ignore_index=True)
     for name, table in (("survival_data.parquet", survival), ("eps_survival_data.parquet", eps_data)):
-        write_table(table, artefacts.output(name))
+        if table is not None:
+            write_table(table, artefacts.output(name))
+
+
+def _log_sets(experiments: pd.DataFrame, survival: pd.DataFrame) -> None:
     log.info("%d experiment rows, %d survival rows, covariates: %s", len(experiments), len(survival), ", ".join(survival.columns[len(schema.SURVIVAL_IDS) :]))
-    return survival

@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 
 from trashfire.core import schema
-from trashfire.core.groups import group_order, split
+from trashfire.core.groups import group_order, groups, split
 from trashfire.core.schema import Outcomes
 from trashfire.core.stats import spearman
 
@@ -74,6 +74,11 @@ def grid_search(eps: Sequence[float], outcomes: Sequence[Outcomes]) -> pd.DataFr
     eps_lower (the largest eps known not to break it), eps (the smallest grid eps that broke it;
     0 when wrong at the first query; the largest eps when none did), event, and nonmonotone
     (broken at some eps but standing at a larger one: the accuracy curve then overstates it)."""
+    return pd.DataFrame(grid_columns(eps, outcomes))
+
+
+def grid_columns(eps: Sequence[float], outcomes: Sequence[Outcomes]) -> dict[str, np.ndarray]:
+    """grid_search's columns, as arrays."""
     order = np.argsort(eps)
     grid = np.asarray(eps, dtype=float)[order]
     cells = [Outcomes.of(outcomes[i]) for i in order]
@@ -90,7 +95,7 @@ def grid_search(eps: Sequence[float], outcomes: Sequence[Outcomes]) -> pd.DataFr
     times, lower = np.where(at_zero, 0.0, times), np.where(at_zero, 0.0, lower)
     later = np.arange(len(grid))[:, None] >= first[None, :]
     nonmonotone = event & (later & ~broken).any(axis=0)
-    return pd.DataFrame({"position": positions, "eps_lower": lower, "eps": times, "event": event.astype(int), "nonmonotone": nonmonotone})
+    return {"position": positions, "eps_lower": lower, "eps": times, "event": event.astype(int), "nonmonotone": nonmonotone}
 
 
 def norm_array(norm: str) -> str:
@@ -102,6 +107,11 @@ def minimal_search(outcomes: Sequence[Outcomes], norm: str, scale: float = 1.0) 
     """Per sample of one model cell and minimal-perturbation family: the norm of the returned
     example times `scale` (a unit conversion), the smallest over the cells that broke it
     (event), else the largest the searches reached (censored); 0 when wrong at the first query."""
+    return pd.DataFrame(minimal_columns(outcomes, norm, scale))
+
+
+def minimal_columns(outcomes: Sequence[Outcomes], norm: str, scale: float = 1.0) -> dict[str, np.ndarray]:
+    """minimal_search's columns, as arrays."""
     cells = [Outcomes.of(o) for o in outcomes]
     positions = matched_positions(cells)
     sizes, broken = [], []
@@ -115,7 +125,7 @@ def minimal_search(outcomes: Sequence[Outcomes], norm: str, scale: float = 1.0) 
     sizes, broken = np.stack(sizes), np.stack(broken)
     event = broken.any(axis=0)
     times = np.where(event, np.where(broken, sizes, np.inf).min(axis=0), sizes.max(axis=0))
-    return pd.DataFrame({"position": positions, "eps_lower": times, "eps": times, "event": event.astype(int), "nonmonotone": False})
+    return {"position": positions, "eps_lower": times, "eps": times, "event": event.astype(int), "nonmonotone": np.zeros(len(positions), dtype=bool)}
 
 
 def sample_table(
@@ -139,24 +149,27 @@ def sample_table(
         minimal=experiments["minimal"].map(lambda value: str(value).lower() == "true"),
     )
     chosen = cells[(cells["attack_param"] == "eps") | cells["minimal"]]
-    frames, labels = [], []
-    for (model_hash, attack, norm), group in chosen.groupby(["model_hash", "attack", "norm"], sort=True):
-        first = group.iloc[0]
-        arrays = [outcomes_by_hash[h] for h in group["attack_hash"]]
-        if first["minimal"]:
+    columns = {name: chosen[name].to_numpy() for name in chosen.columns}
+    optional = {name: columns.get(name, np.full(len(chosen), default, dtype=object)) for name, default in (("pixel_std", np.nan), ("attack_units", "standardised"))}
+    parts, labels = [], []
+    for rows in groups(chosen, ["model_hash", "attack", "norm"], dropna=True):
+        first = rows[0]
+        norm = columns["norm"][first]
+        arrays = [outcomes_by_hash[h] for h in columns["attack_hash"][rows]]
+        if columns["minimal"][first]:
             units, search = minimal_units, MINIMAL
-            pixel_std = float(first.get("pixel_std", np.nan))
-            samples = minimal_search(arrays, norm, schema.convert_eps(1.0, "standardised", units, pixel_std))
+            samples = minimal_columns(arrays, norm, schema.convert_eps(1.0, "standardised", units, float(optional["pixel_std"][first])))
             eps_max = np.nan if minimal_eps_max is None else float(minimal_eps_max)
         else:
-            units, search = str(first.get("attack_units", "standardised")), GRID
-            samples = grid_search(group["attack_value"].astype(float).to_numpy(), arrays)
-            eps_max = float(group["attack_value"].max())
-        frames.append(samples)
-        labels.append((model_hash, first["dataset"], attack, norm, first["attack_family"], search, units, eps_max))
-    if not frames:
+            units, search = str(optional["attack_units"][first]), GRID
+            samples = grid_columns(columns["attack_value"][rows].astype(float), arrays)
+            eps_max = float(pd.Series(columns["attack_value"][rows]).max())
+        parts.append(samples)
+        labels.append((columns["model_hash"][first], columns["dataset"][first], columns["attack"][first], norm, columns["attack_family"][first], search, units, eps_max))
+    if not parts:
         return pd.DataFrame(columns=schema.EPS_SURVIVAL_DATA)
-    table = with_group_labels(pd.concat(frames, ignore_index=True), labels, [len(frame) for frame in frames])
+    samples = pd.DataFrame({name: np.concatenate([part[name] for part in parts]) for name in parts[0]})
+    table = with_group_labels(samples, labels, [len(part["position"]) for part in parts])
     unknown = table["eps"].isna()
     if unknown.any():
         log.warning("%d samples without a pixel std (older attack records) left out of the eps survival", int(unknown.sum()))

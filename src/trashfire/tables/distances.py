@@ -32,6 +32,7 @@ import pandas as pd
 from omegaconf import DictConfig
 
 from trashfire.core import schema
+from trashfire.core.groups import groups
 from trashfire.core.records import write_csv, write_table
 from trashfire.core.schema import Outcomes, norm_label
 from trashfire.core.stage import Artefacts
@@ -59,24 +60,33 @@ def distance_table(experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Out
     """attack_distances.parquet from the experiments table and the cells' outcome arrays (built as
     columns, one frame at the end)."""
     columns: dict[str, list] = {name: [] for name in DISTANCES}
-    for (model_hash, attack, norm), group in _labels(experiments).groupby(["model_hash", "attack", "norm"], sort=True):
-        first = group.iloc[0]
-        arrays = [Outcomes.of(outcomes_by_hash[h]) for h in group["attack_hash"]]
-        pixel_std = float(first.get("pixel_std", np.nan))
-        if first["attack_param"] == "eps":
-            samples, units = grid_distances(group["attack_value"].astype(float).to_numpy(), arrays), str(first.get("attack_units", "standardised"))
+    cells = _labels(experiments)
+    values = _columns(cells)
+    for rows in groups(cells, ["model_hash", "attack", "norm"], dropna=True):
+        first = rows[0]
+        norm = values["norm"][first]
+        arrays = [Outcomes.of(outcomes_by_hash[h]) for h in values["attack_hash"][rows]]
+        if values["attack_param"][first] == "eps":
+            samples, units = grid_distances(values["attack_value"][rows].astype(float), arrays), str(values["attack_units"][first])
         else:
             samples, units = example_distances(arrays, norm), "standardised"
         for column in ("eps_lower", "eps", "reach"):
-            samples[column] = to_pixel_units(samples[column], norm, units, pixel_std)
+            samples[column] = to_pixel_units(samples[column], norm, units, float(values["pixel_std"][first]))
         count = len(samples["position"])
-        labels = {"model_hash": model_hash, "dataset": first["dataset"], "norm": norm, "attack": attack, "attack_family": first["attack_family"]}
         for name in DISTANCES:
-            columns[name].append(samples[name] if name in samples else np.full(count, labels[name], dtype=object))
+            columns[name].append(samples[name] if name in samples else np.full(count, values[name][first], dtype=object))
     if not columns["position"]:
         return pd.DataFrame(columns=DISTANCES)
     table = pd.DataFrame({name: np.concatenate(parts) for name, parts in columns.items()})
     return table.astype({"position": int, "eps_lower": float, "eps": float, "event": int, "reach": float})
+
+
+def _columns(cells: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The labelled cells' columns as arrays, the optional ones filled as a row's `.get` reads them."""
+    defaults = {"pixel_std": np.nan, "attack_units": "standardised"}
+    return {name: cells[name].to_numpy() for name in cells.columns} | {
+        name: np.full(len(cells), default, dtype=object) for name, default in defaults.items() if name not in cells
+    }
 
 
 def grid_distances(eps: Sequence[float], cells: Sequence[Outcomes]) -> dict[str, np.ndarray]:
@@ -93,9 +103,14 @@ def grid_distances(eps: Sequence[float], cells: Sequence[Outcomes]) -> dict[str,
     below = np.concatenate([[0.0], grid[:-1]])
     upper = np.where(at_zero, 0.0, np.where(event, grid[index], np.inf))
     lower = np.where(at_zero, 0.0, np.where(event, below[index], grid[-1]))
-    return pd.DataFrame(
-        {"position": positions, "kind": GRID, "eps_lower": lower, "eps": upper, "event": event.astype(int), "reach": np.full(len(positions), grid[-1])}
-    )
+    return {
+        "position": positions,
+        "kind": np.full(len(positions), GRID, dtype=object),
+        "eps_lower": lower,
+        "eps": upper,
+        "event": event.astype(int),
+        "reach": np.full(len(positions), grid[-1]),
+    }
 
 
 def example_distances(cells: Sequence[Outcomes], norm: str) -> dict[str, np.ndarray]:
@@ -143,18 +158,30 @@ def ensemble(distances: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=ENSEMBLE_COLUMNS)
     ranked = distances.assign(exact_first=(distances["kind"] != "exact").astype(int)).sort_values(["eps", "exact_first"], kind="stable")
     keys = ["model_hash", "dataset", "norm", "position"]
-    best = ranked.groupby(keys, sort=True).first().reset_index()
-    reach = distances.assign(farthest=np.maximum(distances["reach"], distances["eps"].where(np.isfinite(distances["eps"]), 0.0)))
-    best["reach"] = best.set_index(keys).index.map(reach.groupby(keys)["farthest"].max())
+    best = ranked.groupby(keys, sort=True)[["attack_family", "kind", "eps_lower", "eps"]].first().reset_index()
+    farthest = np.maximum(distances["reach"], distances["eps"].where(np.isfinite(distances["eps"]), 0.0))
+    best["reach"] = farthest.groupby([distances[key] for key in keys], sort=True).max().to_numpy()  # the same groups, in the same order
     best["event"] = np.isfinite(best["eps"]).astype(int)
     families = distances.groupby(["model_hash", "norm"])["attack_family"].nunique()
     best["n_attacks"] = pd.MultiIndex.from_frame(best[["model_hash", "norm"]]).map(families)
     return best.rename(columns={"attack_family": "best_by"})[ENSEMBLE_COLUMNS]
 
 
-def best_by_cell(best: pd.DataFrame) -> dict[tuple[str, str], pd.Series]:
-    """The ensemble's eps by position, per (model_hash, norm)."""
-    return {key: samples.set_index("position")["eps"] for key, samples in best.groupby(["model_hash", "norm"], sort=False)}
+def best_by_cell(best: pd.DataFrame) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray]]:
+    """The ensemble's (positions, eps) per (model_hash, norm), in the order of position."""
+    found = {}
+    model_hash, norm, position, eps = (best[name].to_numpy() for name in ("model_hash", "norm", "position", "eps"))
+    for rows in groups(best, ["model_hash", "norm"], dropna=True):
+        order = rows[np.argsort(position[rows], kind="stable")]
+        found[model_hash[rows[0]], norm[rows[0]]] = position[order], eps[order].astype(float)
+    return found
+
+
+def eps_at(lookup: tuple[np.ndarray, np.ndarray], positions: np.ndarray) -> np.ndarray:
+    """The ensemble's eps at `positions` (NaN where it has no row: a sample no attack of the norm attacked)."""
+    known, eps = lookup
+    where = np.minimum(np.searchsorted(known, positions), max(len(known) - 1, 0))
+    return np.where(known[where] == positions, eps[where], np.nan) if len(known) else np.full(len(positions), np.nan)
 
 
 def grid_check(experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcomes], best: pd.DataFrame) -> pd.DataFrame:
@@ -166,10 +193,12 @@ def grid_check(experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcome
     cells = cells[cells["attack_param"] == "eps"]
     lookup = best_by_cell(best)
     rows = []
-    for eps_pixel, (_, cell) in zip(_pixel_eps(cells), cells.iterrows()):
-        outcomes = Outcomes.of(outcomes_by_hash[cell["attack_hash"]])
+    for eps_pixel, model_hash, dataset, norm, family, attack_hash in zip(
+        _pixel_eps(cells), *(cells[name] for name in ("model_hash", "dataset", "norm", "attack_family", "attack_hash"))
+    ):
+        outcomes = Outcomes.of(outcomes_by_hash[attack_hash])
         positions = outcomes.positions()
-        d_star = lookup[(cell["model_hash"], cell["norm"])].reindex(positions).to_numpy(float)
+        d_star = eps_at(lookup[model_hash, norm], positions)
         eps = float(eps_pixel)
         standing_cell = ~np.asarray(outcomes.event, bool)
         standing_best = d_star > eps * (1 + 1e-9)  # a grid eps rounds on its way to pixel units
@@ -177,7 +206,7 @@ def grid_check(experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcome
         below, above = int((standing_cell & ~standing_best).sum()), int((~standing_cell & standing_best).sum())
         acc_grid, acc_minimal = float(standing_cell.mean()), float(standing_best.mean())
         rows.append(
-            {"model_hash": cell["model_hash"], "dataset": cell["dataset"], "norm": cell["norm"], "attack_family": cell["attack_family"], "eps": eps, "n": n}
+            {"model_hash": model_hash, "dataset": dataset, "norm": norm, "attack_family": family, "eps": eps, "n": n}
             | {"acc_grid": acc_grid, "acc_minimal": acc_minimal, "n_below": below, "n_above": above}
             | {"agrees": bool(above == 0 and below == round((acc_grid - acc_minimal) * n))}
         )
@@ -197,15 +226,17 @@ def query_curves(experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outco
     for key, eps in zip(zip(cells["model_hash"], cells["norm"]), cells["eps_pixel"].where(cells["attack_param"] == "eps")):
         grids.setdefault(key, set()).update([] if np.isnan(eps) else [eps])
     columns: dict[str, list] = {name: [] for name in QUERY_CURVES}
-    for (model_hash, norm, attack), family in cells.groupby(["model_hash", "norm", "attack"], sort=True):
-        first = family.iloc[0]
-        read = _family_reader(family, outcomes_by_hash, norm)
+    values = _columns(cells)
+    for rows in groups(cells, ["model_hash", "norm", "attack"], dropna=True):
+        first = rows[0]
+        model_hash, norm = values["model_hash"][first], values["norm"][first]
+        read = _family_reader({name: column[rows] for name, column in values.items()}, outcomes_by_hash, norm)
         for eps in sorted(grids[model_hash, norm] | {float(e) for e in extra_eps.get(norm, [])}):
             curve = read(eps)
             if curve is None:
                 continue
             passes, acc, n = curve
-            labels = (model_hash, first["dataset"], norm, attack, first["attack_family"], eps)
+            labels = (model_hash, values["dataset"][first], norm, values["attack"][first], values["attack_family"][first], eps)
             for name, value in zip(QUERY_CURVES[:6], labels):
                 columns[name].append(np.full(len(passes), value, dtype=object))
             columns["passes"].append(passes)
@@ -224,25 +255,27 @@ def _pixel_eps(cells: pd.DataFrame) -> np.ndarray:
     return schema.to_pixel(cells["attack_value"].astype(float), units, cells["pixel_std"]).round(12).to_numpy(float)
 
 
-def _family_reader(family: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcomes], norm: str):
+def _family_reader(family: Mapping[str, np.ndarray], outcomes_by_hash: Mapping[str, Outcomes], norm: str):
     """A function of eps (pixel units): one family's robust accuracy against passes there, or
-    None where it says nothing (a fixed-eps family without a cell at that eps)."""
-    first = family.iloc[0]
-    pixel_std = float(first.get("pixel_std", np.nan))
-    if first["attack_param"] == "eps":
-        cells = list(zip(family["eps_pixel"].to_numpy(float), family["attack_hash"]))
+    None where it says nothing (a fixed-eps family without a cell at that eps). `family`: its
+    cells' columns (`_columns`)."""
+    pixel_std = float(family["pixel_std"][0])
+    if family["attack_param"][0] == "eps":
+        cell_eps, hashes = family["eps_pixel"].astype(float), family["attack_hash"]
 
         def at_grid(eps: float):
-            hashes = [h for value, h in cells if np.isclose(value, eps)]
-            if not hashes:
+            matches = np.flatnonzero(np.isclose(cell_eps, eps))
+            if not len(matches):
                 return None
-            cell = Outcomes.of(outcomes_by_hash[hashes[0]])
+            cell = Outcomes.of(outcomes_by_hash[hashes[matches[0]]])
             passes = np.asarray(cell.queries) + np.asarray(cell.gradients)
             return step_curve(np.where(np.asarray(cell.event, bool), passes, np.inf), _budget(cell))
 
         return at_grid
     # every cell of the family (its strengths) is a run of its own: the longest run's curve
-    cell = Outcomes.of(outcomes_by_hash[family.sort_values("attack_value")["attack_hash"].iloc[-1]])
+    # (the last by strength, in the order sort_values' quicksort gives ties)
+    strongest = family["attack_hash"][np.argsort(family["attack_value"].astype(float), kind="quicksort")[-1]]
+    cell = Outcomes.of(outcomes_by_hash[strongest])
     wrong_first = np.asarray(cell.y_pred_ben) != np.asarray(cell.y_true)
     spent = np.asarray(cell.queries) + np.asarray(cell.gradients)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -24,7 +25,8 @@ from trashfire.attacks.spec import black_box_of
 from trashfire.attacks.store import attack_record_path, benign_path, declaration_path, outcomes_path
 from trashfire.core import schema
 from trashfire.core.errors import DataError
-from trashfire.core.grid import attack_cells
+from trashfire.core.grid import AttackCell, attack_cells
+from trashfire.core.parallel import results_as_completed, torch_loaded
 from trashfire.core.records import read_json, read_npz, write_csv
 from trashfire.core.schema import AttackRecord, BenignRecord, Outcomes
 from trashfire.core.stage import Artefacts
@@ -40,15 +42,95 @@ def experiments_table(cfg: DictConfig, attacks: Path, outcomes: bool = True) -> 
     return tabulate(cfg, attacks, read_cells(cfg, attacks, outcomes))
 
 
-def read_cells(cfg: DictConfig, attacks: Path, outcomes: bool = True) -> list[tuple[AttackRecord, Outcomes | None]]:
-    """Each attack cell's record and (with `outcomes`) its per-sample outcome arrays."""
-    cells = []
-    for cell in attack_cells(cfg):
-        path = attack_record_path(attacks, cell.hash)
+# a grid this large is read by two processes (workers > 1): below it a fork costs more than it saves
+SPLIT_READ_CELLS = 2000
+
+
+class Cell(NamedTuple):
+    """An attack cell as read: its record, its per-sample outcome arrays (None: not read) and
+    its row of the experiments table (before the table-wide columns)."""
+
+    record: AttackRecord
+    outcomes: Outcomes | None
+    row: dict
+
+
+def read_cells(cfg: DictConfig, attacks: Path, outcomes: bool = True, workers: int = 1) -> list[Cell]:
+    """Each attack cell's record, (with `outcomes`) its per-sample outcome arrays, and its row.
+    With `workers` > 1 at SPLIT_READ_CELLS cells or more, a forked worker reads the second half
+    while this process reads the first (at 10^5 cells the read took a minute on one core)."""
+    cells = attack_cells(cfg)
+    n_classes = {name: int(spec.n_classes) for name, spec in cfg.data.items()}
+    if workers <= 1 or len(cells) < SPLIT_READ_CELLS or torch_loaded():
+        return _read_block(attacks, cells, n_classes, outcomes)
+    half = len(cells) // 2
+    first: list[Cell] = []
+    meanwhile = lambda: first.extend(_read_block(attacks, cells[:half], n_classes, outcomes))  # noqa: E731
+    _INHERITED[CELLS] = cells[half:]  # the forked worker's, not pickled to it
+    try:
+        ((_, (records, packed, rows)),) = results_as_completed(
+            _read_packed, [(attacks, n_classes, outcomes)], 2, __name__, threads=1, away=True, fork=True, meanwhile=meanwhile
+        )
+    finally:
+        _INHERITED.pop(CELLS, None)
+    return first + [Cell(*cell) for cell in zip(records, unpack_outcomes(packed, len(records)), rows)]
+
+
+CELLS = "cells"
+_INHERITED: dict[str, list[AttackCell]] = {}
+
+
+def _read_block(attacks: Path, cells: list[AttackCell], n_classes: dict[str, int], outcomes: bool) -> list[Cell]:
+    hashes = [cell.hash for cell in cells]
+    for cell_hash in hashes:  # every record there before any is read
+        path = attack_record_path(attacks, cell_hash)
         if not path.is_file():
             raise DataError(f"attack record missing: {path}; run the attack stage first")
-        cells.append((AttackRecord.read(path), read_outcomes(attacks, cell.hash) if outcomes else None))
-    return cells
+    read = []
+    for cell_hash in hashes:
+        record = AttackRecord.read(attack_record_path(attacks, cell_hash))
+        arrays = read_outcomes(attacks, cell_hash) if outcomes else None
+        read.append(Cell(record, arrays, experiment_row(record, arrays, n_classes[record.dataset])))
+    return read
+
+
+def _read_packed(attacks: Path, n_classes: dict[str, int], outcomes: bool) -> tuple[list, dict | None, list[dict]]:
+    """_read_block of the inherited cells in a forked worker: the outcome arrays sent back as
+    one array per field (pack_outcomes), not 20 small pickled arrays per cell."""
+    cells = _read_block(attacks, _INHERITED[CELLS], n_classes, outcomes)
+    return [cell.record for cell in cells], pack_outcomes([cell.outcomes for cell in cells]) if outcomes else None, [cell.row for cell in cells]
+
+
+def pack_outcomes(cells: list[Outcomes]) -> dict[str, tuple]:
+    """Cells' outcome arrays per field: (the present arrays' values, one after another, and
+    each cell's shape, None where it lacks the field); a field whose arrays differ in dtype
+    (text of several widths) as the list of them."""
+    packed = {}
+    for name in Outcomes.ORDER:
+        arrays = [getattr(cell, name) for cell in cells]
+        present = [array for array in arrays if array is not None]
+        if not present:
+            continue
+        if len({array.dtype for array in present}) > 1:
+            packed[name] = (None, arrays)
+        else:
+            packed[name] = (np.concatenate([array.ravel() for array in present]), [None if array is None else array.shape for array in arrays])
+    return packed
+
+
+def unpack_outcomes(packed: dict[str, tuple] | None, count: int) -> list[Outcomes | None]:
+    """pack_outcomes' cells again, each array a view of its field's values."""
+    if packed is None:
+        return [None] * count
+    fields: dict[str, list] = {}
+    for name, (values, shapes) in packed.items():
+        if values is None:
+            fields[name] = shapes
+            continue
+        sizes = [0 if shape is None else int(np.prod(shape)) for shape in shapes]
+        ends = np.cumsum(sizes).tolist()
+        fields[name] = [None if shape is None else values[end - size : end].reshape(shape) for shape, size, end in zip(shapes, sizes, ends)]
+    return [Outcomes(**{name: arrays[index] for name, arrays in fields.items()}) for index in range(count)]
 
 
 def read_outcomes(folder: str | Path, attack_hash: str) -> Outcomes:
@@ -56,9 +138,8 @@ def read_outcomes(folder: str | Path, attack_hash: str) -> Outcomes:
     return Outcomes.of(read_npz(path), str(path))
 
 
-def tabulate(cfg: DictConfig, attacks: Path, cells: list[tuple[AttackRecord, Outcomes | None]]) -> pd.DataFrame:
-    rows = [experiment_row(record, arrays, cfg.data[record.dataset].n_classes) for record, arrays in cells]
-    table = flag_degenerate(with_clock(pd.DataFrame(rows), cfg.timing.clock), cfg.metrics)
+def tabulate(cfg: DictConfig, attacks: Path, cells: list[Cell]) -> pd.DataFrame:
+    table = flag_degenerate(with_clock(pd.DataFrame([cell.row for cell in cells]), cfg.timing.clock), cfg.metrics)
     table = with_properties(table, attack_properties(cfg.attack, attacks))
     return in_order(with_probes(table, attacks), schema.EXPERIMENTS)
 
@@ -228,16 +309,18 @@ def _median_known_step(steps: np.ndarray) -> float:
     return float(np.median(known)) if len(known) else float("nan")
 
 
-def write_experiments(cfg: DictConfig, artefacts: Artefacts) -> tuple[pd.DataFrame, dict[str, Outcomes]]:
-    """Write experiments.csv; return its attacks' rows (without the worst cases) with each
-    attack cell's outcome arrays, by attack hash, for the survival data sets built from the
-    same read (`trashfire.survival.datasets`)."""
-    path, attacks = artefacts.output("experiments.csv"), artefacts.input("attacks")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    cells = read_cells(cfg, attacks)
-    experiments, outcomes = tabulate(cfg, attacks, cells), {record.attack_hash: arrays for record, arrays in cells}
-    write_csv(with_worst_cases(experiments, outcomes), path)
-    return experiments, outcomes
+def read_experiments_of_grid(cfg: DictConfig, artefacts: Artefacts, workers: int = 1) -> tuple[pd.DataFrame, dict[str, Outcomes]]:
+    """The experiments table's attacks' rows (without the worst cases) with each attack cell's
+    outcome arrays, by attack hash, for the survival data sets built from the same read
+    (`trashfire.survival.datasets`). `workers`: read_cells'."""
+    attacks = artefacts.input("attacks")
+    cells = read_cells(cfg, attacks, workers=workers)
+    return tabulate(cfg, attacks, cells), {cell.record.attack_hash: cell.outcomes for cell in cells}
+
+
+def write_experiments(artefacts: Artefacts, experiments: pd.DataFrame, outcomes: dict[str, Outcomes]) -> None:
+    """experiments.csv: the attacks' rows with the worst cases."""
+    write_csv(with_worst_cases(experiments, outcomes), artefacts.output("experiments.csv"))
 
 
 def with_worst_cases(experiments: pd.DataFrame, outcomes: dict[str, Outcomes]) -> pd.DataFrame:

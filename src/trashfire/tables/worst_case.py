@@ -14,10 +14,12 @@ the attacks' own rows (`measured`).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
 
+from trashfire.core.groups import groups
 from trashfire.core.schema import ENSEMBLE, MODEL_LABELS, WORST_CASE, Outcomes
 
 # the model cell's columns a worst-case row copies from its attacks' rows
@@ -36,24 +38,28 @@ def measured(experiments: pd.DataFrame) -> pd.DataFrame:
 def worst_case_rows(experiments: pd.DataFrame, outcomes: dict[str, Outcomes]) -> pd.DataFrame:
     """One worst-case row per model cell, norm and eps of two or more eps-bounded attacks."""
     bounded = experiments[experiments["attack_param"] == "eps"].drop_duplicates("attack_hash")
-    groups = [cells for _, cells in bounded.groupby(GROUP, sort=False, dropna=False) if cells["attack"].nunique() > 1]
-    rows = [worst_case_row(cells, [outcomes[h] for h in cells["attack_hash"]]) for cells in groups]
+    columns = {name: bounded[name].to_numpy() for name in bounded.columns}
+    rows = []
+    for positions in groups(bounded, GROUP, sort=False):
+        cells = {name: values[positions] for name, values in columns.items()}
+        if len(set(cells["attack"])) > 1:
+            rows.append(worst_case_row(cells, [outcomes[h] for h in cells["attack_hash"]]))
     return pd.DataFrame([row for row in rows if row is not None])
 
 
-def worst_case_row(cells: pd.DataFrame, outcomes: list[Outcomes]) -> dict | None:
-    """The worst case of one model cell at one norm and eps, from its attack cells' rows and
+def worst_case_row(cells: Mapping[str, np.ndarray], outcomes: list[Outcomes]) -> dict | None:
+    """The worst case of one model cell at one norm and eps, from its attack cells' columns and
     per-sample outcomes (in the same order); None where the attacks share no sample."""
-    survived = robust_per_sample(outcomes)  # samples x attacks: right after each
+    shared = Outcomes.shared_positions(outcomes)
+    survived = correct_by_position(outcomes, "y_pred_adv", shared)  # samples x attacks: right after each
     if not survived.size:
         return None
     robust = survived.all(axis=1)
-    right_before = correct_before(outcomes)
-    first = cells.iloc[0]
+    right_before = correct_by_position(outcomes, "y_pred_ben", shared).all(axis=1)  # the first query of a randomised model can differ per attack
     acc = survived.mean(axis=0)
     strongest = np.flatnonzero(np.isclose(acc, acc.min()))
-    carriers, names = sorted(set(cells["attack"].iloc[strongest])), ", ".join(sorted(set(cells["attack"])))
-    row = {column: first[column] for column in COPIED} | {column: first[column] for column in COPIED_IF_PRESENT if column in cells}
+    carriers, names = sorted(set(cells["attack"][strongest])), ", ".join(sorted(set(cells["attack"])))
+    row = {column: cells[column][0] for column in COPIED} | {column: cells[column][0] for column in COPIED_IF_PRESENT if column in cells}
     return row | {
         "attack": WORST_CASE,
         "n_attack": len(robust),
@@ -66,25 +72,15 @@ def worst_case_row(cells: pd.DataFrame, outcomes: list[Outcomes]) -> dict | None
         "carried_by": ", ".join(carriers),
         "n_beyond_carrier": int(survived[:, strongest[0]].sum() - robust.sum()),
         "attacks": names,
-        "evaluation": f"worst case per sample over {names}, {len(robust)} images, eps {first['attack_value']:g} ({first['attack_units']}, l{first['norm']})",
+        "evaluation": f"worst case per sample over {names}, {len(robust)} images, eps {row['attack_value']:g} ({row['attack_units']}, l{row['norm']})",
     }
 
 
-def correct_by_position(outcomes: list[Outcomes], predicted: str) -> np.ndarray:
+def correct_by_position(outcomes: list[Outcomes], predicted: str, shared: np.ndarray | None = None) -> np.ndarray:
     """Samples x attacks (in order): its `predicted` labels were right, on the positions every
-    attack attacked, in the order of position."""
-    shared = Outcomes.shared_positions(outcomes)
+    attack attacked (`shared`, if known), in the order of position."""
+    shared = Outcomes.shared_positions(outcomes) if shared is None else shared
     return np.column_stack([(getattr(o, predicted) == o.y_true)[o.rows_at(shared)] for o in outcomes])
-
-
-def robust_per_sample(outcomes: list[Outcomes]) -> np.ndarray:
-    """Right after each attack."""
-    return correct_by_position(outcomes, "y_pred_adv")
-
-
-def correct_before(outcomes: list[Outcomes]) -> np.ndarray:
-    """Right before every attack (the first query of a randomised model can differ per attack)."""
-    return correct_by_position(outcomes, "y_pred_ben").all(axis=1)
 
 
 def combined_hash(attack_hashes: pd.Series) -> str:
