@@ -324,9 +324,14 @@ def test_outcome_arrays_packed_for_the_way_back_from_a_worker_unpack_to_equal_ar
     rng = np.random.default_rng(1)
     cells = []
     for n, steps in ((3, 2), (0, 2), (5, 4)):
-        arrays = hand_made_outcomes(rng.integers(0, 10, n), rng.integers(0, 10, n), rng.integers(0, 10, n), rng.normal(size=n), rng.random(n), rng.random(n) < 0.5, np.ones(n))
+        arrays = hand_made_outcomes(
+            rng.integers(0, 10, n), rng.integers(0, 10, n), rng.integers(0, 10, n), rng.normal(size=n), rng.random(n), rng.random(n) < 0.5, np.ones(n)
+        )
         if n != 3:
-            arrays |= {"norm_by_step": rng.random((n, steps)), "broken_by": np.array(["apgd-ce", "square", "fab", "fab", "fab"][:n], dtype=f"<U{7 if n else 3}")}
+            arrays |= {
+                "norm_by_step": rng.random((n, steps)),
+                "broken_by": np.array(["apgd-ce", "square", "fab", "fab", "fab"][:n], dtype=f"<U{7 if n else 3}"),
+            }
         cells.append(schema.Outcomes.of(arrays))
     unpacked = experiment_tables.unpack_outcomes(experiment_tables.pack_outcomes(cells), len(cells))
     for before, after in zip(cells, unpacked):

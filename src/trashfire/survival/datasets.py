@@ -81,7 +81,9 @@ def write_beside_distances(
     try:
         with atomic_path(artefacts.output("survival_data.parquet")) as survival_file:  # renamed once the worker's tables are written
             jobs = [(cfg, artefacts)]
-            ((_, best),) = results_as_completed(_distance_tables, jobs, workers, prog, threads=1, away=True, fork=True, meanwhile=lambda: meanwhile(survival_file))
+            ((_, best),) = results_as_completed(
+                _distance_tables, jobs, workers, prog, threads=1, away=True, fork=True, meanwhile=lambda: meanwhile(survival_file)
+            )
     finally:
         _INHERITED.pop(ROWS, None)
         gc.unfreeze()

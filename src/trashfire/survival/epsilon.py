@@ -150,7 +150,9 @@ def sample_table(
     )
     chosen = cells[(cells["attack_param"] == "eps") | cells["minimal"]]
     columns = {name: chosen[name].to_numpy() for name in chosen.columns}
-    optional = {name: columns.get(name, np.full(len(chosen), default, dtype=object)) for name, default in (("pixel_std", np.nan), ("attack_units", "standardised"))}
+    optional = {
+        name: columns.get(name, np.full(len(chosen), default, dtype=object)) for name, default in (("pixel_std", np.nan), ("attack_units", "standardised"))
+    }
     parts, labels = [], []
     for rows in groups(chosen, ["model_hash", "attack", "norm"], dropna=True):
         first = rows[0]
@@ -165,7 +167,9 @@ def sample_table(
             samples = grid_columns(columns["attack_value"][rows].astype(float), arrays)
             eps_max = float(pd.Series(columns["attack_value"][rows]).max())
         parts.append(samples)
-        labels.append((columns["model_hash"][first], columns["dataset"][first], columns["attack"][first], norm, columns["attack_family"][first], search, units, eps_max))
+        labels.append(
+            (columns["model_hash"][first], columns["dataset"][first], columns["attack"][first], norm, columns["attack_family"][first], search, units, eps_max)
+        )
     if not parts:
         return pd.DataFrame(columns=schema.EPS_SURVIVAL_DATA)
     samples = pd.DataFrame({name: np.concatenate([part[name] for part in parts]) for name in parts[0]})
