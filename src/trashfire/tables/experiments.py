@@ -14,6 +14,7 @@ share: the per-sample minimum over them (`trashfire.tables.worst_case`). The sta
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 from typing import NamedTuple
 
@@ -47,10 +48,10 @@ SPLIT_READ_CELLS = 2000
 
 
 class Cell(NamedTuple):
-    """An attack cell as read: its record, its per-sample outcome arrays (None: not read) and
-    its row of the experiments table (before the table-wide columns)."""
+    """An attack cell as read: its hash, its per-sample outcome arrays (None: not read) and its
+    row of the experiments table (before the table-wide columns), made from its record."""
 
-    record: AttackRecord
+    attack_hash: str
     outcomes: Outcomes | None
     row: dict
 
@@ -68,12 +69,12 @@ def read_cells(cfg: DictConfig, attacks: Path, outcomes: bool = True, workers: i
     meanwhile = lambda: first.extend(_read_block(attacks, cells[:half], n_classes, outcomes))  # noqa: E731
     _INHERITED[CELLS] = cells[half:]  # the forked worker's, not pickled to it
     try:
-        ((_, (records, packed, rows)),) = results_as_completed(
+        ((_, (hashes, packed, rows)),) = results_as_completed(
             _read_packed, [(attacks, n_classes, outcomes)], 2, __name__, threads=1, away=True, fork=True, meanwhile=meanwhile
         )
     finally:
         _INHERITED.pop(CELLS, None)
-    return first + [Cell(*cell) for cell in zip(records, unpack_outcomes(packed, len(records)), rows)]
+    return first + [Cell(*cell) for cell in zip(hashes, unpack_outcomes(packed, len(hashes)), rows)]
 
 
 CELLS = "cells"
@@ -90,15 +91,16 @@ def _read_block(attacks: Path, cells: list[AttackCell], n_classes: dict[str, int
     for cell_hash in hashes:
         record = AttackRecord.read(attack_record_path(attacks, cell_hash))
         arrays = read_outcomes(attacks, cell_hash) if outcomes else None
-        read.append(Cell(record, arrays, experiment_row(record, arrays, n_classes[record.dataset])))
+        read.append(Cell(record.attack_hash, arrays, experiment_row(record, arrays, n_classes[record.dataset])))
     return read
 
 
-def _read_packed(attacks: Path, n_classes: dict[str, int], outcomes: bool) -> tuple[list, dict | None, list[dict]]:
+def _read_packed(attacks: Path, n_classes: dict[str, int], outcomes: bool) -> tuple[list[str], dict | None, list[dict]]:
     """_read_block of the inherited cells in a forked worker: the outcome arrays sent back as
-    one array per field (pack_outcomes), not 20 small pickled arrays per cell."""
+    one array per field (pack_outcomes), not 20 small pickled arrays per cell, and no records
+    (unpickling 10^5 records took seconds; their rows carry what the tables read)."""
     cells = _read_block(attacks, _INHERITED[CELLS], n_classes, outcomes)
-    return [cell.record for cell in cells], pack_outcomes([cell.outcomes for cell in cells]) if outcomes else None, [cell.row for cell in cells]
+    return [cell.attack_hash for cell in cells], pack_outcomes([cell.outcomes for cell in cells]) if outcomes else None, [cell.row for cell in cells]
 
 
 def pack_outcomes(cells: list[Outcomes]) -> dict[str, tuple]:
@@ -127,10 +129,14 @@ def unpack_outcomes(packed: dict[str, tuple] | None, count: int) -> list[Outcome
         if values is None:
             fields[name] = shapes
             continue
-        sizes = [0 if shape is None else int(np.prod(shape)) for shape in shapes]
+        sizes = [0 if shape is None else math.prod(shape) for shape in shapes]
         ends = np.cumsum(sizes).tolist()
-        fields[name] = [None if shape is None else values[end - size : end].reshape(shape) for shape, size, end in zip(shapes, sizes, ends)]
-    return [Outcomes(**{name: arrays[index] for name, arrays in fields.items()}) for index in range(count)]
+        fields[name] = [
+            None if shape is None else values[end - size : end] if len(shape) == 1 else values[end - size : end].reshape(shape)
+            for shape, size, end in zip(shapes, sizes, ends)
+        ]
+    names = list(fields)
+    return [Outcomes(**dict(zip(names, arrays))) for arrays in zip(*fields.values())]  # every cell has the required fields
 
 
 def read_outcomes(folder: str | Path, attack_hash: str) -> Outcomes:
@@ -315,7 +321,7 @@ def read_experiments_of_grid(cfg: DictConfig, artefacts: Artefacts, workers: int
     (`trashfire.survival.datasets`). `workers`: read_cells'."""
     attacks = artefacts.input("attacks")
     cells = read_cells(cfg, attacks, workers=workers)
-    return tabulate(cfg, attacks, cells), {cell.record.attack_hash: cell.outcomes for cell in cells}
+    return tabulate(cfg, attacks, cells), {cell.attack_hash: cell.outcomes for cell in cells}
 
 
 def write_experiments(artefacts: Artefacts, experiments: pd.DataFrame, outcomes: dict[str, Outcomes]) -> None:
