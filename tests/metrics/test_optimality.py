@@ -49,6 +49,16 @@ def test_the_ensemble_takes_each_samples_smallest_eps_and_its_interval():
     assert (best["n_attacks"] == 2).all()
 
 
+def test_the_ensembles_eps_is_looked_up_by_position_and_missing_where_it_has_no_sample():
+    """The grid check reads the ensemble's eps at a cell's positions: a position the ensemble
+    lacks (no attack of the norm attacked it) is NaN, as a reindex gives it, in any order."""
+    best = pd.DataFrame({"model_hash": "m", "norm": "inf", "position": [7, 2, 5], "eps": [0.3, 0.1, np.inf]})
+    lookup = distances.best_by_cell(best)[("m", "inf")]
+    found = distances.eps_at(lookup, np.array([5, 9, 2, 7, 0]))
+    np.testing.assert_array_equal(found, [np.inf, np.nan, 0.1, 0.3, np.nan])
+    assert np.isnan(distances.eps_at((np.zeros(0, int), np.zeros(0)), np.array([1, 2]))).all()
+
+
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     """The tiny grid with FMN linf beside FGM and PGD: prepare, train, attack, timing."""

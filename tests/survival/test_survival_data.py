@@ -365,6 +365,45 @@ def test_a_failing_distance_worker_leaves_the_survival_data_sets_as_they_were(re
     assert not list(reports.glob(".*.tmp"))
 
 
+def test_a_failure_after_the_distance_worker_leaves_both_survival_data_sets_as_they_were(recorded_grid, tmp_path, monkeypatch):
+    """survival_data.parquet is written beside the worker but renamed only once the eps samples,
+    with the worker's ensemble, are written: a failure there leaves both files of the last run."""
+    from trashfire.core import parallel
+    from trashfire.survival import epsilon
+
+    recorded_grid.train.workers = 2
+    for module in (datasets, parallel):  # as above: the stage's process has no torch
+        monkeypatch.setattr(module, "torch_loaded", lambda: False)
+    timing.run(recorded_grid)
+    reports = tmp_path / "reports"
+    before = {name: (reports / name).stat().st_ino for name in ("survival_data.parquet", "eps_survival_data.parquet")}
+
+    def broken(*args):
+        raise MemoryError("no room for the ensemble's rows")
+
+    monkeypatch.setattr(epsilon, "ensemble_samples", broken)
+    with pytest.raises(MemoryError):
+        timing.run(recorded_grid)
+    assert {name: (reports / name).stat().st_ino for name in before} == before
+    assert not list(reports.glob(".*.tmp"))
+
+
+def test_a_record_missing_from_the_read_workers_half_stops_the_stage_with_its_path(recorded_grid, monkeypatch):
+    """With the read split over two processes, a record missing from the worker's half is the
+    same one line as in one process, raised here before any table is written."""
+    from trashfire.core import parallel
+
+    monkeypatch.setattr(experiment_tables, "SPLIT_READ_CELLS", 2)
+    for module in (datasets, parallel, experiment_tables):
+        monkeypatch.setattr(module, "torch_loaded", lambda: False)
+    recorded_grid.train.workers = 2
+    missing = attack_record_path(recorded_grid.paths.attacks, attack_cells(recorded_grid)[-1].hash)  # in the worker's half
+    missing.unlink()
+    with pytest.raises(DataError, match=f"attack record missing: {missing}; run the attack stage first"):
+        timing.run(recorded_grid)
+    assert not (Path(recorded_grid.paths.reports) / "experiments.csv").exists()
+
+
 def test_timing_reads_no_arrays_for_the_sweep_and_names_an_old_array_file(recorded_grid):
     cell = attack_cells(recorded_grid)[0]
     path = outcomes_path(recorded_grid.paths.attacks, cell.hash)

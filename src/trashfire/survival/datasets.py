@@ -55,8 +55,9 @@ def write_beside_distances(
     forked worker, which reads the outcome arrays from this process's memory, while this
     process runs `also` and builds the survival data set and the eps samples (at 10^7 samples
     each took a minute and a half on one core of two), and writes the survival data set to a
-    temp file; both are renamed onto their names once the worker's tables are written, so that
-    a failure in either leaves the survival data sets as they were. A killed worker's temp
+    temp file; it is renamed onto its name once the worker's tables and the eps samples (with
+    the ensemble's rows) are written, so that a failure in either process, or in the eps
+    samples, leaves the survival data sets as they were. A killed worker's temp
     files are removed, and a killed run's before it starts."""
     folders = {artefacts.output(name).parent for name in ("attack_distances.parquet", "survival_data.parquet")}
     for folder in folders:  # a killed run's temp files
@@ -79,18 +80,19 @@ def write_beside_distances(
     # every object they visit: in the worker each page of the arrays' objects would be copied
     gc.freeze()
     try:
-        with atomic_path(artefacts.output("survival_data.parquet")) as survival_file:  # renamed once the worker's tables are written
+        # renamed once the worker's tables and the eps samples with their ensemble are written
+        with atomic_path(artefacts.output("survival_data.parquet")) as survival_file:
             jobs = [(cfg, artefacts)]
             ((_, best),) = results_as_completed(
                 _distance_tables, jobs, workers, prog, threads=1, away=True, fork=True, meanwhile=lambda: meanwhile(survival_file)
             )
+            survival, eps_data = built[0]
+            _write_sets(artefacts, None, eps_data, best, experiments)
     finally:
         _INHERITED.pop(ROWS, None)
         gc.unfreeze()
         for folder in folders:  # a killed worker's
             remove_dead_temps(folder)
-    survival, eps_data = built[0]
-    _write_sets(artefacts, None, eps_data, best, experiments)
     _log_sets(experiments, survival)
     return survival
 

@@ -273,8 +273,10 @@ def _family_reader(family: Mapping[str, np.ndarray], outcomes_by_hash: Mapping[s
 
         return at_grid
     # every cell of the family (its strengths) is a run of its own: the longest run's curve
-    # (the last by strength, in the order sort_values' quicksort gives ties)
-    strongest = family["attack_hash"][np.argsort(family["attack_value"].astype(float), kind="quicksort")[-1]]
+    # (the last by strength, as sort_values orders them: quicksort, a missing strength last)
+    strength = family["attack_value"].astype(float)
+    known, missing = np.flatnonzero(~np.isnan(strength)), np.flatnonzero(np.isnan(strength))
+    strongest = family["attack_hash"][np.concatenate([known[np.argsort(strength[known], kind="quicksort")], missing])[-1]]
     cell = Outcomes.of(outcomes_by_hash[strongest])
     wrong_first = np.asarray(cell.y_pred_ben) != np.asarray(cell.y_true)
     spent = np.asarray(cell.queries) + np.asarray(cell.gradients)

@@ -57,7 +57,8 @@ class Cell(NamedTuple):
 
 
 def read_cells(cfg: DictConfig, attacks: Path, outcomes: bool = True, workers: int = 1) -> list[Cell]:
-    """Each attack cell's record, (with `outcomes`) its per-sample outcome arrays, and its row.
+    """Each attack cell's hash, (with `outcomes`) its per-sample outcome arrays, and its row
+    (from its record).
     With `workers` > 1 at SPLIT_READ_CELLS cells or more, a forked worker reads the second half
     while this process reads the first (at 10^5 cells the read took a minute on one core)."""
     cells = attack_cells(cfg)
@@ -74,7 +75,7 @@ def read_cells(cfg: DictConfig, attacks: Path, outcomes: bool = True, workers: i
         )
     finally:
         _INHERITED.pop(CELLS, None)
-    return first + [Cell(*cell) for cell in zip(hashes, unpack_outcomes(packed, len(hashes)), rows)]
+    return first + [Cell(*cell) for cell in zip(hashes, unpack_outcomes(packed, len(hashes)), rows, strict=True)]
 
 
 CELLS = "cells"
@@ -121,7 +122,8 @@ def pack_outcomes(cells: list[Outcomes]) -> dict[str, tuple]:
 
 
 def unpack_outcomes(packed: dict[str, tuple] | None, count: int) -> list[Outcomes | None]:
-    """pack_outcomes' cells again, each array a view of its field's values."""
+    """pack_outcomes' cells again, each array a view of its field's values (a field of several
+    dtypes: the arrays sent)."""
     if packed is None:
         return [None] * count
     fields: dict[str, list] = {}

@@ -42,7 +42,7 @@ def worst_case_rows(experiments: pd.DataFrame, outcomes: dict[str, Outcomes]) ->
     rows = []
     for positions in groups(bounded, GROUP, sort=False):
         cells = {name: values[positions] for name, values in columns.items()}
-        if len(set(cells["attack"])) > 1:
+        if pd.Series(cells["attack"]).nunique() > 1:
             rows.append(worst_case_row(cells, [outcomes[h] for h in cells["attack_hash"]]))
     return pd.DataFrame([row for row in rows if row is not None])
 
