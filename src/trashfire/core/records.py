@@ -130,11 +130,14 @@ def write_table(table: Any, path: str | Path) -> None:
 
 def write_parquet(table: Any, path: str | Path) -> None:
     """write_table's file, written in place: for a caller that holds an atomic_path of its own."""
+    import pandas as pd
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     narrowed = {column: _narrowest(table[column].to_numpy()) for column in table.columns if table[column].dtype.kind in "fiub"}
-    pq.write_table(pa.Table.from_pandas(table.assign(**narrowed), preserve_index=False), path, compression="zstd")
+    # a frame of the same columns, not a copy of them (assign copied 10^7 rows' columns)
+    columns = pd.DataFrame({column: narrowed[column] if column in narrowed else table[column] for column in table.columns}, index=table.index, copy=False)
+    pq.write_table(pa.Table.from_pandas(columns, preserve_index=False), path, compression="zstd")
 
 
 def _narrowest(values: np.ndarray) -> np.ndarray:
