@@ -103,14 +103,7 @@ def grid_distances(eps: Sequence[float], cells: Sequence[Outcomes]) -> dict[str,
     below = np.concatenate([[0.0], grid[:-1]])
     upper = np.where(at_zero, 0.0, np.where(event, grid[index], np.inf))
     lower = np.where(at_zero, 0.0, np.where(event, below[index], grid[-1]))
-    return {
-        "position": positions,
-        "kind": np.full(len(positions), GRID, dtype=object),
-        "eps_lower": lower,
-        "eps": upper,
-        "event": event.astype(int),
-        "reach": np.full(len(positions), grid[-1]),
-    }
+    return _samples(positions, GRID, lower, upper, event, np.full(len(positions), grid[-1]))
 
 
 def example_distances(cells: Sequence[Outcomes], norm: str) -> dict[str, np.ndarray]:
@@ -128,13 +121,18 @@ def example_distances(cells: Sequence[Outcomes], norm: str) -> dict[str, np.ndar
     sizes, broken = np.stack(sizes), np.stack(broken)
     event = broken.any(0)
     found = np.where(broken, sizes, np.inf).min(0)
+    return _samples(positions, EXACT, found, found, event, sizes.max(0))
+
+
+def _samples(positions: np.ndarray, kind: str, eps_lower: np.ndarray, eps: np.ndarray, event: np.ndarray, reach: np.ndarray) -> dict[str, np.ndarray]:
+    """One family's per-sample columns of attack_distances."""
     return {
         "position": positions,
-        "kind": np.full(len(positions), EXACT, dtype=object),
-        "eps_lower": found,
-        "eps": found,
+        "kind": np.full(len(positions), kind, dtype=object),
+        "eps_lower": eps_lower,
+        "eps": eps,
         "event": event.astype(int),
-        "reach": sizes.max(0),
+        "reach": reach,
     }
 
 
