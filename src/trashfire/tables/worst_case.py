@@ -51,11 +51,12 @@ def worst_case_row(cells: Mapping[str, np.ndarray], outcomes: list[Outcomes]) ->
     """The worst case of one model cell at one norm and eps, from its attack cells' columns and
     per-sample outcomes (in the same order); None where the attacks share no sample."""
     shared = Outcomes.shared_positions(outcomes)
-    survived = correct_by_position(outcomes, "y_pred_adv", shared)  # samples x attacks: right after each
+    rows = [o.rows_at(shared) for o in outcomes]
+    survived = correct_by_position(outcomes, "y_pred_adv", rows)  # samples x attacks: right after each
     if not survived.size:
         return None
     robust = survived.all(axis=1)
-    right_before = correct_by_position(outcomes, "y_pred_ben", shared).all(axis=1)  # the first query of a randomised model can differ per attack
+    right_before = correct_by_position(outcomes, "y_pred_ben", rows).all(axis=1)  # the first query of a randomised model can differ per attack
     acc = survived.mean(axis=0)
     strongest = np.flatnonzero(np.isclose(acc, acc.min()))
     carriers, names = sorted(set(cells["attack"][strongest])), ", ".join(sorted(set(cells["attack"])))
@@ -76,11 +77,13 @@ def worst_case_row(cells: Mapping[str, np.ndarray], outcomes: list[Outcomes]) ->
     }
 
 
-def correct_by_position(outcomes: list[Outcomes], predicted: str, shared: np.ndarray | None = None) -> np.ndarray:
+def correct_by_position(outcomes: list[Outcomes], predicted: str, rows: list[np.ndarray] | None = None) -> np.ndarray:
     """Samples x attacks (in order): its `predicted` labels were right, on the positions every
-    attack attacked (`shared`, if known), in the order of position."""
-    shared = Outcomes.shared_positions(outcomes) if shared is None else shared
-    return np.column_stack([(getattr(o, predicted) == o.y_true)[o.rows_at(shared)] for o in outcomes])
+    attack attacked, in the order of position (`rows`: each attack's rows at them, if known)."""
+    if rows is None:
+        shared = Outcomes.shared_positions(outcomes)
+        rows = [o.rows_at(shared) for o in outcomes]
+    return np.column_stack([(getattr(o, predicted) == o.y_true)[at] for o, at in zip(outcomes, rows)])
 
 
 def combined_hash(attack_hashes: pd.Series) -> str:
