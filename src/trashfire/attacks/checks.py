@@ -10,7 +10,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from trashfire.attacks.spec import ATTACK_PROPERTIES, ATTACK_RULES, ATTACK_UNITS, ENGINES, TORCH_ALGORITHMS, TORCH_RULES
+from trashfire.attacks.spec import ATTACK_PROPERTIES, ATTACK_RULES, ENGINES, TORCH_ALGORITHMS, TORCH_RULES
 from trashfire.attacks.versions import component_settings
 from trashfire.core.checks import (
     RULES,
@@ -28,6 +28,7 @@ from trashfire.core.checks import (
 )
 from trashfire.core.errors import ConfigError
 from trashfire.core.grid import options
+from trashfire.core.schema import EPS_UNITS
 
 
 @register("attack")
@@ -49,7 +50,7 @@ def check_certify(cfg: DictConfig) -> None:
     number("certify.alpha", settings.get("alpha"), low=0, high=1, open_low=True, open_high=True)
     if settings.get("samples") is not None:
         integer("certify.samples", settings.samples, low=1)
-    choice("certify.units", settings.get("units"), ATTACK_UNITS)
+    choice("certify.units", settings.get("units"), EPS_UNITS)
     for eps in nonempty_list("certify.eps", settings.get("eps")):
         number("certify.eps", eps, low=0, open_low=True)
     attack = settings.get("attack")
@@ -81,7 +82,7 @@ def _validate_attack(key: str, name: str, spec: Any, attacks: dict[str, Any], cl
         integer(f"{key}.max_iter", spec.max_iter, low=1)
     if "step_scale" in spec:
         number(f"{key}.step_scale", spec.step_scale, low=0, open_low=True)
-    units = choice(f"{key}.units", spec.get("units", "standardised"), ATTACK_UNITS)
+    units = choice(f"{key}.units", spec.get("units", "standardised"), EPS_UNITS)
     if units == "pixel" and kind != "real":
         raise ConfigError(
             f"{key}.units",

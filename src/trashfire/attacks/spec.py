@@ -19,7 +19,6 @@ from trashfire.core.errors import ConfigError
 from trashfire.core.grid import DESCRIPTIVE_KEYS
 from trashfire.core.schema import to_standardised
 
-ATTACK_UNITS = ("standardised", "pixel")  # a real strength's scale (schema.to_standardised)
 ENGINES = ("torch", "per_image", "sequence", "art")  # see trashfire.attacks.engine
 TORCH_RULES = ("algorithm", "required", "early_exit", "kwargs", "any_kwargs")  # an attack's rules.torch
 # the torch engine's loops, as an attack's `rules.torch.algorithm` names them, and the module

@@ -7,12 +7,10 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from trashfire.attacks.spec import ATTACK_UNITS
 from trashfire.core.checks import as_list, choice, integer, nonempty_list, number, register
 from trashfire.core.errors import ConfigError
 from trashfire.core.grid import options
-
-AUC_UNITS = ATTACK_UNITS
+from trashfire.core.schema import EPS_UNITS
 
 
 @register("metrics")
@@ -28,7 +26,7 @@ def _validate_metrics(metrics: DictConfig) -> None:
     integer("metrics.evp.tau_grid", metrics.evp.get("tau_grid"), low=2)
     for k in nonempty_list("metrics.evp.table_classes", metrics.evp.get("table_classes")):
         integer("metrics.evp.table_classes", k, low=2)
-    choice("metrics.auc.units", metrics.auc.get("units"), AUC_UNITS)
+    choice("metrics.auc.units", metrics.auc.get("units"), EPS_UNITS)
     eps0 = number("metrics.auc.eps0", metrics.auc.get("eps0"), low=0)
     if metrics.auc.get("eps1") is not None:
         number("metrics.auc.eps1", metrics.auc.eps1, low=eps0, open_low=True)
@@ -101,7 +99,7 @@ def _validate_eps_survival(eps: Any) -> None:
     if not isinstance(eps, DictConfig):
         raise ConfigError(key, "missing; compose params.yaml with `make params`")
     _removed_list(f"{key}.minimal", eps.get("minimal"), "minimal: true in the attack's option")
-    choice(f"{key}.minimal_units", eps.get("minimal_units"), ATTACK_UNITS)
+    choice(f"{key}.minimal_units", eps.get("minimal_units"), EPS_UNITS)
     if eps.get("minimal_eps_max") is not None:
         number(f"{key}.minimal_eps_max", eps.minimal_eps_max, low=0, open_low=True)
 
