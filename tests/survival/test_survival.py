@@ -511,12 +511,12 @@ def test_fits_in_worker_processes_give_the_table_of_one_process(settings):
     assert "ConvergenceError" in parallel.set_index("fitter").loc["gengamma", "note"]
 
 
-def test_one_worker_beside_the_stage_leaves_the_aft_fits_ses_and_cross_validation_to_it(settings, monkeypatch):
-    """On a large training split the fits run in one worker and this process finishes each AFT
-    fit (robust SEs, cross-validation) while the worker goes on: the same table and SEs as in
-    one process, and the worker sends the AFT fits back unfinished."""
+def test_one_worker_beside_the_stage_leaves_the_ses_and_cross_validation_of_all_but_its_last_fit_to_it(settings, monkeypatch):
+    """On a large training split the fits run in one worker and this process finishes each fit
+    but the worker's last (robust SEs; an AFT fit's cross-validation) while the worker goes on:
+    the same table and SEs as in one process, and the worker sends those fits back unfinished."""
     train, test = split_groups(synthetic_cells(), "train_hash", 0.2, 0)
-    chosen = only(settings, "weibull", "exponential", "weibull_cure", retries=[])
+    chosen = only(settings, "weibull", "exponential", "weibull_cure", "cox", retries=[])
     serial, serial_fits = analysis.compare(train, test, chosen, workers=1)
     finished_here = []
     finish = analysis.finish_fit
@@ -536,8 +536,8 @@ def test_one_worker_beside_the_stage_leaves_the_aft_fits_ses_and_cross_validatio
     monkeypatch.setattr(analysis, "results_as_completed", jobs_seen)
     monkeypatch.setattr(analysis, "LARGE_SPLIT", 0)
     beside, beside_fits = analysis.compare(train, test, chosen, workers=2)
-    assert sorted(finished_here) == ["exponential", "weibull"]
-    assert sent == {"weibull": False, "exponential": False, "weibull_cure": True}  # the worker sends the AFT fits back unfinished
+    assert sorted(finished_here) == ["exponential", "weibull", "weibull_cure"]
+    assert sent == {"weibull": False, "exponential": False, "weibull_cure": False, "cox": True}  # only its last fit finished there
     pd.testing.assert_frame_equal(beside.drop(columns="note"), serial.drop(columns="note"), rtol=1e-9)
     for name, fit in serial_fits.items():
         pd.testing.assert_series_equal(beside_fits[name].robust_se, fit.robust_se, rtol=1e-9)

@@ -179,14 +179,16 @@ def compare(
     # as the fits: there they run in workers - 1 processes beside it, so that no more than two
     # copies of the design are alive at once (10^6 samples: 6.3 GiB with two fit workers)
     fit_processes = workers if F.sample_weights(train).sum() < LARGE_SPLIT else max(1, workers - 1)
-    # one worker beside this process: this process waits between the AFT fits (each is scored
-    # in a few seconds), so their SEs and cross-validation are worked out here, and the worker
-    # goes on to the next fit (10^7 samples: 20 s off the worker's chain, the stage's longest)
-    finish_here = {job[0] for job in to_fit if job[1].aft} if fit_processes == 1 < workers else set()
-    to_fit = [(*job, job[0] not in finish_here) for job in to_fit]
     # the slowest first, where several workers share the fits; in one worker, the AFT ones first:
     # the selection needs them alone, and what it selects is worked out here while the rest fit
     to_fit.sort(key=lambda job: (fit_processes == 1 and not job[1].aft, job[0] not in SLOW_FITTERS))
+    # one worker beside this process: this process waits between the fits (each is scored in a
+    # few seconds), so their SEs (and the AFT fits' cross-validation) are worked out here, and
+    # the worker goes on to the next fit (10^7 samples: 20 s of the AFT fits' and 7 s of the
+    # cure models' off the worker's chain, the stage's longest). The last fit is finished where
+    # it ran: nothing waits behind it, and here its SEs' arrays would sit beside the worker's.
+    finish_here = {job[0] for job in to_fit[:-1]} if fit_processes == 1 < workers else set()
+    to_fit = [(*job, job[0] not in finish_here) for job in to_fit]
     aft_pending = {job[0] for job in to_fit if job[1].aft}
 
     def while_the_first_fits() -> None:
