@@ -48,6 +48,7 @@ from trashfire.core import schema
 from trashfire.core.groups import group_order, groups, split
 from trashfire.core.schema import Outcomes
 from trashfire.core.stats import spearman
+from trashfire.tables.distances import cell_columns
 
 log = logging.getLogger(__name__)
 
@@ -149,10 +150,7 @@ def sample_table(
         minimal=experiments["minimal"].map(lambda value: str(value).lower() == "true"),
     )
     chosen = cells[(cells["attack_param"] == "eps") | cells["minimal"]]
-    columns = {name: chosen[name].to_numpy() for name in chosen.columns}
-    optional = {
-        name: columns.get(name, np.full(len(chosen), default, dtype=object)) for name, default in (("pixel_std", np.nan), ("attack_units", "standardised"))
-    }
+    columns = cell_columns(chosen)
     parts, labels = [], []
     for rows in groups(chosen, ["model_hash", "attack", "norm"], dropna=True):
         first = rows[0]
@@ -160,10 +158,10 @@ def sample_table(
         arrays = [outcomes_by_hash[h] for h in columns["attack_hash"][rows]]
         if columns["minimal"][first]:
             units, search = minimal_units, MINIMAL
-            samples = minimal_columns(arrays, norm, schema.convert_eps(1.0, "standardised", units, float(optional["pixel_std"][first])))
+            samples = minimal_columns(arrays, norm, schema.convert_eps(1.0, "standardised", units, float(columns["pixel_std"][first])))
             eps_max = np.nan if minimal_eps_max is None else float(minimal_eps_max)
         else:
-            units, search = str(optional["attack_units"][first]), GRID
+            units, search = str(columns["attack_units"][first]), GRID
             samples = grid_columns(columns["attack_value"][rows].astype(float), arrays)
             eps_max = float(pd.Series(columns["attack_value"][rows]).max())
         parts.append(samples)

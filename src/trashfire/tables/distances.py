@@ -61,7 +61,7 @@ def distance_table(experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Out
     columns, one frame at the end)."""
     columns: dict[str, list] = {name: [] for name in DISTANCES}
     cells = _labels(experiments)
-    values = _columns(cells)
+    values = cell_columns(cells)
     for rows in groups(cells, ["model_hash", "attack", "norm"], dropna=True):
         first = rows[0]
         norm = values["norm"][first]
@@ -81,8 +81,9 @@ def distance_table(experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Out
     return table.astype({"position": int, "eps_lower": float, "eps": float, "event": int, "reach": float})
 
 
-def _columns(cells: pd.DataFrame) -> dict[str, np.ndarray]:
-    """The labelled cells' columns as arrays, the optional ones filled as a row's `.get` reads them."""
+def cell_columns(cells: pd.DataFrame) -> dict[str, np.ndarray]:
+    """An experiments table's columns as arrays, the optional ones (pixel_std, attack_units) filled
+    as a row's `.get` reads them, for work per group on arrays instead of a frame per group."""
     defaults = {"pixel_std": np.nan, "attack_units": "standardised"}
     return {name: cells[name].to_numpy() for name in cells.columns} | {
         name: np.full(len(cells), default, dtype=object) for name, default in defaults.items() if name not in cells
@@ -224,7 +225,7 @@ def query_curves(experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outco
     for key, eps in zip(zip(cells["model_hash"], cells["norm"]), cells["eps_pixel"].where(cells["attack_param"] == "eps")):
         grids.setdefault(key, set()).update([] if np.isnan(eps) else [eps])
     columns: dict[str, list] = {name: [] for name in QUERY_CURVES}
-    values = _columns(cells)
+    values = cell_columns(cells)
     for rows in groups(cells, ["model_hash", "norm", "attack"], dropna=True):
         first = rows[0]
         model_hash, norm = values["model_hash"][first], values["norm"][first]
@@ -256,7 +257,7 @@ def _pixel_eps(cells: pd.DataFrame) -> np.ndarray:
 def _family_reader(family: Mapping[str, np.ndarray], outcomes_by_hash: Mapping[str, Outcomes], norm: str):
     """A function of eps (pixel units): one family's robust accuracy against passes there, or
     None where it says nothing (a fixed-eps family without a cell at that eps). `family`: its
-    cells' columns (`_columns`)."""
+    cells' columns (`cell_columns`)."""
     pixel_std = float(family["pixel_std"][0])
     if family["attack_param"][0] == "eps":
         cell_eps, hashes = family["eps_pixel"].astype(float), family["attack_hash"]

@@ -77,12 +77,9 @@ def worst_case_row(cells: Mapping[str, np.ndarray], outcomes: list[Outcomes]) ->
     }
 
 
-def correct_by_position(outcomes: list[Outcomes], predicted: str, rows: list[np.ndarray] | None = None) -> np.ndarray:
+def correct_by_position(outcomes: list[Outcomes], predicted: str, rows: list[np.ndarray]) -> np.ndarray:
     """Samples x attacks (in order): its `predicted` labels were right, on the positions every
-    attack attacked, in the order of position (`rows`: each attack's rows at them, if known)."""
-    if rows is None:
-        shared = Outcomes.shared_positions(outcomes)
-        rows = [o.rows_at(shared) for o in outcomes]
+    attack attacked (`rows`: each attack's rows at them), in the order of position."""
     return np.column_stack([(getattr(o, predicted) == o.y_true)[at] for o, at in zip(outcomes, rows)])
 
 
