@@ -25,6 +25,7 @@ from trashfire.core.config import compose, validate
 from trashfire.core.errors import DataError
 from trashfire.core.grid import attack_cells
 from trashfire.core.records import read_table, write_json, write_npz
+from trashfire.core.shared_arrays import ArrayChannel
 from trashfire.stages import timing
 from trashfire.survival import datasets, scoring
 from trashfire.survival import fitters as F
@@ -319,8 +320,9 @@ def test_timing_with_the_read_and_the_distance_tables_in_workers_writes_the_same
 
 
 def test_outcome_arrays_packed_for_the_way_back_from_a_worker_unpack_to_equal_arrays():
-    """A worker's cells travel as one array per field: each cell unpacks to the arrays it had,
-    a field some cells lack stays None there, and text of several widths keeps its dtype."""
+    """A worker's cells travel as one array per field, through memory both processes map: each
+    cell unpacks to the arrays it had, a field some cells lack stays None there, and text of
+    several widths keeps its dtype."""
     rng = np.random.default_rng(1)
     cells = []
     for n, steps in ((3, 2), (0, 2), (5, 4)):
@@ -333,7 +335,14 @@ def test_outcome_arrays_packed_for_the_way_back_from_a_worker_unpack_to_equal_ar
                 "broken_by": np.array(["apgd-ce", "square", "fab", "fab", "fab"][:n], dtype=f"<U{7 if n else 3}"),
             }
         cells.append(schema.Outcomes.of(arrays))
-    unpacked = experiment_tables.unpack_outcomes(experiment_tables.pack_outcomes(cells), len(cells))
+    packed, channel = experiment_tables.pack_outcomes(cells), ArrayChannel()
+    try:  # the worker's put and this process's get, here in one process
+        layout = channel.put({name: present for name, (present, _) in packed.items() if present is not None})
+        packed |= {name: (values, packed[name][1]) for name, values in channel.get(layout).items()}
+    finally:
+        channel.close()
+    assert set(layout) == set(packed) - {"broken_by"}  # text of two widths travels pickled
+    unpacked = experiment_tables.unpack_outcomes(packed, len(cells))
     for before, after in zip(cells, unpacked):
         for name in schema.Outcomes.ORDER:
             a, b = getattr(before, name), getattr(after, name)

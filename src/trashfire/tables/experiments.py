@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import math
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -30,6 +30,7 @@ from trashfire.core.grid import AttackCell, attack_cells
 from trashfire.core.parallel import results_as_completed, torch_loaded
 from trashfire.core.records import read_json, read_npz, write_csv
 from trashfire.core.schema import AttackRecord, BenignRecord, Outcomes
+from trashfire.core.shared_arrays import ArrayChannel, Layout
 from trashfire.core.stage import Artefacts
 from trashfire.core.stats import degeneracy_threshold
 from trashfire.tables.worst_case import worst_case_rows
@@ -68,18 +69,23 @@ def read_cells(cfg: DictConfig, attacks: Path, outcomes: bool = True, workers: i
     half = len(cells) // 2
     first: list[Cell] = []
     meanwhile = lambda: first.extend(_read_block(attacks, cells[:half], n_classes, outcomes))  # noqa: E731
-    _INHERITED[CELLS] = cells[half:]  # the forked worker's, not pickled to it
+    channel = ArrayChannel()
+    _INHERITED[CELLS], _INHERITED[CHANNEL] = cells[half:], channel  # the forked worker's, not pickled to it
     try:
-        ((_, (hashes, packed, rows)),) = results_as_completed(
+        ((_, (hashes, layout, packed, rows)),) = results_as_completed(
             _read_packed, [(attacks, n_classes, outcomes)], 2, __name__, threads=1, away=True, fork=True, meanwhile=meanwhile
         )
+        if packed is not None:
+            packed |= {name: (values, packed[name][1]) for name, values in channel.get(layout).items()}
     finally:
         _INHERITED.pop(CELLS, None)
+        _INHERITED.pop(CHANNEL, None)
+        channel.close()
     return first + [Cell(*cell) for cell in zip(hashes, unpack_outcomes(packed, len(hashes)), rows, strict=True)]
 
 
-CELLS = "cells"
-_INHERITED: dict[str, list[AttackCell]] = {}
+CELLS, CHANNEL, READ = "cells", "channel", "read"
+_INHERITED: dict[str, Any] = {}
 
 
 def _read_block(attacks: Path, cells: list[AttackCell], n_classes: dict[str, int], outcomes: bool) -> list[Cell]:
@@ -96,18 +102,25 @@ def _read_block(attacks: Path, cells: list[AttackCell], n_classes: dict[str, int
     return read
 
 
-def _read_packed(attacks: Path, n_classes: dict[str, int], outcomes: bool) -> tuple[list[str], dict | None, list[dict]]:
-    """_read_block of the inherited cells in a forked worker: the outcome arrays sent back as
-    one array per field (pack_outcomes), not 20 small pickled arrays per cell, and no records
+def _read_packed(attacks: Path, n_classes: dict[str, int], outcomes: bool) -> tuple[list[str], Layout, dict | None, list[dict]]:
+    """_read_block of the inherited cells in a forked worker: the outcome arrays as one array
+    per field (pack_outcomes), not 20 small arrays per cell, written into the inherited
+    channel (its layout returned, and the packing without those arrays), and no records
     (unpickling 10^5 records took seconds; their rows carry what the tables read)."""
     cells = _read_block(attacks, _INHERITED[CELLS], n_classes, outcomes)
-    return [cell.attack_hash for cell in cells], pack_outcomes([cell.outcomes for cell in cells]) if outcomes else None, [cell.row for cell in cells]
+    _INHERITED[READ] = cells  # freed with the worker: freeing 10^5 cells' arrays one by one delayed its answer by seconds
+    hashes, rows = [cell.attack_hash for cell in cells], [cell.row for cell in cells]
+    if not outcomes:
+        return hashes, {}, None, rows
+    packed = pack_outcomes([cell.outcomes for cell in cells])
+    layout = _INHERITED[CHANNEL].put({name: present for name, (present, _) in packed.items() if present is not None})
+    return hashes, layout, {name: (None, shapes) for name, (_, shapes) in packed.items()}, rows
 
 
 def pack_outcomes(cells: list[Outcomes]) -> dict[str, tuple]:
-    """Cells' outcome arrays per field: (the present arrays' values, one after another, and
-    each cell's shape, None where it lacks the field); a field whose arrays differ in dtype
-    (text of several widths) as the list of them."""
+    """Cells' outcome arrays per field: (the present arrays in the cells' order, and each
+    cell's shape, None where it lacks the field); a field whose arrays differ in dtype (text
+    of several widths) as (None, the list of them)."""
     packed = {}
     for name in Outcomes.ORDER:
         arrays = [getattr(cell, name) for cell in cells]
@@ -117,12 +130,13 @@ def pack_outcomes(cells: list[Outcomes]) -> dict[str, tuple]:
         if len({array.dtype for array in present}) > 1:
             packed[name] = (None, arrays)
         else:
-            packed[name] = (np.concatenate([array.ravel() for array in present]), [None if array is None else array.shape for array in arrays])
+            packed[name] = (present, [None if array is None else array.shape for array in arrays])
     return packed
 
 
 def unpack_outcomes(packed: dict[str, tuple] | None, count: int) -> list[Outcomes | None]:
-    """pack_outcomes' cells again, each array a view of its field's values (a field of several
+    """pack_outcomes' cells again from each field's present arrays one after another in one
+    array (as ArrayChannel.get gives them), each cell's array a view of it (a field of several
     dtypes: the arrays sent)."""
     if packed is None:
         return [None] * count
