@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import logging
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
@@ -55,7 +56,7 @@ def write_beside_distances(
     forked worker, which reads the outcome arrays from this process's memory, while this
     process runs `also` and builds the survival data set and the eps samples (at 10^7 samples
     each took a minute and a half on one core of two), and writes the survival data set to a
-    temp file; it is renamed onto its name once the worker's tables and the eps samples (with
+    temp file (from a thread, while it makes the eps samples); it is renamed onto its name once the worker's tables and the eps samples (with
     the ensemble's rows) are written, so that a failure in either process, or in the eps
     samples, leaves the survival data sets as they were. A killed worker's temp
     files are removed, and a killed run's before it starts."""
@@ -73,8 +74,12 @@ def write_beside_distances(
     def meanwhile(survival_file: Path) -> None:
         if also is not None:
             also()
-        built.append(_survival_and_eps_samples(cfg, experiments, outcomes_by_hash))
-        write_parquet(built[0][0], survival_file)
+        survival = _survival_samples(cfg, experiments, outcomes_by_hash)
+        # pyarrow encodes and compresses without the GIL: the eps samples are made meanwhile
+        with ThreadPoolExecutor(1) as writer:
+            written = writer.submit(write_parquet, survival, survival_file)
+            built.append((survival, _eps_samples(cfg, experiments, outcomes_by_hash)))
+            written.result()
 
     # the objects alive now are left out of the garbage collector's passes, which write into
     # every object they visit: in the worker each page of the arrays' objects would be copied
@@ -107,8 +112,12 @@ def _distance_tables(cfg: DictConfig, artefacts: Artefacts) -> pd.DataFrame:
 
 def _survival_and_eps_samples(cfg: DictConfig, experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcomes]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The survival data set and the eps samples of every attack (without the ensemble's)."""
+    return _survival_samples(cfg, experiments, outcomes_by_hash), _eps_samples(cfg, experiments, outcomes_by_hash)
+
+
+def _survival_samples(cfg: DictConfig, experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcomes]) -> pd.DataFrame:
     data = cfg.survival.data
-    survival = survival_table(
+    return survival_table(
         experiments,
         outcomes_by_hash,
         data.covariates,
@@ -117,8 +126,11 @@ def _survival_and_eps_samples(cfg: DictConfig, experiments: pd.DataFrame, outcom
         data.nonpositive_durations,
         cfg.timing.clock,
     )
+
+
+def _eps_samples(cfg: DictConfig, experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcomes]) -> pd.DataFrame:
     eps = cfg.metrics.eps_survival
-    return survival, epsilon.sample_table(experiments, outcomes_by_hash, eps.minimal_units, eps.minimal_eps_max)
+    return epsilon.sample_table(experiments, outcomes_by_hash, eps.minimal_units, eps.minimal_eps_max)
 
 
 def _write_sets(artefacts: Artefacts, survival: pd.DataFrame | None, eps_data: pd.DataFrame, best: pd.DataFrame | None, experiments: pd.DataFrame) -> None:
