@@ -814,3 +814,38 @@ def test_trash_names_the_expected_time_it_uses():
     expected = pd.DataFrame({"attack_hash": ["m0-0.5", "m0-1.0"], "E_T": [2e-3, 4e-3], "fitter": "weibull"})
     assert aggregation.trash_table(timed_cells(), expected, None).iloc[0]["E_T_source"] == "weibull restricted mean to t*, all samples"
     assert aggregation.trash_table(timed_cells(), expected.drop(columns="fitter"), None).iloc[0]["E_T_source"] == ""  # an older table: unnamed
+
+
+def test_the_stage_with_its_forked_workers_writes_what_one_process_writes(tmp_path, monkeypatch):
+    """At a paper's size survival in eps and the cards are made by forked workers beside the
+    rest: every table, card and metric is the same, byte for byte, and the workers are other
+    processes than the stage's."""
+    import os
+
+    from trashfire.core import parallel
+    from trashfire.stages import aggregate
+
+    cfg, reports, _ = recorded_run(tmp_path)
+    made_by, write_eps, cards = tmp_path / "made_by", aggregation.write_eps_survival, aggregation.write_cards
+
+    def recorded(write):
+        def wrapped(*args, **kwargs):
+            with open(made_by, "a") as out:
+                out.write(f"{write.__name__} {os.getpid()}\n")
+            return write(*args, **kwargs)
+
+        return wrapped
+
+    monkeypatch.setattr(aggregation, "write_eps_survival", recorded(write_eps))
+    monkeypatch.setattr(aggregation, "write_cards", recorded(cards))
+    monkeypatch.setattr(parallel, "torch_loaded", lambda: False)  # this process has loaded torch (other tests); the stage's has not
+    monkeypatch.setattr(parallel, "available_cores", lambda: 2)
+    written = {}
+    for fork_cells in (10**9, 0):  # one process, then the workers
+        monkeypatch.setattr(aggregation, "FORK_CELLS", fork_cells)
+        aggregate.run(cfg)
+        written[fork_cells] = {str(path.relative_to(reports)): path.read_bytes() for path in sorted(reports.rglob("*")) if path.is_file()}
+    assert written[0] == written[10**9] and "cards" in "".join(written[0]) and "eps_survival_curves.csv" in written[0]
+    pids = [line.split() for line in made_by.read_text().splitlines()]
+    assert [name for name, _ in pids] == ["write_eps_survival", "write_cards"] * 2
+    assert {pid for _, pid in pids[:2]} == {str(os.getpid())} and str(os.getpid()) not in {pid for _, pid in pids[2:]}

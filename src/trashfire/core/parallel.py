@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import logging
 import multiprocessing
 import os
@@ -274,6 +275,33 @@ def _as_completed(
         _kill_workers(pool)
         raise
     pool.shutdown()
+
+
+_PARTS: dict[int, Callable[[], Any]] = {}  # beside()'s parts, read by the forked worker
+
+
+def _inherited_part(key: int) -> Any:
+    return _PARTS[key]()
+
+
+def beside(part: Callable[[], Any], meanwhile: Callable[[], Any], workers: int, prog: str) -> tuple[Any, Any]:
+    """part() in a forked worker while meanwhile() runs in this process; both results. The
+    part is a closure: the worker reads this process's objects as they were at the fork (none
+    is pickled to it) and its result comes back pickled. Where `workers` is 1 or this process
+    has loaded torch (a forked torch can hang), both run here, the part first. The objects
+    alive at the fork are left out of the worker's garbage collection, which would otherwise
+    write into, and so copy, every page holding one."""
+    if workers <= 1 or torch_loaded():
+        return part(), meanwhile()
+    key, here = id(part), []
+    _PARTS[key] = part
+    gc.freeze()
+    try:
+        ((_, there),) = results_as_completed(_inherited_part, [(key,)], 2, prog, threads=1, away=True, fork=True, meanwhile=lambda: here.append(meanwhile()))
+    finally:
+        _PARTS.pop(key, None)
+        gc.unfreeze()
+    return there, here[0]
 
 
 TICK_SECONDS = 0.5  # how often the stage's bar takes its workers' ticks

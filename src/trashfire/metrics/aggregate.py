@@ -28,6 +28,7 @@ from trashfire.core import external, schema
 from trashfire.core.csvtext import write_csv
 from trashfire.core.errors import DataError
 from trashfire.core.groups import group_order, split
+from trashfire.core.parallel import beside, resolve_workers
 from trashfire.core.records import atomic_path, read_json, read_table, write_json
 from trashfire.core.schema import CELL, OVER_SEEDS, UNDEFENDED_PEER, BrittleRecord
 from trashfire.core.stage import Artefacts
@@ -476,14 +477,99 @@ def publishers_figures(cfg: DictConfig) -> dict[str, dict[str, Any]]:
     return {name: f for name, f in figures.items() if f}
 
 
+FORK_CELLS = 2000  # attack cells from which the stage forks workers: below, a fork costs more than it saves
+
+
 def aggregate_reports(cfg: DictConfig, artefacts: Artefacts) -> dict:
     every_row = with_family(read_experiments(artefacts.input("experiments.csv")))
     experiments, worst = measured(every_row), every_row[every_row["attack"] == schema.WORST_CASE]
+    degenerate = degenerate_cells(experiments)
+    workers, m = resolve_workers("auto", "cpu") if len(experiments) >= FORK_CELLS else 1, cfg.metrics
+    # survival in eps reads a table of its own and writes two (at 10^7 samples 15 s of the
+    # stage's 60 on one core): a forked worker makes them while this process makes the rest
+    eps_survival, made = beside(
+        lambda: write_eps_survival(artefacts, experiments, degenerate),
+        lambda: grid_tables(cfg, artefacts, every_row, experiments, degenerate),
+        workers,
+        log.name,
+    )
+    # a card per trained model (10 s at 10^7 samples), written by a forked worker beside the tables
+    cards = lambda: write_cards(  # noqa: E731
+        artefacts.output("cards"),
+        experiments,
+        made.trash,
+        made.robustness,
+        made.brittle,
+        made.flags,
+        worst,
+        reported=publishers_figures(cfg),
+        ensemble=optimality.ensemble_at_grid(made.every_curve),
+        optimality=made.optimality,
+        certified=made.certified,
+    )
+    beside(cards, lambda: write_tables(artefacts, made.tables(m)), workers, log.name)
+    summary = headline(
+        experiments, made.trash, made.robustness, made.brittle, made.comparison, made.checked, eps_survival, made.flags, m, worst, made.no_expected_time
+    )
+    write_json(artefacts.output("metrics.json"), without_nan(summary))
+    write_json(artefacts.output("headline.json"), without_nan(headline_summary(summary)))
+    shown = {k: v for k, v in summary.items() if not isinstance(v, dict)}
+    log.info("%s", ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()))
+    for finding in made.checked:
+        log.info("finding %s: %s (%s)", finding.id, finding.verdict, finding.detail)
+    return summary
+
+
+def write_eps_survival(artefacts: Artefacts, experiments: pd.DataFrame, degenerate: dict) -> pd.DataFrame:
+    """eps_survival.csv and eps_survival_curves.csv from timing's eps samples; returns the first."""
+    eps_survival, eps_curves_table = epsilon.survival_tables(read_eps_survival_data(artefacts.input("eps_survival_data.parquet")), experiments, degenerate)
+    write_tables(artefacts, {"eps_survival.csv": eps_survival, "eps_survival_curves.csv": eps_curves_table})
+    return eps_survival
+
+
+@dataclass
+class GridTables:
+    """What the stage computes from the grid's cells (all but survival in eps)."""
+
+    trash: pd.DataFrame
+    every_curve: pd.DataFrame
+    every_robustness: pd.DataFrame
+    curves: pd.DataFrame
+    robustness: pd.DataFrame
+    optimality: pd.DataFrame
+    brittle: pd.DataFrame
+    checked: list
+    flags: pd.DataFrame
+    certified: pd.DataFrame | None
+    comparison: pd.DataFrame
+    no_expected_time: str | None
+    classes: dict
+
+    def tables(self, m: DictConfig) -> dict[str, pd.DataFrame]:
+        """The CSV tables, by file name (survival in eps's are written apart)."""
+        return {
+            "trash.csv": self.trash,
+            "depth_decomposition.csv": depth_decomposition(self.trash),
+            "trash_summary.csv": trash_summary(self.trash),
+            "robustness.csv": self.every_robustness,
+            "auc_table.csv": auc_table(self.robustness),
+            "curves.csv": self.every_curve,
+            "tau_table.csv": tau_table(list(m.evp.table_classes), m.evp.w, self.classes),
+            "evp_tau.csv": evp_tau_table(self.curves, m.evp.tau_grid),
+            "evp_convergence.csv": evp_convergence_table(self.curves, m.evp),
+            "brittle.csv": self.brittle,
+            "findings.csv": findings.findings_frame(self.checked),
+            "validity.csv": self.flags,
+            "optimality.csv": self.optimality,
+            "optimality_ranking.csv": optimality.ranking(self.optimality),
+        }
+
+
+def grid_tables(cfg: DictConfig, artefacts: Artefacts, every_row: pd.DataFrame, experiments: pd.DataFrame, degenerate: dict) -> GridTables:
     expected = pd.read_csv(artefacts.input("survival/expected_times.csv"))
     comparison = pd.read_csv(artefacts.input("survival/aft_comparison.csv"))
     no_expected_time = survival_reason(artefacts.input("survival/status.json"))
     m = cfg.metrics
-    degenerate = degenerate_cells(experiments)
     trash = trash_table(experiments, expected, m.trash.eps_max).assign(degenerate=lambda t: t["model_hash"].map(degenerate))
     # the worst cases' curves and R are written beside the attacks'; the flags, findings,
     # cards and means read the attacks' own
@@ -503,47 +589,7 @@ def aggregate_reports(cfg: DictConfig, artefacts: Artefacts) -> dict:
     sufficiency, competing = read_optional(artefacts.input("budget/sufficiency.csv")), read_optional(artefacts.input("survival/competing_risks.csv"))
     certified = read_optional(artefacts.input("certified.csv"))
     flags = validity.validity_table(experiments, curves, m.validity, sufficiency, competing, attack_optimality, m.optimality.far_below, certified)
-    eps_survival, eps_curves_table = epsilon.survival_tables(read_eps_survival_data(artefacts.input("eps_survival_data.parquet")), experiments, degenerate)
     classes = experiments.groupby("dataset")["n_classes"].first().astype(int).to_dict()
-    write_tables(
-        artefacts,
-        {
-            "trash.csv": trash,
-            "depth_decomposition.csv": depth_decomposition(trash),
-            "trash_summary.csv": trash_summary(trash),
-            "robustness.csv": every_robustness,
-            "auc_table.csv": auc_table(robustness),
-            "curves.csv": every_curve,
-            "tau_table.csv": tau_table(list(m.evp.table_classes), m.evp.w, classes),
-            "evp_tau.csv": evp_tau_table(curves, m.evp.tau_grid),
-            "evp_convergence.csv": evp_convergence_table(curves, m.evp),
-            "brittle.csv": brittle,
-            "findings.csv": findings.findings_frame(checked),
-            "validity.csv": flags,
-            "eps_survival.csv": eps_survival,
-            "eps_survival_curves.csv": eps_curves_table,
-            "optimality.csv": attack_optimality,
-            "optimality_ranking.csv": optimality.ranking(attack_optimality),
-        },
+    return GridTables(
+        trash, every_curve, every_robustness, curves, robustness, attack_optimality, brittle, checked, flags, certified, comparison, no_expected_time, classes
     )
-    write_cards(
-        artefacts.output("cards"),
-        experiments,
-        trash,
-        robustness,
-        brittle,
-        flags,
-        worst,
-        reported=publishers_figures(cfg),
-        ensemble=optimality.ensemble_at_grid(every_curve),
-        optimality=attack_optimality,
-        certified=certified,
-    )
-    summary = headline(experiments, trash, robustness, brittle, comparison, checked, eps_survival, flags, m, worst, no_expected_time)
-    write_json(artefacts.output("metrics.json"), without_nan(summary))
-    write_json(artefacts.output("headline.json"), without_nan(headline_summary(summary)))
-    shown = {k: v for k, v in summary.items() if not isinstance(v, dict)}
-    log.info("%s", ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()))
-    for finding in checked:
-        log.info("finding %s: %s (%s)", finding.id, finding.verdict, finding.detail)
-    return summary
