@@ -704,3 +704,37 @@ def test_crowded_panels_keep_the_richest_defence_comparison_not_the_first_name()
     lines, note = capped_lines(table)
     assert set(lines["model"]) == {"cifar_resnet8"} and set(lines["epochs"]) == {10} and "adv_train" in set(lines["defence"])
     assert note == "6 of 16 cells shown: cifar_resnet8 · 10 ep"
+
+
+def test_with_a_forked_worker_the_figures_and_the_report_are_those_of_one_process(tmp_path, monkeypatch):
+    """At a paper's size survival in eps's curves (the largest table) are read and drawn by a
+    forked worker: the same figures and report.html, byte for byte (PNG; a PDF carries its
+    time), in the same order, and that figure is drawn in another process than the stage's."""
+    import os
+
+    from trashfire.core import parallel
+    from trashfire.report import figures as drawing
+    from trashfire.report.figures import eps_survival
+
+    cfg = cfg_for(tmp_path, "report.formats=[png]")
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    write_reports(reports)
+    drawn_by, draw = tmp_path / "drawn_by", eps_survival.eps_survival_figure
+
+    def recorded(*args):
+        with open(drawn_by, "a") as out:
+            out.write(f"{os.getpid()}\n")
+        return draw(*args)
+
+    monkeypatch.setattr(eps_survival, "eps_survival_figure", recorded)
+    monkeypatch.setattr(parallel, "torch_loaded", lambda: False)  # this process has loaded torch (other tests); the stage's has not
+    monkeypatch.setattr(parallel, "available_cores", lambda: 2)
+    runs = {}
+    for fork_cells in (10**9, 0):  # one process, then a worker beside it
+        monkeypatch.setattr(drawing, "FORK_CELLS", fork_cells)
+        written = figures.run(cfg)
+        runs[fork_cells] = [path.name for path in written], {path.name: path.read_bytes() for path in written}
+    assert runs[0] == runs[10**9] and "eps_survival_curves.png" in runs[0][1]
+    alone, worker = drawn_by.read_text().split()
+    assert alone == str(os.getpid()) != worker

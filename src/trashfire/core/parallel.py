@@ -40,6 +40,8 @@ from tqdm import tqdm
 from trashfire.core.errors import TrashfireError
 
 MAX_AUTO_WORKERS = 8  # each worker holds its own torch and data: memory grows with the count
+# attack cells from which a table stage forks workers for its parts (below, a fork costs more than it saves)
+FORK_CELLS = 2000
 _PR_SET_PDEATHSIG = 1
 
 

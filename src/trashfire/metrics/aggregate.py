@@ -28,7 +28,7 @@ from trashfire.core import external, schema
 from trashfire.core.csvtext import write_csv
 from trashfire.core.errors import DataError
 from trashfire.core.groups import group_order, split
-from trashfire.core.parallel import beside, resolve_workers
+from trashfire.core.parallel import FORK_CELLS, beside, resolve_workers
 from trashfire.core.records import atomic_path, read_json, read_table, write_json
 from trashfire.core.schema import CELL, OVER_SEEDS, UNDEFENDED_PEER, BrittleRecord
 from trashfire.core.stage import Artefacts
@@ -475,9 +475,6 @@ def publishers_figures(cfg: DictConfig) -> dict[str, dict[str, Any]]:
     per model option, for the cards to set beside ours."""
     figures = {name: external.reported(f"model.{name}", spec) for name, spec in cfg.model.items() if external.is_external(spec)}
     return {name: f for name, f in figures.items() if f}
-
-
-FORK_CELLS = 2000  # attack cells from which the stage forks workers: below, a fork costs more than it saves
 
 
 def aggregate_reports(cfg: DictConfig, artefacts: Artefacts) -> dict:

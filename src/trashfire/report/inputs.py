@@ -5,6 +5,7 @@ produce: one line names the stage to run."""
 from __future__ import annotations
 
 import json
+from collections.abc import Collection, Iterable
 from pathlib import Path
 
 import pandas as pd
@@ -49,25 +50,19 @@ def read_metrics(artefacts: Artefacts) -> dict:
         raise DataError(f"corrupt {path}: {err}; rerun `dvc repro aggregate`") from None
 
 
-def read_tables(artefacts: Artefacts) -> dict[str, pd.DataFrame | None]:
-    """Every table the figures and the report need (the figures stage's deps in dvc.yaml, so
-    DVC makes each before it runs); brittle.csv is optional (the brittle stage may not have run)."""
-    path = artefacts.input("experiments.csv")
-    if not path.is_file():
-        raise DataError(f"{path} not found; run `dvc repro timing` first")
-    experiments = read_experiments(path).fillna({"pretrained_on": "", "defence_param": ""})
-    tables = {"experiments": experiments}
-    tables |= {name: read_table(artefacts, f"{name}.csv") for name in AGGREGATE_TABLES}
-    tables["brittle"] = read_table(artefacts, "brittle.csv", required=False)
-    for name in ("eps_survival", "eps_survival_curves", "findings", "validity", "depth_decomposition"):
-        tables[name] = read_table(artefacts, f"{name}.csv")
-    tables["survival"] = read_table(artefacts, "survival/aft_comparison.csv", stage="survival")
+def table_specs() -> dict[str, tuple[str, str, bool]]:
+    """Every table the figures and the report read beside experiments.csv (the figures
+    stage's deps in dvc.yaml, so DVC makes each before it runs), in the order they are read:
+    name -> (its path under reports/, the stage that writes it, whether it is required).
+    brittle.csv is optional (the brittle stage may not have run), and so are the tables of
+    how strong the attacks are (a run from before them has none, and the report says so)."""
+    specs = {name: (f"{name}.csv", "aggregate", True) for name in AGGREGATE_TABLES}
+    specs["brittle"] = ("brittle.csv", "aggregate", False)
+    specs |= {name: (f"{name}.csv", "aggregate", True) for name in ("eps_survival", "eps_survival_curves", "findings", "validity", "depth_decomposition")}
+    specs["survival"] = ("survival/aft_comparison.csv", "survival", True)
     # Table I's companions: the report shows those the survival stage wrote beside Table I
-    for name in ("logrank", "concordance_within", "km_check"):
-        tables[name] = read_table(artefacts, f"survival/{name}.csv", stage="survival", required=False)
-    tables["budget_families"] = read_table(artefacts, "budget/families.csv", stage="budget", required=False)
-    # how strong the attacks are: timing's per-sample tables and aggregate's optimality (optional:
-    # a run from before them has none, and the report says so)
+    specs |= {name: (f"survival/{name}.csv", "survival", False) for name in ("logrank", "concordance_within", "km_check")}
+    specs["budget_families"] = ("budget/families.csv", "budget", False)
     for name, stage in (
         ("query_curves", "timing"),
         ("minimal_eps_check", "timing"),
@@ -75,8 +70,30 @@ def read_tables(artefacts: Artefacts) -> dict[str, pd.DataFrame | None]:
         ("optimality_ranking", "aggregate"),
         ("certified", "certify"),
     ):
-        tables[name] = read_table(artefacts, f"{name}.csv", stage=stage, required=False)
-    return tables
+        specs[name] = (f"{name}.csv", stage, False)
+    return specs
+
+
+def read_tables(artefacts: Artefacts, leave: Collection[str] = ()) -> dict[str, pd.DataFrame | None]:
+    """Every table the figures and the report need (table_specs), but those in `leave`: a
+    required one of them is only checked to be there, so that every missing input is reported
+    before anything is drawn (`read_named` reads them)."""
+    path = artefacts.input("experiments.csv")
+    if not path.is_file():
+        raise DataError(f"{path} not found; run `dvc repro timing` first")
+    specs = table_specs()
+    for name in leave:
+        file, stage, required = specs[name]
+        if required and not artefacts.input(file).is_file():
+            raise DataError(f"{artefacts.input(file)} not found; run `dvc repro {stage}` first")
+    experiments = read_experiments(path).fillna({"pretrained_on": "", "defence_param": ""})
+    return {"experiments": experiments} | read_named(artefacts, [name for name in specs if name not in leave])
+
+
+def read_named(artefacts: Artefacts, names: Iterable[str]) -> dict[str, pd.DataFrame | None]:
+    """The tables `names` of table_specs."""
+    specs = table_specs()
+    return {name: read_table(artefacts, specs[name][0], stage=specs[name][1], required=specs[name][2]) for name in names}
 
 
 def card_row(path: Path, base: Path) -> dict:

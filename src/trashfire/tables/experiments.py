@@ -27,7 +27,7 @@ from trashfire.attacks.store import attack_record_path, benign_path, declaration
 from trashfire.core import schema
 from trashfire.core.errors import DataError
 from trashfire.core.grid import AttackCell, attack_cells
-from trashfire.core.parallel import results_as_completed, torch_loaded
+from trashfire.core.parallel import FORK_CELLS, results_as_completed, torch_loaded
 from trashfire.core.records import read_json, read_npz, write_csv
 from trashfire.core.schema import AttackRecord, BenignRecord, Outcomes
 from trashfire.core.shared_arrays import ArrayChannel, Layout
@@ -44,8 +44,7 @@ def experiments_table(cfg: DictConfig, attacks: Path, outcomes: bool = True) -> 
     return tabulate(cfg, attacks, read_cells(cfg, attacks, outcomes))
 
 
-# a grid this large is read by two processes (workers > 1): below it a fork costs more than it saves
-SPLIT_READ_CELLS = 2000
+SPLIT_READ_CELLS = FORK_CELLS  # a grid this large is read by two processes (workers > 1)
 
 
 class Cell(NamedTuple):

@@ -20,7 +20,7 @@ A figure with nothing to draw is skipped, and the report says why.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import matplotlib
@@ -29,11 +29,12 @@ matplotlib.use("Agg")  # before any figure module imports pyplot
 
 from omegaconf import DictConfig
 
+from trashfire.core.parallel import FORK_CELLS, beside, resolve_workers
 from trashfire.core.stage import Artefacts
 from trashfire.report import page
 from trashfire.report.figures import accuracy, attacks, brittle, curves, eps_survival, evp, trash
 from trashfire.report.figures.common import FigureFolder, Skipped
-from trashfire.report.inputs import read_metrics, read_tables
+from trashfire.report.inputs import read_metrics, read_named, read_tables
 
 log = logging.getLogger(__name__)
 
@@ -53,16 +54,53 @@ def drawings(tables: dict, folder: FigureFolder) -> dict[str, Callable[[], list[
     }
 
 
-def draw_figures(tables: dict, folder: FigureFolder) -> tuple[list[Path], dict[str, str]]:
-    """Every paper figure; one with nothing to draw is logged and its reason kept for the report."""
-    written, skipped = [], {}
+def draw_figures(tables: dict, folder: FigureFolder, stems: Iterable[str] | None = None) -> tuple[dict[str, list[Path]], dict[str, str]]:
+    """The paper figures `stems` (default: every one), the files of each by its stem; one with
+    nothing to draw is logged and its reason kept for the report."""
+    written, skipped = {}, {}
     for stem, draw in drawings(tables, folder).items():
+        if stems is not None and stem not in stems:
+            continue
         try:
-            written += draw()
+            written[stem] = draw()
         except Skipped as reason:
             log.info("skipped %s: %s", stem, reason)
             skipped[stem] = str(reason)
     return written, skipped
+
+
+# drawn by a forked worker from the largest table, which it reads itself, while this process
+# reads the others and draws the rest (at 10^7 samples survival in eps's curves are 0.5 GB of
+# CSV: reading and drawing them took 13 s of the stage's 30 on one core)
+AWAY = {"eps_survival_curves": ("eps_survival_curves",)}
+
+
+def draw_all(artefacts: Artefacts, folder: FigureFolder, workers: int) -> tuple[dict, list[Path], dict[str, str]]:
+    """The tables read and every figure drawn (AWAY's beside the rest where `workers` > 1):
+    the tables, the files in drawing order, the reasons of those skipped."""
+    away_tables = [name for names in AWAY.values() for name in names]
+    tables = read_tables(artefacts, leave=away_tables)  # every missing input is reported before anything is drawn
+    read_metrics(artefacts)
+    there, here = beside(
+        lambda: draw_figures(tables | read_named(artefacts, away_tables), folder, AWAY),
+        lambda: draw_figures(tables, folder, [stem for stem in drawings(tables, folder) if stem not in AWAY]),
+        workers,
+        log.name,
+    )
+    written, skipped = there[0] | here[0], there[1] | here[1]
+    order = list(drawings(tables, folder))
+    return tables, [path for stem in order for path in written.get(stem, [])], {stem: skipped[stem] for stem in order if stem in skipped}
+
+
+def workers_for(artefacts: Artefacts) -> int:
+    """Processes for the figures: forked ones where the run has FORK_CELLS attack cells or more
+    (counted by experiments.csv's lines; below, a fork costs more than it saves)."""
+    path = artefacts.input("experiments.csv")
+    if not path.is_file():
+        return 1
+    with open(path, "rb") as lines:
+        large = sum(1 for _ in zip(range(FORK_CELLS + 1), lines)) > FORK_CELLS
+    return resolve_workers("auto", "cpu") if large else 1
 
 
 def survival_images(artefacts: Artefacts) -> list[Path]:
@@ -75,9 +113,7 @@ def draw_report(cfg: DictConfig, artefacts: Artefacts) -> list[Path]:
     formats = tuple(cfg.report.formats)
     folder = FigureFolder(artefacts.output("figures"), formats)
     folder.path.mkdir(parents=True, exist_ok=True)
-    tables = read_tables(artefacts)  # every missing input is reported before anything is drawn
-    read_metrics(artefacts)
-    written, skipped = draw_figures(tables, folder)
+    tables, written, skipped = draw_all(artefacts, folder, workers_for(artefacts))
     drawn = [p for p in written if p.suffix == ".png"]
     written.append(page.report_html(artefacts, drawn + survival_images(artefacts), skipped, tables))
     log.info("wrote %d figures (%s) to %s and %s", len(drawn), ", ".join(formats), folder.path, written[-1])
