@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 
+from trashfire.core import records
 from trashfire.core.records import atomic_path, remove_dead_temps
 
 KILLED_WRITER = """
@@ -69,3 +70,18 @@ def test_read_npz_gives_what_numpy_reads_for_every_kind_of_outcome_array(tmp_pat
     for name in ("cut.npz", "flipped.npz"):
         with pytest.raises(DataError, match="corrupt array file"):
             read_npz(tmp_path / name)
+
+
+def test_read_ahead_skips_missing_files_and_leaves_no_file_open(tmp_path):
+    """The timing stage asks the kernel for the next cells' files before it reads them: a file
+    that is not there is its reader's to report, and no descriptor is left open."""
+    import os
+
+    files = [tmp_path / f"{i}.json" for i in range(50)]
+    for path in files:
+        path.write_text("{}")
+    open_before = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
+    records.read_ahead([*files, tmp_path / "missing.npz"])
+    if open_before is not None:
+        assert len(os.listdir("/proc/self/fd")) == open_before
+    assert all(path.read_text() == "{}" for path in files)

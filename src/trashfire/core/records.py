@@ -13,7 +13,7 @@ import struct
 import tempfile
 import zipfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -72,6 +72,24 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # another user's live process
         return True
     return True
+
+
+def read_ahead(paths: Iterable[str | Path]) -> None:
+    """Ask the kernel to fetch these files into its page cache in the background (posix_fadvise
+    WILLNEED), many at once, while the caller reads the ones before them: read one after another
+    from a cold disk, 10^5 small files wait on the disk once each. Nothing where there is no
+    posix_fadvise, or a file cannot be opened (its reader says why)."""
+    if not hasattr(os, "posix_fadvise"):
+        return
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+        finally:
+            os.close(fd)
 
 
 def cell_file(folder: str | Path, cell_hash: str, suffix: str) -> Path:
