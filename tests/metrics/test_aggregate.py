@@ -2,6 +2,7 @@
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -843,6 +844,8 @@ def test_the_stage_with_its_forked_workers_writes_what_one_process_writes(tmp_pa
     written = {}
     for fork_cells in (10**9, 0):  # one process, then the workers
         monkeypatch.setattr(aggregation, "FORK_CELLS", fork_cells)
+        for output in aggregate.STAGE.outputs(cfg):  # each run writes every output afresh
+            shutil.rmtree(output) if output.is_dir() else output.unlink(missing_ok=True)
         aggregate.run(cfg)
         written[fork_cells] = {str(path.relative_to(reports)): path.read_bytes() for path in sorted(reports.rglob("*")) if path.is_file()}
     assert written[0] == written[10**9] and "cards" in "".join(written[0]) and "eps_survival_curves.csv" in written[0]

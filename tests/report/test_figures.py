@@ -733,6 +733,8 @@ def test_with_a_forked_worker_the_figures_and_the_report_are_those_of_one_proces
     runs = {}
     for fork_cells in (10**9, 0):  # one process, then a worker beside it
         monkeypatch.setattr(drawing, "FORK_CELLS", fork_cells)
+        shutil.rmtree(reports / "figures", ignore_errors=True)  # each run draws every figure afresh
+        (reports / "report.html").unlink(missing_ok=True)
         written = figures.run(cfg)
         runs[fork_cells] = [path.name for path in written], {path.name: path.read_bytes() for path in written}
     assert runs[0] == runs[10**9] and "eps_survival_curves.png" in runs[0][1]

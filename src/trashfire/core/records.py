@@ -64,6 +64,19 @@ def remove_dead_temps(folder: str | Path) -> int:
     return removed
 
 
+@contextmanager
+def dead_temps_removed(*folders: str | Path) -> Iterator[None]:
+    """A killed run's temp files in `folders` removed before the block, and those of a worker
+    killed within it (another's failure stops it mid-write) after it."""
+    for folder in folders:
+        remove_dead_temps(folder)
+    try:
+        yield
+    finally:
+        for folder in folders:
+            remove_dead_temps(folder)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -88,6 +101,8 @@ def read_ahead(paths: Iterable[str | Path]) -> None:
             continue
         try:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+        except OSError:  # a file system without it: the reader reads as before
+            pass
         finally:
             os.close(fd)
 

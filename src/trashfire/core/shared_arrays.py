@@ -27,9 +27,9 @@ class ArrayChannel:
     """Open before the fork; `put` in the worker, `get` here (each once), then `close`."""
 
     def __init__(self) -> None:
-        if hasattr(os, "memfd_create"):
+        try:
             self._keep, self.fd = None, os.memfd_create("trashfire-arrays", os.MFD_CLOEXEC)
-        else:  # not Linux: an unnamed file in the temp folder
+        except (AttributeError, OSError):  # not Linux, or memfd refused (a sandbox): an unnamed temp file
             self._keep = tempfile.TemporaryFile()
             self.fd = self._keep.fileno()
 
@@ -58,10 +58,11 @@ class ArrayChannel:
         return layout
 
     def get(self, layout: Layout) -> dict[str, np.ndarray]:
-        """The arrays `put` wrote, as writable views of a private mapping of the file (a write
-        copies its page; the worker's pages are not changed)."""
+        """The arrays `put` wrote, as writable views of a shared mapping of the file: the worker
+        is done with it, so they are its pages, not a copy (a private mapping made at once
+        copies every page)."""
         size = os.fstat(self.fd).st_size
-        buffer = mmap.mmap(self.fd, size, flags=mmap.MAP_PRIVATE | POPULATE, prot=mmap.PROT_READ | mmap.PROT_WRITE) if size else b""
+        buffer = mmap.mmap(self.fd, size, flags=mmap.MAP_SHARED | POPULATE, prot=mmap.PROT_READ | mmap.PROT_WRITE) if size else b""
         return self._views(buffer, layout)
 
     @staticmethod

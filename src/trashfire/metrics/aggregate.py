@@ -29,7 +29,7 @@ from trashfire.core.csvtext import write_csv
 from trashfire.core.errors import DataError
 from trashfire.core.groups import group_order, split
 from trashfire.core.parallel import FORK_CELLS, beside, resolve_workers
-from trashfire.core.records import atomic_path, read_json, read_table, write_json
+from trashfire.core.records import atomic_path, dead_temps_removed, read_json, read_table, write_json
 from trashfire.core.schema import CELL, OVER_SEEDS, UNDEFENDED_PEER, BrittleRecord
 from trashfire.core.stage import Artefacts
 from trashfire.metrics import findings, optimality, registry, validity
@@ -478,6 +478,11 @@ def publishers_figures(cfg: DictConfig) -> dict[str, dict[str, Any]]:
 
 
 def aggregate_reports(cfg: DictConfig, artefacts: Artefacts) -> dict:
+    with dead_temps_removed(artefacts.output("trash.csv").parent, artefacts.output("cards")):
+        return _aggregate_reports(cfg, artefacts)
+
+
+def _aggregate_reports(cfg: DictConfig, artefacts: Artefacts) -> dict:
     every_row = with_family(read_experiments(artefacts.input("experiments.csv")))
     experiments, worst = measured(every_row), every_row[every_row["attack"] == schema.WORST_CASE]
     degenerate = degenerate_cells(experiments)

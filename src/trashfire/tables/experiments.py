@@ -89,16 +89,16 @@ _INHERITED: dict[str, Any] = {}
 
 def _read_block(attacks: Path, cells: list[AttackCell], n_classes: dict[str, int], outcomes: bool) -> list[Cell]:
     hashes = [cell.hash for cell in cells]
-    read_ahead(path for cell_hash in hashes[:READ_AHEAD] for path in (attack_record_path(attacks, cell_hash), outcomes_path(attacks, cell_hash)))
+    files = [(attack_record_path(attacks, cell_hash), outcomes_path(attacks, cell_hash))[: 2 if outcomes else 1] for cell_hash in hashes]
+    read_ahead(path for pair in files[:READ_AHEAD] for path in pair)
     for cell_hash in hashes:  # every record there before any is read
         path = attack_record_path(attacks, cell_hash)
         if not path.is_file():
             raise DataError(f"attack record missing: {path}; run the attack stage first")
-    files = [(attack_record_path(attacks, cell_hash), outcomes_path(attacks, cell_hash)) for cell_hash in hashes]
     read = []
     for start in range(0, len(hashes), READ_AHEAD):
         # the next cells' files fetched by the kernel while these are read (from a cold disk the read took twice as long)
-        read_ahead(path for pair in files[start + READ_AHEAD : start + 2 * READ_AHEAD] for path in pair[: 2 if outcomes else 1])
+        read_ahead(path for pair in files[start + READ_AHEAD : start + 2 * READ_AHEAD] for path in pair)
         for cell_hash in hashes[start : start + READ_AHEAD]:
             record = AttackRecord.read(attack_record_path(attacks, cell_hash))
             arrays = read_outcomes(attacks, cell_hash) if outcomes else None

@@ -30,6 +30,7 @@ matplotlib.use("Agg")  # before any figure module imports pyplot
 from omegaconf import DictConfig
 
 from trashfire.core.parallel import FORK_CELLS, beside, resolve_workers
+from trashfire.core.records import dead_temps_removed
 from trashfire.core.stage import Artefacts
 from trashfire.report import page
 from trashfire.report.figures import accuracy, attacks, brittle, curves, eps_survival, evp, trash
@@ -113,7 +114,8 @@ def draw_report(cfg: DictConfig, artefacts: Artefacts) -> list[Path]:
     formats = tuple(cfg.report.formats)
     folder = FigureFolder(artefacts.output("figures"), formats)
     folder.path.mkdir(parents=True, exist_ok=True)
-    tables, written, skipped = draw_all(artefacts, folder, workers_for(artefacts))
+    with dead_temps_removed(folder.path):  # a killed run's, or a killed worker's, half-written figures
+        tables, written, skipped = draw_all(artefacts, folder, workers_for(artefacts))
     drawn = [p for p in written if p.suffix == ".png"]
     written.append(page.report_html(artefacts, drawn + survival_images(artefacts), skipped, tables))
     log.info("wrote %d figures (%s) to %s and %s", len(drawn), ", ".join(formats), folder.path, written[-1])
