@@ -26,7 +26,7 @@ def read_table(artefacts: Artefacts, name: str, *, stage: str = "aggregate", req
     path = artefacts.input(name)
     if not path.is_file():
         if required:
-            raise DataError(f"{path} not found; run `dvc repro {stage}` first")
+            _missing(path, stage)
         return None
     try:
         # round_trip: pandas' default parser can move a float by one ulp, which turns near-equal
@@ -38,6 +38,10 @@ def read_table(artefacts: Artefacts, name: str, *, stage: str = "aggregate", req
         raise DataError(f"corrupt table {path}: {str(err).splitlines()[0]}; rerun `dvc repro {stage}`") from None
     labels = [c for c in ("pretrained_on", "defence_param") if c in table]
     return table.fillna({c: "" for c in labels})
+
+
+def _missing(path: Path, stage: str) -> None:
+    raise DataError(f"{path} not found; run `dvc repro {stage}` first")
 
 
 def read_metrics(artefacts: Artefacts) -> dict:
@@ -80,12 +84,12 @@ def read_tables(artefacts: Artefacts, leave: Collection[str] = ()) -> dict[str, 
     before anything is drawn (`read_named` reads them)."""
     path = artefacts.input("experiments.csv")
     if not path.is_file():
-        raise DataError(f"{path} not found; run `dvc repro timing` first")
+        _missing(path, "timing")
     specs = table_specs()
     for name in leave:
         file, stage, required = specs[name]
         if required and not artefacts.input(file).is_file():
-            raise DataError(f"{artefacts.input(file)} not found; run `dvc repro {stage}` first")
+            _missing(artefacts.input(file), stage)
     experiments = read_experiments(path).fillna({"pretrained_on": "", "defence_param": ""})
     return {"experiments": experiments} | read_named(artefacts, [name for name in specs if name not in leave])
 

@@ -91,17 +91,16 @@ def _read_block(attacks: Path, cells: list[AttackCell], n_classes: dict[str, int
     hashes = [cell.hash for cell in cells]
     files = [(attack_record_path(attacks, cell_hash), outcomes_path(attacks, cell_hash))[: 2 if outcomes else 1] for cell_hash in hashes]
     read_ahead(path for pair in files[:READ_AHEAD] for path in pair)
-    for cell_hash in hashes:  # every record there before any is read
-        path = attack_record_path(attacks, cell_hash)
-        if not path.is_file():
-            raise DataError(f"attack record missing: {path}; run the attack stage first")
+    for record_path, *_ in files:  # every record there before any is read
+        if not record_path.is_file():
+            raise DataError(f"attack record missing: {record_path}; run the attack stage first")
     read = []
     for start in range(0, len(hashes), READ_AHEAD):
         # the next cells' files fetched by the kernel while these are read (from a cold disk the read took twice as long)
         read_ahead(path for pair in files[start + READ_AHEAD : start + 2 * READ_AHEAD] for path in pair)
-        for cell_hash in hashes[start : start + READ_AHEAD]:
-            record = AttackRecord.read(attack_record_path(attacks, cell_hash))
-            arrays = read_outcomes(attacks, cell_hash) if outcomes else None
+        for record_path, *arrays_path in files[start : start + READ_AHEAD]:
+            record = AttackRecord.read(record_path)
+            arrays = outcomes_at(arrays_path[0]) if outcomes else None
             read.append(Cell(record.attack_hash, arrays, experiment_row(record, arrays, n_classes[record.dataset])))
     return read
 
@@ -163,7 +162,10 @@ def unpack_outcomes(packed: dict[str, tuple] | None, count: int) -> list[Outcome
 
 
 def read_outcomes(folder: str | Path, attack_hash: str) -> Outcomes:
-    path = outcomes_path(folder, attack_hash)
+    return outcomes_at(outcomes_path(folder, attack_hash))
+
+
+def outcomes_at(path: Path) -> Outcomes:
     return Outcomes.of(read_npz(path), str(path))
 
 

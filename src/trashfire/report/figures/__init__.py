@@ -82,14 +82,14 @@ def draw_all(artefacts: Artefacts, folder: FigureFolder, workers: int) -> tuple[
     away_tables = [name for names in AWAY.values() for name in names]
     tables = read_tables(artefacts, leave=away_tables)  # every missing input is reported before anything is drawn
     read_metrics(artefacts)
+    order = list(drawings(tables, folder))
     there, here = beside(
         lambda: draw_figures(tables | read_named(artefacts, away_tables), folder, AWAY),
-        lambda: draw_figures(tables, folder, [stem for stem in drawings(tables, folder) if stem not in AWAY]),
+        lambda: draw_figures(tables, folder, [stem for stem in order if stem not in AWAY]),
         workers,
         log.name,
     )
     written, skipped = there[0] | here[0], there[1] | here[1]
-    order = list(drawings(tables, folder))
     return tables, [path for stem in order for path in written.get(stem, [])], {stem: skipped[stem] for stem in order if stem in skipped}
 
 
