@@ -181,6 +181,27 @@ def test_a_fork_pool_starts_with_the_parents_modules_and_torch_keeps_spawn():
     assert with_torch.stdout.strip() == "[('imported', True), ('imported', True)]", with_torch.stderr
 
 
+FROZEN_POOL = """
+import gc
+import tests.helpers.worker_jobs as jobs
+from trashfire.core.parallel import results_as_completed
+during = [(found > 0, gc.get_freeze_count() > 0) for _, found in results_as_completed(jobs.frozen_objects, [(), ()], 2, "test", threads=1, fork=%s)]
+print(during, gc.get_freeze_count())
+"""
+
+
+def test_a_forked_pool_leaves_the_objects_of_the_fork_out_of_garbage_collection_until_it_is_done():
+    """A forked worker reads the stage's objects (10^7 samples' arrays and records) in place: its
+    collector must not write into them, or every page holding one is copied; the stage's own
+    collections leave them alone while the pool runs, and take them again after."""
+    import subprocess
+    import sys
+
+    for fork, expected in ((True, "[(True, True), (True, True)] 0"), (False, "[(False, False), (False, False)] 0")):
+        ran = subprocess.run([sys.executable, "-c", FROZEN_POOL % fork], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert ran.stdout.strip() == expected, (fork, ran.stdout, ran.stderr)
+
+
 def test_the_plan_line_says_where_the_cells_run():
     """A stage's log names worker processes only when it will start them: a lone job runs in
     the stage's process, with the threads a worker would have had."""

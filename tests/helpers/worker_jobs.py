@@ -63,6 +63,13 @@ def mark_and_torch() -> tuple[str, bool]:
     return MARK, "torch" in sys.modules
 
 
+def frozen_objects() -> int:
+    """How many objects the worker's garbage collector leaves alone (gc.freeze)."""
+    import gc
+
+    return gc.get_freeze_count()
+
+
 def finish_time(seconds: float) -> float:
     """Sleep, then the time the job ended."""
     time.sleep(seconds)

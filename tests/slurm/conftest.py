@@ -25,6 +25,9 @@ def cluster_answers() -> str | None:
     return None
 
 
+@pytest.hookimpl(
+    trylast=True
+)  # after `-m`'s deselection: a run that selects no slurm test (`make test`) asks no sinfo, whose time-out would hold up each collection
 def pytest_collection_modifyitems(config, items):
     why = None
     for item in items:

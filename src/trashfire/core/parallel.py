@@ -258,6 +258,8 @@ def _as_completed(
     context = multiprocessing.get_context("fork" if fork else "spawn")  # spawn: a forked torch can hang on its threads
     ticks = context.SimpleQueue() if _TICKS else None  # the workers' tick()s, for this process's bar
     init = (os.getpid(), threads, logging.getLogger("trashfire").getEffectiveLevel(), prog, torch_loaded(), ticks)
+    if fork:  # the objects alive at the fork stay out of every garbage collection until the pool is done (gc.freeze's docs):
+        gc.freeze()  # a worker's collections would write into, and so copy, each page holding one; this process's would scan them again and again
     pool = ProcessPoolExecutor(min(workers, len(arguments)) or 1, mp_context=context, initializer=_init_worker, initargs=init)
     try:
         pending = {pool.submit(job, *args): index for index, args in enumerate(arguments)}
@@ -276,6 +278,9 @@ def _as_completed(
     except BaseException:
         _kill_workers(pool)
         raise
+    finally:
+        if fork:
+            gc.unfreeze()
     pool.shutdown()
 
 
@@ -290,19 +295,15 @@ def beside(part: Callable[[], Any], meanwhile: Callable[[], Any], workers: int, 
     """part() in a forked worker while meanwhile() runs in this process; both results. The
     part is a closure: the worker reads this process's objects as they were at the fork (none
     is pickled to it) and its result comes back pickled. Where `workers` is 1 or this process
-    has loaded torch (a forked torch can hang), both run here, the part first. The objects
-    alive at the fork are left out of the worker's garbage collection, which would otherwise
-    write into, and so copy, every page holding one."""
+    has loaded torch (a forked torch can hang), both run here, the part first."""
     if workers <= 1 or torch_loaded():
         return part(), meanwhile()
     key, here = id(part), []
     _PARTS[key] = part
-    gc.freeze()
     try:
         ((_, there),) = results_as_completed(_inherited_part, [(key,)], 2, prog, threads=1, away=True, fork=True, meanwhile=lambda: here.append(meanwhile()))
     finally:
         _PARTS.pop(key, None)
-        gc.unfreeze()
     return there, here[0]
 
 

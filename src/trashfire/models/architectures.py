@@ -7,9 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-import torchvision
 from torch import nn
-from torchvision.models.resnet import BasicBlock
 
 from trashfire.core.errors import ConfigError
 
@@ -28,6 +26,8 @@ class Float32Input(nn.Module):
 def resnet(arch: str, n_classes: int, input_shape: Sequence[int]) -> nn.Module:
     """torchvision's ResNet with a 3x3 stride-1 stem and no max-pool, so that 8x8 and 28x28
     inputs keep spatial extent through the four stages."""
+    import torchvision  # here, not above: it imports torch._dynamo (1 s in each stage process) that the small nets never use
+
     net = getattr(torchvision.models, arch)(weights=None, num_classes=n_classes)
     net.conv1 = nn.Conv2d(input_shape[0], 64, kernel_size=3, stride=1, padding=1, bias=False)
     net.maxpool = nn.Identity()
@@ -39,6 +39,8 @@ def cifar_resnet(n_classes: int, input_shape: Sequence[int], blocks: int, widths
     of torchvision's BasicBlocks (stride 2 into the second and third; 1x1 projection
     shortcuts where the shape changes), global average pooling and a linear classifier. It
     fits 8x8 digits in seconds where torchvision's ResNet-18 takes minutes."""
+    from torchvision.models.resnet import BasicBlock  # as in resnet()
+
     layers: list[nn.Module] = [nn.Conv2d(input_shape[0], widths[0], 3, padding=1, bias=False), nn.BatchNorm2d(widths[0]), nn.ReLU(inplace=True)]
     n_in = widths[0]
     for stage, width in enumerate(widths):

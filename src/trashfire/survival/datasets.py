@@ -9,7 +9,6 @@ smallest successful perturbation per model cell and eps-grid or minimal-perturba
 
 from __future__ import annotations
 
-import gc
 import logging
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -81,10 +80,7 @@ def write_beside_distances(
             built.append((survival, _eps_samples(cfg, experiments, outcomes_by_hash)))
             written.result()
 
-    # the objects alive now are left out of the garbage collector's passes, which write into
-    # every object they visit: in the worker each page of the arrays' objects would be copied
-    gc.freeze()
-    try:
+    try:  # the forked worker and this process leave the objects alive now out of their garbage collections (core.parallel)
         # renamed once the worker's tables and the eps samples with their ensemble are written
         with atomic_path(artefacts.output("survival_data.parquet")) as survival_file:
             jobs = [(cfg, artefacts)]
@@ -95,7 +91,6 @@ def write_beside_distances(
             _write_sets(artefacts, None, eps_data, best, experiments)
     finally:
         _INHERITED.pop(ROWS, None)
-        gc.unfreeze()
         for folder in folders:  # a killed worker's
             remove_dead_temps(folder)
     _log_sets(experiments, survival)
