@@ -111,7 +111,7 @@ def uno_weights(durations, events, curve: CensoringCurve, tau: float) -> np.ndar
 
 def pair_counts(durations, ranking, events, weights, earlier=None) -> tuple[np.ndarray, np.ndarray]:
     """Each row's concordant and comparable pair weight, counted from both ends of its pairs (so
-    the rows' sums are twice the pairs'), in O(n log^2 n).
+    the rows' sums are twice the pairs'), in O(n log n).
 
     A pair is comparable as in lifelines' `concordance_index` and scikit-survival: a failure
     and a sample that left later, or was censored at the very time of the failure; two
@@ -124,7 +124,9 @@ def pair_counts(durations, ranking, events, weights, earlier=None) -> tuple[np.n
     failure in a left half asks the right half for the weight ranked above, level with and
     below it (its pairs as the earlier sample), and every sample in a right half asks the left
     half's failures the same (its pairs as the later one). Pairs of failures at one time are
-    counted there and taken back at the end."""
+    counted there and taken back at the end. Each level's order by (half pair, ranking) merges
+    the previous level's sorted runs, and each row's share is read off one running sum over it
+    (no binary search): O(n log n)."""
     t, s = np.asarray(durations, float), np.asarray(ranking, float)
     e, w = np.asarray(events).astype(bool), np.asarray(weights, float)
     u = w if earlier is None else np.asarray(earlier, float)
@@ -133,15 +135,20 @@ def pair_counts(durations, ranking, events, weights, earlier=None) -> tuple[np.n
     rank = np.unique(s, return_inverse=True)[1].astype(np.int64)
     concordant, comparable = np.zeros(len(t)), np.zeros(len(t))
     span, position, block = np.int64(rank.max(initial=0) + 2), np.arange(len(t)), 1
+    by_key = position  # the rows by (merge pair, rank, position): each level merges the last one's sorted runs
     while block < len(t):
         pair, right = position // (2 * block), (position // block) % 2 == 1
+        keys = pair * span + rank
+        by_key = by_key[np.argsort(keys[by_key], kind="stable")]  # timsort: two sorted runs per pair
+        sorted_keys = keys[by_key]
+        bounds = (*_runs(sorted_keys), *_runs(sorted_keys // span))  # each position's run of its key, and of its pair
         asking = ~right & e
-        above, level, everyone = _weights_ranked(pair, rank, span, right, w, asking)  # the left failures ask the right half
-        concordant[asking] += u[asking] * (above + 0.5 * level)
-        comparable[asking] += u[asking] * everyone
-        below, level, everyone = _weights_ranked(pair, rank, span, asking, u, right, below=True)  # the right samples ask the left failures
-        concordant[right] += w[right] * (below + 0.5 * level)
-        comparable[right] += w[right] * everyone
+        rows, above, level, everyone = _weights_ranked(by_key, bounds, right, w, asking)  # the left failures ask the right half
+        concordant[rows] += u[rows] * (above + 0.5 * level)
+        comparable[rows] += u[rows] * everyone
+        rows, below, level, everyone = _weights_ranked(by_key, bounds, asking, u, right, below=True)  # the right samples ask the left failures
+        concordant[rows] += w[rows] * (below + 0.5 * level)
+        comparable[rows] += w[rows] * everyone
         block *= 2
     _take_back_tied_failures(t, s, e, w, u, concordant, comparable)
     unsorted = np.empty_like(order)
@@ -149,17 +156,26 @@ def pair_counts(durations, ranking, events, weights, earlier=None) -> tuple[np.n
     return concordant[unsorted], comparable[unsorted]
 
 
-def _weights_ranked(pair, rank, span, answering, weight, asking, below: bool = False):
-    """For each asking row, the `weight` of the answering rows of its merge pair ranked above
-    it (below it, with `below`), level with it, and all of them."""
-    keys = pair[answering] * span + rank[answering]
-    by_key = np.argsort(keys, kind="stable")
-    sorted_keys, cumulative = keys[by_key], np.r_[0.0, np.cumsum(weight[answering][by_key])]
-    own, first = pair[asking] * span + rank[asking], pair[asking] * span
-    low, high = np.searchsorted(sorted_keys, own, "left"), np.searchsorted(sorted_keys, own, "right")
-    start, end = np.searchsorted(sorted_keys, first, "left"), np.searchsorted(sorted_keys, first + span, "left")
-    outside = cumulative[low] - cumulative[start] if below else cumulative[end] - cumulative[high]
-    return outside, cumulative[high] - cumulative[low], cumulative[end] - cumulative[start]
+def _weights_ranked(by_key, bounds, answering, weight, asking, below: bool = False):
+    """The asking rows (in `by_key`'s order) and, for each, the `weight` of the answering rows of
+    its merge pair ranked above it (below it, with `below`), level with it, and all of them: a
+    running sum of the answering weight in `by_key`'s order (adding the others' 0.0 leaves each
+    partial sum as a sum of the answering rows alone), read at the ends of the asking row's
+    run of equal keys and of its pair's (`bounds`: _runs of both)."""
+    cumulative = np.r_[0.0, np.cumsum(np.where(answering[by_key], weight[by_key], 0.0))]
+    at = asking[by_key]
+    level_start, level_end, pair_start, pair_end = (cumulative[bound[at]] for bound in bounds)
+    outside = level_start - pair_start if below else pair_end - level_end
+    return by_key[at], outside, level_end - level_start, pair_end - pair_start
+
+
+def _runs(sorted_values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each position's run of equal values in a sorted array: its first position, and one past
+    its last."""
+    starts = np.flatnonzero(np.r_[True, sorted_values[1:] != sorted_values[:-1]])
+    lengths = np.diff(np.r_[starts, len(sorted_values)])
+    first = np.repeat(starts, lengths)
+    return first, first + np.repeat(lengths, lengths)
 
 
 def _take_back_tied_failures(t, s, e, w, u, concordant, comparable) -> None:
