@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 
 from trashfire.core import schema
 from trashfire.core.parallel import results_as_completed, torch_loaded
-from trashfire.core.records import atomic_path, remove_dead_temps, write_parquet, write_table
+from trashfire.core.records import atomic_path, dead_temps_removed, write_parquet, write_table
 from trashfire.core.schema import Outcomes
 from trashfire.core.stage import Artefacts
 from trashfire.survival import epsilon
@@ -60,13 +60,24 @@ def write_beside_distances(
     samples, leaves the survival data sets as they were. A killed worker's temp
     files are removed, and a killed run's before it starts."""
     folders = {artefacts.output(name).parent for name in ("attack_distances.parquet", "survival_data.parquet")}
-    for folder in folders:  # a killed run's temp files
-        remove_dead_temps(folder)
-    if workers <= 1 or torch_loaded():  # a forked torch can hang on its threads
-        if also is not None:
-            also()
-        best = distances.write_distance_tables(cfg, artefacts, experiments, outcomes_by_hash)
-        return write_survival_sets(cfg, artefacts, experiments, outcomes_by_hash, best)
+    with dead_temps_removed(*folders):  # a killed run's temp files before, a killed worker's after
+        if workers <= 1 or torch_loaded():  # a forked torch can hang on its threads
+            if also is not None:
+                also()
+            best = distances.write_distance_tables(cfg, artefacts, experiments, outcomes_by_hash)
+            return write_survival_sets(cfg, artefacts, experiments, outcomes_by_hash, best)
+        return _beside_the_distance_worker(cfg, artefacts, experiments, outcomes_by_hash, workers, prog, also)
+
+
+def _beside_the_distance_worker(
+    cfg: DictConfig,
+    artefacts: Artefacts,
+    experiments: pd.DataFrame,
+    outcomes_by_hash: Mapping[str, Outcomes],
+    workers: int,
+    prog: str,
+    also: Callable[[], None] | None,
+) -> pd.DataFrame:
     built: list[tuple[pd.DataFrame, pd.DataFrame]] = []
     _INHERITED[ROWS] = (experiments, outcomes_by_hash)
 
@@ -91,8 +102,6 @@ def write_beside_distances(
             _write_sets(artefacts, None, eps_data, best, experiments)
     finally:
         _INHERITED.pop(ROWS, None)
-        for folder in folders:  # a killed worker's
-            remove_dead_temps(folder)
     _log_sets(experiments, survival)
     return survival
 

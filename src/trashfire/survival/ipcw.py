@@ -140,8 +140,8 @@ def pair_counts(durations, ranking, events, weights, earlier=None) -> tuple[np.n
         pair, right = position // (2 * block), (position // block) % 2 == 1
         keys = pair * span + rank
         by_key = by_key[np.argsort(keys[by_key], kind="stable")]  # timsort: two sorted runs per pair
-        sorted_keys = keys[by_key]
-        bounds = (*_runs(sorted_keys), *_runs(sorted_keys // span))  # each position's run of its key, and of its pair
+        pair_start = position - position % (2 * block)  # in the sorted order each pair holds its 2 x block rows (the last, what is left)
+        bounds = (*_runs(keys[by_key]), pair_start, np.minimum(pair_start + 2 * block, len(t)))  # each position's run of its key, and its pair's
         asking = ~right & e
         rows, above, level, everyone = _weights_ranked(by_key, bounds, right, w, asking)  # the left failures ask the right half
         concordant[rows] += u[rows] * (above + 0.5 * level)
