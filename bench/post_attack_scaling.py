@@ -47,8 +47,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).parent))
 import reference  # noqa: E402
 import synthetic_study  # noqa: E402
-from survival_stage_scaling import peak_rss  # noqa: E402
 from trashfire.core.records import write_json  # noqa: E402
+from tree_memory import peak_memory  # noqa: E402
 
 STAGES = ("timing", "survival", "aggregate", "figures")
 TARGETS = {"peak_gib": 16e9 / 2**30, "growth_exponent": 1.0, "report_mb": 15.0}
@@ -77,7 +77,7 @@ def run_stage(folder: Path, stage: str, timeout: float) -> dict:
     with open(log, "w") as out:
         env = dvc_env()
         process = subprocess.Popen([sys.executable, "-m", "dvc", "repro", "--single-item", stage], cwd=folder, env=env, stdout=out, stderr=subprocess.STDOUT)
-        peak, command = peak_rss(process), command_span(process, f"trashfire.stages.{stage}")
+        peak, command = peak_memory(process), command_span(process, f"trashfire.stages.{stage}")
         try:
             process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -42,15 +42,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
-
-import psutil
 
 sys.path.insert(0, str(Path(__file__).parent))
 import reference  # noqa: E402
 from trashfire.core.records import write_json  # noqa: E402
+from tree_memory import peak_memory  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
@@ -84,41 +82,19 @@ def scratch_project(experiment: str, overrides: list[str] = ()) -> tuple[Path, d
     return work, env
 
 
-def tree_memory(process: psutil.Process) -> int:
-    """Memory of a process and all its descendants (a stage and its workers): the sum of
-    their proportional set sizes, which counts the pages they share (torch's libraries) once."""
-    total = 0
-    for member in [process, *process.children(recursive=True)]:
-        try:
-            total += member.memory_full_info().pss
-        except psutil.Error:  # ended between the listing and the reading
-            pass
-    return total
-
-
 def timed_repro(work: Path, env: dict[str, str]) -> tuple[float, dict[str, float], int]:
     """`dvc repro`'s wall time, each stage's (from the moments DVC announces them) and the
-    peak memory of its whole process tree (sampled twice a second)."""
+    peak memory of its whole process tree (sampled: bench/tree_memory.py)."""
     starts: list[tuple[str, float]] = []
     begin = time.perf_counter()
     process = subprocess.Popen(["dvc", "repro"], cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    peak, done = [0], threading.Event()
-
-    def sample() -> None:
-        tree = psutil.Process(process.pid)
-        while not done.wait(0.5):
-            peak[0] = max(peak[0], tree_memory(tree))
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
+    peak = peak_memory(process)
     tail: collections.deque[str] = collections.deque(maxlen=40)
     for line in process.stdout:
         tail.append(line.rsplit("\r", 1)[-1])  # a progress bar's last redraw only
         stage = re.search(r"Running stage '(\w+)'", line)
         if stage:
             starts.append((stage[1], time.perf_counter()))
-    done.set()
-    sampler.join()
     if process.wait() != 0:
         sys.exit(f"bench: dvc repro failed (exit {process.returncode}):\n{''.join(tail)[-3000:]}")
     end = time.perf_counter()

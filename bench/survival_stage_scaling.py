@@ -22,51 +22,19 @@ import argparse
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import psutil
 
 sys.path.insert(0, str(Path(__file__).parent))
 import reference  # noqa: E402
 from survival_vs_r import tiled  # noqa: E402
 from trashfire.core.records import read_table, write_json, write_table  # noqa: E402
+from tree_memory import peak_memory  # noqa: E402
 
 TARGETS = {"ratio_to_reference_at_1e6": reference.RATIO_TARGETS["survival_1e6"], "peak_gib_at_1e6": 6.0, "growth_exponent": 1.05}
-
-
-def peak_rss(process: subprocess.Popen, every: float = 0.2) -> list[float]:
-    """Samples the process tree's memory until it ends; returns [peak bytes]. Each process
-    counts its proportional set size (Linux: a page shared by k processes counts 1/k in each),
-    so that the tree's sum is the memory it holds: a forked fit worker shares the stage's rows,
-    which a sum of resident sizes counted twice. Elsewhere, resident sizes."""
-    peak = [0.0]
-
-    def sample():
-        root = psutil.Process(process.pid)
-        while process.poll() is None:
-            try:
-                tree = [root, *root.children(recursive=True)]
-                peak[0] = max(peak[0], sum(held_bytes(p) for p in tree if p.is_running()))
-            except psutil.Error:
-                pass
-            time.sleep(every)
-
-    threading.Thread(target=sample, daemon=True).start()
-    return peak
-
-
-def held_bytes(process: psutil.Process) -> int:
-    """A process's proportional set size (smaps_rollup, read in microseconds where psutil's
-    full memory info parses every mapping), or its resident size where the kernel has none."""
-    try:
-        with open(f"/proc/{process.pid}/smaps_rollup") as rollup:
-            return next(int(line.split()[1]) * 1024 for line in rollup if line.startswith("Pss:"))
-    except (OSError, StopIteration):
-        return process.memory_info().rss
 
 
 def run_stage(data: pd.DataFrame, params: Path, timeout: float) -> dict:
@@ -75,7 +43,7 @@ def run_stage(data: pd.DataFrame, params: Path, timeout: float) -> dict:
         command = [sys.executable, "-m", "trashfire.stages.survival", "--params", str(params), f"paths.reports={folder}"]
         began = time.perf_counter()
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        peak = peak_rss(process)
+        peak = peak_memory(process)
         try:
             output, _ = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:

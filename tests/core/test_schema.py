@@ -342,3 +342,25 @@ def test_the_report_reads_the_tables_through_the_schema(recorded):
     assert "fgm linf" in page and "fgm_inf" not in page
     for name, meaning in registry.meanings().items():
         assert f'<td class="t m">{name}' in page and escape(meaning) in page, name  # every headline metric with its sentence
+
+
+def _cells_at(*positions) -> list[Outcomes]:
+    return [Outcomes.of({name: np.zeros(len(at), int) for name in Outcomes.required()} | {"position": np.asarray(at)}) for at in positions]
+
+
+@pytest.mark.parametrize(
+    "positions",
+    [([0, 2, 4, 6], [2, 3, 4, 9]), ([6, 2, 0, 4], [9, 4, 3, 2]), ([3, 3, 1], [1, 3, 5]), ([5, 1, 3],), ([0, 1, 2], [], [1, 2])],
+    ids=["ascending", "any-order", "repeated", "one-cell", "one-empty"],
+)
+def test_the_positions_cells_share_and_each_cells_rows_at_them(positions):
+    """What a worst case, a distance and survival in eps read of several cells: the positions
+    all of them attacked (in ascending order, one cell's as it has them), and each cell's row
+    at each of them, whether a cell's positions come sorted, as the attack stage writes them, or not."""
+    cells = _cells_at(*positions)
+    shared = Outcomes.shared_positions(cells)
+    expected = np.asarray(positions[0]) if len(positions) == 1 else sorted(set.intersection(*(set(p) for p in positions)))
+    assert shared.tolist() == list(expected)
+    for cell, at in zip(cells, positions):
+        rows = cell.rows_at(shared)
+        assert [at[row] for row in rows] == shared.tolist()

@@ -37,6 +37,8 @@ from trashfire.survival.data import (
     dummy_columns,
     first_of_kind,
     fix_nonpositive,
+    repeated,
+    _rank_tester,
     survival_table,
     with_strengths,
 )
@@ -1196,3 +1198,24 @@ def test_first_of_kind_is_pandas_duplicated_with_zeros_of_either_sign_and_nans()
     no_columns = frame[[]]  # a study without covariates: pandas' answer, and drop_degenerate keeps nothing
     assert np.array_equal(first_of_kind(no_columns), ~no_columns.duplicated().to_numpy())
     assert drop_degenerate(no_columns, np.ones(len(no_columns))).columns.tolist() == []
+
+
+@pytest.mark.parametrize("spread", [3, 10**6, 2**64 - 1])
+def test_the_values_that_repeat_are_those_pandas_flags_keeping_none(spread):
+    """The sort that finds first_of_kind's suspects: pandas' duplicated(keep=False), value for
+    value, where repeats are most, few or none."""
+    values = np.random.default_rng(spread % 97).integers(0, spread, 5000, dtype=np.uint64, endpoint=True)
+    assert np.array_equal(repeated(values), pd.Series(values).duplicated(keep=False).to_numpy())
+    assert repeated(values[:0]).shape == (0,) and not repeated(values[:1]).any()
+
+
+def test_the_rank_test_a_block_of_rows_at_a_time_reads_every_rows_ranks():
+    """The R factor of stacked blocks' R factors is the whole matrix's: any block size gives the
+    ranks that one block of every row gives, a collinear column included."""
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(size=1000), rng.integers(0, 3, 1000).astype(float)
+    columns = [(values, values.mean(), values.std()) for values in (a, b, 2 * a - b, rng.normal(size=1000))]
+    rows = np.arange(1000)
+    whole, blocked = (_rank_tester(columns, rows, tol=1e-8 * 1000, block=block) for block in (1 << 20, 7))
+    subsets = [[0, 1], [0, 1, 2], [0, 1, 2, 3], [0, 1, 2, 3, 4], [0, 3, 4]]
+    assert [blocked(s) for s in subsets] == [whole(s) for s in subsets] == [2, 3, 3, 4, 3]

@@ -224,7 +224,8 @@ def query_curves(experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outco
     grids: dict[tuple, set] = {}
     for key, eps in zip(zip(cells["model_hash"], cells["norm"]), cells["eps_pixel"].where(cells["attack_param"] == "eps")):
         grids.setdefault(key, set()).update([] if np.isnan(eps) else [eps])
-    columns: dict[str, list] = {name: [] for name in QUERY_CURVES}
+    columns: dict[str, list] = {name: [] for name in QUERY_CURVES}  # a curve's labels and n once, repeated at the end
+    lengths: list[int] = []
     values = cell_columns(cells)
     for rows in groups(cells, ["model_hash", "norm", "attack"], dropna=True):
         first = rows[0]
@@ -237,13 +238,20 @@ def query_curves(experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outco
             passes, acc, n = curve
             labels = (model_hash, values["dataset"][first], norm, values["attack"][first], values["attack_family"][first], eps)
             for name, value in zip(QUERY_CURVES[:6], labels):
-                columns[name].append(np.full(len(passes), value, dtype=object))
+                columns[name].append(value)
             columns["passes"].append(passes)
             columns["acc"].append(acc)
-            columns["n"].append(np.full(len(passes), n))
+            columns["n"].append(n)
+            lengths.append(len(passes))
     if not columns["passes"]:
         return pd.DataFrame(columns=QUERY_CURVES)
-    table = pd.DataFrame({name: np.concatenate(parts) for name, parts in columns.items()})
+    per_curve = {*QUERY_CURVES[:6], "n"}
+    table = pd.DataFrame(
+        {
+            name: np.repeat(np.array(parts, dtype=object if name != "n" else None), lengths) if name in per_curve else np.concatenate(parts)
+            for name, parts in columns.items()
+        }
+    )
     return table.astype({"eps": float, "passes": int, "acc": float, "n": int})[QUERY_CURVES]
 
 

@@ -264,6 +264,11 @@ def _keys(cls: type) -> tuple[tuple[str, ...], frozenset[str]]:
     return required, frozenset(f.name for f in fields(cls) if f.init)
 
 
+def _ascending(values: np.ndarray, strictly: bool = False) -> bool:
+    values = np.asarray(values)
+    return bool((values[1:] > values[:-1]).all() if strictly else (values[1:] >= values[:-1]).all())
+
+
 @cache
 def _field_defaults(cls: type) -> tuple[tuple[str, Any], ...]:
     """A dataclass's fields and defaults, read once: `dataclasses.fields` per read of 10^5
@@ -363,6 +368,8 @@ class Outcomes:
     def rows_at(self, positions: np.ndarray) -> np.ndarray:
         """The rows at `positions` (every one of them attacked here)."""
         where = self.positions()
+        if _ascending(where):  # as the attack stage writes them: argsort's order is the rows' own
+            return np.searchsorted(where, positions)
         order = np.argsort(where, kind="stable")
         return order[np.searchsorted(where, positions, sorter=order)]
 
@@ -370,7 +377,13 @@ class Outcomes:
     def shared_positions(cells: Sequence[Outcomes]) -> np.ndarray:
         """The positions every cell attacked (cells with another `samples` budget attack other
         subsets); one cell's as it has them."""
-        return reduce(np.intersect1d, [cell.positions() for cell in cells])
+        # sorted and distinct, as the attack stage writes them, the positions need no np.unique
+        # inside intersect1d (at 10^5 cells its hash-based unique cost seconds)
+        positions = [cell.positions() for cell in cells]
+        if len(positions) == 1:
+            return positions[0]
+        distinct = [where if _ascending(where, strictly=True) else np.unique(where) for where in positions]
+        return reduce(lambda shared, where: np.intersect1d(shared, where, assume_unique=True), distinct)
 
     def duration(self, clock: str) -> np.ndarray:
         """Each sample's duration on `clock`: its FLOPs (compute), or its priced seconds."""
