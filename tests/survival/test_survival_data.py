@@ -32,13 +32,13 @@ from trashfire.survival import fitters as F
 from trashfire.survival.data import (
     ID_COLUMNS,
     LABEL_COLUMNS,
+    _rank_tester,
     diagnose,
     drop_degenerate,
     dummy_columns,
     first_of_kind,
     fix_nonpositive,
     repeated,
-    _rank_tester,
     survival_table,
     with_strengths,
 )
