@@ -583,11 +583,27 @@ def test_every_selection_score_is_a_column_of_table_i_with_one_direction():
     from trashfire.survival import spec
 
     in_sample = [s for s in spec.SCORES if not s.measure]
-    assert {s.column for s in in_sample} <= set(scoring.TRAIN_COLUMNS) and not {s.column for s in spec.SCORES} & set(scoring.TEST_COLUMNS)
-    assert all(s.column == f"cv_{s.measure}" for s in spec.SCORES if s.measure)  # validation.Plan.column: Table I's column
+    assert {s.name for s in in_sample} <= set(scoring.TRAIN_COLUMNS) and not {s.name for s in spec.SCORES} & set(scoring.TEST_COLUMNS)
+    assert all(s.name == f"cv_{s.measure}" for s in spec.SCORES if s.measure)  # validation.Plan.column: Table I's column
     assert {s.name for s in spec.SCORES if s.higher_is_better} == {"cv_uno_C", "cv_concordance"}
     with pytest.raises(ConfigError, match="survival.select_by: got 'C'; allowed: cv_ICI, cv_E50, cv_IBS, cv_uno_C, cv_concordance, AIC, BIC"):
         survival_checks.check(OmegaConf.merge(compose(), {"survival": {"select_by": "C"}}))
+
+
+def test_a_new_selection_score_is_one_entry_of_the_scores(monkeypatch):
+    """Adding a score is one Score in survival.spec.SCORES: the config check then allows it and
+    the selection picks the best model by its column of Table I in its direction, with nothing
+    else edited (here the training log-likelihood, larger for a better fit)."""
+    from trashfire.survival import spec
+
+    monkeypatch.setattr(spec, "SCORES", (*spec.SCORES, spec.Score("log_likelihood", higher_is_better=True)))
+    survival_checks.check(OmegaConf.merge(compose(), {"survival": {"select_by": "log_likelihood"}}))
+    comparison = pd.DataFrame({"fitter": ["weibull", "lognormal", "loglogistic"], "log_likelihood": [-12.0, -10.0, np.nan], "AIC": [1.0, 9.0, 0.5]})
+    times = pd.DataFrame({f"E_T_{name}": [1.0, 2.0] for name in comparison["fitter"]})
+    assert expected_time.select(comparison, times, None, "log_likelihood") == "lognormal"
+    monkeypatch.undo()
+    with pytest.raises(ConfigError, match="survival.select_by: got 'log_likelihood'"):
+        survival_checks.check(OmegaConf.merge(compose(), {"survival": {"select_by": "log_likelihood"}}))
 
 
 @pytest.mark.parametrize("old, new", [("test_ICI", "cv_ICI"), ("test_E50", "cv_E50"), ("test_concordance", "cv_concordance")])

@@ -9,7 +9,7 @@ from omegaconf import DictConfig, ListConfig
 from trashfire.core.checks import as_list, choice, integer, nonempty_mapping, number, register
 from trashfire.core.errors import ConfigError
 from trashfire.survival.data import BEFORE_ATTACK_POLICIES, DUMMY_SOURCES, NONPOSITIVE_POLICIES, NUMERIC_COVARIATES
-from trashfire.survival.spec import OPTIMISERS, REPLACED, SCORE_NAMES, SPLIT_GROUPS
+from trashfire.survival.spec import OPTIMISERS, REPLACED, SPLIT_GROUPS, score_names
 
 
 @register("survival")
@@ -91,9 +91,9 @@ def _validate_select_by(select_by: Any) -> None:
         )
         raise ConfigError(
             "survival.select_by",
-            f"{select_by} was replaced by {REPLACED[select_by]} ({why}; {REPLACED[select_by]} is the same score by grouped cross-validation inside the training split); allowed: {', '.join(SCORE_NAMES)}",
+            f"{select_by} was replaced by {REPLACED[select_by]} ({why}; {REPLACED[select_by]} is the same score by grouped cross-validation inside the training split); allowed: {', '.join(score_names())}",
         )
-    choice("survival.select_by", select_by, SCORE_NAMES)
+    choice("survival.select_by", select_by, score_names())
 
 
 def _validate_score_range(value: Any) -> None:

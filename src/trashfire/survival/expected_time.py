@@ -77,17 +77,17 @@ def select(comparison: pd.DataFrame, times: pd.DataFrame, chosen: str | None, se
             raise DataError(f"survival.chosen = {chosen}: its E[T] is infinite or undefined for some cells; choose another or set chosen: null")
         return chosen
     by = score(select_by)
-    scored = comparison.assign(**{by.column: comparison.get(by.column, np.nan)})  # no AFT model fitted: no cross-validated column
+    scored = comparison.assign(**{by.name: comparison.get(by.name, np.nan)})  # no AFT model fitted: no cross-validated column
     usable = scored[scored["fitter"].map(lambda name: finite.get(name, False))]
-    candidates = usable.dropna(subset=[by.column])
+    candidates = usable.dropna(subset=[by.name])
     has_aic = "AIC" in usable and bool(usable["AIC"].notna().any())
-    if candidates.empty and by.column != "AIC" and has_aic:
+    if candidates.empty and by.name != "AIC" and has_aic:
         # no fold scored any model (a grid too small to cross-validate): the training split's AIC, never the test split
         logger.warning("no fitted AFT model has a %s score (its folds could not be scored): selected by AIC on the training split", select_by)
         return select(comparison, times, None, "AIC")
     if candidates.empty:
         raise DataError(f"no fitted AFT model has a finite E[T] everywhere and a {select_by} score; see aft_comparison.csv, or name one in survival.chosen")
-    best = candidates[by.column].idxmax() if by.higher_is_better else candidates[by.column].idxmin()
+    best = candidates[by.name].idxmax() if by.higher_is_better else candidates[by.name].idxmin()
     return str(candidates.loc[best, "fitter"])
 
 
