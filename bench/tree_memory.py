@@ -39,21 +39,19 @@ def tree(process: psutil.Process) -> list[psutil.Process]:
 
 
 def resident_bytes(processes: list[psutil.Process]) -> int:
-    total = 0
-    for member in processes:
-        try:
-            total += member.memory_info().rss
-        except psutil.Error:  # ended between the listing and the reading
-            pass
-    return total
+    return _summed(processes, lambda member: member.memory_info().rss)
 
 
 def proportional_bytes(processes: list[psutil.Process]) -> int:
+    return _summed(processes, lambda member: held_bytes(member))  # looked up when called: a test replaces held_bytes
+
+
+def _summed(processes: list[psutil.Process], bytes_of) -> int:
     total = 0
     for member in processes:
         try:
-            total += held_bytes(member)
-        except psutil.Error:
+            total += bytes_of(member)
+        except psutil.Error:  # ended between the listing and the reading
             pass
     return total
 
