@@ -85,3 +85,23 @@ def test_read_ahead_skips_missing_files_and_leaves_no_file_open(tmp_path):
     if open_before is not None:
         assert len(os.listdir("/proc/self/fd")) == open_before
     assert all(path.read_text() == "{}" for path in files)
+
+
+def test_a_text_column_as_categories_writes_the_same_parquet_file_as_its_strings(tmp_path):
+    """The timing stage keeps 10^7 rows' labels as codes of a categorical: the file must be the
+    one its object column writes, byte for byte, and read back as text (a missing label as
+    None), with the float column that holds in float32 narrowed either way."""
+    import numpy as np
+    import pandas as pd
+
+    codes = np.array([0, 1, -1, 2, 0, 1])
+    levels = np.array(["pgd linf", "fgm l2", "hsj"], dtype=object)
+    as_text = pd.Series(np.where(codes >= 0, levels[np.maximum(codes, 0)], None), dtype=object)
+    strings = pd.DataFrame({"duration": [0.5, 1.25, 2.0, 3.0, 0.1, 7.0], "attack_family": as_text, "depth": [1.0, 2, 3, 4, 5, 6]})
+    categories = strings.assign(attack_family=pd.Categorical.from_codes(codes, levels))
+    records.write_table(strings, tmp_path / "strings.parquet")
+    records.write_table(categories, tmp_path / "categories.parquet")
+    assert (tmp_path / "strings.parquet").read_bytes() == (tmp_path / "categories.parquet").read_bytes()
+    read = records.read_table(tmp_path / "categories.parquet")
+    pd.testing.assert_frame_equal(read, strings)
+    assert read["attack_family"].tolist() == ["pgd linf", "fgm l2", None, "hsj", "pgd linf", "fgm l2"]

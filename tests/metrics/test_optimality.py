@@ -49,6 +49,47 @@ def test_the_ensemble_takes_each_samples_smallest_eps_and_its_interval():
     assert (best["n_attacks"] == 2).all()
 
 
+def _ensemble_by_groupby(distances_table: pd.DataFrame) -> pd.DataFrame:
+    """The ensemble's definition in pandas' words (the stage's own code sorts integer ranks)."""
+    ranked = distances_table.assign(exact_first=(distances_table["kind"] != "exact").astype(int)).sort_values(["eps", "exact_first"], kind="stable")
+    keys = ["model_hash", "dataset", "norm", "position"]
+    best = ranked.groupby(keys, sort=True)[["attack_family", "kind", "eps_lower", "eps"]].first().reset_index()
+    farthest = np.maximum(distances_table["reach"], distances_table["eps"].where(np.isfinite(distances_table["eps"]), 0.0))
+    best["reach"] = farthest.groupby([distances_table[key] for key in keys], sort=True).max().to_numpy()
+    best["event"] = np.isfinite(best["eps"]).astype(int)
+    families = distances_table.groupby(["model_hash", "norm"])["attack_family"].nunique()
+    best["n_attacks"] = pd.MultiIndex.from_frame(best[["model_hash", "norm"]]).map(families)
+    return best.rename(columns={"attack_family": "best_by"})[distances.ENSEMBLE_COLUMNS]
+
+
+@pytest.mark.parametrize("as_categories", [False, True])
+def test_the_ensemble_equals_its_groupby_definition_with_ties_missing_values_and_unsorted_labels(as_categories):
+    """Ties in eps (exact first, then the table's order), a NaN eps, a NaN reach, labels out of
+    order and a row without a data set (left out, as groupby leaves it), as object columns or
+    as the categoricals the timing stage builds."""
+    rng = np.random.default_rng(3)
+    n = 400
+    table = pd.DataFrame(
+        {
+            "model_hash": rng.choice(["m2", "m1", "m10"], n),
+            "dataset": rng.choice(["mnist", "digits"], n).astype(object),
+            "norm": rng.choice(["inf", "2"], n),
+            "attack": "a",
+            "attack_family": rng.choice(["pgd linf", "fmn linf", "fgm linf"], n),
+            "kind": rng.choice(["grid", "exact"], n),
+            "position": rng.integers(0, 12, n),
+            "eps": rng.choice([0.0, 0.1, 0.2, np.inf, np.nan], n),
+            "reach": rng.choice([0.3, 0.5, np.nan], n),
+        }
+    )
+    table["eps_lower"] = table["eps"] / 2 + rng.choice([0.0, 0.01], n)  # rows tied in eps differ here: the winner shows
+    table.loc[5, "dataset"] = None
+    if as_categories:
+        table = table.astype({name: "category" for name in ("model_hash", "dataset", "norm", "attack_family", "kind")})
+    expected = _ensemble_by_groupby(table.astype({name: object for name in ("model_hash", "dataset", "norm", "attack_family", "kind")}))
+    pd.testing.assert_frame_equal(distances.ensemble(table), expected)
+
+
 def test_the_ensembles_eps_is_looked_up_by_position_and_missing_where_it_has_no_sample():
     """The grid check reads the ensemble's eps at a cell's positions: a position the ensemble
     lacks (no attack of the norm attacked it) is NaN, as a reindex gives it, in any order."""

@@ -29,6 +29,16 @@ def groups(frame: pd.DataFrame, keys: Sequence[str], dropna: bool = False, sort:
     return np.split(order, starts[1:]) if len(order) else []
 
 
+def repeated_labels(labels: Sequence, counts: Sequence[int]) -> pd.Categorical | np.ndarray:
+    """Each group's label repeated over its `counts` rows: text as a categorical (a code per
+    row, not a Python string: 10^7 rows), which trashfire.core.records.write_table writes as
+    the same text; other labels as an object array."""
+    codes, levels = pd.factorize(pd.Index(labels, dtype=object))
+    if levels.inferred_type != "string":
+        return np.repeat(np.array(labels, dtype=object), counts)
+    return pd.Categorical.from_codes(np.repeat(codes, counts), levels)
+
+
 def split(values: np.ndarray, order: np.ndarray, starts: np.ndarray) -> list[np.ndarray]:
     """`values` (one per row) cut into its groups (group_order's)."""
     return np.split(np.asarray(values)[order], starts[1:])

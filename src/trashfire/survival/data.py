@@ -88,30 +88,34 @@ def survival_table(
         raise ValueError(f"misclassified_before_attack must be one of {BEFORE_ATTACK_POLICIES}")
     if clock not in CLOCKS:
         raise ValueError(f"clock must be one of {CLOCKS}")
-    cells = with_strengths(experiments)
+    cells = by_attack_hash(with_strengths(experiments))
     samples = sample_rows(cells["attack_hash"], outcomes_by_hash, clock)
     samples = apply_before_attack_policy(samples, misclassified_before_attack)
     samples = fix_nonpositive(samples, nonpositive_durations)
     design, distinct = sample_design(cells, samples, covariates, dummies)
-    design = drop_degenerate(design, distinct=distinct)
-    order = by_cell_hash(cells["attack_hash"], samples["cell"].to_numpy(dtype=int))
-    cell_of_row = samples["cell"].to_numpy(dtype=int)[order]
-    # each column taken once, in the table's order: at 10^7 samples a concatenated frame, its
-    # sorted copy and their reset copies were 12 GB at once, and sorting 10^7 hashes was slow
-    columns = {name: cells[name].iloc[cell_of_row].reset_index(drop=True) for name in LABEL_COLUMNS}
-    columns |= {
-        name: frame[name].to_numpy()[order]
-        for frame, names in ((samples, ["duration", "event", "weight", *READ_ONLY]), (design, design.columns))
-        for name in names
-    }
+    kept = kept_covariates(design, distinct=distinct)
+    cell_of_row = samples["cell"].to_numpy(dtype=int)
+    # the rows come in the table's order (by cell hash) and each column is taken once, not
+    # copied again: at 10^7 samples the permuted copies of every column took 5 s
+    columns = {name: labels_of_rows(cells[name], cell_of_row) for name in LABEL_COLUMNS}
+    columns |= {name: samples[name].to_numpy() for name in ["duration", "event", "weight", *READ_ONLY]}
+    columns |= {name: design[name].to_numpy() for name in kept}
     return pd.DataFrame(columns, copy=False)
 
 
-def by_cell_hash(attack_hashes: pd.Series, cell_of_row: np.ndarray) -> np.ndarray:
-    """The rows' order sorted stably by their cell's attack hash (`cell_of_row`: each row's
-    position in `attack_hashes`), as sorting the rows' hashes would give it, without doing so."""
-    rank_of_cell = pd.factorize(attack_hashes, sort=True)[0]
-    return np.argsort(rank_of_cell[cell_of_row], kind="stable")
+def labels_of_rows(labels: pd.Series, rows: np.ndarray) -> pd.Series:
+    """`labels` at `rows`, text as a categorical of them: a code per row, not a Python string
+    (10^7 rows), written to Parquet as the same text (trashfire.core.records.write_table)."""
+    codes, levels = pd.factorize(labels)
+    if levels.inferred_type != "string":
+        return labels.iloc[rows].reset_index(drop=True)
+    return pd.Series(pd.Categorical.from_codes(codes[rows], levels), name=labels.name)
+
+
+def by_attack_hash(cells: pd.DataFrame) -> pd.DataFrame:
+    """The cells sorted stably by attack hash, so that their samples, concatenated, come in the
+    table's order (by hash; a cell's samples as its arrays order them)."""
+    return cells.iloc[np.argsort(pd.factorize(cells["attack_hash"], sort=True)[0], kind="stable")].reset_index(drop=True)
 
 
 def with_strengths(experiments: pd.DataFrame) -> pd.DataFrame:
@@ -136,7 +140,7 @@ def sample_rows(attack_hashes: pd.Series, outcomes_by_hash: Mapping[str, Mapping
     sizes = np.array([len(arrays.event) for arrays in cells])
 
     def joined(array_of, dtype=None) -> np.ndarray:
-        return np.concatenate([np.asarray(array_of(arrays), dtype=dtype) for arrays in cells])
+        return np.concatenate([array_of(arrays) for arrays in cells], dtype=dtype, casting="unsafe")  # as np.asarray(dtype=) casts
 
     def optional(name: str, fill, dtype=None) -> np.ndarray:
         """A per-sample array some cells lack (broken_by outside composites): `fill` there."""
@@ -153,7 +157,8 @@ def sample_rows(attack_hashes: pd.Series, outcomes_by_hash: Mapping[str, Mapping
             "margin_at_budget": optional("margin_at_budget", np.nan, float),
             "wrong_before": joined(lambda a: a.y_pred_ben) != joined(lambda a: a.y_true),
             **{name: joined(lambda a, s=source: a[s], float) for name, source in SAMPLE_COVARIATES.items()},
-        }
+        },
+        copy=False,  # a block per column: consolidating 10^7 rows' columns into 2-D blocks copied them all (4 s)
     )
 
 
@@ -199,15 +204,16 @@ def sample_design(cells: pd.DataFrame, samples: pd.DataFrame, covariates: Sequen
     cell_covariates = [c for c in covariates if c not in SAMPLE_COVARIATES]
     per_cell = pd.concat([cells[cell_covariates].astype(float), dummy_columns(cells, dummies)], axis=1)
     cell_of_row = samples["cell"].to_numpy(dtype=int)
-    design = per_cell.iloc[cell_of_row].reset_index(drop=True)
-    for name in covariates:
-        if name in SAMPLE_COVARIATES:
-            design[name] = samples[name].to_numpy(dtype=float)
+    # a column at a time, a block each: a 2-D take and its reordered copy were 10^7 rows x 20 twice
+    columns = {name: per_cell[name].to_numpy()[cell_of_row] for name in per_cell.columns}
+    columns |= {name: samples[name].to_numpy(dtype=float) for name in covariates if name in SAMPLE_COVARIATES}
+    ordered = [*covariates, *(name for name in columns if name not in covariates)]
+    design = pd.DataFrame({name: columns[name] for name in ordered}, index=pd.RangeIndex(len(cell_of_row)), copy=False)
     alike_cells = (
         per_cell.groupby(list(per_cell.columns), dropna=False, sort=False).ngroup().to_numpy() if len(per_cell.columns) else np.zeros(len(per_cell), int)
     )
     keys = pd.DataFrame({"cell": alike_cells[cell_of_row], **{name: design[name] for name in covariates if name in SAMPLE_COVARIATES}})
-    return design[list(covariates) + [c for c in design if c not in covariates]], first_of_kind(keys)
+    return design, first_of_kind(keys)
 
 
 def minmax_within(values: pd.Series, family: pd.Series) -> pd.Series:
@@ -275,12 +281,18 @@ def repeated(values: np.ndarray) -> np.ndarray:
 def drop_degenerate(
     covariates: pd.DataFrame, weights: np.ndarray | None = None, where: str = "survival data", distinct: np.ndarray | None = None
 ) -> pd.DataFrame:
-    """Drop constant columns, then each column that adds no rank beside an intercept and the
-    columns kept before it (perfect collinearity), with a logged note. Rows with zero weight
+    """`covariates`' columns that `kept_covariates` keeps."""
+    return covariates[kept_covariates(covariates, weights, where, distinct)]
+
+
+def kept_covariates(covariates: pd.DataFrame, weights: np.ndarray | None = None, where: str = "survival data", distinct: np.ndarray | None = None) -> list[str]:
+    """The columns kept, in order, after dropping constant columns, then each column that adds
+    no rank beside an intercept and the columns kept before it (perfect collinearity), with a
+    logged note. Rows with zero weight
     do not count. The rank test runs on the distinct rows: they span the same space as all
     rows, and a per-sample table repeats each cell's covariates many times (`distinct`: which
     rows are the first of their kind, where the caller knows it; without weights). Each test reads the
-    singular values of the columns it compares from one R factor of them all (`r_factor`): a
+    singular values of the columns it compares from one R factor of them all (`_rank_tester`): a
     matrix's columns Q R[:, S] have R[:, S]'s singular values, so one pass over the rows
     serves every test, where an SVD per column read them all again (10^6 samples: 8 s)."""
     if distinct is not None and (weights is not None or len(distinct) != len(covariates)):
@@ -308,7 +320,7 @@ def drop_degenerate(
             log.info("%s: dropping covariate %s: collinear with %s", where, column, ", ".join(["intercept", *kept]))
         else:
             basis, kept = [*basis, tested[column]], kept + [column]
-    return covariates[kept]
+    return kept
 
 
 def _rank_tester(columns: list[tuple[np.ndarray, float, float]], rows: np.ndarray, tol: float, block: int = 1 << 15):

@@ -32,7 +32,7 @@ import pandas as pd
 from omegaconf import DictConfig
 
 from trashfire.core import schema
-from trashfire.core.groups import groups
+from trashfire.core.groups import groups, repeated_labels
 from trashfire.core.records import write_csv, write_table
 from trashfire.core.schema import Outcomes, norm_label
 from trashfire.core.stage import Artefacts
@@ -58,8 +58,9 @@ def to_pixel_units(values: np.ndarray, norm: str, units: str, pixel_std: float) 
 
 def distance_table(experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcomes]) -> pd.DataFrame:
     """attack_distances.parquet from the experiments table and the cells' outcome arrays (built as
-    columns, one frame at the end)."""
-    columns: dict[str, list] = {name: [] for name in DISTANCES}
+    columns, one frame at the end; a family's labels once, repeated there)."""
+    columns: dict[str, list] = {name: [] for name in PER_SAMPLE}
+    labels: dict[str, list] = {name: [] for name in PER_FAMILY}
     cells = _labels(experiments)
     values = cell_columns(cells)
     for rows in groups(cells, ["model_hash", "attack", "norm"], dropna=True):
@@ -72,13 +73,22 @@ def distance_table(experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Out
             samples, units = example_distances(arrays, norm), "standardised"
         for column in ("eps_lower", "eps", "reach"):
             samples[column] = to_pixel_units(samples[column], norm, units, float(values["pixel_std"][first]))
-        count = len(samples["position"])
-        for name in DISTANCES:
-            columns[name].append(samples[name] if name in samples else np.full(count, values[name][first], dtype=object))
+        for name in PER_SAMPLE:
+            columns[name].append(samples[name])
+        kind = samples["kind"][0] if len(samples["kind"]) else None  # a family without samples repeats its labels no time
+        for name in PER_FAMILY:
+            labels[name].append(kind if name == "kind" else values[name][first])
     if not columns["position"]:
         return pd.DataFrame(columns=DISTANCES)
-    table = pd.DataFrame({name: np.concatenate(parts) for name, parts in columns.items()})
+    counts = [len(position) for position in columns["position"]]
+    table = pd.DataFrame(
+        {name: repeated_labels(labels[name], counts) if name in PER_FAMILY else np.concatenate(columns[name]) for name in DISTANCES}, copy=False
+    )
     return table.astype({"position": int, "eps_lower": float, "eps": float, "event": int, "reach": float})
+
+
+PER_FAMILY = ["model_hash", "dataset", "norm", "attack", "attack_family", "kind"]
+PER_SAMPLE = [name for name in DISTANCES if name not in PER_FAMILY]
 
 
 def cell_columns(cells: pd.DataFrame) -> dict[str, np.ndarray]:
@@ -150,20 +160,75 @@ def _rows(cell: Outcomes, positions: np.ndarray) -> np.ndarray:
 
 def ensemble(distances: pd.DataFrame) -> pd.DataFrame:
     """Per model cell, norm and sample: the smallest eps over the attack families (exact before
-    grid on a tie), with that family's lower end, the farthest reach of any, and how many
-    families the norm has (`n_attacks`: an ensemble of one is that attack, and the tables of
-    survival in eps and the curves leave it out)."""
+    grid on a tie, then the first in the table), with that family's lower end, the farthest
+    reach of any, and how many families the norm has (`n_attacks`: an ensemble of one is that
+    attack, and the tables of survival in eps and the curves leave it out). Rows sorted by
+    model cell, data set, norm and position, as groupby sorts them; a row with a missing label
+    left out. Sorted on integer ranks of the labels: grouping 10^7 rows on their text in
+    pandas took most of the distance tables' time."""
     if distances.empty:
         return pd.DataFrame(columns=ENSEMBLE_COLUMNS)
-    ranked = distances.assign(exact_first=(distances["kind"] != "exact").astype(int)).sort_values(["eps", "exact_first"], kind="stable")
-    keys = ["model_hash", "dataset", "norm", "position"]
-    best = ranked.groupby(keys, sort=True)[["attack_family", "kind", "eps_lower", "eps"]].first().reset_index()
-    farthest = np.maximum(distances["reach"], distances["eps"].where(np.isfinite(distances["eps"]), 0.0))
-    best["reach"] = farthest.groupby([distances[key] for key in keys], sort=True).max().to_numpy()  # the same groups, in the same order
-    best["event"] = np.isfinite(best["eps"]).astype(int)
-    families = distances.groupby(["model_hash", "norm"])["attack_family"].nunique()
-    best["n_attacks"] = pd.MultiIndex.from_frame(best[["model_hash", "norm"]]).map(families)
-    return best.rename(columns={"attack_family": "best_by"})[ENSEMBLE_COLUMNS]
+    (model, model_levels), (dataset, dataset_levels), (norm, norm_levels) = (_ranked(distances[key]) for key in ("model_hash", "dataset", "norm"))
+    eps, position = distances["eps"].to_numpy(float), distances["position"].to_numpy(np.int64)
+    kind, kind_levels = _ranked(distances["kind"])
+    exact_last = (kind != np.searchsorted(kind_levels, EXACT) if EXACT in kind_levels else np.ones(len(kind), bool)).astype(np.int8)
+    labelled = np.flatnonzero((model >= 0) & (dataset >= 0) & (norm >= 0))
+    keys = (model, dataset, norm, position)
+    order = _sorted_rows(keys, eps, exact_last, labelled)
+    if not len(order):
+        return pd.DataFrame(columns=ENSEMBLE_COLUMNS)
+    starts = np.flatnonzero(np.concatenate([[True], np.any([key[order][1:] != key[order][:-1] for key in keys], axis=0)]))
+    best_rows = order[starts]
+    reach = distances["reach"].to_numpy(float)
+    farthest = np.maximum(reach, np.where(np.isfinite(eps), eps, 0.0))[order]  # NaN where the reach is: fmax.reduceat skips it, as groupby's max
+    family, family_levels = _ranked(distances["attack_family"])
+    best = pd.DataFrame(
+        {
+            "model_hash": model_levels[model[best_rows]],
+            "dataset": dataset_levels[dataset[best_rows]],
+            "norm": norm_levels[norm[best_rows]],
+            "position": position[best_rows],
+            "eps_lower": distances["eps_lower"].to_numpy(float)[best_rows],
+            "eps": eps[best_rows],
+            "event": np.isfinite(eps[best_rows]).astype(int),
+            "reach": np.fmax.reduceat(farthest, starts) if len(starts) else np.zeros(0),
+            "kind": kind_levels[kind[best_rows]],
+            "best_by": family_levels[family[best_rows]],
+            "n_attacks": _families_per_norm(model, norm, family)[model[best_rows], norm[best_rows]],
+        }
+    )
+    return best[ENSEMBLE_COLUMNS]
+
+
+def _ranked(labels: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's rank among its column's labels in sorted order (-1: missing), and the labels
+    in that order."""
+    if isinstance(labels.dtype, pd.CategoricalDtype):
+        codes, levels = labels.cat.codes.to_numpy(np.int64), labels.cat.categories.to_numpy(object)
+    else:
+        codes, levels = pd.factorize(labels.to_numpy(object))
+        levels = np.asarray(levels, dtype=object)
+    by_label = np.argsort(levels, kind="stable")
+    rank = np.empty(len(levels), dtype=np.int64)
+    rank[by_label] = np.arange(len(levels))
+    return np.where(codes >= 0, rank[np.maximum(codes, 0)] if len(levels) else -1, -1), levels[by_label]
+
+
+def _sorted_rows(keys: tuple[np.ndarray, ...], eps: np.ndarray, exact_last: np.ndarray, labelled: np.ndarray) -> np.ndarray:
+    """The labelled rows sorted by `keys`, then by eps (NaN last) and exact before grid, then
+    by their place in the table (a stable sort)."""
+    return labelled[np.lexsort((exact_last[labelled], eps[labelled], *(key[labelled] for key in reversed(keys))))]
+
+
+def _families_per_norm(model: np.ndarray, norm: np.ndarray, family: np.ndarray) -> np.ndarray:
+    """How many attack families each (model rank, norm rank) has: a table indexed by the two."""
+    shape = (model.max(initial=-1) + 1, norm.max(initial=-1) + 1, family.max(initial=-1) + 1)
+    known = (model >= 0) & (norm >= 0) & (family >= 0)
+    present = np.unique(np.ravel_multi_index((model[known], norm[known], family[known]), shape))
+    model_norm = np.unravel_index(present, shape)[:2]
+    counts = np.zeros(shape[:2], dtype=int)
+    np.add.at(counts, model_norm, 1)
+    return counts
 
 
 def best_by_cell(best: pd.DataFrame) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray]]:

@@ -383,6 +383,8 @@ class Outcomes:
         if len(positions) == 1:
             return positions[0]
         distinct = [where if _ascending(where, strictly=True) else np.unique(where) for where in positions]
+        if all(np.array_equal(where, distinct[0]) for where in distinct[1:]):  # a family's cells attack one subset: no sort
+            return distinct[0]
         return reduce(lambda shared, where: np.intersect1d(shared, where, assume_unique=True), distinct)
 
     def duration(self, clock: str) -> np.ndarray:
