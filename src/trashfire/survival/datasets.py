@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from omegaconf import DictConfig
@@ -49,22 +50,23 @@ def write_beside_distances(
     prog: str = __name__,
     also: Callable[[], None] | None = None,
 ) -> pd.DataFrame:
-    """The distance tables (`trashfire.tables.distances.write_distance_tables`), then the survival
-    data sets, which take their ensemble; returns the survival data set. `also()` runs first
-    here (the stage's experiments table). With `workers` > 1 the distance tables are made in a
-    forked worker, which reads the outcome arrays from this process's memory, while this
-    process runs `also` and builds the survival data set and the eps samples (at 10^7 samples
-    each took a minute and a half on one core of two), and writes the survival data set to a
-    temp file (from a thread, while it makes the eps samples); it is renamed onto its name once the worker's tables and the eps samples (with
-    the ensemble's rows) are written, so that a failure in either process, or in the eps
-    samples, leaves the survival data sets as they were. A killed worker's temp
-    files are removed, and a killed run's before it starts."""
+    """The distance tables and the query curves (`trashfire.tables.distances`), then the
+    survival data sets, which take the distance tables' ensemble; returns the survival data
+    set. `also()` runs first (the stage's experiments table). With `workers` > 1 a forked
+    worker, which reads the outcome arrays from this process's memory, runs `also`, makes the
+    distance tables, then the eps samples with the ensemble's rows, while this process builds
+    the survival data set, writes it (from a thread) and makes the query curves meanwhile (at
+    10^7 samples each side took about 25 s on one core of two). Both
+    survival data sets are written to temp files, renamed onto their names only once both
+    processes are done, so that a failure in either leaves them as they were. A killed
+    worker's temp files are removed, and a killed run's before it starts."""
     folders = {artefacts.output(name).parent for name in ("attack_distances.parquet", "survival_data.parquet")}
     with dead_temps_removed(*folders):  # a killed run's temp files before, a killed worker's after
         if workers <= 1 or torch_loaded():  # a forked torch can hang on its threads
             if also is not None:
                 also()
             best = distances.write_distance_tables(cfg, artefacts, experiments, outcomes_by_hash)
+            distances.write_query_curves(cfg, artefacts, experiments, outcomes_by_hash)
             return write_survival_sets(cfg, artefacts, experiments, outcomes_by_hash, best)
         return _beside_the_distance_worker(cfg, artefacts, experiments, outcomes_by_hash, workers, prog, also)
 
@@ -78,40 +80,45 @@ def _beside_the_distance_worker(
     prog: str,
     also: Callable[[], None] | None,
 ) -> pd.DataFrame:
-    built: list[tuple[pd.DataFrame, pd.DataFrame]] = []
-    _INHERITED[ROWS] = (experiments, outcomes_by_hash)
+    built: list[pd.DataFrame] = []
+    _INHERITED[ROWS], _INHERITED[ALSO] = (experiments, outcomes_by_hash), also
 
     def meanwhile(survival_file: Path) -> None:
-        if also is not None:
-            also()
         survival = _survival_samples(cfg, experiments, outcomes_by_hash)
-        # pyarrow encodes and compresses without the GIL: the eps samples are made meanwhile
+        # pyarrow encodes and compresses without the GIL: the query curves are made meanwhile
         with ThreadPoolExecutor(1) as writer:
             written = writer.submit(write_parquet, survival, survival_file)
-            built.append((survival, _eps_samples(cfg, experiments, outcomes_by_hash)))
+            distances.write_query_curves(cfg, artefacts, experiments, outcomes_by_hash)
             written.result()
+        built.append(survival)
 
     try:  # the forked worker and this process leave the objects alive now out of their garbage collections (core.parallel)
-        # renamed once the worker's tables and the eps samples with their ensemble are written
-        with atomic_path(artefacts.output("survival_data.parquet")) as survival_file:
-            jobs = [(cfg, artefacts)]
-            ((_, best),) = results_as_completed(
-                _distance_tables, jobs, workers, prog, threads=1, away=True, fork=True, meanwhile=lambda: meanwhile(survival_file)
-            )
-            survival, eps_data = built[0]
-            _write_sets(artefacts, None, eps_data, best, experiments)
+        # both renamed once the worker's tables and eps samples and this process's survival data set are written
+        with atomic_path(artefacts.output("survival_data.parquet")) as survival_file, atomic_path(artefacts.output("eps_survival_data.parquet")) as eps_file:
+            jobs = [(cfg, artefacts, eps_file)]
+            for _ in results_as_completed(
+                _distance_tables_and_eps_samples, jobs, workers, prog, threads=1, away=True, fork=True, meanwhile=lambda: meanwhile(survival_file)
+            ):
+                pass  # the worker's tables are on disk
     finally:
         _INHERITED.pop(ROWS, None)
-    _log_sets(experiments, survival)
-    return survival
+        _INHERITED.pop(ALSO, None)
+    _log_sets(experiments, built[0])
+    return built[0]
 
 
-ROWS = "rows"
-_INHERITED: dict[str, tuple[pd.DataFrame, Mapping[str, Outcomes]]] = {}  # what a forked worker reads instead of a pickled copy
+ROWS, ALSO = "rows", "also"
+_INHERITED: dict[str, Any] = {}  # what a forked worker reads instead of a pickled copy
 
 
-def _distance_tables(cfg: DictConfig, artefacts: Artefacts) -> pd.DataFrame:
-    return distances.write_distance_tables(cfg, artefacts, *_INHERITED[ROWS])
+def _distance_tables_and_eps_samples(cfg: DictConfig, artefacts: Artefacts, eps_file: Path) -> None:
+    """The worker's part: `also`, the distance tables, then the eps samples with the
+    ensemble's rows, written to `eps_file` (this stage's temp file for eps_survival_data.parquet)."""
+    experiments, outcomes_by_hash = _INHERITED[ROWS]
+    if _INHERITED[ALSO] is not None:
+        _INHERITED[ALSO]()
+    best = distances.write_distance_tables(cfg, artefacts, experiments, outcomes_by_hash)
+    write_parquet(_with_ensemble_rows(_eps_samples(cfg, experiments, outcomes_by_hash), best, experiments), eps_file)
 
 
 def _survival_and_eps_samples(cfg: DictConfig, experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcomes]) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -137,14 +144,16 @@ def _eps_samples(cfg: DictConfig, experiments: pd.DataFrame, outcomes_by_hash: M
     return epsilon.sample_table(experiments, outcomes_by_hash, eps.minimal_units, eps.minimal_eps_max)
 
 
-def _write_sets(artefacts: Artefacts, survival: pd.DataFrame | None, eps_data: pd.DataFrame, best: pd.DataFrame | None, experiments: pd.DataFrame) -> None:
-    """eps_survival_data.parquet with the ensemble's rows, and survival_data.parquet unless it is
-    written (None)."""
-    if best is not None and not best.empty:
-        eps_data = pd.concat([eps_data, epsilon.ensemble_samples(best, experiments)], ignore_index=True)
-    for name, table in (("survival_data.parquet", survival), ("eps_survival_data.parquet", eps_data)):
-        if table is not None:
-            write_table(table, artefacts.output(name))
+def _write_sets(artefacts: Artefacts, survival: pd.DataFrame, eps_data: pd.DataFrame, best: pd.DataFrame | None, experiments: pd.DataFrame) -> None:
+    """survival_data.parquet, and eps_survival_data.parquet with the ensemble's rows."""
+    write_table(survival, artefacts.output("survival_data.parquet"))
+    write_table(_with_ensemble_rows(eps_data, best, experiments), artefacts.output("eps_survival_data.parquet"))
+
+
+def _with_ensemble_rows(eps_data: pd.DataFrame, best: pd.DataFrame | None, experiments: pd.DataFrame) -> pd.DataFrame:
+    if best is None or best.empty:
+        return eps_data
+    return pd.concat([eps_data, epsilon.ensemble_samples(best, experiments)], ignore_index=True)
 
 
 def _log_sets(experiments: pd.DataFrame, survival: pd.DataFrame) -> None:

@@ -381,16 +381,17 @@ def step_curve(passes_to_break: np.ndarray, budget: int) -> tuple[np.ndarray, np
 
 
 def write_distance_tables(cfg: DictConfig, artefacts: Artefacts, experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcomes]) -> pd.DataFrame:
-    """attack_distances.parquet, minimal_eps_check.csv and query_curves.csv; returns the ensemble
-    (each sample's smallest eps per model cell and norm) for survival in eps."""
+    """attack_distances.parquet and minimal_eps_check.csv; returns the ensemble (each sample's
+    smallest eps per model cell and norm) for survival in eps. query_curves.csv is
+    `write_query_curves`' (the timing stage makes it in the other process)."""
     distances = distance_table(experiments, outcomes_by_hash)
     best = ensemble(distances)
-    query_eps = {str(norm): list(values) for norm, values in (cfg.metrics.optimality.get("query_eps") or {}).items()}
-    tables = {
-        "attack_distances.parquet": distances,
-        "minimal_eps_check.csv": grid_check(experiments, outcomes_by_hash, best),
-        "query_curves.csv": query_curves(experiments, outcomes_by_hash, query_eps),
-    }
-    for name, table in tables.items():
-        (write_table if name.endswith(".parquet") else write_csv)(table, artefacts.output(name))
+    write_table(distances, artefacts.output("attack_distances.parquet"))
+    write_csv(grid_check(experiments, outcomes_by_hash, best), artefacts.output("minimal_eps_check.csv"))
     return best
+
+
+def write_query_curves(cfg: DictConfig, artefacts: Artefacts, experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcomes]) -> None:
+    """query_curves.csv, at the norms' grid eps and `metrics.optimality.query_eps`."""
+    query_eps = {str(norm): list(values) for norm, values in (cfg.metrics.optimality.get("query_eps") or {}).items()}
+    write_csv(query_curves(experiments, outcomes_by_hash, query_eps), artefacts.output("query_curves.csv"))
