@@ -245,8 +245,10 @@ def flag_degenerate(table: pd.DataFrame, metrics_cfg: DictConfig) -> pd.DataFram
     cells are left out of R, EVP, the brittle correlations and the headline means."""
     if table.empty:
         return table.assign(degenerate=pd.Series(dtype=bool))
-    margin, evp = metrics_cfg.degenerate.get("margin"), metrics_cfg.evp
-    thresholds = table["n_classes"].map(lambda k: degeneracy_threshold(int(k), margin, evp.w, evp.get("tau")))
+    margin, w, tau = metrics_cfg.degenerate.get("margin"), metrics_cfg.evp.w, metrics_cfg.evp.get("tau")
+    # once per class count, not per row: reading the config 10^5 times took seconds
+    by_classes = {k: degeneracy_threshold(int(k), margin, w, tau) for k in table["n_classes"].unique()}
+    thresholds = table["n_classes"].map(by_classes)
     table = table.assign(degenerate=table["acc_ben"] <= thresholds)
     flagged = table.loc[table["degenerate"]].drop_duplicates("model_hash")
     if len(flagged):
