@@ -135,7 +135,7 @@ def rows_of(table):
 
 
 def test_one_row_per_attacked_sample_on_the_process_clock(two_cells, survival_log):
-    table = survival_table(*two_cells)
+    table = survival_table(*two_cells, clock="process")
     assert rows_of(table) == [
         ("fgm-0.1", 0.02, 0, 1),
         ("fgm-0.1", 0.015, 1, 1),
@@ -171,25 +171,25 @@ def test_durations_follow_the_configured_clock(two_cells):
 
 
 def test_policies_for_samples_misclassified_before_the_attack(two_cells, survival_log):
-    first_query = survival_table(*two_cells, misclassified_before_attack="first_query")
+    first_query = survival_table(*two_cells, misclassified_before_attack="first_query", clock="process")
     assert "1 of 9 attacked samples, in 1 of 2 attack cells, misclassified before the attack: kept as failures at the first query" in survival_log.text
-    dropped = survival_table(*two_cells, misclassified_before_attack="drop")
+    dropped = survival_table(*two_cells, misclassified_before_attack="drop", clock="process")
     assert "1 of 9 attacked samples, in 1 of 2 attack cells, misclassified before the attack: dropped (policy drop)" in survival_log.text
     assert (len(first_query), int(first_query["event"].sum())) == (9, 3)
     assert (len(dropped), int(dropped["event"].sum())) == (8, 2)
     assert rows_of(dropped) == rows_of(first_query)[:4] + rows_of(first_query)[5:]
     assert -1.5 not in dropped["margin"].tolist()
     with pytest.raises(ValueError, match="first_query"):
-        survival_table(*two_cells, misclassified_before_attack="attack_time")  # a policy that no longer exists
+        survival_table(*two_cells, misclassified_before_attack="attack_time", clock="process")  # a policy that no longer exists
 
 
 def test_durations_below_the_clock_resolution(two_cells, survival_log):
     experiments, outcomes = two_cells
     outcomes["pgd-0.3"]["duration_process"][:2] = 0.0
-    half_min = survival_table(experiments, outcomes)
+    half_min = survival_table(experiments, outcomes, clock="process")
     assert half_min["duration"].tolist()[5:] == [0.0005, 0.0005, 0.03, 0.03]  # half the smallest measured
     assert "2 rows (2 samples) timed at <= 0 s" in survival_log.text
-    dropped = survival_table(experiments, outcomes, nonpositive_durations="drop")
+    dropped = survival_table(experiments, outcomes, nonpositive_durations="drop", clock="process")
     assert rows_of(dropped)[5:] == [("pgd-0.3", 0.03, 0, 1)] * 2
 
 
@@ -199,8 +199,8 @@ def test_all_censored_data_is_a_reported_diagnostic(two_cells):
         arrays["event"][:] = False
         arrays["y_pred_ben"][:] = arrays["y_true"]
     with pytest.raises(DataError, match="all 9 attacked samples survived"):
-        diagnose(survival_table(experiments, outcomes))
-    diagnose(survival_table(*cells()))  # fit for a model
+        diagnose(survival_table(experiments, outcomes, clock="process"))
+    diagnose(survival_table(*cells(), clock="process"))  # fit for a model
 
 
 def test_experiment_rows_count_events_and_censored_samples(two_cells):
@@ -221,7 +221,7 @@ def test_arrays_from_before_per_sample_clocks_are_one_clear_line(tmp_path, two_c
     assert "\n" not in message and str(outcomes_path(tmp_path, "old")) in message
     assert "margin_ben" in message and "duration_process" in message and "rerun the attack stage" in message
     with pytest.raises(DataError, match="attack cell fgm-0.1: .*rerun the attack stage"):
-        survival_table(two_cells[0], {"fgm-0.1": old, "pgd-0.3": two_cells[1]["pgd-0.3"]})
+        survival_table(two_cells[0], {"fgm-0.1": old, "pgd-0.3": two_cells[1]["pgd-0.3"]}, clock="process")
 
 
 def best_time(work, repeats: int = 3) -> float:
@@ -512,14 +512,14 @@ def covariates_by_cell(table, columns):
 def test_an_experiments_table_without_cells_gives_an_empty_table_with_the_id_columns(two_cells):
     experiments, outcomes = two_cells
     for policy in ("first_query", "drop"):
-        table = survival_table(experiments.iloc[:0], outcomes, misclassified_before_attack=policy)
+        table = survival_table(experiments.iloc[:0], outcomes, misclassified_before_attack=policy, clock="process")
         assert table.empty and list(table.columns) == ID_COLUMNS  # every covariate is dropped: it takes no value
 
 
 def test_the_experiments_index_is_not_read(two_cells):
     experiments, outcomes = two_cells
     indexed = experiments.set_index("attack_hash", drop=False)  # as a caller looking cells up by hash holds it
-    pd.testing.assert_frame_equal(survival_table(indexed, outcomes), survival_table(experiments, outcomes))
+    pd.testing.assert_frame_equal(survival_table(indexed, outcomes, clock="process"), survival_table(experiments, outcomes, clock="process"))
 
 
 def test_rows_are_sorted_by_attack_hash_and_keep_each_cells_sample_order(two_cells):
@@ -529,14 +529,14 @@ def test_rows_are_sorted_by_attack_hash_and_keep_each_cells_sample_order(two_cel
     cells, outcomes = experiments.iloc[[0, 0]].assign(attack_hash=["b", "a"]), {}
     for attack_hash in ("a", "b"):
         outcomes[attack_hash] = hand_made_outcomes(range(20), range(20), range(20), [1.0] * 20, np.arange(1, 21) / 1000, [0] * 20, [10] * 20)
-    table = survival_table(cells, outcomes)
+    table = survival_table(cells, outcomes, clock="process")
     assert table["attack_hash"].tolist() == ["a"] * 20 + ["b"] * 20
     assert table["duration"].tolist() == pytest.approx(2 * [i / 1000 for i in range(1, 21)])
 
 
 def test_attack_and_defence_strengths_are_min_max_scaled_within_their_family():
     experiments, outcomes = experiment_cells(("fgm", 0.1, "conf", 0.5), ("fgm", 0.2, "conf", 1.0), ("fgm", 0.5, "none", 0.0), ("pgd", 0.3, "conf", 0.75))
-    table = survival_table(experiments, outcomes, covariates=("attack_strength", "defence_strength"), dummies=())
+    table = survival_table(experiments, outcomes, covariates=("attack_strength", "defence_strength"), dummies=(), clock="process")
     # fgm spans 0.1..0.5: (0.1 - 0.1) / 0.4 = 0, (0.2 - 0.1) / 0.4 = 0.25, (0.5 - 0.1) / 0.4 = 1;
     # pgd has one value: 0. conf spans 0.5..1.0: 0, 1, and 0.75 -> 0.5; none has one value: 0
     assert covariates_by_cell(table, ["attack_strength", "defence_strength"]) == {
@@ -551,7 +551,7 @@ def test_dummies_read_against_no_defence_and_the_first_family_by_its_dummy_name(
     experiments, outcomes = experiment_cells(
         ("pgd", 0.1, "none", 0.0), ("pgd_bpda", 0.1, "none", 0.0), ("pgd", 0.1, "conf", 0.0), ("pgd", 0.1, "fsq", 0.0), ("pgd_bpda", 0.1, "fsq", 0.0)
     )
-    table = survival_table(experiments, outcomes, covariates=())
+    table = survival_table(experiments, outcomes, covariates=(), clock="process")
     # 'pgd_bpda linf' sorts after 'pgd linf' as a label, but its dummy name attack_pgd_bpda_inf
     # before attack_pgd_inf: it is the reference. The defences against none, whatever its place
     assert list(table.columns[len(ID_COLUMNS) :]) == ["attack_pgd_inf", "defence_conf", "defence_fsq"]
@@ -567,7 +567,7 @@ def test_dummies_read_against_no_defence_and_the_first_family_by_its_dummy_name(
 
 def test_without_no_defence_the_first_defence_is_the_reference_and_only_configured_dummies_are_made():
     experiments, outcomes = experiment_cells(("pgd", 0.1, "conf", 0.0), ("fgm", 0.1, "fsq", 0.0), ("pgd", 0.1, "fsq", 0.0))
-    table = survival_table(experiments, outcomes, covariates=(), dummies=("defence",))
+    table = survival_table(experiments, outcomes, covariates=(), dummies=("defence",), clock="process")
     # conf, fsq: conf (the first) is the reference; no attack dummy though fgm and pgd differ
     assert list(table.columns[len(ID_COLUMNS) :]) == ["defence_fsq"]
     assert covariates_by_cell(table, ["defence_fsq"]) == {
@@ -590,8 +590,8 @@ def messages(caplog):
 def test_the_survival_data_log_lines_in_full(two_cells, survival_log):
     experiments, outcomes = two_cells
     outcomes["pgd-0.3"]["duration_process"][:2] = 0.0
-    survival_table(experiments, outcomes)
-    survival_table(experiments, outcomes, nonpositive_durations="drop")
+    survival_table(experiments, outcomes, clock="process")
+    survival_table(experiments, outcomes, nonpositive_durations="drop", clock="process")
     logged = messages(survival_log)
     assert (
         "survival data: 1 of 9 attacked samples, in 1 of 2 attack cells, misclassified before the attack: kept as failures at the first query (policy first_query)"
@@ -608,7 +608,7 @@ def test_a_missing_outcome_file_names_its_cell(two_cells):
     experiments, outcomes = two_cells
     del outcomes["pgd-0.3"]
     with pytest.raises(DataError, match="^no outcome arrays for attack cell pgd-0.3; run the attack stage first$"):
-        survival_table(experiments, outcomes)
+        survival_table(experiments, outcomes, clock="process")
 
 
 def test_arrays_of_other_types_are_coded_as_the_tables_types(two_cells):
@@ -624,7 +624,7 @@ def test_arrays_of_other_types_are_coded_as_the_tables_types(two_cells):
             "duration_process": [1] * n,
             "margin_ben": np.arange(n),
         }
-    table = survival_table(experiments, outcomes)
+    table = survival_table(experiments, outcomes, clock="process")
     assert {c: str(table[c].dtype) for c in ("duration", "event", "weight", "queries", "gradients", "flops", "margin")} == {
         "duration": "float64",
         "event": "int64",
@@ -694,14 +694,14 @@ def test_a_covariate_collinear_up_to_rounding_is_dropped(degenerate_log):
 
 
 def test_diagnose_names_missing_columns_and_takes_a_table_without_the_compute_counts(two_cells):
-    table = survival_table(*two_cells)
+    table = survival_table(*two_cells, clock="process")
     with pytest.raises(DataError, match=re.escape("survival data: columns ['event'] missing; rerun the timing stage")):
         diagnose(table.drop(columns="event"))
     diagnose(table.drop(columns=["queries", "gradients", "flops"]))  # the compute counts are for reading
 
 
 def test_diagnose_takes_one_sample_and_rejects_none(two_cells):
-    table = survival_table(*two_cells)
+    table = survival_table(*two_cells, clock="process")
     diagnose(table.iloc[[1]])  # one failure: fit for a model
     with pytest.raises(DataError, match=re.escape("survival data: no attacked samples; the attack grid produced nothing to fit")):
         diagnose(table.assign(weight=0))
@@ -709,7 +709,7 @@ def test_diagnose_takes_one_sample_and_rejects_none(two_cells):
 
 @pytest.mark.parametrize("duration", [0.0, np.inf, np.nan])
 def test_diagnose_rejects_a_duration_lifelines_cannot_take(two_cells, duration):
-    table = survival_table(*two_cells)
+    table = survival_table(*two_cells, clock="process")
     table.loc[3, "duration"] = duration
     message = "survival data: durations must be finite and > 0 (lifelines' requirement); rebuild it with the timing stage"
     with pytest.raises(DataError, match=re.escape(message)):
@@ -717,7 +717,7 @@ def test_diagnose_rejects_a_duration_lifelines_cannot_take(two_cells, duration):
 
 
 def test_diagnose_says_how_to_get_failures_when_all_samples_survived(two_cells):
-    table = survival_table(*two_cells)
+    table = survival_table(*two_cells, clock="process")
     message = (
         "survival data: all 9 attacked samples survived (no failure event, all censored); "
         "a survival model needs failures: strengthen the attacks or add attack families"
@@ -1159,7 +1159,7 @@ def test_a_composites_causes_ride_along_and_other_cells_name_none(two_cells):
     its cause, never as a covariate; PGD's arrays have none, so its rows name none."""
     experiments, outcomes = two_cells
     causes = np.array(["", "apgd_ce", "", "square", "first_query"])
-    table = survival_table(experiments, {**outcomes, "fgm-0.1": {**outcomes["fgm-0.1"], "broken_by": causes}})
+    table = survival_table(experiments, {**outcomes, "fgm-0.1": {**outcomes["fgm-0.1"], "broken_by": causes}}, clock="process")
     assert table.loc[table["attack_hash"] == "fgm-0.1", "broken_by"].tolist() == causes.tolist()
     assert table.loc[table["attack_hash"] == "pgd-0.3", "broken_by"].tolist() == [""] * 4
     assert "broken_by" not in F.covariates_of(table)

@@ -59,8 +59,8 @@ def test_objectives_are_means_over_the_trials_attack_cells():
     # FGM at eps .5 and 1 (standardised; pixel std .4): acc .6 and .2, benign .8; t_train 2 s,
     # t_attack .1 s and .4 s per sample
     table = pd.DataFrame([row | {"t_train": 2.0, "t_attack": t} for row, t in zip(attack_rows(), (0.1, 0.4))])
-    values = objectives_of(table, ["acc_adv", "acc_ben", "trash", "evp", "auc_r"], OmegaConf.create({"evp": EVP, "auc": PIXEL_AUC}))
-    # trash: t_train (1 - acc) / t_attack = 2 * .4 / .1 = 8 and 2 * .8 / .4 = 4
+    values = objectives_of(table, ["acc_adv", "acc_ben", "trash_constant_hazard", "evp", "auc_r"], OmegaConf.create({"evp": EVP, "auc": PIXEL_AUC}))
+    # trash_constant_hazard: t_train (1 - acc) / t_attack = 2 * .4 / .1 = 8 and 2 * .8 / .4 = 4
     # evp: tau(10) = .25, g = [.8, .6, 0] on [0, .5, 1]: .5 (.8 + .6) / 2 + .5 (.6 + 0) / 2 = .5
     # auc_r: .19 / (.8 * .3), as in test_aggregate
     assert values == pytest.approx([0.4, 0.8, 6.0, 0.5, 0.19 / 0.24])
@@ -72,9 +72,11 @@ def test_an_unknown_objective_or_an_eps_objective_without_an_eps_attack_is_refus
     from trashfire.core.errors import ConfigError
     from trashfire.experiment import objective_names
 
-    assert objective_names(OmegaConf.merge(tiny_cfg, {"objective": ["acc_adv", "trash"]})) == ["acc_adv", "trash"]
-    with pytest.raises(ConfigError, match="objective: got 'speed'; allowed: acc_adv, acc_ben, trash, evp, auc_r"):
+    assert objective_names(OmegaConf.merge(tiny_cfg, {"objective": ["acc_adv", "trash_constant_hazard"]})) == ["acc_adv", "trash_constant_hazard"]
+    with pytest.raises(ConfigError, match="objective: got 'speed'; allowed: acc_adv, acc_ben, trash_constant_hazard, evp, auc_r"):
         objective_names(OmegaConf.merge(tiny_cfg, {"objective": "speed"}))
+    with pytest.raises(ConfigError, match="objective: 'trash' is now trash_constant_hazard"):  # its name before: two TRASHes, two names
+        objective_names(OmegaConf.merge(tiny_cfg, {"objective": ["acc_adv", "trash"]}))
     no_eps = OmegaConf.merge(tiny_cfg, {"objective": "evp"})
     no_eps.attack = {"deepfool": {"param": "nb_grads"}}
     with pytest.raises(ConfigError, match="need an eps-grid attack"):

@@ -294,7 +294,10 @@ def test_launcher_presets_compose_to_their_hydra_launchers():
 @pytest.mark.parametrize(
     "override, line",
     [
-        ("objective=[acc_adv,trash]", "hydra.sweeper.direction: 1 direction(s) ['maximize'] for 2 objective(s) ['acc_adv', 'trash']; give one per objective"),
+        (
+            "objective=[acc_adv,trash_constant_hazard]",
+            "hydra.sweeper.direction: 1 direction(s) ['maximize'] for 2 objective(s) ['acc_adv', 'trash_constant_hazard']; give one per objective",
+        ),
         ("hydra.sweeper.trial_configs=all", "hydra.sweeper.trial_configs: got 'all'; allowed: overrides, full"),
     ],
 )

@@ -115,7 +115,7 @@ def expected_on_clocks(cells: pd.DataFrame) -> pd.DataFrame:
     on_clocks = {f"E_T_{schema.COMPUTE}": compute} | {f"E_T_{c}": cells["E_T"] if c == clock else compute * rate[c] for c in schema.SECONDS}
     missing = pd.Series(np.nan, index=cells.index)
     flops_per_query = cells.get("flops_forward", missing).astype(float)  # the model's own cost of a query, whatever the attack
-    latency = {"flops_per_query": flops_per_query} | {f"seconds_per_query_{c}": flops_per_query * rate[c] for c in schema.SECONDS}
+    latency = {each.latency: flops_per_query if each.name == schema.COMPUTE else flops_per_query * rate[each.name] for each in schema.CLOCK_LIST}
     robustness = {"E_Q": cells.get("queries_mean", missing).astype(float), "E_G": cells.get("gradients_mean", missing).astype(float)}
     return cells.assign(**on_clocks, **robustness, **latency)
 

@@ -274,7 +274,8 @@ def depth_latency_not_queries(tables: Tables, settings: Settings) -> Tested | Fi
     exceeds its smallest effect (a t test) and the queries' slope is within its margin of 0
     (TOST); its p is the larger of the two."""
     id = "003_depth_latency_not_queries"
-    latency = "flops_per_query" if tables.clock in ("", "flops") else f"seconds_per_query_{tables.clock}"
+    clock = schema.CLOCK_OF[tables.clock or schema.COMPUTE]
+    latency = clock.latency
     test = "slopes of log E[queries to failure] (TOST within the margin) and of log latency per query (t test) on log depth over undefended trained models"
     models, what = depth_series(tables.trained)
     if models.empty:
@@ -285,7 +286,7 @@ def depth_latency_not_queries(tables: Tables, settings: Settings) -> Tested | Fi
     x = np.log(per_model["depth"].to_numpy(float))
     queries = inference.slope_over_units(x, np.log(per_model["E_Q"].to_numpy()))
     seconds = inference.slope_over_units(x, np.log(per_model[latency].to_numpy()))
-    unit = "FLOPs" if latency == "flops_per_query" else f"{tables.clock} seconds"
+    unit = clock.unit if clock.name == schema.COMPUTE else f"{clock.name} seconds"
     detail = (
         f"over {queries.n} trained models ({what}): E[queries] ~ depth^{queries.value:.3g} (95% t interval [{queries.lo:.3g}, {queries.hi:.3g}]), "
         f"{unit} per query ~ depth^{seconds.value:.3g} ([{seconds.lo:.3g}, {seconds.hi:.3g}])"

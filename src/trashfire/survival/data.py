@@ -79,11 +79,13 @@ def survival_table(
     dummies: Sequence[str] = tuple(DUMMY_SOURCES),
     misclassified_before_attack: str = "first_query",
     nonpositive_durations: str = "half_min",
-    clock: str = "process",
+    *,
+    clock: str,
 ) -> pd.DataFrame:
     """One row per attacked sample of the cells of `experiments` (one row per attack cell),
     from each cell's outcome arrays in `outcomes_by_hash` (attack_hash -> arrays); the cell's
-    labels and covariates are joined on by attack_hash."""
+    labels and covariates are joined on by attack_hash. `clock` (one of schema.CLOCKS), named
+    by every caller: the stage passes `timing.clock`."""
     if misclassified_before_attack not in BEFORE_ATTACK_POLICIES:
         raise ValueError(f"misclassified_before_attack must be one of {BEFORE_ATTACK_POLICIES}")
     if clock not in CLOCKS:

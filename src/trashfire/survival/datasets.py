@@ -135,7 +135,7 @@ def _survival_samples(cfg: DictConfig, experiments: pd.DataFrame, outcomes_by_ha
         data.dummies,
         data.misclassified_before_attack,
         data.nonpositive_durations,
-        cfg.timing.clock,
+        clock=cfg.timing.clock,
     )
 
 

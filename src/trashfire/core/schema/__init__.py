@@ -9,7 +9,7 @@ holds and which columns a table has. Every name is importable from here
   an identifier (the survival data's dummy columns, attack_fgm_inf).
 - `units`: an eps is stored once, in the units it was configured in (`attack_value`,
   `attack_units`) with the data set's `pixel_std`; `to_standardised` and `to_pixel` convert.
-  The clocks (`COMPUTE`, `SECONDS`, `CLOCKS`).
+  The clocks (`Clock`, declared once in `CLOCK_LIST`; `COMPUTE`, `SECONDS`, `CLOCKS`).
 - `records`: typed records, `TrainRecord` (models/<train_hash>.json), `BenignRecord` (a model
   cell's benign evaluation, reports/attacks/benign/<model_hash>.json), `AttackRecord`
   (reports/attacks/<attack_hash>.json), `Outcomes` (its per-sample arrays, the .npz beside
@@ -125,10 +125,13 @@ from trashfire.core.schema.records import (
     with_pixel_std,
 )
 from trashfire.core.schema.units import (
+    CLOCK_LIST,
+    CLOCK_OF,
     CLOCKS,
     COMPUTE,
     EPS_UNITS,
     SECONDS,
+    Clock,
     convert_eps,
     eps_column,
     to_pixel,
@@ -152,8 +155,11 @@ __all__ = [
     "norm_label",
     "field_names",
     "without",
+    "CLOCK_LIST",
+    "CLOCK_OF",
     "CLOCKS",
     "COMPUTE",
+    "Clock",
     "EPS_UNITS",
     "SECONDS",
     "convert_eps",

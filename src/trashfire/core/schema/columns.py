@@ -15,7 +15,7 @@ import pandas as pd
 
 from trashfire.core.schema.labels import ATTACK_LABELS, DEFENCE_LABELS, MODEL_LABELS, SEEDLESS_LABELS, TRAINED_LABELS, without
 from trashfire.core.schema.records import BrittleRecord, Finding
-from trashfire.core.schema.units import CLOCKS, SECONDS
+from trashfire.core.schema.units import CLOCK_LIST, CLOCKS
 
 ACCURACIES = ["acc_ben", "acc_adv"]
 TIMED = ("t_train", "t_predict", "t_attack")  # per sample, on the configured clock and on each (FLOPs on the compute clock, seconds on the others)
@@ -117,7 +117,7 @@ UNDEFENDED_PEER = TRAINED_LABELS  # a brittle-score's undefended reference share
 # (restricted to the budget), and the latency of a query (the model's FLOPs per forward, and
 # their seconds on each clock)
 ON_CLOCKS = [f"{q}_{clock}" for clock in CLOCKS for q in ("t_train", "E_T", "trash_adv")]
-LATENCY = ["flops_per_query", *(f"seconds_per_query_{clock}" for clock in SECONDS)]
+LATENCY = [clock.latency for clock in CLOCK_LIST]
 TRASH = (
     CELL
     + ["t_train", "t_predict", "acc_ben", "acc_adv", "t_attack", "E_T", "censored_share", "E_T_source", "f_adv", "eps_max", "f_ben", "trash_adv", "trash_ben"]

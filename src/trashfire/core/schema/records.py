@@ -26,7 +26,7 @@ import numpy as np
 from trashfire.core.errors import DataError
 from trashfire.core.records import read_json, write_json
 from trashfire.core.schema.labels import MODEL_LABELS, ModelLabels, without
-from trashfire.core.schema.units import COMPUTE, to_standardised
+from trashfire.core.schema.units import COMPUTE, SECONDS, to_standardised
 
 R = TypeVar("R", bound="Record")
 
@@ -174,7 +174,7 @@ class BenignRecord(Record):
 
 
 # what the tables downstream read from an attack record, named first when missing
-ATTACK_RECORD_LEAD = ("dataset", "attack", "acc_ben", "acc_adv", *(f"t_{q}_{clock}" for q in ("train", "predict", "attack") for clock in ("process", "wall")))
+ATTACK_RECORD_LEAD = ("dataset", "attack", "acc_ben", "acc_adv", *(f"t_{q}_{clock}" for q in ("train", "predict", "attack") for clock in SECONDS))
 
 
 def with_pixel_std(record: dict[str, Any]) -> dict[str, Any]:

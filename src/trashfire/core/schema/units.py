@@ -4,19 +4,48 @@ the compute clock, seconds on the others)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
-SECONDS = ("process", "wall")  # the clocks that measure seconds
+
+@dataclass(frozen=True)
+class Clock:
+    """A clock a time is measured on, declared once (the rest of trashfire reads these):
+    - `name`: `timing.clock`'s value and the suffix of the tables' timed columns (t_train_<name>);
+    - `unit`: the tables' unit of its times;
+    - `latency`: the column of one query's cost on it (003's depth claim);
+    - `fit_scale` and `fit_unit`: what the survival fits see its durations in. lifelines'
+      optimisers (and its calibration spline) start near durations of order 1 and fail to
+      converge on FLOPs of order 1e8, so the compute clock is fitted in GFLOPs; every time the
+      stage writes (E[T], t*) is back in the clock's unit."""
+
+    name: str
+    unit: str
+    latency: str
+    fit_scale: float = 1.0
+    fit_unit: str = ""  # empty: the clock's unit
+
+    @property
+    def fitted_in(self) -> str:
+        return self.fit_unit or self.unit
+
+
 COMPUTE = "flops"  # the compute clock: the model's work per sample, counted exactly
-CLOCKS = (COMPUTE, *SECONDS)  # what `timing.clock` may choose
-CLOCK_UNIT_NAMES = {"flops": "FLOPs", "process": "s", "wall": "s"}  # the tables' unit, each clock's own
-# The unit the survival fits see per clock: lifelines' optimisers (and its calibration spline)
-# start near durations of order 1 and fail to converge on FLOPs of order 1e8, so the compute
-# clock is fitted in GFLOPs; every time the stage writes (E[T], t*) is back in the clock's unit.
-FIT_UNITS = {"flops": 1e9}
-FIT_UNIT_NAMES = {"flops": "GFLOPs", "process": "s", "wall": "s"}
+# every clock, the compute clock first: a new clock is one entry here (and the attack stage's
+# measurement of it: the records' and outcome arrays' t_*_<name> and duration_<name>)
+CLOCK_LIST = (
+    Clock(COMPUTE, unit="FLOPs", latency="flops_per_query", fit_scale=1e9, fit_unit="GFLOPs"),
+    Clock("process", unit="s", latency="seconds_per_query_process"),
+    Clock("wall", unit="s", latency="seconds_per_query_wall"),
+)
+CLOCK_OF = {clock.name: clock for clock in CLOCK_LIST}
+CLOCKS = tuple(CLOCK_OF)  # what `timing.clock` may choose
+SECONDS = tuple(clock.name for clock in CLOCK_LIST if clock.unit == "s")  # the clocks that measure seconds
+CLOCK_UNIT_NAMES = {clock.name: clock.unit for clock in CLOCK_LIST}  # the tables' unit, each clock's own
+FIT_UNITS = {clock.name: clock.fit_scale for clock in CLOCK_LIST}
+FIT_UNIT_NAMES = {clock.name: clock.fitted_in for clock in CLOCK_LIST}
 
 EPS_UNITS = ("standardised", "pixel")  # eps on the standardised scale the model sees, or in [0, 1] pixel units
 
