@@ -340,7 +340,9 @@ def test_a_registered_metric_reaches_metrics_json_the_tables_the_cards_and_the_r
     cfg = tiny(tmp_path, "defence=[none,conf]")
     reports = record_run(cfg)
     headline = registry.Metric(
-        "acc_adv_min", lambda r: worst_accuracy(registry.sound(r.experiments)["acc_adv"]), "the lowest accuracy under attack over the sound attack cells"
+        "acc_adv_min",
+        lambda r: worst_accuracy(registry.non_degenerate(r.experiments)["acc_adv"]),
+        "the lowest accuracy under attack over the sound attack cells",
     )
     per_curve = registry.CurveMetric(
         "acc_at_eps_max", lambda curve, tau: worst_accuracy(curve["acc"].iloc[-1:]), "the accuracy at the largest eps of the curve"
@@ -762,10 +764,10 @@ def test_the_headline_robust_accuracy_is_the_worst_cases_mean_per_norm_and_eps_o
     means = registry.worst_case_means(worst)
     assert means == pytest.approx({"linf eps 0.1 pixel": 0.5, "linf eps 0.3 pixel": 0.05, "l2 eps 0.5 standardised": 0.7})
     assert list(means) == ["l2 eps 0.5 standardised", "linf eps 0.1 pixel", "linf eps 0.3 pixel"]  # sorted by norm, units, eps
-    assert registry.carriers(worst) == {"autoattack": 1, "autoattack, pgd": 1, "pgd": 2}
-    assert list(registry.carriers(worst)) == ["autoattack", "autoattack, pgd", "pgd"]
+    assert registry.carried_by_counts(worst) == {"autoattack": 1, "autoattack, pgd": 1, "pgd": 2}
+    assert list(registry.carried_by_counts(worst)) == ["autoattack", "autoattack, pgd", "pgd"]
     for nothing in (None, worst.iloc[:0]):  # one attack per norm and eps: no worst case
-        assert registry.worst_case_means(nothing) == {} and registry.carriers(nothing) == {}
+        assert registry.worst_case_means(nothing) == {} and registry.carried_by_counts(nothing) == {}
 
 
 def test_the_stage_reads_the_budget_check_and_competing_risks_tables_into_the_validity_flags(tmp_path):

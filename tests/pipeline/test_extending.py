@@ -222,7 +222,7 @@ def test_a_metric_with_a_setting_is_two_files(tmp_path, monkeypatch):
     scratch.edit("metrics/default.yaml", "trash:\n", "acc_adv_quantile:\n  q: 0.1          # the quantile of the attack cells' accuracy under attack\ntrash:\n")
     entry = registry.Metric(  # an entry of HEADLINE in src/trashfire/metrics/registry.py, its definition inline
         "acc_adv_quantile",
-        lambda r: float(np.quantile(registry.sound(r.experiments)["acc_adv"], r.settings.acc_adv_quantile.q)),
+        lambda r: float(np.quantile(registry.non_degenerate(r.experiments)["acc_adv"], r.settings.acc_adv_quantile.q)),
         "the q-quantile (metrics.acc_adv_quantile.q) of accuracy under attack over the sound attack cells",
     )
     scratch.python(SRC / "metrics" / "registry.py")

@@ -28,6 +28,14 @@ how many others of its batch were still standing. The laps' equal shares stay be
 - `art`: ART's `generate` on the whole batch, the reference engine: every sample the first
   query did not fail gets an equal share of the batch's passes and time; it has no
   per-sample information (failure step -1: unknown).
+Words: a *lap* is one timed pass of the model over the samples of a batch still standing
+(a forward, or a forward and a backward: one iteration of the loop, or one check); its seconds
+are also split in equal shares among the samples it carried (`duration_<clock>_shared`). A
+*reference* lap runs a whole batch, so its seconds per FLOP are the cell's rate. To *price* a
+sample's work is to turn its counted compute (forward queries and input gradients, in FLOPs)
+into seconds at that rate (`price`, trashfire.core.clocks.LapClock). A sample's *failure step*
+is the iteration whose forward first found it misclassified; its *budget* the iterations (or
+queries) the attack may spend on it before it is censored.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from trashfire.core.schema import CELL, OVER_SEEDS, UNDEFENDED_PEER, BrittleReco
 from trashfire.core.stage import Artefacts
 from trashfire.metrics import findings, optimality, registry, validity
 from trashfire.metrics.cards import write_cards
-from trashfire.metrics.registry import degenerate_cells, sound, spearman_by_dataset, survival_headline  # noqa: F401  (also this module's API)
+from trashfire.metrics.registry import degenerate_cells, non_degenerate, spearman_by_dataset, survival_headline  # noqa: F401  (also this module's API)
 from trashfire.survival import epsilon
 from trashfire.tables.distances import ensemble
 from trashfire.tables.experiments import read_experiments

@@ -23,13 +23,19 @@ curve's largest eps as a column of robustness.csv:
         return float(np.min(accuracies))
 
     # src/trashfire/metrics/registry.py, an entry of HEADLINE (or of CURVE_METRICS)
-    Metric("acc_adv_min", lambda r: metrics.worst_accuracy(sound(r.experiments)["acc_adv"]),
-           "the lowest accuracy under attack over the sound attack cells"),
+    Metric("acc_adv_min", lambda r: metrics.worst_accuracy(non_degenerate(r.experiments)["acc_adv"]),
+           "the lowest accuracy under attack over the non-degenerate attack cells"),
     CurveMetric("acc_at_eps_max", lambda curve, tau: metrics.worst_accuracy(curve["acc"].iloc[-1:]),
                 "the accuracy at the largest eps of the curve"),
 
 tests/metrics/test_aggregate.py registers both and follows them to metrics.json, robustness.csv, the
 cards and report.html.
+
+Words: a *degenerate* model cell is one whose benign accuracy does not exceed chance by the
+margin (`metrics.degenerate`, flagged by the timing stage); `non_degenerate(table)` keeps the
+others' rows, over which every headline mean is taken (the report calls them sound). A worst
+case is *carried by* the attack with the lowest robust accuracy among those it combines. An
+EVP curve *reaches nonviability* where its accuracy falls below tau within the eps grid.
 """
 
 from __future__ import annotations
@@ -99,23 +105,24 @@ class CurveMetric:
 # What the entries read
 
 
-def sound(table: pd.DataFrame) -> pd.DataFrame:
+def non_degenerate(table: pd.DataFrame) -> pd.DataFrame:
     """The rows of non-degenerate model cells."""
     return table[~table["degenerate"].astype(bool)] if "degenerate" in table else table
 
 
 def worst_case_means(worst_case: pd.DataFrame | None) -> dict[str, float]:
-    """Mean worst-case robust accuracy over the sound model cells, per norm and eps ('linf eps 0.1')."""
-    rows = sound(worst_case) if worst_case is not None else pd.DataFrame()
+    """Mean worst-case robust accuracy over the non-degenerate model cells, per norm and eps ('linf eps 0.1')."""
+    rows = non_degenerate(worst_case) if worst_case is not None else pd.DataFrame()
     if rows.empty:
         return {}
     means = rows.groupby(["norm", "attack_units", "attack_value"], sort=True)["acc_adv"].mean()
     return {f"l{norm} eps {value:g} {units}": float(mean) for (norm, units, value), mean in means.items()}
 
 
-def carriers(worst_case: pd.DataFrame | None) -> dict[str, int]:
-    """Over the sound worst-case cells, how many each attack (or tie of attacks) carried."""
-    rows = sound(worst_case) if worst_case is not None else pd.DataFrame()
+def carried_by_counts(worst_case: pd.DataFrame | None) -> dict[str, int]:
+    """Over the non-degenerate worst-case cells, how many each attack (or tie of attacks) carried:
+    had the lowest robust accuracy of the attacks the worst case combines (`carried_by`)."""
+    rows = non_degenerate(worst_case) if worst_case is not None else pd.DataFrame()
     return {} if rows.empty else {str(k): int(v) for k, v in rows["carried_by"].value_counts().sort_index().items()}
 
 
@@ -126,7 +133,7 @@ def degenerate_cells(experiments: pd.DataFrame) -> pd.Series:
     return experiments.groupby("model_hash")["degenerate"].first().astype(bool)
 
 
-def reaching(robustness: pd.DataFrame) -> pd.Series:
+def reaches_nonviability(robustness: pd.DataFrame) -> pd.Series:
     """The EVP curves that fall below tau within the grid (the others' EVP is a lower bound)."""
     return robustness["reaches_nonviability"].astype(bool)
 
@@ -135,34 +142,34 @@ def spearman_by_dataset(brittle: pd.DataFrame) -> dict[str, dict[str, float]]:
     """002 Fig. 4's rank correlation of brittle-score and robust accuracy, within each data set,
     over 002's population (trained models: predict-time defences and degenerate cells left out)."""
     result = {}
-    for dataset, group in findings.trained_models_only(sound(brittle)).dropna(subset=["brittle_score", "robust_acc"]).groupby("dataset"):
+    for dataset, group in findings.trained_models_only(non_degenerate(brittle)).dropna(subset=["brittle_score", "robust_acc"]).groupby("dataset"):
         rho, p = spearman(group["brittle_score"], group["robust_acc"])
         result[dataset] = {"rho": rho, "p": p, "n": len(group)}
     return result
 
 
 def eps_survival_means(eps_survival: pd.DataFrame | None) -> dict[str, dict[str, float]]:
-    """The mean eps-survival area per data set and attack family over the sound model cells."""
+    """The mean eps-survival area per data set and attack family over the non-degenerate model cells."""
     if eps_survival is None or eps_survival.empty:
         return {}
     means: dict = {}
-    for (dataset, family), area in sound(eps_survival).groupby(["dataset", "attack_family"])["area"].mean().items():
+    for (dataset, family), area in non_degenerate(eps_survival).groupby(["dataset", "attack_family"])["area"].mean().items():
         means.setdefault(str(dataset), {})[str(family)] = float(area)
     return means
 
 
 def trash_by_clock(trash: pd.DataFrame) -> dict[str, float]:
-    """The median TRASH over the sound cells on each clock of trash.csv."""
-    rows = sound(trash) if trash is not None else pd.DataFrame()
+    """The median TRASH over the non-degenerate cells on each clock of trash.csv."""
+    rows = non_degenerate(trash) if trash is not None else pd.DataFrame()
     return {clock: float(rows[f"trash_adv_{clock}"].dropna().median()) for clock in CLOCKS if f"trash_adv_{clock}" in rows}
 
 
 def decomposition_by_depth(trash: pd.DataFrame) -> dict:
     """{data set: {attack family: {depth: {E_Q, flops_per_query, seconds_per_query_<clock>}}}}
-    over the sound undefended cells."""
+    over the non-degenerate undefended cells."""
     if trash is None or not {"defence", "dataset", "attack_family", "depth"} <= set(trash):
         return {}
-    rows = sound(trash)
+    rows = non_degenerate(trash)
     rows = rows[rows["defence"] == "none"]
     columns = [c for c in ("E_Q", "E_G", *LATENCY) if c in rows]
     out: dict = {}
@@ -219,16 +226,16 @@ HEADLINE: list[Metric] = [
     Metric("n_degenerate_model_cells", lambda r: int(degenerate_cells(r.experiments).sum()), section="run"),
     Metric("clock", lambda r: str(r.experiments["clock"].iloc[0]), section="run"),
     Metric("n_evp_curves", lambda r: int(r.robustness["evp"].notna().sum()), section="run"),
-    Metric("n_evp_curves_short_of_nonviability", lambda r: int((r.robustness["evp"].notna() & ~reaching(r.robustness)).sum()), section="run"),
+    Metric("n_evp_curves_short_of_nonviability", lambda r: int((r.robustness["evp"].notna() & ~reaches_nonviability(r.robustness)).sum()), section="run"),
     # the headline, in reading order; means and medians leave degenerate model cells out
     Metric(
         "trash_adv_median",
-        lambda r: float(sound(r.trash)["trash_adv"].dropna().median()),
+        lambda r: float(non_degenerate(r.trash)["trash_adv"].dropna().median()),
         "median over attack cells of training time / expected time to adversarial failure; above 1 a model is cheaper to break than to train",
     ),
     Metric(
         "trash_adv_share_above_1",
-        lambda r: float((sound(r.trash)["trash_adv"] > 1).mean()),
+        lambda r: float((non_degenerate(r.trash)["trash_adv"] > 1).mean()),
         "share of attack cells whose TRASH exceeds 1, i.e. where breaking the model costs less compute than training it",
     ),
     Metric(
@@ -244,17 +251,17 @@ HEADLINE: list[Metric] = [
     ),
     Metric(
         "trash_ben_median",
-        lambda r: float(sound(r.trash)["trash_ben"].dropna().median()),
+        lambda r: float(non_degenerate(r.trash)["trash_ben"].dropna().median()),
         "the same ratio for benign failures: training time over the expected time until an unattacked input is misclassified",
     ),
     Metric(
         "acc_ben_mean",
-        lambda r: float(sound(r.experiments).drop_duplicates("model_hash")["acc_ben"].mean()),
+        lambda r: float(non_degenerate(r.experiments).drop_duplicates("model_hash")["acc_ben"].mean()),
         "mean benign test accuracy of the model cells: how good the models are without an adversary",
     ),
     Metric(
         "acc_adv_mean",
-        lambda r: float(sound(r.experiments)["acc_adv"].mean()),
+        lambda r: float(non_degenerate(r.experiments)["acc_adv"].mean()),
         "mean accuracy under attack over every attack cell (all attacks, strengths and defences)",
     ),
     Metric(
@@ -264,17 +271,17 @@ HEADLINE: list[Metric] = [
     ),
     Metric(
         "worst_case_carried_by",
-        lambda r: carriers(r.worst_case),
+        lambda r: carried_by_counts(r.worst_case),
         "how many worst-case cells (model cell, norm, eps) each attack carried: it alone reached the lowest robust accuracy (ties name every attack that did)",
     ),
     Metric(
         "evp_mean",
-        lambda r: float(r.robustness.loc[reaching(r.robustness), "evp"].mean()),
+        lambda r: float(r.robustness.loc[reaches_nonviability(r.robustness), "evp"].mean()),
         "mean expected viable performance: area under accuracy against eps (scaled to [0, 1]) counting accuracy only while it is at least τ; higher keeps useful accuracy against stronger attacks",
     ),
     Metric(
         "evp_mean_short_of_nonviability",
-        lambda r: float(r.robustness.loc[~reaching(r.robustness), "evp"].mean()),
+        lambda r: float(r.robustness.loc[~reaches_nonviability(r.robustness), "evp"].mean()),
         "mean EVP of the curves still viable at the largest eps tried: a lower bound set by the eps grid; empty when every curve reaches non-viability",
     ),
     Metric(
@@ -284,7 +291,7 @@ HEADLINE: list[Metric] = [
     ),
     Metric(
         "brittle_score_mean",
-        lambda r: float(sound(r.brittle)["brittle_score"].mean()),
+        lambda r: float(non_degenerate(r.brittle)["brittle_score"].mean()),
         "mean brittle-score: mean |LIME weight| per superpixel; higher means the model leans harder on single image regions",
     ),
     Metric(
@@ -368,7 +375,7 @@ HEADLINE: list[Metric] = [
         "the unit the 80/20 train/test split holds out whole (train_hash: trained models)",
     ),
     # beside the findings
-    Metric("brittle_spearman_per_seed", lambda r: findings.brittle_spearman_per_seed(sound(r.brittle)), section="findings"),
+    Metric("brittle_spearman_per_seed", lambda r: findings.brittle_spearman_per_seed(non_degenerate(r.brittle)), section="findings"),
     Metric("findings", lambda r: findings.findings_metrics(list(r.findings)), section="findings"),
     Metric(
         "validity_flags",
