@@ -53,6 +53,7 @@ gpu = schema.CLOCK_OF["gpu"]
 assert schema.CLOCKS[-1] == "gpu" and "gpu" in schema.SECONDS, schema.CLOCKS
 assert {"t_train_gpu", "t_attack_gpu"} <= set(schema.EXPERIMENTS), "the timed columns"
 assert gpu.latency in schema.LATENCY and "trash_adv_gpu" in schema.ON_CLOCKS
+assert {"seconds_per_flop_gpu", "t_predict_gpu"} <= set(schema.EXPERIMENTS) and "t_train_gpu" in schema.CARD_TIMES
 assert FIT_UNIT_NAMES["gpu"] == "s"
 from pathlib import Path
 cfg = tiny_config(Path(sys.argv[1]))

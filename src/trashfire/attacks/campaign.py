@@ -223,13 +223,11 @@ def attack_model_cell(artefacts: Artefacts, model_cell: ModelCell, cells: list[A
         "model_hash": model_cell.hash,
         **cell_labels(train, model_cell.defence),
         "n_train": train.n_train,
-        "t_train_process": train.t_train_process,
-        "t_train_wall": train.t_train_wall,
+        **{f"t_train_{clock}": getattr(train, f"t_train_{clock}") for clock in SECONDS},  # each seconds clock's field of the records
         "t_train_flops": train.get("t_train_flops"),
         "t_train_source": train.t_train_source,
         "acc_ben": benign.acc_ben,
-        "t_predict_process": benign.t_predict_process,
-        "t_predict_wall": benign.t_predict_wall,
+        **{f"t_predict_{clock}": getattr(benign, f"t_predict_{clock}") for clock in SECONDS},
         "device": str(device),
         "threads": torch.get_num_threads(),
     }

@@ -15,7 +15,7 @@ import pandas as pd
 
 from trashfire.core.schema.labels import ATTACK_LABELS, DEFENCE_LABELS, MODEL_LABELS, SEEDLESS_LABELS, TRAINED_LABELS, without
 from trashfire.core.schema.records import BrittleRecord, Finding
-from trashfire.core.schema.units import CLOCK_LIST, CLOCKS
+from trashfire.core.schema.units import CLOCK_LIST, CLOCK_OF, CLOCKS, COMPUTE, SECONDS
 
 ACCURACIES = ["acc_ben", "acc_adv"]
 TIMED = ("t_train", "t_predict", "t_attack")  # per sample, on the configured clock and on each (FLOPs on the compute clock, seconds on the others)
@@ -80,8 +80,7 @@ EXPERIMENTS = [
     "flops_forward",
     "flops_gradient",
     "pixel_std",
-    "seconds_per_flop_process",
-    "seconds_per_flop_wall",
+    *(f"seconds_per_flop_{clock}" for clock in SECONDS),
     "threads",
     *ATTACK_PROPERTIES,
     "evaluation",
@@ -198,7 +197,7 @@ KM_CHECK = ["attack_hash", "attack_family", "defence", "dataset", "n", "events",
 
 # A card per trained cell (reports/cards/<train_hash>.json), in sections
 CARD_TRAINING = TRAINED_LABELS + ["n_train"]
-CARD_TIMES = ["clock", "t_train", "t_train_flops", "t_train_process", "t_train_wall"]
+CARD_TIMES = ["clock", "t_train", *(f"t_train_{clock}" for clock in CLOCKS)]
 CARD_DEFENCE = DEFENCE_LABELS
 CARD_ATTACK = [
     "attack",
@@ -213,12 +212,11 @@ CARD_ATTACK = [
     "acc_adv",
     "evaluation",
     "t_attack",
-    "t_attack_process",
-    "t_attack_wall",
+    *(f"t_attack_{clock}" for clock in SECONDS),
     "attack_hash",
 ]
 CARD_WORST_CASE = ["norm", "attack_value", "attack_units", "acc_adv", "evaluation", "carried_by", "n_beyond_carrier"]
-CARD_FAMILY = ["attack_family", "E_T", "trash_adv", "trash_ben", "f_adv", "f_ben", "E_Q", "flops_per_query", *(f"trash_adv_{c}" for c in CLOCKS)]
+CARD_FAMILY = ["attack_family", "E_T", "trash_adv", "trash_ben", "f_adv", "f_ben", "E_Q", CLOCK_OF[COMPUTE].latency, *(f"trash_adv_{c}" for c in CLOCKS)]
 
 
 def card_robustness(curve_metrics: Sequence[str]) -> list[str]:
