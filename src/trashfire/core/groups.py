@@ -29,14 +29,20 @@ def groups(frame: pd.DataFrame, keys: Sequence[str], dropna: bool = False, sort:
     return np.split(order, starts[1:]) if len(order) else []
 
 
-def repeated_labels(labels: Sequence, counts: Sequence[int]) -> pd.Categorical | np.ndarray:
-    """Each group's label repeated over its `counts` rows: text as a categorical (a code per
-    row, not a Python string: 10^7 rows), which trashfire.core.records.write_table writes as
-    the same text; other labels as an object array."""
-    codes, levels = pd.factorize(pd.Index(labels, dtype=object))
+def labels_at(labels: Sequence, rows: np.ndarray) -> pd.Categorical | np.ndarray:
+    """`labels` (one per cell or group) at `rows`: text as a categorical of it (a code per row,
+    not a Python string: 10^7 rows), which trashfire.core.records.write_table writes as the
+    same text; other labels as an array of them."""
+    values = pd.Series(labels)
+    codes, levels = pd.factorize(values)
     if levels.inferred_type != "string":
-        return np.repeat(np.array(labels, dtype=object), counts)
-    return pd.Categorical.from_codes(np.repeat(codes, counts), levels)
+        return values.to_numpy()[rows]
+    return pd.Categorical.from_codes(codes[rows], levels)
+
+
+def repeated_labels(labels: Sequence, counts: Sequence[int]) -> pd.Categorical | np.ndarray:
+    """Each group's label repeated over its `counts` rows (`labels_at`)."""
+    return labels_at(labels, np.repeat(np.arange(len(counts)), counts))
 
 
 def split(values: np.ndarray, order: np.ndarray, starts: np.ndarray) -> list[np.ndarray]:

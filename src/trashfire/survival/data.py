@@ -50,6 +50,7 @@ import pandas as pd
 
 from trashfire.core import schema
 from trashfire.core.errors import DataError
+from trashfire.core.groups import labels_at
 from trashfire.core.schema import Outcomes
 
 log = logging.getLogger("trashfire.survival.data")
@@ -99,19 +100,10 @@ def survival_table(
     cell_of_row = samples["cell"].to_numpy(dtype=int)
     # the rows come in the table's order (by cell hash) and each column is taken once, not
     # copied again: at 10^7 samples the permuted copies of every column took 5 s
-    columns = {name: labels_of_rows(cells[name], cell_of_row) for name in LABEL_COLUMNS}
+    columns = {name: labels_at(cells[name], cell_of_row) for name in LABEL_COLUMNS}
     columns |= {name: samples[name].to_numpy() for name in ["duration", "event", "weight", *READ_ONLY]}
     columns |= {name: design[name].to_numpy() for name in kept}
     return pd.DataFrame(columns, copy=False)
-
-
-def labels_of_rows(labels: pd.Series, rows: np.ndarray) -> pd.Series:
-    """`labels` at `rows`, text as a categorical of them: a code per row, not a Python string
-    (10^7 rows), written to Parquet as the same text (trashfire.core.records.write_table)."""
-    codes, levels = pd.factorize(labels)
-    if levels.inferred_type != "string":
-        return labels.iloc[rows].reset_index(drop=True)
-    return pd.Series(pd.Categorical.from_codes(codes[rows], levels), name=labels.name)
 
 
 def by_attack_hash(cells: pd.DataFrame) -> pd.DataFrame:
