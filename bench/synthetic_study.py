@@ -42,7 +42,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from trashfire.attacks.store import attack_record_path, benign_path, outcomes_path
-from trashfire.brittle.spec import brittle_hash, brittle_record_path, brittle_settings
+from trashfire.brittle.spec import brittle_hash, brittle_record_path, brittle_settings, write_current_scores
 from trashfire.core.grid import attack_cells, attack_data_hash, model_cells, training_cells
 from trashfire.core.records import read_json, read_npz, write_json, write_npz
 from trashfire.report.page import SYNTHETIC_MARK
@@ -160,6 +160,9 @@ def write_model_records(cfg, source_cfg, source: Path, out: Path) -> None:
         if source_record.is_file():
             new_hash = brittle_hash(new.hash, settings)
             write_json(brittle_record_path(folder(out, cfg, "reports") / "brittle", new_hash), read_json(source_record) | hashes | {"brittle_hash": new_hash})
+    scores = folder(out, cfg, "reports") / "brittle"
+    if scores.is_dir():  # the brittle stage's file of this config's scores, which aggregate reads
+        write_current_scores(scores.parent / "brittle_scores.json", scores, [cell.hash for cell in model_cells(cfg)], settings)
     for new, old, seed in matched(training_cells(source_cfg), training_cells(cfg), train_key, source_seeds, lambda c: c.seed):
         path = folder(source, source_cfg, "models") / f"{old.hash}.json"
         if path.is_file():

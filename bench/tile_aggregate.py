@@ -48,10 +48,11 @@ def tile_brittle(source: Path, out: Path, times: int, seeds: int) -> None:
     """Each brittle record under its model hash's tile, named as the stage looks it up."""
     from omegaconf import OmegaConf
 
-    from trashfire.brittle.spec import brittle_hash, brittle_record_path, brittle_settings
+    from trashfire.brittle.spec import brittle_hash, brittle_record_path, brittle_settings, write_current_scores
 
     settings = brittle_settings(OmegaConf.load(out / "params.yaml"))
     out.joinpath("reports/brittle").mkdir(parents=True, exist_ok=True)
+    model_hashes = []
     for path in sorted(source.joinpath("reports/brittle").glob("*.json")):
         record = json.loads(path.read_text())
         for k in range(times):
@@ -59,6 +60,8 @@ def tile_brittle(source: Path, out: Path, times: int, seeds: int) -> None:
             copy["seed"] = record["seed"] + k * seeds
             copy["brittle_hash"] = brittle_hash(copy["model_hash"], settings)
             brittle_record_path(out / "reports/brittle", copy["brittle_hash"]).write_text(json.dumps(copy, indent=2, sort_keys=True))
+            model_hashes.append(copy["model_hash"])
+    write_current_scores(out / "reports/brittle_scores.json", out / "reports/brittle", list(dict.fromkeys(model_hashes)), settings)  # what aggregate reads
 
 
 def main() -> None:

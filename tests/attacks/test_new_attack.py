@@ -51,7 +51,7 @@ def test_a_new_art_attack_is_one_yaml_file(tmp_path, monkeypatch):
         "attack.fgm.norms=[inf]",
         "train.epochs=[1,2]",
         "survival.fitters=[weibull]",
-        "metrics.brittle.n_samples=5",
+        "brittle.n_samples=5",
         "metrics.brittle.robust_acc.attack=bim",
     )
     cfg = normalise(validate(compose(overrides, conf=conf)))

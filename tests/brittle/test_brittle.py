@@ -109,7 +109,7 @@ def test_samples_are_one_seeded_choice():
 def test_stage_records_every_model_cell_once_and_recomputes_a_corrupt_record(tiny_cfg):
     prepare.run(tiny_cfg)
     train.run(tiny_cfg)
-    cfg = OmegaConf.merge(tiny_cfg, {"metrics": {"brittle": {"n_samples": 3, "lime_samples": 20, "perturbations_per_eval": 20}}})
+    cfg = OmegaConf.merge(tiny_cfg, {"brittle": {"n_samples": 3, "lime_samples": 20, "perturbations_per_eval": 20}})
     cells = model_cells(cfg)
     assert brittle.run(cfg) == len(cells)
     settings = brittleness.brittle_settings(cfg)
@@ -139,10 +139,10 @@ def without_clocks(record: dict) -> dict:
 @pytest.mark.parametrize(
     "override, key",
     [
-        ("metrics.brittle.segments.kind=hexagons", "metrics.brittle.segments.kind"),
-        ("metrics.brittle.n_samples=0", "metrics.brittle.n_samples"),
-        ("metrics.brittle.lime_samples=1", "metrics.brittle.lime_samples"),
-        ("metrics.brittle.segments.compactness=0", "metrics.brittle.segments.compactness"),
+        ("brittle.segments.kind=hexagons", "brittle.segments.kind"),
+        ("brittle.n_samples=0", "brittle.n_samples"),
+        ("brittle.lime_samples=1", "brittle.lime_samples"),
+        ("brittle.segments.compactness=0", "brittle.segments.compactness"),
         ("metrics.brittle.robust_acc.eps=-0.1", "metrics.brittle.robust_acc.eps"),
     ],
 )
@@ -150,3 +150,25 @@ def test_bad_brittle_settings_name_their_key(conf_dir, override, key):
     with pytest.raises(ConfigError) as err:
         validate(compose([override], conf=conf_dir))
     assert err.value.key == key and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("old, new", [("metrics.brittle.n_samples", "brittle.n_samples"), ("metrics.brittle.segments.kind", "brittle.segments.kind")])
+def test_a_moved_lime_setting_is_refused_with_its_new_key(conf_dir, tmp_path, capsys, old, new):
+    """The LIME settings moved from `metrics.brittle` to the brittle stage's own section: an
+    override or a params file that still gives the old key is refused with one line naming
+    the new key, never read as a default."""
+    with pytest.raises(ConfigError) as err:
+        compose([f"{old}=5"], conf=conf_dir)
+    assert err.value.key == old and f"moved to {new}" in str(err.value)
+    stale = compose([], conf=conf_dir)
+    OmegaConf.update(stale, "metrics.brittle.n_samples", 7, force_add=True)  # a params.yaml composed before the move
+    with pytest.raises(ConfigError) as err:
+        validate(stale)
+    assert err.value.key == "metrics.brittle.n_samples" and "moved to brittle.n_samples" in str(err.value)
+    params = tmp_path / "params.yaml"
+    params.write_text(OmegaConf.to_yaml(compose([], conf=conf_dir)))
+    with pytest.raises(SystemExit) as code:
+        brittle.main(["--params", str(params), "metrics.brittle.seed=1"])
+    assert code.value.code == 2
+    line = capsys.readouterr().err.strip()
+    assert "\n" not in line and "metrics.brittle.seed" in line and "moved to brittle.seed" in line

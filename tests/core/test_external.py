@@ -32,7 +32,7 @@ from trashfire.stages import aggregate, attack, brittle, figures, prepare, survi
 # trashfire's own mlp2 builder, as a user's module: it takes its shape as kwargs
 MLP2 = "model.external._target_=trashfire.models.mlp"
 MLP2_KWARGS = "model.external.kwargs={n_classes:10,input_shape:[1,8,8],hidden:[512]}"
-SMALL = ["defence=[none]", "attack=[fgm]", "attack.fgm.norms=[inf]", "survival.fitters=[weibull]", "metrics.brittle.n_samples=5"]
+SMALL = ["defence=[none]", "attack=[fgm]", "attack.fgm.norms=[inf]", "survival.fitters=[weibull]", "brittle.n_samples=5"]
 
 
 ONE_MODEL_SPLIT = "survival.split_by=attack_hash"  # one imported model: the pipeline's survival split needs two groups

@@ -22,7 +22,7 @@ from trashfire.models.training import waves
 from trashfire.stages import attack, brittle, prepare, train
 
 # 2 trained cells and 3 model cells, one eps per attack: enough cells for two workers to share
-SMALLER = ("model=[fcnet]", "defence=[none,gauss_in,fsq]", "attack.fgm.values=[1.0]", "attack.pgd.values=[1.0]", "metrics.brittle.n_samples=6")
+SMALLER = ("model=[fcnet]", "defence=[none,gauss_in,fsq]", "attack.fgm.values=[1.0]", "attack.pgd.values=[1.0]", "brittle.n_samples=6")
 
 
 def tiny(folder: Path, *extra: str):

@@ -14,6 +14,7 @@ from tests.conftest import ROOT, artefacts_of, tiny_overrides
 from trashfire.attacks.campaign import attack_record_path, outcomes_path
 from trashfire.attacks.spec import attack_strength
 from trashfire.brittle.scores import brittle_hash, brittle_record_path, brittle_settings
+from trashfire.brittle.spec import write_current_scores
 from trashfire.core import schema
 from trashfire.core.config import compose, validate
 from trashfire.core.errors import DataError
@@ -253,6 +254,7 @@ def record_run(cfg) -> Path:
             t_brittle_wall=0.5,
             device="cpu",
         ).write(brittle_record_path(reports / "brittle", brittle_hash(model.hash, settings)))
+    write_current_scores(reports / "brittle_scores.json", reports / "brittle", [model.hash for model in model_cells(cfg)], settings)
     experiments, _ = timing.run(cfg)
     (reports / "survival").mkdir(parents=True, exist_ok=True)
     pd.DataFrame({"attack_hash": experiments["attack_hash"], "E_T": 0.01}).to_csv(reports / "survival" / "expected_times.csv", index=False)

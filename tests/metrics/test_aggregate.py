@@ -647,8 +647,11 @@ def test_trained_models_keep_each_trainings_undefended_cell_else_its_train_time_
 def test_a_missing_brittle_record_names_the_stage_to_run(tmp_path):
     from trashfire.core.errors import DataError
 
-    with pytest.raises(DataError, match=r"brittle-score record missing: .*; run the brittle stage first \(dvc repro brittle\)"):
-        aggregation.read_brittle(tmp_path, ["m0"], {"lime_samples": 10})
+    with pytest.raises(DataError, match=r"brittle_scores.json not found; run the brittle stage first \(dvc repro brittle\)"):
+        aggregation.read_brittle(tmp_path / "brittle_scores.json", ["m0"])
+    (tmp_path / "brittle_scores.json").write_text('{"records": []}')  # scores of another grid's cells
+    with pytest.raises(DataError, match=r"has no brittle-score of model cell m0 \(1 missing\); run the brittle stage"):
+        aggregation.read_brittle(tmp_path / "brittle_scores.json", ["m0"])
 
 
 def test_eps_survival_data_keeps_norms_as_text_and_names_the_stage_that_writes_it(tmp_path):

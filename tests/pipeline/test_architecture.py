@@ -220,7 +220,7 @@ DOMAIN_WORDS = re.compile(r"attack|defen[cs]e|brittle|lime", re.IGNORECASE)
 # the grid keys the cells of every group (data, model, defence, attack) and the schema lays out
 # the records and tables of every floor: they name the groups, and define no setting of them
 CELL_KEYS_AND_LAYOUTS = ("trashfire.core.grid", "trashfire.core.schema")
-DOMAIN_KEYS = ("attack.", "defence.", "metrics.brittle")
+DOMAIN_KEYS = ("attack.", "defence.", "brittle.", "metrics.brittle")
 
 
 def top_level_names(module: str) -> set[str]:

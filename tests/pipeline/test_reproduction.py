@@ -225,7 +225,7 @@ def test_the_002_preset_trains_each_architecture_normally_and_with_pgd_at_8_255(
     assert set(cfg.model) == {"mlp2", "cnn3", "cnn5"} and set(cfg.defence) == {"none", "adv_train"}
     assert list(cfg.defence.adv_train["values"]) == [pytest.approx(8 / 255, abs=1e-6)] and cfg.defence.adv_train.kwargs.attack.norm == "inf"
     assert (cfg.train.optimiser, cfg.train.lr, cfg.train.batch_size) == ("adam", [0.001], 32)
-    assert cfg.metrics.brittle.n_samples >= 200 and cfg.metrics.brittle.robust_acc.eps == pytest.approx(8 / 255, abs=1e-6)
+    assert cfg.brittle.n_samples >= 200 and cfg.metrics.brittle.robust_acc.eps == pytest.approx(8 / 255, abs=1e-6)
 
 
 def test_the_003_preset_has_three_depths_three_seeds_every_defence_and_attack_family(mnist_root):

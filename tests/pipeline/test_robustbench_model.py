@@ -53,9 +53,9 @@ def robustbench_run(tmp_path_factory):
         "metrics.auc.eps1=null",
         "attack.pgd.batch_size=8",
         "split.n_attack=6",
-        "metrics.brittle.n_samples=5",
-        "metrics.brittle.lime_samples=20",
-        "metrics.brittle.perturbations_per_eval=20",
+        "brittle.n_samples=5",
+        "brittle.lime_samples=20",
+        "brittle.perturbations_per_eval=20",
     )
     for stage in (prepare, train, attack, budget, brittle, timing, survival):
         run_as_declared(stage, cfg)

@@ -225,7 +225,7 @@ def tiny_run(tmp_path_factory):
         "defence=[none]",
         "attack=[fgm,deepfool]",
         "attack.deepfool.samples=10",
-        "metrics.brittle.n_samples=4",
+        "brittle.n_samples=4",
         "survival.fitters=[weibull,cox]",  # the time-survival fits are test_survival's; two keep the stage real
     )
     overrides = tiny_overrides(tmp, *extra)  # two trained models: the survival stage splits by them

@@ -1,4 +1,7 @@
-"""The brittle stage's LIME settings, `metrics.brittle` (registered with trashfire.core.checks)."""
+"""The brittle stage's LIME settings, `brittle` (registered with trashfire.core.checks).
+They lived in `metrics.brittle` before the stage had a section of its own; those keys are
+refused with the new one's name. What `aggregate` correlates the score with,
+`metrics.brittle.robust_acc`, is the metrics package's."""
 
 from __future__ import annotations
 
@@ -6,18 +9,23 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from trashfire.core.checks import choice, integer, nonempty_mapping, number, register
+from trashfire.core.checks import choice, integer, moved, nonempty_mapping, number, register
 from trashfire.core.errors import ConfigError
 
+SECTION = "brittle"
+SETTINGS = ("n_samples", "lime_samples", "perturbations_per_eval", "segments", "seed")
+for _key in SETTINGS:
+    moved(f"metrics.brittle.{_key}", f"{SECTION}.{_key}")
 
-@register("metrics")
+
+@register(SECTION)
 def check(cfg: DictConfig) -> None:
-    _validate_brittle(cfg.metrics.get("brittle"))
+    _validate_brittle(cfg.get(SECTION))
 
 
 def _validate_brittle(brittle: Any) -> None:
     """002's LIME settings for the brittle stage."""
-    key = "metrics.brittle"
+    key = SECTION
     if not isinstance(brittle, DictConfig):
         raise ConfigError(key, "missing; compose params.yaml with `make params`")
     integer(f"{key}.n_samples", brittle.get("n_samples"), low=1)
@@ -30,9 +38,3 @@ def _validate_brittle(brittle: Any) -> None:
     integer(f"{key}.segments.n_segments", segments.get("n_segments"), low=2)
     number(f"{key}.segments.compactness", segments.get("compactness"), low=0, open_low=True)
     integer(f"{key}.segments.patch", segments.get("patch"), low=1)
-    robust = brittle.get("robust_acc")
-    nonempty_mapping(f"{key}.robust_acc", robust)
-    if not isinstance(robust.get("attack"), str):
-        raise ConfigError(f"{key}.robust_acc.attack", f"got {robust.get('attack')!r}; allowed: an attack name, e.g. pgd")
-    if robust.get("eps") is not None:
-        number(f"{key}.robust_acc.eps", robust.eps, low=0, open_low=True)

@@ -26,7 +26,7 @@ from torch import nn
 from tqdm import tqdm
 
 from trashfire.attacks.art_attacks import art_classifier
-from trashfire.brittle.spec import brittle_hash, brittle_record_path, brittle_settings
+from trashfire.brittle.spec import brittle_hash, brittle_record_path, brittle_settings, write_current_scores
 from trashfire.core.clocks import Stopwatch
 from trashfire.core.errors import ConfigError
 from trashfire.core.grid import ModelCell, model_cells
@@ -57,7 +57,7 @@ def superpixels(images: np.ndarray, segments: Mapping[str, Any]) -> torch.Tensor
     elif segments["kind"] == "slic":
         labels = np.stack([slic_labels(image, segments["n_segments"], segments["compactness"]) for image in images])
     else:
-        raise ConfigError("metrics.brittle.segments.kind", f"got {segments['kind']!r}; allowed: slic, grid")
+        raise ConfigError("brittle.segments.kind", f"got {segments['kind']!r}; allowed: slic, grid")
     return torch.from_numpy(labels.astype(np.int64)).unsqueeze(1)
 
 
@@ -279,4 +279,5 @@ def score_grid(cfg: DictConfig, artefacts: Artefacts) -> int:
     jobs.sort(key=lambda job: job[3][0].train.depth or 1, reverse=True)  # the longest first keeps the workers busy to the end
     with tqdm(total=len(pending), desc="brittle cells", disable=not cfg.train.get("progress", True)) as progress:
         run_jobs(brittle_job, jobs, workers, progress, log.name, threads)
+    write_current_scores(artefacts.output("brittle_scores.json"), folder, [cell.hash for cell in cells], settings)
     return len(pending)

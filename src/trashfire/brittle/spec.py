@@ -1,27 +1,28 @@
 """Brittle's settings, light (no torch, captum or ART): the LIME settings a brittle record
-depends on, its cache key and where it lives. The brittle stage writes the records and
-`aggregate` reads them without loading captum."""
+depends on, its cache key and where it lives. The brittle stage keeps a record per model
+cell and LIME settings in its folder (a cache across configs) and writes this config's
+records to one file, `brittle_scores.json`, which `aggregate` reads: it needs neither captum
+nor the brittle stage's settings to find them."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from trashfire.core.errors import ConfigError
-from trashfire.core.records import cell_file, config_hash
+from trashfire.core.errors import ConfigError, DataError
+from trashfire.core.records import cell_file, config_hash, read_json, write_json
+from trashfire.core.schema import BrittleRecord
 
 
 def brittle_settings(cfg: DictConfig) -> dict[str, Any]:
-    """The LIME settings a record depends on (robust_acc only says what `aggregate` plots
-    the score against)."""
-    brittle = (cfg.get("metrics") or {}).get("brittle")
+    """The LIME settings a record depends on: the `brittle` section."""
+    brittle = cfg.get("brittle")
     if brittle is None:
-        raise ConfigError("metrics.brittle", "missing; compose params.yaml with `make params`")
-    settings = OmegaConf.to_container(brittle, resolve=True)
-    settings.pop("robust_acc", None)
-    return settings
+        raise ConfigError("brittle", "missing; compose params.yaml with `make params`")
+    return OmegaConf.to_container(brittle, resolve=True)
 
 
 def brittle_hash(model_hash: str, settings: dict[str, Any]) -> str:
@@ -33,3 +34,21 @@ def brittle_hash(model_hash: str, settings: dict[str, Any]) -> str:
 
 def brittle_record_path(folder: str | Path, cell_hash: str) -> Path:
     return cell_file(folder, cell_hash, ".json")
+
+
+def write_current_scores(path: str | Path, folder: str | Path, model_hashes: Iterable[str], settings: dict[str, Any]) -> None:
+    """The records of `model_hashes` under `settings`, in that order, as one file."""
+    records = [BrittleRecord.read(brittle_record_path(folder, brittle_hash(model_hash, settings))).written() for model_hash in model_hashes]
+    write_json(path, {"records": records})
+
+
+def read_current_scores(path: str | Path, model_hashes: Iterable[str]) -> list[BrittleRecord]:
+    """The brittle stage's record of each of `model_hashes`, from its `brittle_scores.json`."""
+    if not Path(path).is_file():
+        raise DataError(f"{path} not found; run the brittle stage first (dvc repro brittle)")
+    records = {record.get("model_hash"): record for record in read_json(path).get("records", [])}
+    model_hashes = list(model_hashes)
+    missing = [model_hash for model_hash in model_hashes if model_hash not in records]
+    if missing:
+        raise DataError(f"{path} has no brittle-score of model cell {missing[0]} ({len(missing)} missing); run the brittle stage (dvc repro brittle)")
+    return [BrittleRecord.from_json(records[model_hash], path) for model_hash in model_hashes]

@@ -8,6 +8,10 @@
   and register here with `@register("<section>")`. `registered()` finds every such module
   by that name and imports it, so a stage validates the whole config although it imports
   only its own floor, and core names no package above it.
+- Moved keys: a package that moves one of its keys to another section says so with
+  `moved(old, new)` beside its checks; an override or a params file that still gives the old
+  key is refused with one line naming the new one (`refuse_moved`, `refuse_moved_keys`),
+  never read as a silent default.
 """
 
 from __future__ import annotations
@@ -42,6 +46,37 @@ CHECKS_MODULE = "checks"  # trashfire.<package>.checks registers that package's 
 
 Check = Callable[[DictConfig], None]
 _REGISTRY: list[tuple[str, Check]] = []
+_MOVED: dict[str, str] = {}  # old dotted key -> its new one
+
+
+def moved(old: str, new: str) -> None:
+    """Declare that the dotted key (or section) `old` is now `new`."""
+    _MOVED[old] = new
+
+
+def new_key(key: str) -> str | None:
+    """Where the dotted `key` lives now, if it or a section above it moved; else None."""
+    _discover()
+    for old, new in _MOVED.items():
+        if key == old or key.startswith(f"{old}."):
+            return new + key[len(old) :]
+    return None
+
+
+def refuse_moved(key: str) -> None:
+    """An override's key (`+`/`~` prefixes allowed) that moved: one line naming the new key."""
+    key = key.lstrip("+~")
+    found = new_key(key)
+    if found is not None:
+        raise ConfigError(key, f"moved to {found}; set {found} instead")
+
+
+def refuse_moved_keys(cfg: DictConfig) -> None:
+    """A config (a params file composed before the move, or a preset) that still gives a moved key."""
+    _discover()
+    for old, new in _MOVED.items():
+        if OmegaConf.select(cfg, old, default=None, throw_on_missing=False) is not None:
+            raise ConfigError(old, f"moved to {new}; compose params.yaml again (`make params`), or set {new} in your config")
 
 
 def register(section: str) -> Callable[[Check], Check]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from trashfire.core.checks import refuse_moved
 from trashfire.core.config import load_params, normalise, validate
 from trashfire.core.errors import ConfigError, TrashfireError
 from trashfire.core.grid import split_groups
@@ -45,6 +46,7 @@ def _parse(cfg: DictConfig, override: str) -> tuple[str, DictConfig]:
     adding, key = key.startswith("+"), key.lstrip("+")
     if not sep or not key:
         raise ConfigError(override, "overrides take the form key=value (+key=value adds a key)")
+    refuse_moved(key)
     if not adding and OmegaConf.select(cfg, key, default=_ABSENT, throw_on_missing=False) is _ABSENT:
         raise ConfigError(key, f"no such key in the params file; {_keys_beside(cfg, key)} (+{key}=<value> adds a new one)")
     try:

@@ -27,7 +27,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from trashfire.core.checks import choice, run_registered
+from trashfire.core.checks import choice, refuse_moved, refuse_moved_keys, run_registered
 from trashfire.core.clocks import CLOCKS
 from trashfire.core.errors import ConfigError
 from trashfire.core.grid import GRID_GROUPS, defence_cell, drop_leftovers
@@ -50,6 +50,8 @@ def compose(overrides: Sequence[str] = (), conf: Path | None = None) -> DictConf
     if not (conf / "config.yaml").is_file():
         raise ConfigError("config dir", f"{conf}/config.yaml not found; run from the project root")
     check_override_form(overrides)
+    for override in overrides:
+        refuse_moved(override.partition("=")[0])
     check_group_options(overrides, conf)
     try:
         with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
@@ -139,6 +141,7 @@ def validate(cfg: DictConfig) -> DictConfig:
     for section in ("data", "split", "model", "defence", "attack", "train", "timing", "paths"):
         if not isinstance(cfg.get(section), DictConfig):
             raise ConfigError(section, _missing_section(section, cfg.get(section)))
+    refuse_moved_keys(cfg)
     _validate_paths(cfg.paths)
     choice("timing.clock", cfg.timing.get("clock"), CLOCKS)
     run_registered(cfg)

@@ -23,14 +23,14 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from trashfire import metrics
-from trashfire.brittle.spec import brittle_hash, brittle_record_path, brittle_settings
+from trashfire.brittle.spec import read_current_scores
 from trashfire.core import external, schema
 from trashfire.core.csvtext import write_csv
 from trashfire.core.errors import DataError
 from trashfire.core.groups import group_order, split
 from trashfire.core.parallel import FORK_CELLS, beside, resolve_workers
 from trashfire.core.records import atomic_path, dead_temps_removed, read_json, read_table, write_json
-from trashfire.core.schema import CELL, OVER_SEEDS, UNDEFENDED_PEER, BrittleRecord
+from trashfire.core.schema import CELL, OVER_SEEDS, UNDEFENDED_PEER
 from trashfire.core.stage import Artefacts
 from trashfire.metrics import findings, optimality, registry, validity
 from trashfire.metrics.cards import write_cards
@@ -311,15 +311,9 @@ def auc_table(robustness: pd.DataFrame) -> pd.DataFrame:
     return table.reset_index()[schema.AUC_TABLE]
 
 
-def read_brittle(folder: Path, model_hashes, settings: dict) -> pd.DataFrame:
-    """The brittle stage's record of each model cell under the current LIME settings."""
-    rows = []
-    for model_hash in model_hashes:
-        path = brittle_record_path(folder, brittle_hash(model_hash, settings))
-        if not path.is_file():
-            raise DataError(f"brittle-score record missing: {path}; run the brittle stage first (dvc repro brittle)")
-        rows.append(BrittleRecord.read(path).to_json())
-    return pd.DataFrame(rows)
+def read_brittle(path: Path, model_hashes) -> pd.DataFrame:
+    """The brittle stage's record of each model cell (its brittle_scores.json)."""
+    return pd.DataFrame([record.to_json() for record in read_current_scores(path, model_hashes)])
 
 
 def brittle_table(brittle: pd.DataFrame, experiments: pd.DataFrame, robust: DictConfig) -> pd.DataFrame:
@@ -582,7 +576,7 @@ def grid_tables(cfg: DictConfig, artefacts: Artefacts, every_row: pd.DataFrame, 
     every_robustness = robustness_table(every_curve, m.evp, m.auc, degenerate)
     attack_optimality = optimality.optimality_table(distances, best)
     curves, robustness = measured(every_curve), measured(every_robustness)
-    records = read_brittle(artefacts.input("brittle"), experiments["model_hash"].unique(), brittle_settings(cfg))
+    records = read_brittle(artefacts.input("brittle_scores.json"), experiments["model_hash"].unique())
     stages = {name: spec.stage for name, spec in cfg.defence.items()} | {"none": "none"}
     brittle = brittle_table(records, experiments, m.brittle.robust_acc).assign(
         degenerate=lambda t: t["model_hash"].map(degenerate), defence_stage=lambda t: t["defence"].map(stages)

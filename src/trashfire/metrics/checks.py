@@ -1,5 +1,5 @@
 """The metrics section's checks (registered with trashfire.core.checks); the brittle
-stage's LIME settings (metrics.brittle) are trashfire.brittle.checks'."""
+stage's LIME settings (`brittle`) are trashfire.brittle.checks'."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from trashfire.core.checks import as_list, choice, integer, nonempty_list, number, register
+from trashfire.core.checks import as_list, choice, integer, nonempty_list, nonempty_mapping, number, register
 from trashfire.core.errors import ConfigError
 from trashfire.core.grid import options
 from trashfire.core.schema import EPS_UNITS
@@ -51,6 +51,17 @@ def _validate_metrics(metrics: DictConfig) -> None:
     _validate_eps_survival(metrics.get("eps_survival"))
     _validate_optimality(metrics.get("optimality"))
     _validate_validity(metrics.get("validity"))
+    _validate_robust_acc((metrics.get("brittle") or {}).get("robust_acc"))
+
+
+def _validate_robust_acc(robust: Any) -> None:
+    """What 002 Fig. 4 correlates the brittle-score with."""
+    key = "metrics.brittle.robust_acc"
+    nonempty_mapping(key, robust)
+    if not isinstance(robust.get("attack"), str):
+        raise ConfigError(f"{key}.attack", f"got {robust.get('attack')!r}; allowed: an attack name, e.g. pgd")
+    if robust.get("eps") is not None:
+        number(f"{key}.eps", robust.eps, low=0, open_low=True)
 
 
 # each claim's smallest effect of interest and each claim of no effect's margin (trashfire.metrics.findings)

@@ -17,7 +17,7 @@ STAGE = Stage(
         "{reports}/certified.csv",
         "{reports}/survival",
         "{reports}/budget",
-        "{reports}/brittle",
+        "{reports}/brittle_scores.json",
     ),
     outs=(
         "{reports}/trash.csv",

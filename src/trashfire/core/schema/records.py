@@ -92,8 +92,12 @@ class Record:
         data = {f.name: getattr(self, f.name) for f in fields(self)} | self.derived()  # type: ignore[arg-type]
         return dict(sorted(data.items()))
 
+    def written(self) -> dict[str, Any]:
+        """The record as its file holds it: its JSON with the schema version."""
+        return dict(sorted((self.to_json() | {VERSION_KEY: SCHEMA_VERSION}).items()))
+
     def write(self, path: str | Path) -> None:
-        write_json(path, dict(sorted((self.to_json() | {VERSION_KEY: SCHEMA_VERSION}).items())))
+        write_json(path, self.written())
 
     def __getitem__(self, key: str) -> Any:
         """Mapping-style access to a field or derived key, as callers of the old dicts read them."""
