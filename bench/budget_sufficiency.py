@@ -1,16 +1,16 @@
 """Is the budget check right? The `budget` stage estimates, per attack cell, the share of its
-samples that a budget `survival.budget.factor` (10) times larger would break beyond those it
+samples that a budget `budget.factor` (10) times larger would break beyond those it
 broke, from a calibration rerun of a share of the model cells (reports/budget/sufficiency.csv).
 This reruns every cell of each family at that budget and counts what the larger budget broke:
 
-- the larger budget as the stage builds it (trashfire.attacks.budget: max_iter x factor, and
+- the larger budget as the stage builds it (trashfire.budget.reruns: max_iter x factor, and
   PGD's step_scale x factor so its first max_iter steps are the run's), into a folder of its
   own (`--rerun-folder`, reused when present), on the run's models and attack subset;
 - observed, per cell: the samples the rerun broke that the run did not, over the cell's samples;
 - the check is on the cells the stage did not rerun (`calibration` false): their estimates are
   fitted on other model cells' reruns, never on their own.
 
-A family the run did not calibrate (`survival.budget.calibrate`) is calibrated here first,
+A family the run did not calibrate (`budget.calibrate`) is calibrated here first,
 at `--share`, into a scratch table (the run's reports/budget stays as it is; the calibration
 reruns are cached in the run's budget_reruns/ as the stage caches them).
 
@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from trashfire.attacks import budget as reruns
+from trashfire.budget import reruns
 from trashfire.attacks.campaign import attack_grid
 from trashfire.attacks.store import outcomes_path
 from trashfire.core.cli import parse_overrides
@@ -41,7 +41,7 @@ from trashfire.core.config import load_params, normalise, validate
 from trashfire.core.records import read_npz
 from trashfire.core.stage import Artefacts
 from trashfire.stages.budget import STAGE
-from trashfire.survival import budget_check
+from trashfire.budget import check as budget_check
 
 SMALL_OBSERVED = 0.005  # per strength, the mean check applies where the observed mean is at least this
 
@@ -50,12 +50,12 @@ def estimates(params: Path, family: str, share: float, scratch: Path) -> pd.Data
     """The run's sufficiency table where it calibrated `family`, else the stage's table with
     `family` calibrated at `share`, written to `scratch`."""
     cfg = normalise(validate(load_params(params)))
-    calibrate = dict(cfg.survival.budget.get("calibrate") or {})
+    calibrate = dict(cfg.budget.get("calibrate") or {})
     artefacts = STAGE.resolved(cfg)
     table = artefacts.output("budget") / "sufficiency.csv"
     if family in calibrate and table.is_file():
         return pd.read_csv(table)
-    cfg = normalise(validate(parse_overrides(cfg, [f"+survival.budget.calibrate.{family}={share}"])))
+    cfg = normalise(validate(parse_overrides(cfg, [f"+budget.calibrate.{family}={share}"])))
     artefacts = replace(artefacts, writes={**artefacts.writes, "budget": scratch})
     return budget_check.check(STAGE.view(cfg), artefacts)
 
@@ -112,7 +112,7 @@ def main() -> int:
     parser.add_argument("--rerun-folder", type=Path, default=None, help="keep the full reruns here, one folder per family (reused when present)")
     parser.add_argument("--out", type=Path, default=None, help="write the per-cell table here (CSV)")
     args = parser.parse_args()
-    factor = float(load_params(args.params).survival.budget.factor)
+    factor = float(load_params(args.params).budget.factor)
     passed, tables = True, []
     with tempfile.TemporaryDirectory(prefix="budget_bench_") as scratch:
         for family in args.attacks:

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from trashfire.attacks.budget import larger_budget_config
+from trashfire.budget.reruns import larger_budget_config
 from trashfire.core.config import compose, config_dir, normalise
 from trashfire.core.grid import attack_specs, model_cells, training_cells
 from trashfire.models import flops
@@ -187,7 +187,7 @@ def grid_part(args) -> float:
         per_cell[dname, mname] = total
     attack = sum(by_family.values())
     # the budget stage (dvc repro after the sweep) reruns a share of the model cells at a larger budget
-    settings = full.survival.budget
+    settings = full.budget
     reruns = 0.0
     for family, share in (settings.get("calibrate") or {}).items():
         larger = attack_specs(larger_budget_config(one_seed, float(settings.factor), [family]))

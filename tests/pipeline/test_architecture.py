@@ -25,7 +25,7 @@ ENTRY_POINTS = {"trashfire.params", "trashfire.experiment", "trashfire.dvc_yaml"
 STAGE_NAMES = {"STAGE", "run", "main"}
 # docs/design.md's floors, in pipeline order: a package imports only its own floor and those
 # below. The stages, the sweeper and the command-line tools sit above them all.
-FLOORS = ("core", "data", "models", "attacks", "brittle", "tables", "survival", "metrics", "report")
+FLOORS = ("core", "data", "models", "attacks", "budget", "brittle", "tables", "survival", "metrics", "report")
 
 
 def all_modules() -> list[str]:
@@ -209,7 +209,7 @@ STAGE_DOMAIN = {
     "train": "models",
     "attack": "attacks",
     "certify": "attacks",
-    "budget": "survival",
+    "budget": "budget",
     "brittle": "brittle",
     "timing": "tables",
     "survival": "survival",

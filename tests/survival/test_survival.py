@@ -748,11 +748,6 @@ REMOVED_POLICY = "was removed with the per-sample failure clock; allowed: first_
         ({"survival.t0_quantile": 0}, "survival.t0_quantile: got 0; must be a finite number in (0, 1)"),
         ({"survival.t0_quantile": 1}, "survival.t0_quantile: got 1; must be a finite number in (0, 1)"),
         ({"survival.km_check_tolerance": 0}, "survival.km_check_tolerance: got 0; must be a finite number > 0"),
-        # budget sufficiency: a larger budget, a bootstrap of at least 10 draws, a seed
-        ({"survival.budget": DROP}, "survival.budget: missing; compose params.yaml with `make params`"),
-        ({"survival.budget.factor": 1}, "survival.budget.factor: got 1; must be a finite number > 1"),
-        ({"survival.budget.draws": 9}, "survival.budget.draws: got 9; must be an integer >= 10"),
-        ({"survival.budget.seed": -1}, "survival.budget.seed: got -1; must be an integer >= 0"),
     ],
 )
 def test_a_bad_survival_setting_is_refused_in_one_line_naming_its_key(changes, line):
@@ -775,7 +770,6 @@ def test_a_bad_survival_setting_is_refused_in_one_line_naming_its_key(changes, l
             "survival.fitters": ["weibull", "cox"],
         },
         {"survival.retries": [{"penalizer": 0}, {"optimiser": "TNC", "fit_options": {"maxiter": 50}}]},
-        {"survival.budget": {"factor": 1.5, "draws": 10, "seed": 0}},  # each on its allowed bound
     ],
 )
 def test_survival_settings_on_their_allowed_bounds_pass(changes):
@@ -1310,7 +1304,7 @@ def test_the_stage_writes_the_cure_budget_and_competing_tables_in_the_clocks_uni
         broken_by=np.where(composite & (data["event"] == 1), "apgd_ce", ""),
         defence_fsq=(data["attack_hash"] == "c3").astype(float),
     )
-    cfg = stage_cfg(tmp_path, data, "timing.clock=flops", "survival.fitters=[weibull,weibull_cure]", "survival.budget.draws=20")
+    cfg = stage_cfg(tmp_path, data, "timing.clock=flops", "survival.fitters=[weibull,weibull_cure]", "budget.draws=20")
     drawn, _ = stage_run
     caplog.set_level("INFO", logger=analysis.log.name)
     analysis.analyse(cfg, survival.STAGE.resolved(cfg))

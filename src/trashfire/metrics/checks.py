@@ -94,7 +94,7 @@ def _validate_effects(findings: DictConfig) -> None:
 def _validate_validity(validity) -> None:
     if validity is None:
         raise ConfigError("metrics.validity", "missing; compose params.yaml with `make params`")
-    for key in ("rise_tol", "black_box_tol", "gradient_share", "near_zero", "square_tol", "budget_share"):
+    for key in ("rise_tol", "black_box_tol", "gradient_share", "near_zero", "square_tol"):
         number(f"metrics.validity.{key}", validity.get(key), low=0, high=1)
     _removed_list("metrics.validity.black_box", validity.get("black_box"), "black_box: true/false in the attack's option, else ART's declaration of its class")
 

@@ -26,8 +26,8 @@ check it (the detail says why), and comes with a sentence of what was seen:
 - `square_beats_white_box`: in an AutoAttack cell, Square (black-box, run last) broke more
   than `square_tol` of the samples that APGD and FAB left standing (AutoAttack's
   check_square_sr): the gradients mislead the white-box components.
-- `budget_too_small`: in some attack cell, a budget `survival.budget.factor` (10) times larger
-  breaks more than `budget_share` of its samples beyond those broken (reports/budget/
+- `budget_too_small`: in some attack cell, a budget `budget.factor` (10) times larger
+  breaks more than `budget.share` of its samples beyond those broken (reports/budget/
   sufficiency.csv, the `budget` stage's): its calibration rerun's observed share where the
   stage reran it, else where the lower bound of the 95% interval of its estimate exceeds the
   share: the robust accuracy is an upper bound that more iterations or queries would lower.
@@ -200,7 +200,7 @@ def budget_too_small(sufficiency: pd.DataFrame | None, share: float) -> Check:
     breakable = sufficiency["still_breakable"].to_numpy(float)
     known = np.flatnonzero(~np.isnan(observed) | ~np.isnan(breakable))
     if not len(known):
-        return None, "not checked: no calibrated attack cell (survival.budget.calibrate; one-step attacks have no budget to multiply)"
+        return None, "not checked: no calibrated attack cell (budget.calibrate; one-step attacks have no budget to multiply)"
     rerun = ~np.isnan(observed[known])
     shares = np.where(rerun, observed[known], breakable[known])
     tripped = np.where(rerun, shares, sufficiency["still_breakable_low"].to_numpy(float)[known]) > share

@@ -9,7 +9,13 @@ from trashfire.core.stage import Stage
 
 STAGE = Stage(
     "aggregate",
-    params=("metrics", "defence", "model", "paths.reports"),  # model: the imported ones' published figures, for the cards
+    params=(
+        "metrics",
+        "budget.share",
+        "defence",
+        "model",
+        "paths.reports",
+    ),  # model: the imported ones' published figures, for the cards; budget.share: the validity flag's
     deps=(
         "{reports}/experiments.csv",
         "{reports}/eps_survival_data.parquet",

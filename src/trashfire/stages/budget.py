@@ -3,7 +3,7 @@ budget on a share of the model cells, and per attack cell the share of its sampl
 larger budget would break, estimated from its standing samples' margins.
 
 `python -m trashfire.stages.budget [--params params.yaml] [key=value ...]`; the work is
-`trashfire.survival.budget_check.check`.
+`trashfire.budget.check.check`.
 """
 
 from trashfire.core.cli import run_cli
@@ -18,8 +18,7 @@ STAGE = Stage(
         "defence",
         "train",
         "attack",
-        "survival.budget",
-        "metrics.validity.budget_share",
+        "budget",
         "paths.processed",
         "paths.models",
         "paths.attacks",
@@ -31,7 +30,7 @@ STAGE = Stage(
 
 
 def run(cfg):
-    from trashfire.survival import budget_check
+    from trashfire.budget import check as budget_check
 
     return budget_check.check(STAGE.view(cfg), STAGE.resolved(cfg))
 

@@ -9,7 +9,16 @@ from trashfire.core.stage import Stage
 
 STAGE = Stage(
     "survival",
-    params=("survival", "timing.clock", "train.workers", "train.threads", "paths.reports"),
+    params=(
+        "survival",
+        "timing.clock",
+        "budget.factor",
+        "budget.draws",
+        "budget.seed",
+        "train.workers",
+        "train.threads",
+        "paths.reports",
+    ),  # budget.*: the cure models' sufficiency at the budget stage's factor
     deps=("{reports}/survival_data.parquet",),
     outs=("{reports}/survival",),
 )

@@ -392,7 +392,7 @@ def _analyse(cfg: DictConfig, artefacts: Artefacts, settings) -> pd.DataFrame:
     except DataError as err:
         return without_models(data, budgets, out, cfg, f"no survival model could be fitted: {err}")
     aft = [name for name in settings.fitters if settings.models[name].aft]
-    outputs = ModelOutputs(data, budgets, aft, settings.budget)  # each model's, as its fit arrives
+    outputs = ModelOutputs(data, budgets, aft, cfg.budget)  # each model's, as its fit arrives
     figure, axes = calibration_grid(list(settings.fitters))
     selection = Selection(settings, data, train, test, budgets, outputs.times, axes)
 
@@ -431,7 +431,7 @@ def _analyse(cfg: DictConfig, artefacts: Artefacts, settings) -> pd.DataFrame:
     write_csv(concordance_within_table(comparison), out / "concordance_within.csv")
     write_csv(in_clock_units(expected, unit, ["E_T", "E_T_unrestricted", "t_star", "E_T_breakable", *times.columns]), out / "expected_times.csv")
     write_cure_fractions(fits, data, out / "cure_fractions.csv", unit, outputs.fractions)
-    write_budget_sufficiency(fits, data, budgets, out / "budget_sufficiency.csv", settings.budget, unit, outputs.sufficiency)
+    write_budget_sufficiency(fits, data, budgets, out / "budget_sufficiency.csv", cfg.budget, unit, outputs.sufficiency)
     save_models({name: fit.fitter for name, fit in fits.items()}, out / "models.pkl")
     write_status(out, selected, reason)
     log_comparison(comparison, fits, settings, selected)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from omegaconf import DictConfig, ListConfig
+from omegaconf import DictConfig
 
 from trashfire.core.checks import as_list, choice, integer, nonempty_mapping, number, register
 from trashfire.core.errors import ConfigError
@@ -15,24 +15,6 @@ from trashfire.survival.spec import OPTIMISERS, REPLACED, SPLIT_GROUPS, score_na
 @register("survival")
 def check(cfg: DictConfig) -> None:
     _validate_survival(cfg.survival)
-    _validate_calibration(cfg)
-
-
-def _validate_calibration(cfg: DictConfig) -> None:
-    """Each attack to calibrate: a share in (0, 1], and, where the grid has it, a budget to
-    multiply (an attack the grid leaves out is skipped by the budget stage, with a note)."""
-    calibrate = cfg.survival.budget.get("calibrate")
-    if calibrate is None:
-        return
-    if not isinstance(calibrate, DictConfig) or isinstance(calibrate, ListConfig):
-        raise ConfigError("survival.budget.calibrate", f"got {calibrate!r}; a mapping of attack option to the share of model cells to rerun, e.g. {{pgd: 0.5}}")
-    attacks = cfg.get("attack") or {}
-    for name, share in calibrate.items():
-        number(f"survival.budget.calibrate.{name}", share, low=0, high=1, open_low=True)
-        if name in attacks and attacks[name].get("_target_") and attacks[name].get("max_iter") is None:  # a full option, not a preset's values alone
-            raise ConfigError(
-                f"survival.budget.calibrate.{name}", f"{name} has no max_iter: a one-step attack has no budget to multiply; calibrate an iterative attack"
-            )
 
 
 def _validate_survival(survival: DictConfig) -> None:
@@ -71,14 +53,6 @@ def _validate_survival(survival: DictConfig) -> None:
     integer("survival.seed", survival.get("seed"), low=0)
     number("survival.t0_quantile", survival.get("t0_quantile"), low=0, high=1, open_low=True, open_high=True)
     number("survival.km_check_tolerance", survival.get("km_check_tolerance"), low=0, open_low=True)
-    budget = survival.get("budget")
-    if not isinstance(budget, DictConfig):
-        raise ConfigError("survival.budget", "missing; compose params.yaml with `make params`")
-    number("survival.budget.factor", budget.get("factor"), low=1, open_low=True)
-    integer("survival.budget.draws", budget.get("draws"), low=10)
-    integer("survival.budget.seed", budget.get("seed"), low=0)
-    if budget.get("min_search_iter") is not None:  # absent: 10
-        integer("survival.budget.min_search_iter", budget.min_search_iter, low=1)
 
 
 def _validate_select_by(select_by: Any) -> None:

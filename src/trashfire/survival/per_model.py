@@ -64,7 +64,7 @@ def sufficiency_rows(name: str, fit: F.Fit, data: pd.DataFrame, budgets: pd.Seri
 class ModelOutputs:
     """Each model's outputs, computed as its fit arrives (`add`): E_T per cell of the models in
     `aft`, cure fractions and budget sufficiency of the cure models; on `data` (every sample),
-    with the cells' `budgets` and the stage's `survival.budget` settings."""
+    with the cells' `budgets` and the budget stage's `budget.factor`, `draws` and `seed`."""
 
     data: pd.DataFrame
     budgets: pd.Series

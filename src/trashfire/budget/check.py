@@ -1,11 +1,11 @@
 """Stage `budget`: is each attack's budget large enough? (docs/design.md, "Budget sufficiency")
 
-1. The calibration reruns (trashfire.attacks.budget): per family in `survival.budget.calibrate`
+1. The calibration reruns (trashfire.budget.reruns): per family in `budget.calibrate`
    (attack option -> share of model cells), that share of the model cells attacked again at
    `factor` times the family's budget, into `budget_reruns/` (cells cached by hash, as the
    attack stage caches its own).
 2. Per calibrated family, the logistic model of "breaks within the larger budget" given a
-   standing sample's `margin_at_budget` (trashfire.survival.budget), fitted on those reruns.
+   standing sample's `margin_at_budget` (trashfire.budget.model), fitted on those reruns.
 3. `budget/sufficiency.csv`: per attack cell of a family with a budget (max_iter), its
    samples, broken share, whether it is a calibration cell and the share its rerun broke
    beyond the run's (`observed`), and the model's `still_breakable` with its 95% predictive
@@ -13,8 +13,8 @@
    the family's verdict with its reason (`budget_too_small`).
 
 A family's budget is too small where a cell's observed share, or the lower bound of its
-estimate, exceeds `metrics.validity.budget_share`; an image-by-image black-box search of fewer
-than `survival.budget.min_search_iter` iterations that is not calibrated is too small for
+estimate, exceeds `budget.share`; an image-by-image black-box search of fewer
+than `budget.min_search_iter` iterations that is not calibrated is too small for
 that reason alone, said once for the family.
 """
 
@@ -28,18 +28,17 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig
 
-from trashfire.attacks import budget as reruns
 from trashfire.attacks.spec import engine_of
 from trashfire.attacks.store import attack_record_path, benign_path, outcomes_path
+from trashfire.budget import reruns
+from trashfire.budget.model import FamilyModel, estimate, fit_family
 from trashfire.core import schema
 from trashfire.core.errors import DataError
 from trashfire.core.grid import AttackCell, attack_cells
 from trashfire.core.records import atomic_path, read_json, read_npz, write_csv
 from trashfire.core.stage import Artefacts
-from trashfire.survival.budget import FamilyModel, estimate, fit_family
 
 log = logging.getLogger(__name__)
-MIN_SEARCH_ITER = 10  # survival.budget.min_search_iter where a config predates it
 
 CELL_COLUMNS = [
     "attack_hash",
@@ -65,18 +64,18 @@ CELL_COLUMNS = [
 def calibrated_shares(cfg: DictConfig) -> dict[str, float]:
     """The families to calibrate that this grid attacks with (others are skipped, with a note)."""
     shares = {}
-    for name, share in (cfg.survival.budget.get("calibrate") or {}).items():
+    for name, share in (cfg.budget.get("calibrate") or {}).items():
         if name in cfg.attack:
             shares[name] = float(share)
         else:
-            log.info("survival.budget.calibrate.%s: no attack %s in this grid, nothing to calibrate", name, name)
+            log.info("budget.calibrate.%s: no attack %s in this grid, nothing to calibrate", name, name)
     return shares
 
 
 def check(cfg: DictConfig, artefacts: Artefacts) -> pd.DataFrame:
     """Run the calibration reruns, fit, and write sufficiency.csv and families.csv; returns
     the per-cell table."""
-    settings = cfg.survival.budget
+    settings = cfg.budget
     factor, seed, draws = float(settings.factor), int(settings.seed), int(settings.draws)
     shares = calibrated_shares(cfg)
     pairs = reruns.calibration_pairs(cfg, shares, factor, seed)  # a bad family is a ConfigError here, before any compute
@@ -222,7 +221,7 @@ def too_small(table: pd.DataFrame, share: float) -> pd.Series:
 def family_table(cfg: DictConfig, table: pd.DataFrame, models: dict[str, FamilyModel], shares: dict[str, float]) -> pd.DataFrame:
     """Per attack family with a budget: its cells, the mean estimated and observed shares, and
     whether its budget is too small, with the reason."""
-    share, minimum = float(cfg.metrics.validity.budget_share), int(cfg.survival.budget.get("min_search_iter") or MIN_SEARCH_ITER)
+    share, minimum = float(cfg.budget.share), int(cfg.budget.min_search_iter)
     rows = []
     flags = too_small(table, share)
     for (name, family), cells in table.groupby(["attack", "attack_family"], sort=True):
@@ -247,18 +246,18 @@ def family_table(cfg: DictConfig, table: pd.DataFrame, models: dict[str, FamilyM
         if model is not None:
             row["budget_too_small"] = bool(tripped.any())
             row["reason"] = (
-                f"{int(tripped.sum())} of {len(tripped)} cells would lose more than {share:.0%} of their samples to a budget {cfg.survival.budget.factor:g}x larger"
+                f"{int(tripped.sum())} of {len(tripped)} cells would lose more than {share:.0%} of their samples to a budget {cfg.budget.factor:g}x larger"
                 if tripped.any()
-                else f"no cell would lose more than {share:.0%} of its samples to a budget {cfg.survival.budget.factor:g}x larger"
+                else f"no cell would lose more than {share:.0%} of its samples to a budget {cfg.budget.factor:g}x larger"
             )
         elif search and max_iter < minimum:
             row["budget_too_small"] = True
             row["reason"] = (
-                f"a black-box search of {max_iter} iterations (fewer than survival.budget.min_search_iter = {minimum}): too few for its robust accuracy to mean much; "
-                f"calibrate it (survival.budget.calibrate.{name}: a share of the model cells) to measure how much a larger budget breaks"
+                f"a black-box search of {max_iter} iterations (fewer than budget.min_search_iter = {minimum}): too few for its robust accuracy to mean much; "
+                f"calibrate it (budget.calibrate.{name}: a share of the model cells) to measure how much a larger budget breaks"
             )
         else:
             row["budget_too_small"] = None
-            row["reason"] = f"not checked: {name} is not calibrated (survival.budget.calibrate.{name}: a share of the model cells)"
+            row["reason"] = f"not checked: {name} is not calibrated (budget.calibrate.{name}: a share of the model cells)"
         rows.append(row)
     return pd.DataFrame(rows)

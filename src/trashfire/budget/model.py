@@ -3,7 +3,7 @@
 What share of an attack cell's samples would a budget `factor` times larger break beyond those
 it broke? The samples that matter stand at the end of the budget, and how near the budget left
 each to failing is its adversarial margin there (`margin_at_budget`: the true-class logit
-minus the best other at the returned example). A calibration rerun (trashfire.attacks.budget:
+minus the best other at the returned example). A calibration rerun (trashfire.budget.reruns:
 a seeded share of the model cells attacked again at the larger budget) says which of its
 standing samples broke; per attack family, a logistic regression of that on the log margin,
 the attack's strength (min-max scaled within the family) and the defence learns P(breaks

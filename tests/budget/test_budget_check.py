@@ -8,13 +8,15 @@ import pytest
 from omegaconf import OmegaConf
 from sklearn.linear_model import LogisticRegression
 
-from tests.conftest import tiny_config
-from trashfire.attacks import budget as reruns
+from tests.conftest import DROP, config_refusal, tiny_config
 from trashfire.attacks.spec import pgd_step_size
+from trashfire.budget import checks as budget_checks
+from trashfire.budget import reruns
+from trashfire.budget.model import Design, FamilyModel, estimate, fit_family, logistic
+from trashfire.core.config import compose, validate
 from trashfire.core.errors import ConfigError
 from trashfire.core.grid import model_cells
 from trashfire.stages import attack, budget, prepare, train
-from trashfire.survival.budget import Design, FamilyModel, estimate, fit_family, logistic
 
 
 def test_a_larger_budget_multiplies_max_iter_and_keeps_pgds_step():
@@ -40,16 +42,16 @@ def test_calibration_takes_a_seeded_share_of_the_model_cells_within_each_defence
 
 def test_a_one_step_or_absent_attack_cannot_be_calibrated(tmp_path):
     cfg = tiny_config(tmp_path)
-    with pytest.raises(ConfigError, match="survival.budget.calibrate.fgm.*no budget to multiply"):
+    with pytest.raises(ConfigError, match="budget.calibrate.fgm.*no budget to multiply"):
         reruns.larger_budget_config(cfg, 10, ["fgm"])
     with pytest.raises(ConfigError, match="no attack 'hsj' in the grid"):
         reruns.larger_budget_config(cfg, 10, ["hsj"])
-    with pytest.raises(ConfigError, match=r"survival.budget.calibrate.fgm: fgm has no max_iter"):
-        tiny_config(tmp_path, "survival.budget.calibrate={fgm:0.5}")
+    with pytest.raises(ConfigError, match=r"budget.calibrate.fgm: fgm has no max_iter"):
+        tiny_config(tmp_path, "budget.calibrate={fgm:0.5}")
     for bad in ("0", "1.5"):
-        with pytest.raises(ConfigError, match=rf"survival.budget.calibrate.pgd: got {bad}; must be a finite number in \(0, 1\]"):
-            tiny_config(tmp_path, f"survival.budget.calibrate={{pgd:{bad}}}")
-    assert tiny_config(tmp_path, "survival.budget.calibrate={hsj:0.5}").survival.budget.calibrate.hsj == 0.5  # not in this grid: skipped by the stage
+        with pytest.raises(ConfigError, match=rf"budget.calibrate.pgd: got {bad}; must be a finite number in \(0, 1\]"):
+            tiny_config(tmp_path, f"budget.calibrate={{pgd:{bad}}}")
+    assert tiny_config(tmp_path, "budget.calibrate={hsj:0.5}").budget.calibrate.hsj == 0.5  # not in this grid: skipped by the stage
 
 
 def test_the_logistic_fit_is_sklearns_unpenalised_fit():
@@ -107,7 +109,7 @@ def checked(tmp_path_factory):
     """The tiny grid attacked, then the budget stage with PGD calibrated on every model cell
     and a black-box search's option in the config that the grid leaves out."""
     tmp = tmp_path_factory.mktemp("budget")
-    cfg = tiny_config(tmp, "defence=[none,fsq]", "survival.budget.calibrate={pgd:1.0}", "survival.budget.draws=20")
+    cfg = tiny_config(tmp, "defence=[none,fsq]", "budget.calibrate={pgd:1.0}", "budget.draws=20")
     prepare.run(cfg)
     train.run(cfg)
     attack.run(cfg)
@@ -137,3 +139,40 @@ def test_the_budget_stage_reruns_its_calibration_cells_and_counts_what_the_large
         assert np.isnan(run["margin_at_budget"][run["event"]]).all() and (run["margin_at_budget"][~run["event"]] > 0).all()
     families = pd.read_csv(f"{reports}/budget/families.csv").set_index("attack")
     assert bool(families.loc["pgd", "calibrated"]) and families.loc["pgd", "calibration_cells"] == 4
+
+
+@pytest.mark.parametrize(
+    "changes, line",
+    [
+        ({"budget": DROP}, "budget: missing; compose params.yaml with `make params`"),
+        ({"budget.factor": 1}, "budget.factor: got 1; must be a finite number > 1"),
+        ({"budget.draws": 9}, "budget.draws: got 9; must be an integer >= 10"),
+        ({"budget.seed": -1}, "budget.seed: got -1; must be an integer >= 0"),
+        ({"budget.min_search_iter": 0}, "budget.min_search_iter: got 0; must be an integer >= 1"),
+        ({"budget.share": 1.5}, "budget.share: got 1.5; must be a finite number in [0, 1]"),
+    ],
+)
+def test_a_bad_budget_setting_is_refused_in_one_line_naming_its_key(changes, line):
+    assert config_refusal(budget_checks.check, changes) == f"config error: {line}"
+
+
+def test_budget_settings_on_their_allowed_bounds_pass():
+    bounds = {"budget.factor": 1.5, "budget.draws": 10, "budget.seed": 0, "budget.min_search_iter": 1, "budget.share": 0}
+    assert config_refusal(budget_checks.check, bounds) is None
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [("survival.budget.factor", "budget.factor"), ("survival.budget.calibrate", "budget.calibrate"), ("metrics.validity.budget_share", "budget.share")],
+)
+def test_a_budget_key_from_before_the_stage_had_its_section_names_the_new_key(conf_dir, old, new):
+    """`survival.budget` and `metrics.validity.budget_share` moved to the budget stage's own
+    section: given on the command line or in a params file, one line names the new key."""
+    with pytest.raises(ConfigError) as err:
+        compose([f"{old}=5"], conf=conf_dir)
+    assert err.value.key == old and f"moved to {new}" in str(err.value)
+    stale = compose([], conf=conf_dir)
+    OmegaConf.update(stale, old, 5, force_add=True)
+    with pytest.raises(ConfigError) as err:
+        validate(stale)
+    assert old.startswith(err.value.key) and "moved to budget" in str(err.value)  # the section moved whole: its name and the new one's

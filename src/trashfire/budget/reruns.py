@@ -44,10 +44,10 @@ def larger_budget_config(cfg: DictConfig, factor: float, families: Iterable[str]
     attacks = {}
     for name in families:
         if name not in cfg.attack:
-            raise ConfigError(f"survival.budget.calibrate.{name}", f"no attack {name!r} in the grid; calibrate one of {', '.join(cfg.attack)}")
+            raise ConfigError(f"budget.calibrate.{name}", f"no attack {name!r} in the grid; calibrate one of {', '.join(cfg.attack)}")
         option = multiplied(OmegaConf.to_container(cfg.attack[name], resolve=True), factor)
         if option is None:
-            raise ConfigError(f"survival.budget.calibrate.{name}", f"{name} has no max_iter: a one-step attack has no budget to multiply")
+            raise ConfigError(f"budget.calibrate.{name}", f"{name} has no max_iter: a one-step attack has no budget to multiply")
         attacks[name] = option
     with open_dict(larger):
         larger.attack = attacks
