@@ -33,15 +33,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from trashfire.budget import reruns
 from trashfire.attacks.campaign import attack_grid
 from trashfire.attacks.store import outcomes_path
+from trashfire.budget import check as budget_check
+from trashfire.budget import reruns
 from trashfire.core.cli import parse_overrides
 from trashfire.core.config import load_params, normalise, validate
 from trashfire.core.records import read_npz
 from trashfire.core.stage import Artefacts
 from trashfire.stages.budget import STAGE
-from trashfire.budget import check as budget_check
 
 SMALL_OBSERVED = 0.005  # per strength, the mean check applies where the observed mean is at least this
 

@@ -14,12 +14,12 @@ import pytest
 
 from tests.helpers.rounding import TRIALS, nudged, perturbed
 from tests.metrics.test_findings import SETTINGS
+from trashfire.budget import model as budget
 from trashfire.core import inference
 from trashfire.core.stats import significant, spearman
 from trashfire.metrics import findings
 from trashfire.metrics.validity import non_monotone
 from trashfire.metrics.verdicts import INCONCLUSIVE, adjust
-from trashfire.budget import model as budget
 from trashfire.survival import newton
 from trashfire.survival.epsilon import kaplan_meier, survival_summary
 from trashfire.survival.fitters import harrell_c
