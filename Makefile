@@ -96,7 +96,7 @@ docs: $(DOCS_STAMP) ## generate docs/benchmarks.md from bench/results/, then mkd
 # (MUTATION_FRESH=1 ignores the record and runs every mutant of MODULES).
 MUTATION_STAMP := $(VENV)/.mutation-installed
 MUTATION_LIMIT ?= 0
-MODULES ?= trashfire.core.clocks trashfire.core.stats trashfire.metrics trashfire.metrics.findings trashfire.metrics.validity trashfire.metrics.registry trashfire.metrics.aggregate trashfire.metrics.cards trashfire.metrics.checks trashfire.metrics.summaries trashfire.survival.data trashfire.survival.epsilon trashfire.survival.figures trashfire.survival.fitters trashfire.survival.analysis trashfire.survival.scoring trashfire.survival.expected_time trashfire.survival.datasets trashfire.survival.checks trashfire.survival.convergence trashfire.survival.cure trashfire.survival.competing
+MODULES ?= trashfire.core.clocks trashfire.core.stats trashfire.metrics trashfire.metrics.findings trashfire.metrics.validity trashfire.metrics.registry trashfire.metrics.aggregate trashfire.metrics.cards trashfire.metrics.checks trashfire.metrics.summaries trashfire.tables.survival_data trashfire.survival.epsilon trashfire.survival.figures trashfire.survival.fitters trashfire.survival.analysis trashfire.survival.scoring trashfire.survival.expected_time trashfire.tables.datasets trashfire.survival.checks trashfire.survival.convergence trashfire.survival.cure trashfire.survival.competing
 
 $(MUTATION_STAMP): requirements-mutation.lock
 	@test -x $(PY) || $(MAKE) install

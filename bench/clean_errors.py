@@ -1,7 +1,7 @@
 """TRASH with and without the samples a model misclassifies before any perturbation (clean
 errors), on the default run's undefended cells (issue 59, item 9).
 
-The pipeline's choice (`survival.data.misclassified_before_attack: first_query`): a clean error
+The pipeline's choice (`timing.survival_data.misclassified_before_attack: first_query`): a clean error
 is a failure at the attack's first query, the work of one prediction. `drop` leaves them out,
 so that E[T] is the time to break a sample the model got right. This script takes a finished
 default run's scratch folder (`python bench/reproduce.py run default --keep-work` prints it),
@@ -33,7 +33,7 @@ from trashfire.core.records import write_json  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = ["dataset", "model", "depth", "attack_family"]
-CHOICE = "survival.data.misclassified_before_attack"
+CHOICE = "timing.survival_data.misclassified_before_attack"
 
 
 def environment(work: Path) -> dict[str, str]:

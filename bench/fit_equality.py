@@ -37,7 +37,7 @@ def training_split(study: Path):
     cfg = OmegaConf.load(study / "params.yaml")
     settings, reports = cfg.survival, study / str(cfg.paths.reports)
     data = analysis.read_survival_data(reports / "survival_data.parquet")
-    unit = analysis.fit_unit(str(cfg.timing.clock))
+    unit = analysis.fit_unit(str(cfg.clock))
     data = data.assign(**{F.DURATION: data[F.DURATION] / unit})
     _, train, test = split_in_one_copy(data, settings.split_by, settings.test_size, settings.seed)
     train, _ = analysis.usable_covariates(train, test, settings.data.dummies)

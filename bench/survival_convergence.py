@@ -45,7 +45,7 @@ def training_split(path: Path):
     cfg = compose([], conf=ROOT / "conf")
     settings = cfg.survival
     data = read_table(path)
-    data = data.assign(**{F.DURATION: data[F.DURATION] / fit_unit(str(cfg.timing.clock))})
+    data = data.assign(**{F.DURATION: data[F.DURATION] / fit_unit(str(cfg.clock))})
     train, _ = usable_covariates(*split_groups(data, settings.split_by, settings.test_size, settings.seed), settings.data.dummies)
     return settings, train
 

@@ -33,8 +33,8 @@ import pandas as pd
 from trashfire.core.records import read_table, write_json
 from trashfire.core.schema.units import FIT_UNITS
 from trashfire.survival.aft import NewtonLogLogisticAFTFitter, NewtonLogNormalAFTFitter, NewtonWeibullAFTFitter
-from trashfire.survival.data import drop_degenerate
 from trashfire.survival.fitters import DURATION, EVENT, WEIGHT, covariates_of, model_frame
+from trashfire.tables.survival_data import drop_degenerate
 
 sys.path.insert(0, str(Path(__file__).parent))
 from survival_scaling import synthetic_survival_data  # noqa: E402

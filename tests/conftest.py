@@ -60,7 +60,7 @@ def tiny_cfg(tmp_path):
 def stage_cfg(tmp_path: Path, data, *overrides: str):
     """The tiny config with `data` written as its survival data set: the survival stage alone.
     Hand-made data are in seconds: the process clock, unless `overrides` name another."""
-    cfg = normalise(validate(compose(tiny_overrides(tmp_path, "timing.clock=process", *overrides), conf=ROOT / "conf")))
+    cfg = normalise(validate(compose(tiny_overrides(tmp_path, "clock=process", *overrides), conf=ROOT / "conf")))
     (tmp_path / "reports").mkdir(exist_ok=True)
     write_table(data, tmp_path / "reports" / "survival_data.parquet")
     return cfg

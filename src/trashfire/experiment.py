@@ -69,16 +69,16 @@ def objective_values(cfg: DictConfig, names: list[str]) -> list[float]:
     from trashfire.tables import experiments as experiment_tables
 
     attacks = attack.STAGE.resolved(cfg).output("attacks")  # where the trial's attack stage wrote its records
-    return objectives_of(experiment_tables.experiments_table(cfg, attacks, outcomes=False), names, cfg.metrics)
+    return objectives_of(experiment_tables.experiments_table(cfg, attacks, outcomes=False), names, cfg.metrics, cfg.viability)
 
 
-def objectives_of(table: pd.DataFrame, names: list[str], metric_cfg: DictConfig) -> list[float]:
+def objectives_of(table: pd.DataFrame, names: list[str], metric_cfg: DictConfig, viability: DictConfig) -> list[float]:
     """Each objective as a mean over the rows of an experiments table (one per attack cell)."""
 
     def robustness() -> pd.DataFrame:
         from trashfire.metrics import aggregate as aggregation  # lifelines and matplotlib: for evp and auc_r only
 
-        return aggregation.robustness_table(aggregation.eps_curves(aggregation.with_family(table)), metric_cfg.evp, metric_cfg.auc)
+        return aggregation.robustness_table(aggregation.eps_curves(aggregation.with_family(table)), viability, metric_cfg.auc)
 
     values = {
         "acc_adv": lambda: table["acc_adv"].mean(),

@@ -218,7 +218,7 @@ def test_cards_hold_each_model_cell_and_drop_stale_ones(tmp_path):
     assert np.isfinite(cells["none"]["evp_and_auc"][0]["evp"])
 
 
-GUARDS = OmegaConf.create({"degenerate": {"margin": None}, "evp": {"w": 0.5, "tau": None}})
+DEGENERATE, VIABILITY = OmegaConf.create({"margin": None}), OmegaConf.create({"w": 0.5, "tau": None})
 
 
 def test_a_constant_predictor_is_flagged_degenerate_and_left_out_of_r_evp_and_brittle_summaries():
@@ -228,7 +228,7 @@ def test_a_constant_predictor_is_flagged_degenerate_and_left_out_of_r_evp_and_br
     # attack lowers it much: its flat curve would read as R ~ 1, "perfectly robust"
     constant = attack_rows("const", acc_ben=0.1, acc=(0.1, 0.1), seed=0)
     sound = [attack_rows(f"m{i}", acc_ben=0.9, acc=(0.5 - 0.1 * i, 0.1), seed=i) for i in range(3)]
-    table = flag_degenerate(experiments(constant, *sound).assign(clock="process"), GUARDS)
+    table = flag_degenerate(experiments(constant, *sound).assign(clock="process"), DEGENERATE, VIABILITY)
     assert table.groupby("model_hash")["degenerate"].first().to_dict() == {"const": True, "m0": False, "m1": False, "m2": False}
     degenerate = aggregation.degenerate_cells(table)
     robustness = aggregation.robustness_table(aggregation.eps_curves(table), EVP, PIXEL_AUC, degenerate).set_index("model_hash")
@@ -258,8 +258,8 @@ def test_a_margin_over_chance_sets_the_degeneracy_threshold():
     from trashfire.tables.experiments import flag_degenerate
 
     cells = experiments(attack_rows("weak", acc_ben=0.3), attack_rows("fine", acc_ben=0.7)).assign(clock="process")
-    default = flag_degenerate(cells, GUARDS).groupby("model_hash")["degenerate"].first()
-    strict = flag_degenerate(cells, OmegaConf.merge(GUARDS, {"degenerate": {"margin": 0.5}})).groupby("model_hash")["degenerate"].first()
+    default = flag_degenerate(cells, DEGENERATE, VIABILITY).groupby("model_hash")["degenerate"].first()
+    strict = flag_degenerate(cells, OmegaConf.create({"margin": 0.5}), VIABILITY).groupby("model_hash")["degenerate"].first()
     assert not default["weak"] and not default["fine"]  # both above tau(10) = 0.25
     assert strict["weak"] and not strict["fine"]  # 1/10 + 0.5 = 0.6: at or below is degenerate
 
@@ -443,11 +443,13 @@ def test_the_stage_writes_what_it_declares_from_the_configured_settings_and_logs
 
     cfg, reports, _ = recorded_run(tmp_path, "metrics.trash.eps_max=0.5")
     # a registered metric reads its own setting from the metrics section
-    monkeypatch.setattr(registry, "HEADLINE", registry.HEADLINE + [registry.Metric("evp_w", lambda r: r.settings.evp.w, "Cohen's w of tau")])
+    monkeypatch.setattr(
+        registry, "HEADLINE", registry.HEADLINE + [registry.Metric("evp_tau_grid", lambda r: r.settings.evp.tau_grid, "thresholds of EVP against tau")]
+    )
     with caplog.at_level("INFO", logger="trashfire.metrics.aggregate"):
         summary = aggregate.run(cfg)
     assert [str(path) for path in aggregate.STAGE.outputs(cfg) if not path.exists()] == []
-    assert json.loads((reports / "metrics.json").read_text())["evp_w"] == 0.5
+    assert json.loads((reports / "metrics.json").read_text())["evp_tau_grid"] == 101
     assert summary["eps_survival_area_mean"]["digits"].keys() == {"fgm linf", "pgd linf", "ensemble linf"} and summary["validity_flags"]
 
     trash = pd.read_csv(reports / "trash.csv")

@@ -12,6 +12,7 @@ from scipy import stats
 from tests.conftest import DROP, config_refusal
 from trashfire import metrics
 from trashfire.core import schema
+from trashfire.core.checks import run_registered
 from trashfire.core.errors import ConfigError
 from trashfire.metrics import checks as metrics_checks
 from trashfire.metrics import registry, validity
@@ -415,9 +416,9 @@ REMOVED = "removed: an attack's option says it ({}); compose params.yaml again w
 @pytest.mark.parametrize(
     ("changes", "line"),
     [
-        ({"metrics.evp.w": 0}, "metrics.evp.w: got 0; must be a finite number > 0"),
-        ({"metrics.evp.tau": 0}, "metrics.evp.tau: got 0; must be a finite number in (0, 1]"),
-        ({"metrics.evp.tau": 1.5}, "metrics.evp.tau: got 1.5; must be a finite number in (0, 1]"),
+        ({"viability.w": 0}, "viability.w: got 0; must be a finite number > 0"),
+        ({"viability.tau": 0}, "viability.tau: got 0; must be a finite number in (0, 1]"),
+        ({"viability.tau": 1.5}, "viability.tau: got 1.5; must be a finite number in (0, 1]"),
         ({"metrics.evp.tau_grid": 1}, "metrics.evp.tau_grid: got 1; must be an integer >= 2"),
         ({"metrics.evp.table_classes": []}, "metrics.evp.table_classes: must be a non-empty list (an empty grid runs nothing)"),
         ({"metrics.evp.table_classes": [2, 1]}, "metrics.evp.table_classes: got 1; must be an integer >= 2"),  # each K is checked
@@ -425,8 +426,8 @@ REMOVED = "removed: an attack's option says it ({}); compose params.yaml again w
         ({"metrics.auc.eps0": -0.1}, "metrics.auc.eps0: got -0.1; must be a finite number >= 0"),
         ({"metrics.auc.eps0": 0.1, "metrics.auc.eps1": 0.1}, "metrics.auc.eps1: got 0.1; must be a finite number > 0.1"),  # an empty interval
         ({"metrics.trash.eps_max": 0}, "metrics.trash.eps_max: got 0; must be a finite number > 0"),
-        ({"metrics.degenerate": DROP}, f"metrics.degenerate: {MAKE_PARAMS}"),
-        ({"metrics.degenerate.margin": 1.5}, "metrics.degenerate.margin: got 1.5; must be a finite number in [0, 1]"),
+        ({"timing.degenerate": DROP}, f"timing.degenerate: {MAKE_PARAMS}"),
+        ({"timing.degenerate.margin": 1.5}, "timing.degenerate.margin: got 1.5; must be a finite number in [0, 1]"),
         ({"metrics.findings": DROP}, f"metrics.findings: {MAKE_PARAMS}"),
         ({"metrics.findings.alpha": 0}, "metrics.findings.alpha: got 0; must be a finite number in (0, 1)"),
         ({"metrics.findings.alpha": 1}, "metrics.findings.alpha: got 1; must be a finite number in (0, 1)"),
@@ -452,10 +453,10 @@ REMOVED = "removed: an attack's option says it ({}); compose params.yaml again w
             {"metrics.trash.bootstrap": 2000},
             "metrics.trash.bootstrap: was removed: intervals over seeds are Student's t intervals over independent units (issue 59); drop the key",
         ),
-        ({"metrics.eps_survival": DROP}, f"metrics.eps_survival: {MAKE_PARAMS}"),
-        ({"metrics.eps_survival.minimal": ["deepfool"]}, "metrics.eps_survival.minimal: " + REMOVED.format("minimal: true in the attack's option")),
-        ({"metrics.eps_survival.minimal_units": "percent"}, "metrics.eps_survival.minimal_units: got 'percent'; allowed: standardised, pixel"),
-        ({"metrics.eps_survival.minimal_eps_max": 0}, "metrics.eps_survival.minimal_eps_max: got 0; must be a finite number > 0"),
+        ({"timing.eps_survival": DROP}, f"timing.eps_survival: {MAKE_PARAMS}"),
+        ({"timing.eps_survival.minimal": ["deepfool"]}, "timing.eps_survival.minimal: " + REMOVED.format("minimal: true in the attack's option")),
+        ({"timing.eps_survival.minimal_units": "percent"}, "timing.eps_survival.minimal_units: got 'percent'; allowed: standardised, pixel"),
+        ({"timing.eps_survival.minimal_eps_max": 0}, "timing.eps_survival.minimal_eps_max: got 0; must be a finite number > 0"),
         ({"metrics.validity": DROP}, f"metrics.validity: {MAKE_PARAMS}"),
         ({"metrics.validity.rise_tol": 1.5}, "metrics.validity.rise_tol: got 1.5; must be a finite number in [0, 1]"),
         ({"metrics.validity.black_box_tol": -0.1}, "metrics.validity.black_box_tol: got -0.1; must be a finite number in [0, 1]"),
@@ -480,7 +481,7 @@ REMOVED = "removed: an attack's option says it ({}); compose params.yaml again w
     ],
 )
 def test_a_bad_metrics_setting_is_refused_in_one_line_naming_its_key(changes, line):
-    assert config_refusal(metrics_checks.check, changes) == f"config error: {line}"
+    assert config_refusal(run_registered, changes) == f"config error: {line}"
 
 
 @pytest.mark.parametrize(
@@ -488,10 +489,10 @@ def test_a_bad_metrics_setting_is_refused_in_one_line_naming_its_key(changes, li
     [
         {},  # the defaults: tau, margin, eps_max and minimal_eps_max unset, eps1 0.3 the end of fgm's and pgd's pixel grids
         # each value on its closed bound
-        {"metrics.evp.tau": 1, "metrics.evp.tau_grid": 2, "metrics.evp.table_classes": [2], "metrics.auc.eps0": 0, "metrics.degenerate.margin": 0}
+        {"viability.tau": 1, "metrics.evp.tau_grid": 2, "metrics.evp.table_classes": [2], "metrics.auc.eps0": 0, "timing.degenerate.margin": 0}
         | {"metrics.findings.seed": 0}
         | {f"metrics.validity.{key}": 0 for key in ("rise_tol", "black_box_tol", "gradient_share", "near_zero")},
-        {"metrics.degenerate.margin": 1, "metrics.trash.eps_max": 0.01, "metrics.eps_survival.minimal_eps_max": 0.01}
+        {"timing.degenerate.margin": 1, "metrics.trash.eps_max": 0.01, "timing.eps_survival.minimal_eps_max": 0.01}
         | {f"metrics.validity.{key}": 1 for key in ("rise_tol", "black_box_tol", "gradient_share", "near_zero")},
         {"metrics.auc.eps1": None},  # R over the whole measured range
         # the standardised eps grids are checked per data set later; deepfool's standardised grid is no eps grid
@@ -499,7 +500,7 @@ def test_a_bad_metrics_setting_is_refused_in_one_line_naming_its_key(changes, li
     ],
 )
 def test_metrics_settings_on_their_allowed_bounds_pass(changes):
-    assert config_refusal(metrics_checks.check, changes) is None
+    assert config_refusal(run_registered, changes) is None
 
 
 def budget_rows(*rows: tuple[str, float, float], **columns) -> pd.DataFrame:

@@ -90,12 +90,12 @@ def test_every_declared_param_exists_in_the_default_config(stage):
 
 def test_a_stage_view_has_only_the_declared_keys():
     cfg = compose()
-    view = Stage("demo", params=("survival.data", "paths.reports")).view(cfg)
-    assert view.survival.data == cfg.survival.data
+    view = Stage("demo", params=("timing.survival_data", "paths.reports")).view(cfg)
+    assert view.timing.survival_data == cfg.timing.survival_data
     with pytest.raises(ConfigAttributeError):
         view.attack  # noqa: B018 -- reading an undeclared section is the error
     with pytest.raises(ConfigAttributeError):
-        view.survival.fitters  # noqa: B018 -- a sibling of a declared key too
+        view.timing.eps_survival  # noqa: B018 -- a sibling of a declared key too
     with pytest.raises(ConfigAttributeError):
         view.paths  # noqa: B018 -- paths come resolved, as the stage's artefacts
 
@@ -180,7 +180,7 @@ def test_the_import_graph_has_no_circles():
 
 
 def test_the_floor_check_sees_an_upward_import_and_a_circle():
-    assert floor_of("trashfire.core.config") < floor_of("trashfire.survival.data") < floor_of("trashfire.stages.timing")
+    assert floor_of("trashfire.core.config") < floor_of("trashfire.tables.survival_data") < floor_of("trashfire.stages.timing")
     with pytest.raises(graphlib.CycleError):
         graphlib.TopologicalSorter({"a": {"b"}, "b": {"a"}}).prepare()
 

@@ -254,12 +254,12 @@ CONFIG_CASES = [
     # device, schedule, clock
     pytest.param("train", ["train.device=tpu"], ("train.device", "'tpu'", "auto, cpu, cuda, cuda:N"), id="device-unknown"),
     pytest.param("train", ["train.lr_schedule=cosine"], ("train.lr_schedule", "'cosine'", "constant, step_half"), id="lr-schedule-unknown"),
-    pytest.param("timing", ["timing.clock=sundial"], ("timing.clock", "'sundial'", "allowed: flops, process, wall"), id="clock-unknown"),
+    pytest.param("timing", ["clock=sundial"], ("clock", "'sundial'", "allowed: flops, process, wall"), id="clock-unknown"),
     # metrics
-    pytest.param("aggregate", ["metrics.evp.tau=1.5"], ("metrics.evp.tau", "1.5", "in (0, 1]"), id="tau-above-one"),
-    pytest.param("aggregate", ["metrics.evp.tau=0"], ("metrics.evp.tau", "got 0", "in (0, 1]"), id="tau-zero"),
-    pytest.param("aggregate", ["metrics.evp.tau=.nan"], ("metrics.evp.tau", "nan", "in (0, 1]"), id="tau-nan"),
-    pytest.param("aggregate", ["metrics.evp.w=-0.5"], ("metrics.evp.w", "-0.5", "> 0"), id="cohens-w-negative"),
+    pytest.param("aggregate", ["viability.tau=1.5"], ("viability.tau", "1.5", "in (0, 1]"), id="tau-above-one"),
+    pytest.param("aggregate", ["viability.tau=0"], ("viability.tau", "got 0", "in (0, 1]"), id="tau-zero"),
+    pytest.param("aggregate", ["viability.tau=.nan"], ("viability.tau", "nan", "in (0, 1]"), id="tau-nan"),
+    pytest.param("aggregate", ["viability.w=-0.5"], ("viability.w", "-0.5", "> 0"), id="cohens-w-negative"),
     pytest.param("aggregate", ["metrics.auc.eps1=0.0"], ("metrics.auc.eps1", "got 0.0", "> 0.0"), id="eps1-equal-to-eps0"),
     pytest.param("aggregate", ["metrics.auc.eps0=0.2", "metrics.auc.eps1=0.1"], ("metrics.auc.eps1", "0.1", "> 0.2"), id="eps1-below-eps0"),
     pytest.param("aggregate", ["metrics.auc.eps0=-0.1"], ("metrics.auc.eps0", "-0.1", ">= 0"), id="eps0-negative"),
@@ -268,15 +268,20 @@ CONFIG_CASES = [
     ),
     # survival
     pytest.param(
-        "survival", ["survival.data.covariates=[epochs,height]"], ("survival.data.covariates", "'height'", "allowed: epochs, depth"), id="covariate-unknown"
+        "survival",
+        ["timing.survival_data.covariates=[epochs,height]"],
+        ("timing.survival_data.covariates", "'height'", "allowed: epochs, depth"),
+        id="covariate-unknown",
     ),
     pytest.param(
         "survival",
-        ["survival.data.misclassified_before_attack=attack_time"],
-        ("survival.data.misclassified_before_attack", "removed with the per-sample failure clock", "first_query"),
+        ["timing.survival_data.misclassified_before_attack=attack_time"],
+        ("timing.survival_data.misclassified_before_attack", "removed with the per-sample failure clock", "first_query"),
         id="before-attack-policy-removed",
     ),
-    pytest.param("survival", ["survival.data.dummies=[model]"], ("survival.data.dummies", "'model'", "allowed: attack, defence, data"), id="dummy-unknown"),
+    pytest.param(
+        "survival", ["timing.survival_data.dummies=[model]"], ("timing.survival_data.dummies", "'model'", "allowed: attack, defence, data"), id="dummy-unknown"
+    ),
     pytest.param("survival", ["survival.fitters=[weibull,gompertz]"], ("survival.fitters", "'gompertz'", "allowed: weibull, lognormal"), id="fitter-unknown"),
     pytest.param("survival", ["survival.chosen=cox"], ("survival.chosen", "'cox'", "allowed: weibull"), id="chosen-not-aft"),
     pytest.param("survival", ["survival.models.weibull.aft=maybe"], ("survival.models.weibull.aft", "'maybe'", "allowed: true"), id="aft-flag-string"),

@@ -165,7 +165,7 @@ def test_incremental_repro_after_narrowing_widening_and_a_metric_change_equals_a
         ["attack=[fgm]"],  # narrow: the stale experiments.csv
         # widen, with a metric setting: one repro for both (the suite's longest test); the
         # outputs after it must equal a run from scratch of the same params
-        ["attack=[fgm]", "attack.fgm.values=[0.1,0.5,1.0]", "metrics.evp.w=0.3", "metrics.trash.eps_max=0.5"],
+        ["attack=[fgm]", "attack.fgm.values=[0.1,0.5,1.0]", "viability.w=0.3", "metrics.trash.eps_max=0.5"],
     ]
     for step, overrides in enumerate(steps):
         project(sys.executable, "-m", "trashfire.params", *overrides)
@@ -210,7 +210,7 @@ def test_pipeline_caches_at_stage_and_cell_level_through_dvc_exp_run(ran_project
 
     # the floors: the survival data set's code is read from timing on, and by nothing before it
     # (what DVC would rerun, asked with --dry; the edit is then undone)
-    survival_data = project.repo / "src" / "trashfire" / "survival" / "data.py"
+    survival_data = project.repo / "src" / "trashfire" / "tables" / "survival_data.py"
     code = survival_data.read_text()
     survival_data.write_text(code + "\n# an edit of the survival data set's code\n")
     edited = project("dvc", "repro", "--dry")

@@ -232,4 +232,4 @@ def test_the_003_preset_has_three_depths_three_seeds_every_defence_and_attack_fa
     cfg = preset("repro_003_mnist", mnist_root)
     assert set(cfg.model) == {"cifar_resnet8", "cifar_resnet14", "cifar_resnet20"} and len(cfg.split.seeds) == 3
     assert set(cfg.defence) == {"none", "gauss_in", "gauss_out", "conf", "fsq", "adv_train"}
-    assert set(cfg.attack) == {"fgm", "pgd", "deepfool", "pixel", "threshold", "hsj"} and cfg.timing.clock == "flops"
+    assert set(cfg.attack) == {"fgm", "pgd", "deepfool", "pixel", "threshold", "hsj"} and cfg.clock == "flops"

@@ -211,7 +211,7 @@ def test_ici_and_e50_on_real_per_sample_rows_equal_lifelines_calibration(pipelin
     and E50 are lifelines' `survival_probability_calibration` on the same rows."""
     timing.run(pipeline)
     data = read_table(Path(pipeline.paths.reports) / "survival_data.parquet")
-    data["duration"] /= analysis.fit_unit(pipeline.timing.clock)  # as the survival stage fits it
+    data["duration"] /= analysis.fit_unit(pipeline.clock)  # as the survival stage fits it
     train_part, _ = analysis.usable_covariates(*split_groups(data, "train_hash", 0.2, 0))
     frame = F.model_frame(train_part)
     assert len(frame) > 50 and frame[F.EVENT].sum() > 10

@@ -17,6 +17,7 @@ from trashfire.core import schema
 from trashfire.core.records import read_table
 from trashfire.core.schema import Outcomes
 from trashfire.survival import epsilon
+from trashfire.tables import eps_samples
 
 GRID = [0.05, 0.1, 0.2, 0.3]
 
@@ -58,7 +59,7 @@ def four_samples() -> list[Outcomes]:
 
 def test_the_grid_search_finds_each_samples_smallest_breaking_eps():
     cells = four_samples()
-    found = epsilon.grid_search([0.3, 0.1, 0.05, 0.2], [cells[3], cells[1], cells[0], cells[2]])  # any order
+    found = eps_samples.grid_search([0.3, 0.1, 0.05, 0.2], [cells[3], cells[1], cells[0], cells[2]])  # any order
     assert found["position"].tolist() == [0, 1, 2, 3]
     assert found["eps"].tolist() == [0.0, 0.1, 0.2, 0.3]
     assert found["eps_lower"].tolist() == [0.0, 0.05, 0.1, 0.3]  # the threshold lies in (eps_lower, eps]
@@ -71,14 +72,14 @@ def test_the_grid_search_matches_samples_by_position_across_cells():
     # first cell did not attack: only the shared positions have a search
     low = outcomes([2, 4, 5], [0, 1, 0])
     high = outcomes([7, 5, 4, 2], [1, 1, 1, 0])
-    found = epsilon.grid_search([0.1, 0.2], [low, high]).set_index("position")
+    found = eps_samples.grid_search([0.1, 0.2], [low, high]).set_index("position")
     assert found.index.tolist() == [2, 4, 5]
     assert found["eps"].to_dict() == {2: 0.2, 4: 0.1, 5: 0.2}
     assert found["event"].to_dict() == {2: 0, 4: 1, 5: 1}
 
 
 def test_kaplan_meier_area_bounds_and_median_on_hand_computed_values():
-    found = epsilon.grid_search(GRID, four_samples())
+    found = eps_samples.grid_search(GRID, four_samples())
     fitter = epsilon.kaplan_meier(found["eps"], found["event"])
     summary = epsilon.survival_summary(fitter, 0.3, GRID)
     # standing: 3/4 on [0, 0.1), 2/4 on [0.1, 0.2), 1/4 on [0.2, 0.3]
@@ -134,7 +135,7 @@ def test_deepfool_times_are_the_returned_norms_in_pixel_units():
     # the farthest its searches got)
     first = outcomes([0, 1, 2, 3], [1, 1, 0, 0], failure_step=[0, 2, 10, 10], norm_l2=[0.0, 2.0, 1.0, 4.0])
     second = outcomes([0, 1, 2, 3], [1, 1, 1, 0], failure_step=[0, 3, 5, 10], norm_l2=[0.0, 3.0, 5.0, 6.0])
-    found = epsilon.minimal_search([first, second], "2", scale=0.5)
+    found = eps_samples.minimal_search([first, second], "2", scale=0.5)
     assert found["eps"].tolist() == [0.0, 1.0, 2.5, 3.0] and found["event"].tolist() == [1, 1, 1, 0]
     assert found["eps_lower"].tolist() == found["eps"].tolist()  # exact times: no interval
     experiments = pd.DataFrame(
@@ -152,7 +153,7 @@ def test_deepfool_times_are_the_returned_norms_in_pixel_units():
         }
     )
     other = outcomes([0, 1, 2, 3], [1, 1, 1, 1], norm_l2=[8.0, 2.0, 2.0, 2.0])
-    data = epsilon.sample_table(experiments, {"a": first, "b": second, "c": other}, minimal_units="pixel")
+    data = eps_samples.sample_table(experiments, {"a": first, "b": second, "c": other}, minimal_units="pixel")
     assert list(data.columns) == schema.EPS_SURVIVAL_DATA
     assert (data["search"] == "minimal").all() and (data["units"] == "pixel").all()
     assert data[data["model_hash"] == "m1"]["eps"].tolist() == [0.0, 1.0, 2.5, 3.0]
@@ -178,7 +179,7 @@ def test_a_grid_family_keeps_its_configured_units_and_largest_eps():
             "minimal": False,
         }
     )
-    data = epsilon.sample_table(experiments, dict(zip("abcd", cells)))
+    data = eps_samples.sample_table(experiments, dict(zip("abcd", cells)))
     assert data["eps"].tolist() == [0.0, 0.1, 0.2, 0.3] and set(data["units"]) == {"pixel"} and set(data["eps_max"]) == {0.3}
     labels = {k: "" if k in ("pretrained_on", "defence_param") else 0 for k in schema.MODEL_LABELS}
     table, curves = epsilon.survival_tables(data, experiments.assign(**labels), pd.Series({"m1": False}))
@@ -272,7 +273,7 @@ def test_a_sample_wrong_at_the_benign_prediction_fails_at_zero_even_where_the_ce
     # threshold in (0, 0.1]
     low = outcomes([0, 1, 2], [0, 1, 0], y_pred_ben=[0, 1, 1])
     high = outcomes([0, 1, 2], [1, 1, 0])
-    found = epsilon.grid_search([0.1, 0.2], [low, high])
+    found = eps_samples.grid_search([0.1, 0.2], [low, high])
     assert found["eps"].tolist() == [0.0, 0.1, 0.2] and found["eps_lower"].tolist() == [0.0, 0.0, 0.2]
     assert found["event"].tolist() == [1, 1, 0] and found["nonmonotone"].tolist() == [True, False, False]
 
@@ -282,12 +283,12 @@ def test_event_arrays_of_zeros_and_ones_are_read_as_booleans():
     column is 0/1 integers either way."""
     cells = four_samples()
     numeric = [dataclasses.replace(cell, event=cell.event.astype(float)) for cell in cells]
-    found = epsilon.grid_search(GRID, numeric)
-    pd.testing.assert_frame_equal(found, epsilon.grid_search(GRID, cells))
+    found = eps_samples.grid_search(GRID, numeric)
+    pd.testing.assert_frame_equal(found, eps_samples.grid_search(GRID, cells))
     assert found["event"].dtype == np.int64 and found["nonmonotone"].tolist() == [False, True, False, False]
     first = outcomes([0, 1], [1, 0], failure_step=[0, 10], norm_l2=[0.0, 2.0])
-    minimal = epsilon.minimal_search([dataclasses.replace(first, event=first.event.astype(float))], "2")
-    pd.testing.assert_frame_equal(minimal, epsilon.minimal_search([first], "2"))
+    minimal = eps_samples.minimal_search([dataclasses.replace(first, event=first.event.astype(float))], "2")
+    pd.testing.assert_frame_equal(minimal, eps_samples.minimal_search([first], "2"))
     assert minimal["event"].dtype == np.int64 and minimal["event"].tolist() == [1, 0]
 
 
@@ -297,7 +298,7 @@ def test_a_minimal_search_censors_each_sample_at_its_own_farthest_norm():
     # Without a scale the norms are as measured; no minimal sample is nonmonotone
     first = outcomes([0, 1, 2], [0, 0, 1], failure_step=[10, 10, 2], norm_l2=[4.0, 3.0, 2.5])
     second = outcomes([0, 1, 2], [0, 0, 1], failure_step=[10, 10, 3], norm_l2=[6.0, 1.0, 1.5])
-    found = epsilon.minimal_search([first, second], "2")
+    found = eps_samples.minimal_search([first, second], "2")
     assert found["eps"].tolist() == [6.0, 3.0, 1.5] and found["event"].tolist() == [0, 0, 1]
     assert found["nonmonotone"].tolist() == [False, False, False]
 
@@ -328,16 +329,16 @@ DEEPFOOL = {
 
 
 def test_an_experiments_table_without_cells_gives_the_columns_and_without_minimal_a_clear_error():
-    empty = epsilon.sample_table(deepfool_cells().iloc[:0], {})
+    empty = eps_samples.sample_table(deepfool_cells().iloc[:0], {})
     assert empty.empty and list(empty.columns) == schema.EPS_SURVIVAL_DATA
     message = "the experiments table has no `minimal` column (an attack's property, added by timing's attack_properties)"
     with pytest.raises(KeyError) as error:
-        epsilon.sample_table(deepfool_cells().drop(columns="minimal"), DEEPFOOL)
+        eps_samples.sample_table(deepfool_cells().drop(columns="minimal"), DEEPFOOL)
     assert error.value.args == (message,)
 
 
 def test_minimal_norms_are_in_pixel_units_by_default():
-    data = epsilon.sample_table(deepfool_cells(), DEEPFOOL)
+    data = eps_samples.sample_table(deepfool_cells(), DEEPFOOL)
     # the standardised norms times the pixel std 0.5; rows by model cell, m1 first
     assert data["model_hash"].tolist() == ["m1", "m1", "m2", "m2"] and set(data["units"]) == {"pixel"}
     assert data["eps"].tolist() == [1.0, 2.0, 3.0, 4.0]
@@ -345,17 +346,17 @@ def test_minimal_norms_are_in_pixel_units_by_default():
 
 def test_a_table_read_back_from_csv_spells_norm_and_minimal_as_text():
     # experiments.csv read back: an all-digit norm column comes as integers, booleans as text
-    data = epsilon.sample_table(deepfool_cells(norm=2, minimal=["True", "True"]), DEEPFOOL, minimal_units="standardised")
+    data = eps_samples.sample_table(deepfool_cells(norm=2, minimal=["True", "True"]), DEEPFOOL, minimal_units="standardised")
     assert data["norm"].tolist() == ["2"] * 4 and set(data["search"]) == {"minimal"}
     assert data["eps"].tolist() == [2.0, 4.0, 6.0, 8.0]  # standardised: as measured
     grid = deepfool_cells(attack="fgm", norm="inf", attack_param="eps", attack_value=0.1, minimal=["False", "false"])
-    assert set(epsilon.sample_table(grid, DEEPFOOL)["search"]) == {"grid"}
+    assert set(eps_samples.sample_table(grid, DEEPFOOL)["search"]) == {"grid"}
 
 
 def test_minimal_samples_without_a_pixel_std_are_left_out_with_a_warning(caplog):
     logging.getLogger("trashfire.survival.epsilon").addHandler(caplog.handler)
     with caplog.at_level(logging.WARNING, logger="trashfire.survival.epsilon"):
-        data = epsilon.sample_table(deepfool_cells().drop(columns="pixel_std"), DEEPFOOL)
+        data = eps_samples.sample_table(deepfool_cells().drop(columns="pixel_std"), DEEPFOOL)
     assert data.empty and list(data.columns) == schema.EPS_SURVIVAL_DATA
     assert "4 samples without a pixel std (older attack records) left out of the eps survival" in {r.getMessage() for r in caplog.records}
 
@@ -442,7 +443,7 @@ def test_the_spearman_needs_both_tables_and_lists_families_in_order():
 def test_records_without_positions_match_samples_by_their_order():
     # older outcome arrays carry no attack-subset positions: sample i is position i
     cells = [dataclasses.replace(cell, position=None) for cell in four_samples()]
-    found = epsilon.grid_search(GRID, cells)
+    found = eps_samples.grid_search(GRID, cells)
     assert found["position"].tolist() == [0, 1, 2, 3] and found["eps"].tolist() == [0.0, 0.1, 0.2, 0.3]
 
 
@@ -461,13 +462,13 @@ def test_a_grid_family_without_recorded_units_is_standardised_and_ends_at_its_la
         }
         | {"minimal": False}
     )
-    data = epsilon.sample_table(experiments, dict(zip("abc", broken)))
+    data = eps_samples.sample_table(experiments, dict(zip("abc", broken)))
     assert data["eps"].tolist() == [0.2, 0.1] and set(data["units"]) == {"standardised"} and set(data["eps_max"]) == {0.3}
 
 
 def test_no_eps_grid_and_no_minimal_attack_gives_an_empty_table_with_its_columns():
     experiments = deepfool_cells(attack="square", attack_param="queries", minimal=False)
-    data = epsilon.sample_table(experiments, DEEPFOOL)
+    data = eps_samples.sample_table(experiments, DEEPFOOL)
     assert data.empty and list(data.columns) == schema.EPS_SURVIVAL_DATA
 
 
@@ -476,6 +477,6 @@ def test_minimal_norms_recorded_in_float32_are_scaled_in_double_precision():
     # std 0.3081) is a float64 product of the recorded value, not a float32-rounded one
     norms = np.array([2.1, 0.7], dtype=np.float32)
     cell = dataclasses.replace(outcomes([0, 1], [1, 0], failure_step=[2, 10]), norm_l2=norms)
-    found = epsilon.minimal_search([cell], "2", scale=0.3081)
+    found = eps_samples.minimal_search([cell], "2", scale=0.3081)
     assert found["eps"].dtype == np.float64
     assert found["eps"].tolist() == [float(norms[0]) * 0.3081, float(norms[1]) * 0.3081]

@@ -33,6 +33,7 @@ from scipy import stats
 from scipy.optimize import minimize
 
 from tests.conftest import DROP, ROOT, config_refusal, stage_cfg, tiny_overrides
+from trashfire.core.checks import run_registered
 from trashfire.core.config import compose, validate
 from trashfire.core.errors import ConfigError, DataError
 from trashfire.core.records import write_table
@@ -41,8 +42,8 @@ from trashfire.stages import survival
 from trashfire.survival import analysis, expected_time, figures, saved_models, scoring
 from trashfire.survival import checks as survival_checks
 from trashfire.survival import fitters as F
-from trashfire.survival.data import LABEL_COLUMNS
 from trashfire.survival.split import split_groups
+from trashfire.tables.survival_data import LABEL_COLUMNS
 
 ROSSI_COVARIATES = ["fin", "age", "race", "wexp", "mar", "paro", "prio"]
 LIFELINES_CLASSES = {
@@ -695,16 +696,25 @@ REMOVED_POLICY = "was removed with the per-sample failure clock; allowed: first_
 @pytest.mark.parametrize(
     ("changes", "line"),
     [
-        ({"survival.data": DROP}, "survival.data: missing; compose params.yaml with `make params`"),
+        ({"timing.survival_data": DROP}, "timing.survival_data: missing; compose params.yaml with `make params`"),
         (
-            {"survival.data.covariates": ["epochs", "height"]},
-            "survival.data.covariates: got 'height'; allowed: epochs, depth, lr, n_train, t_train, t_predict, acc_ben, attack_strength, defence_strength, margin",
+            {"timing.survival_data.covariates": ["epochs", "height"]},
+            "timing.survival_data.covariates: got 'height'; allowed: epochs, depth, lr, n_train, t_train, t_predict, acc_ben, attack_strength, defence_strength, margin",
         ),
-        ({"survival.data.dummies": ["model"]}, "survival.data.dummies: got 'model'; allowed: attack, defence, data"),
-        ({"survival.data.misclassified_before_attack": "attack_time"}, f"survival.data.misclassified_before_attack: attack_time {REMOVED_POLICY}"),
-        ({"survival.data.misclassified_before_attack": "predict_time"}, f"survival.data.misclassified_before_attack: predict_time {REMOVED_POLICY}"),
-        ({"survival.data.misclassified_before_attack": "zero"}, "survival.data.misclassified_before_attack: got 'zero'; allowed: first_query, drop"),
-        ({"survival.data.nonpositive_durations": "clip"}, "survival.data.nonpositive_durations: got 'clip'; allowed: half_min, drop"),
+        ({"timing.survival_data.dummies": ["model"]}, "timing.survival_data.dummies: got 'model'; allowed: attack, defence, data"),
+        (
+            {"timing.survival_data.misclassified_before_attack": "attack_time"},
+            f"timing.survival_data.misclassified_before_attack: attack_time {REMOVED_POLICY}",
+        ),
+        (
+            {"timing.survival_data.misclassified_before_attack": "predict_time"},
+            f"timing.survival_data.misclassified_before_attack: predict_time {REMOVED_POLICY}",
+        ),
+        (
+            {"timing.survival_data.misclassified_before_attack": "zero"},
+            "timing.survival_data.misclassified_before_attack: got 'zero'; allowed: first_query, drop",
+        ),
+        ({"timing.survival_data.nonpositive_durations": "clip"}, "timing.survival_data.nonpositive_durations: got 'clip'; allowed: half_min, drop"),
         ({"survival.models": {}}, "survival.models: select at least one option (an empty grid runs nothing)"),
         (
             {"survival.fitters": ["gompertz"]},
@@ -751,7 +761,7 @@ REMOVED_POLICY = "was removed with the per-sample failure clock; allowed: first_
     ],
 )
 def test_a_bad_survival_setting_is_refused_in_one_line_naming_its_key(changes, line):
-    assert config_refusal(survival_checks.check, changes) == f"config error: {line}"
+    assert config_refusal(run_registered, changes) == f"config error: {line}"
 
 
 @pytest.mark.parametrize(
@@ -759,8 +769,8 @@ def test_a_bad_survival_setting_is_refused_in_one_line_naming_its_key(changes, l
     [
         {},  # the defaults: three retries, no model with an optimiser, t0_quantile or fit_options of its own
         # no covariates, dummies or retries; each value on its closed bound
-        {"survival.data.covariates": None, "survival.data.dummies": None, "survival.retries": None, "survival.seed": 0}
-        | {"survival.data.misclassified_before_attack": "drop", "survival.data.nonpositive_durations": "drop"},
+        {"timing.survival_data.covariates": None, "timing.survival_data.dummies": None, "survival.retries": None, "survival.seed": 0}
+        | {"timing.survival_data.misclassified_before_attack": "drop", "timing.survival_data.nonpositive_durations": "drop"},
         # a model's own optimiser, t0 quantile, options and no penalizer (0); the chosen AFT model
         {"survival.models.weibull.optimiser": "L-BFGS-B", "survival.models.weibull.t0_quantile": 0.5, "survival.models.weibull.fit_options": {"maxiter": 500}}
         | {
@@ -773,7 +783,7 @@ def test_a_bad_survival_setting_is_refused_in_one_line_naming_its_key(changes, l
     ],
 )
 def test_survival_settings_on_their_allowed_bounds_pass(changes):
-    assert config_refusal(survival_checks.check, changes) is None
+    assert config_refusal(run_registered, changes) is None
 
 
 # --- the survival stage's figures (survival/figures.py), drawn from hand-made tables ---
@@ -1043,9 +1053,7 @@ def test_the_stage_on_the_flops_clock_fits_gflops_and_writes_times_back_in_flops
     drawn, given = stage_run
     data = synthetic_cells(n_cells=24, samples=5)
     data = data.assign(duration=data["duration"] * 1e9)  # FLOPs of order 1e7
-    cfg = stage_cfg(
-        tmp_path, data, "timing.clock=flops", "survival.fitters=[weibull,exponential,cox]", "survival.km_check_tolerance=0.01", "train.threads=auto"
-    )
+    cfg = stage_cfg(tmp_path, data, "clock=flops", "survival.fitters=[weibull,exponential,cox]", "survival.km_check_tolerance=0.01", "train.threads=auto")
     caplog.set_level("INFO", logger=analysis.log.name)
     comparison = analysis.analyse(cfg, survival.STAGE.resolved(cfg))
     plt.close("all")
@@ -1304,7 +1312,7 @@ def test_the_stage_writes_the_cure_budget_and_competing_tables_in_the_clocks_uni
         broken_by=np.where(composite & (data["event"] == 1), "apgd_ce", ""),
         defence_fsq=(data["attack_hash"] == "c3").astype(float),
     )
-    cfg = stage_cfg(tmp_path, data, "timing.clock=flops", "survival.fitters=[weibull,weibull_cure]", "budget.draws=20")
+    cfg = stage_cfg(tmp_path, data, "clock=flops", "survival.fitters=[weibull,weibull_cure]", "budget.draws=20")
     drawn, _ = stage_run
     caplog.set_level("INFO", logger=analysis.log.name)
     analysis.analyse(cfg, survival.STAGE.resolved(cfg))

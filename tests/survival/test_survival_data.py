@@ -27,9 +27,11 @@ from trashfire.core.grid import attack_cells
 from trashfire.core.records import read_table, write_json, write_npz
 from trashfire.core.shared_arrays import ArrayChannel
 from trashfire.stages import timing
-from trashfire.survival import datasets, scoring
 from trashfire.survival import fitters as F
-from trashfire.survival.data import (
+from trashfire.survival import scoring
+from trashfire.tables import datasets
+from trashfire.tables import experiments as experiment_tables
+from trashfire.tables.survival_data import (
     ID_COLUMNS,
     LABEL_COLUMNS,
     _rank_tester,
@@ -42,7 +44,6 @@ from trashfire.survival.data import (
     survival_table,
     with_strengths,
 )
-from trashfire.tables import experiments as experiment_tables
 
 
 def hand_made_record(attack, value, epochs, n_attack, t_attack, defence="none", attack_hash=None):
@@ -125,8 +126,8 @@ def two_cells():
 
 @pytest.fixture
 def survival_log(caplog):
-    logging.getLogger("trashfire.survival.data").addHandler(caplog.handler)
-    with caplog.at_level(logging.INFO, logger="trashfire.survival.data"):
+    logging.getLogger("trashfire.tables.survival_data").addHandler(caplog.handler)
+    with caplog.at_level(logging.INFO, logger="trashfire.tables.survival_data"):
         yield caplog
 
 
@@ -380,7 +381,7 @@ def test_a_failure_after_the_distance_worker_leaves_both_survival_data_sets_as_t
     """survival_data.parquet is written beside the worker but renamed only once the eps samples,
     with the worker's ensemble, are written: a failure there leaves both files of the last run."""
     from trashfire.core import parallel
-    from trashfire.survival import epsilon
+    from trashfire.tables import eps_samples
 
     recorded_grid.train.workers = 2
     for module in (datasets, parallel):  # as above: the stage's process has no torch
@@ -392,7 +393,7 @@ def test_a_failure_after_the_distance_worker_leaves_both_survival_data_sets_as_t
     def broken(*args):
         raise MemoryError("no room for the ensemble's rows")
 
-    monkeypatch.setattr(epsilon, "ensemble_samples", broken)
+    monkeypatch.setattr(eps_samples, "ensemble_samples", broken)
     with pytest.raises(MemoryError):
         timing.run(recorded_grid)
     assert {name: (reports / name).stat().st_ino for name in before} == before
@@ -424,18 +425,18 @@ def test_timing_reads_no_arrays_for_the_sweep_and_names_an_old_array_file(record
         timing.run(recorded_grid)
 
 
-# --- the two data sets the timing stage writes (trashfire.survival.datasets), on a hand-made config
+# --- the two data sets the timing stage writes (trashfire.tables.datasets), on a hand-made config
 
 
 @pytest.fixture
 def datasets_log(caplog):
-    logging.getLogger("trashfire.survival.datasets").addHandler(caplog.handler)
-    with caplog.at_level(logging.INFO, logger="trashfire.survival.datasets"):
+    logging.getLogger("trashfire.tables.datasets").addHandler(caplog.handler)
+    with caplog.at_level(logging.INFO, logger="trashfire.tables.datasets"):
         yield caplog
 
 
 def test_timing_writes_both_survival_sets_as_configured(tmp_path, two_cells, datasets_log):
-    """Every setting of survival.data, timing.clock and metrics.eps_survival reaches its table:
+    """Every setting of timing.survival_data, clock and timing.eps_survival reaches its table:
     none of them the default."""
     experiments, outcomes = two_cells
     # a DeepFool cell of model m1 (a minimal-perturbation attack): sample 0 broken at l2 norm 1.0,
@@ -447,11 +448,16 @@ def test_timing_writes_both_survival_sets_as_configured(tmp_path, two_cells, dat
     outcomes["pgd-0.3"]["duration_wall"][0] = 0.0  # below the wall clock's resolution
     cfg = OmegaConf.create(
         {
-            "survival": {
-                "data": {"covariates": ["margin", "epochs"], "dummies": ["attack"], "misclassified_before_attack": "drop", "nonpositive_durations": "drop"}
+            "timing": {
+                "survival_data": {
+                    "covariates": ["margin", "epochs"],
+                    "dummies": ["attack"],
+                    "misclassified_before_attack": "drop",
+                    "nonpositive_durations": "drop",
+                },
+                "eps_survival": {"minimal_units": "standardised", "minimal_eps_max": 2.5},
             },
-            "timing": {"clock": "wall"},
-            "metrics": {"eps_survival": {"minimal_units": "standardised", "minimal_eps_max": 2.5}},
+            "clock": "wall",
         }
     )
     survival = datasets.write_survival_sets(cfg, artefacts_of(timing, reports=tmp_path, attacks=tmp_path / "attacks"), experiments, outcomes)
@@ -484,7 +490,7 @@ def test_timing_writes_both_survival_sets_as_configured(tmp_path, two_cells, dat
     }
     minimal = eps[eps["attack"] == "deepfool"]
     assert set(minimal["units"]) == {"standardised"} and set(minimal["eps_max"]) == {2.5}  # the configured upper end
-    assert {r.getMessage() for r in datasets_log.records if r.name == "trashfire.survival.datasets"} == {
+    assert {r.getMessage() for r in datasets_log.records if r.name == "trashfire.tables.datasets"} == {
         "3 experiment rows, 9 survival rows, covariates: margin, epochs, attack_fgm_inf"
     }
 
@@ -648,8 +654,8 @@ def test_a_zero_weight_row_timed_at_zero_is_no_sample_and_is_left_alone():
 
 @pytest.fixture
 def degenerate_log(caplog):
-    with caplog.at_level(logging.INFO, logger="trashfire.survival.data"):
-        logging.getLogger("trashfire.survival.data").addHandler(caplog.handler)
+    with caplog.at_level(logging.INFO, logger="trashfire.tables.survival_data"):
+        logging.getLogger("trashfire.tables.survival_data").addHandler(caplog.handler)
         yield caplog
 
 
@@ -1169,7 +1175,7 @@ def test_the_designs_distinct_rows_are_those_hashing_every_row_finds():
     """The rank test reads each distinct design row once; the survival table finds them from the
     cells' rows and the samples' margins (cells alike in every covariate, margins repeated
     within and across cells), as DataFrame.duplicated over every column would."""
-    from trashfire.survival.data import sample_design, sample_rows
+    from trashfire.tables.survival_data import sample_design, sample_rows
 
     experiments, outcomes = experiment_cells(("fgm", 0.1, "none", 0.0), ("fgm", 0.1, "none", 0.0), ("fgm", 0.3, "none", 0.0), n=4)
     experiments["attack_hash"] = ["a", "b", "c"]

@@ -59,7 +59,7 @@ def test_objectives_are_means_over_the_trials_attack_cells():
     # FGM at eps .5 and 1 (standardised; pixel std .4): acc .6 and .2, benign .8; t_train 2 s,
     # t_attack .1 s and .4 s per sample
     table = pd.DataFrame([row | {"t_train": 2.0, "t_attack": t} for row, t in zip(attack_rows(), (0.1, 0.4))])
-    values = objectives_of(table, ["acc_adv", "acc_ben", "trash_constant_hazard", "evp", "auc_r"], OmegaConf.create({"evp": EVP, "auc": PIXEL_AUC}))
+    values = objectives_of(table, ["acc_adv", "acc_ben", "trash_constant_hazard", "evp", "auc_r"], OmegaConf.create({"auc": PIXEL_AUC}), EVP)
     # trash_constant_hazard: t_train (1 - acc) / t_attack = 2 * .4 / .1 = 8 and 2 * .8 / .4 = 4
     # evp: tau(10) = .25, g = [.8, .6, 0] on [0, .5, 1]: .5 (.8 + .6) / 2 + .5 (.6 + 0) / 2 = .5
     # auc_r: .19 / (.8 * .3), as in test_aggregate

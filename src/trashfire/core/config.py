@@ -27,10 +27,12 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from trashfire.core.checks import choice, refuse_moved, refuse_moved_keys, run_registered
+from trashfire.core.checks import choice, moved, refuse_moved, refuse_moved_keys, run_registered
 from trashfire.core.clocks import CLOCKS
 from trashfire.core.errors import ConfigError
 from trashfire.core.grid import GRID_GROUPS, defence_cell, drop_leftovers
+
+moved("timing.clock", "clock")  # a shared key: timing, survival and aggregate read it
 
 
 def config_dir() -> Path:
@@ -138,12 +140,12 @@ def validate(cfg: DictConfig) -> DictConfig:
     not changed (`normalise` makes the config the stages run); it is returned for chaining.
     Here: the sections, paths and clock; then each package's own checks
     (`trashfire.<package>.checks`, see trashfire.core.checks), the grid's options first."""
-    for section in ("data", "split", "model", "defence", "attack", "train", "timing", "paths"):
+    for section in ("data", "split", "model", "defence", "attack", "train", "timing", "viability", "paths"):
         if not isinstance(cfg.get(section), DictConfig):
             raise ConfigError(section, _missing_section(section, cfg.get(section)))
     refuse_moved_keys(cfg)
     _validate_paths(cfg.paths)
-    choice("timing.clock", cfg.timing.get("clock"), CLOCKS)
+    choice("clock", cfg.get("clock"), CLOCKS)
     run_registered(cfg)
     return cfg
 

@@ -173,7 +173,7 @@ SHORT_OF_NONVIABILITY = "grid does not reach non-viability"
 DEGENERATE_NOTE = "degenerate model cell (benign accuracy at or below the degeneracy threshold): no EVP or R"
 
 
-def robustness_table(curves: pd.DataFrame, evp: DictConfig, auc: DictConfig, degenerate: pd.Series | None = None) -> pd.DataFrame:
+def robustness_table(curves: pd.DataFrame, viability: DictConfig, auc: DictConfig, degenerate: pd.Series | None = None) -> pd.DataFrame:
     """The per-curve metrics of the registry (EVP ...) and R = 1 - S per model cell and eps
     family. R is computed on the eps axis of `auc.units` (R is scale-free, so this equals R on
     the other axis over the converted bounds). Guards: a degenerate model cell (`degenerate`,
@@ -181,7 +181,7 @@ def robustness_table(curves: pd.DataFrame, evp: DictConfig, auc: DictConfig, deg
     (`reaches_nonviability`, the note): its EVP is bounded by the grid, not by the model."""
     degenerate = degenerate if degenerate is not None else pd.Series(dtype=bool)
     settings = AucSettings(str(auc.units), auc.eps0, auc.eps1)
-    thresholds = Thresholds(evp)
+    thresholds = Thresholds(viability)
     order, starts = group_order(curves, CELL)
     heads = curves.iloc[order[starts]]
     columns = ["eps_standardised", "acc", schema.eps_column(settings.units)]
@@ -234,8 +234,8 @@ class Thresholds:
     """The viability threshold per number of classes, each computed once (the config's
     attributes cost more to read than a curve's metrics cost to compute)."""
 
-    def __init__(self, evp: DictConfig):
-        self.tau, self.w, self.known = evp.tau, evp.w, {}
+    def __init__(self, viability: DictConfig):
+        self.tau, self.w, self.known = viability.get("tau"), viability.w, {}
 
     def of(self, n_classes: int) -> float:
         if n_classes not in self.known:
@@ -282,11 +282,11 @@ def evp_tau_table(curves: pd.DataFrame, points: int) -> pd.DataFrame:
     return table.assign(tau=np.tile(taus, len(labels)), evp=np.concatenate(values))[schema.EVP_TAU]
 
 
-def evp_convergence_table(curves: pd.DataFrame, evp: DictConfig) -> pd.DataFrame:
+def evp_convergence_table(curves: pd.DataFrame, viability: DictConfig) -> pd.DataFrame:
     """EVP on nested sub-grids of each recorded eps grid (001 Fig. 8)."""
     if curves.empty:
         return pd.DataFrame(columns=schema.EVP_CONVERGENCE)
-    thresholds = Thresholds(evp)
+    thresholds = Thresholds(viability)
     labels, (eps, acc, n_classes) = curve_arrays(curves, ["eps_standardised", "acc", "n_classes"])
     curve, intervals, values, taus = [], [], [], []
     for i, (e, a, k) in enumerate(zip(eps, acc, n_classes)):
@@ -503,7 +503,7 @@ def _aggregate_reports(cfg: DictConfig, artefacts: Artefacts) -> dict:
         optimality=made.optimality,
         certified=made.certified,
     )
-    beside(cards, lambda: write_tables(artefacts, made.tables(m)), workers, log.name)
+    beside(cards, lambda: write_tables(artefacts, made.tables(m, cfg.viability)), workers, log.name)
     summary = headline(
         experiments, made.trash, made.robustness, made.brittle, made.comparison, made.checked, eps_survival, made.flags, m, worst, made.no_expected_time
     )
@@ -541,7 +541,7 @@ class GridTables:
     no_expected_time: str | None
     classes: dict
 
-    def tables(self, m: DictConfig) -> dict[str, pd.DataFrame]:
+    def tables(self, m: DictConfig, viability: DictConfig) -> dict[str, pd.DataFrame]:
         """The CSV tables, by file name (survival in eps's are written apart)."""
         return {
             "trash.csv": self.trash,
@@ -550,9 +550,9 @@ class GridTables:
             "robustness.csv": self.every_robustness,
             "auc_table.csv": auc_table(self.robustness),
             "curves.csv": self.every_curve,
-            "tau_table.csv": tau_table(list(m.evp.table_classes), m.evp.w, self.classes),
+            "tau_table.csv": tau_table(list(m.evp.table_classes), viability.w, self.classes),
             "evp_tau.csv": evp_tau_table(self.curves, m.evp.tau_grid),
-            "evp_convergence.csv": evp_convergence_table(self.curves, m.evp),
+            "evp_convergence.csv": evp_convergence_table(self.curves, viability),
             "brittle.csv": self.brittle,
             "findings.csv": findings.findings_frame(self.checked),
             "validity.csv": self.flags,
@@ -573,7 +573,7 @@ def grid_tables(cfg: DictConfig, artefacts: Artefacts, every_row: pd.DataFrame, 
     best = ensemble(distances)
     grid_curves = eps_curves(every_row)
     every_curve = pd.concat([grid_curves, optimality.ensemble_curves(best, grid_curves, m.optimality.curve_points)], ignore_index=True)
-    every_robustness = robustness_table(every_curve, m.evp, m.auc, degenerate)
+    every_robustness = robustness_table(every_curve, cfg.viability, m.auc, degenerate)
     attack_optimality = optimality.optimality_table(distances, best)
     curves, robustness = measured(every_curve), measured(every_robustness)
     records = read_brittle(artefacts.input("brittle_scores.json"), experiments["model_hash"].unique())

@@ -7,10 +7,22 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from trashfire.core.checks import as_list, choice, integer, nonempty_list, nonempty_mapping, number, register
+from trashfire.core.checks import as_list, choice, integer, moved, nonempty_list, nonempty_mapping, number, register
 from trashfire.core.errors import ConfigError
 from trashfire.core.grid import options
 from trashfire.core.schema import EPS_UNITS
+
+moved("metrics.evp.w", "viability.w")
+moved("metrics.evp.tau", "viability.tau")
+
+
+@register("viability")
+def check_viability(cfg: DictConfig) -> None:
+    """The viability threshold EVP and the timing stage's degeneracy guard share."""
+    viability = cfg.viability
+    number("viability.w", viability.get("w"), low=0, open_low=True)
+    if viability.get("tau") is not None:
+        number("viability.tau", viability.tau, low=0, high=1, open_low=True)
 
 
 @register("metrics")
@@ -20,9 +32,6 @@ def check(cfg: DictConfig) -> None:
 
 
 def _validate_metrics(metrics: DictConfig) -> None:
-    number("metrics.evp.w", metrics.evp.get("w"), low=0, open_low=True)
-    if metrics.evp.get("tau") is not None:
-        number("metrics.evp.tau", metrics.evp.tau, low=0, high=1, open_low=True)
     integer("metrics.evp.tau_grid", metrics.evp.get("tau_grid"), low=2)
     for k in nonempty_list("metrics.evp.table_classes", metrics.evp.get("table_classes")):
         integer("metrics.evp.table_classes", k, low=2)
@@ -32,11 +41,6 @@ def _validate_metrics(metrics: DictConfig) -> None:
         number("metrics.auc.eps1", metrics.auc.eps1, low=eps0, open_low=True)
     if metrics.trash.get("eps_max") is not None:
         number("metrics.trash.eps_max", metrics.trash.eps_max, low=0, open_low=True)
-    degenerate = metrics.get("degenerate")
-    if not isinstance(degenerate, DictConfig):
-        raise ConfigError("metrics.degenerate", "missing; compose params.yaml with `make params`")
-    if degenerate.get("margin") is not None:
-        number("metrics.degenerate.margin", degenerate.margin, low=0, high=1)
     findings = metrics.get("findings")
     if not isinstance(findings, DictConfig):
         raise ConfigError("metrics.findings", "missing; compose params.yaml with `make params`")
@@ -48,7 +52,6 @@ def _validate_metrics(metrics: DictConfig) -> None:
             raise ConfigError(
                 f"metrics.{removed}.{why}", "was removed: intervals over seeds are Student's t intervals over independent units (issue 59); drop the key"
             )
-    _validate_eps_survival(metrics.get("eps_survival"))
     _validate_optimality(metrics.get("optimality"))
     _validate_validity(metrics.get("validity"))
     _validate_robust_acc((metrics.get("brittle") or {}).get("robust_acc"))
@@ -105,25 +108,10 @@ def _removed_list(key: str, value: Any, where: str) -> None:
         raise ConfigError(key, f"removed: an attack's option says it ({where}); compose params.yaml again with `make params`")
 
 
-def _validate_eps_survival(eps: Any) -> None:
-    key = "metrics.eps_survival"
-    if not isinstance(eps, DictConfig):
-        raise ConfigError(key, "missing; compose params.yaml with `make params`")
-    _removed_list(f"{key}.minimal", eps.get("minimal"), "minimal: true in the attack's option")
-    choice(f"{key}.minimal_units", eps.get("minimal_units"), EPS_UNITS)
-    if eps.get("minimal_eps_max") is not None:
-        number(f"{key}.minimal_eps_max", eps.minimal_eps_max, low=0, open_low=True)
-
-
 def _validate_optimality(settings: Any) -> None:
     key = "metrics.optimality"
     if not isinstance(settings, DictConfig):
         raise ConfigError(key, "missing; compose params.yaml with `make params`")
-    for norm, values in (settings.get("query_eps") or {}).items():
-        if str(norm) not in ("inf", "2", "1", "0"):
-            raise ConfigError(f"{key}.query_eps", f"got norm {norm!r}; allowed: inf, 2, 1, 0")
-        for value in as_list(values):
-            number(f"{key}.query_eps.{norm}", value, low=0, open_low=True)
     integer(f"{key}.curve_points", settings.get("curve_points"), low=2)
     number(f"{key}.far_below", settings.get("far_below"), low=0, high=1)
 

@@ -11,6 +11,7 @@ STAGE = Stage(
     "aggregate",
     params=(
         "metrics",
+        "viability",
         "budget.share",
         "defence",
         "model",

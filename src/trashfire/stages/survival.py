@@ -11,7 +11,7 @@ STAGE = Stage(
     "survival",
     params=(
         "survival",
-        "timing.clock",
+        "clock",
         "budget.factor",
         "budget.draws",
         "budget.seed",

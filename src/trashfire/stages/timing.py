@@ -3,7 +3,7 @@
 `python -m trashfire.stages.timing [--params params.yaml] [key=value ...]`; the work is
 `trashfire.tables.experiments` (experiments.csv), `trashfire.tables.distances` (each sample's
 smallest successful eps per attack and over all of a norm's, the grid check, accuracy against
-queries) and `trashfire.survival.datasets` (the survival data sets), from one read of the records.
+queries) and `trashfire.tables.datasets` (the survival data sets), from one read of the records.
 """
 
 from trashfire.core.cli import run_cli
@@ -19,11 +19,8 @@ STAGE = Stage(
         "train",
         "attack",
         "timing",
-        "survival.data",
-        "metrics.degenerate",
-        "metrics.evp",
-        "metrics.eps_survival",
-        "metrics.optimality",
+        "clock",
+        "viability",
         "paths.attacks",
         "paths.reports",
     ),
@@ -43,8 +40,7 @@ def run(cfg):
     import pandas as pd
 
     from trashfire.core.parallel import resolve_workers
-    from trashfire.survival import datasets
-    from trashfire.tables import experiments
+    from trashfire.tables import datasets, experiments
 
     view, artefacts = STAGE.view(cfg), STAGE.resolved(cfg)
     with pd.option_context("mode.copy_on_write", True):  # a column taken, dropped or reindexed copies no frame: 10^7 rows are GBs

@@ -59,7 +59,6 @@ from trashfire.survival import fitters as F
 from trashfire.survival import validation
 from trashfire.survival.competing import competing_table, incidence_curves
 from trashfire.survival.convergence import fit_converged
-from trashfire.survival.data import NUMERIC_COVARIATES, diagnose, drop_degenerate
 from trashfire.survival.expected_time import cell_budgets, kaplan_meier_fits, km_sentences, logrank_table, with_km_summaries
 from trashfire.survival.figures import calibration_grid, coefficient_figure, competing_risks_figure, finish_calibration, kaplan_meier_figure, save
 from trashfire.survival.per_model import ModelOutputs, in_clock_units, with_breakable_means, write_budget_sufficiency, write_cure_fractions
@@ -80,6 +79,7 @@ from trashfire.survival.scoring import (
 )
 from trashfire.survival.selected import Selection
 from trashfire.survival.split import split_in_one_copy
+from trashfire.tables.survival_data import DUMMY_SOURCES, NUMERIC_COVARIATES, diagnose, drop_degenerate
 
 log = logging.getLogger(__name__)
 
@@ -375,7 +375,7 @@ def _analyse(cfg: DictConfig, artefacts: Artefacts, settings) -> pd.DataFrame:
     source, out = artefacts.input("survival_data.parquet"), artefacts.output("survival")
     data = read_survival_data(source)
     diagnose(data, str(source))
-    clock = str(cfg.timing.clock)
+    clock = str(cfg.clock)
     unit = fit_unit(clock)
     data = data.assign(**{F.DURATION: data[F.DURATION] / unit})
     if unit != 1.0:
@@ -388,7 +388,7 @@ def _analyse(cfg: DictConfig, artefacts: Artefacts, settings) -> pd.DataFrame:
         return without_models(data, budgets, out, cfg, "survival.fitters is empty: no survival model was asked for")
     try:
         data, train, test = split_in_one_copy(data, settings.split_by, settings.test_size, settings.seed)
-        train, test = usable_covariates(train, test, settings.data.dummies)
+        train, test = usable_covariates(train, test, DUMMY_SOURCES)
     except DataError as err:
         return without_models(data, budgets, out, cfg, f"no survival model could be fitted: {err}")
     aft = [name for name in settings.fitters if settings.models[name].aft]
@@ -497,7 +497,7 @@ def without_models(data: pd.DataFrame, budgets: pd.Series, out: Path, cfg: DictC
     comparison = pd.DataFrame(rows, columns=["fitter", "model", "aft", "status", "note"]).assign(split_by=settings.split_by, selected=False)
     write_csv(comparison, out / "aft_comparison.csv")
     write_csv(missing_expected_times(budgets, reason), out / "expected_times.csv")
-    save(kaplan_meier_figure(kaplan_meier_fits(data), {}, None, FIT_UNIT_NAMES[str(cfg.timing.clock)]), out / "kaplan_meier.png")
+    save(kaplan_meier_figure(kaplan_meier_fits(data), {}, None, FIT_UNIT_NAMES[str(cfg.clock)]), out / "kaplan_meier.png")
     for stale in (
         "km_check.csv",
         "concordance_within.csv",

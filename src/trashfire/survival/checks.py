@@ -8,7 +8,6 @@ from omegaconf import DictConfig
 
 from trashfire.core.checks import as_list, choice, integer, nonempty_mapping, number, register
 from trashfire.core.errors import ConfigError
-from trashfire.survival.data import BEFORE_ATTACK_POLICIES, DUMMY_SOURCES, NONPOSITIVE_POLICIES, NUMERIC_COVARIATES
 from trashfire.survival.spec import OPTIMISERS, REPLACED, SPLIT_GROUPS, score_names
 
 
@@ -18,20 +17,6 @@ def check(cfg: DictConfig) -> None:
 
 
 def _validate_survival(survival: DictConfig) -> None:
-    data = survival.get("data")
-    if not isinstance(data, DictConfig):
-        raise ConfigError("survival.data", "missing; compose params.yaml with `make params`")
-    for covariate in as_list(data.get("covariates") or []):
-        choice("survival.data.covariates", covariate, NUMERIC_COVARIATES)
-    for kind in as_list(data.get("dummies") or []):
-        choice("survival.data.dummies", kind, tuple(DUMMY_SOURCES))
-    if data.get("misclassified_before_attack") in ("attack_time", "predict_time"):
-        raise ConfigError(
-            "survival.data.misclassified_before_attack",
-            f"{data.misclassified_before_attack} was removed with the per-sample failure clock; allowed: first_query (such a sample fails at its share of the first query), drop",
-        )
-    choice("survival.data.misclassified_before_attack", data.get("misclassified_before_attack"), BEFORE_ATTACK_POLICIES)
-    choice("survival.data.nonpositive_durations", data.get("nonpositive_durations"), NONPOSITIVE_POLICIES)
     models = survival.get("models")
     nonempty_mapping("survival.models", models)
     fitters = as_list(survival.get("fitters") or [])  # empty: survival left out, E[T] and TRASH missing downstream

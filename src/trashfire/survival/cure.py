@@ -36,12 +36,12 @@ from scipy.special import expit, gamma, logit
 
 from trashfire.core.stats import covariance_root
 from trashfire.survival.aft import NewtonLogLogisticAFTFitter, NewtonWeibullAFTFitter, log_logistic_restricted_mean, weibull_restricted_mean
-from trashfire.survival.data import NUMERIC_COVARIATES
 from trashfire.survival.fitters import DURATION, EVENT, _covariate_columns, _no_conditioning, covariates_of, sample_weights
 from trashfire.survival.km import grouped_km
 from trashfire.survival.mappings import row_index
 from trashfire.survival.newton import in_row_blocks
 from trashfire.survival.newton_fit import NewtonRegressionMixin, start_rows
+from trashfire.tables.survival_data import NUMERIC_COVARIATES
 
 
 class MixtureCureFitter(NewtonRegressionMixin, ParametricRegressionFitter):

@@ -18,7 +18,7 @@ import pandas as pd
 from matplotlib.ticker import NullFormatter
 
 from trashfire.core.records import atomic_path
-from trashfire.survival.data import DUMMY_SOURCES, NUMERIC_COVARIATES
+from trashfire.tables.survival_data import DUMMY_SOURCES, NUMERIC_COVARIATES
 
 FITTERS_PER_ROW = 2
 DUMMY_LABELS = {"attack": "Atk", "defence": "Def", "data": "Data"}

@@ -54,10 +54,10 @@ from trashfire.core.stats import bic, significant
 from trashfire.survival.aft import ExponentialAFTFitter, NewtonLogNormalAFTFitter, _covariate_columns, _no_conditioning  # noqa: F401 (ExponentialAFTFitter: its conf path)
 from trashfire.survival.calibration_spline import FastCRCSplineFitter
 from trashfire.survival.cox import cluster_score_sums
-from trashfire.survival.data import NOT_COVARIATES
 from trashfire.survival.gengamma import GeneralizedGammaAFTFitter  # noqa: F401 (configs written before it moved name it here)
 from trashfire.survival.mappings import copied_shallow
 from trashfire.survival.newton import ROW_BLOCK, in_row_blocks
+from trashfire.tables.survival_data import NOT_COVARIATES
 
 DURATION, EVENT, WEIGHT = "duration", "event", "weight"
 NEWTON_FALLBACK = {"step_size": 0.1, "max_steps": 1000}  # Cox PH's "other optimiser": shorter Newton steps

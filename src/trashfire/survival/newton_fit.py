@@ -21,10 +21,10 @@ import pandas as pd
 from lifelines.exceptions import ConvergenceError
 from scipy.optimize import minimize
 
-from trashfire.survival.data import SAMPLE_COVARIATES
 from trashfire.survival.design import grouped
 from trashfire.survival.mappings import FastDesignMixin
 from trashfire.survival.newton import MAX_ITERATIONS, ROW_BLOCK, LinearPredictors, NotConverged, minimise, penalised, sampled_rows, sampled_start
+from trashfire.tables.survival_data import SAMPLE_COVARIATES
 
 NEWTON = "Newton-Raphson"  # `_scipy_fit_method` that selects it; any other is scipy's, on the exact gradient
 

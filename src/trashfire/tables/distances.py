@@ -15,7 +15,7 @@ A sample wrong at the first query has eps 0; one the attack never broke has eps 
 `reach`, how far its search got (a grid's largest eps, a minimal attack's last point).
 
 `reports/query_curves.csv` (timing): per model cell, norm, attack family and eps (the norm's
-grid eps and `metrics.optimality.query_eps`), robust accuracy against the attack's work in
+grid eps and `timing.query_eps`), robust accuracy against the attack's work in
 passes (forward queries + input gradients, the per-sample clock): the share of its samples
 not broken at that eps within that many passes, at every pass count where it steps. A
 fixed-eps cell at that eps reads its samples' clocks; a minimal-norm attack reads the step at
@@ -392,6 +392,6 @@ def write_distance_tables(cfg: DictConfig, artefacts: Artefacts, experiments: pd
 
 
 def write_query_curves(cfg: DictConfig, artefacts: Artefacts, experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcomes]) -> None:
-    """query_curves.csv, at the norms' grid eps and `metrics.optimality.query_eps`."""
-    query_eps = {str(norm): list(values) for norm, values in (cfg.metrics.optimality.get("query_eps") or {}).items()}
+    """query_curves.csv, at the norms' grid eps and `timing.query_eps`."""
+    query_eps = {str(norm): list(values) for norm, values in (cfg.timing.get("query_eps") or {}).items()}
     write_csv(query_curves(experiments, outcomes_by_hash, query_eps), artefacts.output("query_curves.csv"))

@@ -7,7 +7,7 @@ each cell's outcome counts (misclassified before the attack, broken by it, survi
 failure-clock counts (events within the budget, censored samples, event share, median step
 of a failure), and the attack's properties (`attack_properties`: black_box, minimal). After
 them, a `worst_case` row per model cell, norm and eps that two or more eps-bounded attacks
-share: the per-sample minimum over them (`trashfire.tables.worst_case`). The stage's survival data sets are built from the same read by `trashfire.survival.datasets`
+share: the per-sample minimum over them (`trashfire.tables.worst_case`). The stage's survival data sets are built from the same read by `trashfire.tables.datasets`
 (the survival floor sits above this one).
 """
 
@@ -174,7 +174,7 @@ def outcomes_at(path: Path) -> Outcomes:
 
 
 def tabulate(cfg: DictConfig, attacks: Path, cells: list[Cell]) -> pd.DataFrame:
-    table = flag_degenerate(with_clock(pd.DataFrame([cell.row for cell in cells]), cfg.timing.clock), cfg.metrics)
+    table = flag_degenerate(with_clock(pd.DataFrame([cell.row for cell in cells]), cfg.clock), cfg.timing.degenerate, cfg.viability)
     table = with_properties(table, attack_properties(cfg.attack, attacks))
     return in_order(with_probes(table, attacks), schema.EXPERIMENTS)
 
@@ -239,13 +239,13 @@ def read_probes(folder: str | Path, model_hash: str) -> dict:
     return {"model_hash": model_hash} | {column: record.get(column) for column in schema.PROBES}
 
 
-def flag_degenerate(table: pd.DataFrame, metrics_cfg: DictConfig) -> pd.DataFrame:
+def flag_degenerate(table: pd.DataFrame, degenerate: DictConfig, viability: DictConfig) -> pd.DataFrame:
     """`degenerate`: the model cell's benign test accuracy does not exceed chance by
-    metrics.degenerate.margin (default: the viability threshold tau(K)). Downstream, such
-    cells are left out of R, EVP, the brittle correlations and the headline means."""
+    timing.degenerate.margin (default: the viability threshold tau(K), `viability`). Downstream,
+    such cells are left out of R, EVP, the brittle correlations and the headline means."""
     if table.empty:
         return table.assign(degenerate=pd.Series(dtype=bool))
-    margin, w, tau = metrics_cfg.degenerate.get("margin"), metrics_cfg.evp.w, metrics_cfg.evp.get("tau")
+    margin, w, tau = degenerate.get("margin"), viability.w, viability.get("tau")
     # once per class count, not per row: reading the config 10^5 times took seconds
     by_classes = {k: degeneracy_threshold(int(k), margin, w, tau) for k in table["n_classes"].unique()}
     thresholds = table["n_classes"].map(by_classes)
@@ -349,7 +349,7 @@ def _median_known_step(steps: np.ndarray) -> float:
 def read_experiments_of_grid(cfg: DictConfig, artefacts: Artefacts, workers: int = 1) -> tuple[pd.DataFrame, dict[str, Outcomes]]:
     """The experiments table's attacks' rows (without the worst cases) with each attack cell's
     outcome arrays, by attack hash, for the survival data sets built from the same read
-    (`trashfire.survival.datasets`). `workers`: read_cells'."""
+    (`trashfire.tables.datasets`). `workers`: read_cells'."""
     attacks = artefacts.input("attacks")
     cells = read_cells(cfg, attacks, workers=workers)
     return tabulate(cfg, attacks, cells), {cell.attack_hash: cell.outcomes for cell in cells}

@@ -53,7 +53,7 @@ from trashfire.core.errors import DataError
 from trashfire.core.groups import labels_at
 from trashfire.core.schema import Outcomes
 
-log = logging.getLogger("trashfire.survival.data")
+log = logging.getLogger(__name__)
 
 LABEL_COLUMNS = schema.SURVIVAL_LABELS  # the survival fitters and tests read them here too
 COMPUTE_COLUMNS = schema.SURVIVAL_COMPUTE

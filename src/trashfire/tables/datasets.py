@@ -1,9 +1,9 @@
 """Stage `timing`, its second half: the per-sample survival data sets, built from the
 experiments table and the outcome arrays that `trashfire.tables.experiments` read.
 
-`reports/survival_data.parquet`: the survival data set of `trashfire.survival.data`, one row per
-attacked sample, built as `survival.data` configures it on `timing.clock`.
-`reports/eps_survival_data.parquet`: survival in eps (`trashfire.survival.epsilon`), each sample's
+`reports/survival_data.parquet`: the survival data set of `trashfire.tables.survival_data`, one row per
+attacked sample, built as `timing.survival_data` configures it on the shared `clock`.
+`reports/eps_survival_data.parquet`: survival in eps (`trashfire.tables.eps_samples`), each sample's
 smallest successful perturbation per model cell and eps-grid or minimal-perturbation family.
 """
 
@@ -23,9 +23,8 @@ from trashfire.core.parallel import results_as_completed, torch_loaded
 from trashfire.core.records import atomic_path, dead_temps_removed, write_parquet, write_table
 from trashfire.core.schema import Outcomes
 from trashfire.core.stage import Artefacts
-from trashfire.survival import epsilon
-from trashfire.survival.data import survival_table
-from trashfire.tables import distances
+from trashfire.tables import distances, eps_samples
+from trashfire.tables.survival_data import survival_table
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +126,7 @@ def _survival_and_eps_samples(cfg: DictConfig, experiments: pd.DataFrame, outcom
 
 
 def _survival_samples(cfg: DictConfig, experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcomes]) -> pd.DataFrame:
-    data = cfg.survival.data
+    data = cfg.timing.survival_data
     return survival_table(
         experiments,
         outcomes_by_hash,
@@ -135,13 +134,13 @@ def _survival_samples(cfg: DictConfig, experiments: pd.DataFrame, outcomes_by_ha
         data.dummies,
         data.misclassified_before_attack,
         data.nonpositive_durations,
-        clock=cfg.timing.clock,
+        clock=cfg.clock,
     )
 
 
 def _eps_samples(cfg: DictConfig, experiments: pd.DataFrame, outcomes_by_hash: Mapping[str, Outcomes]) -> pd.DataFrame:
-    eps = cfg.metrics.eps_survival
-    return epsilon.sample_table(experiments, outcomes_by_hash, eps.minimal_units, eps.minimal_eps_max)
+    eps = cfg.timing.eps_survival
+    return eps_samples.sample_table(experiments, outcomes_by_hash, eps.minimal_units, eps.minimal_eps_max)
 
 
 def _write_sets(artefacts: Artefacts, survival: pd.DataFrame, eps_data: pd.DataFrame, best: pd.DataFrame | None, experiments: pd.DataFrame) -> None:
@@ -153,7 +152,7 @@ def _write_sets(artefacts: Artefacts, survival: pd.DataFrame, eps_data: pd.DataF
 def _with_ensemble_rows(eps_data: pd.DataFrame, best: pd.DataFrame | None, experiments: pd.DataFrame) -> pd.DataFrame:
     if best is None or best.empty:
         return eps_data
-    return pd.concat([eps_data, epsilon.ensemble_samples(best, experiments)], ignore_index=True)
+    return pd.concat([eps_data, eps_samples.ensemble_samples(best, experiments)], ignore_index=True)
 
 
 def _log_sets(experiments: pd.DataFrame, survival: pd.DataFrame) -> None:
