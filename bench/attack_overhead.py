@@ -81,8 +81,8 @@ def trained_digits_model(folder: Path, epochs: int, device: str):
                 "defence=[none]",
                 "attack=[fgm]",
                 f"train.epochs=[{epochs}]",
-                "train.progress=false",
-                f"train.device={device}",
+                "compute.progress=false",
+                f"compute.device={device}",
                 *(f"paths.{k}={folder / k}" for k in ("raw", "processed", "models", "attacks", "reports")),
             ]
         )

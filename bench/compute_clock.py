@@ -103,7 +103,7 @@ def main() -> None:
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="trashfire-compute-clock-"))
     paths = {"raw": "data/raw", "processed": "data/processed", "models": "models", "attacks": "reports/attacks", "reports": "reports"}
-    overrides = [f"paths.{k}={folder / v}" for k, v in paths.items()] + ["split.seeds=[0]", "train.workers=1", "train.progress=false"]
+    overrides = [f"paths.{k}={folder / v}" for k, v in paths.items()] + ["split.seeds=[0]", "compute.workers=1", "compute.progress=false"]
     cfg = normalise(validate(compose(overrides, conf=ROOT / "conf")))
     prepare.run(cfg)
     train.run(cfg)

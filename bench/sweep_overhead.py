@@ -68,7 +68,7 @@ def main() -> None:
         "~hydra.sweeper.params.defence",
         "data.digits.subsample=400",
         "split.n_attack=20",
-        "train.progress=false",
+        "compute.progress=false",
         "attack=[fgm,pgd]",
         "attack.fgm.values=[0.3]",
         "attack.pgd.values=[0.3]",

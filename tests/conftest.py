@@ -32,7 +32,7 @@ ROUNDING = 1e-5
 # attack families have their own tests).
 # conf/experiment/tiny.yaml, the one quick pipeline of the tests and the bench; in-process
 # training, as the tests' monkeypatches expect (test_parallel and the kill test run workers)
-TINY = ["experiment=tiny", "train.workers=1"]
+TINY = ["experiment=tiny", "compute.workers=1"]
 
 
 def artefacts_of(stage, **folders: Path):

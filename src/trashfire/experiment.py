@@ -110,12 +110,12 @@ def run_experiment(cfg: DictConfig) -> list[float]:
 
     names = objective_names(cfg)
     set_threads(cfg.get("threads"))
-    if cfg.get("threads") is not None or cfg.train.get("workers", "auto") == "auto":
+    if cfg.get("threads") is not None or cfg.compute.workers == "auto":
         # a sweep runs trials side by side (the launcher), each a few cells: worker processes
         # would cost more than they save, and a trial's `threads` is its thread budget
-        OmegaConf.update(cfg, "train.workers", 1, force_add=True)
+        OmegaConf.update(cfg, "compute.workers", 1, force_add=True)
         if cfg.get("threads") is not None:  # the trial's thread budget for its cells as well
-            OmegaConf.update(cfg, "train.threads", cfg.threads, force_add=True)
+            OmegaConf.update(cfg, "compute.threads", cfg.threads, force_add=True)
     # data prepared for exactly this config (its folder is named by the config's hash): a
     # trial never trains on data another config prepared
     if not all(is_prepared(cfg.paths.processed, cfg, name) for name in cfg.data):

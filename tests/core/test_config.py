@@ -38,7 +38,7 @@ def test_one_option_and_a_list_compose_to_the_same_shape(conf_dir):
         ("train.epochs=[2.5]", "train.epochs"),
         ("train.lr=[0]", "train.lr"),
         ("train.batch_size=0", "train.batch_size"),
-        ("train.device=tpu", "train.device"),
+        ("compute.device=tpu", "compute.device"),
         ("defence.fsq.values=[65]", "defence.fsq.values"),
         ("defence.conf.values=[1.0]", "defence.conf.values"),
         ("defence.gauss_in.values=[-1]", "defence.gauss_in.values"),

@@ -1,4 +1,4 @@
-"""Worker processes (`train.workers`): the cells they compute are the cells one process
+"""Worker processes (`compute.workers`): the cells they compute are the cells one process
 computes, a failing cell stops the stage with its own error, and fine-tuning runs wait for
 their base."""
 
@@ -35,9 +35,9 @@ def run_stages(cfg) -> None:
 
 
 def test_two_workers_write_the_records_of_one_process(tmp_path):
-    """Whatever train.workers, each cell runs with train.threads threads (1): the records,
+    """Whatever compute.workers, each cell runs with compute.threads threads (1): the records,
     the compute clock's counts included, are the same to the bit."""
-    serial, parallel = tiny(tmp_path / "serial", "train.workers=1", *SMALLER), tiny(tmp_path / "parallel", "train.workers=2", *SMALLER)
+    serial, parallel = tiny(tmp_path / "serial", "compute.workers=1", *SMALLER), tiny(tmp_path / "parallel", "compute.workers=2", *SMALLER)
     run_stages(serial)
     run_stages(parallel)
     for folder in ("models", "reports/attacks", "reports/attacks/benign", "reports/brittle"):
@@ -69,7 +69,7 @@ def test_one_model_cells_attack_cells_spread_over_the_workers_and_give_its_recor
     """With fewer model cells than workers, a model cell's attack cells are dealt to several
     jobs: the same records as one process computes (their seconds aside)."""
     one_model = ("model=[fcnet]", "defence=[none]", "survival.split_by=attack_hash")
-    serial, parallel = tiny(tmp_path / "serial", "train.workers=1", *one_model), tiny(tmp_path / "parallel", "train.workers=2", *one_model)
+    serial, parallel = tiny(tmp_path / "serial", "compute.workers=1", *one_model), tiny(tmp_path / "parallel", "compute.workers=2", *one_model)
     pending = attack_cells(parallel)
     assert [len(chunk) for chunk in spread(pending, 2, 1)] == [len(pending) - len(pending) // 2, len(pending) // 2]
     for cfg in (serial, parallel):
@@ -94,9 +94,9 @@ def test_a_failing_job_stops_the_others_at_once():
 
 
 def test_a_workers_error_stops_the_stage_with_that_error(tmp_path):
-    cfg = tiny(tmp_path, "train.workers=2", *SMALLER)
+    cfg = tiny(tmp_path, "compute.workers=2", *SMALLER)
     prepare.run(cfg)
-    train.run(OmegaConf.merge(cfg, {"train": {"workers": 1}}))  # the same records in this process: the attack's workers are under test
+    train.run(OmegaConf.merge(cfg, {"compute": {"workers": 1}}))  # the same records in this process: the attack's workers are under test
     weights = sorted(Path(cfg.paths.models).glob("*.pt"))
     weights[0].write_bytes(b"corrupt")
     with pytest.raises(DataError, match="do not match their record"):
@@ -108,8 +108,8 @@ def test_workers_setting():
     assert 1 <= resolve_workers("auto", "cpu") <= 8
     assert resolve_workers(3, "cpu") == 3
     for bad in (0, "two", 1.5):
-        with pytest.raises(ConfigError, match="train.workers"):
-            validate(compose(tiny_overrides(Path("/tmp"), f"train.workers={bad}"), conf=ROOT / "conf"))
+        with pytest.raises(ConfigError, match="compute.workers"):
+            validate(compose(tiny_overrides(Path("/tmp"), f"compute.workers={bad}"), conf=ROOT / "conf"))
 
 
 def cell(name: str, epochs: int = 1, base=None) -> TrainCell:

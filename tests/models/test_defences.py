@@ -84,13 +84,13 @@ def test_adversarial_training_raises_pgd_accuracy_on_digits(tmp_path):
         "attack=[pgd]",
         "attack.pgd.values=[0.25]",
         "train.epochs=[3]",
-        "train.progress=false",
+        "compute.progress=false",
         "split.n_attack=60",
         "split.seeds=[0]",
         "attack.pgd.units=standardised",
         "train.lr=[0.05]",
         "train.lr_schedule=constant",
-        "train.workers=1",  # in this process: worker processes are test_parallel's
+        "compute.workers=1",  # in this process: worker processes are test_parallel's
     ] + [f"paths.{k}={tmp_path / k}" for k in ("processed", "models", "attacks")]
     cfg = validate(compose(overrides, conf=ROOT / "conf"))
     prepare.run(cfg)

@@ -38,7 +38,7 @@ def test_checkpoints_of_one_run_equal_cells_trained_from_scratch(tmp_path):
     split = load_split(cfg.paths.processed, cfg, "digits", 0)
     for epochs in (1, 3):
         cell = cell_at(cfg, epochs)
-        with threads_limited(cfg.train.threads):  # as the stage trains its cells
+        with threads_limited(cfg.compute.threads):  # as the stage trains its cells
             scratch, record = training.train_cell(cell, split, cfg, CPU)
         assert same_weights(training.load_weights(cfg.paths.models, cell, split), scratch)
         assert records[epochs]["acc_ben"] == record["acc_ben"]
@@ -56,7 +56,7 @@ def test_more_epochs_train_on_from_the_last_checkpoint(tmp_path, caplog):
         train.run(more)
     assert "1 cached, 1 to train" in caplog.text and "from epoch 1" in caplog.text
     split = load_split(more.paths.processed, more, "digits", 0)
-    with threads_limited(more.train.threads):  # as the stage trains its cells
+    with threads_limited(more.compute.threads):  # as the stage trains its cells
         scratch, _ = training.train_cell(cell_at(more, 3), split, more, CPU)
     assert same_weights(training.load_weights(more.paths.models, cell_at(more, 3), split), scratch)
     assert not training.resume_path(more.paths.models, cell_at(more, 1).hash).exists()

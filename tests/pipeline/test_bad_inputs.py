@@ -252,7 +252,7 @@ CONFIG_CASES = [
     pytest.param("prepare", ["data.digits.source=imagenet"], ("data.digits.source", "'imagenet'", "allowed: sklearn_digits"), id="data-source-unknown"),
     pytest.param("prepare", ["data.digits.n_classes=1"], ("data.digits.n_classes", "got 1", "integer >= 2"), id="n-classes-one"),
     # device, schedule, clock
-    pytest.param("train", ["train.device=tpu"], ("train.device", "'tpu'", "auto, cpu, cuda, cuda:N"), id="device-unknown"),
+    pytest.param("train", ["compute.device=tpu"], ("compute.device", "'tpu'", "auto, cpu, cuda, cuda:N"), id="device-unknown"),
     pytest.param("train", ["train.lr_schedule=cosine"], ("train.lr_schedule", "'cosine'", "constant, step_half"), id="lr-schedule-unknown"),
     pytest.param("timing", ["clock=sundial"], ("clock", "'sundial'", "allowed: flops, process, wall"), id="clock-unknown"),
     # metrics

@@ -22,7 +22,7 @@ from trashfire.params import composed_yaml
 
 pytestmark = pytest.mark.slow
 
-GRID = ["train.epochs=[1,2]", "attack.fgm.values=[0.3]", "attack.pgd.values=[0.3]", "train.workers=2"]
+GRID = ["train.epochs=[1,2]", "attack.fgm.values=[0.3]", "attack.pgd.values=[0.3]", "compute.workers=2"]
 STARTED = {"train": "to train on", "attack": "to run on"}  # the log line before a stage's compute
 KILLS = 3
 

@@ -31,7 +31,7 @@ from trashfire.stages import ORDER
 # One process per stage, as conftest.TINY: each worker process a stage spawns imports torch and
 # ART afresh, which costs more than these cells' compute (the first run takes 47 s instead of
 # 66 s); that cells give the same records in workers is tests/core/test_parallel.py's to prove
-SMALLER = {"train": {"workers": 1}, "survival": {"fitters": ["weibull", "lognormal", "cox"]}, "brittle": {"n_samples": 4, "lime_samples": 20}}
+SMALLER = {"compute": {"workers": 1}, "survival": {"fitters": ["weibull", "lognormal", "cox"]}, "brittle": {"n_samples": 4, "lime_samples": 20}}
 
 
 def tiny_default() -> str:
@@ -294,7 +294,7 @@ SMOKE_CELLS = [
     "attack=[fgm]",
     "attack.fgm.values=[0.3]",
     "train.epochs=[1]",
-    "train.progress=false",
+    "compute.progress=false",
     "split.seeds=[0]",
 ]
 

@@ -191,9 +191,9 @@ def test_a_cancelled_sweeper_job_has_its_trial_taken_over_by_a_later_job(tmp_pat
 def test_a_trial_asking_for_cuda_on_a_node_without_a_gpu_fails_with_one_line(tmp_path):
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     started = time.monotonic()
-    sweep(tmp_path, storage, "model=choice(fcnet)", "defence=choice(none)", "train.epochs=choice(1)", *ON_THIS_CLUSTER, "train.device=cuda")
+    sweep(tmp_path, storage, "model=choice(fcnet)", "defence=choice(none)", "train.epochs=choice(1)", *ON_THIS_CLUSTER, "compute.device=cuda")
     (trial,) = trials_of(storage)
-    assert trial.state == FAIL and trial.user_attrs["error"] == "config error: train.device: cuda asked for, but no CUDA device is present; use auto or cpu"
+    assert trial.state == FAIL and trial.user_attrs["error"] == "config error: compute.device: cuda asked for, but no CUDA device is present; use auto or cpu"
     wait_for_jobs([trial.user_attrs["slurm_job_id"]], time.monotonic() + 60)  # a job may still be finishing after its result is written
     assert job_state(trial.user_attrs["slurm_job_id"]) == "COMPLETED"  # the job ran and reported: no hang
     assert time.monotonic() - started < 120

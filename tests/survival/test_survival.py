@@ -1053,12 +1053,12 @@ def test_the_stage_on_the_flops_clock_fits_gflops_and_writes_times_back_in_flops
     drawn, given = stage_run
     data = synthetic_cells(n_cells=24, samples=5)
     data = data.assign(duration=data["duration"] * 1e9)  # FLOPs of order 1e7
-    cfg = stage_cfg(tmp_path, data, "clock=flops", "survival.fitters=[weibull,exponential,cox]", "survival.km_check_tolerance=0.01", "train.threads=auto")
+    cfg = stage_cfg(tmp_path, data, "clock=flops", "survival.fitters=[weibull,exponential,cox]", "survival.km_check_tolerance=0.01", "compute.threads=auto")
     caplog.set_level("INFO", logger=analysis.log.name)
     comparison = analysis.analyse(cfg, survival.STAGE.resolved(cfg))
     plt.close("all")
     out = tmp_path / "reports" / "survival"
-    assert given == [(1, 16)]  # train.workers = 1: in this process, with train.threads = auto: every core
+    assert given == [(1, 16)]  # compute.workers = 1: in this process, with compute.threads = auto: every core
 
     # Table I: every fitter, then the baselines; the selected model is the AFT one with the best test ICI
     table = pd.read_csv(out / "aft_comparison.csv")
@@ -1174,8 +1174,8 @@ def test_the_stage_on_the_seconds_clock_writes_the_chosen_model_over_a_previous_
     drawn, given = stage_run
     data = synthetic_cells(n_cells=76, samples=5)  # 38 trained models: 30 to train on, as many clusters as the robust SEs want
     cfg = stage_cfg(tmp_path, data, "survival.fitters=[weibull,exponential]", "survival.chosen=exponential", "survival.km_check_tolerance=100")
-    with open_dict(cfg):  # a params.yaml from before train.workers and train.threads: auto workers, one thread each
-        del cfg.train["workers"], cfg.train["threads"]
+    with open_dict(cfg):  # the defaults: auto workers, one thread each
+        cfg.compute.workers, cfg.compute.threads = "auto", 1
     out = tmp_path / "reports" / "survival"
     out.mkdir()
     (out / "coefficients.csv").write_text("from a previous run\n")

@@ -309,7 +309,7 @@ def test_timing_with_the_read_and_the_distance_tables_in_workers_writes_the_same
         monkeypatch.setattr(module, "torch_loaded", lambda: False)
     written = {}
     for workers in (1, 2):
-        recorded_grid.train.workers = workers
+        recorded_grid.compute.workers = workers
         timing.run(recorded_grid)
         written[workers] = {path.name: path.read_bytes() for path in sorted((tmp_path / "reports").glob("*.*"))}
     in_this, in_worker = made_by.read_text().split()
@@ -360,7 +360,7 @@ def test_a_failing_distance_worker_leaves_the_survival_data_sets_as_they_were(re
     from trashfire.core import parallel
     from trashfire.tables import distances
 
-    recorded_grid.train.workers = 2
+    recorded_grid.compute.workers = 2
     timing.run(recorded_grid)
     reports = tmp_path / "reports"
     before = {name: (reports / name).stat().st_ino for name in ("survival_data.parquet", "eps_survival_data.parquet")}  # a rewrite renames a new file onto it
@@ -383,7 +383,7 @@ def test_a_failure_after_the_distance_worker_leaves_both_survival_data_sets_as_t
     from trashfire.core import parallel
     from trashfire.tables import eps_samples
 
-    recorded_grid.train.workers = 2
+    recorded_grid.compute.workers = 2
     for module in (datasets, parallel):  # as above: the stage's process has no torch
         monkeypatch.setattr(module, "torch_loaded", lambda: False)
     timing.run(recorded_grid)
@@ -408,7 +408,7 @@ def test_a_record_missing_from_the_read_workers_half_stops_the_stage_with_its_pa
     monkeypatch.setattr(experiment_tables, "SPLIT_READ_CELLS", 2)
     for module in (datasets, parallel, experiment_tables):
         monkeypatch.setattr(module, "torch_loaded", lambda: False)
-    recorded_grid.train.workers = 2
+    recorded_grid.compute.workers = 2
     missing = attack_record_path(recorded_grid.paths.attacks, attack_cells(recorded_grid)[-1].hash)  # in the worker's half
     missing.unlink()
     with pytest.raises(DataError, match=f"attack record missing: {missing}; run the attack stage first"):

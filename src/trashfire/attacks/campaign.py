@@ -268,7 +268,7 @@ def cached_cost(target: Target, model_cell: ModelCell, split: Split) -> SampleCo
 
 def attack_job(cfg: DictConfig, artefacts: Artefacts, model_cell: ModelCell, cells: list[AttackCell]) -> int:
     """One model cell's pending attack cells (one worker's job); returns how many."""
-    device = resolve_device(cfg.train.device)
+    device = resolve_device(cfg.compute.device)
     train = model_cell.train
     split = cached_split(artefacts.input("processed"), cfg, train.dataset, train.seed)
     attack_model_cell(artefacts, model_cell, cells, split, device)
@@ -306,7 +306,7 @@ def spread(cells: list[AttackCell], workers: int, models: int) -> list[list[Atta
 def attack_grid(cfg: DictConfig, artefacts: Artefacts, cells: list[AttackCell] | None = None, desc: str = "attack cells") -> int:
     """Attack every pending cell of the grid (or of `cells`, a part of it); returns how many
     were computed."""
-    device = resolve_device(cfg.train.device)
+    device = resolve_device(cfg.compute.device)
     folder = artefacts.output("attacks")
     cells = attack_cells(cfg) if cells is None else cells
     if folder.is_dir():
@@ -316,8 +316,8 @@ def attack_grid(cfg: DictConfig, artefacts: Artefacts, cells: list[AttackCell] |
         if engine_of(cell.spec) == "torch" and torch_algorithm(cell.spec) in standard.ALGORITHMS:
             standard.check_spec(cell.spec)
     pending = [cell for cell in cells if not attack_recorded(folder, cell)]
-    workers = resolve_workers(cfg.train.get("workers", "auto"), device.type)
-    threads = threads_per_cell(workers, cfg.train.get("threads", 1))
+    workers = resolve_workers(cfg.compute.workers, device.type)
+    threads = threads_per_cell(workers, cfg.compute.threads)
     jobs = [
         (cfg, artefacts, model_cell, chunk)
         for model_cell, group in groupby(pending, key=lambda cell: cell.model)
@@ -330,6 +330,6 @@ def attack_grid(cfg: DictConfig, artefacts: Artefacts, cells: list[AttackCell] |
     log.info(
         "%d attack cells, %d recorded, %d to run on %s (%s)", len(cells), len(cells) - len(pending), len(pending), device, describe(workers, threads, len(jobs))
     )
-    with tqdm(total=len(pending), desc=desc, disable=not cfg.train.get("progress", True)) as progress:
+    with tqdm(total=len(pending), desc=desc, disable=not cfg.compute.progress) as progress:
         run_jobs(attack_job, jobs, workers, progress, log.name, threads)
     return len(pending)

@@ -60,15 +60,15 @@ def certify_grid(cfg: DictConfig, artefacts: Artefacts) -> pd.DataFrame:
     if settings is None:
         raise ConfigError("certify", "missing section; compose params.yaml with `make params`")
     cells = smoothing_cells(cfg) if settings.get("enabled", True) else []
-    device = resolve_device(cfg.train.device)
+    device = resolve_device(cfg.compute.device)
     if not settings.get("enabled", True):
         log.info("certify: off (certify.enabled: false; experiment=certified turns it on): no certificate")
     elif not cells:
         log.info("certify: no model cell of a defence with smoothing: true (such as gauss_in) in this grid: no certificate")
-    # one cell per worker at train.threads threads, as the attack stage runs its cells: the
+    # one cell per worker at compute.threads threads, as the attack stage runs its cells: the
     # tables are then the same for any number of workers
-    workers = min(resolve_workers(cfg.train.get("workers", "auto"), device.type), max(1, len(cells)))
-    threads = threads_per_cell(workers, cfg.train.get("threads", 1))
+    workers = min(resolve_workers(cfg.compute.workers, device.type), max(1, len(cells)))
+    threads = threads_per_cell(workers, cfg.compute.threads)
     log.info("certify: %d model cells on %s (%s)", len(cells), device, describe(workers, threads, len(cells)))
     jobs = [(cfg, settings, artefacts, cell, device) for cell in cells]
     results: list = [None] * len(cells)

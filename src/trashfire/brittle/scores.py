@@ -242,7 +242,7 @@ def cached_samples(cfg: DictConfig, processed: Path, dataset: str, seed: int, se
 
 def brittle_job(cfg: DictConfig, artefacts: Artefacts, settings: dict[str, Any], group: list[ModelCell]) -> int:
     """The pending cells of one training cell (its predict-time defences share its weights)."""
-    device = resolve_device(cfg.train.device)
+    device = resolve_device(cfg.compute.device)
     folder, models = artefacts.output("brittle"), artefacts.input("models")
     train = group[0].train
     samples = cached_samples(cfg, artefacts.input("processed"), train.dataset, train.seed, settings)
@@ -263,21 +263,21 @@ def scored(folder: Path, cell: ModelCell, settings: dict[str, Any]) -> bool:
 
 def score_grid(cfg: DictConfig, artefacts: Artefacts) -> int:
     """Score every pending model cell; returns how many were computed."""
-    device = resolve_device(cfg.train.device)
+    device = resolve_device(cfg.compute.device)
     folder = artefacts.output("brittle")
     settings = brittle_settings(cfg)
     cells = model_cells(cfg)
     if folder.is_dir():
         remove_dead_temps(folder)  # a killed run's half-written records
     pending = [cell for cell in cells if not scored(folder, cell, settings)]
-    workers = resolve_workers(cfg.train.get("workers", "auto"), device.type)
-    threads = threads_per_cell(workers, cfg.train.get("threads", 1))
+    workers = resolve_workers(cfg.compute.workers, device.type)
+    threads = threads_per_cell(workers, cfg.compute.threads)
     jobs = [(cfg, artefacts, settings, list(group)) for _, group in groupby(pending, key=lambda cell: cell.train.hash)]
     log.info(
         "%d model cells, %d scored, %d to score on %s (%s)", len(cells), len(cells) - len(pending), len(pending), device, describe(workers, threads, len(jobs))
     )
     jobs.sort(key=lambda job: job[3][0].train.depth or 1, reverse=True)  # the longest first keeps the workers busy to the end
-    with tqdm(total=len(pending), desc="brittle cells", disable=not cfg.train.get("progress", True)) as progress:
+    with tqdm(total=len(pending), desc="brittle cells", disable=not cfg.compute.progress) as progress:
         run_jobs(brittle_job, jobs, workers, progress, log.name, threads)
     write_current_scores(artefacts.output("brittle_scores.json"), folder, [cell.hash for cell in cells], settings)
     return len(pending)

@@ -33,6 +33,8 @@ from trashfire.core.errors import ConfigError
 from trashfire.core.grid import GRID_GROUPS, defence_cell, drop_leftovers
 
 moved("timing.clock", "clock")  # a shared key: timing, survival and aggregate read it
+for _key in ("device", "workers", "threads", "progress"):  # shared by every stage that computes
+    moved(f"train.{_key}", f"compute.{_key}")
 
 
 def config_dir() -> Path:
@@ -140,14 +142,30 @@ def validate(cfg: DictConfig) -> DictConfig:
     not changed (`normalise` makes the config the stages run); it is returned for chaining.
     Here: the sections, paths and clock; then each package's own checks
     (`trashfire.<package>.checks`, see trashfire.core.checks), the grid's options first."""
-    for section in ("data", "split", "model", "defence", "attack", "train", "timing", "viability", "paths"):
+    for section in ("data", "split", "model", "defence", "attack", "train", "compute", "timing", "viability", "paths"):
         if not isinstance(cfg.get(section), DictConfig):
             raise ConfigError(section, _missing_section(section, cfg.get(section)))
     refuse_moved_keys(cfg)
     _validate_paths(cfg.paths)
     choice("clock", cfg.get("clock"), CLOCKS)
+    _validate_compute(cfg.compute)
     run_registered(cfg)
     return cfg
+
+
+def _validate_compute(compute: DictConfig) -> None:
+    """Where and in how many processes the stages compute (trashfire.core.parallel)."""
+    device = compute.get("device")
+    if not isinstance(device, str) or not (device in ("auto", "cpu") or device.startswith("cuda")):
+        raise ConfigError("compute.device", f"got {device!r}; allowed: auto, cpu, cuda, cuda:N")
+    workers = compute.get("workers")
+    if workers != "auto" and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ConfigError("compute.workers", f"got {workers!r}; allowed: auto, or a number of processes >= 1")
+    threads = compute.get("threads")
+    if threads != "auto" and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ConfigError("compute.threads", f"got {threads!r}; allowed: a number of threads per cell >= 1, or auto (cores / workers)")
+    if not isinstance(compute.get("progress"), bool):
+        raise ConfigError("compute.progress", f"got {compute.get('progress')!r}; allowed: true, false")
 
 
 def _missing_section(section: str, value: Any) -> str:

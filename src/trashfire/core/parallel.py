@@ -1,4 +1,4 @@
-"""The cells of a stage spread over worker processes (`train.workers`).
+"""The cells of a stage spread over worker processes (`compute.workers`).
 
 On a CPU, torch's threads scale poorly on the small models of the default and not at all in
 the black-box attacks and LIME, which run Python loops: several processes of few threads do
@@ -10,14 +10,14 @@ are spawned, not forked (a fork after torch has run its thread pool can hang), a
 their parent, so a killed stage leaves no worker writing; each record is written atomically
 by the worker that computed it, so what a killed run leaves is whole cells only.
 
-Every cell is computed with `train.threads` torch and BLAS threads (default 1), in a worker
+Every cell is computed with `compute.threads` torch and BLAS threads (default 1), in a worker
 or, with one worker or one job, in the stage's own process (limited to them while it computes
 cells).
 Floating-point sums depend on the thread count (a model trained with 1 and with 2 threads
-differs in its last bits, and so do the attacks on it), so with a fixed `train.threads`
-records are bit-identical for one machine whatever `train.workers` and the scheduling
-(records keep `threads`); `train.threads: auto` gives each worker cores / workers threads,
-and its records then depend on `train.workers`.
+differs in its last bits, and so do the attacks on it), so with a fixed `compute.threads`
+records are bit-identical for one machine whatever `compute.workers` and the scheduling
+(records keep `threads`); `compute.threads: auto` gives each worker cores / workers threads,
+and its records then depend on `compute.workers`.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def describe(workers: int, threads: int | None = None, largest_batch: int | None
 
 
 def threads_per_cell(workers: int, setting: Any = "auto") -> int:
-    """`train.threads`: a number of threads, or `auto`: the cores shared by the workers."""
+    """`compute.threads`: a number of threads, or `auto`: the cores shared by the workers."""
     if setting != "auto":
         return int(setting)
     return max(1, available_cores() // max(1, workers))
@@ -273,7 +273,7 @@ def _as_completed(
                 try:
                     result = future.result()
                 except BrokenProcessPool as err:
-                    raise WorkerDied(f"a worker process died ({err}); out of memory? try fewer processes: train.workers=1") from None
+                    raise WorkerDied(f"a worker process died ({err}); out of memory? try fewer processes: compute.workers=1") from None
                 yield index, result
     except BaseException:
         _kill_workers(pool)

@@ -125,5 +125,5 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError("train.device", f"{name} asked for, but no CUDA device is present; use auto or cpu")
+        raise ConfigError("compute.device", f"{name} asked for, but no CUDA device is present; use auto or cpu")
     return torch.device(name)

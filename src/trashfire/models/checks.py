@@ -62,15 +62,6 @@ def _validate_train(train: DictConfig) -> None:
     integer("train.batch_size", train.get("batch_size"), low=1)
     choice("train.lr_schedule", train.get("lr_schedule", "constant"), LR_SCHEDULES)
     choice("train.optimiser", train.get("optimiser", "sgd"), OPTIMISERS)
-    device = train.get("device")
-    if not isinstance(device, str) or not (device in ("auto", "cpu") or device.startswith("cuda")):
-        raise ConfigError("train.device", f"got {device!r}; allowed: auto, cpu, cuda, cuda:N")
-    workers = train.get("workers", "auto")
-    if workers != "auto" and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise ConfigError("train.workers", f"got {workers!r}; allowed: auto, or a number of processes >= 1")
-    threads = train.get("threads", 1)
-    if threads != "auto" and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise ConfigError("train.threads", f"got {threads!r}; allowed: a number of threads per cell >= 1, or auto (cores / workers)")
 
 
 def _validate_per_model(cfg: DictConfig) -> None:

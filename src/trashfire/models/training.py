@@ -304,7 +304,7 @@ def predict_flops(model: nn.Module, split: Split, device: torch.device) -> float
 def train_cell(cell: TrainCell, split: Split, cfg: DictConfig, device: torch.device, models: Path | None = None) -> tuple[nn.Module, TrainRecord]:
     """One cell trained in a run of its own (what a run's checkpoint at this epoch equals)."""
     run = start_run(cell, split, cfg.train, device, models)
-    advance(run, cell, split, cfg.train, device, cfg.train.get("progress", True))
+    advance(run, cell, split, cfg.train, device, cfg.compute.progress)
     return run.model, checkpoint_record(run, cell, split, device)
 
 
@@ -327,7 +327,7 @@ def train_group(cells: list[TrainCell], split: Split, cfg: DictConfig, device: t
         run.restore(torch.load(resume_path(models, earlier.hash), map_location="cpu", weights_only=False))
         log.info("resuming %s %s %s from epoch %d", cells[0].dataset, cells[0].model, cells[0].defence["name"], run.epoch)
     for cell in cells:
-        advance(run, cell, split, cfg.train, device, epoch_bars and cfg.train.get("progress", True))
+        advance(run, cell, split, cfg.train, device, epoch_bars and cfg.compute.progress)
         record = checkpoint_record(run, cell, split, device)
         save_cell(models, run.model, record, run.state() if cell is cells[-1] else None)
         log.info("trained %s %s epochs=%d lr=%g %s: acc_ben=%.3f", cell.dataset, cell.model, cell.epochs, cell.lr, cell.defence["name"], record.acc_ben)
@@ -375,7 +375,7 @@ def train_job(cfg: DictConfig, artefacts: Artefacts, group: list[TrainCell], epo
     """One training run's pending checkpoints (one worker's job); returns how many."""
     cell = group[0]
     split = cached_split(artefacts.input("processed"), cfg, cell.dataset, cell.seed)
-    train_group(group, split, cfg, resolve_device(cfg.train.device), artefacts.output("models"), epoch_bars)
+    train_group(group, split, cfg, resolve_device(cfg.compute.device), artefacts.output("models"), epoch_bars)
     return len(group)
 
 
@@ -477,7 +477,7 @@ def import_cell(cell: TrainCell, split: Split, mspec: DictConfig, device: torch.
 def import_external(cfg: DictConfig, artefacts: Artefacts, cells: list[TrainCell]) -> None:
     """Imports take a forward pass each: they run first, so that a checkpoint that does not
     fit stops the stage before any training."""
-    device = resolve_device(cfg.train.device)
+    device = resolve_device(cfg.compute.device)
     for cell in cells:
         split = cached_split(artefacts.input("processed"), cfg, cell.dataset, cell.seed)
         model, record = import_cell(cell, split, cfg.model[cell.model], device)
@@ -494,7 +494,7 @@ def import_external(cfg: DictConfig, artefacts: Artefacts, cells: list[TrainCell
 
 
 def train_grid(cfg: DictConfig, artefacts: Artefacts) -> list[dict[str, Any]]:
-    device = resolve_device(cfg.train.device)
+    device = resolve_device(cfg.compute.device)
     models = artefacts.output("models")
     cells = training_cells(cfg)
     # bases first, and a base that is not itself in the grid is trained all the same
@@ -505,8 +505,8 @@ def train_grid(cfg: DictConfig, artefacts: Artefacts) -> list[dict[str, Any]]:
     pending = [cell for cell in ordered if not is_cached(models, cell)]
     import_external(cfg, artefacts, [cell for cell in pending if cell.is_external])
     pending = [cell for cell in pending if not cell.is_external]
-    workers = resolve_workers(cfg.train.get("workers", "auto"), device.type)
-    threads = threads_per_cell(workers, cfg.train.get("threads", 1))
+    workers = resolve_workers(cfg.compute.workers, device.type)
+    threads = threads_per_cell(workers, cfg.compute.threads)
     groups = runs(pending)
     planned = waves(groups)
     largest = max((len(wave) for wave in planned), default=0)
@@ -518,7 +518,7 @@ def train_grid(cfg: DictConfig, artefacts: Artefacts) -> list[dict[str, Any]]:
         device,
         describe(workers, threads, largest),
     )
-    with tqdm(total=len(pending), desc="training cells", disable=not cfg.train.get("progress", True)) as progress:
+    with tqdm(total=len(pending), desc="training cells", disable=not cfg.compute.progress) as progress:
         for wave in planned:
             wave.sort(key=expected_cost, reverse=True)  # the longest first keeps the workers busy to the end
             in_process = workers == 1 or len(wave) == 1  # a lone job runs here (results_as_completed): its epochs get bars

@@ -9,7 +9,7 @@ from trashfire.core.stage import Stage
 
 STAGE = Stage(
     "attack",
-    params=("data", "split", "model", "defence", "train", "attack", "paths.processed", "paths.models", "paths.attacks"),
+    params=("data", "split", "model", "defence", "train", "compute", "attack", "paths.processed", "paths.models", "paths.attacks"),
     deps=("{processed}", "{models}"),
     outs=({"{attacks}": {"persist": True}},),
 )

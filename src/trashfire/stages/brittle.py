@@ -9,7 +9,7 @@ from trashfire.core.stage import Stage
 
 STAGE = Stage(
     "brittle",
-    params=("data", "split", "model", "defence", "train", "brittle", "paths.processed", "paths.models", "paths.reports"),
+    params=("data", "split", "model", "defence", "train", "compute", "brittle", "paths.processed", "paths.models", "paths.reports"),
     deps=("{processed}", "{models}"),
     outs=({"{reports}/brittle": {"persist": True}}, "{reports}/brittle_scores.json"),  # the folder: every settings' records; the file: this config's
 )

@@ -17,6 +17,7 @@ STAGE = Stage(
         "model",
         "defence",
         "train",
+        "compute",
         "attack",
         "budget",
         "paths.processed",

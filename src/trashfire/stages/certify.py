@@ -10,7 +10,7 @@ from trashfire.core.stage import Stage
 
 STAGE = Stage(
     "certify",
-    params=("data", "split", "model", "defence", "train", "certify", "paths.processed", "paths.models", "paths.reports"),
+    params=("data", "split", "model", "defence", "train", "compute", "certify", "paths.processed", "paths.models", "paths.reports"),
     deps=("{processed}", "{models}"),
     outs=("{reports}/certified.csv", "{reports}/certified_samples.csv"),
 )

@@ -15,8 +15,8 @@ STAGE = Stage(
         "budget.factor",
         "budget.draws",
         "budget.seed",
-        "train.workers",
-        "train.threads",
+        "compute.workers",
+        "compute.threads",
         "paths.reports",
     ),  # budget.*: the cure models' sufficiency at the budget stage's factor
     deps=("{reports}/survival_data.parquet",),

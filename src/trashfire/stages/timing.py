@@ -18,6 +18,7 @@ STAGE = Stage(
         "defence",
         "train",
         "attack",
+        "compute.workers",
         "timing",
         "clock",
         "viability",
@@ -44,7 +45,7 @@ def run(cfg):
 
     view, artefacts = STAGE.view(cfg), STAGE.resolved(cfg)
     with pd.option_context("mode.copy_on_write", True):  # a column taken, dropped or reindexed copies no frame: 10^7 rows are GBs
-        workers = resolve_workers(view.train.get("workers", "auto"), "cpu")
+        workers = resolve_workers(view.compute.workers, "cpu")
         table, outcomes = experiments.read_experiments_of_grid(view, artefacts, workers)
         write_table = lambda: experiments.write_experiments(artefacts, table, outcomes)  # noqa: E731 -- beside the distance worker
         return table, datasets.write_beside_distances(view, artefacts, table, outcomes, workers, "trashfire.stages.timing", also=write_table)

@@ -9,7 +9,7 @@ from trashfire.core.stage import Stage
 
 STAGE = Stage(
     "train",
-    params=("data", "split", "model", "defence", "train", "paths.processed", "paths.models"),
+    params=("data", "split", "model", "defence", "train", "compute", "paths.processed", "paths.models"),
     deps=("{processed}",),
     outs=({"{models}": {"persist": True}},),
 )

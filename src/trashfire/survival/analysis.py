@@ -463,8 +463,8 @@ def fit_and_compare(
         log.warning(
             "cluster-robust standard errors from %d %s clusters (< %d) run small: read them with care", train[CLUSTER_BY].nunique(), CLUSTER_BY, FEW_CLUSTERS
         )
-    workers = resolve_workers(cfg.train.get("workers", "auto"), "cpu")
-    threads = threads_per_cell(workers, cfg.train.get("threads", 1))
+    workers = resolve_workers(cfg.compute.workers, "cpu")
+    threads = threads_per_cell(workers, cfg.compute.threads)
     return compare(train, test, settings, axes, workers, threads, on_fit, on_aft_fits, meanwhile)
 
 
