@@ -66,6 +66,39 @@ def test_the_import_closure_follows_function_level_imports(tmp_path):
     assert not any(m.startswith("trashfire.report") for m in closure)  # the attack stage does not draw
 
 
+# each stage's own config section (docs/design.md, "Config sections"): named as the stage but
+# aggregate's (`metrics`) and figures' (`report`); prepare has none
+OWN_SECTION = {stage: stage for stage in ORDER} | {"prepare": None, "aggregate": "metrics", "figures": "report"}
+# what several stages read: the grid every stage after prepare names its cells by, the paths,
+# and the analysis-wide choices; and the budget stage's keys the survival stage's cure models
+# and aggregate's validity flag repeat
+SHARED_SECTIONS = ("data", "split", "model", "defence", "train", "attack", "defence_cell", "paths", "compute", "clock", "viability")
+SHARED_KEYS = ("budget.factor", "budget.draws", "budget.seed", "budget.share")
+
+
+def foreign_params(stage: str, params: list[str]) -> list[str]:
+    """The params of `stage` in another stage's section that are not shared."""
+    own = OWN_SECTION[stage]
+    return [key for key in params if key.split(".")[0] not in (own, *SHARED_SECTIONS) and key not in SHARED_KEYS]
+
+
+@pytest.mark.parametrize("stage", ORDER)
+def test_a_stage_reads_its_own_section_and_the_shared_ones_only(stage):
+    """dvc.yaml's params of a stage read like the stage (issue 63): its own section, the
+    shared ones docs/design.md lists, and nothing of another stage's."""
+    params = generated_stages()[stage].get("params", [])
+    assert not foreign_params(stage, params), f"{stage} reads another stage's settings: {foreign_params(stage, params)}"
+
+
+def test_the_shared_sections_are_the_ones_the_design_lists():
+    design = (ROOT / "docs" / "design.md").read_text()
+    listed = design[design.index("**Config sections.**") : design.index("Each data, model, defence and attack option states")]
+    assert all(f"`{name}`" in listed for name in (*SHARED_SECTIONS, *SHARED_KEYS) if name not in ("budget.draws", "budget.seed")), (
+        "docs/design.md's Config sections lists every shared one"
+    )
+    assert foreign_params("survival", ["survival", "metrics.evp"]) == ["metrics.evp"]  # the check sees an offender
+
+
 def test_dvc_yaml_is_what_the_stage_declarations_generate():
     assert (ROOT / "dvc.yaml").read_text() == dvc_yaml.render(), "dvc.yaml is stale: run `make dvc-yaml`"
 
