@@ -17,6 +17,7 @@ from pathlib import Path
 
 from trashfire.core.config import load_params
 from trashfire.core.records import write_json
+from trashfire.survival import concordance as C
 from trashfire.survival import fitters as F
 from trashfire.survival.analysis import read_survival_data, usable_covariates
 from trashfire.survival.split import split_groups
@@ -24,7 +25,7 @@ from trashfire.survival.split import split_groups
 
 def test_concordance(name: str, settings, train, test) -> float:
     fit = F.fit_one(name, settings.models[name], F.model_frame(train), settings.retries)
-    return F.concordance(fit, test)
+    return C.concordance(fit, test)
 
 
 def swapped(part):

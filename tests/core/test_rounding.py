@@ -21,8 +21,8 @@ from trashfire.metrics import findings
 from trashfire.metrics.validity import non_monotone
 from trashfire.metrics.verdicts import INCONCLUSIVE, adjust
 from trashfire.survival import newton
+from trashfire.survival.concordance import harrell_c
 from trashfire.survival.epsilon import kaplan_meier, survival_summary
-from trashfire.survival.fitters import harrell_c
 
 
 def test_significant_makes_values_equal_but_for_rounding_equal_and_keeps_real_differences():

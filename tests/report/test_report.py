@@ -183,12 +183,12 @@ def test_a_template_escapes_every_value():
 
 def test_every_figure_the_survival_stage_writes_has_a_caption_of_its_own():
     """The report explains each figure: the survival stage's are saved by name in analysis.py
-    (`save(..., out / "<name>.png")`), and none may fall back to the plain caption."""
+    and competing.py (`save(..., out / "<name>.png")`), and none may fall back to the plain caption."""
     from pathlib import Path
 
     from trashfire.report.captions import caption_for
 
-    source = (ROOT / "src" / "trashfire" / "survival" / "analysis.py").read_text()
+    source = "".join((ROOT / "src" / "trashfire" / "survival" / f"{module}.py").read_text() for module in ("analysis", "competing"))
     saved = set(re.findall(r'out / "([a-z_]+)\.png"', source)) | set(re.findall(r'for name in \("[a-z_]+\.csv", "([a-z_]+)\.png"\)', source))
     assert {"kaplan_meier", "calibration", "coefficients", "competing_risks"} <= saved
     plain = caption_for(Path("unknown.png"))[1:]  # what it shows and how to read it; the title is the name's

@@ -41,6 +41,8 @@ from trashfire.params import composed_yaml
 from trashfire.stages import survival
 from trashfire.survival import analysis, expected_time, figures, saved_models, scoring
 from trashfire.survival import checks as survival_checks
+from trashfire.survival import competing as competing_risks
+from trashfire.survival import concordance as C
 from trashfire.survival import fitters as F
 from trashfire.survival.split import split_groups
 from trashfire.tables.survival_data import LABEL_COLUMNS
@@ -83,7 +85,7 @@ def test_fits_reproduce_lifelines_on_rossi(settings, rossi, rossi_fits, name):
     # AIC and BIC use the unpenalised log-likelihood: lifelines' score() x n
     unpenalised = reference.score(load_rossi(), scoring_method="log_likelihood") * 432
     assert F.log_likelihood(fit, rossi) == pytest.approx(unpenalised, rel=1e-6)
-    assert F.concordance(fit, rossi) == pytest.approx(fit.fitter.concordance_index_, abs=1e-12)  # lifelines' own of this fit
+    assert C.concordance(fit, rossi) == pytest.approx(fit.fitter.concordance_index_, abs=1e-12)  # lifelines' own of this fit
 
 
 @pytest.mark.parametrize("name", list(LIFELINES_CLASSES) + ["exponential", "gengamma"])
@@ -110,8 +112,8 @@ def test_generalised_gamma_is_lifelines_regression_fitter_with_covariates_on_mu(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ApproximationWarning)  # what this comparison is about
         lifelines_c = reference.score(load_rossi().assign(Intercept=1.0), scoring_method="concordance_index")
-    assert F.concordance(fit, rossi) == pytest.approx(lifelines_c, abs=1e-3)
-    assert F.concordance(fit, rossi) == pytest.approx(fit.fitter.concordance_index_, abs=1e-12)
+    assert C.concordance(fit, rossi) == pytest.approx(lifelines_c, abs=1e-3)
+    assert C.concordance(fit, rossi) == pytest.approx(fit.fitter.concordance_index_, abs=1e-12)
 
 
 def test_exponential_without_covariates_is_lifelines_exponential_fitter(rossi):
@@ -141,7 +143,7 @@ def test_exponential_equals_a_weibull_fit_with_shape_one(rossi):
     ours = fit.fitter.params_.loc["lambda_"][ROSSI_COVARIATES + ["Intercept"]].to_numpy()
     assert ours == pytest.approx(shape_one.x, abs=2e-4)
     assert fit.fitter.log_likelihood_ == pytest.approx(-shape_one.fun, rel=1e-8)
-    assert F.concordance(fit, rossi) == pytest.approx(fit.fitter.concordance_index_, abs=1e-12)  # lifelines' own, from our median
+    assert C.concordance(fit, rossi) == pytest.approx(fit.fitter.concordance_index_, abs=1e-12)  # lifelines' own, from our median
     # the hand-written likelihood is lifelines' Weibull AFT: with the shape free it reaches the same maximum
     free = minimize(lambda p: -weibull_log_likelihood(p[:-1], p[-1], x, t, d), np.r_[start, 0.0], method="BFGS")
     assert -free.fun == pytest.approx(WeibullAFTFitter().fit(load_rossi(), "week", "arrest").log_likelihood_, rel=1e-6)
@@ -341,7 +343,7 @@ def test_weighted_rows_score_as_one_row_per_sample(tmp_path, settings):
         fits = {form: F.fit_one(name, settings.models[name], d) for form, d in train.items()}
         scores = {form: F.information_criteria(fits[form], d) for form, d in train.items()}
         assert scores["compact"]["BIC"] == pytest.approx(scores["expanded"]["BIC"], rel=1e-5)
-        assert F.concordance(fits["compact"], train["compact"]) == pytest.approx(F.concordance(fits["expanded"], train["expanded"]), abs=1e-6)
+        assert C.concordance(fits["compact"], train["compact"]) == pytest.approx(C.concordance(fits["expanded"], train["expanded"]), abs=1e-6)
     plt.close("all")
 
 
@@ -1036,6 +1038,7 @@ def stage_run(monkeypatch):
         return real_fits(job, arguments, 1, prog, None, meanwhile=meanwhile)
 
     monkeypatch.setattr(analysis, "save", save)
+    monkeypatch.setattr(competing_risks, "save", save)  # the competing risks' figure
     monkeypatch.setattr(analysis, "results_as_completed", fits_here)
     monkeypatch.setattr("trashfire.core.parallel.available_cores", lambda: 16)
     return drawn, given
@@ -1278,7 +1281,7 @@ def test_within_cell_counts_are_listed_by_sorted_cell_whatever_the_row_order():
     )
 
     def counts(part):
-        return F.concordance_counts(part["duration"], part["ranking"].to_numpy(), part["event"], F.sample_weights(part), part["attack_hash"])
+        return C.concordance_counts(part["duration"], part["ranking"].to_numpy(), part["event"], F.sample_weights(part), part["attack_hash"])
 
     # a: its failure (2 samples) against the later censoring, ranked right (2), and against the censoring at its
     # time, ranked wrong (2 pairs, 0); b: failure at 2 vs censoring at 3 tied (0.5), failure at 1 vs both ranked wrong

@@ -15,7 +15,7 @@ from tests.attacks.test_standard import N_IMAGES, custom_spec, ours
 from tests.conftest import PixelModel
 from trashfire.attacks import standard
 from trashfire.metrics import validity
-from trashfire.survival import analysis
+from trashfire.survival import competing
 from trashfire.survival.competing import COMPETING_COLUMNS, competing_table, incidence_curves
 from trashfire.survival.figures import competing_risks_figure
 
@@ -313,27 +313,27 @@ def test_one_panel_stands_alone_and_the_eleventh_cause_takes_the_first_colour_ag
 
 
 def test_the_stage_writes_the_table_and_the_figure_in_the_clocks_unit(tmp_path, monkeypatch, caplog):
-    data, real_save, drawn = hand_made(), analysis.save, []
-    caplog.set_level("INFO", logger=analysis.log.name)
+    data, real_save, drawn = hand_made(), competing.save, []
+    caplog.set_level("INFO", logger=competing.log.name)
 
     def keeping(figure, path):
         ax = figure.axes[0]
         drawn.append((path.name, ax.get_xlabel(), max(c.get_paths()[0].vertices[:, 0].max() for c in ax.collections)))
         real_save(figure, path)
 
-    monkeypatch.setattr(analysis, "save", keeping)
-    analysis.write_competing_risks(data, tmp_path, 1.0, "queries")
+    monkeypatch.setattr(competing, "save", keeping)
+    competing.write_competing_risks(data, tmp_path, 1.0, "queries")
     written = pd.read_csv(tmp_path / "competing_risks.csv", keep_default_na=False)
-    pd.testing.assert_frame_equal(written, competing_table(data, "attack_hash", analysis.COMPETING_LABELS).reset_index(drop=True), check_dtype=False)
+    pd.testing.assert_frame_equal(written, competing_table(data, "attack_hash", competing.COMPETING_LABELS).reset_index(drop=True), check_dtype=False)
     shares = written.set_index("component")["share_of_failures"]
     expected = f"apgd_ce {shares['apgd_ce']:.2f}, first_query {shares['first_query']:.2f}, square {shares['square']:.2f}"
-    said = [r.getMessage() for r in caplog.records if r.name == analysis.log.name]
+    said = [r.getMessage() for r in caplog.records if r.name == competing.log.name]
     assert said == [f"competing risks in 1 composite cells: median share of the failures by component: {expected}"]
-    analysis.write_competing_risks(data, tmp_path, 1e9, "FLOPs")  # fitted in GFLOPs, drawn in FLOPs
+    competing.write_competing_risks(data, tmp_path, 1e9, "FLOPs")  # fitted in GFLOPs, drawn in FLOPs
     assert [d[:2] for d in drawn] == [
         ("competing_risks.png", "adversary's work per sample (queries)"),
         ("competing_risks.png", "adversary's work per sample (FLOPs)"),
     ]
     assert drawn[1][2] == pytest.approx(drawn[0][2] * 1e9) and (tmp_path / "competing_risks.png").stat().st_size > 0
-    analysis.write_competing_risks(data.assign(broken_by=""), tmp_path, 1.0, "s")
+    competing.write_competing_risks(data.assign(broken_by=""), tmp_path, 1.0, "s")
     assert not (tmp_path / "competing_risks.csv").exists() and not (tmp_path / "competing_risks.png").exists()  # no composite, no stale files

@@ -15,6 +15,7 @@ from sksurv.nonparametric import CensoringDistributionEstimator
 from sksurv.util import Surv
 
 from trashfire.core.inference import bounded_mean, mean_over_units
+from trashfire.survival import concordance as C
 from trashfire.survival import fitters as F
 from trashfire.survival import held_out, ipcw, scoring
 
@@ -72,7 +73,7 @@ def test_the_integrated_brier_score_and_unos_c_of_table_i_equal_scikit_survivals
     assert len(at.times) >= 2 and at.times[0] == row["ibs_from"] and at.tau == row["tau"]
     survival = fit.fitter.predict_survival_function(F.covariates_of(test), times=at.times).to_numpy().T
     ibs = integrated_brier_score(surv(train), surv(test), survival, at.times)
-    ranking = F.survival_ranking(fit, F.covariates_of(test))
+    ranking = C.survival_ranking(fit, F.covariates_of(test))
     uno = concordance_index_ipcw(surv(train), surv(test), -ranking, tau=at.tau)[0]  # scikit-survival ranks by risk
     harrell = concordance_index_censored(test[F.EVENT].to_numpy().astype(bool), test[F.DURATION].to_numpy(float), -ranking)[0]
     assert abs(row["test_IBS"] - ibs) <= AGREE and abs(row["test_uno_C"] - uno) <= AGREE and abs(row["test_concordance"] - harrell) <= AGREE
@@ -133,7 +134,7 @@ def test_each_rows_pairs_are_counted_from_both_ends_with_tied_times_and_rankings
         expected = pairs_by_hand(t, s, e, w, w if earlier is None else earlier)
         assert concordant == pytest.approx(expected[0], abs=1e-12) and comparable == pytest.approx(expected[1], abs=1e-12)
     if e.any() and comparable.sum() > 0:
-        assert ipcw.concordance_of(*ipcw.pair_counts(t, s, e, w)) == pytest.approx(F.harrell_c(t, s, e, w), abs=1e-12)
+        assert ipcw.concordance_of(*ipcw.pair_counts(t, s, e, w)) == pytest.approx(C.harrell_c(t, s, e, w), abs=1e-12)
 
 
 def test_an_interval_over_units_of_equal_size_is_built_from_their_own_scores():
@@ -171,10 +172,10 @@ def test_a_concordances_interval_covers_as_a_bootstrap_over_trained_models_sprea
     events = rng.random(len(times)) < 0.7
     concordant, comparable = ipcw.pair_counts(times, x, events, np.ones(len(times)))
     estimate = held_out.over_units(concordant, comparable, units, pairs=True)
-    assert estimate.value == pytest.approx(F.harrell_c(times, x, events, np.ones(len(times))), abs=1e-12)
+    assert estimate.value == pytest.approx(C.harrell_c(times, x, events, np.ones(len(times))), abs=1e-12)
     draws = []
     for _ in range(300):
         chosen = rng.integers(0, models, models)
         rows = (chosen[:, None] * per_model + np.arange(per_model)[None, :]).ravel()
-        draws.append(F.harrell_c(times[rows], x[rows], events[rows], np.ones(len(rows))))
+        draws.append(C.harrell_c(times[rows], x[rows], events[rows], np.ones(len(rows))))
     assert estimate.se == pytest.approx(np.std(draws, ddof=1), rel=0.2)

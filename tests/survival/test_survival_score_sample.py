@@ -9,6 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from trashfire.survival import analysis, validation
+from trashfire.survival import concordance as C
 from trashfire.survival import fitters as F
 from trashfire.survival.score_sample import calibration_rows, concordance_rows, cross_validation_rows
 from trashfire.survival.scoring import cell_mean_runtime
@@ -58,9 +59,9 @@ def test_a_capped_stage_scores_every_fitter_on_the_same_sample_and_its_note_says
         for column in ("log_likelihood", "AIC"):
             assert table.loc[name, column] == whole.loc[name, column]
         assert table.loc[name, "ICI"] == pytest.approx(whole.loc[name, "ICI"], abs=0.02)
-        assert table.loc[name, "concordance"] == F.concordance(fits[name], ranked) == pytest.approx(whole.loc[name, "concordance"], abs=0.05)
+        assert table.loc[name, "concordance"] == C.concordance(fits[name], ranked) == pytest.approx(whole.loc[name, "concordance"], abs=0.05)
     # the baselines' training concordance reads the same cells
-    assert table.loc["runtime_baseline", "concordance"] == F.ranking_concordance(ranked, cell_mean_runtime(ranked))
+    assert table.loc["runtime_baseline", "concordance"] == C.ranking_concordance(ranked, cell_mean_runtime(ranked))
     assert f"concordance, concordance_within {drawn}" in table.loc["runtime_baseline", "note"]
 
 

@@ -30,6 +30,7 @@ from trashfire.report import sections
 from trashfire.report.page import render
 from trashfire.stages import survival
 from trashfire.survival import analysis, expected_time, per_model, saved_models, scoring
+from trashfire.survival import concordance as C
 from trashfire.survival import fitters as F
 from trashfire.survival.split import split_groups, split_in_one_copy
 
@@ -264,7 +265,7 @@ def test_baseline_scores_by_hand():
     assert scoring.cell_survival_share(cells) == pytest.approx(survival_share)
     for scores in (runtime, survival_share):
         expected = concordance_index(cells["duration"], scores, cells["event"])
-        assert F.ranking_concordance(cells, np.array(scores)) == pytest.approx(expected)
+        assert C.ranking_concordance(cells, np.array(scores)) == pytest.approx(expected)
 
 
 def test_baseline_rows_and_verdicts():
@@ -307,7 +308,7 @@ def test_harrells_c_of_weighted_rows_is_lifelines_on_the_repeated_samples(seed):
     events[0] = True
     weights = rng.integers(1, 4, n)
     repeated = [np.repeat(column, weights) for column in (durations, ranking, events)]
-    assert F.harrell_c(durations, ranking, events, weights) == pytest.approx(concordance_index(*repeated), abs=1e-12)
+    assert C.harrell_c(durations, ranking, events, weights) == pytest.approx(concordance_index(*repeated), abs=1e-12)
 
 
 @pytest.mark.parametrize("rows", [([1.0, 1.0], [1.0, 2.0], [1, 1], [1, 1]), ([], [], [], [])], ids=["tied-failures", "no-rows"])
@@ -316,7 +317,7 @@ def test_harrells_c_without_a_comparable_pair_fails_as_lifelines(rows):
     with pytest.raises(ZeroDivisionError):
         concordance_index(*rows[:3])
     with pytest.raises(ZeroDivisionError):
-        F.harrell_c(*rows)
+        C.harrell_c(*rows)
 
 
 # --- concordance within attack cells ------------------------------------------------------------
@@ -327,10 +328,10 @@ def test_within_cell_concordance_by_hand():
     (all failures, none tied); pairs across cells are never compared."""
     cells = tiny_cells()
     ranking = np.array([1.0, 3.0, 2.0, 5.0, 5.0, 1.0, 0.0, 2.0, 1.0])
-    counts = F.concordance_counts(cells["duration"], ranking, cells["event"], cells["weight"], cells["attack_hash"])
+    counts = C.concordance_counts(cells["duration"], ranking, cells["event"], cells["weight"], cells["attack_hash"])
     # a: 1 < 3 and 1 < 2 right, 3 > 2 wrong; b: 5 = 5 tied, 5 > 1 wrong; c: 0 < 1 < 2 all right
     assert counts.to_dict("index") == {"a": {"concordant": 2.0, "pairs": 3.0}, "b": {"concordant": 0.5, "pairs": 2.0}, "c": {"concordant": 3.0, "pairs": 3.0}}
-    assert F.stratified_concordance(cells, ranking, cells["attack_hash"]) == 5.5 / 8
+    assert C.stratified_concordance(cells, ranking, cells["attack_hash"]) == 5.5 / 8
     row = scoring.within_cell_scores([], "test_", cells.assign(attack_family=["x"] * 6 + ["y"] * 3), lambda part: ranking)
     assert row == {
         "test_concordance_within": 5.5 / 8,
@@ -347,7 +348,7 @@ def test_within_cell_concordance_treats_tied_times_as_lifelines_does():
     censored sample outlived it); tied rankings count 0.5."""
     durations, events = np.array([1.0, 1.0, 1.0, 2.0]), np.array([1, 1, 0, 1])
     for ranking in ([1.0, 2.0, 3.0, 4.0], [2.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0]):
-        counts = F.concordance_counts(durations, ranking, events, np.ones(4), np.zeros(4))
+        counts = C.concordance_counts(durations, ranking, events, np.ones(4), np.zeros(4))
         assert counts["pairs"].sum() == 4  # each failure at 1 against the censoring at 1 and the failure at 2
         assert counts["concordant"].sum() / 4 == pytest.approx(concordance_index(durations, ranking, events))
 
@@ -359,9 +360,9 @@ def test_within_cell_concordance_in_blocks_of_one_failure_counts_every_pair(monk
     n = 40
     durations, ranking = rng.integers(1, 10, n).astype(float), rng.normal(size=n)
     events, weights, cells = rng.integers(0, 2, n), rng.integers(1, 3, n), np.repeat(["a", "b"], n // 2)
-    whole = F.concordance_counts(durations, ranking, events, weights, cells)
-    monkeypatch.setattr(F, "PAIR_BLOCK", 1)  # one failure to a block
-    pd.testing.assert_frame_equal(F.concordance_counts(durations, ranking, events, weights, cells), whole)
+    whole = C.concordance_counts(durations, ranking, events, weights, cells)
+    monkeypatch.setattr(C, "PAIR_BLOCK", 1)  # one failure to a block
+    pd.testing.assert_frame_equal(C.concordance_counts(durations, ranking, events, weights, cells), whole)
     assert (whole["pairs"] > 20).all()
 
 
@@ -369,13 +370,13 @@ def test_strata_are_batched_as_many_as_fit_in_pair_block_padded_to_the_largest(m
     """The memory bound of within-cell concordance at scale: a batch of strata padded to its
     largest holds at most PAIR_BLOCK pairs, smallest first and as many as fit; a stratum too
     large alone is a batch of its own (then compared in blocks of failures)."""
-    monkeypatch.setattr(F, "PAIR_BLOCK", 100)
+    monkeypatch.setattr(C, "PAIR_BLOCK", 100)
     sizes = np.array([5, 3, 11, 5, 7, 5, 3, 7, 5, 11])
-    batches = F._size_batches(sizes)
+    batches = C._size_batches(sizes)
     assert [sorted(sizes[batch].tolist()) for batch in batches] == [[3, 3, 5, 5], [5, 5], [7, 7], [11], [11]]
     assert sorted(np.concatenate(batches).tolist()) == list(range(len(sizes)))
     for batch in batches:
-        assert len(batch) == 1 or len(batch) * sizes[batch].max() ** 2 <= F.PAIR_BLOCK
+        assert len(batch) == 1 or len(batch) * sizes[batch].max() ** 2 <= C.PAIR_BLOCK
 
 
 def test_within_cell_concordance_on_one_cell_is_lifelines_and_cells_pool_by_pairs():
@@ -388,7 +389,7 @@ def test_within_cell_concordance_on_one_cell_is_lifelines_and_cells_pool_by_pair
         durations, ranking = rng.integers(1, 6, n).astype(float), rng.integers(0, 4, n).astype(float)
         events, weights = rng.integers(0, 2, n), rng.integers(1, 4, n)
         repeated = [np.repeat(a, weights) for a in (durations, ranking, events)]
-        counts = F.concordance_counts(durations, ranking, events, weights, np.zeros(n))
+        counts = C.concordance_counts(durations, ranking, events, weights, np.zeros(n))
         correct, tied, pairs = _concordance_summary_statistics(repeated[0], repeated[1], repeated[2].astype(bool))
         assert counts["pairs"].sum() == pairs and counts["concordant"].sum() == correct + tied / 2
         if pairs:
@@ -398,9 +399,9 @@ def test_within_cell_concordance_on_one_cell_is_lifelines_and_cells_pool_by_pair
     data = pd.concat(cells, ignore_index=True)
     per_cell = data.groupby("attack_hash")[["concordant", "pairs"]].first()
     expected = per_cell["concordant"].sum() / per_cell["pairs"].sum()
-    assert F.stratified_concordance(data, data["r"].to_numpy(), data["attack_hash"]) == pytest.approx(expected, rel=1e-12)
+    assert C.stratified_concordance(data, data["r"].to_numpy(), data["attack_hash"]) == pytest.approx(expected, rel=1e-12)
     # weighted rows count as their samples
-    assert F.stratified_concordance(F.per_sample(data), F.per_sample(data)["r"].to_numpy(), F.per_sample(data)["attack_hash"]) == pytest.approx(
+    assert C.stratified_concordance(F.per_sample(data), F.per_sample(data)["r"].to_numpy(), F.per_sample(data)["attack_hash"]) == pytest.approx(
         expected, rel=1e-12
     )
 
@@ -424,7 +425,7 @@ def test_the_true_duration_order_is_one_within_cells_however_the_cells_are_ranke
     cell_rank = data.groupby("attack_hash")["duration"].transform("mean").rank(method="dense")
     upside_down = data["duration"].rank(pct=True) - 10.0 * cell_rank
     assert scoring.within_cell_scores([], "", data, lambda part: upside_down.to_numpy())["concordance_within"] == 1.0
-    assert F.ranking_concordance(data, upside_down.to_numpy()) < 0.5
+    assert C.ranking_concordance(data, upside_down.to_numpy()) < 0.5
 
 
 def test_a_within_cell_score_without_pairs_is_nan_with_a_note():
@@ -1266,12 +1267,12 @@ def test_one_row_per_sample_repeats_weighted_rows_and_leaves_unweighted_data_as_
 
 def test_one_comparable_pair_gives_a_concordance_and_none_gives_nan_without_a_warning():
     pair = pd.DataFrame({"duration": [1.0, 2.0], "event": [1, 0], "weight": 1})
-    assert F.stratified_concordance(pair, np.array([1.0, 2.0]), ["a", "a"]) == 1.0
-    assert F.stratified_concordance(pair, np.array([2.0, 1.0]), ["a", "a"]) == 0.0
+    assert C.stratified_concordance(pair, np.array([1.0, 2.0]), ["a", "a"]) == 1.0
+    assert C.stratified_concordance(pair, np.array([2.0, 1.0]), ["a", "a"]) == 0.0
     with warnings.catch_warnings(), np.errstate(all="warn"):
         # NaN by design, not numpy's 0/0 and its warning (errstate: lifelines' Kaplan-Meier silences numpy for the process)
         warnings.simplefilter("error")
-        assert math.isnan(F.stratified_concordance(pair, np.array([1.0, 2.0]), ["a", "b"]))  # never compared across strata
+        assert math.isnan(C.stratified_concordance(pair, np.array([1.0, 2.0]), ["a", "b"]))  # never compared across strata
 
 
 def cox_on_samples(data, covariates):

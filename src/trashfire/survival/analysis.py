@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,10 +58,10 @@ from trashfire.core.schema.units import CLOCK_UNIT_NAMES, FIT_UNIT_NAMES, FIT_UN
 from trashfire.core.stage import Artefacts
 from trashfire.survival import fitters as F
 from trashfire.survival import validation
-from trashfire.survival.competing import competing_table, incidence_curves
+from trashfire.survival.competing import write_competing_risks
 from trashfire.survival.convergence import fit_converged
 from trashfire.survival.expected_time import cell_budgets, kaplan_meier_fits, km_sentences, logrank_table, with_km_summaries
-from trashfire.survival.figures import calibration_grid, coefficient_figure, competing_risks_figure, finish_calibration, kaplan_meier_figure, save
+from trashfire.survival.figures import calibration_grid, coefficient_figure, finish_calibration, kaplan_meier_figure, save
 from trashfire.survival.per_model import ModelOutputs, in_clock_units, with_breakable_means, write_budget_sufficiency, write_cure_fractions
 from trashfire.survival.saved_models import save_models, share_training_data
 from trashfire.survival.score_sample import calibration_rows, concordance_rows
@@ -318,29 +319,6 @@ def sample_sd(covariates: pd.DataFrame, weights: np.ndarray) -> pd.Series:
     return pd.Series([sd(covariates[column].to_numpy(float)) for column in covariates.columns], index=covariates.columns, dtype=float)
 
 
-COMPETING_LABELS = ["model_hash", "attack_family", "defence", "dataset"]
-
-
-def write_competing_risks(data: pd.DataFrame, out: Path, unit: float, unit_name: str) -> None:
-    """A composite's cells (survival.competing): competing_risks.csv, per attack cell and
-    component its cumulative incidence at the budget, and competing_risks.png, the incidence
-    curves per attack family and defence. Without a composite cell, neither (older ones removed)."""
-    table = competing_table(data, CELL, COMPETING_LABELS)
-    if table.empty:
-        for name in ("competing_risks.csv", "competing_risks.png"):
-            (out / name).unlink(missing_ok=True)
-        return
-    write_csv(table, out / "competing_risks.csv")
-    clock_data = data.assign(**{F.DURATION: data[F.DURATION] * unit})
-    save(competing_risks_figure(incidence_curves(clock_data, ["attack_family", "defence"]), unit_name), out / "competing_risks.png")
-    shares = table.groupby("component")["share_of_failures"].median()
-    log.info(
-        "competing risks in %d composite cells: median share of the failures by component: %s",
-        table[CELL].nunique(),
-        ", ".join(f"{c} {v:.2f}" for c, v in shares.items()),
-    )
-
-
 def check_fitters(settings: Any) -> None:
     """Build every configured fitter once, so a bad _target_ stops before any data is read."""
     for name in settings.fitters:
@@ -364,14 +342,52 @@ def analyse(cfg: DictConfig, artefacts: Artefacts) -> pd.DataFrame:
     Where no model can be fitted or selected (one trained model to split, durations no model
     fits, `survival.fitters: []`), it writes what needs no model (Kaplan-Meier, log-rank,
     competing risks), E[T] as missing, and status.json with the reason, and exits 0: the
-    metrics that need no E[T] go on downstream."""
+    metrics that need no E[T] go on downstream. Its steps each take and return data: `prepared`
+    (the data set in the fit's unit), `split_for_fitting` (train and test), `fitted` (every
+    fit and the selection), `scored` (Table I), `write_results`."""
     settings = cfg.survival
     check_fitters(settings)
     with pd.option_context("mode.copy_on_write", True):  # a column dropped or assigned no longer copies the frame: 10^7 rows are 3 GB
-        return _analyse(cfg, artefacts, settings)
+        study = prepared(cfg, artefacts)
+        if not settings.fitters:
+            return without_models(study.data, study.budgets, study.out, cfg, "survival.fitters is empty: no survival model was asked for")
+        try:
+            data, train, test = split_for_fitting(study.data, settings)
+        except DataError as err:
+            return without_models(study.data, study.budgets, study.out, cfg, f"no survival model could be fitted: {err}")
+        study = replace(study, data=data)
+        fits = fitted(cfg, study, train, test)
+        return write_results(cfg, study, fits, train, scored(fits, study, train, test, settings))
 
 
-def _analyse(cfg: DictConfig, artefacts: Artefacts, settings) -> pd.DataFrame:
+@dataclass(frozen=True)
+class Study:
+    """The survival data set as the fits read it: durations in the clock's fit unit (`unit`
+    of `clock`'s tables' unit), each attack cell's budget, the stage's output folder."""
+
+    data: pd.DataFrame
+    budgets: pd.Series
+    clock: str
+    unit: float
+    out: Path
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """Every fit, Table I before scoring the selected model, the selection, each model's
+    outputs as its fit arrived, and the calibration figure drawn so far."""
+
+    comparison: pd.DataFrame
+    fits: dict[str, F.Fit]
+    selection: Selection
+    outputs: ModelOutputs
+    figure: Any
+    axes: dict
+
+
+def prepared(cfg: DictConfig, artefacts: Artefacts) -> Study:
+    """The data set read and checked, durations in the fit unit; the competing risks and
+    fit_unit.json, which need no model, written."""
     source, out = artefacts.input("survival_data.parquet"), artefacts.output("survival")
     data = read_survival_data(source)
     diagnose(data, str(source))
@@ -381,25 +397,35 @@ def _analyse(cfg: DictConfig, artefacts: Artefacts, settings) -> pd.DataFrame:
     if unit != 1.0:
         log.info("durations on the %s clock fitted in %s (x %g); E[T] and t* are written back in %s", clock, FIT_UNIT_NAMES[clock], unit, clock)
     out.mkdir(parents=True, exist_ok=True)
-    budgets = cell_budgets(data)
     write_competing_risks(data, out, unit, CLOCK_UNIT_NAMES[clock])
     write_json(out / "fit_unit.json", {"clock": clock, "unit": FIT_UNIT_NAMES[clock], "scale": unit})  # what models.pkl's durations are in
-    if not settings.fitters:
-        return without_models(data, budgets, out, cfg, "survival.fitters is empty: no survival model was asked for")
-    try:
-        data, train, test = split_in_one_copy(data, settings.split_by, settings.test_size, settings.seed)
-        train, test = usable_covariates(train, test, DUMMY_SOURCES)
-    except DataError as err:
-        return without_models(data, budgets, out, cfg, f"no survival model could be fitted: {err}")
+    return Study(data, cell_budgets(data), clock, unit, out)
+
+
+def split_for_fitting(data: pd.DataFrame, settings: Any) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The data (its rows in the split's order), its training and test parts by
+    `survival.split_by`, without the covariates the training part cannot identify. A DataError
+    where no model can be fitted (one group to split)."""
+    data, train, test = split_in_one_copy(data, settings.split_by, settings.test_size, settings.seed)
+    train, test = usable_covariates(train, test, DUMMY_SOURCES)
+    return data, train, test
+
+
+def fitted(cfg: DictConfig, study: Study, train: pd.DataFrame, test: pd.DataFrame) -> Fitted:
+    """Every configured fitter fitted on `train`, and the AFT model selected (inside the
+    training split), with what needs no model (log-rank, the Kaplan-Meier check's curves)
+    computed while the first fit runs and each model's E[T], cure fractions and budget
+    sufficiency as its fit arrives."""
+    settings, data, out = cfg.survival, study.data, study.out
     aft = [name for name in settings.fitters if settings.models[name].aft]
-    outputs = ModelOutputs(data, budgets, aft, cfg.budget)  # each model's, as its fit arrives
+    outputs = ModelOutputs(data, study.budgets, aft, cfg.budget)  # each model's, as its fit arrives
     figure, axes = calibration_grid(list(settings.fitters))
-    selection = Selection(settings, data, train, test, budgets, outputs.times, axes)
+    selection = Selection(settings, data, train, test, study.budgets, outputs.times, axes)
 
     def select_and_draw(table: pd.DataFrame, fits: dict[str, F.Fit]) -> None:  # as soon as the AFT fits are in, while the others fit
         selection.of_aft_fits(table, fits)
         label = settings.models[selection.name].label if selection.name else None
-        save(kaplan_meier_figure(kaplan_meier_fits(data), selection.predicted, label, FIT_UNIT_NAMES[clock]), out / "kaplan_meier.png")
+        save(kaplan_meier_figure(kaplan_meier_fits(data), selection.predicted, label, FIT_UNIT_NAMES[study.clock]), out / "kaplan_meier.png")
 
     model_free_done = []
 
@@ -413,31 +439,44 @@ def _analyse(cfg: DictConfig, artefacts: Artefacts, settings) -> pd.DataFrame:
         model_free()
     if not selection.done:  # no fit arrived to make it
         select_and_draw(comparison, fits)
-    selected, reason, times = selection.name, selection.reason, selection.times
-    comparison = score_selected(comparison, fits.get(selected), train, test, selection.t0, tuple(settings.score_range), scored=selection.scored)
-    comparison["selected"] = comparison["fitter"] == selected
-    comparison = in_clock_units(comparison, unit, TIME_COLUMNS)  # Table I's times, in the clock's unit
-    save(finish_calibration(figure, axes, comparison, CLOCK_UNIT_NAMES[clock]), out / "calibration.png")
-    write_fits(comparison, fits, train, out, settings, selected)
+    return Fitted(comparison, fits, selection, outputs, figure, axes)
+
+
+def scored(fits: Fitted, study: Study, train: pd.DataFrame, test: pd.DataFrame, settings: Any) -> pd.DataFrame:
+    """Table I: every fit's scores, the selected model's on the test split, its times in the
+    clock's unit."""
+    selection = fits.selection
+    comparison = score_selected(fits.comparison, fits.fits.get(selection.name), train, test, selection.t0, tuple(settings.score_range), scored=selection.scored)
+    comparison["selected"] = comparison["fitter"] == selection.name
+    return in_clock_units(comparison, study.unit, TIME_COLUMNS)  # Table I's times, in the clock's unit
+
+
+def write_results(cfg: DictConfig, study: Study, fits: Fitted, train: pd.DataFrame, comparison: pd.DataFrame) -> pd.DataFrame:
+    """The calibration figure, the coefficients, E[T] per attack cell (missing where no model
+    was selected), the Kaplan-Meier check, Table I with its summary, cure fractions, budget
+    sufficiency, the fitted models and status.json; logged. Returns Table I as written."""
+    settings, out, unit, data = cfg.survival, study.out, study.unit, study.data
+    selection, selected = fits.selection, fits.selection.name
+    save(finish_calibration(fits.figure, fits.axes, comparison, CLOCK_UNIT_NAMES[study.clock]), out / "calibration.png")
+    write_fits(comparison, fits.fits, train, out, settings, selected)
     if selected is None:
-        expected = missing_expected_times(budgets, reason).join(times, on=CELL)
+        expected = missing_expected_times(study.budgets, selection.reason).join(selection.times, on=CELL)
         (out / "km_check.csv").unlink(missing_ok=True)  # it checks the selected model's E[T]
     else:
-        expected = with_breakable_means(selection.expected, fits, data)
-        check = selection.check
-        write_csv(in_clock_units(check, unit, ["t_star", "E_T", "E_T_km"]), out / "km_check.csv")
+        expected = with_breakable_means(selection.expected, fits.fits, data)
+        write_csv(in_clock_units(selection.check, unit, ["t_star", "E_T", "E_T_km"]), out / "km_check.csv")
         comparison = with_km_summaries(comparison, selection.summaries)
     write_csv(comparison, out / "aft_comparison.csv")
     write_csv(concordance_within_table(comparison), out / "concordance_within.csv")
-    write_csv(in_clock_units(expected, unit, ["E_T", "E_T_unrestricted", "t_star", "E_T_breakable", *times.columns]), out / "expected_times.csv")
-    write_cure_fractions(fits, data, out / "cure_fractions.csv", unit, outputs.fractions)
-    write_budget_sufficiency(fits, data, budgets, out / "budget_sufficiency.csv", cfg.budget, unit, outputs.sufficiency)
-    save_models({name: fit.fitter for name, fit in fits.items()}, out / "models.pkl")
-    write_status(out, selected, reason)
-    log_comparison(comparison, fits, settings, selected)
+    write_csv(in_clock_units(expected, unit, ["E_T", "E_T_unrestricted", "t_star", "E_T_breakable", *selection.times.columns]), out / "expected_times.csv")
+    write_cure_fractions(fits.fits, data, out / "cure_fractions.csv", unit, fits.outputs.fractions)
+    write_budget_sufficiency(fits.fits, data, study.budgets, out / "budget_sufficiency.csv", cfg.budget, unit, fits.outputs.sufficiency)
+    save_models({name: fit.fitter for name, fit in fits.fits.items()}, out / "models.pkl")
+    write_status(out, selected, selection.reason)
+    log_comparison(comparison, fits.fits, settings, selected)
     if selected is not None:
-        for line in km_sentences(check, settings.models[selected].label):
-            log.log(logging.WARNING if check["flagged"].any() else logging.INFO, "%s", line)
+        for line in km_sentences(selection.check, settings.models[selected].label):
+            log.log(logging.WARNING if selection.check["flagged"].any() else logging.INFO, "%s", line)
     return comparison
 
 

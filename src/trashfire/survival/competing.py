@@ -17,13 +17,19 @@ carries the evaluation: their gradients mislead them (gradient masking), and the
 
 from __future__ import annotations
 
+import logging
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from lifelines import AalenJohansenFitter, KaplanMeierFitter
 
+from trashfire.core.records import write_csv
+from trashfire.survival.figures import competing_risks_figure, save
 from trashfire.survival.fitters import DURATION, EVENT, sample_weights
+
+log = logging.getLogger(__name__)
 
 CAUSE = "broken_by"
 
@@ -109,3 +115,26 @@ def incidence_curves(data: pd.DataFrame, group: list[str]) -> dict[tuple, dict[s
         fits, _ = incidence_fits(part)
         curves[key if isinstance(key, tuple) else (key,)] = {cause: fit.cumulative_density_.iloc[:, 0] for cause, fit in fits.items()}
     return curves
+
+
+COMPETING_LABELS = ["model_hash", "attack_family", "defence", "dataset"]
+
+
+def write_competing_risks(data: pd.DataFrame, out: Path, unit: float, unit_name: str) -> None:
+    """A composite's cells : competing_risks.csv, per attack cell and
+    component its cumulative incidence at the budget, and competing_risks.png, the incidence
+    curves per attack family and defence. Without a composite cell, neither (older ones removed)."""
+    table = competing_table(data, "attack_hash", COMPETING_LABELS)
+    if table.empty:
+        for name in ("competing_risks.csv", "competing_risks.png"):
+            (out / name).unlink(missing_ok=True)
+        return
+    write_csv(table, out / "competing_risks.csv")
+    clock_data = data.assign(**{DURATION: data[DURATION] * unit})
+    save(competing_risks_figure(incidence_curves(clock_data, ["attack_family", "defence"]), unit_name), out / "competing_risks.png")
+    shares = table.groupby("component")["share_of_failures"].median()
+    log.info(
+        "competing risks in %d composite cells: median share of the failures by component: %s",
+        table["attack_hash"].nunique(),
+        ", ".join(f"{c} {v:.2f}" for c, v in shares.items()),
+    )

@@ -56,7 +56,7 @@ class MixtureCureFitter(NewtonRegressionMixin, ParametricRegressionFitter):
     shape_: str
     plain_fitter: type
     fit_intercept = True
-    cure_model = True  # fitters.survival_ranking ranks it by its restricted mean
+    cure_model = True  # concordance.survival_ranking ranks it by its restricted mean
     LIFELINES_LIKELIHOOD = False  # the model's own likelihood: lifelines floors its hazard at 1e-20 (docs/survival.md)
 
     def shape_covariates(self, covariates: list[str]) -> list[str]:

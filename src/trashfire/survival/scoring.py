@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from trashfire.core import schema
+from trashfire.survival import concordance as C
 from trashfire.survival import fitters as F
 from trashfire.survival import held_out
 from trashfire.survival.convergence import CONVERGED_GAIN
@@ -95,7 +96,7 @@ def train_scores(
     notes = list(fit.warnings) + ([COX_NOTE] if fit.is_cox else [])
     ranking_of = _ranking_once(fit)
     concordance_part, drawn = ranked or (train, "")
-    row["concordance"] = _guarded(notes, "concordance", lambda rows: F.ranking_concordance(rows, ranking_of(rows)), concordance_part)
+    row["concordance"] = _guarded(notes, "concordance", lambda rows: C.ranking_concordance(rows, ranking_of(rows)), concordance_part)
     row |= within_cell_scores(notes, "", concordance_part, ranking_of)
     if drawn:
         notes.append(f"concordance, concordance_within {drawn}")
@@ -168,7 +169,7 @@ def _ranking_once(fit: F.Fit):
 
     def ranking_of(rows: pd.DataFrame) -> np.ndarray:
         if id(rows) not in ranked:
-            ranked[id(rows)] = F.survival_ranking(fit, F.covariates_of(rows))
+            ranked[id(rows)] = C.survival_ranking(fit, F.covariates_of(rows))
         return ranked[id(rows)]
 
     return ranking_of
@@ -203,7 +204,7 @@ def within_cell_scores(notes: list[str], prefix: str, part: pd.DataFrame, rankin
     survival). A ranking that is constant within each cell (the baselines) scores 0.5."""
     key = f"{prefix}concordance_within"
     try:
-        counts = F.concordance_counts(part[F.DURATION], ranking_of(part), part[F.EVENT], F.sample_weights(part), part[CELL])
+        counts = C.concordance_counts(part[F.DURATION], ranking_of(part), part[F.EVENT], F.sample_weights(part), part[CELL])
     except Exception as err:  # e.g. a ranking that cannot be predicted
         notes.append(f"{key}: {type(err).__name__}: {F.first_line(err)}")
         return {key: math.nan}
@@ -288,7 +289,7 @@ def baseline_rows(train: pd.DataFrame, test: pd.DataFrame, ranked: tuple[pd.Data
         notes = [f"baseline: {knows}", BASELINE_NOTE] + ([f"concordance, concordance_within {drawn}"] if drawn else [])
         row: dict[str, Any] = {"fitter": name, "model": label, "status": "baseline", "aft": False}
         row |= {"n": float(F.sample_weights(train).sum()), "n_events": float(F.sample_weights(train)[train[F.EVENT].to_numpy() == 1].sum())}
-        row["concordance"] = _guarded(notes, "concordance", lambda p: F.ranking_concordance(p, scores(p)), concordance_part)  # noqa: B023 -- called at once
+        row["concordance"] = _guarded(notes, "concordance", lambda p: C.ranking_concordance(p, scores(p)), concordance_part)  # noqa: B023 -- called at once
         row |= within_cell_scores(notes, "", concordance_part, scores)
         row |= concordance_with_interval(notes, "test_concordance", lambda: held_out.harrell_pairs(test, scores(test)), test)  # noqa: B023 -- called at once
         row |= within_cell_scores(notes, "test_", test, scores)

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 from lifelines.fitters import ParametricRegressionFitter
 
+from trashfire.survival import concordance as C
 from trashfire.survival import fitters as F
 from trashfire.survival import held_out, ipcw
 from trashfire.survival.convergence import warm_start
@@ -160,7 +161,7 @@ def fold_score(how: Plan, fit: F.Fit, fitted_on: pd.DataFrame, scored_on: pd.Dat
         return ici if how.measure == "ICI" else e50
     if how.measure == "IBS":
         return held_out.integrated_brier(fit, scored_on, held_out.horizon(fitted_on, scored_on, how.score_range))
-    ranking = F.survival_ranking(fit, F.covariates_of(scored_on))
+    ranking = C.survival_ranking(fit, F.covariates_of(scored_on))
     if how.measure == "uno_C":
         return ipcw.concordance_of(*held_out.uno_pairs(scored_on, ranking, held_out.horizon(fitted_on, scored_on, how.score_range)))
-    return F.ranking_concordance(scored_on, ranking)
+    return C.ranking_concordance(scored_on, ranking)
