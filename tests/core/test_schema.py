@@ -14,13 +14,13 @@ from tests.conftest import ROOT, artefacts_of, tiny_overrides
 from trashfire.attacks.campaign import attack_record_path, outcomes_path
 from trashfire.attacks.spec import attack_strength
 from trashfire.brittle.scores import brittle_hash, brittle_record_path, brittle_settings
-from trashfire.brittle.spec import write_current_scores
+from trashfire.brittle.spec import BRITTLE, BrittleRecord, write_current_scores
 from trashfire.core import schema
 from trashfire.core.config import compose, validate
 from trashfire.core.errors import DataError
 from trashfire.core.grid import attack_cells, model_cells
 from trashfire.core.records import read_table, write_npz
-from trashfire.core.schema import AttackRecord, BrittleRecord, Outcomes, TrainRecord
+from trashfire.core.schema import AttackRecord, Outcomes, TrainRecord
 from trashfire.metrics import registry
 from trashfire.report.page import report_html
 from trashfire.stages import aggregate, figures, timing
@@ -302,7 +302,7 @@ def test_every_table_the_stages_write_has_the_schema_columns(recorded):
         "evp_convergence.csv": schema.EVP_CONVERGENCE,
         "auc_table.csv": schema.AUC_TABLE,
         "tau_table.csv": schema.TAU_TABLE,
-        "brittle.csv": schema.BRITTLE,
+        "brittle.csv": BRITTLE,
         "findings.csv": schema.FINDINGS,
         "robustness.csv": schema.robustness_columns(registry.curve_metric_names()),
         "eps_survival_data.parquet": schema.EPS_SURVIVAL_DATA,

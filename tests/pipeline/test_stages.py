@@ -17,10 +17,11 @@ from omegaconf import OmegaConf
 from tests.conftest import tiny_config
 from tests.report.test_figures import STEMS as FIGURE_STEMS
 from trashfire.attacks import campaign
+from trashfire.brittle.spec import BrittleRecord
 from trashfire.core import schema
 from trashfire.core.grid import attack_cells, model_cells, training_cells
 from trashfire.core.records import read_npz, read_table
-from trashfire.core.schema import AttackRecord, BrittleRecord, Outcomes, TrainRecord
+from trashfire.core.schema import AttackRecord, Outcomes, TrainRecord
 from trashfire.data.datasets import load_split
 from trashfire.models import training
 from trashfire.stages import aggregate, attack, brittle, budget, certify, figures, prepare, survival, timing, train

@@ -26,13 +26,13 @@ from torch import nn
 from tqdm import tqdm
 
 from trashfire.attacks.art_attacks import art_classifier
-from trashfire.brittle.spec import brittle_hash, brittle_record_path, brittle_settings, write_current_scores
+from trashfire.brittle.spec import BrittleRecord, brittle_hash, brittle_record_path, brittle_settings, write_current_scores
 from trashfire.core.clocks import Stopwatch
 from trashfire.core.errors import ConfigError
 from trashfire.core.grid import ModelCell, model_cells
 from trashfire.core.parallel import describe, resolve_workers, run_jobs, threads_per_cell
 from trashfire.core.records import config_hash, recorded, remove_dead_temps
-from trashfire.core.schema import BrittleRecord, TrainRecord, cell_labels
+from trashfire.core.schema import TrainRecord, cell_labels
 from trashfire.core.stage import Artefacts
 from trashfire.data.datasets import Split, cached_split
 from trashfire.models.architectures import resolve_device

@@ -7,14 +7,44 @@ nor the brittle stage's settings to find them."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from omegaconf import DictConfig, OmegaConf
 
 from trashfire.core.errors import ConfigError, DataError
 from trashfire.core.records import cell_file, config_hash, read_json, write_json
-from trashfire.core.schema import BrittleRecord
+from trashfire.core.schema import ModelLabels, Record
+
+
+@dataclass(frozen=True)
+class BrittleRecord(ModelLabels, Record):
+    """A model cell's brittle-score under one set of LIME settings (reports/brittle/<brittle_hash>.json)."""
+
+    STAGE: ClassVar[str] = "brittle"
+
+    brittle_hash: str
+    model_hash: str
+    train_hash: str
+    n_samples: int
+    n_features_mean: float
+    brittle_score: float
+    brittle_score_sd: float
+    image_scores: list[float]
+    positions: list[int]
+    lime_samples: int
+    perturbations_per_eval: int
+    brittle_seed: int
+    segments: dict[str, Any]
+    t_brittle_process: float  # the LIME runs (predictions and explanations), whole, not per sample
+    t_brittle_wall: float
+    device: str
+    data_hash: str | None = None  # the scored images' identity (trashfire.core.grid.split_hashes); None: a record without it, scored again
+
+
+# brittle.csv (aggregate): a record's fields, then what aggregate adds
+BRITTLE = sorted(f.name for f in fields(BrittleRecord)) + ["brittle_ri", "robust_acc", "robust_attack", "degenerate", "defence_stage"]
 
 
 def brittle_settings(cfg: DictConfig) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from trashfire import metrics
-from trashfire.brittle.spec import read_current_scores
+from trashfire.brittle.spec import BRITTLE, read_current_scores
 from trashfire.core import external, schema
 from trashfire.core.csvtext import write_csv
 from trashfire.core.errors import DataError
@@ -580,7 +580,7 @@ def grid_tables(cfg: DictConfig, artefacts: Artefacts, every_row: pd.DataFrame, 
     stages = {name: spec.stage for name, spec in cfg.defence.items()} | {"none": "none"}
     brittle = brittle_table(records, experiments, m.brittle.robust_acc).assign(
         degenerate=lambda t: t["model_hash"].map(degenerate), defence_stage=lambda t: t["defence"].map(stages)
-    )[schema.BRITTLE]
+    )[BRITTLE]
     checked = check_findings(experiments, trash, robustness, brittle, m.findings, no_expected_time, stages)
     sufficiency, competing = read_optional(artefacts.input("budget/sufficiency.csv")), read_optional(artefacts.input("survival/competing_risks.csv"))
     certified = read_optional(artefacts.input("certified.csv"))

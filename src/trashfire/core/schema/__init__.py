@@ -13,7 +13,7 @@ holds and which columns a table has. Every name is importable from here
 - `records`: typed records, `TrainRecord` (models/<train_hash>.json), `BenignRecord` (a model
   cell's benign evaluation, reports/attacks/benign/<model_hash>.json), `AttackRecord`
   (reports/attacks/<attack_hash>.json), `Outcomes` (its per-sample arrays, the .npz beside
-  it), `BrittleRecord` (reports/brittle/<hash>.json) and `Finding` (a row of findings.csv).
+  it) and `Finding` (a row of findings.csv); the brittle record is `trashfire.brittle.spec`'s.
   Writers build them, readers read through them; on disk they are the same JSON as before
   (same keys, same values, keys sorted).
 - `columns`: every table's columns (experiments.csv, survival_data.parquet's labels, trash.csv,
@@ -27,7 +27,6 @@ from trashfire.core.schema.columns import (
     ATTACK_PROPERTIES,
     AUC,
     AUC_TABLE,
-    BRITTLE,
     CARD_ATTACK,
     CARD_DEFENCE,
     CARD_FAMILY,
@@ -117,7 +116,6 @@ from trashfire.core.schema.records import (
     VERSION_KEY,
     AttackRecord,
     BenignRecord,
-    BrittleRecord,
     Finding,
     Outcomes,
     Record,
@@ -169,7 +167,6 @@ __all__ = [
     "ATTACK_RECORD_LEAD",
     "AttackRecord",
     "BenignRecord",
-    "BrittleRecord",
     "Finding",
     "Outcomes",
     "Record",
@@ -181,7 +178,6 @@ __all__ = [
     "ATTACK_PROPERTIES",
     "AUC",
     "AUC_TABLE",
-    "BRITTLE",
     "CARD_ATTACK",
     "CARD_DEFENCE",
     "CARD_FAMILY",

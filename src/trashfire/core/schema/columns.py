@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from trashfire.core.schema.labels import ATTACK_LABELS, DEFENCE_LABELS, MODEL_LABELS, SEEDLESS_LABELS, TRAINED_LABELS, without
-from trashfire.core.schema.records import BrittleRecord, Finding
+from trashfire.core.schema.records import Finding
 from trashfire.core.schema.units import CLOCK_LIST, CLOCK_OF, CLOCKS, COMPUTE, SECONDS
 
 ACCURACIES = ["acc_ben", "acc_adv"]
@@ -178,7 +178,6 @@ EPS_SURVIVAL_DATA = [
 ]
 EPS_SURVIVAL = CELL + ["search", "units", "n", "events", "events_at_zero", "eps_max", "area", "area_lo", "area_hi", "median_eps", "n_nonmonotone", "degenerate"]
 EPS_SURVIVAL_CURVES = CELL + ["search", "units", "eps", "survival"]
-BRITTLE = sorted(f.name for f in fields(BrittleRecord)) + ["brittle_ri", "robust_acc", "robust_attack", "degenerate", "defence_stage"]
 FINDINGS = [f.name for f in fields(Finding)]
 
 

@@ -1,7 +1,7 @@
 """Typed records: `TrainRecord` (models/<train_hash>.json), `BenignRecord`
 (reports/attacks/benign/<model_hash>.json), `AttackRecord` (reports/attacks/<attack_hash>.json),
-`Outcomes` (its per-sample arrays, the .npz beside it), `BrittleRecord`
-(reports/brittle/<hash>.json) and `Finding` (a row of findings.csv). Writers build them,
+`Outcomes` (its per-sample arrays, the .npz beside it) and `Finding` (a row of findings.csv);
+the brittle stage's record is its own package's (`trashfire.brittle.spec.BrittleRecord`). Writers build them,
 readers read through them; on disk a record is JSON with its keys sorted, so where a field is
 declared (the label block comes from `labels.ModelLabels`) changes no file.
 
@@ -400,31 +400,6 @@ class Outcomes:
 
     def __getitem__(self, name: str) -> np.ndarray:
         return getattr(self, name)
-
-
-@dataclass(frozen=True)
-class BrittleRecord(ModelLabels, Record):
-    """A model cell's brittle-score under one set of LIME settings (reports/brittle/<brittle_hash>.json)."""
-
-    STAGE: ClassVar[str] = "brittle"
-
-    brittle_hash: str
-    model_hash: str
-    train_hash: str
-    n_samples: int
-    n_features_mean: float
-    brittle_score: float
-    brittle_score_sd: float
-    image_scores: list[float]
-    positions: list[int]
-    lime_samples: int
-    perturbations_per_eval: int
-    brittle_seed: int
-    segments: dict[str, Any]
-    t_brittle_process: float  # the LIME runs (predictions and explanations), whole, not per sample
-    t_brittle_wall: float
-    device: str
-    data_hash: str | None = None  # the scored images' identity (trashfire.core.grid.split_hashes); None: a schema-1 record without it, scored again
 
 
 @dataclass(frozen=True)
