@@ -71,6 +71,12 @@ def refuse_moved(key: str) -> None:
         raise ConfigError(key, f"moved to {found}; set {found} instead")
 
 
+def moved_into_options(key: str, value: Any, where: str) -> None:
+    """A key that moved into the attack options: refused where given, naming where it went."""
+    if value is not None:
+        raise ConfigError(key, f"removed: an attack's option says it ({where}); compose params.yaml again with `make params`")
+
+
 def refuse_moved_keys(cfg: DictConfig) -> None:
     """A config (a params file composed before the move, or a preset) that still gives a moved key."""
     _discover()

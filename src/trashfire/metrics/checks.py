@@ -7,7 +7,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from trashfire.core.checks import as_list, choice, integer, moved, nonempty_list, nonempty_mapping, number, register
+from trashfire.core.checks import as_list, choice, integer, moved, moved_into_options, nonempty_list, nonempty_mapping, number, register
 from trashfire.core.errors import ConfigError
 from trashfire.core.grid import options
 from trashfire.core.schema import EPS_UNITS
@@ -99,13 +99,9 @@ def _validate_validity(validity) -> None:
         raise ConfigError("metrics.validity", "missing; compose params.yaml with `make params`")
     for key in ("rise_tol", "black_box_tol", "gradient_share", "near_zero", "square_tol"):
         number(f"metrics.validity.{key}", validity.get(key), low=0, high=1)
-    _removed_list("metrics.validity.black_box", validity.get("black_box"), "black_box: true/false in the attack's option, else ART's declaration of its class")
-
-
-def _removed_list(key: str, value: Any, where: str) -> None:
-    """A key that moved into the attack options (a list of attack names): refused, naming where it went."""
-    if value is not None:
-        raise ConfigError(key, f"removed: an attack's option says it ({where}); compose params.yaml again with `make params`")
+    moved_into_options(
+        "metrics.validity.black_box", validity.get("black_box"), "black_box: true/false in the attack's option, else ART's declaration of its class"
+    )
 
 
 def _validate_optimality(settings: Any) -> None:

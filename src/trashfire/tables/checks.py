@@ -10,7 +10,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from trashfire.core.checks import as_list, choice, moved, number, register
+from trashfire.core.checks import as_list, choice, moved, moved_into_options, number, register
 from trashfire.core.errors import ConfigError
 from trashfire.core.schema import EPS_UNITS
 from trashfire.tables.survival_data import BEFORE_ATTACK_POLICIES, DUMMY_SOURCES, NONPOSITIVE_POLICIES, NUMERIC_COVARIATES
@@ -62,10 +62,7 @@ def _validate_eps_survival(eps: Any) -> None:
     key = "timing.eps_survival"
     if not isinstance(eps, DictConfig):
         raise ConfigError(key, MAKE_PARAMS)
-    if eps.get("minimal") is not None:
-        raise ConfigError(
-            f"{key}.minimal", "removed: an attack's option says it (minimal: true in the attack's option); compose params.yaml again with `make params`"
-        )
+    moved_into_options(f"{key}.minimal", eps.get("minimal"), "minimal: true in the attack's option")
     choice(f"{key}.minimal_units", eps.get("minimal_units"), EPS_UNITS)
     if eps.get("minimal_eps_max") is not None:
         number(f"{key}.minimal_eps_max", eps.minimal_eps_max, low=0, open_low=True)
