@@ -27,10 +27,10 @@ import torch
 from pyautoattack import AutoAttack
 
 from trashfire.attacks import standard
-from trashfire.attacks import versions as attack_versions
 from trashfire.attacks.art_attacks import art_classifier
 from trashfire.attacks.engine import attack_samples, model_cost
 from trashfire.attacks.failure_log import FailureLog
+from trashfire.attacks.loops import autoattack
 from trashfire.attacks.target import Target
 from trashfire.core.clocks import LapClock, Stopwatch
 from trashfire.core.config import compose, normalise, validate
@@ -58,19 +58,17 @@ class PixelModel(torch.nn.Module):
 def ours(target: Target, x: np.ndarray, y: np.ndarray, eps: float, seed: int = 0) -> tuple[np.ndarray, float, np.ndarray]:
     """Our standard version: robust or not per sample, the seconds, each sample's FLOPs."""
     spec = {"name": "autoattack", "norm": "inf", "version": "standard", "kwargs": {"components": standard_components()}}
-    components = {n: standard.runner(n, c, np.inf, eps)[0] for n, c in standard.component_settings(spec).items()}
+    components = {n: autoattack.runner(n, c, np.inf, eps)[0] for n, c in autoattack.component_settings(spec).items()}
     cost = model_cost(target, x, y)
     clock = LapClock(len(y), target.device, cost.forward, cost.backward).start()
-    log = FailureLog(x.astype(np.float32), y.astype(np.int64), standard.budget_of(spec))
+    log = FailureLog(x.astype(np.float32), y.astype(np.int64), autoattack.budget_of(spec))
     with Stopwatch(target.device) as watch:
         standard.evaluate(target, log, clock, components, 100, seed)
     return ~log.event, watch.elapsed.wall, log.arrays(clock)["flops"]
 
 
 def standard_components() -> dict:
-    return {
-        n: {"max_iter": c["max_iter"], "kwargs": c["kwargs"], "rules": {"torch": {"algorithm": c["algorithm"]}}} for n, c in attack_versions.STANDARD.items()
-    }
+    return {n: {"max_iter": c["max_iter"], "kwargs": c["kwargs"], "rules": {"torch": {"algorithm": c["algorithm"]}}} for n, c in autoattack.STANDARD.items()}
 
 
 def reference(target: Target, x: np.ndarray, y: np.ndarray, eps_pixels: float, seed: int = 0) -> tuple[np.ndarray, float]:

@@ -12,6 +12,7 @@ import argparse
 import ast
 import difflib
 import importlib
+import pkgutil
 import sys
 from pathlib import Path
 
@@ -95,8 +96,29 @@ def imported_modules(module: str) -> set[str]:
                 base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
             found.add(base)
             found |= {f"{base}.{alias.name}" for alias in node.names}  # `from pkg import module`
+    found |= _loaded_at_run_time(tree, module, path)
     modules = {name for name in found if name.split(".")[0] == PACKAGE and module_file(name)}
     return modules | {".".join(name.split(".")[:i]) for name in modules for i in range(1, name.count(".") + 1)}
+
+
+def _loaded_at_run_time(tree: ast.AST, module: str, path: Path) -> set[str]:
+    """Modules imported by name rather than by an import statement: every module of a package
+    whose __init__ loads its own by name (`importlib.import_module(f"{__name__}.{name}")`: a
+    loop of the torch engine, trashfire.attacks.loops, is a module no import statement names)."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        callee = getattr(node.func, "id", getattr(node.func, "attr", ""))
+        first = node.args[0]
+        if callee == "import_module" and path.name == "__init__.py" and isinstance(first, ast.JoinedStr) and _names_own_package(first):
+            found |= {f"{module}.{info.name}" for info in pkgutil.iter_modules([str(path.parent)])}
+    return found
+
+
+def _names_own_package(text: ast.JoinedStr) -> bool:
+    head = text.values[0] if text.values else None
+    return isinstance(head, ast.FormattedValue) and isinstance(head.value, ast.Name) and head.value.id == "__name__"
 
 
 def import_closure(module: str) -> set[str]:

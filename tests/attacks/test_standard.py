@@ -14,9 +14,9 @@ from pyautoattack.autopgd_base import APGDAttack, APGDAttack_targeted
 
 from tests.conftest import PixelModel, tiny_config
 from trashfire.attacks import standard
-from trashfire.attacks import versions as attack_versions
 from trashfire.attacks.engine import model_cost
 from trashfire.attacks.failure_log import FailureLog
+from trashfire.attacks.loops import autoattack
 from trashfire.core.clocks import LapClock
 from trashfire.core.errors import ConfigError
 from trashfire.core.grid import attack_specs
@@ -44,9 +44,9 @@ def custom_spec(components=REDUCED, norm="inf"):
 def ours(target, x, y, spec, eps, seed=0, batch_size=100):
     cost = model_cost(target, x, y)
     clock = LapClock(len(y), target.device, cost.forward, cost.backward).start()
-    log = FailureLog(x.astype(np.float32), y.astype(np.int64), standard.budget_of(spec))
-    norm = standard.NORMS[spec["norm"]]
-    components = {n: standard.runner(n, c, norm, eps)[0] for n, c in standard.component_settings(spec).items()}
+    log = FailureLog(x.astype(np.float32), y.astype(np.int64), autoattack.budget_of(spec))
+    norm = autoattack.NORMS[spec["norm"]]
+    components = {n: autoattack.runner(n, c, norm, eps)[0] for n, c in autoattack.component_settings(spec).items()}
     standard.evaluate(target, log, clock, components, batch_size, seed)
     return log, clock
 
@@ -83,7 +83,7 @@ def test_each_sample_is_charged_up_to_the_component_that_broke_it(digits_cnn):
     x, y = split.x_attack.numpy()[:N_IMAGES], split.y_attack.numpy()[:N_IMAGES]
     spec = custom_spec()
     log, clock = ours(target, x, y, spec, PixelModel(target).eps_standardised(0.05))
-    budget = standard.budget_of(spec)
+    budget = autoattack.budget_of(spec)
     censored = ~log.event
     assert censored.any() and set(log.broken_by[log.event]) >= {standard.FIRST_QUERY, "apgd_ce"}
     assert (log.broken_by[censored] == "").all()
@@ -92,7 +92,7 @@ def test_each_sample_is_charged_up_to_the_component_that_broke_it(digits_cnn):
     np.testing.assert_array_equal(log.failure_step[log.event], clock.queries[log.event])
     assert (clock.queries[log.broken_by == standard.FIRST_QUERY] == 1).all()
     # a later component's sample spent every earlier component's budget first
-    first_budget = 1 + standard.runner("apgd_ce", standard.component_settings(spec)["apgd_ce"], np.inf, 1.0)[1]
+    first_budget = 1 + autoattack.runner("apgd_ce", autoattack.component_settings(spec)["apgd_ce"], np.inf, 1.0)[1]
     assert (clock.queries[np.isin(log.broken_by, ["apgd_t", "fab_t", "square"])] > first_budget).all()
 
 
@@ -109,13 +109,13 @@ def test_two_runs_are_identical(digits_cnn):
 def test_the_standard_version_is_the_authors_budgets_or_refused(tmp_path):
     (spec, *_) = attack_specs(tiny_config(tmp_path, "attack=[autoattack]", "attack.autoattack.values=[0.1]", "metrics.auc.eps1=0.1"))
     assert spec["version"] == "standard" and spec["engine"] == "torch"
-    assert list(standard.component_settings(spec)) == ["apgd_ce", "apgd_t", "fab_t", "square"]
-    assert standard.budget_of(spec) == 1 + 101 + (9 * 101 + 1) + standard.runner("fab_t", attack_versions.STANDARD["fab_t"], np.inf, 1.0)[1] + 5001
+    assert list(autoattack.component_settings(spec)) == ["apgd_ce", "apgd_t", "fab_t", "square"]
+    assert autoattack.budget_of(spec) == 1 + 101 + (9 * 101 + 1) + autoattack.runner("fab_t", autoattack.STANDARD["fab_t"], np.inf, 1.0)[1] + 5001
     changed = {**spec, "kwargs": {"components": {**spec["kwargs"]["components"], "square": {**spec["kwargs"]["components"]["square"], "max_iter": 100}}}}
     with pytest.raises(ConfigError, match="square differ; set attack.autoattack.version=custom"):
-        standard.check_spec(changed)
-    assert list(standard.component_settings({**spec, "version": "rand"})) == ["apgd_ce", "apgd_dlr"]
-    standard.check_spec({**changed, "version": "custom"})
+        autoattack.check_spec(changed)
+    assert list(autoattack.component_settings({**spec, "version": "rand"})) == ["apgd_ce", "apgd_dlr"]
+    autoattack.check_spec({**changed, "version": "custom"})
 
 
 def test_the_validator_refuses_a_standard_version_at_other_budgets_before_any_compute(tmp_path):
@@ -123,7 +123,7 @@ def test_the_validator_refuses_a_standard_version_at_other_budgets_before_any_co
     with pytest.raises(ConfigError, match=r"attack.autoattack.kwargs.components: .*apgd_t differ; set attack.autoattack.version=custom"):
         tiny_config(tmp_path, *grid)
     (spec, *_) = attack_specs(tiny_config(tmp_path, *grid, "attack.autoattack.version=custom"))
-    assert standard.component_settings(spec)["apgd_t"]["max_iter"] == 20
+    assert autoattack.component_settings(spec)["apgd_t"]["max_iter"] == 20
 
 
 @pytest.mark.parametrize(
@@ -135,8 +135,8 @@ def test_the_presets_run_the_standard_version_on_every_image_or_a_reduced_one(co
     specs = [s for s in attack_specs(normalise(validate(compose([f"experiment={preset}"], conf=conf_dir)))) if s["name"] == "autoattack"]
     assert {s["version"] for s in specs} == {version} and {s.get("samples") for s in specs} == {samples}
     assert {s["value"] for s in specs} == {0.05, 0.1, 0.2, 0.3} and {s["engine"] for s in specs} == {"torch"}
-    standard.check_spec(specs[0])
-    assert standard.budget_of(specs[0]) == budget
+    autoattack.check_spec(specs[0])
+    assert autoattack.budget_of(specs[0]) == budget
 
 
 def test_the_rand_version_runs_only_on_the_defences_that_draw_at_random(conf_dir):
@@ -150,4 +150,4 @@ def test_the_rand_version_runs_only_on_the_defences_that_draw_at_random(conf_dir
     gauss_out = {c.model.hash for c in cells if c.model.defence["name"] == "gauss_out"}
     assert len(rand) == 4 * len(gauss_out)  # every Gauss-out model cell, at PGD's four eps
     assert {c.model.defence["name"] for c in cells if c.attack == "pgd"} > {"gauss_out", "none"}
-    standard.check_spec(rand[0].spec)
+    autoattack.check_spec(rand[0].spec)

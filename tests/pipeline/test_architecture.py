@@ -292,13 +292,13 @@ def core_modules() -> list[str]:
 
 def test_core_defines_no_attack_defence_or_brittle_setting():
     """Attack and defence checks, AutoAttack's versions and brittle's settings live in their
-    packages (`attacks/checks.py`, `attacks/versions.py`, `models/checks.py`, `brittle/spec.py`):
+    packages (`attacks/checks.py`, `attacks/loops/autoattack.py`, `models/checks.py`, `brittle/spec.py`):
     no core module defines a name about them or refuses a key of theirs."""
     named = {module: sorted(n for n in top_level_names(module) if DOMAIN_WORDS.search(n)) for module in core_modules()}
     assert not {m: n for m, n in named.items() if n}, f"core defines domain settings: { {m: n for m, n in named.items() if n} }"
     refused = {module: config_errors_about(module, DOMAIN_KEYS) for module in [*core_modules(), "trashfire.core.grid"]}
     assert not {m: k for m, k in refused.items() if k}, f"core checks domain keys: { {m: k for m, k in refused.items() if k} }"
-    for moved in ("trashfire.attacks.versions", "trashfire.attacks.checks", "trashfire.brittle.spec"):
+    for moved in ("trashfire.attacks.loops.autoattack", "trashfire.attacks.checks", "trashfire.brittle.spec"):
         assert dvc_yaml.module_file(moved) is not None
 
 
@@ -332,9 +332,11 @@ def test_no_stage_depends_on_another_domains_checks():
 
 def test_editing_attack_versions_reruns_only_attack_and_the_stages_after_it():
     """AutoAttack's version table is the attack stage's code: DVC reruns a stage whose code
-    deps changed, so prepare and train must not list it (they did while it sat in core)."""
+    deps changed, so prepare and train must not list it (they did while it sat in core). Its
+    module is a torch loop that no import statement names (trashfire.attacks.loops loads it by
+    name): dvc.yaml lists it all the same."""
     stages = generated_stages()
-    listing = [stage for stage, entry in stages.items() if "src/trashfire/attacks/versions.py" in entry["deps"]]
+    listing = [stage for stage, entry in stages.items() if "src/trashfire/attacks/loops/autoattack.py" in entry["deps"]]
     assert "attack" in listing
     assert all(ORDER.index(stage) >= ORDER.index("attack") for stage in listing), listing
 
@@ -343,7 +345,8 @@ def test_the_light_attack_modules_load_neither_torch_nor_art():
     """The validator and the table stages read trashfire.attacks' spec, store, versions and
     checks: the package itself must import nothing heavy."""
     probe = (
-        "import sys\nimport trashfire.attacks, trashfire.attacks.spec, trashfire.attacks.store, trashfire.attacks.versions, trashfire.attacks.checks\n"
+        "import sys\nimport trashfire.attacks, trashfire.attacks.spec, trashfire.attacks.store, trashfire.attacks.checks\n"
+        "from trashfire.attacks import loops\n[loops.loop(name) for name in loops.names()]\n"
         "import trashfire.brittle.spec, trashfire.models.spec\n"
         "print(','.join(m for m in ('torch', 'art', 'captum') if m in sys.modules))"
     )
@@ -351,8 +354,13 @@ def test_the_light_attack_modules_load_neither_torch_nor_art():
 
 
 def test_the_torch_loops_are_declared_once():
-    """spec.TORCH_LOOPS names each loop and its module; the engine and standard derive theirs."""
-    from trashfire.attacks import engine, spec, standard
+    """Each torch loop is a module of trashfire.attacks.loops that declares itself under its
+    module's name; the engine, AutoAttack's runner and the validator read that declaration
+    (no second list of loops anywhere in the package)."""
+    from trashfire.attacks import loops
 
-    assert set(engine.ALGORITHMS) == set(spec.TORCH_ALGORITHMS)
-    assert standard.ALGORITHMS == spec.loops_run_by("standard") and set(engine.OWN_LOOPS) == set(spec.loops_run_by("engine"))
+    assert set(loops.names()) == {"apgd", "autoattack", "ddn", "deepfool", "fab", "fgm", "fmn", "pgd", "square"}
+    assert all(loops.loop(name).name == name for name in loops.names())
+    assert loops.components() == ("apgd", "fab", "square")
+    for path in (ROOT / "src" / "trashfire" / "attacks").glob("*.py"):
+        assert not re.search(r'(^|[{,])\s*"(fgm|pgd|deepfool|fmn|ddn)"\s*:', path.read_text(), re.MULTILINE), f"{path.name} lists loops by name"

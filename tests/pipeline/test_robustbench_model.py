@@ -17,7 +17,7 @@ from tests.data.test_datasets import write_cifar
 from tests.pipeline.test_stages import run_as_declared
 from trashfire.core.records import read_table
 from trashfire.models import robustbench as rb
-from trashfire.stages import aggregate, attack, brittle, budget, figures, prepare, survival, timing, train
+from trashfire.stages import aggregate, attack, brittle, budget, certify, figures, prepare, survival, timing, train
 
 NAME = "Wong2020Fast"  # the zoo's PreAct ResNet-18: among its cheapest on a CPU
 # slow (`make test-slow`): a ResNet-18 through seven stages takes 20 s of the 8 minutes the
@@ -57,7 +57,7 @@ def robustbench_run(tmp_path_factory):
         "brittle.lime_samples=20",
         "brittle.perturbations_per_eval=20",
     )
-    for stage in (prepare, train, attack, budget, brittle, timing, survival):
+    for stage in (prepare, train, attack, certify, budget, brittle, timing, survival):
         run_as_declared(stage, cfg)
     summary = run_as_declared(aggregate, cfg)
     run_as_declared(figures, cfg)

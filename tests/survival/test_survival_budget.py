@@ -12,8 +12,9 @@ from lifelines import WeibullAFTFitter
 from omegaconf import OmegaConf
 
 from tests.conftest import PixelModel
-from trashfire.attacks.engine import GradientSettings, gradient_attack, model_cost
+from trashfire.attacks.engine import model_cost
 from trashfire.attacks.failure_log import FailureLog
+from trashfire.attacks.gradient import GradientSettings, gradient_attack
 from trashfire.core.clocks import LapClock
 from trashfire.metrics import validity
 from trashfire.survival import fitters as F

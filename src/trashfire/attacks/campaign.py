@@ -28,11 +28,11 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from trashfire.attacks import standard, validity
+from trashfire.attacks import loops, validity
 from trashfire.attacks.art_attacks import art_classifier, build_attack, declaration
 from trashfire.attacks.engine import attack_samples, calibrate, margin_at_budget, model_cost, price, warm_up_batch
 from trashfire.attacks.samples import budget_subset, perturbation_norms
-from trashfire.attacks.spec import AttackSpec, attack_strength, black_box_of, engine_of, torch_algorithm
+from trashfire.attacks.spec import AttackSpec, attack_strength, black_box_of, engine_of
 from trashfire.attacks.store import attack_record_path, benign_path, declaration_path, outcomes_path
 from trashfire.attacks.target import Target
 from trashfire.core.clocks import SECONDS, STEPS, Elapsed, LapClock, Rate, Stopwatch, pooled_rate
@@ -312,9 +312,9 @@ def attack_grid(cfg: DictConfig, artefacts: Artefacts, cells: list[AttackCell] |
     if folder.is_dir():
         remove_dead_temps(folder)
     declare_attacks(cfg, folder)
-    for cell in cells:  # before any compute: a standard version that is not AutoAttack's
-        if engine_of(cell.spec) == "torch" and torch_algorithm(cell.spec) in standard.ALGORITHMS:
-            standard.check_spec(cell.spec)
+    for cell in cells:  # before any compute: what a torch loop refuses (a standard version that is not AutoAttack's)
+        if engine_of(cell.spec) == "torch" and (check := loops.of(cell.spec).check) is not None:
+            check(cell.spec)
     pending = [cell for cell in cells if not attack_recorded(folder, cell)]
     workers = resolve_workers(cfg.compute.workers, device.type)
     threads = threads_per_cell(workers, cfg.compute.threads)

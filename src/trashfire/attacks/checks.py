@@ -10,8 +10,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from trashfire.attacks.spec import ATTACK_PROPERTIES, ATTACK_RULES, ENGINES, TORCH_ALGORITHMS, TORCH_RULES
-from trashfire.attacks.versions import component_settings
+from trashfire.attacks import loops
+from trashfire.attacks.loops.autoattack import component_settings
+from trashfire.attacks.spec import ATTACK_PROPERTIES, ATTACK_RULES, ENGINES, TORCH_RULES
 from trashfire.core.checks import (
     RULES,
     check_keys,
@@ -212,13 +213,13 @@ def _selected(spec: Any, path: str) -> Any:
 
 def _validate_torch_algorithm(key: str, torch_rules: DictConfig) -> None:
     """An attack the torch engine may run names the loop that runs it; the loop, not the
-    attack's name, decides (trashfire.attacks.engine.ALGORITHMS)."""
+    attack's name, decides (trashfire.attacks.loops)."""
     algorithm = torch_rules.get("algorithm")
-    if algorithm not in TORCH_ALGORITHMS:
+    if algorithm not in loops.names():
         problem = "missing" if algorithm is None else f"got {algorithm!r}"
         raise ConfigError(
             f"{key}.{RULES}.torch.algorithm",
-            f"{problem}; allowed: {', '.join(TORCH_ALGORITHMS)} (the torch engine's loop that runs this attack), or leave torch out of {RULES}.engine",
+            f"{problem}; allowed: {', '.join(loops.names())} (the torch engine's loop that runs this attack), or leave torch out of {RULES}.engine",
         )
 
 

@@ -7,9 +7,10 @@ in FLOPs at the model's cost per sample (`model_cost`); its seconds on both cloc
 compute times its cell's seconds per FLOP at full batch (`price`), so they do not depend on
 how many others of its batch were still standing. The laps' equal shares stay beside them.
 
-- `torch`: FGM, PGD and DeepFool in a device-resident loop (FMN and DDN:
-  trashfire.attacks.minimal_norm; AutoAttack's components: trashfire.attacks.standard) (`ALGORITHMS`; an attack's
-  `rules.torch.algorithm` names the one that runs it). Each step's forward pass decides
+- `torch`: a device-resident loop (trashfire.attacks.loops, a module each; an attack's
+  `rules.torch.algorithm` names the one that runs it): FGM, PGD and DeepFool here, FMN and
+  DDN in trashfire.attacks.minimal_norm, AutoAttack and its components in
+  trashfire.attacks.standard. Each step's forward pass decides
   which samples are already misclassified (the check costs no extra pass), those leave the
   batch (early exit). The forward is a query of every sample it checks, the backward a
   gradient of each it steps. Step 0's forward is the first query, so a sample wrong before
@@ -42,7 +43,6 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -50,28 +50,20 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from trashfire.attacks import minimal_norm, standard
+from trashfire.attacks import loops
 from trashfire.attacks.autoattack import Sequence
 from trashfire.attacks.failure_log import FailureLog, batches
-from trashfire.attacks.spec import NORMS, AttackSpec, loops_run_by, pgd_step_size, torch_algorithm
+from trashfire.attacks.gradient import GradientSettings, first_check, gradient_attack
+from trashfire.attacks.spec import AttackSpec
 from trashfire.attacks.target import Target, margins
 from trashfire.core.clocks import STEPS, LapClock, Rate, rate_of
 from trashfire.core.schema import FIRST_QUERY
 from trashfire.models.flops import SampleCost, sample_cost
 
-DEEPFOOL_TOL = 10e-8  # ART's guard against division by zero
 UNKNOWN_STEP = -1  # the `art` engine cannot see at which step a sample broke
 # pricing groups of the clock: the torch loop's steps; the image-by-image engines' batched
 # checks (first query, verification) and searches (a composite's: one group per component)
 CHECKS, SEARCH, COMPONENT = "checks", "search", "component:"
-
-
-@dataclass
-class GradientSettings:
-    norm: float
-    eps: float
-    eps_step: float
-    max_iter: int
 
 
 def run_engine(
@@ -123,7 +115,7 @@ def attack_samples(
     log = FailureLog(x.astype(np.float32), y.astype(np.int64), budget_of(spec, engine))
     batch_size = spec.get("batch_size", 100)
     if engine == "torch":
-        ALGORITHMS[torch_algorithm(spec)].run(target, log, clock, spec, strength, early_exit, batch_size)
+        loops.of(spec).run(target, log, clock, spec, strength, early_exit, batch_size)
     elif engine == "per_image":
         per_image(attack, target, log, clock, batch_size, image_seeds)
     elif engine == "sequence":
@@ -195,207 +187,8 @@ def budget_of(spec: dict, engine: str = "torch") -> int:
     """Steps of a censored sample for the torch loop (its algorithm's); the image-by-image
     engines count queries per image, and the budget is max_iter (or 1) there."""
     if engine == "torch":
-        return ALGORITHMS[torch_algorithm(spec)].steps(spec)
+        return loops.of(spec).budget(spec)
     return int(AttackSpec.of(spec).budget or 1)
-
-
-def _norm(spec: dict) -> float:
-    return float(NORMS[str(spec["norm"])])
-
-
-def fgm_settings(spec: dict, eps: float) -> GradientSettings:
-    """FGM: one step of length eps."""
-    return GradientSettings(_norm(spec), eps, eps, 1)
-
-
-def pgd_settings(spec: dict, eps: float) -> GradientSettings:
-    """PGD: max_iter steps of eps * step_scale / max_iter (as build_attack)."""
-    return GradientSettings(_norm(spec), eps, pgd_step_size(spec, eps), int(spec["max_iter"]))
-
-
-def _first_check(target: Target, log: FailureLog, rows: np.ndarray, logits: torch.Tensor, labels: torch.Tensor) -> np.ndarray:
-    return log.first_query(rows, target.decide(logits), margins(logits, labels))
-
-
-def gradient_attack(target: Target, log: FailureLog, clock: LapClock, settings: GradientSettings, early_exit: bool, batch_size: int) -> None:
-    """FGM and PGD as ART computes them (ProjectedGradientDescentPyTorch's arithmetic: the
-    steepest-ascent direction of the norm, a step, the clip range, the projection). Each
-    step's forward is a query of every sample it checks and its backward a gradient of each
-    it steps; a sample whose clock has stopped (broken, without early exit) is charged
-    nothing. A step of a whole batch with every sample the first query left standing still
-    active is a reference step: it measures the seconds per FLOP at full batch."""
-    device = target.device
-    for rows in batches(len(log.y), batch_size):
-        x0 = torch.from_numpy(log.x[rows]).to(device)
-        labels = torch.from_numpy(log.y[rows]).to(device)
-        x_adv, active = x0.clone(), torch.arange(len(rows), device=device)
-        whole, standing = len(rows) == batch_size, len(rows)
-        for step in range(settings.max_iter + 1):
-            last = step == settings.max_iter
-            inputs = x_adv[active].requires_grad_(not last)
-            logits = target.logits(inputs)
-            checked = rows[active.cpu().numpy()]
-            pending = _count(clock, checked, log, queries=1)  # a sample's clock stops at its first failure
-            reference, unit = whole and len(checked) == standing, clock.new_unit()
-            wrong = _first_check(target, log, rows, logits, labels) if step == 0 else log.observe(checked, target.decide(logits), step)
-            keep_mask = ~wrong if early_exit else np.ones_like(wrong)
-            standing = int(keep_mask.sum()) if step == 0 else standing
-            keep = torch.from_numpy(keep_mask).to(device)
-            if last or not bool(keep.any()):
-                break
-            clock.lap(pending, STEPS, reference, unit)
-            loss = F.cross_entropy(logits[keep], labels[active][keep])  # ART's mean over the batch
-            (grad,) = torch.autograd.grad(loss, inputs)  # over the whole batch's graph
-            stepped = _count(clock, checked[keep_mask], log, gradients=1, graph_rows=len(checked))
-            active = active[keep]
-            x_adv[active] = pgd_step(inputs.detach()[keep], grad[keep], x0[active], settings, target.clip_values)
-            clock.lap(stepped, STEPS, reference, unit)  # without early exit, broken samples' steps are nobody's
-        log.x_adv[rows] = x_adv.cpu().numpy()
-        clock.lap(pending, STEPS)  # the last check, and handing the batch back: a forward alone, no reference
-
-
-def _count(clock: LapClock, rows: np.ndarray, log: FailureLog, queries: int = 0, gradients: int = 0, graph_rows: int | None = None) -> np.ndarray:
-    """Charge the rows of `rows` whose clocks still run (not yet broken) `queries` and
-    `gradients`; the pass's work on the others (and on `graph_rows` in all, where a backward
-    ran over a larger graph) is nobody's. Returns the charged rows."""
-    charged = rows[~log.event[rows]]
-    clock.count(charged, queries, gradients, STEPS)
-    clock.uncharged((len(rows) if graph_rows is None else graph_rows) - len(charged), queries, gradients)
-    return charged
-
-
-def steepest_direction(grad: torch.Tensor, norm: float) -> torch.Tensor:
-    """The x maximising <grad, x> with ||x||_norm <= 1 (ART's `_apply_norm`; NaN gradient
-    entries are zeroed first, as ART does)."""
-    grad = torch.nan_to_num(grad, nan=0.0)
-    flat = grad.reshape(len(grad), -1)
-    if norm == np.inf:
-        flat = torch.ones_like(flat)
-    elif norm == 1:
-        top = flat.abs().argmax(1)
-        flat = torch.zeros_like(flat)
-        flat[torch.arange(len(flat)), top] = 1
-    else:
-        q_norm = torch.linalg.norm(flat, ord=2, dim=1, keepdim=True)
-        flat = flat.abs() * q_norm.where(q_norm == 0, 1 / q_norm)
-    return flat.reshape(grad.shape) * grad.sign()
-
-
-def project(delta: torch.Tensor, eps: float, norm: float) -> torch.Tensor:
-    """Onto the eps-ball: exact for linf, by rescaling for l1 and l2 (ART's default)."""
-    flat = delta.reshape(len(delta), -1)
-    if norm == np.inf:
-        flat = flat.sign() * torch.clamp(flat.abs(), max=eps)
-    else:
-        size = torch.linalg.norm(flat, ord=norm, dim=1, keepdim=True)
-        flat = flat * size.where(size == 0, torch.clamp(eps / size, max=1.0))
-    return flat.reshape(delta.shape)
-
-
-def pgd_step(x: torch.Tensor, grad: torch.Tensor, x0: torch.Tensor, settings: GradientSettings, clip: tuple[float, float]) -> torch.Tensor:
-    step = settings.eps_step * steepest_direction(grad, settings.norm)
-    stepped = torch.clamp(x + torch.nan_to_num(step, nan=0.0), *clip)
-    return x0 + project(stepped - x0, settings.eps, settings.norm)
-
-
-def deepfool(target: Target, log: FailureLog, clock: LapClock, nb_grads: int, max_iter: int, overshoot: float, batch_size: int) -> None:
-    """ART's DeepFool, step for step, on the samples still correct: the class gradients of
-    the top `nb_grads` classes of the first query (their union over the batch; ART takes it
-    over its whole input, the same when the cell fits one batch, as by default), the
-    smallest linearised step to another class scaled by the clip range, and the overshoot on
-    the returned example. ART keeps computing gradients for the samples it has already
-    fooled; here they leave the batch. A step charges each sample it steps one gradient per
-    class of the set: ART's set is the union over the batch, so a sample's work, like its
-    step, depends on the other samples of its batch (the one exception to batch-independent
-    compute)."""
-    device, (low, high) = target.device, target.clip_values
-    for rows in batches(len(log.y), batch_size):
-        x0 = torch.from_numpy(log.x[rows]).to(device)
-        labels = torch.from_numpy(log.y[rows]).to(device)
-        x_adv, active, classes = x0.clone(), torch.arange(len(rows), device=device), None
-        whole, standing = len(rows) == batch_size, len(rows)
-        for step in range(max_iter + 1):
-            last = step == max_iter
-            inputs = x_adv[active].requires_grad_(not last)
-            logits = target.logits(inputs)
-            checked = rows[active.cpu().numpy()]
-            pending = _count(clock, checked, log, queries=1)
-            reference, unit = whole and len(checked) == standing, clock.new_unit()
-            if step == 0:
-                wrong = _first_check(target, log, rows, logits, labels)
-                standing = int((~wrong).sum())
-                top = torch.argsort(-logits.detach(), dim=1)[:, :nb_grads]
-                # ART's set; the labels of the samples still standing are in it already unless a
-                # postprocessor (Gauss-out) moved their decision, and searchsorted needs them
-                classes = torch.unique(torch.cat([top.flatten(), labels[torch.from_numpy(~wrong).to(device)]]))
-            else:
-                wrong = log.observe(checked, target.decide(logits), step)
-            keep = torch.from_numpy(~wrong).to(device)
-            if last or not bool(keep.any()):
-                break
-            clock.lap(pending, STEPS, reference, unit)
-            grads = torch.stack([torch.autograd.grad(logits[:, c].sum(), inputs, retain_graph=True)[0][keep] for c in classes.tolist()], 1)
-            stepped = _count(clock, checked[~wrong], log, gradients=len(classes), graph_rows=len(checked))
-            active = active[keep]
-            step_to_boundary = deepfool_step(logits.detach()[keep][:, classes], grads, torch.searchsorted(classes, labels[active]))
-            x_adv[active] = torch.clamp(inputs.detach()[keep] + step_to_boundary * (high - low), low, high)
-            clock.lap(stepped, STEPS, reference, unit)
-        log.x_adv[rows] = torch.clamp(x0 + (1 + overshoot) * (x_adv - x0), low, high).cpu().numpy()
-        clock.lap(pending, STEPS)  # a forward alone: no reference
-
-
-def deepfool_step(f: torch.Tensor, grads: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
-    """The smallest step to the nearest linearised boundary (ART's arithmetic): f (K, L) the
-    logits of the class set, grads (K, L, ...) their input gradients, own the column of each
-    sample's true label (its prediction too: it is still standing)."""
-    k = torch.arange(len(f), device=f.device)
-    grad_diff = grads - grads[k, own][:, None]
-    f_diff = f - f[k, own][:, None]
-    distance = f_diff.abs() / (torch.linalg.norm(grad_diff.reshape(len(f), f.shape[1], -1), dim=2) + DEEPFOOL_TOL)
-    distance[k, own] = float("inf")
-    nearest = distance.argmin(1)
-    direction = grad_diff[k, nearest]
-    size = f_diff[k, nearest].abs() / (torch.linalg.norm(direction.reshape(len(f), -1), dim=1) ** 2 + DEEPFOOL_TOL)
-    return size.reshape((-1,) + (1,) * (direction.dim() - 1)) * direction
-
-
-@dataclass(frozen=True)
-class Algorithm:
-    """One loop of the torch engine: a censored sample's steps for a spec, and the run of
-    the attack on (target, log, clock) at a strength (`run(target, log, clock, spec,
-    strength, early_exit, batch_size)`)."""
-
-    steps: Callable[[dict], int]
-    run: Callable[..., None]
-
-
-def _gradient(settings: Callable[[dict, float], GradientSettings]) -> Callable[..., None]:
-    def run(target: Target, log: FailureLog, clock: LapClock, spec: dict, strength: float, early_exit: bool, batch_size: int) -> None:
-        gradient_attack(target, log, clock, settings(spec, strength), early_exit, batch_size)
-
-    return run
-
-
-def _deepfool(target: Target, log: FailureLog, clock: LapClock, spec: dict, strength: float, early_exit: bool, batch_size: int) -> None:
-    """Its loop always exits early (the validator refuses `early_exit` for it)."""
-    overshoot = spec.get("kwargs", {}).get("epsilon", 1e-6)
-    deepfool(target, log, clock, nb_grads=int(strength), max_iter=spec["max_iter"], overshoot=overshoot, batch_size=batch_size)
-
-
-# the torch engine's loops by the name an attack's `rules.torch.algorithm` gives (declared
-# once, in trashfire.attacks.spec.TORCH_LOOPS, with the module that runs each)
-OWN_LOOPS = {
-    "fgm": Algorithm(steps=lambda spec: 1, run=_gradient(fgm_settings)),
-    "pgd": Algorithm(steps=lambda spec: int(AttackSpec.of(spec).budget), run=_gradient(pgd_settings)),
-    "deepfool": Algorithm(steps=lambda spec: int(AttackSpec.of(spec).budget), run=_deepfool),
-}
-ALGORITHMS = {
-    **{name: OWN_LOOPS[name] for name in loops_run_by("engine")},
-    # AutoAttack's components, alone or in its composite (steps: a censored sample's queries)
-    **dict.fromkeys(standard.ALGORITHMS, Algorithm(steps=standard.budget_of, run=standard.run)),
-    # the minimal-norm attacks (steps: a censored sample's gradients)
-    **dict.fromkeys(minimal_norm.ALGORITHMS, Algorithm(steps=minimal_norm.budget_of, run=minimal_norm.run)),
-}
 
 
 @dataclass
@@ -434,7 +227,7 @@ def _first_query_all(target: Target, log: FailureLog, clock: LapClock, batch_siz
         with torch.no_grad():
             logits = target.logits(torch.from_numpy(log.x[rows]).to(target.device))
         clock.count(rows, queries=1, group=CHECKS)
-        wrong = _first_check(target, log, rows, logits, torch.from_numpy(log.y[rows]).to(target.device))
+        wrong = first_check(target, log, rows, logits, torch.from_numpy(log.y[rows]).to(target.device))
         standing.append(rows[~wrong])
         clock.lap(rows, CHECKS, reference=True)
     return np.concatenate(standing)

@@ -38,12 +38,11 @@ from torch.nn import functional as F
 
 from trashfire.attacks.fab import UnitBox
 from trashfire.attacks.failure_log import FailureLog, batches
-from trashfire.attacks.spec import NORMS, loops_run_by
+from trashfire.attacks.spec import NORMS
 from trashfire.attacks.target import Target, margins
 from trashfire.core.clocks import STEPS, LapClock
 from trashfire.core.errors import ConfigError
 
-ALGORITHMS = loops_run_by("minimal_norm")  # the torch engine's loops this module runs (spec.TORCH_LOOPS)
 FMN_NORMS, DDN_NORMS = (np.inf, 2, 1), (2,)
 TINY = 1e-12  # adv-lib's floor on every norm it divides by
 
@@ -80,11 +79,6 @@ class MinimalSettings:
 
 def _name(norm: float) -> str:
     return "inf" if norm == np.inf else str(int(norm))
-
-
-def budget_of(spec: Mapping[str, Any]) -> int:
-    """A censored sample's steps: the gradients it took (steps - 1; the last step checks only)."""
-    return int(spec["value"]) - 1
 
 
 def run(target: Target, log: FailureLog, clock: LapClock, spec: dict, strength: float, early_exit: bool, batch_size: int) -> None:

@@ -1,5 +1,4 @@
-"""What an attack option is, without ART or torch: its settings' allowed values, the torch
-loops by name, and `AttackSpec`, the one reading of an attack-grid entry (its engine, loop,
+"""What an attack option is, without ART or torch: its settings' allowed values and `AttackSpec`, the one reading of an attack-grid entry (its engine, loop,
 strength, units and budget) that the checks, the campaign and the engine share.
 
 Light on purpose: the validator and the table stages read it, and `import trashfire.attacks`
@@ -21,21 +20,6 @@ from trashfire.core.schema import to_standardised
 
 ENGINES = ("torch", "per_image", "sequence", "art")  # see trashfire.attacks.engine
 TORCH_RULES = ("algorithm", "required", "early_exit", "kwargs", "any_kwargs")  # an attack's rules.torch
-# the torch engine's loops, as an attack's `rules.torch.algorithm` names them, and the module
-# that runs each: trashfire.attacks.engine runs its own, hands AutoAttack's to standard and the
-# minimal-norm attacks (FMN, DDN) to minimal_norm
-TORCH_LOOPS = {
-    "fgm": "engine",
-    "pgd": "engine",
-    "deepfool": "engine",
-    "apgd": "standard",
-    "fab": "standard",
-    "square": "standard",
-    "autoattack": "standard",
-    "fmn": "minimal_norm",
-    "ddn": "minimal_norm",
-}
-TORCH_ALGORITHMS = tuple(TORCH_LOOPS)
 # an attack's rules read beside its own keys: engine, torch, classes (a check of every
 # selected data set's n_classes) and components (true: kwargs.components are attack options,
 # each checked by its own rules at the composite's norms and values)
@@ -45,11 +29,6 @@ ATTACK_RULES = ("engine", "torch", "classes", "components")
 # of the class decides, `black_box_of`); minimal: true or false
 ATTACK_PROPERTIES = DESCRIPTIVE_KEYS
 NORMS = {"inf": np.inf, "1": 1, "2": 2, "0": 0}
-
-
-def loops_run_by(module: str) -> tuple[str, ...]:
-    """The torch loops a module of this package runs (`TORCH_LOOPS`)."""
-    return tuple(name for name, owner in TORCH_LOOPS.items() if owner == module)
 
 
 @dataclass(frozen=True)
@@ -79,15 +58,6 @@ class AttackSpec:
             budget=spec.get("max_iter"),
         )
 
-    def torch_loop(self) -> str:
-        """The torch engine's loop that runs this attack, or a ConfigError naming the rule."""
-        if self.loop not in TORCH_ALGORITHMS:
-            raise ConfigError(
-                f"attack.{self.name}.{RULES}.torch.algorithm",
-                f"got {self.loop!r}; the torch engine runs {', '.join(TORCH_ALGORITHMS)}: name the loop that runs this attack, or use engine: art",
-            )
-        return self.loop
-
     def standardised(self, pixel_std: float) -> float:
         """The strength on the standardised scale the model sees (schema.to_standardised):
         pixel units are [0, 1] pixel units (004's eps grid), divided by the pixel std."""
@@ -114,10 +84,6 @@ def _kind(rules: Mapping[str, Any], value: Any) -> str:
 
 def engine_of(spec: Mapping[str, Any]) -> str:
     return AttackSpec.of(spec).engine
-
-
-def torch_algorithm(spec: Mapping[str, Any]) -> str:
-    return AttackSpec.of(spec).torch_loop()
 
 
 def strength_kind(spec: Mapping[str, Any]) -> str:
