@@ -111,7 +111,7 @@ def attack_record(**changes) -> dict:
 def test_an_attack_record_stores_its_eps_once_and_reads_older_records():
     record = AttackRecord.from_json(attack_record(attack_units="pixel", pixel_std=0.4))
     assert record.to_json()["attack_value_standardised"] == pytest.approx(0.75)  # derived for readers of the file
-    assert record["attack_value"] == 0.3 and record.get("pretrained_on") is None
+    assert record.attack_value == 0.3 and record.pretrained_on is None
     older = AttackRecord.from_json(attack_record(attack_units="pixel", attack_value_standardised=0.75))  # before pixel_std was kept
     assert older.pixel_std == pytest.approx(0.4)
     row = AttackRecord.from_json(attack_record()).row()

@@ -13,6 +13,7 @@ from tests.conftest import DROP, config_refusal
 from trashfire import metrics
 from trashfire.core import schema
 from trashfire.core.checks import run_registered
+from trashfire.core.config import compose
 from trashfire.core.errors import ConfigError
 from trashfire.metrics import checks as metrics_checks
 from trashfire.metrics import registry, validity
@@ -365,11 +366,10 @@ def validity_cells(model_hash: str, acc_by_attack: dict[str, list[float]], eps=(
 
 
 def test_the_validity_table_names_each_cells_tripped_flags_in_the_experiments_order():
-    from omegaconf import OmegaConf
 
     from trashfire.metrics.aggregate import eps_curves
 
-    settings = OmegaConf.load("conf/metrics/default.yaml").validity
+    settings = validity.tolerances(compose([]))
     tripped = validity_cells("b", {"fgm": [0.5, 0.2, 0.25]}, grad_zero_share=0.9, query_output_change=0.5)
     clean = validity_cells("a", {"pgd": [0.0]}, eps=(0.1,))  # one attack cell
     experiments = pd.concat([tripped, clean])
@@ -545,7 +545,15 @@ def test_the_unchecked_detail_names_every_attack_of_unknown_kind():
     cells = pd.concat([validity_cells("m1", {"pgd": [0.5, 0.3, 0.1]}), validity_cells("m1", {"square": [0.5, 0.3, 0.1]})])
     cells = cells.drop(columns="black_box", errors="ignore")
     curves = with_family(cells).assign(eps=lambda t: t["attack_value"], acc=lambda t: t["acc_adv"])
-    settings = {"rise_tol": 0.05, "black_box_tol": 0.05, "gradient_share": 0.5, "near_zero": 0.05}
+    settings = {
+        "rise_tol": 0.05,
+        "black_box_tol": 0.05,
+        "gradient_share": 0.5,
+        "near_zero": 0.05,
+        "square_tol": 0.002,
+        "budget_share": 0.02,
+        "bracket_tol": 0.1,
+    }
     row = validity.validity_table(cells, curves, settings).iloc[0]
     assert row["black_box_stronger"] is None
     assert row["black_box_stronger_detail"] == "not checked: the experiments table does not say whether pgd, square is black-box (rerun the attack stage)"

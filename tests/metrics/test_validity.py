@@ -15,10 +15,11 @@ from torch import nn
 
 from trashfire.attacks import validity as probes
 from trashfire.core import schema
+from trashfire.core.config import compose
 from trashfire.metrics import validity
 from trashfire.metrics.aggregate import eps_curves, with_family
 
-SETTINGS = OmegaConf.load("conf/metrics/default.yaml").validity
+SETTINGS = OmegaConf.create(validity.tolerances(compose([])))
 EPS = [0.5, 1.0, 2.0, 4.0]  # standardised; 4 standard deviations reach any pixel value
 
 
@@ -299,9 +300,9 @@ def test_square_breaking_what_autoattacks_white_box_components_left_trips_its_fl
     assert flags_of(cells.assign(n_attack=1000))["square_beats_white_box"] is False
     at_the_alpha = cells.assign(n_attack=1000, n_broken_by_square=[0, 2, 0])  # 2 of 1000 is the alpha itself: not above it
     assert flags_of(at_the_alpha)["square_beats_white_box"] is False
-    # metrics.validity.square_tol sets the share; a settings block without it takes AutoAttack's alpha
+    # metrics.validity.square_tol sets the share
     two = cells.assign(n_broken_by_square=[0, 2, 0])
-    for settings, tripped in ((OmegaConf.merge(SETTINGS, {"square_tol": 0.05}), False), ({k: v for k, v in SETTINGS.items() if k != "square_tol"}, True)):
+    for settings, tripped in ((OmegaConf.merge(SETTINGS, {"square_tol": 0.05}), False), (SETTINGS, True)):
         row = validity.validity_table(two, eps_curves(two), settings).iloc[0]
         assert bool(row["square_beats_white_box"]) is tripped, settings
     without = flags_of(curve_cells({"pgd": [0.5, 0.2, 0.0]}))  # no AutoAttack cell: not checked
@@ -351,8 +352,6 @@ def test_each_model_cell_reads_the_budget_check_of_its_own_attack_cells_at_the_c
     assert {m: f[0] for m, f in budget_flags(OmegaConf.merge(SETTINGS, {"budget_share": 0.025})).items()} == {"m": False, "n": False}
     rerun = sufficiency.assign(observed=np.where(sufficiency["attack_hash"] == "n5", 0.04, np.nan))
     assert budget_flags(SETTINGS, rerun)["n"] == (True, "pgd linf eps 0.3: its rerun at a budget 10x larger broke 4.0% more of 100 samples")
-    without_share = {k: v for k, v in SETTINGS.items() if k != "budget_share"}  # an older settings block: 0.02
-    assert {m: f[0] for m, f in budget_flags(without_share).items()} == {"m": True, "n": False}
     assert budget_flags(SETTINGS, None)["m"] == (None, "not checked: no budget/sufficiency.csv (run the budget stage)")
     uncalibrated = sufficiency.assign(still_breakable=np.nan, still_breakable_low=np.nan)
     assert budget_flags(SETTINGS, uncalibrated)["n"][0] is None and "no calibrated attack cell" in budget_flags(SETTINGS, uncalibrated)["n"][1]

@@ -41,7 +41,7 @@ def test_checkpoints_of_one_run_equal_cells_trained_from_scratch(tmp_path):
         with threads_limited(cfg.compute.threads):  # as the stage trains its cells
             scratch, record = training.train_cell(cell, split, cfg, CPU)
         assert same_weights(training.load_weights(cfg.paths.models, cell, split), scratch)
-        assert records[epochs]["acc_ben"] == record["acc_ben"]
+        assert records[epochs]["acc_ben"] == record.acc_ben
     assert records[3]["t_train_process"] > records[1]["t_train_process"] > 0
     resumable = [training.resume_path(cfg.paths.models, cell_at(cfg, e).hash).is_file() for e in (1, 3)]
     assert resumable == [False, True]  # only the run's last checkpoint keeps its state

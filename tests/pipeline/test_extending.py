@@ -121,7 +121,7 @@ def flags(cells: dict[str, tuple[list[float], bool]], eps=(0.1, 0.2, 0.3)) -> di
     probes = dict.fromkeys(schema.PROBES, 0.0) | {"query_repeats": 5}
     table = pd.DataFrame(rows).assign(pixel_std=1.0, n_classes=10, acc_ben=0.9, acc_ben_attack_subset=0.9, degenerate=False, **labels, **probes)
     table = with_family(table.assign(black_box=table["attack"].map({attack: kind for attack, (_, kind) in cells.items()})))
-    return validity.validity_table(table, eps_curves(table), compose([]).metrics.validity).iloc[0].to_dict()
+    return validity.validity_table(table, eps_curves(table), validity.tolerances(compose([]))).iloc[0].to_dict()
 
 
 def test_a_black_box_art_attack_is_one_file_and_the_flags_read_it_as_black_box(tmp_path, monkeypatch):

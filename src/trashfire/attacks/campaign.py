@@ -224,7 +224,7 @@ def attack_model_cell(artefacts: Artefacts, model_cell: ModelCell, cells: list[A
         **cell_labels(train, model_cell.defence),
         "n_train": train.n_train,
         **{f"t_train_{clock}": getattr(train, f"t_train_{clock}") for clock in SECONDS},  # each seconds clock's field of the records
-        "t_train_flops": train.get("t_train_flops"),
+        "t_train_flops": train.t_train_flops,
         "t_train_source": train.t_train_source,
         "acc_ben": benign.acc_ben,
         **{f"t_predict_{clock}": getattr(benign, f"t_predict_{clock}") for clock in SECONDS},

@@ -31,6 +31,12 @@ TRAIN_VERSION = 1
 ATTACK_VERSION = 4  # 2: per-sample failure clock (engine, early exit, outcome arrays); 3: image searches seeded by model cell, sample and strength; 4: the compute clock (counts, priced and shared durations)
 PREPARE_VERSION = 1  # what prepare writes for a data option and split settings
 
+# A setting at its default stays out of a cell's spec, and so out of its hash: adding a setting
+# with a default then keeps every cached cell, and stating a default changes no cell. The
+# defaults (a data option's: null, `data_block`):
+TRAIN_DEFAULTS = {"lr_schedule": "constant", "optimiser": "sgd"}
+ATTACK_DEFAULTS = {"samples": None, "units": "standardised"}
+
 # keys of an option that say what it is, not what it computes (an attack's black_box and
 # minimal, read by the tables): never part of a cell hash (trashfire.attacks.spec checks them)
 DESCRIPTIVE_KEYS = ("black_box", "minimal")
@@ -168,6 +174,11 @@ class AttackCell:
         return attack_data_hash(self.model.train.spec, self.spec["n_attack"])
 
 
+def set_apart_from(settings: Any, defaults: dict[str, Any]) -> dict[str, Any]:
+    """The settings of `defaults` that differ from their default (absent: the default)."""
+    return {key: _plain(settings[key]) for key, default in defaults.items() if settings.get(key, default) != default}
+
+
 def _plain(node: Any) -> Any:
     return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
 
@@ -248,14 +259,11 @@ def bases_of(cfg: DictConfig, dname: str) -> list[str | None]:
 
 def _train_cell(cfg: DictConfig, dname: str, seed: int, mname: str, epochs: int, lr: float, defence: dict, base: TrainCell | None) -> TrainCell:
     mspec = cfg.model[mname]
-    hyper = {k: _plain(cfg.train[k]) for k in ("momentum", "weight_decay", "batch_size")}
-    if cfg.train.get("lr_schedule", "constant") != "constant":  # absent when constant: older hashes hold
+    hyper = {k: _plain(cfg.train[k]) for k in ("momentum", "weight_decay", "batch_size")} | set_apart_from(cfg.train, TRAIN_DEFAULTS)
+    if "lr_schedule" in hyper:
         # the decay comes at half of the run, whose length is the model's largest epoch:
         # the other epochs are that run's checkpoints (004)
-        hyper["lr_schedule"] = cfg.train.lr_schedule
         hyper["horizon"] = max(model_grids(cfg, mname)[0])
-    if cfg.train.get("optimiser", "sgd") != "sgd":  # absent for SGD, so that its hashes hold
-        hyper["optimiser"] = cfg.train.optimiser
     spec = {
         **_data_spec(cfg, dname, seed),
         "model": without_rules(_plain(mspec)),
@@ -275,7 +283,7 @@ DATA_UNHASHED = (RULES, UNHASHED, "n_classes")
 
 def data_block(dname: str, dspec: DictConfig) -> dict[str, Any]:
     """The data set as a training hash sees it: its name, source and subsample, and every
-    other key of its option that is set (null ones stay out, so that older hashes hold) but
+    other key of its option that is set (null, a data key's default, stays out) but
     DATA_UNHASHED and those its option lists as `unhashed`. No list of image keys: a new key
     a loader reads changes the hash unless the option says it never changes the images."""
     unhashed = {*DATA_UNHASHED, *as_list(dspec.get(UNHASHED) or [])}
@@ -355,10 +363,7 @@ def attack_specs(cfg: DictConfig) -> list[dict[str, Any]]:
     specs = []
     for name, spec in cfg.attack.items():
         extra = {k: _plain(spec[k]) for k in ("max_iter", "step_scale", "batch_size", "engine", "early_exit", "version", *DESCRIPTIVE_KEYS) if k in spec}
-        if spec.get("samples") is not None:  # absent when all: older hashes hold
-            extra["samples"] = spec.samples
-        if spec.get("units", "standardised") != "standardised":  # absent when standardised: older hashes hold
-            extra["units"] = spec.units
+        extra |= set_apart_from(spec, ATTACK_DEFAULTS)
         for norm, value in itertools.product(as_list(spec.norms), as_list(spec["values"])):
             specs.append(
                 {

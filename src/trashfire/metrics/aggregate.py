@@ -584,8 +584,7 @@ def grid_tables(cfg: DictConfig, artefacts: Artefacts, every_row: pd.DataFrame, 
     checked = check_findings(experiments, trash, robustness, brittle, m.findings, no_expected_time, stages)
     sufficiency, competing = read_optional(artefacts.input("budget/sufficiency.csv")), read_optional(artefacts.input("survival/competing_risks.csv"))
     certified = read_optional(artefacts.input("certified.csv"))
-    tolerances = {**OmegaConf.to_container(m.validity), "budget_share": cfg.budget.share}  # the budget stage's share (conf/budget)
-    flags = validity.validity_table(experiments, curves, tolerances, sufficiency, competing, attack_optimality, m.optimality.far_below, certified)
+    flags = validity.validity_table(experiments, curves, validity.tolerances(cfg), sufficiency, competing, attack_optimality, m.optimality.far_below, certified)
     classes = experiments.groupby("dataset")["n_classes"].first().astype(int).to_dict()
     return GridTables(
         trash, every_curve, every_robustness, curves, robustness, attack_optimality, brittle, checked, flags, certified, comparison, no_expected_time, classes

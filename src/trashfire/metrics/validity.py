@@ -56,6 +56,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from omegaconf import OmegaConf
 
 from trashfire.core import schema
 from trashfire.core.groups import ByKey
@@ -75,11 +76,8 @@ MEANINGS = {
     "attack_far_from_best": "an attack's perturbations are far larger than the best any attack of its norm found (optimality below the threshold)",
     "attacked_above_certified": "the smoothed classifier's attacked accuracy exceeds its certified accuracy by more than the tolerance: a wide bracket",
 }
-BRACKET_TOL = 0.1
 MIN_SAMPLES = 10  # attack_far_from_best: an attack of fewer samples (a black-box search's 5) says too little
 Check = tuple[Any, str]  # (True, False or None when not checked; the detail)
-SQUARE_TOL = 0.002  # AutoAttack's alpha in check_square_sr
-BUDGET_SHARE = 0.02
 
 
 # accuracies and shares are counts over samples (1 - k/n): a difference of exactly "2 of 100"
@@ -373,20 +371,18 @@ CELL_COLUMNS = {"model_hash", "attack", "attack_param", "attack_value", "attack_
 }
 PROBES = {"grad_zero_share", "grad_nonfinite_share", "query_output_change", "query_flip_share", "acc_query_sd", "acc_query_range", "query_repeats"}
 FIRST_COLUMNS = {*schema.MODEL_CELL, "train_hash", "degenerate", "output_probability", "gradient_calls"} | PROBES
-TOLERANCES = {
-    "rise_tol": None,
-    "black_box_tol": None,
-    "gradient_share": None,
-    "near_zero": None,
-    "square_tol": SQUARE_TOL,
-    "budget_share": BUDGET_SHARE,
-    "bracket_tol": BRACKET_TOL,
-}  # metrics.validity's settings, with the defaults of those an older config lacks
+TOLERANCES = ("rise_tol", "black_box_tol", "gradient_share", "near_zero", "square_tol", "budget_share", "bracket_tol")
+
+
+def tolerances(cfg) -> dict[str, float]:
+    """The flags' tolerances of a config: metrics.validity's (conf/metrics/default.yaml) and
+    the budget stage's share (budget.share, conf/budget/default.yaml)."""
+    return {**OmegaConf.to_container(cfg.metrics.validity), "budget_share": cfg.budget.share}
 
 
 def _tolerances(settings) -> dict[str, float]:
-    """metrics.validity's tolerances (a config's item costs more to read than a check)."""
-    return {name: settings[name] if default is None else settings.get(name, default) for name, default in TOLERANCES.items()}
+    """The tolerances the flags read (a config's item costs more to read than a check)."""
+    return {name: settings[name] for name in TOLERANCES}
 
 
 def _owners(experiments: pd.DataFrame) -> pd.Series:

@@ -99,16 +99,6 @@ class Record:
     def write(self, path: str | Path) -> None:
         write_json(path, self.written())
 
-    def __getitem__(self, key: str) -> Any:
-        """Mapping-style access to a field or derived key, as callers of the old dicts read them."""
-        try:
-            return self.to_json()[key]
-        except KeyError:
-            raise KeyError(key) from None
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.to_json().get(key, default)
-
     replace = replace
 
 
