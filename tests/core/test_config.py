@@ -202,8 +202,16 @@ def test_rules_enter_no_cell_hash(conf_dir):
         ("data.digits.n_classes=1", "data.digits.n_classes", "got 1; must be an integer >= 2"),
         ("attack.pixel.units=pixel", "attack.pixel.units", "pixel units convert a real strength (eps), and pixel's values are counts"),
         ("attack.hsj.values=[50.0]", "attack.hsj.values", "got 50.0; must be an integer >= 1"),
-        ("~attack.pgd.rules.torch.algorithm", "attack.pgd.rules.torch.algorithm", "missing; allowed: apgd, autoattack, ddn, deepfool, fab, fgm, fmn, pgd, square"),
-        ("attack.fgm.rules.torch.algorithm=bim", "attack.fgm.rules.torch.algorithm", "got 'bim'; allowed: apgd, autoattack, ddn, deepfool, fab, fgm, fmn, pgd, square"),
+        (
+            "~attack.pgd.rules.torch.algorithm",
+            "attack.pgd.rules.torch.algorithm",
+            "missing; allowed: apgd, autoattack, ddn, deepfool, fab, fgm, fmn, pgd, square",
+        ),
+        (
+            "attack.fgm.rules.torch.algorithm=bim",
+            "attack.fgm.rules.torch.algorithm",
+            "got 'bim'; allowed: apgd, autoattack, ddn, deepfool, fab, fgm, fmn, pgd, square",
+        ),
         ("+attack.hsj.black_box=yes", "attack.hsj.black_box", "got 'yes'; allowed: true, false"),
         ("attack.deepfool.minimal=1", "attack.deepfool.minimal", "got 1; allowed: true, false"),
         ("data.digits.unhashed=[subsample]", "data.digits.unhashed", "a list of this option's keys that never change the images (root)"),
