@@ -137,3 +137,23 @@ def test_an_attacks_properties_never_enter_a_cell_hash(conf_dir):
     described = compose(["+attack.hsj.black_box=true", "attack.deepfool.minimal=false", "+attack.fgm.black_box=false"], conf=conf_dir)
     assert hashes(attack_cells(base)) == hashes(attack_cells(described))
     assert {c.attack: c.spec.get("minimal") for c in attack_cells(base)}["deepfool"] is True  # the spec carries it for the tables
+
+
+@pytest.mark.parametrize("overrides", [[], ["experiment=auc_paper"]], ids=["default", "fine-tuned"])
+def test_a_cache_bump_reruns_the_cells_with_the_same_draws(conf_dir, monkeypatch, overrides):
+    """The attack stage seeds a cell's draws from its seed key (its hash at the seed versions),
+    not from its cache key: bumping TRAIN_VERSION or ATTACK_VERSION makes every record miss
+    and leaves every draw as it was, fine-tuned cells (their base's key) included."""
+    from trashfire.core import grid
+
+    monkeypatch.setattr(grid, "TRAIN_VERSION", grid.SEED_TRAIN_VERSION)
+    monkeypatch.setattr(grid, "ATTACK_VERSION", grid.SEED_ATTACK_VERSION)
+    cells = attack_cells(compose(overrides, conf=conf_dir))
+    assert overrides == [] or any(c.model.train.base is not None for c in cells)
+    assert all(c.seed_key == c.hash and c.model.seed_key == c.model.hash and c.model.train.seed_key == c.model.train.hash for c in cells)
+    monkeypatch.setattr(grid, "TRAIN_VERSION", grid.SEED_TRAIN_VERSION + 1)
+    monkeypatch.setattr(grid, "ATTACK_VERSION", grid.SEED_ATTACK_VERSION + 1)
+    bumped = attack_cells(compose(overrides, conf=conf_dir))
+    assert not {c.hash for c in cells} & {c.hash for c in bumped}
+    assert not {c.model.hash for c in cells} & {c.model.hash for c in bumped}
+    assert [(c.seed_key, c.model.seed_key) for c in bumped] == [(c.seed_key, c.model.seed_key) for c in cells]

@@ -51,23 +51,24 @@ from trashfire.models.training import load_weights, record_path
 log = logging.getLogger(__name__)
 
 
-def _seed_everything(cell_hash: str) -> None:
-    """Gauss-out draws noise from NumPy's global generator: seed it per cell."""
-    seed = int(cell_hash[:8], 16)
+def _seed_everything(seed_key: str) -> None:
+    """Gauss-out draws noise from NumPy's global generator: seed it per cell (its seed key,
+    trashfire.core.grid: the cache version does not change the draws)."""
+    seed = int(seed_key[:8], 16)
     np.random.seed(seed)
     torch.manual_seed(seed)
 
 
-def image_seeds(model_hash: str, positions: np.ndarray, strength: float) -> np.ndarray:
+def image_seeds(model_key: str, positions: np.ndarray, strength: float) -> np.ndarray:
     """The seed of each image's search: from the model cell, the sample's position in the
     attack subset and the strength, not from the attack, so that a composite's component
     (autoattack's APGD-CE) repeats the search of that component's own cell on each image."""
-    keys = (f"{model_hash}:{int(position)}:{float(strength)!r}".encode() for position in positions)
+    keys = (f"{model_key}:{int(position)}:{float(strength)!r}".encode() for position in positions)
     return np.array([int.from_bytes(hashlib.sha256(key).digest()[:4], "little") % (2**31 - 2) + 1 for key in keys], dtype=np.int64)
 
 
 def evaluate_benign(classifier, split: Split, cell: ModelCell, device) -> BenignRecord:
-    _seed_everything(cell.hash)
+    _seed_everything(cell.seed_key)
     x_test = split.x_test.numpy()
     with Stopwatch(device) as watch:
         preds = classifier.predict(x_test, batch_size=256).argmax(1)
@@ -125,7 +126,7 @@ class Attacked:
 
 def attack_cell(classifier, split: Split, cell: AttackCell, target: Target, cost: SampleCost) -> Attacked:
     """Run one attack cell on its samples, its compute counted (`price_cell` prices it)."""
-    _seed_everything(cell.hash)
+    _seed_everything(cell.seed_key)
     keep = budget_subset(split.y_attack.numpy(), cell.spec.get("samples"))
     x, y = split.x_attack.numpy()[keep], split.y_attack.numpy()[keep]
     pixel_std = float(np.mean(split.std))
@@ -134,7 +135,7 @@ def attack_cell(classifier, split: Split, cell: AttackCell, target: Target, cost
     attack = None if engine == "torch" else build_attack(classifier, cell.spec, pixel_std)
     with Stopwatch(target.device) as watch:
         x_adv, clocked, clock = attack_samples(
-            engine, attack, cell.spec, target, x, y, strength, early_exit, image_seeds(cell.model.hash, keep, strength), cost
+            engine, attack, cell.spec, target, x, y, strength, early_exit, image_seeds(cell.model.seed_key, keep, strength), cost
         )
     clocked["margin_at_budget"] = margin_at_budget(target, x_adv, y, clocked["event"], cell.spec.get("batch_size", 100))  # outside the attack's time
     return Attacked(cell, keep, x, y, x_adv, clocked, clock, watch.elapsed, engine, early_exit, pixel_std)

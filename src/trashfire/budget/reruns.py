@@ -22,7 +22,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from trashfire.core.errors import ConfigError
-from trashfire.core.grid import AttackCell, attack_cells, model_cells
+from trashfire.core.grid import AttackCell, ModelCell, attack_cells, model_cells
 
 
 def multiplied(option: Mapping[str, Any], factor: float) -> dict[str, Any] | None:
@@ -57,14 +57,14 @@ def larger_budget_config(cfg: DictConfig, factor: float, families: Iterable[str]
 def calibration_models(cfg: DictConfig, share: float, seed: int) -> set[str]:
     """A seeded `share` of the model cells (at least one), drawn within each defence so that
     every defence has its calibration cells: their hashes."""
-    by_defence: dict[str, list[str]] = {}
+    by_defence: dict[str, list[ModelCell]] = {}
     for model in model_cells(cfg):
-        by_defence.setdefault(model.defence["name"], []).append(model.hash)
+        by_defence.setdefault(model.defence["name"], []).append(model)
     rng = random.Random(seed)
     chosen: set[str] = set()
     for defence in sorted(by_defence):
-        hashes = sorted(by_defence[defence])
-        chosen |= set(rng.sample(hashes, max(1, round(share * len(hashes)))))
+        models = sorted(by_defence[defence], key=lambda model: model.seed_key)  # a cache bump draws the same cells
+        chosen |= {model.hash for model in rng.sample(models, max(1, round(share * len(models))))}
     return chosen
 
 

@@ -30,6 +30,9 @@ from trashfire.core.records import config_hash
 TRAIN_VERSION = 1
 ATTACK_VERSION = 4  # 2: per-sample failure clock (engine, early exit, outcome arrays); 3: image searches seeded by model cell, sample and strength; 4: the compute clock (counts, priced and shared durations)
 PREPARE_VERSION = 1  # what prepare writes for a data option and split settings
+# The random streams' keys (`seed_key`): a cell's hash at these versions, whatever the cache
+# versions above are, so that a cache bump reruns the cells with the draws they had before.
+SEED_TRAIN_VERSION, SEED_ATTACK_VERSION = 1, 4
 
 # A setting at its default stays out of a cell's spec, and so out of its hash: adding a setting
 # with a default then keeps every cached cell, and stating a default changes no cell. The
@@ -116,6 +119,12 @@ class TrainCell:
         return config_hash(self.spec)
 
     @property
+    def seed_key(self) -> str:
+        """The key of the cell's random draws: its hash at SEED_TRAIN_VERSION."""
+        pretrained = {"pretrained": self.base.seed_key} if self.base is not None else {}
+        return config_hash(self.spec | {"v": SEED_TRAIN_VERSION} | pretrained)
+
+    @property
     def is_external(self) -> bool:
         """Imported from a checkpoint by the train stage, not trained."""
         return external.is_external(self.spec["model"])
@@ -144,8 +153,17 @@ class ModelCell:
 
     @property
     def hash(self) -> str:
-        predict = self.defence if self.defence["stage"] == "predict" else UNDEFENDED
-        return config_hash({"train": self.train.hash, "predict_defence": predict})
+        return config_hash({"train": self.train.hash, "predict_defence": self._predict_defence})
+
+    @property
+    def seed_key(self) -> str:
+        """The key of the cell's random draws (a predict-time defence's noise, the image
+        searches' seeds): its hash with its training cell's seed key."""
+        return config_hash({"train": self.train.seed_key, "predict_defence": self._predict_defence})
+
+    @property
+    def _predict_defence(self) -> dict[str, Any]:
+        return self.defence if self.defence["stage"] == "predict" else UNDEFENDED
 
 
 @dataclass(frozen=True)
@@ -159,6 +177,16 @@ class AttackCell:
 
     @property
     def hash(self) -> str:
+        return config_hash({"model": self.model.hash, "attack": self._hashed, "v": ATTACK_VERSION})
+
+    @property
+    def seed_key(self) -> str:
+        """The key of the cell's random draws: its hash at SEED_ATTACK_VERSION, with its model
+        cell's seed key."""
+        return config_hash({"model": self.model.seed_key, "attack": self._hashed, "v": SEED_ATTACK_VERSION})
+
+    @property
+    def _hashed(self) -> dict[str, Any]:
         hashed = {key: value for key, value in without_rules(self.spec).items() if key not in DESCRIPTIVE_KEYS}
         components = (hashed.get("kwargs") or {}).get("components")
         if components:  # a component's properties describe it too, and no cell hash reads them
@@ -166,7 +194,7 @@ class AttackCell:
                 **hashed["kwargs"],
                 "components": {n: {k: v for k, v in c.items() if k not in DESCRIPTIVE_KEYS} for n, c in components.items()},
             }
-        return config_hash({"model": self.model.hash, "attack": hashed, "v": ATTACK_VERSION})
+        return hashed
 
     @property
     def data_hash(self) -> str:

@@ -14,6 +14,7 @@ The engine imports the loop it runs (`of`, `loop`).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 from collections.abc import Callable, Mapping
@@ -33,7 +34,9 @@ class TorchLoop:
     - `run(target, log, clock, spec, strength, early_exit, batch_size)`: the attack on the
       cell's samples at `strength` (standardised), filling the failure log and the clock;
     - `check(spec)`: what it refuses before any compute (None: nothing beyond the rules);
-    - `settings`: the kwargs it reads, with their defaults;
+    - `settings`: the kwargs it reads, with their defaults, where it takes them from here
+      (AutoAttack's components, DeepFool; FMN and DDN keep adv-lib's in
+      trashfire.attacks.minimal_norm.MinimalSettings);
     - `component(norm, eps, max_iter, kwargs)`: the loop as one of AutoAttack's components
       (trashfire.attacks.standard): its run on the samples still standing and a censored
       sample's queries in it; None where it cannot be one.
@@ -47,8 +50,10 @@ class TorchLoop:
     component: Callable[..., tuple[Callable[..., None], int]] | None = None
 
 
+@functools.cache
 def names() -> tuple[str, ...]:
-    """Every loop's name, in alphabetical order, from the modules of this package (no import)."""
+    """Every loop's name, in alphabetical order, from the modules of this package (no import;
+    listed once per process)."""
     return tuple(sorted(module.name for module in pkgutil.iter_modules(__path__) if not module.name.startswith("_")))
 
 
