@@ -462,6 +462,8 @@ REMOVED = "removed: an attack's option says it ({}); compose params.yaml again w
         ({"metrics.validity.black_box_tol": -0.1}, "metrics.validity.black_box_tol: got -0.1; must be a finite number in [0, 1]"),
         ({"metrics.validity.gradient_share": 2}, "metrics.validity.gradient_share: got 2; must be a finite number in [0, 1]"),
         ({"metrics.validity.near_zero": None}, "metrics.validity.near_zero: got None; must be a finite number in [0, 1]"),
+        ({"metrics.validity.bracket_tol": DROP}, "metrics.validity.bracket_tol: got None; must be a finite number in [0, 1]"),
+        ({"metrics.validity.square_tol": 1.5}, "metrics.validity.square_tol: got 1.5; must be a finite number in [0, 1]"),
         (
             {"metrics.validity.black_box": ["square"]},
             "metrics.validity.black_box: " + REMOVED.format("black_box: true/false in the attack's option, else ART's declaration of its class"),

@@ -8,9 +8,10 @@ compute times its cell's seconds per FLOP at full batch (`price`), so they do no
 how many others of its batch were still standing. The laps' equal shares stay beside them.
 
 - `torch`: a device-resident loop (trashfire.attacks.loops, a module each; an attack's
-  `rules.torch.algorithm` names the one that runs it): FGM, PGD and DeepFool here, FMN and
-  DDN in trashfire.attacks.minimal_norm, AutoAttack and its components in
-  trashfire.attacks.standard. Each step's forward pass decides
+  `rules.torch.algorithm` names the one that runs it): FGM and PGD in
+  trashfire.attacks.gradient, DeepFool in trashfire.attacks.deepfool, FMN and DDN in
+  trashfire.attacks.minimal_norm, AutoAttack in trashfire.attacks.loops.autoattack (its
+  protocol: trashfire.attacks.standard.evaluate). Each step's forward pass decides
   which samples are already misclassified (the check costs no extra pass), those leave the
   batch (early exit). The forward is a query of every sample it checks, the backward a
   gradient of each it steps. Step 0's forward is the first query, so a sample wrong before

@@ -1,5 +1,6 @@
-"""What an attack option is, without ART or torch: its settings' allowed values and `AttackSpec`, the one reading of an attack-grid entry (its engine, loop,
-strength, units and budget) that the checks, the campaign and the engine share.
+"""What an attack option is, without ART or torch: its settings' allowed values and
+`AttackSpec`, the one reading of an attack-grid entry (its engine, loop, strength, units and
+budget) that the checks, the campaign and the engine share.
 
 Light on purpose: the validator and the table stages read it, and `import trashfire.attacks`
 must not load ART (2.5 s) into a stage that only reads records.

@@ -97,7 +97,7 @@ def _validate_effects(findings: DictConfig) -> None:
 def _validate_validity(validity) -> None:
     if validity is None:
         raise ConfigError("metrics.validity", "missing; compose params.yaml with `make params`")
-    for key in ("rise_tol", "black_box_tol", "gradient_share", "near_zero", "square_tol"):
+    for key in ("rise_tol", "black_box_tol", "gradient_share", "near_zero", "square_tol", "bracket_tol"):
         number(f"metrics.validity.{key}", validity.get(key), low=0, high=1)
     moved_into_options(
         "metrics.validity.black_box", validity.get("black_box"), "black_box: true/false in the attack's option, else ART's declaration of its class"
