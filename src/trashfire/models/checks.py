@@ -27,7 +27,7 @@ from trashfire.core.checks import (
     strength_check,
 )
 from trashfire.core.errors import ConfigError
-from trashfire.core.grid import defence_cell, options
+from trashfire.core.grid import TRAIN_DEFAULTS, defence_cell, options
 from trashfire.models.spec import DEFENCE_STAGES, LR_SCHEDULES, OPTIMISERS
 
 
@@ -60,8 +60,8 @@ def _validate_train(train: DictConfig) -> None:
     number("train.momentum", train.get("momentum"), low=0, high=1, open_high=True)
     number("train.weight_decay", train.get("weight_decay"), low=0)
     integer("train.batch_size", train.get("batch_size"), low=1)
-    choice("train.lr_schedule", train.get("lr_schedule", "constant"), LR_SCHEDULES)
-    choice("train.optimiser", train.get("optimiser", "sgd"), OPTIMISERS)
+    choice("train.lr_schedule", train.get("lr_schedule", TRAIN_DEFAULTS["lr_schedule"]), LR_SCHEDULES)
+    choice("train.optimiser", train.get("optimiser", TRAIN_DEFAULTS["optimiser"]), OPTIMISERS)
 
 
 def _validate_per_model(cfg: DictConfig) -> None:

@@ -28,7 +28,7 @@ from tqdm import tqdm
 from trashfire.core import external
 from trashfire.core.clocks import Elapsed, Stopwatch
 from trashfire.core.errors import ConfigError, DataError
-from trashfire.core.grid import TrainCell, training_cells
+from trashfire.core.grid import TRAIN_DEFAULTS, TrainCell, training_cells
 from trashfire.core.parallel import describe, resolve_workers, run_jobs, threads_per_cell
 from trashfire.core.records import atomic_path, cell_file, file_sha256, remove_dead_temps
 from trashfire.core.schema import TrainRecord, cell_labels
@@ -133,7 +133,7 @@ def start_run(cell: TrainCell, split: Split, hyper: DictConfig, device: torch.de
     if cell.base is not None:
         model.load_state_dict(pretrained_weights(models, cell, split))
     model = model.to(device)
-    optimiser = make_optimiser(cell.spec["train"].get("optimiser", "sgd"), model, cell.lr, hyper)
+    optimiser = make_optimiser(cell.spec["train"].get("optimiser", TRAIN_DEFAULTS["optimiser"]), model, cell.lr, hyper)
     np.random.seed(cell.seed)  # ART shuffles and draws its random starts with NumPy
     trainer = adversarial_trainer(cell.defence, model, optimiser, split, device) if is_trainer(cell.defence) else None
     return Run(
@@ -194,7 +194,7 @@ def advance(run: Run, cell: TrainCell, split: Split, hyper: DictConfig, device: 
     every training step's rows, adversarial training's attack steps and ART's predictions),
     priced per row after the clocks stop."""
     run.model.train()
-    schedule = cell.spec["train"].get("lr_schedule", "constant")
+    schedule = cell.spec["train"].get("lr_schedule", TRAIN_DEFAULTS["lr_schedule"])  # absent from a spec: the default
     horizon = cell.spec["train"].get("horizon", cell.epochs)
     loss_fn = nn.CrossEntropyLoss()
     with flops.PassCounter().watching(run.model) as passes, Stopwatch(device) as watch:
